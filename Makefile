@@ -1,0 +1,30 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/loopdeck run sample_envs/service_outage --script solve --headless
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench sample_envs
+	$(VENV)/bin/ruff format --check src tests bench sample_envs
+	$(VENV)/bin/mypy src
+
+test: lint
+	$(VENV)/bin/pytest
+
+bench: $(STAMP)
+	$(PY) bench/steps_per_second.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

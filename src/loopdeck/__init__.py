@@ -1,0 +1,3 @@
+"""loopdeck: an operator console for supervised LLM agents."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from loopdeck.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""`loopdeck`: run an env headless or in the console, and list the sample envs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.core.states import StopReason
+
+EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _positive(kind: Callable[[str], float], name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {name}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a {name} greater than 0, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = _positive(int, "positive integer")
+positive_float = _positive(float, "positive number")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopdeck", description="Supervise LLM agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run an agent against an env")
+    run.add_argument("env", metavar="ENV_DIR", help="env folder, or a sample env's name")
+    run.add_argument("--script", help="script the offline model plays (default: solve)")
+    run.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
+    run.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
+    run.add_argument("--mode", choices=["rounds", "react"])
+    run.add_argument("--headless", action="store_true", help="no console: print a summary")
+    run.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
+    run.add_argument("--approve", choices=["auto", "deny"], help="how writes are decided headless")
+    run.add_argument("--max-turns", type=positive_int)
+    run.add_argument("--max-tool-calls", type=positive_int)
+    run.add_argument("--max-tokens", type=positive_int)
+    run.add_argument("--max-cost", type=positive_float, metavar="USD")
+    run.add_argument("--deadline", type=positive_float, metavar="SECONDS")
+    run.add_argument("--max-rounds", type=positive_int)
+    run.add_argument("--theme", help="console theme (see themes/)")
+
+    envs = commands.add_parser("envs", help="list the sample envs and their scripts")
+    envs.add_argument("--json", action="store_true")
+    return parser
+
+
+def _run_headless(args: argparse.Namespace) -> int:
+    from loopdeck.headless import print_json, print_summary
+    from loopdeck.launch import RunOptions, prepare_run
+
+    options = RunOptions(
+        env=args.env,
+        script=args.script,
+        model=args.model,
+        api_base=args.api_base,
+        mode=args.mode,
+        approve=args.approve,
+        budget_overrides={
+            "max_turns": args.max_turns,
+            "max_tool_calls": args.max_tool_calls,
+            "max_tokens": args.max_tokens,
+            "max_cost": args.max_cost,
+            "deadline": args.deadline,
+            "max_rounds": args.max_rounds,
+        },
+    )
+    prepared = prepare_run(options)
+    try:
+        outcome = asyncio.run(prepared.runtime.run())
+    finally:
+        prepared.cleanup()
+    if args.json:
+        print_json(outcome)
+    else:
+        print_summary(outcome)
+    return EXIT_GOAL_MET if outcome.stop_reason is StopReason.GOAL_MET else EXIT_STOPPED
+
+
+def _envs(args: argparse.Namespace) -> int:
+    from loopdeck.launch import list_envs
+
+    found = list_envs()
+    if args.json:
+        print(json.dumps(found))
+        return 0
+    console = Console()
+    for env in found:
+        console.print(f"[bold]{env['env']}[/]  {env.get('goal', env.get('error', ''))}")
+        for name, description in env["scripts"].items():
+            console.print(f"    --script {name:<16} {description}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "envs":
+            return _envs(args)
+        return _run_headless(args)
+    except ScenarioError as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValueError as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

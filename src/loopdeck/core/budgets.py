@@ -1,0 +1,152 @@
+"""Budgets: finite caps on everything a run can spend, and the ledger that spends them."""
+
+from __future__ import annotations
+
+import time
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopdeck.core.states import StopReason
+
+
+class Cap(StrEnum):
+    TURNS = "turns"
+    TOOL_CALLS = "tool_calls"
+    TOKENS = "tokens"
+    COST = "cost_usd"
+    DEADLINE = "deadline_s"
+    ROUNDS = "rounds"
+    CORRECTIONS = "corrections"
+
+
+CAP_STOP_REASON: dict[Cap, StopReason] = {
+    Cap.TURNS: StopReason.TURN_LIMIT,
+    Cap.TOOL_CALLS: StopReason.TOOL_CALL_LIMIT,
+    Cap.TOKENS: StopReason.TOKEN_LIMIT,
+    Cap.COST: StopReason.COST_LIMIT,
+    Cap.DEADLINE: StopReason.DEADLINE,
+    Cap.ROUNDS: StopReason.ROUND_LIMIT,
+    Cap.CORRECTIONS: StopReason.INVALID_DECISION,
+}
+
+
+class Budget(BaseModel):
+    """The caps of one run. Every cap is finite."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(default=40, gt=0)
+    max_tool_calls: int = Field(default=60, gt=0)
+    max_tokens: int = Field(default=200_000, gt=0)
+    max_cost_usd: float = Field(default=1.0, gt=0)
+    deadline_s: float = Field(default=300.0, gt=0)
+    max_rounds: int = Field(default=4, gt=0)
+    max_corrections: int = Field(default=2, ge=0)
+
+    def limit(self, cap: Cap) -> float:
+        return {
+            Cap.TURNS: self.max_turns,
+            Cap.TOOL_CALLS: self.max_tool_calls,
+            Cap.TOKENS: self.max_tokens,
+            Cap.COST: self.max_cost_usd,
+            Cap.DEADLINE: self.deadline_s,
+            Cap.ROUNDS: self.max_rounds,
+            Cap.CORRECTIONS: self.max_corrections,
+        }[cap]
+
+
+class BudgetExhausted(Exception):
+    def __init__(self, cap: Cap, used: float, limit: float) -> None:
+        super().__init__(f"{cap.value} budget exhausted: {used:g} of {limit:g}")
+        self.cap = cap
+        self.used = used
+        self.limit = limit
+
+    @property
+    def stop_reason(self) -> StopReason:
+        return CAP_STOP_REASON[self.cap]
+
+
+class BudgetLedger:
+    """What has been spent against a Budget. Costs of unknown price are counted apart."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.started = time.monotonic()
+        self.turns = 0
+        self.tool_calls = 0
+        self.tokens = 0
+        self.cost_usd = 0.0
+        self.cost_unknown_calls = 0
+        self.rounds = 0
+        self.corrections = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def remaining_time(self) -> float:
+        return self.budget.deadline_s - self.elapsed()
+
+    def used(self, cap: Cap) -> float:
+        return {
+            Cap.TURNS: self.turns,
+            Cap.TOOL_CALLS: self.tool_calls,
+            Cap.TOKENS: self.tokens,
+            Cap.COST: self.cost_usd,
+            Cap.DEADLINE: self.elapsed(),
+            Cap.ROUNDS: self.rounds,
+            Cap.CORRECTIONS: self.corrections,
+        }[cap]
+
+    def usage(self) -> dict[str, tuple[float, float]]:
+        return {cap.value: (self.used(cap), self.budget.limit(cap)) for cap in Cap}
+
+    def _ensure_below(self, cap: Cap) -> None:
+        used, limit = self.used(cap), self.budget.limit(cap)
+        if used >= limit:
+            raise BudgetExhausted(cap, used, limit)
+
+    def _ensure_within(self, cap: Cap) -> None:
+        used, limit = self.used(cap), self.budget.limit(cap)
+        if used > limit:
+            raise BudgetExhausted(cap, used, limit)
+
+    def check_deadline(self) -> None:
+        self._ensure_below(Cap.DEADLINE)
+
+    def before_model_call(self) -> None:
+        """Raise if one more model call would break a cap."""
+        self.check_deadline()
+        self._ensure_below(Cap.TURNS)
+        self._ensure_below(Cap.TOKENS)
+        self._ensure_below(Cap.COST)
+
+    def record_model_call(self, tokens: int, cost_usd: float | None) -> None:
+        self.turns += 1
+        self.tokens += tokens
+        if cost_usd is None:
+            self.cost_unknown_calls += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def after_model_call(self) -> None:
+        """Raise if what the last call spent went over a cap."""
+        self._ensure_within(Cap.TOKENS)
+        self._ensure_within(Cap.COST)
+        self.check_deadline()
+
+    def before_tool_call(self) -> None:
+        self.check_deadline()
+        self._ensure_below(Cap.TOOL_CALLS)
+
+    def record_tool_call(self) -> None:
+        self.tool_calls += 1
+
+    def start_round(self) -> None:
+        self._ensure_below(Cap.ROUNDS)
+        self.rounds += 1
+
+    def record_correction(self) -> None:
+        self.corrections += 1
+        self._ensure_within(Cap.CORRECTIONS)

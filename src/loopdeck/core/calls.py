@@ -1,0 +1,268 @@
+"""One batch of proposed calls: guard, idempotency, approval receipts, dispatch, results."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loopdeck.core.approvals import (
+    ApprovalDecision,
+    ApprovalReceipt,
+    ApprovalRequest,
+    Approver,
+    request_for,
+)
+from loopdeck.core.canonical import sha256_hex
+from loopdeck.core.control import StopRun
+from loopdeck.core.decisions import Decision, ToolCall
+from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalInvalidated,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    CallProposed,
+    CallStatus,
+    GuardTripped,
+    ToolFinished,
+    ToolRetry,
+)
+from loopdeck.core.guard import NoProgressGuard, guard_key
+from loopdeck.core.model import ModelReply
+from loopdeck.core.outcome import CallRecord
+from loopdeck.core.prompts import correction_message, tool_result_message
+from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from loopdeck.core.runtime import Runtime
+
+MAX_APPROVAL_ASKS = 3
+
+
+class CallHandler:
+    def __init__(self, runtime: Runtime, approver: Approver, dispatcher: Dispatcher) -> None:
+        self.rt = runtime
+        self.approver = approver
+        self.dispatcher = dispatcher
+        self.guard = NoProgressGuard()
+        self.records: list[CallRecord] = []
+        self.executed_writes: set[str] = set()
+        self.pending: ApprovalRequest | None = None
+        self._next_id = 0
+        self._failures_in_a_row = 0
+
+    @property
+    def run_id(self) -> str:
+        return self.rt.config.run_id
+
+    def corrections_for(self, reply: ModelReply, problem: str) -> list[dict[str, Any]]:
+        if not reply.tool_calls:
+            return [correction_message(None, problem)]
+        return [correction_message(call.id, problem) for call in reply.tool_calls]
+
+    def withdraw_pending(self) -> None:
+        if self.pending is None:
+            return
+        call_id = self.pending.call_id
+        self.pending = None
+        self.rt._emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
+        for record in self.records:
+            if record.call_id == call_id and record.status is CallStatus.PENDING_APPROVAL:
+                record.status = CallStatus.WITHDRAWN
+
+    async def run_batch(self, conversation: list[dict[str, Any]], decision: Decision) -> bool:
+        """Run the decision's calls one at a time; True if the guard tripped on any of them."""
+        tripped = False
+        for call in decision.calls:
+            record, result = await self._run_one(call, decision)
+            tripped = tripped or record.status is CallStatus.BLOCKED_REPEAT
+            conversation.append(tool_result_message(call.provider_id, result.for_model()))
+        return tripped
+
+    def _step_text(self, decision: Decision) -> str | None:
+        step = decision.plan_step
+        if step is None or not 1 <= step <= len(self.rt.plan):
+            return None
+        return f"{step}. {self.rt.plan[step - 1]}"
+
+    async def _run_one(self, call: ToolCall, decision: Decision) -> tuple[CallRecord, ToolResult]:
+        rt = self.rt
+        self._next_id += 1
+        call_id = f"c{self._next_id}"
+        spec = rt.tools[call.tool]
+        state_hash = rt.env.fingerprint()
+        key = guard_key(call.tool, call.args, state_hash)
+        record = CallRecord(
+            call_id=call_id,
+            round=rt.round,
+            tool=call.tool,
+            args=call.args,
+            risk=spec.risk,
+            fingerprint=key.fingerprint,
+            state_hash=state_hash,
+        )
+        self.records.append(record)
+        rt._emit(
+            CallProposed(
+                run_id=self.run_id,
+                call_id=call_id,
+                round=rt.round,
+                tool=call.tool,
+                args=call.args,
+                risk=spec.risk,
+                fingerprint=key.fingerprint,
+                state_hash=state_hash,
+            )
+        )
+        if not self.guard.admit(key, exempt=spec.exempt_from_guard):
+            rt._emit(GuardTripped(run_id=self.run_id, call_id=call_id, tool=call.tool, fingerprint=key.fingerprint))
+            message = f"{call.tool} repeated with the same arguments from the same state; not executed"
+            return self._finish(record, CallStatus.BLOCKED_REPEAT, self._refusal(spec, call_id, ErrorCode.REPEATED_CALL, message))
+        if spec.risk == "write":
+            return await self._run_write(record, spec, call, decision)
+        rt.ledger.before_tool_call()
+        rt.move(RunState.EXECUTING)
+        result = await self._dispatch(spec, call_id, call.args, None)
+        return self._executed(record, result)
+
+    async def _run_write(
+        self, record: CallRecord, spec: ToolSpec, call: ToolCall, decision: Decision
+    ) -> tuple[CallRecord, ToolResult]:
+        rt = self.rt
+        idempotency = self._idempotency_key(spec, call.args)
+        if idempotency in self.executed_writes:
+            message = f"{call.tool} with these arguments already ran in this run; refused"
+            result = self._refusal(spec, record.call_id, ErrorCode.DUPLICATE_WRITE, message)
+            return self._finish(record, CallStatus.REFUSED_DUPLICATE, result)
+        for _ in range(MAX_APPROVAL_ASKS):
+            request = request_for(
+                run_id=self.run_id,
+                call_id=record.call_id,
+                tool=call.tool,
+                args=call.args,
+                state_hash=rt.env.fingerprint(),
+                fingerprint=record.fingerprint,
+                plan_step=self._step_text(decision),
+                ttl_s=rt.config.approval_ttl_s,
+            )
+            decided = await self._ask(request)
+            if not decided.approved:
+                rt.move(RunState.DECIDING)
+                reason = decided.reason or "rejected by the operator"
+                result = self._refusal(spec, record.call_id, ErrorCode.REJECTED, reason)
+                return self._finish(record, CallStatus.REJECTED, result)
+            receipt = ApprovalReceipt.issue(request, decided)
+            problem = self._receipt_problem(receipt, call.args)
+            if problem is not None:
+                rt._emit(ApprovalInvalidated(run_id=self.run_id, call_id=record.call_id, problem=problem))
+                continue
+            rt.ledger.before_tool_call()
+            rt.move(RunState.EXECUTING)
+            try:
+                result = await self._dispatch(spec, record.call_id, call.args, receipt)
+            except ReceiptRefused as refused:
+                raise StopRun(StopReason.POLICY_BLOCK, f"write refused at dispatch: {refused}") from None
+            if result.ok:
+                self.executed_writes.add(idempotency)
+            return self._executed(record, result)
+        raise StopRun(
+            StopReason.POLICY_BLOCK,
+            f"approval for {call.tool} ({record.call_id}) could not be kept valid after "
+            f"{MAX_APPROVAL_ASKS} asks",
+        )
+
+    async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        rt = self.rt
+        if rt.machine.state is not RunState.AWAITING_APPROVAL:
+            rt.move(RunState.AWAITING_APPROVAL)
+        self.pending = request
+        rt._emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
+        decided = await rt.interruptible(self.approver.decide(request), by_cancel=True)
+        self.pending = None
+        rt._emit(
+            ApprovalDecided(
+                run_id=self.run_id,
+                call_id=request.call_id,
+                approved=decided.approved,
+                reason=decided.reason,
+                by=decided.by,
+            )
+        )
+        return decided
+
+    def _receipt_problem(self, receipt: ApprovalReceipt, args: dict[str, Any]) -> str | None:
+        return receipt.problem(
+            run_id=self.run_id,
+            call_id=receipt.call_id,
+            args=args,
+            state_hash=self.rt.env.fingerprint(),
+        )
+
+    @staticmethod
+    def _idempotency_key(spec: ToolSpec, args: dict[str, Any]) -> str:
+        if spec.idempotency_fields:
+            args = {name: args.get(name) for name in spec.idempotency_fields}
+        return sha256_hex([spec.name, args])
+
+    async def _dispatch(
+        self, spec: ToolSpec, call_id: str, args: dict[str, Any], receipt: ApprovalReceipt | None
+    ) -> ToolResult:
+        def on_retry(attempt: int, error: str, delay: float) -> None:
+            self.rt._emit(
+                ToolRetry(
+                    run_id=self.run_id,
+                    call_id=call_id,
+                    tool=spec.name,
+                    attempt=attempt,
+                    error=error,
+                    delay_s=delay,
+                )
+            )
+
+        return await self.rt.interruptible(
+            self.dispatcher.run(
+                spec,
+                call_id,
+                args,
+                receipt=receipt,
+                receipt_problem=lambda r: self._receipt_problem(r, args),
+                on_retry=on_retry,
+            )
+        )
+
+    def _refusal(self, spec: ToolSpec, call_id: str, code: ErrorCode, message: str) -> ToolResult:
+        return ToolResult.failure(spec.name, call_id, code, message)
+
+    def _executed(self, record: CallRecord, result: ToolResult) -> tuple[CallRecord, ToolResult]:
+        rt = self.rt
+        rt.ledger.record_tool_call()
+        status = CallStatus.EXECUTED if result.ok else CallStatus.FAILED
+        self._finish(record, status, result)
+        rt.move(RunState.DECIDING)
+        rt.publish_budget()
+        self._failures_in_a_row = 0 if result.ok else self._failures_in_a_row + 1
+        if self._failures_in_a_row >= rt.config.max_consecutive_tool_failures:
+            code = result.error.code.value if result.error else "?"
+            raise StopRun(
+                StopReason.TOOL_FAILURE,
+                f"{self._failures_in_a_row} tool calls failed in a row; last: {record.tool} {code}",
+            )
+        return record, result
+
+    def _finish(
+        self, record: CallRecord, status: CallStatus, result: ToolResult
+    ) -> tuple[CallRecord, ToolResult]:
+        record.status = status
+        record.result = result.for_model()
+        record.duration_ms = result.provenance.duration_ms
+        self.rt._emit(
+            ToolFinished(
+                run_id=self.run_id,
+                call_id=record.call_id,
+                tool=record.tool,
+                status=status,
+                result=record.result,
+                duration_ms=record.duration_ms,
+            )
+        )
+        return record, result

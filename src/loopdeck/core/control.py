@@ -1,0 +1,120 @@
+"""The control channel: stop after current tools, kill now, pause, and the deadline timer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from loopdeck.core.events import EventBase, OperatorCommand
+from loopdeck.core.states import StopReason
+
+T = TypeVar("T")
+
+
+class StopRun(Exception):
+    """Ends the run with a reason from the closed set."""
+
+    def __init__(self, reason: StopReason, detail: str = "") -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Interrupted(Exception):
+    """An in-flight call was cancelled by the kill switch, a stop or the deadline."""
+
+    def __init__(self, reason: StopReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+    def as_stop(self) -> StopRun:
+        return StopRun(self.reason, self.detail)
+
+
+class RunControl:
+    def __init__(self, emit: Callable[[EventBase], None], run_id: str) -> None:
+        self._emit = emit
+        self._run_id = run_id
+        self.cancel_requested_by: str | None = None
+        self._interrupt: tuple[StopReason, str] | None = None
+        self._inflight: asyncio.Future[object] | None = None
+        self._inflight_cancellable = False
+        self._resumed: asyncio.Event | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self._resumed is not None and not self._resumed.is_set()
+
+    def _record(self, command: str, by: str) -> None:
+        self._emit(OperatorCommand(run_id=self._run_id, command=command, by=by))  # type: ignore[arg-type]
+
+    def _interrupt_now(self, reason: StopReason, detail: str, *, cancel_only: bool = False) -> None:
+        if self._interrupt is None:
+            self._interrupt = (reason, detail)
+        task = self._inflight
+        if task is not None and not task.done() and (self._inflight_cancellable or not cancel_only):
+            task.cancel()
+
+    def request_cancel(self, by: str) -> None:
+        if self.cancel_requested_by is not None:
+            return
+        self.cancel_requested_by = by
+        self._record("cancel", by)
+        # Waiting for an approval or in a pause is not a tool: stop waiting at once.
+        if self._inflight_cancellable:
+            self._interrupt_now(StopReason.CANCELLED, f"stopped after current tools by {by}")
+
+    def request_kill(self, by: str) -> None:
+        self._record("kill", by)
+        self._interrupt_now(StopReason.KILLED, f"killed by {by}")
+
+    def fire_deadline(self) -> None:
+        self._interrupt_now(StopReason.DEADLINE, "wall-clock deadline reached")
+
+    def pause(self, by: str) -> None:
+        if self.paused:
+            return
+        self._resumed = asyncio.Event()
+        self._record("pause", by)
+
+    def resume(self, by: str) -> None:
+        if not self.paused or self._resumed is None:
+            return
+        self._resumed.set()
+        self._record("resume", by)
+
+    async def checkpoint(self) -> None:
+        """The point before a model call where stops land and pauses hold."""
+        if self._interrupt is not None:
+            raise Interrupted(*self._interrupt)
+        if self.cancel_requested_by is not None:
+            raise StopRun(StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}")
+        if self._resumed is not None and not self._resumed.is_set():
+            await self.interruptible(self._resumed.wait(), by_cancel=True)
+            await self.checkpoint()
+
+    async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
+        if self._interrupt is not None:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise Interrupted(*self._interrupt)
+        if by_cancel and self.cancel_requested_by is not None:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise Interrupted(
+                StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
+            )
+        task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
+        self._inflight = task  # type: ignore[assignment]
+        self._inflight_cancellable = by_cancel
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if self._interrupt is not None and task.cancelled():
+                raise Interrupted(*self._interrupt) from None
+            raise
+        finally:
+            self._inflight = None
+            self._inflight_cancellable = False

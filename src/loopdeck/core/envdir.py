@@ -1,0 +1,87 @@
+"""Loading an env folder (`scenario.toml` + `env.py`) and giving each run its own workspace."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from loopdeck.core.environment import Environment
+from loopdeck.core.scenario import Scenario, ScenarioError, Script, load_scenario
+
+WORKSPACE_DIR = "workspace"
+
+
+@dataclass(frozen=True)
+class EnvDir:
+    path: Path
+    scenario: Scenario
+    module: ModuleType
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name
+
+    def script(self, name: str) -> Script:
+        try:
+            return self.scenario.scripts[name]
+        except KeyError:
+            known = ", ".join(sorted(self.scenario.scripts)) or "(none)"
+            raise ScenarioError(
+                f"{self.path / 'scenario.toml'}: no script named {name!r}; scripts: {known}"
+            ) from None
+
+    def create(self, workdir: Path) -> Environment:
+        """A fresh Environment working on `workdir` (a copy, never the env folder itself)."""
+        env = self.module.make_env(workdir, dict(self.scenario.data))
+        if not isinstance(env, Environment):
+            raise ScenarioError(f"{self.path / 'env.py'}: make_env() must return an Environment")
+        return env
+
+    def prepare_workdir(self) -> Path:
+        workdir = Path(tempfile.mkdtemp(prefix=f"loopdeck-{self.name}-"))
+        seed = self.path / WORKSPACE_DIR
+        if seed.is_dir():
+            shutil.copytree(seed, workdir, dirs_exist_ok=True)
+        return workdir
+
+
+def _import_env_module(path: Path) -> ModuleType:
+    source = path / "env.py"
+    if not source.is_file():
+        raise ScenarioError(f"{source}: file not found")
+    module_name = f"loopdeck_env_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, source)
+    if spec is None or spec.loader is None:
+        raise ScenarioError(f"{source}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ScenarioError(f"{source}: import failed: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(module, "make_env", None)):
+        raise ScenarioError(f"{source}: defines no make_env(workdir, data) function")
+    return module
+
+
+def load_env_dir(path: Path, known_root: Path | None = None) -> EnvDir:
+    if not path.is_dir():
+        hint = ""
+        if known_root is not None and known_root.is_dir():
+            names = sorted(p.name for p in known_root.iterdir() if (p / "scenario.toml").is_file())
+            hint = f"; sample envs in {known_root}: {', '.join(names)}"
+        raise ScenarioError(f"{path}: no such env folder{hint}")
+    scenario = load_scenario(path / "scenario.toml")
+    return EnvDir(path=path, scenario=scenario, module=_import_env_module(path))
+
+
+def find_env_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "scenario.toml").is_file())

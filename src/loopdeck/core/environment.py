@@ -1,0 +1,76 @@
+"""The shape of an environment: tools, a snapshot of goal-relevant state, a goal check."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from loopdeck.core.canonical import short_hash
+from loopdeck.core.tools import NoArgs, Risk, ToolSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_MARK = "__loopdeck_tool__"
+
+
+def tool(
+    *,
+    args: type[BaseModel] = NoArgs,
+    risk: Risk = "read",
+    timeout_s: float = 10.0,
+    exempt: bool = False,
+    idempotency_fields: tuple[str, ...] | None = None,
+) -> Callable[[F], F]:
+    """Mark an Environment method as a tool. The docstring is what the model reads."""
+
+    def mark(fn: F) -> F:
+        setattr(
+            fn,
+            _MARK,
+            {
+                "args_model": args,
+                "risk": risk,
+                "timeout_s": timeout_s,
+                "exempt_from_guard": exempt,
+                "idempotency_fields": idempotency_fields,
+            },
+        )
+        return fn
+
+    return mark
+
+
+class Environment:
+    """Subclass this in an env's `env.py` and expose it as `make_env(workdir, data)`.
+
+    `snapshot()` returns only the state the goal is defined on: anything that changes on
+    every call (timestamps, counters) would make the no-progress guard blind.
+    """
+
+    def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
+        self.workdir = workdir
+        self.data = data
+
+    def snapshot(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def unmet(self, snapshot: dict[str, Any]) -> list[str]:
+        """The reasons the goal is not met in this snapshot; empty means met."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        return short_hash(self.snapshot())
+
+    def tools(self) -> list[ToolSpec]:
+        specs = []
+        for name, member in inspect.getmembers(type(self)):
+            meta = getattr(member, _MARK, None)
+            if meta is None:
+                continue
+            doc = inspect.getdoc(member) or name
+            specs.append(ToolSpec(name=name, description=doc, fn=getattr(self, name), **meta))
+        return specs

@@ -1,0 +1,238 @@
+"""Typed events for everything the runtime does, and the bus that carries them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from loopdeck.core.states import RunState, StopReason
+
+
+class CallStatus(StrEnum):
+    PENDING_APPROVAL = "pending_approval"
+    EXECUTED = "executed"
+    FAILED = "failed"
+    BLOCKED_REPEAT = "blocked_repeat"
+    REJECTED = "rejected"
+    REFUSED_DUPLICATE = "refused_duplicate"
+    WITHDRAWN = "withdrawn"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class EventBase(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    seq: int = 0
+    at: datetime = Field(default_factory=_now)
+
+
+class RunStarted(EventBase):
+    kind: Literal["run_started"] = "run_started"
+    env: str
+    script: str | None
+    model: str
+    mode: str
+    goal: str
+    budget: dict[str, float]
+
+
+class StateChanged(EventBase):
+    kind: Literal["state_changed"] = "state_changed"
+    source: RunState
+    target: RunState
+
+
+class PlanWritten(EventBase):
+    kind: Literal["plan_written"] = "plan_written"
+    round: int
+    steps: list[str]
+
+
+class ModelCalled(EventBase):
+    kind: Literal["model_called"] = "model_called"
+    role: str
+    round: int
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    latency_ms: float
+
+
+class ModelRetry(EventBase):
+    kind: Literal["model_retry"] = "model_retry"
+    attempt: int
+    error: str
+    delay_s: float
+
+
+class DecisionMade(EventBase):
+    kind: Literal["decision_made"] = "decision_made"
+    round: int
+    decision: str
+    reason_code: str
+    message: str
+    via: str
+
+
+class DecisionInvalid(EventBase):
+    kind: Literal["decision_invalid"] = "decision_invalid"
+    round: int
+    error: str
+    corrections_used: int
+
+
+class CallProposed(EventBase):
+    kind: Literal["call_proposed"] = "call_proposed"
+    call_id: str
+    round: int
+    tool: str
+    args: dict[str, Any]
+    risk: str
+    fingerprint: str
+    state_hash: str
+
+
+class ApprovalRequested(EventBase):
+    kind: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    args_sha256: str
+    state_hash: str
+    fingerprint: str
+    plan_step: str | None
+    requested_at: datetime
+    expires_at: datetime
+
+
+class ApprovalDecided(EventBase):
+    kind: Literal["approval_decided"] = "approval_decided"
+    call_id: str
+    approved: bool
+    reason: str
+    by: str
+
+
+class ApprovalInvalidated(EventBase):
+    kind: Literal["approval_invalidated"] = "approval_invalidated"
+    call_id: str
+    problem: str
+
+
+class ApprovalWithdrawn(EventBase):
+    kind: Literal["approval_withdrawn"] = "approval_withdrawn"
+    call_id: str
+
+
+class ToolRetry(EventBase):
+    kind: Literal["tool_retry"] = "tool_retry"
+    call_id: str
+    tool: str
+    attempt: int
+    error: str
+    delay_s: float
+
+
+class ToolFinished(EventBase):
+    kind: Literal["tool_finished"] = "tool_finished"
+    call_id: str
+    tool: str
+    status: CallStatus
+    result: dict[str, Any]
+    duration_ms: float
+
+
+class GuardTripped(EventBase):
+    kind: Literal["guard_tripped"] = "guard_tripped"
+    call_id: str
+    tool: str
+    fingerprint: str
+
+
+class BudgetUpdated(EventBase):
+    kind: Literal["budget_updated"] = "budget_updated"
+    usage: dict[str, tuple[float, float]]
+    cost_unknown_calls: int
+
+
+class ReviewVerdict(EventBase):
+    kind: Literal["review_verdict"] = "review_verdict"
+    round: int
+    verdict: Literal["pass", "fail", "stalled"]
+    reasons: list[str]
+    before_hash: str
+    after_hash: str
+
+
+class OperatorCommand(EventBase):
+    kind: Literal["operator_command"] = "operator_command"
+    command: Literal["cancel", "kill", "pause", "resume"]
+    by: str
+
+
+class RunStopped(EventBase):
+    kind: Literal["run_stopped"] = "run_stopped"
+    state: RunState
+    stop_reason: StopReason
+    detail: str
+
+
+Event = Annotated[
+    RunStarted
+    | StateChanged
+    | PlanWritten
+    | ModelCalled
+    | ModelRetry
+    | DecisionMade
+    | DecisionInvalid
+    | CallProposed
+    | ApprovalRequested
+    | ApprovalDecided
+    | ApprovalInvalidated
+    | ApprovalWithdrawn
+    | ToolRetry
+    | ToolFinished
+    | GuardTripped
+    | BudgetUpdated
+    | ReviewVerdict
+    | OperatorCommand
+    | RunStopped,
+    Field(discriminator="kind"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+Subscriber = Callable[[EventBase], None]
+
+
+class EventBus:
+    """Numbers events in order and hands each to every subscriber, synchronously."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self._seq = 0
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        self._subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self._subscribers:
+                self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    def publish(self, event: EventBase) -> EventBase:
+        self._seq += 1
+        numbered = event.model_copy(update={"seq": self._seq})
+        for subscriber in list(self._subscribers):
+            subscriber(numbered)
+        return numbered

@@ -1,0 +1,71 @@
+"""What the runtime needs from a model: one request in, one reply out. LiteLLM lives in llm/."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["planner", "executor"]
+
+
+class ModelRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    round: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    timeout_s: float = 60.0
+
+
+class RawToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ModelReply(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    content: str | None = None
+    tool_calls: list[RawToolCall] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in self.tool_calls
+            ]
+        return message
+
+
+class ProviderError(Exception):
+    """A model call that failed; `retryable` says whether backing off may help."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class ModelClient(Protocol):
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelReply: ...

@@ -1,0 +1,64 @@
+"""What a finished run reports: the record the CLI prints and tests assert on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopdeck.core.events import CallStatus
+from loopdeck.core.states import RunState, StopReason
+
+
+class CallRecord(BaseModel):
+    """One proposed call and what became of it."""
+
+    model_config = ConfigDict(validate_assignment=False)
+
+    call_id: str
+    round: int
+    tool: str
+    args: dict[str, Any]
+    risk: str
+    fingerprint: str
+    state_hash: str
+    status: CallStatus = CallStatus.PENDING_APPROVAL
+    result: dict[str, Any] | None = None
+    duration_ms: float = 0.0
+
+
+class RunOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    env: str
+    script: str | None
+    model: str
+    mode: str
+    state: RunState
+    stop_reason: StopReason
+    detail: str
+    rounds: int
+    model_calls: int
+    tool_calls: int
+    tokens: int
+    cost_usd: float | None
+    cost_unknown_calls: int
+    elapsed_s: float
+    findings: list[str]
+    calls: list[CallRecord] = Field(default_factory=list)
+
+    def summary_json(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", exclude={"calls"})
+        data["calls"] = [
+            {
+                "call_id": c.call_id,
+                "round": c.round,
+                "tool": c.tool,
+                "args": c.args,
+                "fingerprint": c.fingerprint,
+                "status": c.status.value,
+            }
+            for c in self.calls
+        ]
+        return data

@@ -1,0 +1,354 @@
+"""The supervised loop: planner / executor / reviewer rounds (or one ReAct loop) under budgets.
+
+The runtime owns the state machine, the ledger, the guard and the conversation. Operators
+reach it only through `cancel`, `kill`, `pause` and `resume`; observers only through events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopdeck.core.approvals import Approver
+from loopdeck.core.budgets import Budget, BudgetExhausted, BudgetLedger
+from loopdeck.core.calls import CallHandler
+from loopdeck.core.canonical import short_hash
+from loopdeck.core.control import Interrupted, RunControl, StopRun
+from loopdeck.core.decisions import Decision, InvalidDecision, decide
+from loopdeck.core.dispatcher import Dispatcher
+from loopdeck.core.environment import Environment
+from loopdeck.core.events import (
+    BudgetUpdated,
+    DecisionInvalid,
+    DecisionMade,
+    EventBase,
+    EventBus,
+    ModelCalled,
+    ModelRetry,
+    PlanWritten,
+    ReviewVerdict,
+    RunStarted,
+    RunStopped,
+    StateChanged,
+)
+from loopdeck.core.model import ModelClient, ModelReply, ModelRequest, ProviderError
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.prompts import (
+    executor_messages,
+    findings_message,
+    parse_plan,
+    planner_messages,
+    react_messages,
+)
+from loopdeck.core.review import Verdict, review
+from loopdeck.core.states import RunState, StateMachine, StopReason
+
+T = TypeVar("T")
+MAX_MODEL_RETRIES = 3
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    env: str
+    script: str | None = None
+    model: str
+    goal: str
+    mode: Literal["rounds", "react"] = "rounds"
+    budget: Budget = Field(default_factory=Budget)
+    approval_ttl_s: float = 300.0
+    model_timeout_s: float = 60.0
+    model_backoff_s: float = 0.5
+    max_consecutive_tool_failures: int = 3
+
+
+class Runtime:
+    def __init__(
+        self,
+        config: RunConfig,
+        env: Environment,
+        model: ModelClient,
+        approver: Approver,
+        bus: EventBus | None = None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        self.config = config
+        self.env = env
+        self.model = model
+        self.bus = bus or EventBus()
+        self.machine = StateMachine()
+        self.ledger = BudgetLedger(config.budget)
+        self.control = RunControl(self._emit, config.run_id)
+        self.tools = {spec.name: spec for spec in env.tools()}
+        self.calls = CallHandler(self, approver, dispatcher or Dispatcher())
+        self.findings: list[str] = []
+        self.round = 0
+        self.plan: list[str] = []
+        self.outcome: RunOutcome | None = None
+        self._stop: StopRun | None = None
+
+    # -- the operator's controls -------------------------------------------------------
+    def cancel(self, after_current_tools: bool = True, by: str = "operator") -> None:
+        if after_current_tools:
+            self.control.request_cancel(by)
+        else:
+            self.kill(by)
+
+    def kill(self, by: str = "operator") -> None:
+        self.control.request_kill(by)
+
+    def pause(self, by: str = "operator") -> None:
+        self.control.pause(by)
+
+    def resume(self, by: str = "operator") -> None:
+        self.control.resume(by)
+
+    # -- plumbing ----------------------------------------------------------------------
+    def _emit(self, event: EventBase) -> None:
+        self.bus.publish(event)
+
+    def move(self, target: RunState) -> None:
+        source = self.machine.move(target)
+        self._emit(StateChanged(run_id=self.config.run_id, source=source, target=target))
+
+    def publish_budget(self) -> None:
+        self._emit(
+            BudgetUpdated(
+                run_id=self.config.run_id,
+                usage=self.ledger.usage(),
+                cost_unknown_calls=self.ledger.cost_unknown_calls,
+            )
+        )
+
+    async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
+        return await self.control.interruptible(awaitable, by_cancel=by_cancel)
+
+    # -- the run -----------------------------------------------------------------------
+    async def run(self) -> RunOutcome:
+        cfg = self.config
+        self._emit(
+            RunStarted(
+                run_id=cfg.run_id,
+                env=cfg.env,
+                script=cfg.script,
+                model=cfg.model,
+                mode=cfg.mode,
+                goal=cfg.goal,
+                budget=cfg.budget.model_dump(),
+            )
+        )
+        self.publish_budget()
+        deadline = asyncio.get_running_loop().call_later(
+            cfg.budget.deadline_s, self.control.fire_deadline
+        )
+        try:
+            if cfg.mode == "rounds":
+                await self._rounds()
+            else:
+                await self._react()
+        except StopRun as stop:
+            self._stop = stop
+        except BudgetExhausted as exhausted:
+            self._stop = StopRun(exhausted.stop_reason, str(exhausted))
+        except Interrupted as interrupted:
+            self._stop = interrupted.as_stop()
+        finally:
+            deadline.cancel()
+        return self._finish()
+
+    def _finish(self) -> RunOutcome:
+        stop = self._stop or StopRun(StopReason.CRASHED, "the loop ended without a stop reason")
+        self.calls.withdraw_pending()
+        if stop.reason is StopReason.GOAL_MET:
+            self.move(RunState.COMPLETE)
+        elif not self.machine.is_terminal:
+            self.move(RunState.STOPPED)
+        self.publish_budget()
+        self._emit(
+            RunStopped(
+                run_id=self.config.run_id,
+                state=self.machine.state,
+                stop_reason=stop.reason,
+                detail=stop.detail,
+            )
+        )
+        # A run with any call of unknown price has an unknown cost, never a partial sum.
+        cost = self.ledger.cost_usd if self.ledger.cost_unknown_calls == 0 else None
+        self.outcome = RunOutcome(
+            run_id=self.config.run_id,
+            env=self.config.env,
+            script=self.config.script,
+            model=self.config.model,
+            mode=self.config.mode,
+            state=self.machine.state,
+            stop_reason=stop.reason,
+            detail=stop.detail,
+            rounds=self.round,
+            model_calls=self.ledger.turns,
+            tool_calls=self.ledger.tool_calls,
+            tokens=self.ledger.tokens,
+            cost_usd=cost,
+            cost_unknown_calls=self.ledger.cost_unknown_calls,
+            elapsed_s=round(self.ledger.elapsed(), 3),
+            findings=list(self.findings),
+            calls=self.calls.records,
+        )
+        return self.outcome
+
+    async def _rounds(self) -> None:
+        last_findings: list[str] = []
+        while True:
+            self.ledger.start_round()
+            self.round = self.ledger.rounds
+            self.move(RunState.PLANNING)
+            await self._plan(last_findings)
+            before = self.env.snapshot()
+            self.move(RunState.DECIDING)
+            conversation = executor_messages("\n".join(f"{i}. {s}" for i, s in enumerate(self.plan, 1)))
+            await self._executor_turns(conversation)
+            verdict = self._review(before)
+            if verdict.kind == "pass":
+                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
+            if verdict.kind == "stalled":
+                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
+            last_findings = list(verdict.reasons)
+
+    async def _react(self) -> None:
+        conversation = react_messages(self.config.goal, self.env.snapshot())
+        while True:
+            self.ledger.start_round()
+            self.round = self.ledger.rounds
+            before = self.env.snapshot()
+            self.move(RunState.DECIDING)
+            tripped = await self._executor_turns(conversation)
+            if tripped:
+                self.move(RunState.REVIEWING)
+                raise StopRun(StopReason.NO_PROGRESS, "a call repeated with no state change")
+            verdict = self._review(before)
+            if verdict.kind == "pass":
+                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
+            if verdict.kind == "stalled":
+                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
+            conversation.append(findings_message(list(verdict.reasons)))
+
+    async def _plan(self, findings: list[str]) -> None:
+        messages = planner_messages(self.config.goal, self.env.snapshot(), findings)
+        reply = await self._call_model(ModelRequest(role="planner", round=self.round, messages=messages))
+        steps = parse_plan(reply.content or "")
+        if not steps:
+            raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
+        self.plan = steps
+        self._emit(PlanWritten(run_id=self.config.run_id, round=self.round, steps=steps))
+
+    async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
+        """Run model turns until a final decision or a guard trip; True if the guard tripped."""
+        while True:
+            await self.control.checkpoint()
+            decision = await self._decide(conversation)
+            if decision.type == "final":
+                return False
+            if decision.type == "ask_user":
+                raise StopRun(StopReason.ASK_USER, decision.message)
+            if decision.type == "handoff":
+                raise StopRun(StopReason.HANDOFF, decision.message)
+            await self.control.checkpoint()
+            tripped = await self.calls.run_batch(conversation, decision)
+            if tripped:
+                return True
+
+    async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
+        tool_schemas = [spec.json_schema() for spec in self.tools.values()]
+        while True:
+            request = ModelRequest(
+                role="executor", round=self.round, messages=list(conversation), tools=tool_schemas
+            )
+            reply = await self._call_model(request)
+            conversation.append(reply.as_message())
+            try:
+                decision = decide(reply, self.tools)
+            except InvalidDecision as invalid:
+                self._emit(
+                    DecisionInvalid(
+                        run_id=self.config.run_id,
+                        round=self.round,
+                        error=str(invalid),
+                        corrections_used=self.ledger.corrections + 1,
+                    )
+                )
+                self.ledger.record_correction()
+                conversation.extend(self.calls.corrections_for(reply, str(invalid)))
+                continue
+            self._emit(
+                DecisionMade(
+                    run_id=self.config.run_id,
+                    round=self.round,
+                    decision=decision.type,
+                    reason_code=decision.reason_code,
+                    message=decision.message,
+                    via=decision.via,
+                )
+            )
+            return decision
+
+    async def _call_model(self, request: ModelRequest) -> ModelReply:
+        self.ledger.before_model_call()
+        attempt = 0
+        while True:
+            attempt += 1
+            timeout = min(self.config.model_timeout_s, max(self.ledger.remaining_time(), 0.001))
+            request = request.model_copy(update={"timeout_s": timeout})
+            try:
+                reply = await self.interruptible(
+                    asyncio.wait_for(self.model.complete(request), timeout)
+                )
+                break
+            except TimeoutError:
+                error = ProviderError(f"model call timed out after {timeout:.1f}s", retryable=True)
+            except ProviderError as exc:
+                error = exc
+            if not error.retryable or attempt > MAX_MODEL_RETRIES:
+                raise StopRun(StopReason.PROVIDER_FAILURE, str(error))
+            delay = self.config.model_backoff_s * 2 ** (attempt - 1)
+            self._emit(
+                ModelRetry(run_id=self.config.run_id, attempt=attempt, error=str(error), delay_s=delay)
+            )
+            await self.interruptible(asyncio.sleep(delay))
+        self.ledger.record_model_call(reply.total_tokens, reply.cost_usd)
+        self._emit(
+            ModelCalled(
+                run_id=self.config.run_id,
+                role=request.role,
+                round=self.round,
+                model=reply.model,
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                cost_usd=reply.cost_usd,
+                latency_ms=reply.latency_ms,
+            )
+        )
+        self.publish_budget()
+        self.ledger.after_model_call()
+        return reply
+
+    def _review(self, before: dict[str, Any]) -> Verdict:
+        if self.machine.state is not RunState.REVIEWING:
+            self.move(RunState.REVIEWING)
+        after = self.env.snapshot()
+        verdict = review(before, after, self.env.unmet)
+        self._emit(
+            ReviewVerdict(
+                run_id=self.config.run_id,
+                round=self.round,
+                verdict=verdict.kind,
+                reasons=list(verdict.reasons),
+                before_hash=short_hash(before),
+                after_hash=short_hash(after),
+            )
+        )
+        self.findings.extend(f"round {self.round}: {reason}" for reason in verdict.reasons)
+        return verdict

@@ -1,0 +1,137 @@
+"""From an env folder and the operator's options to a ready Runtime on its own workspace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from loopdeck.core.approvals import Approver, AutoApprover, DenyApprover
+from loopdeck.core.budgets import Budget
+from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
+from loopdeck.core.events import EventBus
+from loopdeck.core.runtime import RunConfig, Runtime
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.llm.client import SCRIPTED, LiteLLMModel
+
+ApproveMode = Literal["auto", "deny", "console"]
+
+BUDGET_FLAGS = {
+    "max_turns": "max_turns",
+    "max_tool_calls": "max_tool_calls",
+    "max_tokens": "max_tokens",
+    "max_cost": "max_cost_usd",
+    "deadline": "deadline_s",
+    "max_rounds": "max_rounds",
+}
+
+
+def sample_envs_root() -> Path:
+    configured = os.environ.get("LOOPDECK_SAMPLE_ENVS")
+    if configured:
+        return Path(configured)
+    beside_source = Path(__file__).resolve().parents[2] / "sample_envs"
+    if beside_source.is_dir():
+        return beside_source
+    return Path.cwd() / "sample_envs"
+
+
+def resolve_env_dir(spec: str) -> EnvDir:
+    path = Path(spec)
+    root = sample_envs_root()
+    if not path.is_dir() and (root / spec).is_dir():
+        path = root / spec
+    return load_env_dir(path, known_root=root)
+
+
+@dataclass
+class RunOptions:
+    env: str
+    script: str | None = None
+    model: str | None = None
+    api_base: str | None = None
+    mode: Literal["rounds", "react"] | None = None
+    approve: ApproveMode | None = None
+    budget_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PreparedRun:
+    env_dir: EnvDir
+    runtime: Runtime
+    workdir: Path
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def default_approve_mode(model: str) -> ApproveMode:
+    """Offline scripted runs touch only a temporary copy, so they may auto-approve."""
+    if model == SCRIPTED:
+        return "auto"
+    raise ScenarioError(
+        f"--approve is required with a real model ({model}): choose auto or deny, "
+        "or run without --headless to approve in the console"
+    )
+
+
+def prepare_run(
+    options: RunOptions, approver: Approver | None = None, bus: EventBus | None = None
+) -> PreparedRun:
+    env_dir = resolve_env_dir(options.env)
+    scenario = env_dir.scenario
+    model_name = options.model or scenario.model
+    script_name = options.script
+    if model_name == SCRIPTED and script_name is None:
+        if "solve" not in scenario.scripts:
+            known = ", ".join(sorted(scenario.scripts)) or "(none)"
+            raise ScenarioError(f"{env_dir.path}: choose a script with --script; scripts: {known}")
+        script_name = "solve"
+    script = env_dir.script(script_name) if model_name == SCRIPTED and script_name else None
+    mode = options.mode or scenario.mode
+    overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
+    budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
+    if approver is None:
+        approve = options.approve or default_approve_mode(model_name)
+        approver = AutoApprover() if approve == "auto" else DenyApprover()
+    config = RunConfig(
+        env=scenario.name,
+        script=script_name,
+        model=model_name,
+        goal=scenario.goal,
+        mode=mode,
+        budget=budget,
+        approval_ttl_s=scenario.approval_ttl_s,
+    )
+    model = LiteLLMModel(
+        model_name,
+        api_base=options.api_base,
+        script=script,
+        price=scenario.scripted_price,
+        react=mode == "react",
+    )
+    workdir = env_dir.prepare_workdir()
+    try:
+        env = env_dir.create(workdir)
+    except Exception:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    runtime = Runtime(config, env, model, approver, bus=bus)
+    return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir)
+
+
+def list_envs() -> list[dict[str, Any]]:
+    found = []
+    for path in find_env_dirs(sample_envs_root()):
+        try:
+            env_dir = load_env_dir(path)
+        except ScenarioError as exc:
+            found.append({"env": path.name, "path": str(path), "error": str(exc), "scripts": {}})
+            continue
+        scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
+        found.append(
+            {"env": env_dir.name, "path": str(path), "goal": env_dir.scenario.goal, "scripts": scripts}
+        )
+    return found

@@ -1,0 +1,1 @@
+"""Model access. Every call goes through LiteLLM, imported lazily so the console paints first."""

@@ -1,0 +1,92 @@
+"""The offline model: a LiteLLM custom provider that plays a scenario's scripts."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from loopdeck.core.scenario import Script
+from loopdeck.llm.loader import litellm_module
+from loopdeck.llm.script_player import play
+
+PROVIDER = "loopdeck-scripted"
+
+_scripts: dict[str, Script] = {}
+_keys = itertools.count(1)
+
+
+def register_script(script: Script) -> str:
+    """Hand a script to the provider; the key travels in the call's LiteLLM metadata."""
+    key = f"script-{next(_keys)}"
+    _scripts[key] = script
+    return key
+
+
+def release_script(key: str) -> None:
+    _scripts.pop(key, None)
+
+
+def _handler_class() -> type:
+    litellm = litellm_module()
+    from litellm.types.utils import ChatCompletionMessageToolCall, Function, Usage
+
+    class ScriptedLLM(litellm.CustomLLM):  # type: ignore[misc,name-defined]
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            return self.completion(*args, **kwargs)
+
+        def completion(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+            litellm_params = kwargs.get("litellm_params") or {}
+            optional = kwargs.get("optional_params") or {}
+            meta = litellm_params.get("metadata") or {}
+            script = _scripts.get(meta.get("loopdeck_script", ""))
+            if script is None:
+                raise litellm.CustomLLMError(
+                    status_code=400, message="scripted model called without a registered script"
+                )
+            reply = play(
+                script,
+                role=meta.get("loopdeck_role", "executor"),
+                round_no=int(meta.get("loopdeck_round", 1)),
+                messages=messages,
+                tools=optional.get("tools") or [],
+                react=bool(meta.get("loopdeck_react", False)),
+            )
+            response = kwargs["model_response"]
+            response.model = f"{PROVIDER}/{model}"
+            message = response.choices[0].message
+            message.content = reply.content
+            if reply.tool_calls:
+                message.tool_calls = [
+                    ChatCompletionMessageToolCall(
+                        id=c.id, type="function", function=Function(name=c.name, arguments=c.arguments)
+                    )
+                    for c in reply.tool_calls
+                ]
+                response.choices[0].finish_reason = "tool_calls"
+            response.usage = Usage(
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                total_tokens=reply.prompt_tokens + reply.completion_tokens,
+            )
+            return response
+
+    return ScriptedLLM
+
+
+_registered = False
+
+
+def ensure_registered() -> None:
+    global _registered
+    if _registered:
+        return
+    litellm = litellm_module()
+    handler = _handler_class()()
+    litellm.custom_provider_map = [
+        *[p for p in litellm.custom_provider_map if p.get("provider") != PROVIDER],
+        {"provider": PROVIDER, "custom_handler": handler},
+    ]
+    from litellm.utils import custom_llm_setup
+
+    custom_llm_setup()
+    _registered = True
