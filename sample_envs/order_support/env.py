@@ -45,7 +45,10 @@ class OrderSupport(Environment):
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "orders": {oid: {"status": o["status"], "address": o["address"]} for oid, o in self.orders.items()},
+            "orders": {
+                oid: {"status": o["status"], "address": o["address"]}
+                for oid, o in self.orders.items()
+            },
             "handoffs": len(self.handoffs),
         }
 

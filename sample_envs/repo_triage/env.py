@@ -79,7 +79,11 @@ class RepoTriage(Environment):
         """Run the repository's test suite; returns the exit code and pytest's summary."""
         proc = self._pytest()
         lines = proc.stdout.strip().splitlines()
-        return {"exit_code": proc.returncode, "summary": lines[-1] if lines else "", "output": proc.stdout[-3000:]}
+        return {
+            "exit_code": proc.returncode,
+            "summary": lines[-1] if lines else "",
+            "output": proc.stdout[-3000:],
+        }
 
     @tool(args=PathArgs)
     def read_file(self, args: PathArgs) -> dict[str, Any]:

@@ -76,7 +76,9 @@ class ServiceOutage(Environment):
     def set_config(self, args: SetConfigArgs) -> dict[str, Any]:
         """Set one configuration key of the orders service."""
         if args.key not in self.config:
-            raise ToolError(ErrorCode.NOT_FOUND, f"no config key {args.key!r}; keys: {sorted(self.config)}")
+            raise ToolError(
+                ErrorCode.NOT_FOUND, f"no config key {args.key!r}; keys: {sorted(self.config)}"
+            )
         self.config[args.key] = args.value
         return {"key": args.key, "value": args.value}
 

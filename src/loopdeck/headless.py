@@ -60,7 +60,9 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
         f"rounds {outcome.rounds} · model calls {outcome.model_calls} · tool calls "
         f"{outcome.tool_calls} · tokens {outcome.tokens} · cost {cost} · {outcome.elapsed_s:.2f}s"
     )
-    console.print(f"[{style}]{outcome.state.value}: {outcome.stop_reason.value}[/] — {outcome.detail}")
+    console.print(
+        f"[{style}]{outcome.state.value}: {outcome.stop_reason.value}[/] — {outcome.detail}"
+    )
 
 
 def print_json(outcome: RunOutcome) -> None:

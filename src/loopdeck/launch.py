@@ -132,6 +132,11 @@ def list_envs() -> list[dict[str, Any]]:
             continue
         scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
         found.append(
-            {"env": env_dir.name, "path": str(path), "goal": env_dir.scenario.goal, "scripts": scripts}
+            {
+                "env": env_dir.name,
+                "path": str(path),
+                "goal": env_dir.scenario.goal,
+                "scripts": scripts,
+            }
         )
     return found

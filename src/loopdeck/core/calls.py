@@ -61,6 +61,10 @@ class CallHandler:
         return [correction_message(call.id, problem) for call in reply.tool_calls]
 
     def withdraw_pending(self) -> None:
+        """At the stop: a pending approval is withdrawn, an interrupted call is marked so."""
+        for record in self.records[-3:]:
+            if record.status is CallStatus.RUNNING:
+                record.status = CallStatus.INTERRUPTED
         if self.pending is None:
             return
         call_id = self.pending.call_id
@@ -115,9 +119,19 @@ class CallHandler:
             )
         )
         if not self.guard.admit(key, exempt=spec.exempt_from_guard):
-            rt._emit(GuardTripped(run_id=self.run_id, call_id=call_id, tool=call.tool, fingerprint=key.fingerprint))
-            message = f"{call.tool} repeated with the same arguments from the same state; not executed"
-            return self._finish(record, CallStatus.BLOCKED_REPEAT, self._refusal(spec, call_id, ErrorCode.REPEATED_CALL, message))
+            rt._emit(
+                GuardTripped(
+                    run_id=self.run_id, call_id=call_id, tool=call.tool, fingerprint=key.fingerprint
+                )
+            )
+            message = (
+                f"{call.tool} repeated with the same arguments from the same state; not executed"
+            )
+            return self._finish(
+                record,
+                CallStatus.BLOCKED_REPEAT,
+                self._refusal(spec, call_id, ErrorCode.REPEATED_CALL, message),
+            )
         if spec.risk == "write":
             return await self._run_write(record, spec, call, decision)
         rt.ledger.before_tool_call()
@@ -154,14 +168,18 @@ class CallHandler:
             receipt = ApprovalReceipt.issue(request, decided)
             problem = self._receipt_problem(receipt, call.args)
             if problem is not None:
-                rt._emit(ApprovalInvalidated(run_id=self.run_id, call_id=record.call_id, problem=problem))
+                rt._emit(
+                    ApprovalInvalidated(run_id=self.run_id, call_id=record.call_id, problem=problem)
+                )
                 continue
             rt.ledger.before_tool_call()
             rt.move(RunState.EXECUTING)
             try:
                 result = await self._dispatch(spec, record.call_id, call.args, receipt)
             except ReceiptRefused as refused:
-                raise StopRun(StopReason.POLICY_BLOCK, f"write refused at dispatch: {refused}") from None
+                raise StopRun(
+                    StopReason.POLICY_BLOCK, f"write refused at dispatch: {refused}"
+                ) from None
             if result.ok:
                 self.executed_writes.add(idempotency)
             return self._executed(record, result)
@@ -176,6 +194,7 @@ class CallHandler:
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
         self.pending = request
+        self._record_of(request.call_id).status = CallStatus.PENDING_APPROVAL
         rt._emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
         decided = await rt.interruptible(self.approver.decide(request), by_cancel=True)
         self.pending = None
@@ -219,6 +238,7 @@ class CallHandler:
                 )
             )
 
+        self._record_of(call_id).status = CallStatus.RUNNING
         return await self.rt.interruptible(
             self.dispatcher.run(
                 spec,
@@ -229,6 +249,9 @@ class CallHandler:
                 on_retry=on_retry,
             )
         )
+
+    def _record_of(self, call_id: str) -> CallRecord:
+        return next(r for r in reversed(self.records) if r.call_id == call_id)
 
     def _refusal(self, spec: ToolSpec, call_id: str, code: ErrorCode, message: str) -> ToolResult:
         return ToolResult.failure(spec.name, call_id, code, message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from loopdeck.core.events import EventBase, OperatorCommand
 from loopdeck.core.states import StopReason
@@ -47,8 +47,8 @@ class RunControl:
     def paused(self) -> bool:
         return self._resumed is not None and not self._resumed.is_set()
 
-    def _record(self, command: str, by: str) -> None:
-        self._emit(OperatorCommand(run_id=self._run_id, command=command, by=by))  # type: ignore[arg-type]
+    def _record(self, command: Literal["cancel", "kill", "pause", "resume"], by: str) -> None:
+        self._emit(OperatorCommand(run_id=self._run_id, command=command, by=by))
 
     def _interrupt_now(self, reason: StopReason, detail: str, *, cancel_only: bool = False) -> None:
         if self._interrupt is None:
@@ -90,7 +90,9 @@ class RunControl:
         if self._interrupt is not None:
             raise Interrupted(*self._interrupt)
         if self.cancel_requested_by is not None:
-            raise StopRun(StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}")
+            raise StopRun(
+                StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
+            )
         if self._resumed is not None and not self._resumed.is_set():
             await self.interruptible(self._resumed.wait(), by_cancel=True)
             await self.checkpoint()

@@ -91,7 +91,9 @@ def decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
     if reply.tool_calls:
         calls = [
             ToolCall(
-                provider_id=raw.id, tool=raw.name, args=_validated_args(tools, raw.name, raw.arguments)
+                provider_id=raw.id,
+                tool=raw.name,
+                args=_validated_args(tools, raw.name, raw.arguments),
             )
             for raw in reply.tool_calls
         ]

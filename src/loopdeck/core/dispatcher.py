@@ -48,9 +48,7 @@ def _capped(data: Any, cap: int) -> tuple[Any, bool]:
 
 
 class Dispatcher:
-    def __init__(
-        self, backoff_s: float = 0.05, result_char_cap: int = RESULT_CHAR_CAP
-    ) -> None:
+    def __init__(self, backoff_s: float = 0.05, result_char_cap: int = RESULT_CHAR_CAP) -> None:
         self.backoff_s = backoff_s
         self.result_char_cap = result_char_cap
 

@@ -37,7 +37,12 @@ class EnvDir:
 
     def create(self, workdir: Path) -> Environment:
         """A fresh Environment working on `workdir` (a copy, never the env folder itself)."""
-        env = self.module.make_env(workdir, dict(self.scenario.data))
+        try:
+            env = self.module.make_env(workdir, dict(self.scenario.data))
+        except Exception as exc:  # user code: report it against the file that failed
+            raise ScenarioError(
+                f"{self.path / 'env.py'}: make_env failed: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(env, Environment):
             raise ScenarioError(f"{self.path / 'env.py'}: make_env() must return an Environment")
         return env

@@ -13,7 +13,10 @@ from loopdeck.core.states import RunState, StopReason
 
 
 class CallStatus(StrEnum):
+    PROPOSED = "proposed"
     PENDING_APPROVAL = "pending_approval"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
     EXECUTED = "executed"
     FAILED = "failed"
     BLOCKED_REPEAT = "blocked_repeat"

@@ -22,7 +22,7 @@ class CallRecord(BaseModel):
     risk: str
     fingerprint: str
     state_hash: str
-    status: CallStatus = CallStatus.PENDING_APPROVAL
+    status: CallStatus = CallStatus.PROPOSED
     result: dict[str, Any] | None = None
     duration_ms: float = 0.0
 

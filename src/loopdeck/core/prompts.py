@@ -28,10 +28,14 @@ REACT_SYSTEM = (
 )
 
 
-def planner_messages(goal: str, snapshot: dict[str, Any], findings: list[str]) -> list[dict[str, Any]]:
+def planner_messages(
+    goal: str, snapshot: dict[str, Any], findings: list[str]
+) -> list[dict[str, Any]]:
     lines = [f"GOAL\n{goal}", f"STATE SNAPSHOT\n{json.dumps(snapshot, sort_keys=True)}"]
     if findings:
-        lines.append("REVIEW FINDINGS FROM THE LAST ROUND\n" + "\n".join(f"- {f}" for f in findings))
+        lines.append(
+            "REVIEW FINDINGS FROM THE LAST ROUND\n" + "\n".join(f"- {f}" for f in findings)
+        )
     lines.append("Write the numbered plan.")
     return [
         {"role": "system", "content": PLANNER_SYSTEM},

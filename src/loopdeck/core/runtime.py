@@ -209,7 +209,9 @@ class Runtime:
             await self._plan(last_findings)
             before = self.env.snapshot()
             self.move(RunState.DECIDING)
-            conversation = executor_messages("\n".join(f"{i}. {s}" for i, s in enumerate(self.plan, 1)))
+            conversation = executor_messages(
+                "\n".join(f"{i}. {s}" for i, s in enumerate(self.plan, 1))
+            )
             await self._executor_turns(conversation)
             verdict = self._review(before)
             if verdict.kind == "pass":
@@ -238,7 +240,9 @@ class Runtime:
 
     async def _plan(self, findings: list[str]) -> None:
         messages = planner_messages(self.config.goal, self.env.snapshot(), findings)
-        reply = await self._call_model(ModelRequest(role="planner", round=self.round, messages=messages))
+        reply = await self._call_model(
+            ModelRequest(role="planner", round=self.round, messages=messages)
+        )
         steps = parse_plan(reply.content or "")
         if not steps:
             raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
@@ -315,7 +319,9 @@ class Runtime:
                 raise StopRun(StopReason.PROVIDER_FAILURE, str(error))
             delay = self.config.model_backoff_s * 2 ** (attempt - 1)
             self._emit(
-                ModelRetry(run_id=self.config.run_id, attempt=attempt, error=str(error), delay_s=delay)
+                ModelRetry(
+                    run_id=self.config.run_id, attempt=attempt, error=str(error), delay_s=delay
+                )
             )
             await self.interruptible(asyncio.sleep(delay))
         self.ledger.record_model_call(reply.total_tokens, reply.cost_usd)

@@ -36,7 +36,9 @@ class ScriptTurn(BaseModel):
     @model_validator(mode="after")
     def _one_action(self) -> ScriptTurn:
         chosen = [
-            k for k in ("tool", "final", "ask_user", "handoff", "raw") if getattr(self, k) is not None
+            k
+            for k in ("tool", "final", "ask_user", "handoff", "raw")
+            if getattr(self, k) is not None
         ]
         if len(chosen) != 1:
             raise ValueError(

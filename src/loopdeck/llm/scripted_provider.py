@@ -34,7 +34,9 @@ def _handler_class() -> type:
         async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
             return self.completion(*args, **kwargs)
 
-        def completion(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        def completion(
+            self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
+        ) -> Any:
             litellm_params = kwargs.get("litellm_params") or {}
             optional = kwargs.get("optional_params") or {}
             meta = litellm_params.get("metadata") or {}
@@ -58,7 +60,9 @@ def _handler_class() -> type:
             if reply.tool_calls:
                 message.tool_calls = [
                     ChatCompletionMessageToolCall(
-                        id=c.id, type="function", function=Function(name=c.name, arguments=c.arguments)
+                        id=c.id,
+                        type="function",
+                        function=Function(name=c.name, arguments=c.arguments),
                     )
                     for c in reply.tool_calls
                 ]

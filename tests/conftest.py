@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopdeck.cli import main
+from loopdeck.core.approvals import Approver
+from loopdeck.core.events import EventBase, EventBus
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.launch import PreparedRun, RunOptions, prepare_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_envs"
+HARNESS = Path(__file__).parent / "envs" / "harness"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[EventBase] = []
+
+    def __call__(self, event: EventBase) -> None:
+        self.events.append(event)
+
+    def kinds(self, kind: str) -> list[Any]:
+        return [e for e in self.events if getattr(e, "kind", None) == kind]
+
+
+def prepare(
+    env: str | Path,
+    script: str,
+    *,
+    approver: Approver | None = None,
+    approve: str = "auto",
+    mode: str | None = None,
+    **budget: Any,
+) -> tuple[PreparedRun, Recorder]:
+    bus = EventBus()
+    recorder = Recorder()
+    bus.subscribe(recorder)
+    options = RunOptions(
+        env=str(env),
+        script=script,
+        mode=mode,  # type: ignore[arg-type]
+        approve=approve,  # type: ignore[arg-type]
+        budget_overrides=budget,
+    )
+    return prepare_run(options, approver=approver, bus=bus), recorder
+
+
+async def run_env(
+    env: str | Path,
+    script: str,
+    *,
+    on_event: Callable[[PreparedRun, EventBase], None] | None = None,
+    **kwargs: Any,
+) -> tuple[RunOutcome, Recorder]:
+    prepared, recorder = prepare(env, script, **kwargs)
+    if on_event is not None:
+        prepared.runtime.bus.subscribe(lambda event: on_event(prepared, event))
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    return outcome, recorder
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, dict[str, Any] | None, str]]:
+    """Run `loopdeck` in-process; returns (exit code, last-line JSON or None, stderr)."""
+
+    def invoke(*argv: str) -> tuple[int, dict[str, Any] | None, str]:
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        lines = [line for line in out.splitlines() if line.strip()]
+        payload = None
+        if lines and lines[-1].startswith(("{", "[")):
+            payload = json.loads(lines[-1])
+        return code, payload, err
+
+    return invoke

@@ -1,0 +1,83 @@
+"""Bad input exits 2 with a message naming the problem."""
+
+import pytest
+
+from conftest import SAMPLES
+
+
+def test_unknown_env_lists_the_samples(cli) -> None:
+    code, _, err = cli("run", "no_such_env", "--headless")
+    assert code == 2
+    assert "no_such_env" in err and "service_outage" in err
+
+
+def test_unknown_script_lists_the_scripts(cli) -> None:
+    code, _, err = cli("run", "service_outage", "--script", "nope", "--headless")
+    assert code == 2
+    assert "'nope'" in err and "wrong-guess" in err
+
+
+def test_broken_scenario_names_the_file(cli, tmp_path) -> None:
+    env = tmp_path / "broken"
+    env.mkdir()
+    (env / "scenario.toml").write_text('name = "x"\ngoal = \n')
+    (env / "env.py").write_text("")
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "scenario.toml" in err and "not valid TOML" in err
+
+
+def test_invalid_scenario_field_is_named(cli, tmp_path) -> None:
+    env = tmp_path / "bad_budget"
+    env.mkdir()
+    (env / "scenario.toml").write_text('name = "x"\ngoal = "g"\n[budgets]\nmax_turns = -3\n')
+    (env / "env.py").write_text("")
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "budgets.max_turns" in err
+
+
+def test_env_without_make_env_is_named(cli, tmp_path) -> None:
+    env = tmp_path / "no_factory"
+    env.mkdir()
+    (env / "scenario.toml").write_text((SAMPLES / "service_outage" / "scenario.toml").read_text())
+    (env / "env.py").write_text("X = 1\n")
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "make_env" in err
+
+
+def test_script_turn_with_two_actions_is_rejected(cli, tmp_path) -> None:
+    env = tmp_path / "two_actions"
+    env.mkdir()
+    (env / "scenario.toml").write_text(
+        'name = "x"\ngoal = "g"\n[[scripts.s.executor]]\ntool = "a"\nfinal = "b"\n'
+    )
+    (env / "env.py").write_text("")
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "scripts.s.executor.0" in err and "exactly one" in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-turns", "0"), ("--max-tokens", "many"), ("--max-cost", "-1"), ("--deadline", "x")],
+)
+def test_bad_flag_values_name_the_flag(cli, capsys, flag, value) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli("run", "service_outage", "--headless", flag, value)
+    assert exit_info.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_unknown_flag_exits_2(cli, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli("run", "service_outage", "--frobnicate")
+    assert exit_info.value.code == 2
+    assert "--frobnicate" in capsys.readouterr().err
+
+
+def test_real_model_headless_needs_an_approve_choice(cli) -> None:
+    code, _, err = cli("run", "service_outage", "--model", "openai/gpt-x", "--headless")
+    assert code == 2
+    assert "--approve" in err
