@@ -69,7 +69,9 @@ async def run_env(
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, dict[str, Any] | None, str]]:
+def cli(
+    capsys: pytest.CaptureFixture[str],
+) -> Callable[..., tuple[int, dict[str, Any] | None, str]]:
     """Run `loopdeck` in-process; returns (exit code, last-line JSON or None, stderr)."""
 
     def invoke(*argv: str) -> tuple[int, dict[str, Any] | None, str]:

@@ -20,7 +20,14 @@ def test_budget_flag_stops_service_outage_solve(cli, flags, reason) -> None:
 
 def test_max_rounds_on_wrong_guess_is_round_limit(cli) -> None:
     code, out, _ = cli(
-        "run", "service_outage", "--script", "wrong-guess", "--headless", "--json", "--max-rounds", "1"
+        "run",
+        "service_outage",
+        "--script",
+        "wrong-guess",
+        "--headless",
+        "--json",
+        "--max-rounds",
+        "1",
     )
     assert code == 1
     assert out["stop_reason"] == "round_limit"
@@ -29,6 +36,13 @@ def test_max_rounds_on_wrong_guess_is_round_limit(cli) -> None:
 
 def test_max_tool_calls_counts_executed_calls_only_up_to_the_cap(cli) -> None:
     _, out, _ = cli(
-        "run", "service_outage", "--script", "solve", "--headless", "--json", "--max-tool-calls", "2"
+        "run",
+        "service_outage",
+        "--script",
+        "solve",
+        "--headless",
+        "--json",
+        "--max-tool-calls",
+        "2",
     )
     assert out["tool_calls"] == 2

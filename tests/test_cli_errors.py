@@ -1,7 +1,6 @@
 """Bad input exits 2 with a message naming the problem."""
 
 import pytest
-
 from conftest import SAMPLES
 
 

@@ -10,7 +10,9 @@ def _executed(payload, tool):
 
 
 def test_service_outage_solve_meets_the_goal(cli) -> None:
-    code, out, _ = cli("run", str(SAMPLES / "service_outage"), "--script", "solve", "--headless", "--json")
+    code, out, _ = cli(
+        "run", str(SAMPLES / "service_outage"), "--script", "solve", "--headless", "--json"
+    )
     assert code == 0
     assert out["stop_reason"] == "goal_met" and out["state"] == "complete"
     required = {"run_id", "env", "script", "model", "stop_reason", "state", "rounds"}
@@ -21,7 +23,9 @@ def test_service_outage_solve_meets_the_goal(cli) -> None:
 
 
 def test_service_outage_loop_restarts_exactly_once(cli) -> None:
-    code, out, _ = cli("run", str(SAMPLES / "service_outage"), "--script", "loop", "--headless", "--json")
+    code, out, _ = cli(
+        "run", str(SAMPLES / "service_outage"), "--script", "loop", "--headless", "--json"
+    )
     assert code == 1
     assert out["stop_reason"] in ("no_progress", "stalled")
     assert _executed(out, "restart_service") == 1
@@ -48,7 +52,9 @@ def test_service_outage_wrong_guess_stalls_after_two_rounds(cli) -> None:
 
 
 def test_service_outage_claimed_success_is_not_believed(cli) -> None:
-    code, out, _ = cli("run", "service_outage", "--script", "claims-success", "--headless", "--json")
+    code, out, _ = cli(
+        "run", "service_outage", "--script", "claims-success", "--headless", "--json"
+    )
     assert out["stop_reason"] == "stalled" and code == 1
 
 
@@ -63,8 +69,15 @@ def test_order_support_solve_auto_and_deny(cli) -> None:
 
 
 def test_order_support_double_write_executes_once(cli) -> None:
-    code, out, _ = cli(
-        "run", "order_support", "--script", "double-write", "--approve", "auto", "--headless", "--json"
+    _code, out, _ = cli(
+        "run",
+        "order_support",
+        "--script",
+        "double-write",
+        "--approve",
+        "auto",
+        "--headless",
+        "--json",
     )
     statuses = [c["status"] for c in out["calls"] if c["tool"] == "update_delivery_address"]
     assert statuses == ["executed", "refused_duplicate"]
@@ -82,7 +95,7 @@ def test_repo_triage_solve_and_runaway(cli) -> None:
     env = str(SAMPLES / "repo_triage")
     code, out, _ = cli("run", env, "--script", "solve", "--approve", "auto", "--headless", "--json")
     assert code == 0 and out["stop_reason"] == "goal_met"
-    code, out, _ = cli("run", env, "--script", "runaway", "--headless", "--json")
+    _, out, _ = cli("run", env, "--script", "runaway", "--headless", "--json")
     assert out["stop_reason"] in ("no_progress", "stalled")
     assert _executed(out, "run_pytest") == 1
 

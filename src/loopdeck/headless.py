@@ -20,6 +20,10 @@ STATUS_STYLE = {
     CallStatus.REFUSED_DUPLICATE: "yellow",
     CallStatus.WITHDRAWN: "dim",
     CallStatus.PENDING_APPROVAL: "cyan",
+    CallStatus.PROPOSED: "cyan",
+    CallStatus.RUNNING: "cyan",
+    CallStatus.INTERRUPTED: "red",
+    CallStatus.SKIPPED: "dim",
 }
 
 

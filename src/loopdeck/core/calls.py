@@ -61,10 +61,12 @@ class CallHandler:
         return [correction_message(call.id, problem) for call in reply.tool_calls]
 
     def withdraw_pending(self) -> None:
-        """At the stop: a pending approval is withdrawn, an interrupted call is marked so."""
+        """At the stop: a pending approval is withdrawn; calls cut short are marked so."""
         for record in self.records[-3:]:
             if record.status is CallStatus.RUNNING:
                 record.status = CallStatus.INTERRUPTED
+            elif record.status is CallStatus.PROPOSED:
+                record.status = CallStatus.SKIPPED
         if self.pending is None:
             return
         call_id = self.pending.call_id

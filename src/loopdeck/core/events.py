@@ -23,6 +23,7 @@ class CallStatus(StrEnum):
     REJECTED = "rejected"
     REFUSED_DUPLICATE = "refused_duplicate"
     WITHDRAWN = "withdrawn"
+    SKIPPED = "skipped"
 
 
 def _now() -> datetime:

@@ -1,0 +1,120 @@
+"""Stop after current tools, kill now, pause/resume, the deadline, and the event order."""
+
+import asyncio
+
+from conftest import HARNESS, SAMPLES, run_env
+
+from loopdeck.core.events import CallStatus
+from loopdeck.core.states import RunState, StopReason
+
+
+async def test_stop_after_current_tools_lets_the_tool_finish() -> None:
+    def on_event(prepared, event):
+        if event.kind == "call_proposed" and event.tool == "slow":
+            prepared.runtime.cancel(after_current_tools=True, by="test")
+
+    outcome, rec = await run_env(HARNESS, "slow", on_event=on_event)
+    assert outcome.stop_reason is StopReason.CANCELLED
+    assert outcome.state is RunState.STOPPED
+    assert [c.status for c in outcome.calls] == [CallStatus.EXECUTED]
+    # planner + the executor turn that proposed slow; no model call after the stop
+    assert outcome.model_calls == 2
+    assert rec.kinds("operator_command")[0].by == "test"
+
+
+async def test_kill_cancels_the_inflight_tool() -> None:
+    def on_event(prepared, event):
+        if event.kind == "call_proposed" and event.tool == "slow":
+            asyncio.get_running_loop().call_later(0.05, prepared.runtime.kill, "test")
+
+    outcome, _ = await run_env(HARNESS, "slow", on_event=on_event)
+    assert outcome.stop_reason is StopReason.KILLED
+    assert [c.status for c in outcome.calls] == [CallStatus.INTERRUPTED]
+    assert outcome.elapsed_s < 0.4  # the 0.4 s tool did not run to its end
+
+
+async def test_kill_withdraws_a_pending_approval() -> None:
+    class NeverAnswers:
+        async def decide(self, request):
+            await asyncio.Event().wait()
+
+    def on_event(prepared, event):
+        if event.kind == "approval_requested":
+            asyncio.get_running_loop().call_soon(prepared.runtime.kill, "test")
+
+    outcome, rec = await run_env(HARNESS, "note", approver=NeverAnswers(), on_event=on_event)
+    assert outcome.stop_reason is StopReason.KILLED
+    assert [e.call_id for e in rec.kinds("approval_withdrawn")] == ["c1"]
+    assert outcome.calls[0].status is CallStatus.WITHDRAWN
+
+
+async def test_stop_while_awaiting_approval_is_cancelled_not_executed() -> None:
+    class NeverAnswers:
+        async def decide(self, request):
+            await asyncio.Event().wait()
+
+    def on_event(prepared, event):
+        if event.kind == "approval_requested":
+            asyncio.get_running_loop().call_soon(prepared.runtime.cancel)
+
+    outcome, _ = await run_env(HARNESS, "note", approver=NeverAnswers(), on_event=on_event)
+    assert outcome.stop_reason is StopReason.CANCELLED
+    assert outcome.calls[0].status is CallStatus.WITHDRAWN
+
+
+async def test_pause_holds_model_calls_until_resume() -> None:
+    seen_while_paused = []
+
+    def on_event(prepared, event):
+        rt = prepared.runtime
+        if event.kind == "plan_written":
+            rt.pause("test")
+            asyncio.get_running_loop().call_later(0.2, rt.resume, "test")
+        if event.kind == "model_called" and rt.control.paused:
+            seen_while_paused.append(event)
+
+    outcome, rec = await run_env(HARNESS, "note", on_event=on_event)
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    assert seen_while_paused == []
+    assert [e.command for e in rec.kinds("operator_command")] == ["pause", "resume"]
+    assert outcome.elapsed_s >= 0.2
+
+
+async def test_deadline_interrupts_a_wait() -> None:
+    class NeverAnswers:
+        async def decide(self, request):
+            await asyncio.Event().wait()
+
+    outcome, _ = await run_env(HARNESS, "note", approver=NeverAnswers(), deadline=0.3)
+    assert outcome.stop_reason is StopReason.DEADLINE
+
+
+async def test_event_order_of_service_outage_solve() -> None:
+    outcome, rec = await run_env(SAMPLES / "service_outage", "solve")
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    states = [e.target.value for e in rec.kinds("state_changed")]
+    assert states == [
+        "planning",
+        "deciding",
+        "executing", "deciding",  # get_status
+        "awaiting_approval", "executing", "deciding",  # set_config
+        "awaiting_approval", "executing", "deciding",  # scale_service
+        "executing", "deciding",  # get_status
+        "reviewing",
+        "complete",
+    ]  # fmt: skip
+    kinds = [e.kind for e in rec.events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_stopped"
+    assert [e.seq for e in rec.events] == list(range(1, len(rec.events) + 1))
+    assert rec.kinds("review_verdict")[0].verdict == "pass"
+
+
+async def test_unsubscribe_stops_delivery() -> None:
+    from loopdeck.core.events import EventBus, OperatorCommand
+
+    bus, got = EventBus(), []
+    unsubscribe = bus.subscribe(got.append)
+    bus.publish(OperatorCommand(run_id="r", command="pause", by="x"))
+    unsubscribe()
+    bus.publish(OperatorCommand(run_id="r", command="resume", by="x"))
+    assert [e.command for e in got] == ["pause"]
