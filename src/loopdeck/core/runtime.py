@@ -85,6 +85,7 @@ class Runtime:
         self.ledger = BudgetLedger(config.budget)
         self.control = RunControl(self._emit, config.run_id)
         self.tools = {spec.name: spec for spec in env.tools()}
+        self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
         self.calls = CallHandler(self, approver, dispatcher or Dispatcher())
         self.findings: list[str] = []
         self.round = 0
@@ -266,10 +267,14 @@ class Runtime:
                 return True
 
     async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
-        tool_schemas = [spec.json_schema() for spec in self.tools.values()]
         while True:
-            request = ModelRequest(
-                role="executor", round=self.round, messages=list(conversation), tools=tool_schemas
+            # Built unvalidated: the conversation is ours and grows every turn.
+            request = ModelRequest.model_construct(
+                role="executor",
+                round=self.round,
+                messages=conversation,
+                tools=self.tool_schemas,
+                timeout_s=self.config.model_timeout_s,
             )
             reply = await self._call_model(request)
             conversation.append(reply.as_message())
