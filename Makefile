@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/loopdeck run sample_envs/service_outage --script solve --headless
+	$(VENV)/bin/loopdeck console
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench sample_envs

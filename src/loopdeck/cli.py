@@ -7,11 +7,15 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
+
+if TYPE_CHECKING:
+    from loopdeck.launch import RunOptions
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -54,16 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-rounds", type=positive_int)
     run.add_argument("--theme", help="console theme (see themes/)")
 
+    console = commands.add_parser("console", help="the console's launcher over the sample envs")
+    console.add_argument("--theme", help="console theme (see themes/)")
+
     envs = commands.add_parser("envs", help="list the sample envs and their scripts")
     envs.add_argument("--json", action="store_true")
     return parser
 
 
-def _run_headless(args: argparse.Namespace) -> int:
-    from loopdeck.headless import print_json, print_summary
-    from loopdeck.launch import RunOptions, prepare_run
+def _options(args: argparse.Namespace) -> RunOptions:
+    from loopdeck.launch import RunOptions
 
-    options = RunOptions(
+    return RunOptions(
         env=args.env,
         script=args.script,
         model=args.model,
@@ -79,7 +85,13 @@ def _run_headless(args: argparse.Namespace) -> int:
             "max_rounds": args.max_rounds,
         },
     )
-    prepared = prepare_run(options)
+
+
+def _run_headless(args: argparse.Namespace) -> int:
+    from loopdeck.headless import print_json, print_summary
+    from loopdeck.launch import prepare_run
+
+    prepared = prepare_run(_options(args))
     try:
         outcome = asyncio.run(prepared.runtime.run())
     finally:
@@ -89,6 +101,31 @@ def _run_headless(args: argparse.Namespace) -> int:
     else:
         print_summary(outcome)
     return EXIT_GOAL_MET if outcome.stop_reason is StopReason.GOAL_MET else EXIT_STOPPED
+
+
+def _run_console(args: argparse.Namespace) -> int:
+    from loopdeck.approval_queue import ApprovalQueue
+    from loopdeck.launch import prepare_run
+    from loopdeck.tui.app import LoopdeckApp
+
+    queue = ApprovalQueue()
+    options = _options(args)
+    approver = None if options.approve else queue
+    prepared = prepare_run(options, approver=approver)
+    app = LoopdeckApp(prepared, queue, theme_name=args.theme)
+    code = app.run()
+    if app.theme_problems:
+        for problem in app.theme_problems:
+            print(f"loopdeck: {problem}", file=sys.stderr)
+    return EXIT_STOPPED if code is None else code
+
+
+def _launcher(args: argparse.Namespace) -> int:
+    from loopdeck.tui.app import LoopdeckApp
+
+    app = LoopdeckApp(theme_name=args.theme)
+    code = app.run()
+    return 0 if code is None else code
 
 
 def _envs(args: argparse.Namespace) -> int:
@@ -111,7 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "envs":
             return _envs(args)
-        return _run_headless(args)
+        if args.command == "console":
+            return _launcher(args)
+        if args.headless or args.json:
+            return _run_headless(args)
+        return _run_console(args)
     except ScenarioError as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -16,7 +16,7 @@ from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel
 
-ApproveMode = Literal["auto", "deny", "console"]
+ApproveMode = Literal["auto", "deny"]
 
 BUDGET_FLAGS = {
     "max_turns": "max_turns",

@@ -82,6 +82,9 @@ class BudgetLedger:
         self.rounds = 0
         self.corrections = 0
 
+    def start_clock(self) -> None:
+        self.started = time.monotonic()
+
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 

@@ -62,19 +62,28 @@ class CallHandler:
 
     def withdraw_pending(self) -> None:
         """At the stop: a pending approval is withdrawn; calls cut short are marked so."""
+        if self.pending is not None:
+            call_id = self.pending.call_id
+            self.pending = None
+            self.rt._emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
+        cut_short = {
+            CallStatus.RUNNING: CallStatus.INTERRUPTED,
+            CallStatus.PROPOSED: CallStatus.SKIPPED,
+            CallStatus.PENDING_APPROVAL: CallStatus.WITHDRAWN,
+        }
         for record in self.records[-3:]:
-            if record.status is CallStatus.RUNNING:
-                record.status = CallStatus.INTERRUPTED
-            elif record.status is CallStatus.PROPOSED:
-                record.status = CallStatus.SKIPPED
-        if self.pending is None:
-            return
-        call_id = self.pending.call_id
-        self.pending = None
-        self.rt._emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
-        for record in self.records:
-            if record.call_id == call_id and record.status is CallStatus.PENDING_APPROVAL:
-                record.status = CallStatus.WITHDRAWN
+            if record.status in cut_short:
+                record.status = cut_short[record.status]
+                self.rt._emit(
+                    ToolFinished(
+                        run_id=self.run_id,
+                        call_id=record.call_id,
+                        tool=record.tool,
+                        status=record.status,
+                        result={},
+                        duration_ms=0.0,
+                    )
+                )
 
     async def run_batch(self, conversation: list[dict[str, Any]], decision: Decision) -> bool:
         """Run the decision's calls one at a time; True if the guard tripped on any of them."""

@@ -87,6 +87,8 @@ class RunControl:
 
     async def checkpoint(self) -> None:
         """The point before a model call where stops land and pauses hold."""
+        # Yield once, so an operator's keys are served even when model and tools never block.
+        await asyncio.sleep(0)
         if self._interrupt is not None:
             raise Interrupted(*self._interrupt)
         if self.cancel_requested_by is not None:

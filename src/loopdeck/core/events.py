@@ -85,6 +85,7 @@ class DecisionMade(EventBase):
     reason_code: str
     message: str
     via: str
+    plan_step: int | None = None
 
 
 class DecisionInvalid(EventBase):

@@ -132,6 +132,7 @@ class Runtime:
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
         cfg = self.config
+        self.ledger.start_clock()
         self._emit(
             RunStarted(
                 run_id=cfg.run_id,
@@ -300,6 +301,7 @@ class Runtime:
                     reason_code=decision.reason_code,
                     message=decision.message,
                     via=decision.via,
+                    plan_step=decision.plan_step,
                 )
             )
             return decision

@@ -1,0 +1,173 @@
+"""What an operator sees of one run, folded from its events. No Textual, no SQLite.
+
+The console renders it; a replay or an attached console can fold stored events into it too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from loopdeck.core.budgets import CAP_STOP_REASON
+from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.states import RunState
+
+MAX_CALL_ROWS = 500
+
+
+@dataclass
+class CallRow:
+    call_id: str
+    round: int
+    tool: str
+    args: dict[str, Any]
+    risk: str
+    fingerprint: str
+    state_hash: str
+    status: CallStatus = CallStatus.PROPOSED
+    result: dict[str, Any] | None = None
+    duration_ms: float | None = None
+    retries: int = 0
+
+
+@dataclass
+class RoundVerdict:
+    round: int
+    verdict: str
+    reasons: list[str]
+
+
+@dataclass
+class RunView:
+    run_id: str = ""
+    env: str = ""
+    script: str | None = None
+    model: str = ""
+    mode: str = ""
+    goal: str = ""
+    started_at: datetime | None = None
+    state: RunState = RunState.READY
+    entries: dict[RunState, int] = field(default_factory=dict)
+    transitions: int = 0
+    plans: dict[int, list[str]] = field(default_factory=dict)
+    round: int = 0
+    plan_step: int | None = None
+    calls: OrderedDict[str, CallRow] = field(default_factory=OrderedDict)
+    calls_seen: int = 0
+    calls_dropped: int = 0
+    repeats: int = 0
+    budget: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cost_unknown_calls: int = 0
+    fired_cap: str | None = None
+    verdicts: list[RoundVerdict] = field(default_factory=list)
+    stop_reason: str | None = None
+    stop_detail: str = ""
+    stopped_at: datetime | None = None
+    paused: bool = False
+    notes: list[str] = field(default_factory=list)
+    events_seen: int = 0
+    max_call_rows: int = MAX_CALL_ROWS
+    changed_calls: set[str] = field(default_factory=set)
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason is not None
+
+    def apply(self, event: EventBase) -> None:
+        self.events_seen += 1
+        handler = getattr(self, f"_on_{getattr(event, 'kind', '')}", None)
+        if handler is not None:
+            handler(event)
+
+    def _on_run_started(self, e: Any) -> None:
+        self.run_id, self.env, self.script, self.model = e.run_id, e.env, e.script, e.model
+        self.mode, self.goal, self.started_at = e.mode, e.goal, e.at
+        self.budget = {k: (0.0, float(v)) for k, v in e.budget.items()}
+
+    def _on_state_changed(self, e: Any) -> None:
+        self.state = e.target
+        self.entries[e.target] = self.entries.get(e.target, 0) + 1
+        self.transitions += 1
+        if e.target is RunState.PLANNING:
+            self.round += 1
+            self.plan_step = None
+
+    def _on_plan_written(self, e: Any) -> None:
+        self.plans[e.round] = list(e.steps)
+        self.round = e.round
+
+    def _on_decision_made(self, e: Any) -> None:
+        if e.plan_step is not None:
+            self.plan_step = e.plan_step
+        if self.mode == "react":
+            self.round = e.round
+
+    def _on_call_proposed(self, e: Any) -> None:
+        self.calls_seen += 1
+        self.calls[e.call_id] = CallRow(
+            call_id=e.call_id,
+            round=e.round,
+            tool=e.tool,
+            args=e.args,
+            risk=e.risk,
+            fingerprint=e.fingerprint,
+            state_hash=e.state_hash,
+        )
+        self.changed_calls.add(e.call_id)
+        while len(self.calls) > self.max_call_rows:
+            dropped, _ = self.calls.popitem(last=False)
+            self.changed_calls.add(dropped)
+            self.calls_dropped += 1
+
+    def _row(self, call_id: str) -> CallRow | None:
+        row = self.calls.get(call_id)
+        if row is not None:
+            self.changed_calls.add(call_id)
+        return row
+
+    def _on_approval_requested(self, e: Any) -> None:
+        if row := self._row(e.call_id):
+            row.status = CallStatus.PENDING_APPROVAL
+
+    def _on_approval_withdrawn(self, e: Any) -> None:
+        if row := self._row(e.call_id):
+            row.status = CallStatus.WITHDRAWN
+
+    def _on_tool_retry(self, e: Any) -> None:
+        if row := self._row(e.call_id):
+            row.retries = e.attempt
+
+    def _on_tool_finished(self, e: Any) -> None:
+        if row := self._row(e.call_id):
+            row.status = e.status
+            if e.result:
+                row.result = e.result
+                row.duration_ms = e.duration_ms
+        if e.status is CallStatus.BLOCKED_REPEAT:
+            self.repeats += 1
+
+    def _on_budget_updated(self, e: Any) -> None:
+        self.budget = {k: (float(u), float(limit)) for k, (u, limit) in e.usage.items()}
+        self.cost_unknown_calls = e.cost_unknown_calls
+
+    def _on_review_verdict(self, e: Any) -> None:
+        self.verdicts.append(RoundVerdict(e.round, e.verdict, list(e.reasons)))
+
+    def _on_operator_command(self, e: Any) -> None:
+        if e.command == "pause":
+            self.paused = True
+        elif e.command == "resume":
+            self.paused = False
+        self.notes.append(f"{e.command} by {e.by}")
+
+    def _on_run_stopped(self, e: Any) -> None:
+        self.state = e.state
+        self.stop_reason = e.stop_reason.value
+        self.stop_detail = e.detail
+        self.stopped_at = e.at
+        self.paused = False
+        for cap, reason in CAP_STOP_REASON.items():
+            if reason.value == self.stop_reason and cap.value in self.budget:
+                self.fired_cap = cap.value

@@ -1,0 +1,128 @@
+"""The console application: themes, the launcher, and one RunScreen per run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from loopdeck.approval_queue import ApprovalQueue
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.launch import PreparedRun, RunOptions, prepare_run
+from loopdeck.tui.launcher import LauncherScreen
+from loopdeck.tui.run_screen import RunScreen
+from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class LoopdeckApp(App[int]):
+    CSS_PATH = "loopdeck.tcss"
+    TITLE = "loopdeck"
+    BINDINGS = [Binding("ctrl+p", "command_palette", "Palette", id="app.palette", show=True)]
+
+    def __init__(
+        self,
+        prepared: PreparedRun | None = None,
+        queue: ApprovalQueue | None = None,
+        *,
+        theme_name: str | None = None,
+        themes_folder: Path | None = None,
+        launch_options: RunOptions | None = None,
+        now: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        super().__init__()
+        self.prepared = prepared
+        self.queue = queue or ApprovalQueue()
+        self.requested_theme = theme_name
+        self.themes_folder = themes_folder
+        self.launch_options = launch_options or RunOptions(env="")
+        self.now = now
+        self.theme_problems: list[str] = []
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(APP_VARIABLES)
+
+    def on_mount(self) -> None:
+        loaded = load_themes(self.themes_folder)
+        for theme in loaded.themes:
+            self.register_theme(theme)
+        self.theme_problems = list(loaded.problems)
+        chosen = DEFAULT_THEME if loaded.resolve(DEFAULT_THEME) else "textual-dark"
+        if self.requested_theme:
+            resolved = loaded.resolve(self.requested_theme)
+            if resolved is None:
+                known = ", ".join(t.name for t in loaded.themes) or "(none)"
+                self.theme_problems.append(
+                    f"unknown theme {self.requested_theme!r}; themes: {known}"
+                )
+            else:
+                chosen = resolved
+        self.theme = chosen
+        for problem in self.theme_problems:
+            self.notify(problem, title="theme", severity="error", timeout=15)
+        if self.prepared is not None:
+            self.push_screen(RunScreen(self.prepared, self.queue, self.now))
+        else:
+            self.push_screen(LauncherScreen(), self._launch)
+
+    def _launch(self, choice: tuple[str, str] | None) -> None:
+        if choice is None:
+            return
+        path, script = choice
+        options = RunOptions(
+            env=path,
+            script=script,
+            model=self.launch_options.model,
+            api_base=self.launch_options.api_base,
+            mode=self.launch_options.mode,
+            budget_overrides=dict(self.launch_options.budget_overrides),
+        )
+        try:
+            self.prepared = prepare_run(options, approver=self.queue)
+        except ScenarioError as exc:
+            self.notify(str(exc), title="cannot start", severity="error", timeout=15)
+            self.push_screen(LauncherScreen(), self._launch)
+            return
+        self.push_screen(RunScreen(self.prepared, self.queue, self.now))
+
+    def on_unmount(self) -> None:
+        if self.prepared is not None:
+            self.prepared.cleanup()
+
+    def _run_screen(self) -> RunScreen | None:
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, RunScreen):
+                return screen
+        return None
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        run = self._run_screen()
+        if run is not None and not run.view.finished:
+            yield SystemCommand(
+                "run: stop after current tools", "end with cancelled", run.action_stop
+            )
+            yield SystemCommand(
+                "run: kill now", "cancel the in-flight call, end with killed", run.action_kill
+            )
+            yield SystemCommand(
+                "run: pause / resume", "hold before the next model call", run.action_pause
+            )
+        if run is not None and run.queue.pending():
+            yield SystemCommand(
+                "approvals: open pending", "decide the waiting writes", run.action_approvals
+            )
+        for name in sorted(self.available_themes):
+            if name.startswith("loopdeck-"):
+                yield SystemCommand(
+                    f"theme: {name}",
+                    "switch the console's theme",
+                    lambda n=name: setattr(self, "theme", n),
+                )

@@ -1,0 +1,87 @@
+"""The calls table: one row per proposed call, updated in place, bounded in size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from loopdeck.core.events import CallStatus
+from loopdeck.runview import CallRow, RunView
+
+STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
+    CallStatus.PROPOSED: ("running", "primary"),
+    CallStatus.RUNNING: ("running", "primary"),
+    CallStatus.PENDING_APPROVAL: ("⚠ pending approval", "warning"),
+    CallStatus.EXECUTED: ("executed", "success"),
+    CallStatus.FAILED: ("failed", "error"),
+    CallStatus.BLOCKED_REPEAT: ("⟳ blocked as repeat", "repeat-mark"),
+    CallStatus.REJECTED: ("rejected", "error"),
+    CallStatus.REFUSED_DUPLICATE: ("refused duplicate", "warning"),
+    CallStatus.WITHDRAWN: ("withdrawn", "foreground-muted"),
+    CallStatus.INTERRUPTED: ("interrupted", "error"),
+    CallStatus.SKIPPED: ("skipped", "foreground-muted"),
+}
+
+COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
+
+
+def short_args(args: dict[str, Any], width: int = 34) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class CallsTable(DataTable[Any]):
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for column in COLUMNS:
+            self.add_column(column, key=column)
+
+    def _color(self, name: str) -> str:
+        return self.app.theme_variables.get(name, "")
+
+    def _cells(self, row: CallRow) -> list[Any]:
+        label, var = STATUS_LOOK[row.status]
+        status = Text(label, style=f"bold {self._color(var)}")
+        risk = Text(row.risk, style=self._color(f"risk-{row.risk}"))
+        duration = "" if row.duration_ms is None else f"{row.duration_ms:.0f}"
+        if row.retries:
+            duration += f" ↻{row.retries}"
+        return [
+            row.call_id,
+            str(row.round),
+            row.tool,
+            short_args(row.args),
+            row.fingerprint[:8],
+            row.state_hash[:8],
+            risk,
+            status,
+            duration,
+        ]
+
+    def sync(self, view: RunView) -> None:
+        """Apply the rows the view marked changed since the last sync."""
+        if not view.changed_calls:
+            return
+        follow = self.cursor_row >= self.row_count - 1
+        for call_id in sorted(view.changed_calls, key=lambda c: int(c.lstrip("c") or 0)):
+            row = view.calls.get(call_id)
+            if row is None:
+                if call_id in self.rows:
+                    self.remove_row(call_id)
+                continue
+            cells = self._cells(row)
+            if call_id in self.rows:
+                for column, value in zip(COLUMNS, cells, strict=True):
+                    self.update_cell(call_id, column, value)
+            else:
+                self.add_row(*cells, key=call_id)
+        view.changed_calls.clear()
+        if follow and self.row_count:
+            self.move_cursor(row=self.row_count - 1, animate=False)
+
+    def restyle(self, view: RunView) -> None:
+        view.changed_calls.update(view.calls)
+        self.sync(view)

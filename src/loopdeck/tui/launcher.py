@@ -1,0 +1,48 @@
+"""The launcher: the sample envs and their scripts; Enter starts one."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, OptionList, Static
+from textual.widgets.option_list import Option
+
+from loopdeck.launch import list_envs
+
+
+class LauncherScreen(Screen[tuple[str, str]]):
+    BINDINGS = [Binding("q", "app.quit", "Quit", id="launcher.quit")]
+
+    def compose(self) -> ComposeResult:
+        yield Static(
+            "[b]loopdeck[/] — choose an env and a script, then press [b]enter[/]. "
+            "The offline scripted model plays it; writes wait for your approval.",
+            id="launcher-intro",
+        )
+        options: list[Option] = []
+        for env in list_envs():
+            if env.get("error"):
+                options.append(
+                    Option(
+                        f"[b $error]{escape(env['env'])}[/]  {escape(env['error'])}", disabled=True
+                    )
+                )
+                continue
+            for script, description in env["scripts"].items():
+                name, about = escape(env["env"]), escape(description)
+                label = f"[b]{name}[/] · {escape(script):<16} [dim]{about}[/]"
+                options.append(Option(label, id=f"{env['path']}\n{script}"))
+        yield OptionList(*options, id="launcher-list")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id:
+            path, script = event.option.id.split("\n", 1)
+            self.dismiss((path, script))

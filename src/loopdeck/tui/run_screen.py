@@ -1,0 +1,261 @@
+"""The main screen: one run, side by side, with the kill switch and the approval queue."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
+from textual.worker import Worker, WorkerState
+
+from loopdeck.approval_queue import ApprovalQueue
+from loopdeck.core.events import EventBase
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.launch import PreparedRun
+from loopdeck.llm.loader import litellm_module
+from loopdeck.runview import RunView
+from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.dialogs import ApprovalAnswer, ApprovalDialog, ConfirmKillDialog
+from loopdeck.tui.panels import (
+    BudgetPanel,
+    CallDetail,
+    FindingsPanel,
+    PlanPanel,
+    RunHeader,
+    StateMachinePanel,
+)
+
+FRAME_INTERVAL_S = 1 / 20
+
+
+class ApprovalsChanged(Message):
+    """The queue of pending approvals changed; many in a row collapse into one."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ApprovalsChanged)
+
+
+class RunScreen(Screen[None]):
+    BINDINGS = [
+        Binding("s", "stop", "Stop after tools", priority=True, id="run.stop"),
+        Binding("k", "kill", "Kill now", priority=True, id="run.kill"),
+        Binding("p", "pause", "Pause/Resume", id="run.pause"),
+        Binding("w", "approvals", "Approvals", id="run.approvals"),
+        Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
+        Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
+        Binding("q", "quit_run", "Quit", id="app.quit"),
+    ]
+
+    def __init__(
+        self, prepared: PreparedRun, queue: ApprovalQueue, now: Callable[[], datetime]
+    ) -> None:
+        super().__init__()
+        self.prepared = prepared
+        self.runtime = prepared.runtime
+        self.queue = queue
+        self.now = now
+        self.view = RunView()
+        self.outcome: RunOutcome | None = None
+        self._buffer: list[EventBase] = []
+        self._dialog: ApprovalDialog | None = None
+        self._later: set[str] = set()
+        self._unsubscribe: list[Callable[[], None]] = []
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="run-header")
+        with Horizontal(id="top"):
+            yield StateMachinePanel(id="states", classes="panel")
+            yield PlanPanel(id="plan", classes="panel")
+            yield BudgetPanel(id="budgets", classes="panel")
+        yield CallsTable(id="calls", classes="panel")
+        with Horizontal(id="bottom"):
+            yield FindingsPanel(id="findings", classes="panel")
+            yield CallDetail(id="detail", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        titles = {"states": "State", "plan": "Plan", "budgets": "Budgets", "calls": "Calls"}
+        titles |= {"findings": "Findings", "detail": "Call"}
+        for widget_id, title in titles.items():
+            self.query_one(f"#{widget_id}").border_title = title
+        self._unsubscribe.append(self.runtime.bus.subscribe(self._buffer.append))
+        self._unsubscribe.append(self.queue.subscribe(self._queue_changed))
+        self.app.theme_changed_signal.subscribe(
+            self, lambda _: self.query_one(CallsTable).restyle(self.view)
+        )
+        self.set_interval(FRAME_INTERVAL_S, self.flush)
+        self.set_interval(1.0, self._tick)
+        self.render_view()
+        self.drive()
+
+    def _queue_changed(self) -> None:
+        self.post_message(ApprovalsChanged())
+
+    def on_unmount(self) -> None:
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+
+    # -- the run, in a worker ------------------------------------------------------------
+    @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")
+    async def drive(self) -> RunOutcome:
+        await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
+        return await self.runtime.run()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "runtime":
+            return
+        if event.state is WorkerState.SUCCESS:
+            self.outcome = event.worker.result
+            self.flush()
+            self.refresh_bindings()
+        elif event.state is WorkerState.ERROR:
+            self.flush()
+            self.view.stop_reason = "crashed"
+            self.view.stop_detail = f"{type(event.worker.error).__name__}: {event.worker.error}"
+            self.notify(self.view.stop_detail, title="run crashed", severity="error", timeout=30)
+            self.render_view()
+            self.refresh_bindings()
+
+    # -- rendering, coalesced ------------------------------------------------------------
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        events, self._buffer[:] = list(self._buffer), []
+        for event in events:
+            self.view.apply(event)
+        self.render_view()
+
+    def _tick(self) -> None:
+        self._render_header()
+        if self._dialog is None and not self.view.finished:
+            self._render_budgets()
+
+    def _elapsed(self) -> float:
+        if self.view.started_at is None:
+            return 0.0
+        return ((self.view.stopped_at or self.now()) - self.view.started_at).total_seconds()
+
+    def _render_header(self) -> None:
+        self.query_one(RunHeader).show(self.view, self.now(), len(self.queue.pending()))
+
+    def _render_budgets(self) -> None:
+        self.query_one(BudgetPanel).show(self.view, self._elapsed())
+
+    def render_view(self) -> None:
+        self._render_header()
+        self.query_one(StateMachinePanel).show(self.view)
+        self.query_one(PlanPanel).show(self.view)
+        self._render_budgets()
+        self.query_one(FindingsPanel).show(self.view)
+        table = self.query_one(CallsTable)
+        table.sync(self.view)
+        table.border_title = f"Calls · {self.view.calls_seen}" + (
+            f" · {self.view.repeats} repeats blocked" if self.view.repeats else ""
+        )
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+            self.query_one(CallDetail).show(self.view.calls.get(key or ""))
+        if self.view.finished:
+            self.refresh_bindings()
+
+    @on(DataTable.RowHighlighted, "#calls")
+    def _show_call(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key else None
+        self.query_one(CallDetail).show(self.view.calls.get(key or ""))
+
+    # -- approvals -----------------------------------------------------------------------
+    @on(ApprovalsChanged)
+    def _approvals_changed(self) -> None:
+        self.flush()
+        self._render_header()
+        self.refresh_bindings()
+        pending = self.queue.pending()
+        if self._dialog is not None:
+            if self.queue.get(self._dialog.request.call_id) is None:
+                self._close_dialog()
+            else:
+                self._dialog.set_title(len(pending))
+        self._offer_next()
+
+    def _close_dialog(self) -> None:
+        dialog, self._dialog = self._dialog, None
+        if dialog is None:
+            return
+        while self.app.screen is not dialog and dialog in self.app.screen_stack:
+            self.app.pop_screen()
+        if self.app.screen is dialog:
+            self.app.pop_screen()
+
+    def _offer_next(self) -> None:
+        if self._dialog is not None or self.app.screen is not self:
+            return
+        waiting = [p for p in self.queue.pending() if p.request.call_id not in self._later]
+        if not waiting:
+            return
+        request = waiting[0].request
+        risk = (
+            self.runtime.tools[request.tool].risk if request.tool in self.runtime.tools else "write"
+        )
+        self._dialog = ApprovalDialog(request, len(self.queue.pending()), risk, self.now)
+        self.app.push_screen(self._dialog, self._answered)
+
+    def _answered(self, answer: ApprovalAnswer | None) -> None:
+        dialog, self._dialog = self._dialog, None
+        if answer is None:
+            if dialog is not None and self.queue.get(dialog.request.call_id) is not None:
+                self._later.add(dialog.request.call_id)
+                self._render_header()
+            return
+        if answer.approved:
+            decided = self.queue.approve(answer.call_id, by="console")
+        else:
+            decided = self.queue.reject(answer.call_id, answer.reason, by="console")
+        if not decided:
+            self.notify(f"{answer.call_id} was already decided", severity="warning")
+        self.call_later(self._offer_next)
+
+    def action_approvals(self) -> None:
+        self._later.clear()
+        self._offer_next()
+
+    # -- the kill switch -----------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("stop", "kill", "pause"):
+            return not self.view.finished and self.outcome is None
+        if action == "approvals":
+            return bool(self.queue.pending())
+        return True
+
+    def action_stop(self) -> None:
+        self.runtime.cancel(after_current_tools=True, by="console")
+        self.notify("stopping after the current tools")
+
+    def action_kill(self) -> None:
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.runtime.kill(by="console")
+
+        self.app.push_screen(ConfirmKillDialog(), confirmed)
+
+    def action_pause(self) -> None:
+        if self.runtime.control.paused:
+            self.runtime.resume(by="console")
+        else:
+            self.runtime.pause(by="console")
+
+    def action_plan(self, delta: int) -> None:
+        self.query_one(PlanPanel).browse(self.view, delta)
+
+    def action_quit_run(self) -> None:
+        if self.outcome is None and not self.view.finished:
+            self.runtime.kill(by="console quit")
+        code = 0 if self.view.stop_reason == "goal_met" else 1
+        self.app.exit(code)
