@@ -55,6 +55,7 @@ class RunOptions:
     mode: Literal["rounds", "react"] | None = None
     approve: ApproveMode | None = None
     budget_overrides: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
 
 
 @dataclass
@@ -96,7 +97,9 @@ def prepare_run(
     if approver is None:
         approve = options.approve or default_approve_mode(model_name)
         approver = AutoApprover() if approve == "auto" else DenyApprover()
+    identity = {"run_id": options.run_id} if options.run_id else {}
     config = RunConfig(
+        **identity,
         env=scenario.name,
         script=script_name,
         model=model_name,

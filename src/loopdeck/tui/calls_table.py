@@ -27,6 +27,10 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
 
 
+def format_duration(duration_ms: float | None) -> str:
+    return "" if duration_ms is None else f"{duration_ms:.0f}"
+
+
 def short_args(args: dict[str, Any], width: int = 34) -> str:
     text = ", ".join(f"{k}={v!r}" for k, v in args.items())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -46,7 +50,7 @@ class CallsTable(DataTable[Any]):
         label, var = STATUS_LOOK[row.status]
         status = Text(label, style=f"bold {self._color(var)}")
         risk = Text(row.risk, style=self._color(f"risk-{row.risk}"))
-        duration = "" if row.duration_ms is None else f"{row.duration_ms:.0f}"
+        duration = format_duration(row.duration_ms)
         if row.retries:
             duration += f" ↻{row.retries}"
         return [

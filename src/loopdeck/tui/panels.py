@@ -42,7 +42,7 @@ def elapsed_text(seconds: float) -> str:
 
 
 def countdown_text(seconds: float) -> str:
-    seconds = max(0, math.ceil(seconds))
+    seconds = max(0, math.floor(seconds))
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
@@ -51,20 +51,24 @@ class StateMachinePanel(Static):
         lines = []
         for state in STATE_ORDER:
             count = view.entries.get(state, 0)
-            label = f"{state.value:<18}{'x' + str(count) if count else '':>4}"
+            label = f"{state.value:<17}{'x' + str(count) if count else '':>5}"
             if state is view.state:
-                lines.append(f"[b reverse $state-lit] ▶ {label} [/]")
+                lines.append(f"[b reverse $state-lit]▶ {label} [/]")
             elif count:
-                lines.append(f"   {label}")
+                lines.append(f"  {label}")
             else:
-                lines.append(f"[dim]   {label}[/dim]")
-        lines.append(f"[dim]transitions {view.transitions}[/dim]")
+                lines.append(f"[dim]  {label}[/dim]")
+        self.border_subtitle = f"{view.transitions} transitions"
         if view.paused:
-            lines.append("[b $warning]⏸ PAUSED before next model call[/]")
+            lines.append("[b $warning]⏸ PAUSED[/] before next model call")
         if view.stop_reason:
             var = "$success" if view.stop_reason == "goal_met" else "$error"
             lines.append(f"[b reverse {var}] ■ {view.stop_reason.upper()} [/]")
-            lines.append(escape(view.stop_detail[:120]))
+            width = max(10, self.content_size.width or 24)
+            detail = view.stop_detail
+            if len(detail) > width:
+                detail = detail[: width - 1] + "…"
+            lines.append(escape(detail))
         self.update("\n".join(lines))
 
 
@@ -118,11 +122,14 @@ def _rate(per_second: float) -> str:
 
 class BudgetPanel(Static):
     def show(self, view: RunView, elapsed: float) -> None:
+        wide = (self.content_size.width or 60) >= 44
         lines = []
         for cap, label in CAP_LABELS:
             if cap not in view.budget:
                 continue
             used, limit = view.budget[cap]
+            if cap == "deadline_s":
+                used = elapsed
             fraction = used / limit if limit else 0.0
             var = (
                 "$error"
@@ -132,16 +139,16 @@ class BudgetPanel(Static):
             if cap == "cost_usd":
                 amount = "unknown" if view.cost_unknown_calls else f"{used:.4f}/{limit:g}"
             elif cap == "deadline_s":
-                amount = f"{used:.0f}/{limit:g}"
+                amount = f"{int(used)}/{limit:g}"
             else:
                 amount = f"{used:g}/{limit:g}"
             rate = ""
             if cap not in ("deadline_s", "rounds", "corrections") and elapsed >= 1 and used:
                 rate = _rate(used / elapsed)
             fired = " [b $error]◀ fired[/]" if view.fired_cap == cap else ""
-            lines.append(
-                f"{label:<10} [{var}]{_bar(fraction, 12)}[/] {amount:<13} [dim]{rate}[/]{fired}"
-            )
+            rate_column = f" [dim]{rate:>8}[/]" if wide else ""
+            bar = _bar(fraction, 10)
+            lines.append(f"{label:<10} [{var}]{bar}[/] {amount:<12}{rate_column}{fired}")
         self.update("\n".join(lines))
 
 
@@ -177,7 +184,7 @@ class RunHeader(Static):
     def show(self, view: RunView, now: datetime | None, pending: int) -> None:
         elapsed = 0.0
         if view.started_at and now:
-            end = view.stopped_at or now
+            end = min(now, view.stopped_at) if view.stopped_at else now
             elapsed = (end - view.started_at).total_seconds()
         state = view.stop_reason or view.state.value
         badge = ""
@@ -185,8 +192,8 @@ class RunHeader(Static):
             plural = "s" if pending != 1 else ""
             badge = f"  [b reverse $warning] ⚠ {pending} approval{plural} waiting · w [/]"
         run = view.run_id or "starting…"
+        script = f"/{escape(view.script)}" if view.script else ""
         self.update(
-            f"[b]loopdeck[/]  run [b]{run}[/]  env [b]{escape(view.env)}[/]  "
-            f"script {escape(view.script or '-')}  model {escape(view.model)}  "
-            f"⏱ {elapsed_text(elapsed)}  state [b $accent]{state}[/]{badge}"
+            f"[b]loopdeck[/] · run [b]{run}[/] · [b]{escape(view.env)}[/]{script} · "
+            f"{escape(view.model)} · ⏱ {elapsed_text(elapsed)} · [b $accent]{state}[/]{badge}"
         )

@@ -43,6 +43,8 @@ class ApprovalsChanged(Message):
 
 
 class RunScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
     BINDINGS = [
         Binding("s", "stop", "Stop after tools", priority=True, id="run.stop"),
         Binding("k", "kill", "Kill now", priority=True, id="run.kill"),
@@ -141,7 +143,9 @@ class RunScreen(Screen[None]):
     def _elapsed(self) -> float:
         if self.view.started_at is None:
             return 0.0
-        return ((self.view.stopped_at or self.now()) - self.view.started_at).total_seconds()
+        now = self.now()
+        end = min(now, self.view.stopped_at) if self.view.stopped_at else now
+        return max(0.0, (end - self.view.started_at).total_seconds())
 
     def _render_header(self) -> None:
         self.query_one(RunHeader).show(self.view, self.now(), len(self.queue.pending()))
