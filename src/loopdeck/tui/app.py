@@ -9,10 +9,12 @@ from pathlib import Path
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import Input
 
 from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.launch import PreparedRun, RunOptions, prepare_run
+from loopdeck.tui.dialogs import ConfirmKillDialog
 from loopdeck.tui.launcher import LauncherScreen
 from loopdeck.tui.run_screen import RunScreen
 from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
@@ -25,7 +27,13 @@ def _utcnow() -> datetime:
 class LoopdeckApp(App[int]):
     CSS_PATH = "loopdeck.tcss"
     TITLE = "loopdeck"
-    BINDINGS = [Binding("ctrl+p", "command_palette", "Palette", id="app.palette", show=True)]
+    # The kill switch lives on the app, with priority, so it works over any dialog.
+    BINDINGS = [
+        Binding("s", "run_stop", "Stop after tools", priority=True, id="run.stop"),
+        Binding("k", "run_kill", "Kill now", priority=True, id="run.kill"),
+        Binding("p", "run_pause", "Pause/Resume", priority=True, id="run.pause"),
+        Binding("ctrl+p", "command_palette", "Palette", id="app.palette", show=True),
+    ]
 
     def __init__(
         self,
@@ -101,6 +109,25 @@ class LoopdeckApp(App[int]):
             if isinstance(screen, RunScreen):
                 return screen
         return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("run_stop", "run_kill", "run_pause"):
+            run = self._run_screen()
+            typing = isinstance(self.focused, Input)
+            return run is not None and run.running and not typing
+        return True
+
+    def action_run_stop(self) -> None:
+        if run := self._run_screen():
+            run.action_stop()
+
+    def action_run_kill(self) -> None:
+        if (run := self._run_screen()) and not isinstance(self.screen, ConfirmKillDialog):
+            run.action_kill()
+
+    def action_run_pause(self) -> None:
+        if run := self._run_screen():
+            run.action_pause()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -46,9 +46,6 @@ class RunScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
     BINDINGS = [
-        Binding("s", "stop", "Stop after tools", priority=True, id="run.stop"),
-        Binding("k", "kill", "Kill now", priority=True, id="run.kill"),
-        Binding("p", "pause", "Pause/Resume", id="run.pause"),
         Binding("w", "approvals", "Approvals", id="run.approvals"),
         Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
         Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
@@ -231,9 +228,11 @@ class RunScreen(Screen[None]):
         self._offer_next()
 
     # -- the kill switch -----------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return not self.view.finished and self.outcome is None
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("stop", "kill", "pause"):
-            return not self.view.finished and self.outcome is None
         if action == "approvals":
             return bool(self.queue.pending())
         return True

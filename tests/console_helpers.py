@@ -1,0 +1,69 @@
+"""Driving the console in tests: build an app on a prepared run and wait on conditions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+
+from loopdeck.approval_queue import ApprovalQueue
+from loopdeck.core.approvals import Approver
+from loopdeck.launch import RunOptions, prepare_run
+from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.run_screen import RunScreen
+
+
+def console_app(
+    env: str | Path,
+    script: str,
+    *,
+    approver: Approver | None = None,
+    theme: str | None = None,
+    frozen: bool = False,
+    **budget: Any,
+) -> LoopdeckApp:
+    queue = ApprovalQueue()
+    options = RunOptions(
+        env=str(env), script=script, budget_overrides=budget, run_id="run0test0001"
+    )
+    prepared = prepare_run(options, approver=approver or queue)
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731
+    if frozen:
+        app_holder: list[LoopdeckApp] = []
+
+        def frozen_now() -> datetime:
+            screen = run_screen(app_holder[0]) if app_holder else None
+            started = screen.view.started_at if screen else None
+            return started or datetime(2026, 1, 1, tzinfo=UTC)
+
+        now = frozen_now
+        app = LoopdeckApp(prepared, queue, theme_name=theme, now=now)
+        app_holder.append(app)
+        return app
+    return LoopdeckApp(prepared, queue, theme_name=theme, now=now)
+
+
+def run_screen(app: LoopdeckApp) -> RunScreen | None:
+    for screen in app.screen_stack:
+        if isinstance(screen, RunScreen):
+            return screen
+    return None
+
+
+async def wait_until(
+    pilot: Pilot[Any], condition: Callable[[], bool], timeout: float = 20.0
+) -> None:
+    waited = 0.0
+    while not condition():
+        if waited >= timeout:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.05)
+        waited += 0.05
+
+
+def finished(app: LoopdeckApp) -> bool:
+    screen = run_screen(app)
+    return screen is not None and screen.outcome is not None
