@@ -66,26 +66,35 @@ class CallsTable(DataTable[Any]):
         ]
 
     def sync(self, view: RunView) -> None:
-        """Apply the rows the view marked changed since the last sync."""
+        """Apply the rows the view marked changed since the last sync.
+
+        Rows the view dropped stay until the table holds half as many again as the view,
+        then the table is rebuilt once: removing rows one by one costs a re-index each.
+        """
         if not view.changed_calls:
             return
         follow = self.cursor_row >= self.row_count - 1
-        for call_id in sorted(view.changed_calls, key=lambda c: int(c.lstrip("c") or 0)):
-            row = view.calls.get(call_id)
-            if row is None:
-                if call_id in self.rows:
-                    self.remove_row(call_id)
-                continue
-            cells = self._cells(row)
-            if call_id in self.rows:
-                for column, value in zip(COLUMNS, cells, strict=True):
-                    self.update_cell(call_id, column, value)
-            else:
-                self.add_row(*cells, key=call_id)
+        changed = sorted(view.changed_calls, key=lambda c: int(c.lstrip("c") or 0))
         view.changed_calls.clear()
+        if self.row_count + len(changed) > len(view.calls) + view.max_call_rows // 2:
+            self.clear()
+            for row in view.calls.values():
+                self.add_row(*self._cells(row), key=row.call_id)
+        else:
+            for call_id in changed:
+                row = view.calls.get(call_id)
+                if row is None:
+                    continue
+                cells = self._cells(row)
+                if call_id in self.rows:
+                    for column, value in zip(COLUMNS, cells, strict=True):
+                        self.update_cell(call_id, column, value)
+                else:
+                    self.add_row(*cells, key=call_id)
         if follow and self.row_count:
             self.move_cursor(row=self.row_count - 1, animate=False)
 
     def restyle(self, view: RunView) -> None:
+        self.clear()
         view.changed_calls.update(view.calls)
         self.sync(view)
