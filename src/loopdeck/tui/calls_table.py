@@ -78,8 +78,8 @@ class CallsTable(DataTable[Any]):
         view.changed_calls.clear()
         if self.row_count + len(changed) > len(view.calls) + view.max_call_rows // 2:
             self.clear()
-            for row in view.calls.values():
-                self.add_row(*self._cells(row), key=row.call_id)
+            for kept in view.calls.values():
+                self.add_row(*self._cells(kept), key=kept.call_id)
         else:
             for call_id in changed:
                 row = view.calls.get(call_id)
