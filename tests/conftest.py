@@ -68,6 +68,16 @@ async def run_env(
     return outcome, recorder
 
 
+@pytest.fixture(autouse=True)
+def _private_store(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test records to its own store, never to the user's."""
+    path = tmp_path_factory.mktemp("store") / "loopdeck.db"
+    monkeypatch.setenv("LOOPDECK_DB", str(path))
+    return path
+
+
 @pytest.fixture
 def cli(
     capsys: pytest.CaptureFixture[str],

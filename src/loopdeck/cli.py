@@ -7,12 +7,21 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from loopdeck.cli_store import (
+    STORE_COMMANDS,
+    add_store_commands,
+    check_store,
+    run_recorded_headless,
+    run_store_command,
+)
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
+from loopdeck.store.database import StoreError, default_db_path
 
 if TYPE_CHECKING:
     from loopdeck.launch import RunOptions
@@ -49,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", choices=["rounds", "react"])
     run.add_argument("--headless", action="store_true", help="no console: print a summary")
     run.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
-    run.add_argument("--approve", choices=["auto", "deny"], help="how writes are decided headless")
+    run.add_argument(
+        "--approve",
+        choices=["auto", "deny", "wait"],
+        help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
+    )
+    run.add_argument("--db", type=Path, help="event store file (default: user data dir)")
     run.add_argument("--max-turns", type=positive_int)
     run.add_argument("--max-tool-calls", type=positive_int)
     run.add_argument("--max-tokens", type=positive_int)
@@ -60,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     console = commands.add_parser("console", help="the console's launcher over the sample envs")
     console.add_argument("--theme", help="console theme (see themes/)")
+    console.add_argument("--db", type=Path, help="event store file (default: user data dir)")
+
+    add_store_commands(commands)
 
     envs = commands.add_parser("envs", help="list the sample envs and their scripts")
     envs.add_argument("--json", action="store_true")
@@ -89,13 +106,8 @@ def _options(args: argparse.Namespace) -> RunOptions:
 
 def _run_headless(args: argparse.Namespace) -> int:
     from loopdeck.headless import print_json, print_summary
-    from loopdeck.launch import prepare_run
 
-    prepared = prepare_run(_options(args))
-    try:
-        outcome = asyncio.run(prepared.runtime.run())
-    finally:
-        prepared.cleanup()
+    outcome = asyncio.run(run_recorded_headless(_options(args), args.db))
     if args.json:
         print_json(outcome)
     else:
@@ -104,15 +116,18 @@ def _run_headless(args: argparse.Namespace) -> int:
 
 
 def _run_console(args: argparse.Namespace) -> int:
-    from loopdeck.approval_queue import ApprovalQueue
     from loopdeck.launch import prepare_run
+    from loopdeck.store.approver import StoreBackedQueue
     from loopdeck.tui.app import LoopdeckApp
 
-    queue = ApprovalQueue()
+    queue = StoreBackedQueue()
     options = _options(args)
+    if options.approve == "wait":
+        raise ScenarioError("--approve wait is for --headless runs; the console decides itself")
+    asyncio.run(check_store(args.db))
     approver = None if options.approve else queue
     prepared = prepare_run(options, approver=approver)
-    app = LoopdeckApp(prepared, queue, theme_name=args.theme)
+    app = LoopdeckApp(prepared, queue, theme_name=args.theme, db_path=args.db or default_db_path())
     code = app.run()
     if app.theme_problems:
         for problem in app.theme_problems:
@@ -123,7 +138,8 @@ def _run_console(args: argparse.Namespace) -> int:
 def _launcher(args: argparse.Namespace) -> int:
     from loopdeck.tui.app import LoopdeckApp
 
-    app = LoopdeckApp(theme_name=args.theme)
+    asyncio.run(check_store(args.db))
+    app = LoopdeckApp(theme_name=args.theme, db_path=args.db or default_db_path())
     code = app.run()
     return 0 if code is None else code
 
@@ -150,12 +166,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _envs(args)
         if args.command == "console":
             return _launcher(args)
+        if args.command in STORE_COMMANDS:
+            return run_store_command(args)
         if args.headless or args.json:
             return _run_headless(args)
         return _run_console(args)
     except ScenarioError as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except ValueError as exc:
+    except (ValueError, StoreError) as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -16,7 +16,7 @@ from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel
 
-ApproveMode = Literal["auto", "deny"]
+ApproveMode = Literal["auto", "deny", "wait"]
 
 BUDGET_FLAGS = {
     "max_turns": "max_turns",
@@ -96,6 +96,8 @@ def prepare_run(
     budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
     if approver is None:
         approve = options.approve or default_approve_mode(model_name)
+        if approve == "wait":
+            raise ScenarioError("--approve wait needs the event store (a headless recorded run)")
         approver = AutoApprover() if approve == "auto" else DenyApprover()
     identity = {"run_id": options.run_id} if options.run_id else {}
     config = RunConfig(

@@ -184,6 +184,9 @@ class CallHandler:
                 )
                 continue
             rt.ledger.before_tool_call()
+            # The approval is durable before the write runs: a crash in between leaves an
+            # approved write with no recorded outcome, which is shown and never re-run.
+            await rt.flush_journal()
             rt.move(RunState.EXECUTING)
             try:
                 result = await self._dispatch(spec, record.call_id, call.args, receipt)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,12 @@ from loopdeck.core.states import RunState, StateMachine, StopReason
 
 T = TypeVar("T")
 MAX_MODEL_RETRIES = 3
+
+
+class Journal(Protocol):
+    """Where events become durable; `flush()` returns once everything emitted so far is."""
+
+    async def flush(self) -> None: ...
 
 
 class RunConfig(BaseModel):
@@ -91,6 +97,7 @@ class Runtime:
         self.round = 0
         self.plan: list[str] = []
         self.outcome: RunOutcome | None = None
+        self.journal: Journal | None = None
         self._stop: StopRun | None = None
 
     # -- the operator's controls -------------------------------------------------------
@@ -125,6 +132,10 @@ class Runtime:
                 cost_unknown_calls=self.ledger.cost_unknown_calls,
             )
         )
+
+    async def flush_journal(self) -> None:
+        if self.journal is not None:
+            await self.journal.flush()
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         return await self.control.interruptible(awaitable, by_cancel=by_cancel)

@@ -16,6 +16,8 @@ from loopdeck.core.scenario import ScenarioError
 from loopdeck.launch import PreparedRun, RunOptions, prepare_run
 from loopdeck.tui.dialogs import ConfirmKillDialog
 from loopdeck.tui.launcher import LauncherScreen
+from loopdeck.tui.links import LocalLink, RunLink
+from loopdeck.tui.replay import ReplayLink, ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
 from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 
@@ -44,6 +46,8 @@ class LoopdeckApp(App[int]):
         themes_folder: Path | None = None,
         launch_options: RunOptions | None = None,
         now: Callable[[], datetime] = _utcnow,
+        db_path: Path | None = None,
+        link: RunLink | None = None,
     ) -> None:
         super().__init__()
         self.prepared = prepared
@@ -52,6 +56,8 @@ class LoopdeckApp(App[int]):
         self.themes_folder = themes_folder
         self.launch_options = launch_options or RunOptions(env="")
         self.now = now
+        self.db_path = db_path
+        self.link = link
         self.theme_problems: list[str] = []
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -75,8 +81,14 @@ class LoopdeckApp(App[int]):
         self.theme = chosen
         for problem in self.theme_problems:
             self.notify(problem, title="theme", severity="error", timeout=15)
-        if self.prepared is not None:
-            self.push_screen(RunScreen(self.prepared, self.queue, self.now))
+        if isinstance(self.link, ReplayLink):
+            self.push_screen(ReplayScreen(self.link, self.now))
+        elif self.link is not None:
+            self.push_screen(RunScreen(self.link, self.now))
+        elif self.prepared is not None:
+            self.push_screen(
+                RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now)
+            )
         else:
             self.push_screen(LauncherScreen(), self._launch)
 
@@ -98,10 +110,14 @@ class LoopdeckApp(App[int]):
             self.notify(str(exc), title="cannot start", severity="error", timeout=15)
             self.push_screen(LauncherScreen(), self._launch)
             return
-        self.push_screen(RunScreen(self.prepared, self.queue, self.now))
+        self.push_screen(RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now))
 
     def on_unmount(self) -> None:
-        if self.prepared is not None:
+        if isinstance(self.link, ReplayLink):
+            self.push_screen(ReplayScreen(self.link, self.now))
+        elif self.link is not None:
+            self.push_screen(RunScreen(self.link, self.now))
+        elif self.prepared is not None:
             self.prepared.cleanup()
 
     def _run_screen(self) -> RunScreen | None:
@@ -142,7 +158,7 @@ class LoopdeckApp(App[int]):
             yield SystemCommand(
                 "run: pause / resume", "hold before the next model call", run.action_pause
             )
-        if run is not None and run.queue.pending():
+        if run is not None and run.link.pending():
             yield SystemCommand(
                 "approvals: open pending", "decide the waiting writes", run.action_approvals
             )

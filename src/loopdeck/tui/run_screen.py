@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import datetime
 
@@ -15,14 +14,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker, WorkerState
 
-from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core.events import EventBase
 from loopdeck.core.outcome import RunOutcome
-from loopdeck.launch import PreparedRun
-from loopdeck.llm.loader import litellm_module
+from loopdeck.core.runtime import Runtime
 from loopdeck.runview import RunView
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ApprovalAnswer, ApprovalDialog, ConfirmKillDialog
+from loopdeck.tui.links import RunLink
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
@@ -52,20 +50,23 @@ class RunScreen(Screen[None]):
         Binding("q", "quit_run", "Quit", id="app.quit"),
     ]
 
-    def __init__(
-        self, prepared: PreparedRun, queue: ApprovalQueue, now: Callable[[], datetime]
-    ) -> None:
+    def __init__(self, link: RunLink, now: Callable[[], datetime]) -> None:
         super().__init__()
-        self.prepared = prepared
-        self.runtime = prepared.runtime
-        self.queue = queue
+        self.link = link
         self.now = now
         self.view = RunView()
         self.outcome: RunOutcome | None = None
+        self.driven = False
         self._buffer: list[EventBase] = []
         self._dialog: ApprovalDialog | None = None
         self._later: set[str] = set()
         self._unsubscribe: list[Callable[[], None]] = []
+
+    @property
+    def runtime(self) -> Runtime:
+        """The in-process runtime (local runs only)."""
+        assert self.link.runtime is not None
+        return self.link.runtime
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -84,8 +85,8 @@ class RunScreen(Screen[None]):
         titles |= {"findings": "Findings", "detail": "Call"}
         for widget_id, title in titles.items():
             self.query_one(f"#{widget_id}").border_title = title
-        self._unsubscribe.append(self.runtime.bus.subscribe(self._buffer.append))
-        self._unsubscribe.append(self.queue.subscribe(self._queue_changed))
+        self._unsubscribe.append(self.link.subscribe(self._buffer.append))
+        self._unsubscribe.append(self.link.on_approvals(self._queue_changed))
         self.app.theme_changed_signal.subscribe(
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
@@ -103,9 +104,8 @@ class RunScreen(Screen[None]):
 
     # -- the run, in a worker ------------------------------------------------------------
     @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")
-    async def drive(self) -> RunOutcome:
-        await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
-        return await self.runtime.run()
+    async def drive(self) -> RunOutcome | None:
+        return await self.link.drive()
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
@@ -113,15 +113,21 @@ class RunScreen(Screen[None]):
             return
         if event.state is WorkerState.SUCCESS:
             self.outcome = event.worker.result
+            self.driven = True
             self.flush()
+            self.after_drive()
             self.refresh_bindings()
         elif event.state is WorkerState.ERROR:
+            self.driven = True
             self.flush()
             self.view.stop_reason = "crashed"
             self.view.stop_detail = f"{type(event.worker.error).__name__}: {event.worker.error}"
             self.notify(self.view.stop_detail, title="run crashed", severity="error", timeout=30)
             self.render_view()
             self.refresh_bindings()
+
+    def after_drive(self) -> None:
+        """Called once the link's drive finished; a replay starts stepping from here."""
 
     # -- rendering, coalesced ------------------------------------------------------------
     def flush(self) -> None:
@@ -145,7 +151,7 @@ class RunScreen(Screen[None]):
         return max(0.0, (end - self.view.started_at).total_seconds())
 
     def _render_header(self) -> None:
-        self.query_one(RunHeader).show(self.view, self.now(), len(self.queue.pending()))
+        self.query_one(RunHeader).show(self.view, self.now(), len(self.link.pending()))
 
     def _render_budgets(self) -> None:
         self.query_one(BudgetPanel).show(self.view, self._elapsed())
@@ -178,9 +184,9 @@ class RunScreen(Screen[None]):
         self.flush()
         self._render_header()
         self.refresh_bindings()
-        pending = self.queue.pending()
+        pending = self.link.pending()
         if self._dialog is not None:
-            if self.queue.get(self._dialog.request.call_id) is None:
+            if self._dialog.request.call_id not in {p.call_id for p in pending}:
                 self._close_dialog()
             else:
                 self._dialog.set_title(len(pending))
@@ -198,30 +204,32 @@ class RunScreen(Screen[None]):
     def _offer_next(self) -> None:
         if self._dialog is not None or self.app.screen is not self:
             return
-        waiting = [p for p in self.queue.pending() if p.request.call_id not in self._later]
+        pending = self.link.pending()
+        waiting = [p for p in pending if p.call_id not in self._later]
         if not waiting:
             return
-        request = waiting[0].request
-        risk = (
-            self.runtime.tools[request.tool].risk if request.tool in self.runtime.tools else "write"
+        request = waiting[0]
+        self._dialog = ApprovalDialog(
+            request, len(pending), self.link.risk_of(request.tool), self.now
         )
-        self._dialog = ApprovalDialog(request, len(self.queue.pending()), risk, self.now)
         self.app.push_screen(self._dialog, self._answered)
 
     def _answered(self, answer: ApprovalAnswer | None) -> None:
         dialog, self._dialog = self._dialog, None
         if answer is None:
-            if dialog is not None and self.queue.get(dialog.request.call_id) is not None:
+            pending = {p.call_id for p in self.link.pending()}
+            if dialog is not None and dialog.request.call_id in pending:
                 self._later.add(dialog.request.call_id)
                 self._render_header()
             return
-        if answer.approved:
-            decided = self.queue.approve(answer.call_id, by="console")
-        else:
-            decided = self.queue.reject(answer.call_id, answer.reason, by="console")
-        if not decided:
+        self._decide(answer)
+
+    @work(group="decisions", exit_on_error=False, description="record an approval decision")
+    async def _decide(self, answer: ApprovalAnswer) -> None:
+        won = await self.link.decide(answer.call_id, answer.approved, answer.reason, "console")
+        if not won:
             self.notify(f"{answer.call_id} was already decided", severity="warning")
-        self.call_later(self._offer_next)
+        self._offer_next()
 
     def action_approvals(self) -> None:
         self._later.clear()
@@ -230,35 +238,35 @@ class RunScreen(Screen[None]):
     # -- the kill switch -----------------------------------------------------------------
     @property
     def running(self) -> bool:
-        return not self.view.finished and self.outcome is None
+        return not self.view.finished and not self.driven
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "approvals":
-            return bool(self.queue.pending())
+            return bool(self.link.pending())
         return True
 
     def action_stop(self) -> None:
-        self.runtime.cancel(after_current_tools=True, by="console")
+        self.link.stop(by="console")
         self.notify("stopping after the current tools")
 
     def action_kill(self) -> None:
         def confirmed(yes: bool | None) -> None:
             if yes:
-                self.runtime.kill(by="console")
+                self.link.kill(by="console")
 
         self.app.push_screen(ConfirmKillDialog(), confirmed)
 
     def action_pause(self) -> None:
-        if self.runtime.control.paused:
-            self.runtime.resume(by="console")
+        if self.view.paused:
+            self.link.resume(by="console")
         else:
-            self.runtime.pause(by="console")
+            self.link.pause(by="console")
 
     def action_plan(self, delta: int) -> None:
         self.query_one(PlanPanel).browse(self.view, delta)
 
     def action_quit_run(self) -> None:
-        if self.outcome is None and not self.view.finished:
-            self.runtime.kill(by="console quit")
+        if self.running and self.link.runtime is not None:
+            self.link.kill(by="console quit")
         code = 0 if self.view.stop_reason == "goal_met" else 1
         self.app.exit(code)

@@ -1,0 +1,195 @@
+"""The store's side of the CLI: recorded runs, and supervising them from another process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.launch import RunOptions, prepare_run
+from loopdeck.store import queries
+from loopdeck.store.approver import StoreApprover
+from loopdeck.store.database import Store, StoreError
+from loopdeck.store.runner import RecordedRun
+from loopdeck.store.writer import EventWriter
+
+STORE_COMMANDS = ("runs", "pending", "approve", "reject", "cancel", "export", "attach", "replay")
+
+
+def operator() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except OSError:
+        return "cli"
+
+
+def add_store_commands(commands: Any) -> None:
+    def with_db(parser: argparse.ArgumentParser, json_flag: bool = True) -> argparse.ArgumentParser:
+        parser.add_argument("--db", type=Path, help="event store file (default: user data dir)")
+        if json_flag:
+            parser.add_argument(
+                "--json", action="store_true", help="one JSON value on the last line"
+            )
+        return parser
+
+    with_db(commands.add_parser("runs", help="past and live runs in the store"))
+    with_db(commands.add_parser("pending", help="writes waiting for approval"))
+    approve = with_db(commands.add_parser("approve", help="approve a pending write"))
+    approve.add_argument("run_id", metavar="RUN_ID")
+    approve.add_argument("call_id", metavar="CALL_ID")
+    reject = with_db(commands.add_parser("reject", help="reject a pending write"))
+    reject.add_argument("run_id", metavar="RUN_ID")
+    reject.add_argument("call_id", metavar="CALL_ID")
+    reject.add_argument("--reason", default="", help="goes back to the model")
+    cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument("--now", action="store_true", help="kill now instead")
+    export = with_db(commands.add_parser("export", help="every event of a run"), json_flag=False)
+    export.add_argument("run_id", metavar="RUN_ID")
+    export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    attach = with_db(commands.add_parser("attach", help="the console on a live run"), False)
+    attach.add_argument("run_id", metavar="RUN_ID")
+    attach.add_argument("--theme")
+    replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
+    replay.add_argument("run_id", metavar="RUN_ID")
+    replay.add_argument("--theme")
+
+
+async def check_store(path: Path | None) -> None:
+    store = await Store.open(path)
+    await store.close()
+
+
+async def run_recorded_headless(options: RunOptions, db: Path | None) -> RunOutcome:
+    store = await Store.open(db)
+    try:
+        writer = EventWriter(store, approve_mode=options.approve or "auto")
+        wait = options.approve == "wait"
+        if wait:
+            options = RunOptions(**{**options.__dict__, "approve": None})
+        prepared = prepare_run(options, approver=StoreApprover(store, writer) if wait else None)
+        if wait:
+            print(
+                f"run {prepared.runtime.config.run_id}: writes wait for "
+                f"`loopdeck approve {prepared.runtime.config.run_id} CALL_ID` (db {store.path})",
+                file=sys.stderr,
+            )
+        try:
+            return await RecordedRun(store, prepared.runtime, writer).run()
+        finally:
+            prepared.cleanup()
+    finally:
+        await store.close()
+
+
+def _print(value: Any, as_json: bool, table: Table | None = None, text: str = "") -> None:
+    if as_json:
+        print(json.dumps(value, default=str))
+    elif table is not None:
+        Console().print(table)
+    elif text:
+        print(text)
+
+
+async def _store_command(args: argparse.Namespace) -> int:
+    store = await Store.open(args.db, create=args.command in ("runs", "pending"))
+    try:
+        return await _dispatch(store, args)
+    finally:
+        await store.close()
+
+
+async def _known_run(store: Store, run_id: str) -> dict[str, Any]:
+    row = await queries.run_row(store, run_id)
+    if row is None:
+        raise StoreError(f"{store.path}: no run {run_id!r} (see `loopdeck runs`)")
+    return row
+
+
+async def _dispatch(store: Store, args: argparse.Namespace) -> int:
+    command = args.command
+    if command == "runs":
+        runs = await queries.list_runs(store)
+        table = Table(title=f"runs in {store.path}")
+        columns: tuple[str, ...] = ("run_id", "env", "script", "model", "state", "stop_reason")
+        columns += ("started_at",)
+        columns += ("tokens", "cost_usd")
+        for column in columns:
+            table.add_column(column)
+        for run in runs:
+            table.add_row(*("-" if run[c] is None else str(run[c]) for c in columns))
+        _print(runs, args.json, table)
+        return 0
+    if command == "pending":
+        pending = await queries.pending_approvals(store)
+        table = Table(title="writes waiting for approval")
+        for column in ("run_id", "call_id", "tool", "args", "expires_at"):
+            table.add_column(column)
+        for item in pending:
+            table.add_row(
+                item["run_id"],
+                item["call_id"],
+                item["tool"],
+                json.dumps(item["args"]),
+                item["expires_at"],
+            )
+        _print(pending, args.json, table)
+        return 0
+    if command in ("approve", "reject"):
+        await _known_run(store, args.run_id)
+        approved = command == "approve"
+        won = await queries.decide(
+            store, args.run_id, args.call_id, approved=approved, by=operator(),
+            reason="" if approved else args.reason,
+        )  # fmt: skip
+        state = await queries.approval_state(store, args.run_id, args.call_id)
+        result = {
+            "run_id": args.run_id,
+            "call_id": args.call_id,
+            "decided": won,
+            "state": state and state["state"],
+        }
+        if not won:
+            message = (
+                "no such pending call"
+                if state is None
+                else f"already decided: {state['state']} by {state['decided_by']}"
+            )
+            result["message"] = message
+            print(f"loopdeck: {args.call_id}: {message}", file=sys.stderr)
+        _print(result, args.json, text=f"{args.call_id}: {command}d" if won else "")
+        return 0 if won else 1
+    if command == "cancel":
+        await _known_run(store, args.run_id)
+        verb = "kill" if args.now else "cancel"
+        await queries.send_command(store, args.run_id, verb, operator())
+        _print(
+            {"run_id": args.run_id, "command": verb}, args.json, text=f"{args.run_id}: {verb} sent"
+        )
+        return 0
+    if command == "export":
+        await _known_run(store, args.run_id)
+        seq = 0
+        while batch := await queries.events_after(store, args.run_id, seq):
+            for row in batch:
+                sys.stdout.write(row["body"] + "\n")
+            seq = batch[-1]["seq"]
+        return 0
+    raise AssertionError(command)
+
+
+def run_store_command(args: argparse.Namespace) -> int:
+    if args.command in ("attach", "replay"):
+        from loopdeck.tui.remote import open_remote_console
+
+        code: int = open_remote_console(args)
+        return code
+    return asyncio.run(_store_command(args))

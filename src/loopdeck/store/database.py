@@ -1,0 +1,147 @@
+"""Opening the store: creation (mode 0600, WAL), schema version, and clear refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import platformdirs
+
+SCHEMA_VERSION = 1
+APP_ID = "loopdeck"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, env TEXT, script TEXT, model TEXT, mode TEXT, goal TEXT,
+    state TEXT, stop_reason TEXT, detail TEXT, started_at TEXT, ended_at TEXT,
+    tokens INTEGER DEFAULT 0, cost_usd REAL, cost_unknown_calls INTEGER DEFAULT 0,
+    pid INTEGER, host TEXT, heartbeat_at REAL, approve_mode TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS approvals (
+    run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT, args TEXT, requested_at TEXT,
+    expires_at TEXT, state TEXT NOT NULL, decided_by TEXT, reason TEXT, decided_at TEXT,
+    outcome TEXT, PRIMARY KEY (run_id, call_id)
+);
+CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
+    by TEXT NOT NULL, created_at REAL NOT NULL, consumed_at REAL
+);
+CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
+"""
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message names the file and the problem."""
+
+
+def default_db_path() -> Path:
+    configured = os.environ.get("LOOPDECK_DB")
+    if configured:
+        return Path(configured)
+    return Path(platformdirs.user_data_dir("loopdeck")) / "loopdeck.db"
+
+
+def _create_private(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
+
+
+class Store:
+    """One open store. Methods live in `queries`; this class owns the connection."""
+
+    def __init__(self, path: Path, db: aiosqlite.Connection) -> None:
+        self.path = path
+        self.db = db
+        # One connection, many coroutines: a statement never lands inside another's transaction.
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path | None = None, *, create: bool = True) -> Store:
+        path = path or default_db_path()
+        if not path.exists() and not create:
+            raise StoreError(f"{path}: no such store")
+        try:
+            _create_private(path)
+            db = await aiosqlite.connect(path, timeout=5.0, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"{path}: cannot open: {exc}") from exc
+        store = cls(path, db)
+        try:
+            await store._prepare()
+        except BaseException:
+            await db.close()
+            raise
+        return store
+
+    async def _prepare(self) -> None:
+        try:
+            await self.db.execute("PRAGMA busy_timeout = 5000")
+            tables = {
+                row[0]
+                for row in await self.db.execute_fetchall(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            }
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a loopdeck database ({exc})") from exc
+        if tables and "meta" not in tables:
+            raise StoreError(
+                f"{self.path}: not a loopdeck database (it has tables {', '.join(sorted(tables))})"
+            )
+        if "meta" in tables:
+            rows = await self.db.execute_fetchall("SELECT key, value FROM meta")
+            meta: dict[str, str] = {str(key): str(value) for key, value in rows}
+            if meta.get("app") != APP_ID:
+                raise StoreError(f"{self.path}: not a loopdeck database (app={meta.get('app')})")
+            version = int(meta.get("schema_version", 0))
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this loopdeck "
+                    f"understands ({SCHEMA_VERSION}); upgrade loopdeck"
+                )
+        try:
+            await self.db.execute("PRAGMA journal_mode = WAL")
+            await self.db.execute("PRAGMA synchronous = FULL")
+            await self.db.executescript(SCHEMA)
+            await self.db.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('app', ?), ('schema_version', ?)",
+                (APP_ID, str(SCHEMA_VERSION)),
+            )
+        except sqlite3.OperationalError as exc:
+            raise self.explain(exc) from exc
+
+    def explain(self, exc: sqlite3.Error) -> StoreError:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return StoreError(f"{self.path}: the database is locked by another process ({exc})")
+        return StoreError(f"{self.path}: {exc}")
+
+    async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        self.db.row_factory = sqlite3.Row
+        async with self.lock:
+            try:
+                return list(await self.db.execute_fetchall(sql, params))
+            except sqlite3.Error as exc:
+                raise self.explain(exc) from exc
+
+    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        """Run one statement in its own transaction; returns the rows it changed."""
+        async with self.lock:
+            try:
+                cursor = await self.db.execute(sql, params)
+                return cursor.rowcount
+            except sqlite3.Error as exc:
+                raise self.explain(exc) from exc
+
+    async def close(self) -> None:
+        await self.db.close()

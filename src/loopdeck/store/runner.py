@@ -1,0 +1,66 @@
+"""Running a prepared run with the store: events out, commands and approvals in, heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.runtime import Runtime
+from loopdeck.store import queries
+from loopdeck.store.database import Store, StoreError
+from loopdeck.store.writer import EventWriter
+
+COMMAND_POLL_S = 0.1
+HEARTBEAT_S = 1.0
+
+
+async def _serve_commands(store: Store, runtime: Runtime) -> None:
+    run_id = runtime.config.run_id
+    beat = 0.0
+    while True:
+        try:
+            await _apply_commands(store, runtime, run_id)
+            beat += COMMAND_POLL_S
+            if beat >= HEARTBEAT_S:
+                beat = 0.0
+                await queries.heartbeat(store, run_id)
+        except StoreError:
+            pass  # a locked store: the next tick tries again; the runtime is not held up
+        await asyncio.sleep(COMMAND_POLL_S)
+
+
+async def _apply_commands(store: Store, runtime: Runtime, run_id: str) -> None:
+    for command in await queries.take_commands(store, run_id):
+        by = command["by"]
+        if command["command"] == "cancel":
+            runtime.cancel(after_current_tools=True, by=by)
+        elif command["command"] == "kill":
+            runtime.kill(by=by)
+        elif command["command"] == "pause":
+            runtime.pause(by=by)
+        elif command["command"] == "resume":
+            runtime.resume(by=by)
+
+
+class RecordedRun:
+    """Wires a runtime to the store for the length of one run."""
+
+    def __init__(self, store: Store, runtime: Runtime, writer: EventWriter) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.writer = writer
+
+    async def run(self) -> RunOutcome:
+        unsubscribe = self.runtime.bus.subscribe(self.writer)
+        self.runtime.journal = self.writer
+        self.writer.start()
+        commands = asyncio.create_task(_serve_commands(self.store, self.runtime))
+        try:
+            return await self.runtime.run()
+        finally:
+            commands.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await commands
+            await self.writer.close()
+            unsubscribe()

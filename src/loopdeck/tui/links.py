@@ -1,0 +1,207 @@
+"""What a RunScreen is attached to: a run in this process, or one living in the store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from loopdeck.approval_queue import ApprovalQueue
+from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.events import EVENT_ADAPTER, EventBase
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.runtime import Runtime
+from loopdeck.launch import PreparedRun
+from loopdeck.llm.loader import litellm_module
+from loopdeck.store import queries
+from loopdeck.store.approver import StoreBackedQueue
+from loopdeck.store.database import Store
+from loopdeck.store.runner import RecordedRun
+from loopdeck.store.writer import EventWriter
+
+Listener = Callable[[], None]
+EventSink = Callable[[EventBase], None]
+
+
+class RunLink(Protocol):
+    """The console's only way to a run: events in, commands and decisions out."""
+
+    runtime: Runtime | None
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]: ...
+    def on_approvals(self, listener: Listener) -> Callable[[], None]: ...
+    async def drive(self) -> RunOutcome | None: ...
+    def pending(self) -> list[ApprovalRequest]: ...
+    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool: ...
+    def stop(self, by: str) -> None: ...
+    def kill(self, by: str) -> None: ...
+    def pause(self, by: str) -> None: ...
+    def resume(self, by: str) -> None: ...
+    def risk_of(self, tool: str) -> str: ...
+
+
+class LocalLink:
+    """A run driven by this process; recorded to the store when a path is given."""
+
+    def __init__(self, prepared: PreparedRun, queue: ApprovalQueue, db_path: Path | None) -> None:
+        self.prepared = prepared
+        self.runtime: Runtime | None = prepared.runtime
+        self.queue = queue
+        self.db_path = db_path
+
+    @property
+    def _rt(self) -> Runtime:
+        assert self.runtime is not None
+        return self.runtime
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        return self._rt.bus.subscribe(sink)
+
+    def on_approvals(self, listener: Listener) -> Callable[[], None]:
+        return self.queue.subscribe(listener)
+
+    async def drive(self) -> RunOutcome | None:
+        await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
+        if self.db_path is None:
+            return await self._rt.run()
+        store = await Store.open(self.db_path)
+        try:
+            writer = EventWriter(store, approve_mode="console")
+            if isinstance(self.queue, StoreBackedQueue):
+                self.queue.store, self.queue.writer = store, writer
+            return await RecordedRun(store, self._rt, writer).run()
+        finally:
+            await store.close()
+
+    def pending(self) -> list[ApprovalRequest]:
+        return [item.request for item in self.queue.pending()]
+
+    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
+        if approved:
+            return self.queue.approve(call_id, by=by)
+        return self.queue.reject(call_id, reason, by=by)
+
+    def stop(self, by: str) -> None:
+        self._rt.cancel(after_current_tools=True, by=by)
+
+    def kill(self, by: str) -> None:
+        self._rt.kill(by=by)
+
+    def pause(self, by: str) -> None:
+        self._rt.pause(by=by)
+
+    def resume(self, by: str) -> None:
+        self._rt.resume(by=by)
+
+    def risk_of(self, tool: str) -> str:
+        spec = self._rt.tools.get(tool)
+        return spec.risk if spec else "write"
+
+
+class StoreLink:
+    """A run living in another process: its events tailed from the store, commands sent there."""
+
+    POLL_S = 0.1
+    CRASH_CHECK_S = 1.0
+
+    def __init__(self, db_path: Path | None, run_id: str) -> None:
+        self.db_path = db_path
+        self.run_id = run_id
+        self.runtime: Runtime | None = None
+        self.store: Store | None = None
+        self._sinks: list[EventSink] = []
+        self._listeners: list[Listener] = []
+        self._pending: list[ApprovalRequest] = []
+        self._risks: dict[str, str] = {}
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        self._sinks.append(sink)
+        return lambda: self._sinks.remove(sink) if sink in self._sinks else None
+
+    def on_approvals(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def drive(self) -> RunOutcome | None:
+        self.store = await Store.open(self.db_path, create=False)
+        try:
+            seq, since_crash_check, stopped = 0, 0.0, False
+            while not stopped:
+                for row in await queries.events_after(self.store, self.run_id, seq):
+                    event = EVENT_ADAPTER.validate_json(row["body"])
+                    seq = row["seq"]
+                    if event.kind == "call_proposed":
+                        self._risks[event.tool] = event.risk
+                    stopped = stopped or event.kind == "run_stopped"
+                    for sink in list(self._sinks):
+                        sink(event)
+                await self._refresh_pending()
+                since_crash_check += self.POLL_S
+                if since_crash_check >= self.CRASH_CHECK_S and not stopped:
+                    since_crash_check = 0.0
+                    await queries.mark_crashed_runners(self.store)
+                if not stopped:
+                    await asyncio.sleep(self.POLL_S)
+            await self._refresh_pending()
+            return None
+        finally:
+            await self.store.close()
+            self.store = None
+
+    async def _refresh_pending(self) -> None:
+        assert self.store is not None
+        rows = await queries.pending_approvals(self.store, self.run_id)
+        pending = [
+            ApprovalRequest(
+                run_id=row["run_id"],
+                call_id=row["call_id"],
+                tool=row["tool"],
+                args=row["args"],
+                args_sha256="",
+                state_hash="",
+                fingerprint="",
+                plan_step=None,
+                requested_at=datetime.fromisoformat(row["requested_at"]),
+                expires_at=datetime.fromisoformat(row["expires_at"]),
+            )
+            for row in rows
+        ]
+        if [p.call_id for p in pending] != [p.call_id for p in self._pending]:
+            self._pending = pending
+            for listener in list(self._listeners):
+                listener()
+
+    def pending(self) -> list[ApprovalRequest]:
+        return list(self._pending)
+
+    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
+        if self.store is None:
+            return False
+        won = await queries.decide(
+            self.store, self.run_id, call_id, approved=approved, by=by, reason=reason
+        )
+        await self._refresh_pending()
+        return won
+
+    def _send(self, command: str, by: str) -> None:
+        if self.store is not None:
+            asyncio.get_running_loop().create_task(
+                queries.send_command(self.store, self.run_id, command, by)
+            )
+
+    def stop(self, by: str) -> None:
+        self._send("cancel", by)
+
+    def kill(self, by: str) -> None:
+        self._send("kill", by)
+
+    def pause(self, by: str) -> None:
+        self._send("pause", by)
+
+    def resume(self, by: str) -> None:
+        self._send("resume", by)
+
+    def risk_of(self, tool: str) -> str:
+        return self._risks.get(tool, "write")

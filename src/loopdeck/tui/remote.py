@@ -1,0 +1,35 @@
+"""`loopdeck attach` and `loopdeck replay`: the console on a run recorded in the store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from loopdeck.store import queries
+from loopdeck.store.database import Store, StoreError
+
+
+async def _check(args: argparse.Namespace) -> dict[str, object]:
+    store = await Store.open(args.db, create=False)
+    try:
+        await queries.mark_crashed_runners(store)
+        row = await queries.run_row(store, args.run_id)
+    finally:
+        await store.close()
+    if row is None:
+        raise StoreError(f"{store.path}: no run {args.run_id!r} (see `loopdeck runs`)")
+    return row
+
+
+def open_remote_console(args: argparse.Namespace) -> int:
+    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.links import StoreLink
+    from loopdeck.tui.replay import ReplayLink
+
+    asyncio.run(_check(args))
+    if args.command == "attach":
+        app = LoopdeckApp(theme_name=args.theme, link=StoreLink(args.db, args.run_id))
+    else:
+        app = LoopdeckApp(theme_name=args.theme, link=ReplayLink(args.db, args.run_id))
+    code = app.run()
+    return 0 if code is None else code
