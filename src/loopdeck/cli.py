@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -177,3 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, StoreError) as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        # A reader like `head` went away: nothing more to say, and nothing was lost.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -79,7 +79,10 @@ async def list_runs(store: Store) -> list[dict[str, Any]]:
         "SELECT run_id, env, script, model, state, stop_reason, started_at, ended_at, tokens,"
         " cost_usd FROM runs ORDER BY started_at"
     )
-    return [dict(row) for row in rows]
+    listed = [dict(row) for row in rows]
+    for run in listed:
+        run["outcome_unknown"] = await outcome_unknown(store, run["run_id"])
+    return listed
 
 
 async def outcome_unknown(store: Store, run_id: str) -> list[str]:

@@ -31,6 +31,7 @@ class EventWriter:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def __call__(self, event: EventBase) -> None:
         self._queue.append(event)
@@ -41,7 +42,7 @@ class EventWriter:
         self._task = asyncio.create_task(self._loop(), name="loopdeck-event-writer")
 
     async def _loop(self) -> None:
-        while True:
+        while not self._closing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), BATCH_INTERVAL_S)
             self._wake.clear()
@@ -61,14 +62,18 @@ class EventWriter:
             except (sqlite3.Error, StoreError) as exc:
                 self._queue = batch + self._queue
                 raise exc if isinstance(exc, StoreError) else self.store.explain(exc) from exc
+            except BaseException:
+                self._queue = batch + self._queue
+                raise
             self.acknowledged_seq = batch[-1].seq
             self.error = None
 
     async def close(self) -> None:
+        # Never cancel the loop: a commit cut short by a cancellation would lose its batch.
+        self._closing = True
+        self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await self._task
         await self.flush()
 
     async def _commit(self, batch: list[EventBase]) -> None:

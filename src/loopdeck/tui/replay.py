@@ -70,12 +70,12 @@ class ReplayLink:
 
 class ReplayScreen(RunScreen):
     BINDINGS = [
-        Binding("right", "step(1)", "Step", id="replay.forward"),
-        Binding("left", "step(-1)", "Back", id="replay.back"),
-        Binding("pagedown", "step(100)", "+100", id="replay.forward_many"),
-        Binding("pageup", "step(-100)", "-100", id="replay.back_many"),
-        Binding("home", "jump(0)", "Start", id="replay.start"),
-        Binding("end", "jump(-1)", "End", id="replay.end"),
+        Binding("right", "step(1)", "Step", id="replay.forward", priority=True),
+        Binding("left", "step(-1)", "Back", id="replay.back", priority=True),
+        Binding("pagedown", "step(100)", "+100", id="replay.forward_many", priority=True),
+        Binding("pageup", "step(-100)", "-100", id="replay.back_many", priority=True),
+        Binding("home", "jump(0)", "Start", id="replay.start", priority=True),
+        Binding("end", "jump(-1)", "End", id="replay.end", priority=True),
     ]
 
     def __init__(self, link: ReplayLink, now: Callable[[], datetime]) -> None:

@@ -80,6 +80,13 @@ class Harness(Environment):
         self.notes.append(args.text)
         return {"notes": len(self.notes)}
 
+    @tool(args=SecondsArgs, risk="write", timeout_s=30)
+    async def slow_write(self, args: SecondsArgs) -> dict[str, Any]:
+        """A write that takes its time."""
+        await asyncio.sleep(args.seconds)
+        self.notes.append("done")
+        return {"notes": len(self.notes)}
+
     @tool(args=TextArgs)
     def huge(self, args: TextArgs) -> dict[str, Any]:
         """Return a very large result."""

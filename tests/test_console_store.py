@@ -1,0 +1,83 @@
+"""Consoles on runs that live in the store: attach to a live one, replay a finished one."""
+
+from conftest import SAMPLES
+from console_helpers import wait_until
+from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
+
+from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.links import StoreLink
+from loopdeck.tui.replay import ReplayLink, ReplayScreen
+from loopdeck.tui.run_screen import RunScreen
+
+SIZE = (160, 48)
+
+
+def _screen(app, kind=RunScreen):
+    return next((s for s in app.screen_stack if isinstance(s, kind)), None)
+
+
+async def test_attach_approves_a_headless_run_and_sees_it_finish(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            assert app.screen.request.tool == "update_delivery_address"
+            await pilot.press("a")
+            screen = _screen(app)
+            await wait_until(pilot, lambda: screen.view.stop_reason is not None)
+            assert screen.view.stop_reason == "goal_met"
+            assert screen.view.env == "order_support"
+            assert len(screen.view.calls) == 3
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert last_json(out)["stop_reason"] == "goal_met"
+
+
+async def test_attach_stop_key_cancels_the_remote_run(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            await pilot.press("s")
+            screen = _screen(app)
+            await wait_until(pilot, lambda: screen.view.stop_reason is not None)
+            assert screen.view.stop_reason == "cancelled"
+            assert app.screen is screen  # the withdrawn approval's dialog closed
+        runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+
+
+async def test_replay_steps_back_and_forth(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    done = loopdeck(
+        "run", "service_outage", "--script", "wrong-guess", "--headless", "--json", db=db
+    )
+    assert done.stdout, done.stderr
+    run_id = last_json(done.stdout)["run_id"]
+    app = LoopdeckApp(link=ReplayLink(db, run_id))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: _screen(app, ReplayScreen) is not None)
+        screen = _screen(app, ReplayScreen)
+        await wait_until(pilot, lambda: screen.position > 0)
+        total = screen.position
+        assert screen.view.stop_reason == "stalled"
+        assert [e.seq for e in screen.replay.events] == list(range(1, total + 1))
+        assert [v.verdict for v in screen.view.verdicts] == ["fail", "stalled"]
+        await pilot.press("home")
+        assert screen.position == 0 and screen.view.stop_reason is None
+        await pilot.press("right", "right", "right")
+        assert screen.position == 3
+        assert screen.view.state.value == "planning"
+        await pilot.press("end")
+        await pilot.press("left")
+        assert screen.position == total - 1 and screen.view.stop_reason is None
+        assert "replay" in str(screen.query_one("#calls").border_subtitle)

@@ -1,0 +1,214 @@
+"""The event store: supervising a headless run from other processes, crashes, bad files."""
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import stat
+
+import pytest
+from conftest import HARNESS, SAMPLES
+from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
+
+from loopdeck.store import queries
+from loopdeck.store.database import SCHEMA_VERSION, Store, StoreError
+
+
+async def test_waiting_run_is_released_by_approve_from_another_process(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        assert pending["tool"] == "update_delivery_address"
+        listed = last_json(loopdeck("pending", "--json", db=db).stdout)
+        assert [p["call_id"] for p in listed] == [pending["call_id"]]
+        assert {"run_id", "call_id", "tool", "args", "requested_at", "expires_at"} <= set(listed[0])
+        approved = loopdeck("approve", pending["run_id"], pending["call_id"], "--json", db=db)
+        assert approved.returncode == 0 and last_json(approved.stdout)["decided"] is True
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert runner.returncode == 0
+    assert last_json(out)["stop_reason"] == "goal_met"
+    runs = last_json(loopdeck("runs", "--json", db=db).stdout)
+    assert runs[0]["stop_reason"] == "goal_met" and runs[0]["state"] == "complete"
+    again = loopdeck("approve", pending["run_id"], pending["call_id"], db=db)
+    assert again.returncode == 1 and "already decided" in again.stderr
+
+
+async def test_reject_with_reason_reaches_the_model(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        loopdeck(
+            "reject", pending["run_id"], pending["call_id"], "--reason", "call the customer", db=db
+        )
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    summary = last_json(out)
+    assert summary["stop_reason"] != "goal_met"
+    exported = loopdeck("export", summary["run_id"], "--format", "jsonl", db=db).stdout
+    events = [json.loads(line) for line in exported.splitlines()]
+    assert all("kind" in e for e in events)
+    finished = next(
+        e for e in events if e["kind"] == "tool_finished" and e["call_id"] == pending["call_id"]
+    )
+    assert finished["status"] == "rejected"
+    assert finished["result"]["error"]["message"] == "call the customer"
+    decided = next(e for e in events if e["kind"] == "approval_decided")
+    assert decided["by"].startswith("cli") and decided["approved"] is False
+
+
+async def test_two_simultaneous_approvers_exactly_one_wins(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        first, second = await Store.open(db), await Store.open(db)
+        try:
+            results = await asyncio.gather(
+                queries.decide(first, pending["run_id"], pending["call_id"], approved=True, by="a"),
+                queries.decide(
+                    second, pending["run_id"], pending["call_id"], approved=False, by="b"
+                ),
+            )
+        finally:
+            await first.close()
+            await second.close()
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert sorted(results) == [False, True]
+    assert last_json(out)["stop_reason"] == ("goal_met" if results[0] else "stalled")
+
+
+async def test_cancel_and_kill_from_another_process(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    budgets = ("--max-tool-calls", "100000", "--max-turns", "100000", "--max-tokens", "1000000000")
+    budgets += ("--max-cost", "100000", "--deadline", "120")
+    for flag, reason in (((), "cancelled"), (("--now",), "killed")):
+        runner = start_runner(HARNESS, "poll", db, *budgets)
+        try:
+            for _ in range(300):
+                runs = last_json(loopdeck("runs", "--json", db=db).stdout) if db.exists() else []
+                live = [r for r in runs if r["state"] not in ("complete", "stopped")]
+                if live:
+                    break
+                await asyncio.sleep(0.1)
+            loopdeck("cancel", live[0]["run_id"], *flag, db=db)
+            out, _ = runner.communicate(timeout=60)
+        finally:
+            runner.kill()
+        summary = last_json(out)
+        assert summary["stop_reason"] == reason
+        assert "cli" in summary["detail"]
+
+
+async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(HARNESS, "slow-write", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        loopdeck("approve", pending["run_id"], pending["call_id"], db=db)
+        store = await Store.open(db)
+        try:
+            for _ in range(100):  # the approval is durable before the write starts
+                rows = await store.fetchall(
+                    "SELECT kind FROM events WHERE kind = 'approval_decided'"
+                )
+                if rows:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await store.close()
+        await asyncio.sleep(0.5)
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(timeout=10)
+    finally:
+        runner.kill()
+    runs = last_json(loopdeck("runs", "--json", db=db).stdout)
+    assert runs[0]["state"] == "stopped" and runs[0]["stop_reason"] == "crashed"
+    assert runs[0]["outcome_unknown"] == [pending["call_id"]]
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        seqs = [r[0] for r in con.execute("SELECT seq FROM events ORDER BY seq")]
+        kinds = [r[0] for r in con.execute("SELECT kind FROM events ORDER BY seq")]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert "approval_requested" in kinds and "approval_decided" in kinds
+    assert kinds[-1] == "run_stopped"
+    assert "tool_finished" not in kinds[kinds.index("approval_decided") :]
+
+
+async def test_store_file_is_private_and_wal(tmp_path) -> None:
+    db = tmp_path / "private.db"
+    store = await Store.open(db)
+    try:
+        mode = (await store.fetchall("PRAGMA journal_mode"))[0][0]
+        version = await store.fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
+    finally:
+        await store.close()
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert mode == "wal"
+    assert int(version[0][0]) == SCHEMA_VERSION
+
+
+async def test_newer_schema_is_refused_clearly(tmp_path) -> None:
+    db = tmp_path / "newer.db"
+    store = await Store.open(db)
+    await store.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
+    await store.close()
+    with pytest.raises(StoreError, match="newer than this loopdeck"):
+        await Store.open(db)
+    result = loopdeck("runs", db=db)
+    assert result.returncode == 2 and "newer than this loopdeck" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["other-sqlite", "garbage"])
+async def test_a_file_that_is_not_a_loopdeck_store_is_refused(tmp_path, kind) -> None:
+    db = tmp_path / "other.db"
+    if kind == "other-sqlite":
+        with sqlite3.connect(db) as con:
+            con.execute("CREATE TABLE customers (id INTEGER)")
+    else:
+        db.write_bytes(b"this is not a database at all" * 100)
+    result = loopdeck("runs", db=db)
+    assert result.returncode == 2
+    assert "not a loopdeck database" in result.stderr
+    assert str(db) in result.stderr
+
+
+async def test_a_locked_store_is_named(tmp_path) -> None:
+    db = tmp_path / "locked.db"
+    await (await Store.open(db)).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        result = loopdeck("approve", "r", "c", db=db, timeout=30)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.returncode == 2
+    assert "locked" in result.stderr and str(db) in result.stderr
+
+
+async def test_unknown_run_is_named(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    await (await Store.open(db)).close()
+    result = loopdeck("cancel", "nope", db=db)
+    assert result.returncode == 2 and "no run 'nope'" in result.stderr
+
+
+async def test_every_event_of_a_run_is_recorded_in_order(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    for script in ("wrong-guess", "solve", "loop"):
+        done = loopdeck("run", "service_outage", "--script", script, "--headless", "--json", db=db)
+        run_id = last_json(done.stdout)["run_id"]
+        exported = loopdeck("export", run_id, db=db).stdout.splitlines()
+        events = [json.loads(line) for line in exported]
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert events[0]["kind"] == "run_started" and events[-1]["kind"] == "run_stopped"
