@@ -24,7 +24,7 @@ test: lint
 	$(VENV)/bin/pytest
 
 bench: $(STAMP)
-	cd bench && ../$(PY) steps_per_second.py && ../$(PY) console_latency.py
+	cd bench && ../$(PY) steps_per_second.py && ../$(PY) console_latency.py && ../$(PY) store_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -81,3 +81,24 @@ async def test_replay_steps_back_and_forth(tmp_path) -> None:
         await pilot.press("left")
         assert screen.position == total - 1 and screen.view.stop_reason is None
         assert "replay" in str(screen.query_one("#calls").border_subtitle)
+
+
+async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> None:
+    import os
+    import signal
+
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            os.kill(runner.pid, signal.SIGKILL)
+            runner.wait(timeout=10)
+            screen = _screen(app)
+            await wait_until(pilot, lambda: screen.view.stop_reason is not None, timeout=10)
+            assert screen.view.stop_reason == "crashed"
+            assert app.screen is screen  # the dead run's approval was withdrawn
+    finally:
+        runner.kill()

@@ -91,7 +91,15 @@ class EventWriter:
                     for e in batch
                 ],
             )
+            # Run-row fields only keep their last value: apply the last event of each kind.
+            last: dict[str, EventBase] = {}
             for event in batch:
+                kind = getattr(event, "kind", "")
+                if kind in ("state_changed", "budget_updated"):
+                    last[kind] = event
+                else:
+                    await self._apply(event)
+            for event in last.values():
                 await self._apply(event)
             await db.execute("COMMIT")
         except BaseException:

@@ -14,9 +14,10 @@ from textual.widgets import Input
 from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.launch import PreparedRun, RunOptions, prepare_run
+from loopdeck.store.approver import StoreBackedQueue
 from loopdeck.tui.dialogs import ConfirmKillDialog
 from loopdeck.tui.launcher import LauncherScreen
-from loopdeck.tui.links import LocalLink, RunLink
+from loopdeck.tui.links import LocalLink, RunLink, StoreLink
 from loopdeck.tui.replay import ReplayLink, ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
 from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
@@ -51,7 +52,7 @@ class LoopdeckApp(App[int]):
     ) -> None:
         super().__init__()
         self.prepared = prepared
-        self.queue = queue or ApprovalQueue()
+        self.queue = queue or StoreBackedQueue()
         self.requested_theme = theme_name
         self.themes_folder = themes_folder
         self.launch_options = launch_options or RunOptions(env="")
@@ -90,12 +91,18 @@ class LoopdeckApp(App[int]):
                 RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now)
             )
         else:
-            self.push_screen(LauncherScreen(), self._launch)
+            self.push_screen(LauncherScreen(self.db_path), self._launch)
 
     def _launch(self, choice: tuple[str, str] | None) -> None:
         if choice is None:
             return
         path, script = choice
+        if path == "attach":
+            self.push_screen(RunScreen(StoreLink(self.db_path, script), self.now))
+            return
+        if path == "replay":
+            self.push_screen(ReplayScreen(ReplayLink(self.db_path, script), self.now))
+            return
         options = RunOptions(
             env=path,
             script=script,
@@ -108,7 +115,7 @@ class LoopdeckApp(App[int]):
             self.prepared = prepare_run(options, approver=self.queue)
         except ScenarioError as exc:
             self.notify(str(exc), title="cannot start", severity="error", timeout=15)
-            self.push_screen(LauncherScreen(), self._launch)
+            self.push_screen(LauncherScreen(self.db_path), self._launch)
             return
         self.push_screen(RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now))
 

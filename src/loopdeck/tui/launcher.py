@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.markup import escape
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
+from textual.worker import Worker, WorkerState
 
 from loopdeck.launch import list_envs
+from loopdeck.store import queries
+from loopdeck.store.database import Store
 
 
 class LauncherScreen(Screen[tuple[str, str]]):
+    """Sample envs to start, and the store's runs to attach to (live) or replay (finished).
+
+    Dismisses with (env path, script), ("attach", run id) or ("replay", run id).
+    """
+
     BINDINGS = [Binding("q", "app.quit", "Quit", id="launcher.quit")]
+
+    def __init__(self, db_path: Path | None = None) -> None:
+        super().__init__()
+        self.db_path = db_path
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -40,6 +55,37 @@ class LauncherScreen(Screen[tuple[str, str]]):
 
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()
+        if self.db_path is not None:
+            self._load_runs()
+
+    @work(group="launcher", exclusive=True, exit_on_error=False, description="list stored runs")
+    async def _load_runs(self) -> list[dict[str, Any]]:
+        store = await Store.open(self.db_path)
+        try:
+            return await queries.list_runs(store)
+        finally:
+            await store.close()
+
+    @on(Worker.StateChanged)
+    def _runs_loaded(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "launcher":
+            return
+        if event.state is WorkerState.ERROR:
+            self.notify(str(event.worker.error), title="store", severity="error", timeout=15)
+            return
+        if event.state is not WorkerState.SUCCESS or not event.worker.result:
+            return
+        options = self.query_one(OptionList)
+        options.add_option(Option(f"[b]runs in {escape(str(self.db_path))}[/]", disabled=True))
+        for run in reversed(event.worker.result[-200:]):
+            live = run["state"] not in ("complete", "stopped")
+            verb = "attach" if live else "replay"
+            outcome = run["state"] if live else run["stop_reason"]
+            label = (
+                f"{verb:<6} [b]{run['run_id']}[/] · {escape(str(run['env']))}/"
+                f"{escape(str(run['script']))} · {outcome} · {str(run['started_at'])[:19]}"
+            )
+            options.add_option(Option(label, id=f"{verb}\n{run['run_id']}"))
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:

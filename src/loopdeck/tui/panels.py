@@ -122,7 +122,7 @@ def _rate(per_second: float) -> str:
 
 class BudgetPanel(Static):
     def show(self, view: RunView, elapsed: float) -> None:
-        wide = (self.content_size.width or 60) >= 44
+        wide = self.size.width >= 50
         lines = []
         for cap, label in CAP_LABELS:
             if cap not in view.budget:
