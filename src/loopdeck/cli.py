@@ -22,6 +22,7 @@ from loopdeck.cli_store import (
 )
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
+from loopdeck.llm.client import MissingCredentials
 from loopdeck.store.database import StoreError, default_db_path
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-cost", type=positive_float, metavar="USD")
     run.add_argument("--deadline", type=positive_float, metavar="SECONDS")
     run.add_argument("--max-rounds", type=positive_int)
+    run.add_argument("--model-timeout", type=positive_float, metavar="SECONDS")
     run.add_argument("--theme", help="console theme (see themes/)")
 
     console = commands.add_parser("console", help="the console's launcher over the sample envs")
@@ -102,6 +104,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
             "deadline": args.deadline,
             "max_rounds": args.max_rounds,
         },
+        model_timeout_s=args.model_timeout,
     )
 
 
@@ -175,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ScenarioError as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (ValueError, StoreError) as exc:
+    except (ValueError, StoreError, MissingCredentials) as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:

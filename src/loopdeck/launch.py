@@ -8,13 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from loopdeck.core.approvals import Approver, AutoApprover, DenyApprover
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
 from loopdeck.core.events import EventBus
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.llm.client import SCRIPTED, LiteLLMModel
+from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
+from loopdeck.llm.profile import UnsupportedLayer
 
 ApproveMode = Literal["auto", "deny", "wait"]
 
@@ -56,6 +59,7 @@ class RunOptions:
     approve: ApproveMode | None = None
     budget_overrides: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None
+    model_timeout_s: float | None = None
 
 
 @dataclass
@@ -109,14 +113,21 @@ def prepare_run(
         mode=mode,
         budget=budget,
         approval_ttl_s=scenario.approval_ttl_s,
+        model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
     )
-    model = LiteLLMModel(
-        model_name,
-        api_base=options.api_base,
-        script=script,
-        price=scenario.scripted_price,
-        react=mode == "react",
-    )
+    check_credentials(model_name, options.api_base)
+    try:
+        model = LiteLLMModel(
+            model_name,
+            api_base=options.api_base,
+            script=script,
+            price=scenario.scripted_price,
+            react=mode == "react",
+            profile_overrides=scenario.model_profile,
+            temperature=scenario.temperature,
+        )
+    except (UnsupportedLayer, ValidationError) as exc:
+        raise ScenarioError(f"{env_dir.path / 'scenario.toml'}: {exc}") from exc
     workdir = env_dir.prepare_workdir()
     try:
         env = env_dir.create(workdir)

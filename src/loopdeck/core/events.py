@@ -178,6 +178,14 @@ class ReviewVerdict(EventBase):
     after_hash: str
 
 
+class ContextCompacted(EventBase):
+    kind: Literal["context_compacted"] = "context_compacted"
+    round: int
+    tokens_before: int
+    tokens_after: int
+    reason: str
+
+
 class OperatorCommand(EventBase):
     kind: Literal["operator_command"] = "operator_command"
     command: Literal["cancel", "kill", "pause", "resume"]
@@ -209,6 +217,7 @@ Event = Annotated[
     | GuardTripped
     | BudgetUpdated
     | ReviewVerdict
+    | ContextCompacted
     | OperatorCommand
     | RunStopped,
     Field(discriminator="kind"),

@@ -59,13 +59,24 @@ class ModelReply(BaseModel):
 class ProviderError(Exception):
     """A model call that failed; `retryable` says whether backing off may help."""
 
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        context_overflow: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.context_overflow = context_overflow
 
 
 class ModelClient(Protocol):
     name: str
+    context_window: int | None
 
     async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+    def count_tokens(self, messages: list[dict[str, Any]]) -> int: ...

@@ -17,12 +17,14 @@ from loopdeck.core.approvals import Approver
 from loopdeck.core.budgets import Budget, BudgetExhausted, BudgetLedger
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
+from loopdeck.core.compaction import compact, needs_compaction
 from loopdeck.core.control import Interrupted, RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, decide
 from loopdeck.core.dispatcher import Dispatcher
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
+    ContextCompacted,
     DecisionInvalid,
     DecisionMade,
     EventBase,
@@ -278,8 +280,40 @@ class Runtime:
             if tripped:
                 return True
 
+    def _compact(self, conversation: list[dict[str, Any]], reason: str) -> bool:
+        """Compact in place; True if anything got shorter."""
+        count = getattr(self.model, "count_tokens", None)
+        if count is None:
+            return False
+        before = count(conversation)
+        compacted = compact(conversation)
+        after = count(compacted)
+        if after >= before:
+            return False
+        conversation[:] = compacted
+        self._emit(
+            ContextCompacted(
+                run_id=self.config.run_id,
+                round=self.round,
+                tokens_before=before,
+                tokens_after=after,
+                reason=reason,
+            )
+        )
+        return True
+
+    def _keep_in_window(self, conversation: list[dict[str, Any]]) -> None:
+        window = getattr(self.model, "context_window", None)
+        count = getattr(self.model, "count_tokens", None)
+        if window is None or count is None:
+            return
+        while needs_compaction(count(conversation), window):
+            if not self._compact(conversation, f"prompt above half of the {window}-token window"):
+                return
+
     async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
         while True:
+            self._keep_in_window(conversation)
             # Built unvalidated: the conversation is ours and grows every turn.
             request = ModelRequest.model_construct(
                 role="executor",
@@ -320,6 +354,7 @@ class Runtime:
     async def _call_model(self, request: ModelRequest) -> ModelReply:
         self.ledger.before_model_call()
         attempt = 0
+        compacted_for_overflow = False
         while True:
             attempt += 1
             timeout = min(self.config.model_timeout_s, max(self.ledger.remaining_time(), 0.001))
@@ -333,6 +368,11 @@ class Runtime:
                 error = ProviderError(f"model call timed out after {timeout:.1f}s", retryable=True)
             except ProviderError as exc:
                 error = exc
+            if error.context_overflow and not compacted_for_overflow:
+                compacted_for_overflow = True
+                if self._compact(request.messages, "the provider reported a context overflow"):
+                    attempt -= 1
+                    continue
             if not error.retryable or attempt > MAX_MODEL_RETRIES:
                 raise StopRun(StopReason.PROVIDER_FAILURE, str(error))
             delay = self.config.model_backoff_s * 2 ** (attempt - 1)

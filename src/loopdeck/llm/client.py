@@ -8,6 +8,9 @@ from typing import Any
 from loopdeck.core.model import ModelReply, ModelRequest, ProviderError, RawToolCall
 from loopdeck.core.scenario import Script, ScriptedPrice
 from loopdeck.llm.loader import litellm_module
+from loopdeck.llm.profile import ModelProfile, profile_for
+from loopdeck.llm.prompt_program import check_layers, compile_request
+from loopdeck.llm.script_player import count_tokens, prompt_text
 from loopdeck.llm.scripted_provider import PROVIDER, ensure_registered, register_script
 
 SCRIPTED = "scripted"
@@ -25,10 +28,34 @@ def classify(exc: Exception) -> ProviderError:
     """Map a LiteLLM exception to retryable or not, keeping the provider's message."""
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
+    if name == "ContextWindowExceededError":
+        return ProviderError(
+            f"{name}: {exc}", retryable=False, status=status, context_overflow=True
+        )
     retryable = name in _RETRYABLE or (isinstance(status, int) and status >= 500)
     if name in ("BadRequestError", "AuthenticationError", "PermissionDeniedError", "NotFoundError"):
         retryable = False
     return ProviderError(f"{name}: {exc}", retryable=retryable, status=status)
+
+
+class MissingCredentials(Exception):
+    """The provider's key is not in the environment; raised before the run starts."""
+
+
+def check_credentials(model: str, api_base: str | None) -> None:
+    if model == SCRIPTED:
+        return
+    litellm = litellm_module()
+    try:
+        found = litellm.validate_environment(model=model, api_base=api_base)
+    except Exception:  # an unknown provider: LiteLLM cannot tell, the first call will
+        return
+    missing = found.get("missing_keys") or []
+    if missing and not found.get("keys_in_environment"):
+        raise MissingCredentials(
+            f"{model} needs {', '.join(missing)} in the environment (none is set); "
+            "local OpenAI-compatible servers accept any non-empty key"
+        )
 
 
 class LiteLLMModel:
@@ -42,21 +69,38 @@ class LiteLLMModel:
         script: Script | None = None,
         price: ScriptedPrice | None = None,
         react: bool = False,
+        profile_overrides: dict[str, Any] | None = None,
+        temperature: float | None = None,
     ) -> None:
         self.name = model
         self.api_base = api_base
         self.react = react
         self.price = price or ScriptedPrice()
+        self.temperature = temperature
         self._script_key: str | None = None
         if model == SCRIPTED:
             if script is None:
                 raise ValueError("the scripted model needs a script (--script NAME)")
             self._script_key = register_script(script)
+            self.profile = ModelProfile(model=model, tool_calling=True, **(profile_overrides or {}))
+        else:
+            self.profile = profile_for(model, profile_overrides)
+        check_layers(self.profile, temperature)
+        self.context_window: int | None = self.profile.max_input_tokens
+
+    def count_tokens(self, messages: list[dict[str, Any]]) -> int:
+        if self._script_key is not None:
+            return count_tokens(prompt_text(messages, []))
+        litellm = litellm_module()
+        try:
+            return int(litellm.token_counter(model=self.name, messages=messages))
+        except Exception:  # no tokenizer for this model: estimate
+            return count_tokens(prompt_text(messages, []))
 
     def _request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"messages": request.messages, "timeout": request.timeout_s}
-        if request.tools:
-            kwargs["tools"] = request.tools
+        kwargs = compile_request(request, self.profile, temperature=self.temperature)
+        # Retries happen once, in the runtime, where each one is an event the operator sees.
+        kwargs |= {"timeout": request.timeout_s, "num_retries": 0, "max_retries": 0}
         if self._script_key is not None:
             ensure_registered()
             kwargs["model"] = f"{PROVIDER}/{request.role}"

@@ -30,7 +30,7 @@ def count_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / 4)) if text else 0
 
 
-def _prompt_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+def prompt_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
     parts = [str(m.get("content") or "") for m in messages]
     parts += [json.dumps(m["tool_calls"]) for m in messages if m.get("tool_calls")]
     if tools:
@@ -57,7 +57,7 @@ def play(
     tools: list[dict[str, Any]],
     react: bool,
 ) -> ScriptedReply:
-    prompt_tokens = count_tokens(_prompt_text(messages, tools))
+    prompt_tokens = count_tokens(prompt_text(messages, tools))
     if role == "planner":
         plan = script.plan_for(round_no)
         return ScriptedReply(plan, [], prompt_tokens, count_tokens(plan))
