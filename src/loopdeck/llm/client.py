@@ -128,7 +128,9 @@ class LiteLLMModel:
                         },
                     )
                 )
-            return float(litellm.completion_cost(completion_response=response))
+            if not self.profile.known_price:
+                return None
+            return float(litellm.completion_cost(completion_response=response, model=self.name))
         except Exception:  # LiteLLM raises when the model has no known price: cost is unknown
             return None
 
