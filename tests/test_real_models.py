@@ -77,11 +77,13 @@ async def test_json_envelope_path_for_a_model_without_tool_calling() -> None:
             type="tool_call", tool_name="set_config", reason_code="FIX",
             arguments={"key": "db_url", "value": "postgres://orders-db-v2:5432/orders"},
         ),
-        envelope(type="tool_call", tool_name="scale_service", arguments={"replicas": 3}, reason_code="S"),
+        envelope(
+            type="tool_call", tool_name="scale_service", arguments={"replicas": 3}, reason_code="S"
+        ),
         envelope(type="final", message="fixed", reason_code="DONE"),
     ]  # fmt: skip
     with FakeOpenAI(replies) as server:
-        outcome, events = await _run(server, model="openai/local-model")
+        outcome, _events = await _run(server, model="openai/local-model")
     assert outcome.stop_reason is StopReason.GOAL_MET
     executor_request = server.requests[1]
     assert "tools" not in executor_request
