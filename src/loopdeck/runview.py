@@ -70,6 +70,10 @@ class RunView:
     events_seen: int = 0
     max_call_rows: int = MAX_CALL_ROWS
     changed_calls: set[str] = field(default_factory=set)
+    model_retries: int = 0
+    last_model_error: str = ""
+    compactions: int = 0
+    last_compaction: tuple[int, int] | None = None
 
     @property
     def finished(self) -> bool:
@@ -154,6 +158,14 @@ class RunView:
 
     def _on_review_verdict(self, e: Any) -> None:
         self.verdicts.append(RoundVerdict(e.round, e.verdict, list(e.reasons)))
+
+    def _on_model_retry(self, e: Any) -> None:
+        self.model_retries += 1
+        self.last_model_error = e.error
+
+    def _on_context_compacted(self, e: Any) -> None:
+        self.compactions += 1
+        self.last_compaction = (e.tokens_before, e.tokens_after)
 
     def _on_operator_command(self, e: Any) -> None:
         if e.command == "pause":

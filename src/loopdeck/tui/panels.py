@@ -149,6 +149,12 @@ class BudgetPanel(Static):
             rate_column = f" [dim]{rate:>8}[/]" if wide else ""
             bar = _bar(fraction, 10)
             lines.append(f"{label:<10} [{var}]{bar}[/] {amount:<12}{rate_column}{fired}")
+        if view.model_retries:
+            error = escape(view.last_model_error[:40])
+            lines.append(f"[b $warning]↻ {view.model_retries} model retries[/] [dim]{error}[/]")
+        if view.last_compaction:
+            before, after = view.last_compaction
+            lines.append(f"[dim]context compacted x{view.compactions}: {before}→{after} tokens[/]")
         self.update("\n".join(lines))
 
 

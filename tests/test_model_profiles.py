@@ -1,0 +1,71 @@
+"""Model profiles from LiteLLM's map, scenario overrides, and layers a model cannot carry."""
+
+import pytest
+from conftest import SAMPLES
+
+from loopdeck.core.model import ModelRequest
+from loopdeck.llm.profile import UnsupportedLayer, profile_for
+from loopdeck.llm.prompt_program import compile_request
+from loopdeck.runview import RunView
+
+TOOLS = [{"type": "function", "function": {"name": "get_status", "parameters": {"type": "object"}}}]
+
+
+def test_known_model_profile_comes_from_the_model_map() -> None:
+    profile = profile_for("openai/gpt-4o-mini")
+    assert profile.tool_calling and profile.known_price
+    assert profile.max_input_tokens and profile.max_input_tokens > 10_000
+
+
+def test_unknown_model_gets_the_envelope_unless_overridden() -> None:
+    assert not profile_for("openai/my-vllm-model").tool_calling
+    assert profile_for("openai/my-vllm-model", {"tool_calling": True}).tool_calling
+
+
+def test_compiled_request_per_profile() -> None:
+    request = ModelRequest(
+        role="executor",
+        round=1,
+        messages=[{"role": "system", "content": "rules"}, {"role": "user", "content": "PLAN"}],
+        tools=TOOLS,
+    )
+    native = compile_request(request, profile_for("openai/gpt-4o-mini"))
+    assert native["tools"] == TOOLS and native["messages"][0]["content"] == "rules"
+    plain = compile_request(request, profile_for("openai/my-vllm-model"))
+    assert "tools" not in plain
+    assert "get_status" in plain["messages"][0]["content"]
+    assert "OUTPUT CONTRACT" in plain["messages"][0]["content"]
+
+
+def test_a_layer_the_model_cannot_carry_is_named_before_any_request() -> None:
+    profile = profile_for("openai/my-vllm-model", {"temperature": False})
+    request = ModelRequest(role="executor", round=1, messages=[])
+    with pytest.raises(UnsupportedLayer, match="temperature"):
+        compile_request(request, profile, temperature=0.2)
+
+
+def test_cli_names_the_layer_from_the_scenario(cli, tmp_path) -> None:
+    env = tmp_path / "warm"
+    env.mkdir()
+    scenario = (SAMPLES / "service_outage" / "scenario.toml").read_text()
+    scenario = scenario.replace(
+        "approval_ttl_s = 300",
+        "approval_ttl_s = 300\ntemperature = 0.2\nmodel_profile = { temperature = false }",
+    )
+    (env / "scenario.toml").write_text(scenario)
+    (env / "env.py").write_text((SAMPLES / "service_outage" / "env.py").read_text())
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "temperature" in err and "scenario.toml" in err
+
+
+def test_retries_and_compactions_reach_the_operators_view() -> None:
+    from loopdeck.core.events import ContextCompacted, ModelRetry
+
+    view = RunView()
+    view.apply(ModelRetry(run_id="r", attempt=1, error="RateLimitError: slow down", delay_s=0.5))
+    view.apply(
+        ContextCompacted(run_id="r", round=1, tokens_before=900, tokens_after=400, reason="x")
+    )
+    assert view.model_retries == 1 and "RateLimit" in view.last_model_error
+    assert view.last_compaction == (900, 400)
