@@ -102,3 +102,59 @@ async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> No
             assert app.screen is screen  # the dead run's approval was withdrawn
     finally:
         runner.kill()
+
+
+async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> None:
+    from loopdeck.launch import RunOptions, prepare_run
+    from loopdeck.store import queries
+    from loopdeck.store.approver import StoreBackedQueue
+    from loopdeck.store.database import Store
+
+    db = tmp_path / "s.db"
+    queue = StoreBackedQueue()
+    prepared = prepare_run(
+        RunOptions(env=str(SAMPLES / "order_support"), script="solve"), approver=queue
+    )
+    app = LoopdeckApp(prepared, queue, db_path=db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        request = app.screen.request
+        other = await Store.open(db)
+        try:
+            won = await queries.decide(
+                other, request.run_id, request.call_id, approved=True, by="cli:ops"
+            )
+        finally:
+            await other.close()
+        assert won
+        screen = _screen(app)
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        assert screen.outcome.stop_reason.value == "goal_met"
+        assert app.screen is screen  # the dialog closed once the call was decided elsewhere
+        update = next(c for c in screen.outcome.calls if c.tool == "update_delivery_address")
+        assert update.status.value == "executed"
+    runs = last_json(loopdeck("runs", "--json", db=db).stdout)
+    assert runs[0]["run_id"] == request.run_id and runs[0]["stop_reason"] == "goal_met"
+
+
+async def test_launcher_lists_stored_runs_and_replays_one(tmp_path) -> None:
+    from loopdeck.tui.launcher import LauncherScreen
+
+    db = tmp_path / "s.db"
+    done = loopdeck("run", "service_outage", "--script", "loop", "--headless", "--json", db=db)
+    run_id = last_json(done.stdout)["run_id"]
+    app = LoopdeckApp(db_path=db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        options = app.screen.query_one("#launcher-list")
+
+        def ids():
+            return [options.get_option_at_index(i).id for i in range(options.option_count)]
+
+        await wait_until(pilot, lambda: f"replay\n{run_id}" in ids())
+        options.highlighted = ids().index(f"replay\n{run_id}")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: _screen(app, ReplayScreen) is not None)
+        screen = _screen(app, ReplayScreen)
+        await wait_until(pilot, lambda: screen.view.stop_reason is not None)
+        assert screen.view.stop_reason == "stalled"

@@ -117,18 +117,8 @@ class CallHandler:
             state_hash=state_hash,
         )
         self.records.append(record)
-        rt._emit(
-            CallProposed(
-                run_id=self.run_id,
-                call_id=call_id,
-                round=rt.round,
-                tool=call.tool,
-                args=call.args,
-                risk=spec.risk,
-                fingerprint=key.fingerprint,
-                state_hash=state_hash,
-            )
-        )
+        proposed = record.model_dump(exclude={"status", "result", "duration_ms"})
+        rt._emit(CallProposed(run_id=self.run_id, **proposed))
         if not self.guard.admit(key, exempt=spec.exempt_from_guard):
             rt._emit(
                 GuardTripped(
