@@ -212,3 +212,26 @@ async def test_every_event_of_a_run_is_recorded_in_order(tmp_path) -> None:
         events = [json.loads(line) for line in exported]
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert events[0]["kind"] == "run_started" and events[-1]["kind"] == "run_stopped"
+
+
+async def test_events_the_store_cannot_take_are_spilled_beside_it(tmp_path) -> None:
+    from loopdeck.core.events import OperatorCommand
+    from loopdeck.store.writer import EventWriter
+
+    db = tmp_path / "s.db"
+    store = await Store.open(db)
+    writer = EventWriter(store)
+    writer(OperatorCommand(run_id="r1", seq=1, command="pause", by="t"))
+    holder = sqlite3.connect(db, isolation_level=None, timeout=0.1)
+    holder.execute("BEGIN EXCLUSIVE")
+    await store.execute("PRAGMA busy_timeout = 100")
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            await writer.flush()
+        spilled = writer.spill()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await store.close()
+    lines = spilled.read_text().splitlines()
+    assert json.loads(lines[0])["command"] == "pause"

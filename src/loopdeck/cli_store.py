@@ -82,10 +82,13 @@ async def run_recorded_headless(options: RunOptions, db: Path | None) -> RunOutc
                 f"`loopdeck approve {prepared.runtime.config.run_id} CALL_ID` (db {store.path})",
                 file=sys.stderr,
             )
+        recorded = RecordedRun(store, prepared.runtime, writer)
         try:
-            return await RecordedRun(store, prepared.runtime, writer).run()
+            return await recorded.run()
         finally:
             prepared.cleanup()
+            if recorded.persist_error:
+                print(f"loopdeck: {recorded.persist_error}", file=sys.stderr)
     finally:
         await store.close()
 

@@ -50,6 +50,7 @@ class RecordedRun:
         self.store = store
         self.runtime = runtime
         self.writer = writer
+        self.persist_error: str | None = None
 
     async def run(self) -> RunOutcome:
         unsubscribe = self.runtime.bus.subscribe(self.writer)
@@ -62,5 +63,9 @@ class RecordedRun:
             commands.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await commands
-            await self.writer.close()
+            try:
+                await self.writer.close()
+            except StoreError as exc:
+                spilled = self.writer.spill()
+                self.persist_error = f"{exc}; the unsaved events are in {spilled}"
             unsubscribe()

@@ -8,6 +8,7 @@ import json
 import socket
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 from loopdeck.core.events import EventBase
@@ -75,6 +76,18 @@ class EventWriter:
         if self._task is not None:
             await self._task
         await self.flush()
+
+    def spill(self) -> Path | None:
+        """Write what could not be committed beside the store, so nothing recorded is lost."""
+        if not self._queue:
+            return None
+        run_id = self._queue[0].run_id
+        path = self.store.path.with_name(f"{self.store.path.name}.unsaved-{run_id}.jsonl")
+        with path.open("a", encoding="utf-8") as out:
+            for event in self._queue:
+                out.write(event.model_dump_json() + "\n")
+        self._queue = []
+        return path
 
     async def _commit(self, batch: list[EventBase]) -> None:
         async with self.store.lock:
