@@ -234,3 +234,18 @@ async def test_launcher_lists_envs_and_enter_starts_a_run() -> None:
         await pilot.press("enter")
         await wait_until(pilot, lambda: finished(app))
         assert run_screen(app).outcome.stop_reason is StopReason.ASK_USER
+
+
+async def test_earlier_rounds_plans_are_reachable() -> None:
+    app = console_app(SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.pause(0.1)
+        plan = run_screen(app).query_one("#plan")
+        assert "round 2 of 2" in plan.border_title
+        assert "Read the status again" in str(plan.render())
+        await pilot.press("left_square_bracket")
+        assert "round 1 of 2" in plan.border_title
+        assert "Scale to 3 replicas" in str(plan.render())
+        await pilot.press("right_square_bracket")
+        assert "round 2 of 2" in plan.border_title

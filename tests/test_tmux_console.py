@@ -47,8 +47,9 @@ class Terminal:
         subprocess.run(["tmux", "kill-session", "-t", self.name], check=False)
 
 
-def test_order_support_approved_in_a_real_terminal() -> None:
-    terminal = Terminal([str(LOOPDECK), "run", str(SAMPLES / "order_support"), "--script", "solve"])
+def test_order_support_approved_in_a_real_terminal(tmp_path) -> None:
+    command = [str(LOOPDECK), "run", str(SAMPLES / "order_support"), "--script", "solve"]
+    terminal = Terminal([*command, "--db", str(tmp_path / "s.db")])
     try:
         screen = terminal.wait_for("Approve this write?")
         assert "update_delivery_address" in screen and "receipt expires in" in screen
