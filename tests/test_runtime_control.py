@@ -118,3 +118,25 @@ async def test_unsubscribe_stops_delivery() -> None:
     unsubscribe()
     bus.publish(OperatorCommand(run_id="r", command="resume", by="x"))
     assert [e.command for e in got] == ["pause"]
+
+
+async def test_an_env_that_breaks_mid_run_still_gets_a_stop() -> None:
+    from conftest import prepare
+
+    prepared, rec = prepare(HARNESS, "note")
+    env = prepared.runtime.env
+    calls = {"n": 0}
+    real_snapshot = env.snapshot
+
+    def flaky_snapshot():
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise OSError("disk vanished")
+        return real_snapshot()
+
+    env.snapshot = flaky_snapshot
+    outcome = await prepared.runtime.run()
+    prepared.cleanup()
+    assert outcome.stop_reason is StopReason.CRASHED
+    assert "OSError: disk vanished" in outcome.detail
+    assert rec.events[-1].kind == "run_stopped"

@@ -172,6 +172,8 @@ class Runtime:
             self._stop = StopRun(exhausted.stop_reason, str(exhausted))
         except Interrupted as interrupted:
             self._stop = interrupted.as_stop()
+        except Exception as exc:  # a bug or an env that broke: the run still gets its stop
+            self._stop = StopRun(StopReason.CRASHED, f"{type(exc).__name__}: {exc}")
         finally:
             deadline.cancel()
         return self._finish()
