@@ -30,11 +30,29 @@ def test_compiled_request_per_profile() -> None:
         tools=TOOLS,
     )
     native = compile_request(request, profile_for("openai/gpt-4o-mini"))
-    assert native["tools"] == TOOLS and native["messages"][0]["content"] == "rules"
+    system = native["messages"][0]["content"]
+    assert native["tools"] == TOOLS and system.startswith("rules")
+    assert "OUTPUT CONTRACT\nCall one of the tools natively" in system
+    assert "ALLOWED_TOOLS" not in system
     plain = compile_request(request, profile_for("openai/my-vllm-model"))
     assert "tools" not in plain
-    assert "get_status" in plain["messages"][0]["content"]
-    assert "OUTPUT CONTRACT" in plain["messages"][0]["content"]
+    system = plain["messages"][0]["content"]
+    assert "get_status" in system and "ALLOWED_TOOLS" in system
+    assert "OUTPUT CONTRACT\nReply with exactly one JSON object" in system
+    assert plain["messages"][1] == request.messages[1]  # context and task layers untouched
+
+
+def test_examples_are_their_own_layer() -> None:
+    request = ModelRequest(
+        role="executor",
+        round=1,
+        messages=[{"role": "system", "content": "rules"}],
+        tools=TOOLS,
+        examples=['{"type": "tool_call", "tool_name": "get_status", "reason_code": "LOOK"}'],
+    )
+    system = compile_request(request, profile_for("openai/gpt-4o-mini"))["messages"][0]["content"]
+    assert system.index("EXAMPLES") < system.index("OUTPUT CONTRACT")
+    assert '"tool_name": "get_status"' in system
 
 
 def test_a_layer_the_model_cannot_carry_is_named_before_any_request() -> None:

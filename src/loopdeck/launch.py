@@ -114,6 +114,7 @@ def prepare_run(
         budget=budget,
         approval_ttl_s=scenario.approval_ttl_s,
         model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
+        examples=scenario.examples,
     )
     check_credentials(model_name, options.api_base)
     try:

@@ -50,10 +50,12 @@ class DecisionEnvelope(BaseModel):
     plan_step: int | None = None
 
 
-ENVELOPE_INSTRUCTIONS = (
-    "Answer with native tool calls, or with exactly one JSON object: "
+DECISION_SCHEMA_TEXT = (
     '{"type": "tool_call|ask_user|final|handoff", "tool_name": str|null, '
     '"arguments": object|null, "message": str, "reason_code": str, "plan_step": int|null}.'
+)
+ENVELOPE_INSTRUCTIONS = (
+    "Answer with native tool calls, or with exactly one JSON object: " + DECISION_SCHEMA_TEXT
 )
 
 

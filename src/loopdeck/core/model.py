@@ -17,6 +17,7 @@ class ModelRequest(BaseModel):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = Field(default_factory=list)
     timeout_s: float = 60.0
+    examples: list[str] = Field(default_factory=list)
 
 
 class RawToolCall(BaseModel):

@@ -73,6 +73,7 @@ class RunConfig(BaseModel):
     model_timeout_s: float = 60.0
     model_backoff_s: float = 0.5
     max_consecutive_tool_failures: int = 3
+    examples: list[str] = Field(default_factory=list)
 
 
 class Runtime:
@@ -323,6 +324,7 @@ class Runtime:
                 messages=conversation,
                 tools=self.tool_schemas,
                 timeout_s=self.config.model_timeout_s,
+                examples=self.config.examples,
             )
             reply = await self._call_model(request)
             conversation.append(reply.as_message())

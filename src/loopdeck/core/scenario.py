@@ -86,6 +86,7 @@ class Scenario(BaseModel):
     model_timeout_s: float = Field(default=60.0, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
     model_profile: dict[str, Any] = Field(default_factory=dict)
+    examples: list[str] = Field(default_factory=list)
     budgets: Budget = Field(default_factory=Budget)
     scripted_price: ScriptedPrice = Field(default_factory=ScriptedPrice)
     data: dict[str, Any] = Field(default_factory=dict)

@@ -1,8 +1,9 @@
 """The prompt as layers, compiled per model into one LiteLLM request.
 
-Layers: instructions (system text), tools, examples, context, task, output contract. A model
-with native tool calling gets the tools as `tools=`; one without gets them as text and must
-answer with the JSON decision envelope, its tool turns rewritten as plain messages.
+Layers: instructions (the role's system text), tools, examples, context and task (the user
+message's sections), and the output contract. A model with native tool calling gets the tools
+as `tools=` and a contract that allows native calls; one without gets the tools as text, the
+envelope-only contract, and its tool turns rewritten as plain messages.
 """
 
 from __future__ import annotations
@@ -10,11 +11,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loopdeck.core.decisions import ENVELOPE_INSTRUCTIONS
+from loopdeck.core.decisions import DECISION_SCHEMA_TEXT
 from loopdeck.core.model import ModelRequest
 from loopdeck.llm.profile import ModelProfile, UnsupportedLayer
 
 Message = dict[str, Any]
+
+NATIVE_CONTRACT = (
+    "Call one of the tools natively for the next step. To finish, ask the user or hand off, "
+    "reply instead with exactly one JSON object: " + DECISION_SCHEMA_TEXT
+)
+ENVELOPE_ONLY_CONTRACT = "Reply with exactly one JSON object and nothing else: " + (
+    DECISION_SCHEMA_TEXT
+)
 
 
 def _tools_as_text(tools: list[dict[str, Any]]) -> str:
@@ -52,15 +61,24 @@ def compile_request(
             raise UnsupportedLayer("temperature", profile.model, "the model takes no temperature")
         kwargs["temperature"] = temperature
     messages = list(request.messages)
-    if request.tools and profile.tool_calling:
+    layers: list[str] = []
+    if request.examples:
+        layers.append("EXAMPLES\n" + "\n".join(f"- {example}" for example in request.examples))
+    native = bool(request.tools) and profile.tool_calling
+    if native:
         kwargs["tools"] = request.tools
+        layers.append(f"OUTPUT CONTRACT\n{NATIVE_CONTRACT}")
     elif request.tools:
+        layers.append(_tools_as_text(request.tools))
+        layers.append(f"OUTPUT CONTRACT\n{ENVELOPE_ONLY_CONTRACT}")
+    if layers:
+        extra = "\n\n".join(layers)
         system = messages[0] if messages and messages[0].get("role") == "system" else None
-        extra = f"{_tools_as_text(request.tools)}\n\nOUTPUT CONTRACT\n{ENVELOPE_INSTRUCTIONS}"
         if system is not None:
             messages[0] = {**system, "content": f"{system.get('content', '')}\n\n{extra}"}
         else:
             messages.insert(0, {"role": "system", "content": extra})
+    if request.tools and not native:
         messages = _plain(messages)
     kwargs["messages"] = messages
     return kwargs
