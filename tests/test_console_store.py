@@ -25,7 +25,10 @@ async def test_attach_approves_a_headless_run_and_sees_it_finish(tmp_path) -> No
         app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
-            assert app.screen.request.tool == "update_delivery_address"
+            request = app.screen.request
+            assert request.tool == "update_delivery_address"
+            assert request.fingerprint and request.state_hash  # the full request, from its event
+            assert request.plan_step.startswith("3.")
             await pilot.press("a")
             screen = _screen(app)
             await wait_until(pilot, lambda: screen.view.stop_reason is not None)

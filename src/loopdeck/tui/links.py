@@ -115,6 +115,7 @@ class StoreLink:
         self._listeners: list[Listener] = []
         self._pending: list[ApprovalRequest] = []
         self._risks: dict[str, str] = {}
+        self._requested: dict[str, ApprovalRequest] = {}
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         self._sinks.append(sink)
@@ -134,6 +135,10 @@ class StoreLink:
                     seq = row["seq"]
                     if event.kind == "call_proposed":
                         self._risks[event.tool] = event.risk
+                    elif event.kind == "approval_requested":
+                        self._requested[event.call_id] = ApprovalRequest(
+                            **event.model_dump(exclude={"kind", "seq", "at"})
+                        )
                     stopped = stopped or event.kind == "run_stopped"
                     for sink in list(self._sinks):
                         sink(event)
@@ -154,7 +159,8 @@ class StoreLink:
         assert self.store is not None
         rows = await queries.pending_approvals(self.store, self.run_id)
         pending = [
-            ApprovalRequest(
+            self._requested.get(row["call_id"])
+            or ApprovalRequest(
                 run_id=row["run_id"],
                 call_id=row["call_id"],
                 tool=row["tool"],
@@ -168,7 +174,11 @@ class StoreLink:
             )
             for row in rows
         ]
-        if [p.call_id for p in pending] != [p.call_id for p in self._pending]:
+
+        def identity(items: list[ApprovalRequest]) -> list[tuple[str, datetime]]:
+            return [(p.call_id, p.requested_at) for p in items]
+
+        if identity(pending) != identity(self._pending):
             self._pending = pending
             for listener in list(self._listeners):
                 listener()
