@@ -107,6 +107,45 @@ async def test_cancel_and_kill_from_another_process(tmp_path) -> None:
         assert "cli" in summary["detail"]
 
 
+async def test_pause_and_resume_from_another_process(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    budgets = ("--max-tool-calls", "100000", "--max-turns", "100000", "--max-tokens", "1000000000")
+    runner = start_runner(
+        HARNESS, "poll", db, *budgets, "--max-cost", "100000", "--deadline", "120"
+    )
+    try:
+        run_id = None
+        for _ in range(300):
+            runs = last_json(loopdeck("runs", "--json", db=db).stdout) if db.exists() else []
+            if runs:
+                run_id = runs[0]["run_id"]
+                break
+            await asyncio.sleep(0.1)
+        assert loopdeck("pause", run_id, db=db).returncode == 0
+        await asyncio.sleep(1.0)
+        store = await Store.open(db)
+        try:
+            paused = await store.fetchall(
+                "SELECT MAX(seq) AS seq FROM events WHERE kind = 'model_called'"
+            )
+            await asyncio.sleep(0.6)
+            still = await store.fetchall(
+                "SELECT MAX(seq) AS seq FROM events WHERE kind = 'model_called'"
+            )
+        finally:
+            await store.close()
+        assert paused[0]["seq"] == still[0]["seq"]  # no model call while paused
+        assert loopdeck("resume", run_id, db=db).returncode == 0
+        loopdeck("cancel", run_id, db=db)
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    events = [json.loads(line) for line in loopdeck("export", run_id, db=db).stdout.splitlines()]
+    commands = [e["command"] for e in events if e["kind"] == "operator_command"]
+    assert commands == ["pause", "resume", "cancel"]
+    assert last_json(out)["stop_reason"] == "cancelled"
+
+
 async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(tmp_path) -> None:
     db = tmp_path / "s.db"
     runner = start_runner(HARNESS, "slow-write", db, "--approve", "wait")

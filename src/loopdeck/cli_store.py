@@ -21,7 +21,10 @@ from loopdeck.store.database import Store, StoreError
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
-STORE_COMMANDS = ("runs", "pending", "approve", "reject", "cancel", "export", "attach", "replay")
+STORE_COMMANDS = (
+    "runs", "pending", "approve", "reject", "cancel", "pause", "resume", "export", "attach",
+    "replay",
+)  # fmt: skip
 
 
 def operator() -> str:
@@ -52,6 +55,12 @@ def add_store_commands(commands: Any) -> None:
     cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
     cancel.add_argument("run_id", metavar="RUN_ID")
     cancel.add_argument("--now", action="store_true", help="kill now instead")
+    for verb, about in (
+        ("pause", "hold a run before its next model call"),
+        ("resume", "resume it"),
+    ):
+        held = with_db(commands.add_parser(verb, help=about))
+        held.add_argument("run_id", metavar="RUN_ID")
     export = with_db(commands.add_parser("export", help="every event of a run"), json_flag=False)
     export.add_argument("run_id", metavar="RUN_ID")
     export.add_argument("--format", choices=["jsonl"], default="jsonl")
@@ -170,9 +179,9 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
             print(f"loopdeck: {args.call_id}: {message}", file=sys.stderr)
         _print(result, args.json, text=f"{args.call_id}: {command}d" if won else "")
         return 0 if won else 1
-    if command == "cancel":
+    if command in ("cancel", "pause", "resume"):
         await _known_run(store, args.run_id)
-        verb = "kill" if args.now else "cancel"
+        verb = command if command != "cancel" else ("kill" if args.now else "cancel")
         await queries.send_command(store, args.run_id, verb, operator())
         _print(
             {"run_id": args.run_id, "command": verb}, args.json, text=f"{args.run_id}: {verb} sent"
