@@ -65,7 +65,7 @@ async def test_escape_leaves_the_call_pending_and_w_reopens_it() -> None:
 
 
 async def test_stop_after_current_tools_ends_cancelled() -> None:
-    app = console_app(HARNESS, "slow", approver=AutoApprover())
+    app = console_app(HARNESS, "slow-long", approver=AutoApprover())
     async with app.run_test(size=SIZE) as pilot:
         screen = None
 
