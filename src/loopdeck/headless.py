@@ -53,7 +53,7 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
             _short(call.args),
             call.fingerprint,
             status,
-            f"{call.duration_ms:.0f}",
+            "" if call.duration_ms is None else f"{call.duration_ms:.0f}",
         )
     if outcome.calls:
         console.print(table)

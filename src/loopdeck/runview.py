@@ -12,24 +12,10 @@ from typing import Any
 
 from loopdeck.core.budgets import CAP_STOP_REASON
 from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 
 MAX_CALL_ROWS = 500
-
-
-@dataclass
-class CallRow:
-    call_id: str
-    round: int
-    tool: str
-    args: dict[str, Any]
-    risk: str
-    fingerprint: str
-    state_hash: str
-    status: CallStatus = CallStatus.PROPOSED
-    result: dict[str, Any] | None = None
-    duration_ms: float | None = None
-    retries: int = 0
 
 
 @dataclass
@@ -54,7 +40,7 @@ class RunView:
     plans: dict[int, list[str]] = field(default_factory=dict)
     round: int = 0
     plan_step: int | None = None
-    calls: OrderedDict[str, CallRow] = field(default_factory=OrderedDict)
+    calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
     calls_seen: int = 0
     calls_dropped: int = 0
     repeats: int = 0
@@ -110,7 +96,7 @@ class RunView:
 
     def _on_call_proposed(self, e: Any) -> None:
         self.calls_seen += 1
-        self.calls[e.call_id] = CallRow(
+        self.calls[e.call_id] = CallRecord.model_construct(
             call_id=e.call_id,
             round=e.round,
             tool=e.tool,
@@ -118,6 +104,10 @@ class RunView:
             risk=e.risk,
             fingerprint=e.fingerprint,
             state_hash=e.state_hash,
+            status=CallStatus.PROPOSED,
+            result=None,
+            duration_ms=None,
+            retries=0,
         )
         self.changed_calls.add(e.call_id)
         while len(self.calls) > self.max_call_rows:
@@ -125,7 +115,7 @@ class RunView:
             self.changed_calls.add(dropped)
             self.calls_dropped += 1
 
-    def _row(self, call_id: str) -> CallRow | None:
+    def _row(self, call_id: str) -> CallRecord | None:
         row = self.calls.get(call_id)
         if row is not None:
             self.changed_calls.add(call_id)

@@ -117,7 +117,7 @@ class CallHandler:
             state_hash=state_hash,
         )
         self.records.append(record)
-        proposed = record.model_dump(exclude={"status", "result", "duration_ms"})
+        proposed = record.model_dump(exclude={"status", "result", "duration_ms", "retries"})
         rt._emit(CallProposed(run_id=self.run_id, **proposed))
         if not self.guard.admit(key, exempt=spec.exempt_from_guard):
             rt._emit(
@@ -289,7 +289,7 @@ class CallHandler:
                 tool=record.tool,
                 status=status,
                 result=record.result,
-                duration_ms=record.duration_ms,
+                duration_ms=result.provenance.duration_ms,
             )
         )
         return record, result

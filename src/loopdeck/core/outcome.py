@@ -24,7 +24,8 @@ class CallRecord(BaseModel):
     state_hash: str
     status: CallStatus = CallStatus.PROPOSED
     result: dict[str, Any] | None = None
-    duration_ms: float = 0.0
+    duration_ms: float | None = None
+    retries: int = 0
 
 
 class RunOutcome(BaseModel):

@@ -8,7 +8,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from loopdeck.core.events import CallStatus
-from loopdeck.runview import CallRow, RunView
+from loopdeck.core.outcome import CallRecord
+from loopdeck.runview import RunView
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -46,7 +47,7 @@ class CallsTable(DataTable[Any]):
     def _color(self, name: str) -> str:
         return self.app.theme_variables.get(name, "")
 
-    def _cells(self, row: CallRow) -> list[Any]:
+    def _cells(self, row: CallRecord) -> list[Any]:
         label, var = STATUS_LOOK[row.status]
         status = Text(label, style=f"bold {self._color(var)}")
         risk = Text(row.risk, style=self._color(f"risk-{row.risk}"))

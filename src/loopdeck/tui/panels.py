@@ -9,8 +9,9 @@ from datetime import datetime
 from rich.markup import escape
 from textual.widgets import Static
 
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
-from loopdeck.runview import CallRow, RunView
+from loopdeck.runview import RunView
 
 STATE_ORDER = [
     RunState.READY,
@@ -172,7 +173,7 @@ class FindingsPanel(Static):
 
 
 class CallDetail(Static):
-    def show(self, row: CallRow | None) -> None:
+    def show(self, row: CallRecord | None) -> None:
         if row is None:
             self.border_title = "Call"
             self.update("[dim]select a call to see its arguments and result[/dim]")
