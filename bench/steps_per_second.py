@@ -79,8 +79,12 @@ def runtime_for(steps: int, model: Any) -> Runtime:
 
 def bare(runtime: Runtime) -> Runtime:
     runtime.calls.guard = AdmitAll()  # type: ignore[assignment]
-    runtime._emit = lambda event: None  # type: ignore[method-assign]
-    runtime._review = lambda before: Verdict(kind="fail", reasons=("off",))  # type: ignore[method-assign]
+    runtime.emit = lambda event: None  # type: ignore[method-assign]
+
+    async def no_review(before: object) -> Verdict:
+        return Verdict(kind="fail", reasons=("off",))
+
+    runtime._review = no_review  # type: ignore[method-assign,assignment]
     return runtime
 
 

@@ -16,6 +16,7 @@ from loopdeck.launch import PreparedRun, RunOptions, prepare_run
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_envs"
 HARNESS = Path(__file__).parent / "envs" / "harness"
+EDGES = Path(__file__).parent / "envs" / "edges"
 
 
 class Recorder:

@@ -4,7 +4,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import HARNESS, SAMPLES, run_env
+from conftest import EDGES, HARNESS, SAMPLES, run_env
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalReceipt, request_for
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
@@ -147,8 +147,8 @@ async def test_rejection_reason_reaches_the_model() -> None:
 
 
 async def test_same_idempotency_key_never_runs_twice() -> None:
-    outcome, rec = await run_env(SAMPLES / "order_support", "double-write")
-    updates = [c for c in outcome.calls if c.tool == "update_delivery_address"]
+    outcome, rec = await run_env(EDGES, "double-note")
+    updates = [c for c in outcome.calls if c.tool == "write_note"]
     assert [c.status for c in updates] == [CallStatus.EXECUTED, CallStatus.REFUSED_DUPLICATE]
     assert updates[1].result["error"]["code"] == "DUPLICATE_WRITE"
     # the duplicate never reached the operator

@@ -99,8 +99,7 @@ async def test_event_order_of_service_outage_solve() -> None:
         "executing", "deciding",  # get_status
         "awaiting_approval", "executing", "deciding",  # set_config
         "awaiting_approval", "executing", "deciding",  # scale_service
-        "executing", "deciding",  # get_status
-        "reviewing",
+        "reviewing",  # its change met the goal: checked at once, before the next model turn
         "complete",
     ]  # fmt: skip
     kinds = [e.kind for e in rec.events]

@@ -11,6 +11,7 @@ from rich.table import Table
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
+from loopdeck.core.text import short_args
 
 STATUS_STYLE = {
     CallStatus.EXECUTED: "green",
@@ -24,12 +25,9 @@ STATUS_STYLE = {
     CallStatus.RUNNING: "cyan",
     CallStatus.INTERRUPTED: "red",
     CallStatus.SKIPPED: "dim",
+    CallStatus.SKIPPED_AFTER_TRIP: "dim",
+    CallStatus.OUTCOME_UNKNOWN: "bold red",
 }
-
-
-def _short(args: dict[str, object], width: int = 48) -> str:
-    text = ", ".join(f"{k}={v!r}" for k, v in args.items())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
@@ -50,7 +48,7 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
             call.call_id,
             str(call.round),
             call.tool,
-            _short(call.args),
+            short_args(call.args, 48),
             call.fingerprint,
             status,
             "" if call.duration_ms is None else f"{call.duration_ms:.0f}",

@@ -34,7 +34,7 @@ CAP_STOP_REASON: dict[Cap, StopReason] = {
 class Budget(BaseModel):
     """The caps of one run. Every cap is finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_turns: int = Field(default=40, gt=0)
     max_tool_calls: int = Field(default=60, gt=0)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import (
     ApprovalDecision,
@@ -11,9 +12,11 @@ from loopdeck.core.approvals import (
     Approver,
     request_for,
 )
+from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.canonical import sha256_hex
+from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
-from loopdeck.core.decisions import Decision, ToolCall
+from loopdeck.core.decisions import MAX_TOOL_CALLS, Decision, ToolCall
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
 from loopdeck.core.events import (
     ApprovalDecided,
@@ -22,6 +25,7 @@ from loopdeck.core.events import (
     ApprovalWithdrawn,
     CallProposed,
     CallStatus,
+    EventBase,
     GuardTripped,
     ToolFinished,
     ToolRetry,
@@ -30,18 +34,39 @@ from loopdeck.core.guard import NoProgressGuard, guard_key
 from loopdeck.core.model import ModelReply
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.prompts import correction_message, tool_result_message
-from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.states import RunState, StateMachine, StopReason
+from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
 
-if TYPE_CHECKING:
-    from loopdeck.core.runtime import Runtime
-
+T = TypeVar("T")
 MAX_APPROVAL_ASKS = 3
+REASON_CAP = 2000
+# A write that got this far ran, or may have: it never runs again in this run.
+RAN_OR_MAY_HAVE = frozenset({CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN})
+
+
+class RunHost(Protocol):
+    """What a batch of calls needs from the run it belongs to."""
+
+    config: RunConfig
+    round: int
+    plan: list[str]
+    tools: dict[str, ToolSpec]
+    ledger: BudgetLedger
+    machine: StateMachine
+
+    def move(self, target: RunState) -> None: ...
+    def emit(self, event: EventBase) -> None: ...
+    def publish_budget(self) -> None: ...
+    async def flush_journal(self) -> None: ...
+    async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
+    async def state_hash(self) -> str: ...
+    async def check_goal_after(self, record: CallRecord) -> None: ...
 
 
 class CallHandler:
-    def __init__(self, runtime: Runtime, approver: Approver, dispatcher: Dispatcher) -> None:
-        self.rt = runtime
+    def __init__(self, host: RunHost, approver: Approver, dispatcher: Dispatcher) -> None:
+        self.rt = host
         self.approver = approver
         self.dispatcher = dispatcher
         self.guard = NoProgressGuard()
@@ -65,16 +90,19 @@ class CallHandler:
         if self.pending is not None:
             call_id = self.pending.call_id
             self.pending = None
-            self.rt._emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
+            self.rt.emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
         cut_short = {
             CallStatus.RUNNING: CallStatus.INTERRUPTED,
             CallStatus.PROPOSED: CallStatus.SKIPPED,
             CallStatus.PENDING_APPROVAL: CallStatus.WITHDRAWN,
         }
-        for record in self.records[-3:]:
+        for record in self.records[-(MAX_TOOL_CALLS + 1) :]:
             if record.status in cut_short:
-                record.status = cut_short[record.status]
-                self.rt._emit(
+                status = cut_short[record.status]
+                if status is CallStatus.INTERRUPTED and record.risk == "write":
+                    status = CallStatus.OUTCOME_UNKNOWN  # a write cut short may have happened
+                record.status = status
+                self.rt.emit(
                     ToolFinished(
                         run_id=self.run_id,
                         call_id=record.call_id,
@@ -86,12 +114,18 @@ class CallHandler:
                 )
 
     async def run_batch(self, conversation: list[dict[str, Any]], decision: Decision) -> bool:
-        """Run the decision's calls one at a time; True if the guard tripped on any of them."""
+        """Run the decision's calls one at a time; True if the guard tripped on any of them.
+        After a trip the rest of the reply is not executed."""
         tripped = False
         for call in decision.calls:
-            record, result = await self._run_one(call, decision)
-            tripped = tripped or record.status is CallStatus.BLOCKED_REPEAT
+            if tripped:
+                record, result = self._skip_after_trip(call)
+            else:
+                record, result = await self._run_one(call, decision)
+                tripped = record.status is CallStatus.BLOCKED_REPEAT
             conversation.append(tool_result_message(call.provider_id, result.for_model()))
+            if record.status in (CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN):
+                await self.rt.check_goal_after(record)
         return tripped
 
     def _step_text(self, decision: Decision) -> str | None:
@@ -100,16 +134,13 @@ class CallHandler:
             return None
         return f"{step}. {self.rt.plan[step - 1]}"
 
-    async def _run_one(self, call: ToolCall, decision: Decision) -> tuple[CallRecord, ToolResult]:
-        rt = self.rt
+    def _propose(self, call: ToolCall, state_hash: str) -> CallRecord:
         self._next_id += 1
-        call_id = f"c{self._next_id}"
-        spec = rt.tools[call.tool]
-        state_hash = rt.env.fingerprint()
+        spec = self.rt.tools[call.tool]
         key = guard_key(call.tool, call.args, state_hash)
         record = CallRecord(
-            call_id=call_id,
-            round=rt.round,
+            call_id=f"c{self._next_id}",
+            round=self.rt.round,
             tool=call.tool,
             args=call.args,
             risk=spec.risk,
@@ -118,11 +149,30 @@ class CallHandler:
         )
         self.records.append(record)
         proposed = record.model_dump(exclude={"status", "result", "duration_ms", "retries"})
-        rt._emit(CallProposed(run_id=self.run_id, **proposed))
+        self.rt.emit(CallProposed(run_id=self.run_id, **proposed))
+        return record
+
+    def _skip_after_trip(self, call: ToolCall) -> tuple[CallRecord, ToolResult]:
+        record = self._propose(call, "")
+        message = "not executed: an earlier call in the same reply repeated a call"
+        result = self._refusal(
+            self.rt.tools[call.tool], record.call_id, ErrorCode.SKIPPED_AFTER_TRIP, message
+        )
+        return self._finish(record, CallStatus.SKIPPED_AFTER_TRIP, result)
+
+    async def _run_one(self, call: ToolCall, decision: Decision) -> tuple[CallRecord, ToolResult]:
+        rt = self.rt
+        spec = rt.tools[call.tool]
+        state_hash = await rt.state_hash()
+        key = guard_key(call.tool, call.args, state_hash)
+        record = self._propose(call, state_hash)
         if not self.guard.admit(key, exempt=spec.exempt_from_guard):
-            rt._emit(
+            rt.emit(
                 GuardTripped(
-                    run_id=self.run_id, call_id=call_id, tool=call.tool, fingerprint=key.fingerprint
+                    run_id=self.run_id,
+                    call_id=record.call_id,
+                    tool=call.tool,
+                    fingerprint=key.fingerprint,
                 )
             )
             message = (
@@ -131,13 +181,13 @@ class CallHandler:
             return self._finish(
                 record,
                 CallStatus.BLOCKED_REPEAT,
-                self._refusal(spec, call_id, ErrorCode.REPEATED_CALL, message),
+                self._refusal(spec, record.call_id, ErrorCode.REPEATED_CALL, message),
             )
         if spec.risk == "write":
             return await self._run_write(record, spec, call, decision)
         rt.ledger.before_tool_call()
         rt.move(RunState.EXECUTING)
-        result = await self._dispatch(spec, call_id, call.args, None)
+        result = await self._dispatch(spec, record.call_id, call.args, None, state_hash)
         return self._executed(record, result)
 
     async def _run_write(
@@ -149,13 +199,14 @@ class CallHandler:
             message = f"{call.tool} with these arguments already ran in this run; refused"
             result = self._refusal(spec, record.call_id, ErrorCode.DUPLICATE_WRITE, message)
             return self._finish(record, CallStatus.REFUSED_DUPLICATE, result)
+        state_hash = record.state_hash
         for _ in range(MAX_APPROVAL_ASKS):
             request = request_for(
                 run_id=self.run_id,
                 call_id=record.call_id,
                 tool=call.tool,
                 args=call.args,
-                state_hash=rt.env.fingerprint(),
+                state_hash=state_hash,
                 fingerprint=record.fingerprint,
                 plan_step=self._step_text(decision),
                 ttl_s=rt.config.approval_ttl_s,
@@ -163,29 +214,34 @@ class CallHandler:
             decided = await self._ask(request)
             if not decided.approved:
                 rt.move(RunState.DECIDING)
-                reason = decided.reason or "rejected by the operator"
+                reason = capped(decided.reason or "rejected by the operator", REASON_CAP)
                 result = self._refusal(spec, record.call_id, ErrorCode.REJECTED, reason)
                 return self._finish(record, CallStatus.REJECTED, result)
             receipt = ApprovalReceipt.issue(request, decided)
-            problem = self._receipt_problem(receipt, call.args)
+            # The approval is durable before the write runs: a crash in between leaves an
+            # approved write with no recorded outcome, which is shown and never re-run.
+            await rt.flush_journal()
+            # Checked at dispatch time: a state that changed since the request asks again.
+            state_hash = await rt.state_hash()
+            problem = self._receipt_problem(receipt, call.args, state_hash)
             if problem is not None:
-                rt._emit(
+                rt.emit(
                     ApprovalInvalidated(run_id=self.run_id, call_id=record.call_id, problem=problem)
                 )
                 continue
             rt.ledger.before_tool_call()
-            # The approval is durable before the write runs: a crash in between leaves an
-            # approved write with no recorded outcome, which is shown and never re-run.
-            await rt.flush_journal()
             rt.move(RunState.EXECUTING)
             try:
-                result = await self._dispatch(spec, record.call_id, call.args, receipt)
+                result = await self._dispatch(spec, record.call_id, call.args, receipt, state_hash)
             except ReceiptRefused as refused:
-                raise StopRun(
-                    StopReason.POLICY_BLOCK, f"write refused at dispatch: {refused}"
-                ) from None
-            if result.ok:
-                self.executed_writes.add(idempotency)
+                rt.move(RunState.DECIDING)
+                rt.emit(
+                    ApprovalInvalidated(
+                        run_id=self.run_id, call_id=record.call_id, problem=str(refused)
+                    )
+                )
+                continue
+            self._after_write(result, idempotency)
             return self._executed(record, result)
         raise StopRun(
             StopReason.POLICY_BLOCK,
@@ -193,32 +249,36 @@ class CallHandler:
             f"{MAX_APPROVAL_ASKS} asks",
         )
 
+    def _after_write(self, result: ToolResult, idempotency: str) -> None:
+        code = result.error.code if result.error else None
+        if result.ok or code in (ErrorCode.OUTCOME_UNKNOWN, ErrorCode.INVALID_RESULT):
+            self.executed_writes.add(idempotency)
+
     async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
         self.pending = request
         self._record_of(request.call_id).status = CallStatus.PENDING_APPROVAL
-        rt._emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
+        rt.emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
         decided = await rt.interruptible(self.approver.decide(request), by_cancel=True)
         self.pending = None
-        rt._emit(
+        rt.emit(
             ApprovalDecided(
                 run_id=self.run_id,
                 call_id=request.call_id,
                 approved=decided.approved,
-                reason=decided.reason,
+                reason=capped(decided.reason, REASON_CAP),
                 by=decided.by,
             )
         )
         return decided
 
-    def _receipt_problem(self, receipt: ApprovalReceipt, args: dict[str, Any]) -> str | None:
+    def _receipt_problem(
+        self, receipt: ApprovalReceipt, args: dict[str, Any], state_hash: str
+    ) -> str | None:
         return receipt.problem(
-            run_id=self.run_id,
-            call_id=receipt.call_id,
-            args=args,
-            state_hash=self.rt.env.fingerprint(),
+            run_id=self.run_id, call_id=receipt.call_id, args=args, state_hash=state_hash
         )
 
     @staticmethod
@@ -228,10 +288,15 @@ class CallHandler:
         return sha256_hex([spec.name, args])
 
     async def _dispatch(
-        self, spec: ToolSpec, call_id: str, args: dict[str, Any], receipt: ApprovalReceipt | None
+        self,
+        spec: ToolSpec,
+        call_id: str,
+        args: dict[str, Any],
+        receipt: ApprovalReceipt | None,
+        state_hash: str,
     ) -> ToolResult:
         def on_retry(attempt: int, error: str, delay: float) -> None:
-            self.rt._emit(
+            self.rt.emit(
                 ToolRetry(
                     run_id=self.run_id,
                     call_id=call_id,
@@ -249,7 +314,7 @@ class CallHandler:
                 call_id,
                 args,
                 receipt=receipt,
-                receipt_problem=lambda r: self._receipt_problem(r, args),
+                receipt_problem=lambda r: self._receipt_problem(r, args, state_hash),
                 on_retry=on_retry,
             )
         )
@@ -263,16 +328,22 @@ class CallHandler:
     def _executed(self, record: CallRecord, result: ToolResult) -> tuple[CallRecord, ToolResult]:
         rt = self.rt
         rt.ledger.record_tool_call()
-        status = CallStatus.EXECUTED if result.ok else CallStatus.FAILED
+        code = result.error.code if result.error else None
+        if result.ok:
+            status = CallStatus.EXECUTED
+        elif code is ErrorCode.OUTCOME_UNKNOWN:
+            status = CallStatus.OUTCOME_UNKNOWN
+        else:
+            status = CallStatus.FAILED
         self._finish(record, status, result)
         rt.move(RunState.DECIDING)
         rt.publish_budget()
         self._failures_in_a_row = 0 if result.ok else self._failures_in_a_row + 1
         if self._failures_in_a_row >= rt.config.max_consecutive_tool_failures:
-            code = result.error.code.value if result.error else "?"
             raise StopRun(
                 StopReason.TOOL_FAILURE,
-                f"{self._failures_in_a_row} tool calls failed in a row; last: {record.tool} {code}",
+                f"{self._failures_in_a_row} tool calls failed in a row; last: {record.tool} "
+                f"{code.value if code else '?'}",
             )
         return record, result
 
@@ -282,7 +353,8 @@ class CallHandler:
         record.status = status
         record.result = result.for_model()
         record.duration_ms = result.provenance.duration_ms
-        self.rt._emit(
+        record.retries = max(result.provenance.attempts - 1, 0)
+        self.rt.emit(
             ToolFinished(
                 run_id=self.run_id,
                 call_id=record.call_id,

@@ -6,9 +6,11 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from loopdeck.core.canonical import NotCanonical, canonical_args
 from loopdeck.core.model import ModelReply
+from loopdeck.core.text import capped, escape_surrogates
 from loopdeck.core.tools import ToolSpec
 
 DecisionType = Literal["tool_call", "ask_user", "final", "handoff"]
@@ -36,6 +38,11 @@ class Decision(BaseModel):
     via: Literal["native", "envelope"] = "envelope"
     plan_step: int | None = None
 
+    @field_validator("message", "reason_code")
+    @classmethod
+    def _storable(cls, text: str) -> str:
+        return escape_surrogates(text)
+
 
 class DecisionEnvelope(BaseModel):
     """The JSON object a model without native tool calls must return."""
@@ -46,8 +53,8 @@ class DecisionEnvelope(BaseModel):
     tool_name: str | None = None
     arguments: dict[str, Any] | None = None
     message: str = ""
-    reason_code: str = Field(min_length=1)
-    plan_step: int | None = None
+    reason_code: str = Field(min_length=1, max_length=200)
+    plan_step: int | None = Field(default=None, ge=0, le=10_000)
 
 
 DECISION_SCHEMA_TEXT = (
@@ -59,37 +66,76 @@ ENVELOPE_INSTRUCTIONS = (
 )
 
 
-_STEP = re.compile(r"^\s*step\s+(\d+)", re.IGNORECASE)
+# Bounds on what the parser reads: generous for real payloads, finite for hostile ones.
+MAX_ARGUMENTS_CHARS = 4_000_000
+MAX_ENVELOPE_CHARS = 4_000_000
+MAX_TOOL_CALLS = 64
+MAX_PLAN_STEP = 10_000
+PROBLEM_CAP = 2_000
+
+_STEP = re.compile(r"^\s*step\s+(\d{1,6})\b", re.IGNORECASE)
 
 
 def _declared_step(text: str | None) -> int | None:
     match = _STEP.match(text or "")
-    return int(match.group(1)) if match else None
+    if match is None:
+        return None
+    step = int(match.group(1))
+    return step if step <= MAX_PLAN_STEP else None
+
+
+def _name(name: str) -> str:
+    return repr(capped(escape_surrogates(name), 80))
 
 
 def _validated_args(tools: dict[str, ToolSpec], name: str, raw: Any) -> dict[str, Any]:
     spec = tools.get(name)
     if spec is None:
         known = ", ".join(sorted(tools)) or "(none)"
-        raise InvalidDecision(f"unknown tool {name!r}; allowed tools: {known}")
+        raise InvalidDecision(f"unknown tool {_name(name)}; allowed tools: {known}")
     if isinstance(raw, str):
+        if len(raw) > MAX_ARGUMENTS_CHARS:
+            raise InvalidDecision(
+                f"arguments of {name} are {len(raw)} characters; at most {MAX_ARGUMENTS_CHARS}"
+            )
         try:
             raw = json.loads(raw or "{}")
-        except json.JSONDecodeError as exc:
-            raise InvalidDecision(f"arguments of {name} are not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise InvalidDecision(f"arguments of {name} are nested too deep") from None
+        except ValueError as exc:  # bad JSON, or a number too long to read
+            raise InvalidDecision(f"arguments of {name} are not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise InvalidDecision(f"arguments of {name} must be a JSON object")
     try:
-        spec.args_model.model_validate(raw)
+        return canonical_args(spec.args_model, raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
         )
-        raise InvalidDecision(f"arguments of {name} are invalid: {problems}") from exc
-    return raw
+        raise InvalidDecision(f"arguments of {name} are invalid: {problems}") from None
+    except NotCanonical as exc:
+        raise InvalidDecision(f"arguments of {name} are invalid: {exc}") from None
 
 
 def decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
+    """One decision from one reply. Raises InvalidDecision and nothing else, whatever the reply."""
+    try:
+        return _decide(reply, tools)
+    except InvalidDecision as invalid:
+        raise InvalidDecision(capped(escape_surrogates(str(invalid)), PROBLEM_CAP)) from None
+    except (RecursionError, MemoryError, ValueError, TypeError, ArithmeticError) as exc:
+        raise InvalidDecision(f"the reply could not be read: {type(exc).__name__}") from None
+    except Exception as exc:  # a validator in an env's argument model raised its own error
+        raise InvalidDecision(
+            capped(f"the arguments could not be checked: {type(exc).__name__}: {exc}", PROBLEM_CAP)
+        ) from None
+
+
+def _decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
+    if len(reply.tool_calls) > MAX_TOOL_CALLS:
+        raise InvalidDecision(
+            f"{len(reply.tool_calls)} tool calls in one reply; at most {MAX_TOOL_CALLS}"
+        )
     if reply.tool_calls:
         calls = [
             ToolCall(
@@ -108,6 +154,8 @@ def decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
             plan_step=_declared_step(reply.content),
         )
     text = (reply.content or "").strip()
+    if len(text) > MAX_ENVELOPE_CHARS:
+        raise InvalidDecision(f"output is {len(text)} characters; at most {MAX_ENVELOPE_CHARS}")
     if text.startswith("```"):
         text = text.strip("`").removeprefix("json").strip()
     try:
@@ -117,7 +165,7 @@ def decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
         where = ".".join(str(p) for p in first["loc"]) or "output"
         raise InvalidDecision(
             f"output is not a valid decision ({where}: {first['msg']}). {ENVELOPE_INSTRUCTIONS}"
-        ) from exc
+        ) from None
     if envelope.type != "tool_call":
         return Decision(
             type=envelope.type,

@@ -1,4 +1,6 @@
-"""Runs one tool call: receipt check, timeout, transient retries, normalized size-capped result."""
+"""Runs one tool call: receipt check, timeout, transient retries for reads, a normalized and
+size-capped result. A write runs at most once: it is never retried, and a write whose outcome
+is not known (it timed out, failed transiently or crashed) says so."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from loopdeck.core.approvals import ApprovalReceipt
+from loopdeck.core.env_thread import EnvBusy, EnvThread
+from loopdeck.core.text import capped, escape_surrogates
 from loopdeck.core.tools import (
     TRANSIENT_CODES,
     ErrorCode,
@@ -25,37 +29,60 @@ from loopdeck.core.tools import (
 
 MAX_RETRIES = 3
 RESULT_CHAR_CAP = 4000
+# A write that ended this way may or may not have taken effect.
+UNKNOWN_OUTCOME_CODES = TRANSIENT_CODES | {ErrorCode.TOOL_CRASHED}
 
 
 class ReceiptRefused(Exception):
     """A write was about to run without a receipt that covers it."""
 
 
+class UnserializableResult(Exception):
+    """A tool returned something that is not JSON data (a cycle, tuple keys, ...)."""
+
+
 RetryHook = Callable[[int, str, float], None]
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return json.loads(json.dumps(value, default=str))
+    try:
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json")
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UnserializableResult(f"{type(exc).__name__}: {exc}") from None
 
 
 def _capped(data: Any, cap: int) -> tuple[Any, bool]:
     text = json.dumps(data, ensure_ascii=False, default=str)
     if len(text) <= cap:
         return data, False
-    return f"{text[:cap]} …[truncated {len(text) - cap} chars]", True
+    return capped(escape_surrogates(text), cap), True
 
 
 class Dispatcher:
-    def __init__(self, backoff_s: float = 0.05, result_char_cap: int = RESULT_CHAR_CAP) -> None:
+    def __init__(
+        self,
+        backoff_s: float = 0.05,
+        result_char_cap: int = RESULT_CHAR_CAP,
+        env_thread: EnvThread | None = None,
+    ) -> None:
         self.backoff_s = backoff_s
         self.result_char_cap = result_char_cap
+        self.env_thread = env_thread or EnvThread()
 
     async def _invoke(self, spec: ToolSpec, args: BaseModel) -> Any:
+        label = f"tool {spec.name}"
         if inspect.iscoroutinefunction(spec.fn):
-            return await asyncio.wait_for(spec.fn(args), spec.timeout_s)
-        return await asyncio.wait_for(asyncio.to_thread(spec.fn, args), spec.timeout_s)
+            call = self.env_thread.run_async(label, spec.fn, args)
+        else:
+            call = self.env_thread.call(label, spec.fn, args)
+        return await asyncio.wait_for(call, spec.timeout_s)
+
+    def _failure(self, code: ErrorCode, message: str) -> ToolFailure:
+        return ToolFailure(
+            code=code, message=capped(escape_surrogates(message), self.result_char_cap)
+        )
 
     async def run(
         self,
@@ -67,7 +94,8 @@ class Dispatcher:
         receipt_problem: Callable[[ApprovalReceipt], str | None] | None = None,
         on_retry: RetryHook | None = None,
     ) -> ToolResult:
-        if spec.risk == "write":
+        write = spec.risk == "write"
+        if write:
             if receipt is None or receipt_problem is None:
                 raise ReceiptRefused(f"{spec.name} is a write and has no approval receipt")
             problem = receipt_problem(receipt)
@@ -78,23 +106,37 @@ class Dispatcher:
         t0 = time.perf_counter()
         failure: ToolFailure | None = None
         attempt = 0
+        data: Any = None
         while True:
             attempt += 1
             try:
-                data = await self._invoke(spec, parsed)
+                data = _jsonable(await self._invoke(spec, parsed))
                 failure = None
                 break
             except ToolError as exc:
-                failure = ToolFailure(code=exc.code, message=exc.message)
+                failure = self._failure(exc.code, exc.message)
             except TimeoutError:
-                failure = ToolFailure(
-                    code=ErrorCode.TIMEOUT, message=f"{spec.name} timed out after {spec.timeout_s}s"
+                failure = self._failure(
+                    ErrorCode.TIMEOUT, f"{spec.name} timed out after {spec.timeout_s}s"
                 )
+            except EnvBusy:
+                raise  # the runtime stops the run: env code it abandoned is still running
+            except UnserializableResult as exc:
+                failure = self._failure(
+                    ErrorCode.INVALID_RESULT,
+                    f"{spec.name} returned a result that is not JSON: {exc}",
+                )
+                break
             except Exception as exc:  # a crashing tool is reported to the model, not swallowed
-                failure = ToolFailure(
-                    code=ErrorCode.TOOL_CRASHED, message=f"{type(exc).__name__}: {exc}"
+                failure = self._failure(ErrorCode.TOOL_CRASHED, f"{type(exc).__name__}: {exc}")
+            if write and failure.code in UNKNOWN_OUTCOME_CODES:
+                failure = self._failure(
+                    ErrorCode.OUTCOME_UNKNOWN,
+                    f"{spec.name} may or may not have taken effect ({failure.code.value}: "
+                    f"{failure.message}); it is not retried. Check the state before acting on it.",
                 )
-            if failure.code not in TRANSIENT_CODES or attempt > MAX_RETRIES:
+                break
+            if write or failure.code not in TRANSIENT_CODES or attempt > MAX_RETRIES:
                 break
             delay = self.backoff_s * 2 ** (attempt - 1)
             if on_retry is not None:
@@ -109,5 +151,5 @@ class Dispatcher:
         )
         if failure is not None:
             return ToolResult(ok=False, error=failure, provenance=provenance)
-        capped, truncated = _capped(_jsonable(data), self.result_char_cap)
-        return ToolResult(ok=True, data=capped, truncated=truncated, provenance=provenance)
+        capped_data, truncated = _capped(data, self.result_char_cap)
+        return ToolResult(ok=True, data=capped_data, truncated=truncated, provenance=provenance)

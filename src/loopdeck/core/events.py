@@ -24,6 +24,8 @@ class CallStatus(StrEnum):
     REFUSED_DUPLICATE = "refused_duplicate"
     WITHDRAWN = "withdrawn"
     SKIPPED = "skipped"
+    SKIPPED_AFTER_TRIP = "skipped_after_trip"
+    OUTCOME_UNKNOWN = "outcome_unknown"
 
 
 def _now() -> datetime:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from loopdeck.core.text import escape_surrogates
 
 Role = Literal["planner", "executor"]
 
@@ -27,6 +29,11 @@ class RawToolCall(BaseModel):
     name: str
     arguments: str
 
+    @field_validator("id", "name", "arguments")
+    @classmethod
+    def _storable(cls, text: str) -> str:
+        return escape_surrogates(text)
+
 
 class ModelReply(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -38,6 +45,11 @@ class ModelReply(BaseModel):
     completion_tokens: int = 0
     cost_usd: float | None = None
     latency_ms: float = 0.0
+
+    @field_validator("model", "content")
+    @classmethod
+    def _storable(cls, text: str | None) -> str | None:
+        return None if text is None else escape_surrogates(text)
 
     @property
     def total_tokens(self) -> int:

@@ -48,6 +48,8 @@ class RunOutcome(BaseModel):
     elapsed_s: float
     findings: list[str]
     calls: list[CallRecord] = Field(default_factory=list)
+    # Env code the run stopped waiting for and that was still running at the stop.
+    stray: str | None = None
 
     def summary_json(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"calls"})

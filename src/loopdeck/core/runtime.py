@@ -7,20 +7,19 @@ reach it only through `cancel`, `kill`, `pause` and `resume`; observers only thr
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Awaitable
-from typing import Any, Literal, Protocol, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import Approver
-from loopdeck.core.budgets import Budget, BudgetExhausted, BudgetLedger
+from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
 from loopdeck.core.compaction import compact, needs_compaction
+from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, decide
 from loopdeck.core.dispatcher import Dispatcher
+from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
@@ -38,7 +37,7 @@ from loopdeck.core.events import (
     StateChanged,
 )
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest, ProviderError
-from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.prompts import (
     executor_messages,
     findings_message,
@@ -48,32 +47,19 @@ from loopdeck.core.prompts import (
 )
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
+from loopdeck.core.text import capped
+
+__all__ = ["Journal", "RunConfig", "Runtime"]
 
 T = TypeVar("T")
 MAX_MODEL_RETRIES = 3
+MESSAGE_EVENT_CAP = 8000
 
 
 class Journal(Protocol):
     """Where events become durable; `flush()` returns once everything emitted so far is."""
 
     async def flush(self) -> None: ...
-
-
-class RunConfig(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    run_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
-    env: str
-    script: str | None = None
-    model: str
-    goal: str
-    mode: Literal["rounds", "react"] = "rounds"
-    budget: Budget = Field(default_factory=Budget)
-    approval_ttl_s: float = 300.0
-    model_timeout_s: float = 60.0
-    model_backoff_s: float = 0.5
-    max_consecutive_tool_failures: int = 3
-    examples: list[str] = Field(default_factory=list)
 
 
 class Runtime:
@@ -92,10 +78,14 @@ class Runtime:
         self.bus = bus or EventBus()
         self.machine = StateMachine()
         self.ledger = BudgetLedger(config.budget)
-        self.control = RunControl(self._emit, config.run_id)
+        self.control = RunControl(self.emit, config.run_id)
         self.tools = {spec.name: spec for spec in env.tools()}
         self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
-        self.calls = CallHandler(self, approver, dispatcher or Dispatcher())
+        self.env_thread = EnvThread(config.env_stray_wait_s)
+        dispatcher = dispatcher or Dispatcher()
+        dispatcher.env_thread = self.env_thread
+        self.calls = CallHandler(self, approver, dispatcher)
+        self._checked_hash: str | None = None
         self.findings: list[str] = []
         self.round = 0
         self.plan: list[str] = []
@@ -120,15 +110,50 @@ class Runtime:
         self.control.resume(by)
 
     # -- plumbing ----------------------------------------------------------------------
-    def _emit(self, event: EventBase) -> None:
+    def emit(self, event: EventBase) -> None:
         self.bus.publish(event)
+
+    async def env_call(self, label: str, fn: Callable[..., T], *args: Any) -> T:
+        """Env code on the env thread; a kill, a stop or the deadline stop the wait at once."""
+        return await self.interruptible(self.env_thread.call(label, fn, *args))
+
+    async def snapshot(self) -> dict[str, Any]:
+        return await self.env_call("snapshot", self.env.snapshot)
+
+    async def state_hash(self) -> str:
+        return await self.env_call("fingerprint", self.env.fingerprint)
+
+    async def check_goal_after(self, record: CallRecord) -> None:
+        """A call that changed the env's snapshot is followed by the goal check: a met goal
+        stops the run at once, not only at the end of the round."""
+        after = await self.snapshot()
+        after_hash = short_hash(after)
+        if after_hash == self._checked_hash:
+            return
+        self._checked_hash = after_hash
+        if await self.env_call("goal check", self.env.unmet, after):
+            return
+        self.move(RunState.REVIEWING)
+        self.emit(
+            ReviewVerdict(
+                run_id=self.config.run_id,
+                round=self.round,
+                verdict="pass",
+                reasons=[],
+                before_hash=record.state_hash,
+                after_hash=after_hash,
+            )
+        )
+        raise StopRun(
+            StopReason.GOAL_MET, f"the goal check passed after {record.tool} ({record.call_id})"
+        )
 
     def move(self, target: RunState) -> None:
         source = self.machine.move(target)
-        self._emit(StateChanged(run_id=self.config.run_id, source=source, target=target))
+        self.emit(StateChanged(run_id=self.config.run_id, source=source, target=target))
 
     def publish_budget(self) -> None:
-        self._emit(
+        self.emit(
             BudgetUpdated(
                 run_id=self.config.run_id,
                 usage=self.ledger.usage(),
@@ -146,8 +171,13 @@ class Runtime:
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
         cfg = self.config
+        try:
+            await self._prepare_model()
+        except Interrupted as interrupted:
+            self._stop = interrupted.as_stop()
+            return self._finish()
         self.ledger.start_clock()
-        self._emit(
+        self.emit(
             RunStarted(
                 run_id=cfg.run_id,
                 env=cfg.env,
@@ -173,21 +203,39 @@ class Runtime:
             self._stop = StopRun(exhausted.stop_reason, str(exhausted))
         except Interrupted as interrupted:
             self._stop = interrupted.as_stop()
+        except EnvBusy as busy:
+            self._stop = StopRun(
+                StopReason.TOOL_FAILURE, f"{busy}; no other env code may start while it runs"
+            )
         except Exception as exc:  # a bug or an env that broke: the run still gets its stop
-            self._stop = StopRun(StopReason.CRASHED, f"{type(exc).__name__}: {exc}")
+            self._stop = StopRun(
+                StopReason.CRASHED, capped(f"{type(exc).__name__}: {exc}", MESSAGE_EVENT_CAP)
+            )
         finally:
             deadline.cancel()
         return self._finish()
 
+    async def _prepare_model(self) -> None:
+        """Load the model's client library before the clock starts: an import is not the
+        agent's time, and it must not eat the first call's timeout."""
+        prepare = getattr(self.model, "prepare", None)
+        if prepare is not None:
+            await self.interruptible(prepare())
+
     def _finish(self) -> RunOutcome:
         stop = self._stop or StopRun(StopReason.CRASHED, "the loop ended without a stop reason")
+        stray = self.env_thread.stray
+        if stray is not None:
+            note = f"env code still running was abandoned, its result discarded: {stray}"
+            stop = StopRun(stop.reason, f"{stop.detail}; {note}" if stop.detail else note)
+        self.env_thread.close()
         self.calls.withdraw_pending()
         if stop.reason is StopReason.GOAL_MET:
             self.move(RunState.COMPLETE)
         elif not self.machine.is_terminal:
             self.move(RunState.STOPPED)
         self.publish_budget()
-        self._emit(
+        self.emit(
             RunStopped(
                 run_id=self.config.run_id,
                 state=self.machine.state,
@@ -215,6 +263,7 @@ class Runtime:
             elapsed_s=round(self.ledger.elapsed(), 3),
             findings=list(self.findings),
             calls=self.calls.records,
+            stray=stray,
         )
         return self.outcome
 
@@ -225,13 +274,13 @@ class Runtime:
             self.round = self.ledger.rounds
             self.move(RunState.PLANNING)
             await self._plan(last_findings)
-            before = self.env.snapshot()
+            before = await self.snapshot()
             self.move(RunState.DECIDING)
             conversation = executor_messages(
                 "\n".join(f"{i}. {s}" for i, s in enumerate(self.plan, 1))
             )
             await self._executor_turns(conversation)
-            verdict = self._review(before)
+            verdict = await self._review(before)
             if verdict.kind == "pass":
                 raise StopRun(StopReason.GOAL_MET, "the goal check passed")
             if verdict.kind == "stalled":
@@ -239,17 +288,17 @@ class Runtime:
             last_findings = list(verdict.reasons)
 
     async def _react(self) -> None:
-        conversation = react_messages(self.config.goal, self.env.snapshot())
+        conversation = react_messages(self.config.goal, await self.snapshot())
         while True:
             self.ledger.start_round()
             self.round = self.ledger.rounds
-            before = self.env.snapshot()
+            before = await self.snapshot()
             self.move(RunState.DECIDING)
             tripped = await self._executor_turns(conversation)
             if tripped:
                 self.move(RunState.REVIEWING)
                 raise StopRun(StopReason.NO_PROGRESS, "a call repeated with no state change")
-            verdict = self._review(before)
+            verdict = await self._review(before)
             if verdict.kind == "pass":
                 raise StopRun(StopReason.GOAL_MET, "the goal check passed")
             if verdict.kind == "stalled":
@@ -257,7 +306,7 @@ class Runtime:
             conversation.append(findings_message(list(verdict.reasons)))
 
     async def _plan(self, findings: list[str]) -> None:
-        messages = planner_messages(self.config.goal, self.env.snapshot(), findings)
+        messages = planner_messages(self.config.goal, await self.snapshot(), findings)
         reply = await self._call_model(
             ModelRequest(role="planner", round=self.round, messages=messages)
         )
@@ -265,7 +314,7 @@ class Runtime:
         if not steps:
             raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
         self.plan = steps
-        self._emit(PlanWritten(run_id=self.config.run_id, round=self.round, steps=steps))
+        self.emit(PlanWritten(run_id=self.config.run_id, round=self.round, steps=steps))
 
     async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
         """Run model turns until a final decision or a guard trip; True if the guard tripped."""
@@ -275,9 +324,9 @@ class Runtime:
             if decision.type == "final":
                 return False
             if decision.type == "ask_user":
-                raise StopRun(StopReason.ASK_USER, decision.message)
+                raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
             if decision.type == "handoff":
-                raise StopRun(StopReason.HANDOFF, decision.message)
+                raise StopRun(StopReason.HANDOFF, capped(decision.message, MESSAGE_EVENT_CAP))
             await self.control.checkpoint()
             tripped = await self.calls.run_batch(conversation, decision)
             if tripped:
@@ -294,7 +343,7 @@ class Runtime:
         if after >= before:
             return False
         conversation[:] = compacted
-        self._emit(
+        self.emit(
             ContextCompacted(
                 run_id=self.config.run_id,
                 round=self.round,
@@ -331,7 +380,7 @@ class Runtime:
             try:
                 decision = decide(reply, self.tools)
             except InvalidDecision as invalid:
-                self._emit(
+                self.emit(
                     DecisionInvalid(
                         run_id=self.config.run_id,
                         round=self.round,
@@ -342,13 +391,13 @@ class Runtime:
                 self.ledger.record_correction()
                 conversation.extend(self.calls.corrections_for(reply, str(invalid)))
                 continue
-            self._emit(
+            self.emit(
                 DecisionMade(
                     run_id=self.config.run_id,
                     round=self.round,
                     decision=decision.type,
-                    reason_code=decision.reason_code,
-                    message=decision.message,
+                    reason_code=capped(decision.reason_code, 200),
+                    message=capped(decision.message, MESSAGE_EVENT_CAP),
                     via=decision.via,
                     plan_step=decision.plan_step,
                 )
@@ -372,6 +421,11 @@ class Runtime:
                 error = ProviderError(f"model call timed out after {timeout:.1f}s", retryable=True)
             except ProviderError as exc:
                 error = exc
+            except (Interrupted, StopRun, BudgetExhausted):
+                raise
+            except Exception as exc:  # a client that broke on a malformed response
+                message = capped(f"{type(exc).__name__}: {exc}", MESSAGE_EVENT_CAP)
+                error = ProviderError(f"unreadable model response: {message}", retryable=True)
             if error.context_overflow and not compacted_for_overflow:
                 compacted_for_overflow = True
                 if self._compact(request.messages, "the provider reported a context overflow"):
@@ -380,14 +434,14 @@ class Runtime:
             if not error.retryable or attempt > MAX_MODEL_RETRIES:
                 raise StopRun(StopReason.PROVIDER_FAILURE, str(error))
             delay = self.config.model_backoff_s * 2 ** (attempt - 1)
-            self._emit(
+            self.emit(
                 ModelRetry(
                     run_id=self.config.run_id, attempt=attempt, error=str(error), delay_s=delay
                 )
             )
             await self.interruptible(asyncio.sleep(delay))
         self.ledger.record_model_call(reply.total_tokens, reply.cost_usd)
-        self._emit(
+        self.emit(
             ModelCalled(
                 run_id=self.config.run_id,
                 role=request.role,
@@ -403,12 +457,14 @@ class Runtime:
         self.ledger.after_model_call()
         return reply
 
-    def _review(self, before: dict[str, Any]) -> Verdict:
+    async def _review(self, before: dict[str, Any]) -> Verdict:
         if self.machine.state is not RunState.REVIEWING:
             self.move(RunState.REVIEWING)
-        after = self.env.snapshot()
-        verdict = review(before, after, self.env.unmet)
-        self._emit(
+        after = await self.snapshot()
+        unmet = await self.env_call("goal check", self.env.unmet, after)
+        self._checked_hash = short_hash(after)
+        verdict = review(before, after, lambda _: unmet)
+        self.emit(
             ReviewVerdict(
                 run_id=self.config.run_id,
                 round=self.round,

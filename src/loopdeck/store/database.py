@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -50,11 +51,23 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir("loopdeck")) / "loopdeck.db"
 
 
-def _create_private(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _check_path(path: Path, *, create: bool) -> None:
+    """Refuse what cannot be a store before SQLite sees it; create a new one private (0600)."""
+    if path.is_dir():
+        raise StoreError(f"{path}: is a directory, not a store file")
     if not path.exists():
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    os.chmod(path, 0o600)
+        if not create:
+            raise StoreError(f"{path}: no such store")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Another process may have created it a moment ago: then open theirs.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise StoreError(
+            f"{path}: the store is read-only or unreadable for this user; loopdeck needs to "
+            "read and write it (its mode is left as it is)"
+        )
 
 
 class Store:
@@ -69,10 +82,8 @@ class Store:
     @classmethod
     async def open(cls, path: Path | None = None, *, create: bool = True) -> Store:
         path = path or default_db_path()
-        if not path.exists() and not create:
-            raise StoreError(f"{path}: no such store")
         try:
-            _create_private(path)
+            _check_path(path, create=create)
             db = await aiosqlite.connect(path, timeout=5.0, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{path}: cannot open: {exc}") from exc
@@ -84,42 +95,60 @@ class Store:
             raise
         return store
 
+    async def _tables(self) -> set[str]:
+        rows = await self.db.execute_fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {str(row[0]) for row in rows}
+
     async def _prepare(self) -> None:
         try:
             await self.db.execute("PRAGMA busy_timeout = 5000")
-            tables = {
-                row[0]
-                for row in await self.db.execute_fetchall(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'"
-                )
-            }
+            tables = await self._tables()
+            if not tables:
+                tables = await self._create_schema()
+            await self._check_meta(tables)
+            await self.db.execute("PRAGMA journal_mode = WAL")
+            await self.db.execute("PRAGMA synchronous = FULL")
+            # Schema objects added since version 1 are created idempotently on open.
+            await self.db.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise self.explain(exc) from exc
             raise StoreError(f"{self.path}: not a loopdeck database ({exc})") from exc
-        if tables and "meta" not in tables:
+
+    async def _create_schema(self) -> set[str]:
+        """Schema and meta in one transaction: another opener sees all of it or none of it."""
+        await self.db.execute("BEGIN IMMEDIATE")
+        try:
+            tables = await self._tables()
+            if not tables:  # nobody created it while this connection waited for the lock
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        await self.db.execute(statement)
+                await self.db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('app', ?), ('schema_version', ?)",
+                    (APP_ID, str(SCHEMA_VERSION)),
+                )
+            await self.db.execute("COMMIT")
+        except BaseException:
+            await self.db.execute("ROLLBACK")
+            raise
+        return await self._tables()
+
+    async def _check_meta(self, tables: set[str]) -> None:
+        if "meta" not in tables:
             raise StoreError(
                 f"{self.path}: not a loopdeck database (it has tables {', '.join(sorted(tables))})"
             )
-        if "meta" in tables:
-            rows = await self.db.execute_fetchall("SELECT key, value FROM meta")
-            meta: dict[str, str] = {str(key): str(value) for key, value in rows}
-            if meta.get("app") != APP_ID:
-                raise StoreError(f"{self.path}: not a loopdeck database (app={meta.get('app')})")
-            version = int(meta.get("schema_version", 0))
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path}: schema version {version} is newer than this loopdeck "
-                    f"understands ({SCHEMA_VERSION}); upgrade loopdeck"
-                )
-        try:
-            await self.db.execute("PRAGMA journal_mode = WAL")
-            await self.db.execute("PRAGMA synchronous = FULL")
-            await self.db.executescript(SCHEMA)
-            await self.db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('app', ?), ('schema_version', ?)",
-                (APP_ID, str(SCHEMA_VERSION)),
+        rows = await self.db.execute_fetchall("SELECT key, value FROM meta")
+        meta: dict[str, str] = {str(key): str(value) for key, value in rows}
+        if meta.get("app") != APP_ID:
+            raise StoreError(f"{self.path}: not a loopdeck database (app={meta.get('app')})")
+        version = int(meta.get("schema_version", 0))
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this loopdeck "
+                f"understands ({SCHEMA_VERSION}); upgrade loopdeck"
             )
-        except sqlite3.OperationalError as exc:
-            raise self.explain(exc) from exc
 
     def explain(self, exc: sqlite3.Error) -> StoreError:
         if "locked" in str(exc) or "busy" in str(exc):

@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
+from loopdeck.core.text import short_args, visible
 from loopdeck.runview import RunView
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
@@ -23,6 +24,8 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.WITHDRAWN: ("withdrawn", "foreground-muted"),
     CallStatus.INTERRUPTED: ("interrupted", "error"),
     CallStatus.SKIPPED: ("skipped", "foreground-muted"),
+    CallStatus.SKIPPED_AFTER_TRIP: ("skipped after repeat", "foreground-muted"),
+    CallStatus.OUTCOME_UNKNOWN: ("? outcome unknown", "error"),
 }
 
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
@@ -30,11 +33,6 @@ COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "sta
 
 def format_duration(duration_ms: float | None) -> str:
     return "" if duration_ms is None else f"{duration_ms:.0f}"
-
-
-def short_args(args: dict[str, Any], width: int = 34) -> str:
-    text = ", ".join(f"{k}={v!r}" for k, v in args.items())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class CallsTable(DataTable[Any]):
@@ -57,7 +55,7 @@ class CallsTable(DataTable[Any]):
         return [
             row.call_id,
             str(row.round),
-            row.tool,
+            visible(row.tool),
             short_args(row.args),
             row.fingerprint[:8],
             row.state_hash[:8],

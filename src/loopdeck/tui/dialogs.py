@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.text import visible_json
 from loopdeck.tui.panels import countdown_text
 
 
@@ -54,9 +54,7 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
                 f"[b]call[/] {r.call_id}",
                 id="approval-meta",
             )
-            yield Static(
-                escape(json.dumps(r.args, indent=2, ensure_ascii=False)), id="approval-args"
-            )
+            yield Static(escape(visible_json(r.args)), id="approval-args")
             yield Static(id="approval-expiry")
             yield Static("[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later")
 

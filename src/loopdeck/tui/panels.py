@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime
 
@@ -11,6 +10,7 @@ from textual.widgets import Static
 
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
+from loopdeck.core.text import visible_json
 from loopdeck.runview import RunView
 
 STATE_ORDER = [
@@ -179,8 +179,8 @@ class CallDetail(Static):
             self.update("[dim]select a call to see its arguments and result[/dim]")
             return
         self.border_title = f"Call {row.call_id} · {row.tool}"
-        args = escape(json.dumps(row.args, indent=2, ensure_ascii=False))
-        result = escape(json.dumps(row.result, indent=2, ensure_ascii=False)) if row.result else "—"
+        args = escape(visible_json(row.args))
+        result = escape(visible_json(row.result)) if row.result else "—"
         self.update(
             f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}  "
             f"[b]status[/] {row.status.value}\n[b]arguments[/]\n{args}\n[b]result[/]\n{result}"

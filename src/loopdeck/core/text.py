@@ -1,0 +1,55 @@
+"""Text that is safe to store, to show an operator, and to hand a model: escaped and capped."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+TRUNCATION_MARK = " …[truncated {} chars]"
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# C0/C1 controls (except newline and tab), and the bidi overrides and isolates that can make
+# a terminal show text in another order than it is stored.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+
+
+def escape_surrogates(text: str) -> str:
+    """Lone surrogates cannot be encoded as UTF-8: keep them visible as `\\udXXX` text."""
+    if not _LONE_SURROGATE.search(text):
+        return text
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def storable(text: str) -> str:
+    """NFC-normalized and encodable: the form every string of a canonical value takes."""
+    return unicodedata.normalize("NFC", escape_surrogates(text))
+
+
+def visible(text: str) -> str:
+    """For the operator's terminal: controls and bidi characters shown as escapes, not obeyed."""
+    text = escape_surrogates(text)
+    if not _INVISIBLE.search(text):
+        return text
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def capped(text: str, cap: int) -> str:
+    """At most `cap` characters of the text, with the visible truncation mark when cut."""
+    if len(text) <= cap:
+        return text
+    return text[:cap] + TRUNCATION_MARK.format(len(text) - cap)
+
+
+def visible_json(value: object, indent: int | None = 2) -> str:
+    """JSON for the operator's eyes: readable non-ASCII, but nothing that steers the terminal."""
+    import json
+
+    return visible(json.dumps(value, indent=indent, ensure_ascii=False, default=str))
+
+
+def short_args(args: dict[str, object], width: int = 34) -> str:
+    """`key=value, …` on one line, visible, cut to `width` with an ellipsis."""
+    text = visible(", ".join(f"{k}={v!r}" for k, v in args.items()))
+    return text if len(text) <= width else text[: width - 1] + "…"
