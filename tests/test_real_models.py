@@ -166,7 +166,8 @@ async def test_context_overflow_compacts_and_retries_once() -> None:
     overflow = error(
         400, "This model's maximum context length is 100 tokens", code="context_length_exceeded"
     )
-    replies = [PLAN, *SOLVE[1:3], overflow, *SOLVE[3:]]
+    check_again = tool_call("get_status", {}, "call_a2")
+    replies = [PLAN, *SOLVE[1:3], check_again, overflow, *SOLVE[3:]]
     with FakeOpenAI(replies) as server:
         outcome, events = await _run(server)
     compactions = [e for e in events if e.kind == "context_compacted"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -37,8 +38,10 @@ def _positive(kind: Callable[[str], float], name: str) -> Callable[[str], float]
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a {name}, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be a {name} greater than 0, got {text!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"must be a finite {name} greater than 0, got {text!r}"
+            )
         return value
 
     return parse

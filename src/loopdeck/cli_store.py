@@ -112,7 +112,8 @@ def _print(value: Any, as_json: bool, table: Table | None = None, text: str = ""
 
 
 async def _store_command(args: argparse.Namespace) -> int:
-    store = await Store.open(args.db, create=args.command in ("runs", "pending"))
+    # Reading or deciding never creates a store: a mistyped path is named, not made empty.
+    store = await Store.open(args.db, create=False)
     try:
         return await _dispatch(store, args)
     finally:

@@ -6,12 +6,13 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
-from loopdeck.core.text import short_args
+from loopdeck.core.text import short_args, visible
 
 STATUS_STYLE = {
     CallStatus.EXECUTED: "green",
@@ -63,8 +64,14 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
         f"{outcome.tool_calls} · tokens {outcome.tokens} · cost {cost} · {outcome.elapsed_s:.2f}s"
     )
     console.print(
-        f"[{style}]{outcome.state.value}: {outcome.stop_reason.value}[/] — {outcome.detail}"
+        f"[{style}]{outcome.state.value}: {outcome.stop_reason.value}[/] — "
+        f"{escape(visible(outcome.detail))}"
     )
+    if outcome.stray:
+        console.print(
+            f"[bold yellow]still running[/] {escape(outcome.stray)}: the run did not wait for "
+            "it; it ends with this process"
+        )
 
 
 def print_json(outcome: RunOutcome) -> None:

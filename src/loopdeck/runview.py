@@ -60,6 +60,7 @@ class RunView:
     last_model_error: str = ""
     compactions: int = 0
     last_compaction: tuple[int, int] | None = None
+    _live_state: RunState = RunState.READY
 
     @property
     def finished(self) -> bool:
@@ -164,7 +165,15 @@ class RunView:
             self.paused = False
         self.notes.append(f"{e.command} by {e.by}")
 
+    def _on_run_corrected(self, e: Any) -> None:
+        # A crash a reader recorded for this live run was undone by its runner.
+        if self.stop_reason == "crashed":
+            self.state, self.stop_reason, self.stop_detail = self._live_state, None, ""
+            self.stopped_at = None
+        self.notes.append(e.detail)
+
     def _on_run_stopped(self, e: Any) -> None:
+        self._live_state = self.state
         self.state = e.state
         self.stop_reason = e.stop_reason.value
         self.stop_detail = e.detail

@@ -194,6 +194,13 @@ class OperatorCommand(EventBase):
     by: str
 
 
+class RunCorrected(EventBase):
+    """The record of this run was put right: a reader had marked the live run crashed."""
+
+    kind: Literal["run_corrected"] = "run_corrected"
+    detail: str
+
+
 class RunStopped(EventBase):
     kind: Literal["run_stopped"] = "run_stopped"
     state: RunState
@@ -221,6 +228,7 @@ Event = Annotated[
     | ReviewVerdict
     | ContextCompacted
     | OperatorCommand
+    | RunCorrected
     | RunStopped,
     Field(discriminator="kind"),
 ]

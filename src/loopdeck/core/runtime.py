@@ -47,7 +47,7 @@ from loopdeck.core.prompts import (
 )
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
-from loopdeck.core.text import capped
+from loopdeck.core.text import capped, escape_surrogates
 
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
@@ -162,8 +162,16 @@ class Runtime:
         )
 
     async def flush_journal(self) -> None:
-        if self.journal is not None:
+        """Before a write: its approval must be durable, or the write does not run."""
+        if self.journal is None:
+            return
+        try:
             await self.journal.flush()
+        except Exception as exc:  # the store failed: refuse the write rather than run it blind
+            raise StopRun(
+                StopReason.POLICY_BLOCK,
+                f"the approval could not be recorded, so the write did not run: {exc}",
+            ) from exc
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         return await self.control.interruptible(awaitable, by_cancel=by_cancel)
@@ -240,7 +248,7 @@ class Runtime:
                 run_id=self.config.run_id,
                 state=self.machine.state,
                 stop_reason=stop.reason,
-                detail=stop.detail,
+                detail=escape_surrogates(stop.detail),
             )
         )
         # A run with any call of unknown price has an unknown cost, never a partial sum.

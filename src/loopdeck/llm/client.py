@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from typing import Any
 
@@ -134,6 +136,10 @@ class LiteLLMModel:
         except Exception:  # LiteLLM raises when the model has no known price: cost is unknown
             return None
 
+    async def prepare(self) -> None:
+        """Import LiteLLM off the event loop, before the run's clock and first timeout."""
+        await asyncio.to_thread(litellm_module)
+
     async def complete(self, request: ModelRequest) -> ModelReply:
         litellm = litellm_module()
         kwargs = self._request_kwargs(request)
@@ -143,18 +149,51 @@ class LiteLLMModel:
         except Exception as exc:  # every provider failure is classified, none is swallowed
             raise classify(exc) from exc
         latency_ms = (time.perf_counter() - started) * 1000
-        message = response.choices[0].message
-        calls = [
-            RawToolCall(id=c.id, name=c.function.name or "", arguments=c.function.arguments or "")
-            for c in (message.tool_calls or [])
-        ]
+        message = _first_message(response)
+        try:
+            calls = [
+                RawToolCall(
+                    id=str(c.id or f"call_{i}"),
+                    name=str(c.function.name or ""),
+                    arguments=_arguments_text(c.function.arguments),
+                )
+                for i, c in enumerate(message.tool_calls or [])
+            ]
+        except (AttributeError, TypeError) as exc:
+            raise ProviderError(
+                f"malformed tool calls in the response: {exc}", retryable=True
+            ) from exc
+        content = message.content
+        if content is not None and not isinstance(content, str):
+            content = json.dumps(content, default=str)
         usage = getattr(response, "usage", None)
         return ModelReply(
-            model=str(response.model or self.name),
-            content=message.content,
+            model=str(getattr(response, "model", None) or self.name),
+            content=content,
             tool_calls=calls,
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
             cost_usd=self._cost(litellm, response),
             latency_ms=latency_ms,
         )
+
+
+def _first_message(response: Any) -> Any:
+    """The reply's message; a response with none is the provider's failure, retried."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise ProviderError(
+            f"the provider returned no choices ({type(response).__name__})", retryable=True
+        )
+    message = getattr(choices[0], "message", None)
+    if message is None:
+        raise ProviderError("the provider's first choice has no message", retryable=True)
+    return message
+
+
+def _arguments_text(arguments: Any) -> str:
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, default=str)

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 import platformdirs
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APP_ID = "loopdeck"
 
 SCHEMA = """
@@ -21,11 +22,11 @@ CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, env TEXT, script TEXT, model TEXT, mode TEXT, goal TEXT,
     state TEXT, stop_reason TEXT, detail TEXT, started_at TEXT, ended_at TEXT,
     tokens INTEGER DEFAULT 0, cost_usd REAL, cost_unknown_calls INTEGER DEFAULT 0,
-    pid INTEGER, host TEXT, heartbeat_at REAL, approve_mode TEXT
+    pid INTEGER, host TEXT, heartbeat_at REAL, approve_mode TEXT, pid_started TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL,
-    body TEXT NOT NULL, PRIMARY KEY (run_id, seq)
+    body TEXT NOT NULL, origin TEXT, PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS approvals (
     run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT, args TEXT, requested_at TEXT,
@@ -110,6 +111,7 @@ class Store:
             await self.db.execute("PRAGMA synchronous = FULL")
             # Schema objects added since version 1 are created idempotently on open.
             await self.db.executescript(SCHEMA)
+            await self._migrate()
         except sqlite3.DatabaseError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise self.explain(exc) from exc
@@ -133,6 +135,32 @@ class Store:
             await self.db.execute("ROLLBACK")
             raise
         return await self._tables()
+
+    async def _migrate(self) -> None:
+        """Bring an older store forward, in one transaction."""
+        rows = await self.db.execute_fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
+        version = int(next(iter(rows))[0]) if rows else SCHEMA_VERSION
+        if version >= SCHEMA_VERSION:
+            return
+        await self.db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {
+                table: {
+                    str(r[1]) for r in await self.db.execute_fetchall(f"PRAGMA table_info({table})")
+                }
+                for table in ("runs", "events")
+            }
+            if "pid_started" not in columns["runs"]:
+                await self.db.execute("ALTER TABLE runs ADD COLUMN pid_started TEXT")
+            if "origin" not in columns["events"]:
+                await self.db.execute("ALTER TABLE events ADD COLUMN origin TEXT")
+            await self.db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
+            await self.db.execute("COMMIT")
+        except BaseException:
+            await self.db.execute("ROLLBACK")
+            raise
 
     async def _check_meta(self, tables: set[str]) -> None:
         if "meta" not in tables:
@@ -171,6 +199,23 @@ class Store:
                 return cursor.rowcount
             except sqlite3.Error as exc:
                 raise self.explain(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """One write transaction, taken at once (BEGIN IMMEDIATE): all of it lands or none."""
+        async with self.lock:
+            try:
+                await self.db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self.explain(exc) from exc
+            try:
+                yield self.db
+                await self.db.execute("COMMIT")
+            except BaseException as exc:
+                await self.db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self.explain(exc) from exc
+                raise
 
     async def close(self) -> None:
         await self.db.close()

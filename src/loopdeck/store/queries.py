@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -12,65 +10,61 @@ from typing import Any
 from loopdeck.core.events import RunStopped
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.store.database import Store
+from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
-HEARTBEAT_STALE_S = 5.0
 LIVE_STATES = ("ready", "planning", "deciding", "awaiting_approval", "executing", "reviewing")
 COMMANDS = ("cancel", "kill", "pause", "resume")
+# Who withdrew an approval when its run was marked crashed: the runner undoes it if alive.
+CRASH_DETECTOR = "crash-detector"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-async def mark_crashed_runners(store: Store) -> list[str]:
-    """Runs whose runner died (stale heartbeat, or a dead pid on this host) become `crashed`."""
-    crashed = []
-    here = socket.gethostname()
+async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> list[str]:
+    """Runs whose runner is known to be gone become `crashed`, with one `run_stopped` event."""
+    silence = crash_silence_s() if silence_s is None else silence_s
+    here, now = this_host(), time.time()
     rows = await store.fetchall(
-        f"SELECT run_id, pid, host, heartbeat_at FROM runs WHERE state IN {LIVE_STATES}"
+        "SELECT run_id, pid, host, heartbeat_at, pid_started FROM runs"
+        f" WHERE state IN {LIVE_STATES}"
     )
-    now = time.time()
+    crashed = []
     for row in rows:
-        dead_here = row["host"] == here and row["pid"] and not _pid_alive(row["pid"])
-        stale = row["heartbeat_at"] is None or now - row["heartbeat_at"] > HEARTBEAT_STALE_S
-        if not (dead_here or stale):
-            continue
-        detail = f"runner pid {row['pid']} on {row['host']} stopped without recording a stop"
-        changed = await store.execute(
-            "UPDATE runs SET state = 'stopped', stop_reason = 'crashed', detail = ?, ended_at = ?"
-            f" WHERE run_id = ? AND state IN {LIVE_STATES}",
-            (detail, datetime.now(UTC).isoformat(), row["run_id"]),
-        )
-        if changed:
-            await _append_stop(store, row["run_id"], detail)
-            await store.execute(
-                "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND state = 'pending'",
-                (row["run_id"],),
-            )
+        why = runner_gone(row, here=here, now=now, silence_s=silence)
+        if why is not None and await _mark_crashed(store, row["run_id"], why):
             crashed.append(row["run_id"])
     return crashed
 
 
-async def _append_stop(store: Store, run_id: str, detail: str) -> None:
-    last = await store.fetchall("SELECT MAX(seq) AS seq FROM events WHERE run_id = ?", (run_id,))
-    seq = (last[0]["seq"] or 0) + 1
-    event = RunStopped(
-        run_id=run_id,
-        seq=seq,
-        state=RunState.STOPPED,
-        stop_reason=StopReason.CRASHED,
-        detail=detail,
-    )
-    await store.execute(
-        "INSERT OR IGNORE INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
-        (run_id, seq, event.kind, event.at.isoformat(), event.model_dump_json()),
-    )
+async def _mark_crashed(store: Store, run_id: str, why: str) -> bool:
+    """The row, the stop event and the withdrawals land together or not at all."""
+    detail = f"{why}; it stopped without recording a stop"
+    async with store.transaction() as db:
+        cursor = await db.execute(
+            "UPDATE runs SET state = 'stopped', stop_reason = 'crashed', detail = ?, ended_at = ?"
+            f" WHERE run_id = ? AND state IN {LIVE_STATES}",
+            (detail, datetime.now(UTC).isoformat(), run_id),
+        )
+        if cursor.rowcount != 1:
+            return False  # another reader, or the runner's own stop, came first
+        last = await db.execute_fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        seq = (next(iter(last))[0] or 0) + 1
+        event = RunStopped(
+            run_id=run_id,
+            seq=seq,
+            state=RunState.STOPPED,
+            stop_reason=StopReason.CRASHED,
+            detail=detail,
+        )
+        await db.execute(
+            "INSERT INTO events (run_id, seq, kind, at, body, origin)"
+            " VALUES (?, ?, ?, ?, ?, 'reader')",
+            (run_id, seq, event.kind, event.at.isoformat(), event.model_dump_json()),
+        )
+        await db.execute(
+            "UPDATE approvals SET state = 'withdrawn', decided_by = ?"
+            " WHERE run_id = ? AND state = 'pending'",
+            (CRASH_DETECTOR, run_id),
+        )
+    return True
 
 
 async def list_runs(store: Store) -> list[dict[str, Any]]:
@@ -86,9 +80,11 @@ async def list_runs(store: Store) -> list[dict[str, Any]]:
 
 
 async def outcome_unknown(store: Store, run_id: str) -> list[str]:
-    """Approved writes whose completion was never recorded: never re-executed automatically."""
+    """Approved writes whose completion was never recorded, or that ended with their outcome
+    unknown (a timeout, a crash mid-write): never re-executed automatically."""
     rows = await store.fetchall(
-        "SELECT call_id FROM approvals WHERE run_id = ? AND state = 'approved' AND outcome IS NULL",
+        "SELECT call_id FROM approvals WHERE run_id = ? AND state = 'approved'"
+        " AND (outcome IS NULL OR outcome IN ('outcome_unknown', 'interrupted'))",
         (run_id,),
     )
     return [row["call_id"] for row in rows]
@@ -163,7 +159,3 @@ async def events_after(
         (run_id, seq, limit),
     )
     return [dict(row) for row in rows]
-
-
-async def heartbeat(store: Store, run_id: str) -> None:
-    await store.execute("UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", (time.time(), run_id))

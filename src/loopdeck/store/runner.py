@@ -5,28 +5,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from loopdeck.core.events import RunCorrected
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.store import queries
 from loopdeck.store.database import Store, StoreError
+from loopdeck.store.liveness import Heartbeat
 from loopdeck.store.writer import EventWriter
 
 COMMAND_POLL_S = 0.1
-HEARTBEAT_S = 1.0
 
 
 async def _serve_commands(store: Store, runtime: Runtime) -> None:
     run_id = runtime.config.run_id
-    beat = 0.0
     while True:
-        try:
+        # A locked store: the next tick tries again; the runtime is not held up.
+        with contextlib.suppress(StoreError):
             await _apply_commands(store, runtime, run_id)
-            beat += COMMAND_POLL_S
-            if beat >= HEARTBEAT_S:
-                beat = 0.0
-                await queries.heartbeat(store, run_id)
-        except StoreError:
-            pass  # a locked store: the next tick tries again; the runtime is not held up
         await asyncio.sleep(COMMAND_POLL_S)
 
 
@@ -53,13 +48,21 @@ class RecordedRun:
         self.persist_error: str | None = None
 
     async def run(self) -> RunOutcome:
-        unsubscribe = self.runtime.bus.subscribe(self.writer)
-        self.runtime.journal = self.writer
+        runtime = self.runtime
+        run_id = runtime.config.run_id
+        unsubscribe = runtime.bus.subscribe(self.writer)
+        runtime.journal = self.writer
+        self.writer.on_correction = lambda detail: runtime.emit(
+            RunCorrected(run_id=run_id, detail=detail)
+        )
         self.writer.start()
-        commands = asyncio.create_task(_serve_commands(self.store, self.runtime))
+        heartbeat = Heartbeat(self.store.path, run_id)
+        heartbeat.start()
+        commands = asyncio.create_task(_serve_commands(self.store, runtime))
         try:
-            return await self.runtime.run()
+            return await runtime.run()
         finally:
+            heartbeat.stop()
             commands.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await commands

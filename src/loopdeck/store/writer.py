@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
+import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loopdeck.core.events import EventBase
 from loopdeck.store.database import Store, StoreError
+from loopdeck.store.liveness import process_started, this_host
+from loopdeck.store.queries import CRASH_DETECTOR
 
 BATCH_INTERVAL_S = 0.05
 BATCH_MAX = 512
@@ -24,10 +27,15 @@ class EventWriter:
     def __init__(self, store: Store, *, approve_mode: str = "") -> None:
         self.store = store
         self.approve_mode = approve_mode
-        self.pid = __import__("os").getpid()
-        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.pid_started = process_started(self.pid)
+        self.host = this_host()
         self.acknowledged_seq = 0
         self.error: StoreError | None = None
+        # Told when a reader had marked this live run crashed and the writer undid it.
+        self.on_correction: Callable[[str], None] | None = None
+        self._state = "ready"
+        self._stopped = False
         self._queue: list[EventBase] = []
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -53,16 +61,25 @@ class EventWriter:
                 self.error = exc  # kept, retried next tick; nothing queued is dropped
 
     async def flush(self) -> None:
-        """Commit everything queued so far; returns once it is durable."""
+        """Commit everything queued so far; returns once it is durable. Any failure is a
+        StoreError, and what was not committed stays queued (for the next try or the spill)."""
         async with self._lock:
             if not self._queue:
                 return
             batch, self._queue = self._queue, []
             try:
                 await self._commit(batch)
-            except (sqlite3.Error, StoreError) as exc:
+            except StoreError:
                 self._queue = batch + self._queue
-                raise exc if isinstance(exc, StoreError) else self.store.explain(exc) from exc
+                raise
+            except sqlite3.Error as exc:
+                self._queue = batch + self._queue
+                raise self.store.explain(exc) from exc
+            except Exception as exc:  # anything else still leaves the events safe in the queue
+                self._queue = batch + self._queue
+                raise StoreError(
+                    f"{self.store.path}: events could not be written ({type(exc).__name__}: {exc})"
+                ) from exc
             except BaseException:
                 self._queue = batch + self._queue
                 raise
@@ -83,9 +100,10 @@ class EventWriter:
             return None
         run_id = self._queue[0].run_id
         path = self.store.path.with_name(f"{self.store.path.name}.unsaved-{run_id}.jsonl")
-        with path.open("a", encoding="utf-8") as out:
+        fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as out:
             for event in self._queue:
-                out.write(event.model_dump_json() + "\n")
+                out.write(event_json(event) + "\n")
         self._queue = []
         return path
 
@@ -97,10 +115,13 @@ class EventWriter:
         db = self.store.db
         await db.execute("BEGIN IMMEDIATE")
         try:
+            await self._undo_a_false_crash(batch[0].run_id)
+            # A plain INSERT: no reader's row can sit at a runner's sequence number any more,
+            # and a clash would be a bug to report, never an event to drop.
             await db.executemany(
-                "INSERT OR IGNORE INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
                 [
-                    (e.run_id, e.seq, getattr(e, "kind", ""), e.at.isoformat(), e.model_dump_json())
+                    (e.run_id, e.seq, getattr(e, "kind", ""), e.at.isoformat(), event_json(e))
                     for e in batch
                 ],
             )
@@ -119,18 +140,46 @@ class EventWriter:
             await db.execute("ROLLBACK")
             raise
 
+    async def _undo_a_false_crash(self, run_id: str) -> None:
+        """A reader marked this run crashed while its runner (this process) is alive: the
+        runner's record wins. The reader's stop event goes, the row and the approvals the
+        reader withdrew come back, and the correction is recorded as an event."""
+        if self._stopped:
+            return
+        db = self.store.db
+        rows = await db.execute_fetchall(
+            "SELECT stop_reason, detail FROM runs WHERE run_id = ?", (run_id,)
+        )
+        row = next(iter(rows), None)
+        if row is None or row[0] != "crashed":
+            return
+        await db.execute("DELETE FROM events WHERE run_id = ? AND origin = 'reader'", (run_id,))
+        await db.execute(
+            "UPDATE runs SET state = ?, stop_reason = NULL, detail = NULL, ended_at = NULL,"
+            " heartbeat_at = ? WHERE run_id = ?",
+            (self._state, time.time(), run_id),
+        )
+        await db.execute(
+            "UPDATE approvals SET state = 'pending', decided_by = NULL"
+            " WHERE run_id = ? AND state = 'withdrawn' AND decided_by = ?",
+            (run_id, CRASH_DETECTOR),
+        )
+        if self.on_correction is not None:
+            self.on_correction(f"a reader marked this run crashed ({row[1]}); its runner is alive")
+
     async def _apply(self, e: Any) -> None:
         db = self.store.db
         kind = e.kind
         if kind == "run_started":
             await db.execute(
                 "INSERT OR REPLACE INTO runs (run_id, env, script, model, mode, goal, state,"
-                " started_at, pid, host, heartbeat_at, approve_mode)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?)",
+                " started_at, pid, host, heartbeat_at, approve_mode, pid_started)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)",
                 (e.run_id, e.env, e.script, e.model, e.mode, e.goal, e.at.isoformat(),
-                 self.pid, self.host, time.time(), self.approve_mode),
+                 self.pid, self.host, time.time(), self.approve_mode, self.pid_started),
             )  # fmt: skip
         elif kind == "state_changed":
+            self._state = e.target.value
             await db.execute(
                 "UPDATE runs SET state = ? WHERE run_id = ?", (e.target.value, e.run_id)
             )
@@ -142,6 +191,7 @@ class EventWriter:
                 (tokens, cost, e.cost_unknown_calls, e.run_id),
             )
         elif kind == "run_stopped":
+            self._stopped = True
             await db.execute(
                 "UPDATE runs SET state = ?, stop_reason = ?, detail = ?, ended_at = ?"
                 " WHERE run_id = ?",
@@ -172,3 +222,11 @@ class EventWriter:
                 "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
                 (e.status.value, e.run_id, e.call_id),
             )
+
+
+def event_json(event: EventBase) -> str:
+    """An event as stored. Text that UTF-8 cannot carry is escaped, never fatal."""
+    try:
+        return event.model_dump_json()
+    except ValueError:  # pydantic's serialization error for lone surrogates is a ValueError
+        return json.dumps(event.model_dump(mode="json"), default=str)

@@ -1,0 +1,104 @@
+"""Is a run's runner alive? Decided so that a live run is never called crashed.
+
+On the runner's own host the answer is the process table: the pid must exist and have the
+start time recorded with the run (a reused pid is another process). From another host the
+only evidence is the heartbeat, so a run is crashed only after a silence long enough to be
+unambiguous (`LOOPDECK_CRASH_SILENCE_S`, default 30 s).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SILENCE_S = 30.0
+HEARTBEAT_S = 1.0
+
+
+def crash_silence_s() -> float:
+    configured = os.environ.get("LOOPDECK_CRASH_SILENCE_S")
+    try:
+        return float(configured) if configured else DEFAULT_SILENCE_S
+    except ValueError:
+        return DEFAULT_SILENCE_S
+
+
+def process_started(pid: int) -> str | None:
+    """The kernel's start time of a process (Linux), or None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22, counted after the command name, which may itself hold spaces and parentheses.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def runner_gone(row: Any, *, here: str, now: float, silence_s: float) -> str | None:
+    """Why this live run's runner is known to be gone, or None while it may be alive."""
+    pid, host = row["pid"], row["host"]
+    if host == here and pid:
+        if not pid_alive(pid):
+            return f"runner pid {pid} on {host} is gone"
+        started = row["pid_started"]
+        if started and process_started(pid) not in (None, started):
+            return f"runner pid {pid} on {host} is gone (the pid now belongs to another process)"
+        return None
+    beat = row["heartbeat_at"]
+    if beat is None or now - beat > silence_s:
+        return f"runner pid {pid} on {host} silent for more than {silence_s:.0f}s"
+    return None
+
+
+class Heartbeat:
+    """Beats a run's heartbeat from its own thread and connection: neither a busy event loop
+    nor blocking env code can starve it."""
+
+    def __init__(self, path: Path, run_id: str, interval_s: float = HEARTBEAT_S) -> None:
+        self.path = path
+        self.run_id = run_id
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="loopdeck-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, timeout=self.interval_s, isolation_level=None)
+        except sqlite3.Error:
+            return  # the store is unusable: the writer reports that
+        try:
+            while not self._stop.wait(self.interval_s):
+                try:
+                    db.execute(
+                        "UPDATE runs SET heartbeat_at = ? WHERE run_id = ?",
+                        (time.time(), self.run_id),
+                    )
+                except sqlite3.Error:
+                    continue  # locked for a moment: the next beat tries again
+        finally:
+            db.close()
+
+
+def this_host() -> str:
+    return socket.gethostname()
