@@ -49,6 +49,7 @@ class Edges(Environment):
         self.replicas = 1
         self.polls = 0
         self.goal_check_block_s = float(data.get("goal_check_block_s", 0))
+        self.checks_running = 0  # goal checks in progress, for tests that act during one
         self.write_log = workdir / "writes.log"
 
     def snapshot(self) -> dict[str, Any]:
@@ -56,7 +57,11 @@ class Edges(Environment):
         return {"notes": list(self.notes), "replicas": self.replicas, "job": job}
 
     def unmet(self, snapshot: dict[str, Any]) -> list[str]:
-        time.sleep(self.goal_check_block_s)  # a goal check that runs a slow suite
+        self.checks_running += 1
+        try:
+            time.sleep(self.goal_check_block_s)  # a goal check that runs a slow suite
+        finally:
+            self.checks_running -= 1
         if "done" in snapshot["notes"] or snapshot["job"] == "done":
             return []
         return ["no note says done and the job is still running"]
