@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test stress lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,10 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest
+
+# Long property and stress runs (10,000 fuzzed replies; 20 runs racing on one store).
+stress: $(STAMP)
+	$(VENV)/bin/pytest -m slow -p no:cacheprovider
 
 bench: $(STAMP)
 	cd bench && ../$(PY) steps_per_second.py && ../$(PY) console_latency.py && ../$(PY) store_throughput.py

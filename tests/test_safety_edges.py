@@ -156,7 +156,9 @@ async def test_a_state_change_at_dispatch_asks_again() -> None:
     finally:
         prepared.cleanup()
     assert approver.asked >= 2
-    assert rec.kinds("approval_invalidated")[0].problem == "environment state changed since approval"
+    assert (
+        rec.kinds("approval_invalidated")[0].problem == "environment state changed since approval"
+    )
     assert outcome.calls[0].status is CallStatus.EXECUTED
     assert outcome.stop_reason is not StopReason.POLICY_BLOCK
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from loopdeck.core.canonical import NotCanonical, canonical_args
+from loopdeck.core.canonical import NotCanonical, canonical_args, normalized
 from loopdeck.core.model import ModelReply
 from loopdeck.core.text import capped, escape_surrogates
 from loopdeck.core.tools import ToolSpec
@@ -159,12 +159,21 @@ def _decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
     if text.startswith("```"):
         text = text.strip("`").removeprefix("json").strip()
     try:
-        envelope = DecisionEnvelope.model_validate_json(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "output"
+        # Python's reader keeps a lone surrogate escape, which `normalized` makes visible.
+        envelope = DecisionEnvelope.model_validate(normalized(json.loads(text)))
+    except RecursionError:
+        raise InvalidDecision("output is nested too deep") from None
+    except NotCanonical as exc:
+        raise InvalidDecision(f"output is not a valid decision: {exc}") from None
+    except ValueError as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "output"
+            problem = f"{where}: {first['msg']}"
+        else:
+            problem = f"not JSON: {exc}"
         raise InvalidDecision(
-            f"output is not a valid decision ({where}: {first['msg']}). {ENVELOPE_INSTRUCTIONS}"
+            f"output is not a valid decision ({problem}). {ENVELOPE_INSTRUCTIONS}"
         ) from None
     if envelope.type != "tool_call":
         return Decision(
