@@ -40,7 +40,7 @@ def test_twenty_blocking_runs_on_one_store_are_never_marked_crashed(tmp_path) ->
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for _ in range(RUNNERS)
     ]
     polls, poll_failures = 0, []
