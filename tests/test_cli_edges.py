@@ -72,3 +72,13 @@ async def test_the_model_library_is_loaded_before_the_clock_starts() -> None:
     assert model.events_before_prepare == 0  # nothing started, no clock, no timeout yet
     assert outcome.stop_reason is not StopReason.CRASHED
     assert json.loads(rec.events[0].model_dump_json())["kind"] == "run_started"
+
+
+def test_runs_lists_a_write_whose_outcome_is_unknown(cli) -> None:
+    code, summary, _ = cli("run", str(EDGES), "--script", "slow-write", "--headless", "--json")
+    assert code == 1
+    assert [c["status"] for c in summary["calls"]] == ["outcome_unknown", "refused_duplicate"]
+    code, runs, _ = cli("runs", "--json")
+    assert code == 0
+    [run] = [r for r in runs if r["run_id"] == summary["run_id"]]
+    assert run["outcome_unknown"] == ["c1"]

@@ -137,8 +137,10 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
         columns += ("tokens", "cost_usd")
         for column in columns:
             table.add_column(column)
+        table.add_column("outcome unknown")
         for run in runs:
-            table.add_row(*("-" if run[c] is None else str(run[c]) for c in columns))
+            cells = ["-" if run[c] is None else str(run[c]) for c in columns]
+            table.add_row(*cells, ", ".join(run["outcome_unknown"]) or "-")
         _print(runs, args.json, table)
         return 0
     if command == "pending":
