@@ -233,7 +233,8 @@ class Runtime:
     def _finish(self) -> RunOutcome:
         stop = self._stop or StopRun(StopReason.CRASHED, "the loop ended without a stop reason")
         stray = self.env_thread.stray
-        if stray is not None:
+        # An EnvBusy stop already names the stray call; say it once.
+        if stray is not None and stray.split(" (")[0] not in stop.detail:
             note = f"env code still running was abandoned, its result discarded: {stray}"
             stop = StopRun(stop.reason, f"{stop.detail}; {note}" if stop.detail else note)
         self.env_thread.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -44,8 +45,6 @@ def capped(text: str, cap: int) -> str:
 
 def visible_json(value: object, indent: int | None = 2) -> str:
     """JSON for the operator's eyes: readable non-ASCII, but nothing that steers the terminal."""
-    import json
-
     return visible(json.dumps(value, indent=indent, ensure_ascii=False, default=str))
 
 
