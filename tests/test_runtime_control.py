@@ -4,6 +4,7 @@ import asyncio
 
 from conftest import HARNESS, SAMPLES, run_env
 
+from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import RunState, StopReason
 
@@ -72,7 +73,9 @@ async def test_pause_holds_model_calls_until_resume() -> None:
         rt = prepared.runtime
         if event.kind == "plan_written":
             rt.pause("test")
-            asyncio.get_running_loop().call_later(0.2, rt.resume, "test")
+        if event.kind == "budget_updated" and event.held == "paused":
+            # the pause holds: the agent's clock is stopped; resume from the loop
+            asyncio.get_running_loop().call_soon(rt.resume, "test")
         if event.kind == "model_called" and rt.control.paused:
             seen_while_paused.append(event)
 
@@ -84,15 +87,32 @@ async def test_pause_holds_model_calls_until_resume() -> None:
     # the next model call came only after the resume
     resumed_seq = commands[1].seq
     assert all(e.seq > resumed_seq for e in rec.kinds("model_called")[1:])
+    assert "paused" in [e.held for e in rec.kinds("budget_updated")]
 
 
-async def test_deadline_interrupts_a_wait() -> None:
-    class NeverAnswers:
+async def test_time_waiting_on_the_operator_is_not_charged_to_the_deadline() -> None:
+    """An approval that waits longer than the whole deadline: the agent's clock stood still."""
+    runs = []
+
+    class AnswersAfterTheDeadline:
         async def decide(self, request):
-            await asyncio.Event().wait()
+            ledger = runs[0].runtime.ledger
+            while ledger.operator_s() <= ledger.budget.deadline_s:
+                await asyncio.sleep(0.01)  # waits on a condition: the operator's time passing
+            return ApprovalDecision(approved=True, by="test")
 
-    outcome, _ = await run_env(HARNESS, "note", approver=NeverAnswers(), deadline=0.3)
-    assert outcome.stop_reason is StopReason.DEADLINE
+    outcome, rec = await run_env(
+        HARNESS,
+        "note",
+        approver=AnswersAfterTheDeadline(),
+        deadline=0.3,
+        on_event=lambda p, e: runs.append(p) if not runs else None,
+    )
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    held = [e.held for e in rec.kinds("budget_updated")]
+    assert "approval" in held and held[-1] is None
+    # the wait was recorded as the operator's, in the outcome and the last budget event
+    assert outcome.operator_wait_s == rec.kinds("budget_updated")[-1].operator_s != 0
 
 
 async def test_event_order_of_service_outage_solve() -> None:

@@ -27,6 +27,10 @@ class ApprovalRequest(BaseModel):
     plan_step: str | None
     requested_at: datetime
     expires_at: datetime
+    # The model's own words for the turn that proposed the call ("" when it gave none).
+    rationale: str = ""
+    # Why this call is asked again ("" on the first ask): the last receipt's problem.
+    asked_again: str = ""
 
 
 class ApprovalDecision(BaseModel):
@@ -94,6 +98,8 @@ def request_for(
     fingerprint: str,
     plan_step: str | None,
     ttl_s: float,
+    rationale: str = "",
+    asked_again: str = "",
 ) -> ApprovalRequest:
     now = datetime.now(UTC)
     return ApprovalRequest(
@@ -107,6 +113,8 @@ def request_for(
         plan_step=plan_step,
         requested_at=now,
         expires_at=now + timedelta(seconds=ttl_s),
+        rationale=rationale,
+        asked_again=asked_again,
     )
 
 

@@ -69,11 +69,18 @@ class BudgetExhausted(Exception):
 
 
 class BudgetLedger:
-    """What has been spent against a Budget. Costs of unknown price are counted apart."""
+    """What has been spent against a Budget. Costs of unknown price are counted apart.
+
+    The deadline counts the agent's own time: while the clock is held (the run is paused, or
+    a write waits for the operator) the time goes to `operator_s` instead.
+    """
 
     def __init__(self, budget: Budget) -> None:
         self.budget = budget
         self.started = time.monotonic()
+        self.held: str | None = None
+        self._held_since: float | None = None
+        self._operator_s = 0.0
         self.turns = 0
         self.tool_calls = 0
         self.tokens = 0
@@ -85,8 +92,25 @@ class BudgetLedger:
     def start_clock(self) -> None:
         self.started = time.monotonic()
 
+    def hold(self, why: str) -> None:
+        """Stop charging the agent: the operator is being waited on."""
+        if self._held_since is None:
+            self._held_since = time.monotonic()
+            self.held = why
+
+    def release(self) -> None:
+        if self._held_since is not None:
+            self._operator_s += time.monotonic() - self._held_since
+            self._held_since, self.held = None, None
+
+    def operator_s(self) -> float:
+        """Time spent waiting on the operator so far."""
+        holding = time.monotonic() - self._held_since if self._held_since is not None else 0.0
+        return self._operator_s + holding
+
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        """The agent's own time since the clock started."""
+        return time.monotonic() - self.started - self.operator_s()
 
     def remaining_time(self) -> float:
         return self.budget.deadline_s - self.elapsed()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import (
@@ -59,6 +60,7 @@ class RunHost(Protocol):
     def emit(self, event: EventBase) -> None: ...
     def publish_budget(self) -> None: ...
     async def flush_journal(self) -> None: ...
+    def operator_time(self, why: str) -> AbstractContextManager[None]: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
     async def state_hash(self) -> str: ...
     async def check_goal_after(self, record: CallRecord) -> None: ...
@@ -200,6 +202,7 @@ class CallHandler:
             result = self._refusal(spec, record.call_id, ErrorCode.DUPLICATE_WRITE, message)
             return self._finish(record, CallStatus.REFUSED_DUPLICATE, result)
         state_hash = record.state_hash
+        asked_again = ""
         for _ in range(MAX_APPROVAL_ASKS):
             request = request_for(
                 run_id=self.run_id,
@@ -210,6 +213,8 @@ class CallHandler:
                 fingerprint=record.fingerprint,
                 plan_step=self._step_text(decision),
                 ttl_s=rt.config.approval_ttl_s,
+                rationale=capped(decision.message, REASON_CAP),
+                asked_again=asked_again,
             )
             decided = await self._ask(request)
             if not decided.approved:
@@ -228,6 +233,7 @@ class CallHandler:
                 rt.emit(
                     ApprovalInvalidated(run_id=self.run_id, call_id=record.call_id, problem=problem)
                 )
+                asked_again = problem
                 continue
             rt.ledger.before_tool_call()
             rt.move(RunState.EXECUTING)
@@ -240,6 +246,7 @@ class CallHandler:
                         run_id=self.run_id, call_id=record.call_id, problem=str(refused)
                     )
                 )
+                asked_again = str(refused)
                 continue
             self._after_write(result, idempotency)
             return self._executed(record, result)
@@ -261,7 +268,8 @@ class CallHandler:
         self.pending = request
         self._record_of(request.call_id).status = CallStatus.PENDING_APPROVAL
         rt.emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
-        decided = await rt.interruptible(self.approver.decide(request), by_cancel=True)
+        with rt.operator_time("approval"):
+            decided = await rt.interruptible(self.approver.decide(request), by_cancel=True)
         self.pending = None
         rt.emit(
             ApprovalDecided(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
 from loopdeck.core.events import EventBase, OperatorCommand
@@ -33,10 +35,20 @@ class Interrupted(Exception):
         return StopRun(self.reason, self.detail)
 
 
+Hold = Callable[[str], AbstractContextManager[None]]
+
+
+def _no_hold(why: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
 class RunControl:
-    def __init__(self, emit: Callable[[EventBase], None], run_id: str) -> None:
+    def __init__(
+        self, emit: Callable[[EventBase], None], run_id: str, hold: Hold = _no_hold
+    ) -> None:
         self._emit = emit
         self._run_id = run_id
+        self.hold = hold  # the agent's clock stops while a pause holds the run
         self.cancel_requested_by: str | None = None
         self._interrupt: tuple[StopReason, str] | None = None
         self._inflight: asyncio.Future[object] | None = None
@@ -96,7 +108,8 @@ class RunControl:
                 StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
             )
         if self._resumed is not None and not self._resumed.is_set():
-            await self.interruptible(self._resumed.wait(), by_cancel=True)
+            with self.hold("paused"):
+                await self.interruptible(self._resumed.wait(), by_cancel=True)
             await self.checkpoint()
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:

@@ -71,6 +71,8 @@ class ModelCalled(EventBase):
     completion_tokens: int
     cost_usd: float | None
     latency_ms: float
+    # What the model said in this turn, capped like everything that reaches the model.
+    content: str = ""
 
 
 class ModelRetry(EventBase):
@@ -119,6 +121,8 @@ class ApprovalRequested(EventBase):
     plan_step: str | None
     requested_at: datetime
     expires_at: datetime
+    rationale: str = ""
+    asked_again: str = ""
 
 
 class ApprovalDecided(EventBase):
@@ -169,6 +173,10 @@ class BudgetUpdated(EventBase):
     kind: Literal["budget_updated"] = "budget_updated"
     usage: dict[str, tuple[float, float]]
     cost_unknown_calls: int
+    # Time spent waiting on the operator (paused, or a write awaiting approval): not the
+    # agent's, so not charged to the deadline. `held` names the wait going on now.
+    operator_s: float = 0.0
+    held: str | None = None
 
 
 class ReviewVerdict(EventBase):

@@ -50,6 +50,8 @@ class RunOutcome(BaseModel):
     calls: list[CallRecord] = Field(default_factory=list)
     # Env code the run stopped waiting for and that was still running at the stop.
     stray: str | None = None
+    # Time the run waited on the operator (paused, or a write awaiting approval).
+    operator_wait_s: float = 0.0
 
     def summary_json(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"calls"})

@@ -7,14 +7,14 @@ reach it only through `cancel`, `kill`, `pause` and `resume`; observers only thr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import Approver
 from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
-from loopdeck.core.compaction import compact, needs_compaction
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, decide
@@ -23,20 +23,18 @@ from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
-    ContextCompacted,
     DecisionInvalid,
     DecisionMade,
     EventBase,
     EventBus,
-    ModelCalled,
-    ModelRetry,
     PlanWritten,
     ReviewVerdict,
     RunStarted,
     RunStopped,
     StateChanged,
 )
-from loopdeck.core.model import ModelClient, ModelReply, ModelRequest, ProviderError
+from loopdeck.core.model import ModelClient, ModelRequest
+from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.prompts import (
     executor_messages,
@@ -52,8 +50,6 @@ from loopdeck.core.text import capped, escape_surrogates
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
 T = TypeVar("T")
-MAX_MODEL_RETRIES = 3
-MESSAGE_EVENT_CAP = 8000
 
 
 class Journal(Protocol):
@@ -78,7 +74,9 @@ class Runtime:
         self.bus = bus or EventBus()
         self.machine = StateMachine()
         self.ledger = BudgetLedger(config.budget)
-        self.control = RunControl(self.emit, config.run_id)
+        self.control = RunControl(self.emit, config.run_id, self.operator_time)
+        self.model_calls = ModelCaller(self)
+        self._deadline: asyncio.TimerHandle | None = None
         self.tools = {spec.name: spec for spec in env.tools()}
         self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
         self.env_thread = EnvThread(config.env_stray_wait_s)
@@ -158,8 +156,34 @@ class Runtime:
                 run_id=self.config.run_id,
                 usage=self.ledger.usage(),
                 cost_unknown_calls=self.ledger.cost_unknown_calls,
+                operator_s=round(self.ledger.operator_s(), 3),
+                held=self.ledger.held,
             )
         )
+
+    def _arm_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        remaining = max(self.ledger.remaining_time(), 0.0)
+        self._deadline = asyncio.get_running_loop().call_later(
+            remaining, self.control.fire_deadline
+        )
+
+    @contextlib.contextmanager
+    def operator_time(self, why: str) -> Iterator[None]:
+        """The operator is being waited on: the agent's deadline stops until this ends."""
+        if self.ledger.held is not None or self._deadline is None:
+            yield
+            return
+        self.ledger.hold(why)
+        self._deadline.cancel()
+        self.publish_budget()
+        try:
+            yield
+        finally:
+            self.ledger.release()
+            self._arm_deadline()
+            self.publish_budget()
 
     async def flush_journal(self) -> None:
         """Before a write: its approval must be durable, or the write does not run."""
@@ -197,9 +221,7 @@ class Runtime:
             )
         )
         self.publish_budget()
-        deadline = asyncio.get_running_loop().call_later(
-            cfg.budget.deadline_s, self.control.fire_deadline
-        )
+        self._arm_deadline()
         try:
             if cfg.mode == "rounds":
                 await self._rounds()
@@ -220,7 +242,8 @@ class Runtime:
                 StopReason.CRASHED, capped(f"{type(exc).__name__}: {exc}", MESSAGE_EVENT_CAP)
             )
         finally:
-            deadline.cancel()
+            if self._deadline is not None:
+                self._deadline.cancel()
         return self._finish()
 
     async def _prepare_model(self) -> None:
@@ -270,6 +293,7 @@ class Runtime:
             cost_usd=cost,
             cost_unknown_calls=self.ledger.cost_unknown_calls,
             elapsed_s=round(self.ledger.elapsed(), 3),
+            operator_wait_s=round(self.ledger.operator_s(), 3),
             findings=list(self.findings),
             calls=self.calls.records,
             stray=stray,
@@ -316,7 +340,7 @@ class Runtime:
 
     async def _plan(self, findings: list[str]) -> None:
         messages = planner_messages(self.config.goal, await self.snapshot(), findings)
-        reply = await self._call_model(
+        reply = await self.model_calls.call(
             ModelRequest(role="planner", round=self.round, messages=messages)
         )
         steps = parse_plan(reply.content or "")
@@ -341,40 +365,9 @@ class Runtime:
             if tripped:
                 return True
 
-    def _compact(self, conversation: list[dict[str, Any]], reason: str) -> bool:
-        """Compact in place; True if anything got shorter."""
-        count = getattr(self.model, "count_tokens", None)
-        if count is None:
-            return False
-        before = count(conversation)
-        compacted = compact(conversation)
-        after = count(compacted)
-        if after >= before:
-            return False
-        conversation[:] = compacted
-        self.emit(
-            ContextCompacted(
-                run_id=self.config.run_id,
-                round=self.round,
-                tokens_before=before,
-                tokens_after=after,
-                reason=reason,
-            )
-        )
-        return True
-
-    def _keep_in_window(self, conversation: list[dict[str, Any]]) -> None:
-        window = getattr(self.model, "context_window", None)
-        count = getattr(self.model, "count_tokens", None)
-        if window is None or count is None:
-            return
-        while needs_compaction(count(conversation), window):
-            if not self._compact(conversation, f"prompt above half of the {window}-token window"):
-                return
-
     async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
         while True:
-            self._keep_in_window(conversation)
+            self.model_calls.keep_in_window(conversation)
             # Built unvalidated: the conversation is ours and grows every turn.
             request = ModelRequest.model_construct(
                 role="executor",
@@ -384,7 +377,7 @@ class Runtime:
                 timeout_s=self.config.model_timeout_s,
                 examples=self.config.examples,
             )
-            reply = await self._call_model(request)
+            reply = await self.model_calls.call(request)
             conversation.append(reply.as_message())
             try:
                 decision = decide(reply, self.tools)
@@ -412,59 +405,6 @@ class Runtime:
                 )
             )
             return decision
-
-    async def _call_model(self, request: ModelRequest) -> ModelReply:
-        self.ledger.before_model_call()
-        attempt = 0
-        compacted_for_overflow = False
-        while True:
-            attempt += 1
-            timeout = min(self.config.model_timeout_s, max(self.ledger.remaining_time(), 0.001))
-            request = request.model_copy(update={"timeout_s": timeout})
-            try:
-                reply = await self.interruptible(
-                    asyncio.wait_for(self.model.complete(request), timeout)
-                )
-                break
-            except TimeoutError:
-                error = ProviderError(f"model call timed out after {timeout:.1f}s", retryable=True)
-            except ProviderError as exc:
-                error = exc
-            except (Interrupted, StopRun, BudgetExhausted):
-                raise
-            except Exception as exc:  # a client that broke on a malformed response
-                message = capped(f"{type(exc).__name__}: {exc}", MESSAGE_EVENT_CAP)
-                error = ProviderError(f"unreadable model response: {message}", retryable=True)
-            if error.context_overflow and not compacted_for_overflow:
-                compacted_for_overflow = True
-                if self._compact(request.messages, "the provider reported a context overflow"):
-                    attempt -= 1
-                    continue
-            if not error.retryable or attempt > MAX_MODEL_RETRIES:
-                raise StopRun(StopReason.PROVIDER_FAILURE, str(error))
-            delay = self.config.model_backoff_s * 2 ** (attempt - 1)
-            self.emit(
-                ModelRetry(
-                    run_id=self.config.run_id, attempt=attempt, error=str(error), delay_s=delay
-                )
-            )
-            await self.interruptible(asyncio.sleep(delay))
-        self.ledger.record_model_call(reply.total_tokens, reply.cost_usd)
-        self.emit(
-            ModelCalled(
-                run_id=self.config.run_id,
-                role=request.role,
-                round=self.round,
-                model=reply.model,
-                prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens,
-                cost_usd=reply.cost_usd,
-                latency_ms=reply.latency_ms,
-            )
-        )
-        self.publish_budget()
-        self.ledger.after_model_call()
-        return reply
 
     async def _review(self, before: dict[str, Any]) -> Verdict:
         if self.machine.state is not RunState.REVIEWING:
