@@ -23,9 +23,9 @@ from typing import Any
 
 from steps_per_second import StepArgs, ZeroLatencyModel, runtime_for
 
-from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core import Environment, tool
-from loopdeck.launch import PreparedRun
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.launch import PreparedRun
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.run_screen import RunScreen
 

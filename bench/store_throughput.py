@@ -22,10 +22,10 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.core.states import RunState
-from loopdeck.runview import RunView
+from loopdeck.operator.links import load_events
+from loopdeck.operator.runview import RunView
 from loopdeck.store.database import Store
 from loopdeck.store.writer import EventWriter
-from loopdeck.tui.replay import load_events
 
 
 def synthetic_run(run_id: str, count: int) -> list[EventBase]:

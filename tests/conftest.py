@@ -11,7 +11,7 @@ from loopdeck.cli import main
 from loopdeck.core.approvals import Approver
 from loopdeck.core.events import EventBase, EventBus
 from loopdeck.core.outcome import RunOutcome
-from loopdeck.launch import PreparedRun, RunOptions, prepare_run
+from loopdeck.operator.launch import PreparedRun, RunOptions, prepare_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_envs"

@@ -9,9 +9,9 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core.approvals import Approver
-from loopdeck.launch import RunOptions, prepare_run
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.run_screen import RunScreen
 

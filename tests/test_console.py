@@ -6,7 +6,9 @@ from console_helpers import console_app, finished, run_screen, wait_until
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import StopReason
-from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog, RejectReasonDialog
+from textual.widgets import Input
+
+from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog
 from loopdeck.tui.panels import RunHeader
 
 SIZE = (160, 48)
@@ -35,7 +37,9 @@ async def test_reject_with_a_reason_reaches_the_model() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: _dialog_open(app))
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, RejectReasonDialog))
+        # the reason is typed in the approval itself, below the arguments it rejects
+        await wait_until(pilot, lambda: isinstance(app.screen.focused, Input))
+        assert app.screen.query_one("#approval-args").display
         await pilot.press(*"ask the customer first")
         await pilot.press("enter")
         await wait_until(pilot, lambda: finished(app))
@@ -165,9 +169,11 @@ async def test_final_screen_stays_until_q() -> None:
         screen = run_screen(app)
         assert app.screen is screen and app.is_running
         assert "STALLED" in str(screen.query_one("#states").render())
-        assert "STALLED" in str(screen.query_one("#findings").render())
+        assert "STALLED" in str(screen.query_one("#findings-body").render())
         await pilot.press("q")
-    assert app.return_value == 1
+    # a finished run: q leaves at once, exit 0, and says how the run ended
+    assert app.return_value == 0
+    assert app.farewell.startswith("run run0test0001 · stalled · replay: loopdeck replay")
 
 
 async def test_selecting_a_row_shows_arguments_and_result() -> None:
@@ -180,7 +186,7 @@ async def test_selecting_a_row_shows_arguments_and_result() -> None:
         table.move_cursor(row=1)
         await pilot.pause(0.1)
         panel = run_screen(app).query_one("#detail")
-        detail = str(panel.render())
+        detail = str(run_screen(app).query_one("#detail-body").render())
         assert "set_config" in panel.border_title
         assert "orders-db-v2" in detail and '"ok": true' in detail
 

@@ -4,10 +4,10 @@ from conftest import SAMPLES
 from console_helpers import wait_until
 from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
 
+from loopdeck.operator.links import ReplayLink, StoreLink
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.dialogs import ApprovalDialog
-from loopdeck.tui.links import StoreLink
-from loopdeck.tui.replay import ReplayLink, ReplayScreen
+from loopdeck.tui.replay import ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
 
 SIZE = (160, 48)
@@ -76,14 +76,20 @@ async def test_replay_steps_back_and_forth(tmp_path) -> None:
         assert [e.seq for e in screen.replay.events] == list(range(1, total + 1))
         assert [v.verdict for v in screen.view.verdicts] == ["fail", "stalled"]
         await pilot.press("home")
-        assert screen.position == 0 and screen.view.stop_reason is None
-        await pilot.press("right", "right", "right")
+        # the start is the first event: the header already names the run
+        assert screen.position == 1 and screen.view.stop_reason is None
+        assert run_id in str(screen.query_one("#run-header").render())
+        assert "run_started" in str(screen.query_one("#calls").border_subtitle)
+        await pilot.press("right", "right")
         assert screen.position == 3
         assert screen.view.state.value == "planning"
         await pilot.press("end")
         await pilot.press("left")
         assert screen.position == total - 1 and screen.view.stop_reason is None
-        assert "replay" in str(screen.query_one("#calls").border_subtitle)
+        subtitle = str(screen.query_one("#calls").border_subtitle)
+        assert f"event {total - 1} of {total}" in subtitle
+        kind = screen.replay.events[total - 2].kind
+        assert kind in subtitle
 
 
 async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> None:
@@ -108,9 +114,9 @@ async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> No
 
 
 async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> None:
-    from loopdeck.launch import RunOptions, prepare_run
+    from loopdeck.operator.approval_queue import StoreBackedQueue
+    from loopdeck.operator.launch import RunOptions, prepare_run
     from loopdeck.store import queries
-    from loopdeck.store.approver import StoreBackedQueue
     from loopdeck.store.database import Store
 
     db = tmp_path / "s.db"

@@ -6,7 +6,7 @@ from conftest import SAMPLES
 from loopdeck.core.model import ModelRequest
 from loopdeck.llm.profile import UnsupportedLayer, profile_for
 from loopdeck.llm.prompt_program import compile_request
-from loopdeck.runview import RunView
+from loopdeck.operator.runview import RunView
 
 TOOLS = [{"type": "function", "function": {"name": "get_status", "parameters": {"type": "object"}}}]
 

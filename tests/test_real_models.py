@@ -9,7 +9,7 @@ from conftest import SAMPLES
 from fake_openai import FakeOpenAI, envelope, error, raw_tool_call, text, tool_call
 
 from loopdeck.core.states import StopReason
-from loopdeck.launch import RunOptions, prepare_run
+from loopdeck.operator.launch import RunOptions, prepare_run
 
 PLAN = text("1. Read the status.\n2. Fix db_url.\n3. Scale to 3.", usage=(50, 10))
 SOLVE = [

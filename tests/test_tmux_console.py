@@ -21,7 +21,8 @@ class Terminal:
         width, height = size
         subprocess.run(
             ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
-             " ".join(command) + "; echo EXITED $?; sleep 30"],
+             # Textual sizes itself from COLUMNS/LINES when set: let the pane decide.
+             "env -u COLUMNS -u LINES " + " ".join(command) + "; echo EXITED $?; sleep 30"],
             check=True,
         )  # fmt: skip
 
@@ -40,6 +41,19 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
 
+    def press_until_gone(self, key: str, text: str, timeout: float = 30.0) -> str:
+        """Press `key` until `text` leaves the screen (a key sent before a screen is ready to
+        take it is pressed again)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.press(key)
+            for _ in range(10):
+                screen = self.screen()
+                if text not in screen:
+                    return screen
+                time.sleep(0.1)
+        raise AssertionError(f"{text!r} never went away; screen:\n{self.screen()}")
+
     def press(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
 
@@ -52,11 +66,45 @@ def test_order_support_approved_in_a_real_terminal(tmp_path) -> None:
     terminal = Terminal([*command, "--db", str(tmp_path / "s.db")])
     try:
         screen = terminal.wait_for("Approve this write?")
-        assert "update_delivery_address" in screen and "receipt expires in" in screen
+        assert "update_delivery_address" in screen and "receipt valid for" in screen
         terminal.press("a")
         screen = terminal.wait_for("GOAL_MET")
         assert "round 1  PASS" in screen
         terminal.press("q")
         assert "EXITED 0" in terminal.wait_for("EXITED")
+    finally:
+        terminal.close()
+
+
+def test_wrong_guess_read_in_the_transcript_then_approved(tmp_path) -> None:
+    """The operator finds the live database's name in get_status's full result, approves
+    both writes, reads the whole stop detail, and `q` prints the run id."""
+    command = [str(LOOPDECK), "run", str(SAMPLES / "service_outage"), "--script", "wrong-guess"]
+    terminal = Terminal([*command, "--db", str(tmp_path / "s.db")])
+    try:
+        terminal.wait_for("Approve this write?")
+        terminal.press_until_gone("Escape", "Approve this write?")
+        terminal.press("t")
+        terminal.wait_for("esc returns to the run")
+        terminal.press("/")
+        terminal.wait_for("search the transcript")
+        terminal.press("-l", "orders-db-v2")
+        terminal.press("Enter")
+        screen = terminal.wait_for("match 1 of")
+        assert "last_error" in screen and "orders-db-v2" in screen
+        terminal.press_until_gone("Escape", "esc returns to the run")
+        terminal.press("w")
+        terminal.wait_for("set_config")
+        terminal.press("a")
+        terminal.wait_for("scale_service")
+        terminal.wait_for("Approve this write?")
+        terminal.press("a")
+        screen = terminal.wait_for("Stopped · stalled")
+        detail = "No state change this round; service unhealthy with db_url=postgres://db-new"
+        assert detail in screen.replace("\n", " ")
+        terminal.press("q")
+        screen = terminal.wait_for("EXITED")
+        assert "EXITED 0" in screen
+        assert "stalled · replay: loopdeck replay" in screen
     finally:
         terminal.close()

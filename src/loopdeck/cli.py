@@ -27,7 +27,8 @@ from loopdeck.llm.client import MissingCredentials
 from loopdeck.store.database import StoreError, default_db_path
 
 if TYPE_CHECKING:
-    from loopdeck.launch import RunOptions
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.tui.app import LoopdeckApp
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
-    from loopdeck.launch import RunOptions
+    from loopdeck.operator.launch import RunOptions
 
     return RunOptions(
         env=args.env,
@@ -123,8 +124,8 @@ def _run_headless(args: argparse.Namespace) -> int:
 
 
 def _run_console(args: argparse.Namespace) -> int:
-    from loopdeck.launch import prepare_run
-    from loopdeck.store.approver import StoreBackedQueue
+    from loopdeck.operator.approval_queue import StoreBackedQueue
+    from loopdeck.operator.launch import prepare_run
     from loopdeck.tui.app import LoopdeckApp
 
     queue = StoreBackedQueue()
@@ -135,11 +136,16 @@ def _run_console(args: argparse.Namespace) -> int:
     approver = None if options.approve else queue
     prepared = prepare_run(options, approver=approver)
     app = LoopdeckApp(prepared, queue, theme_name=args.theme, db_path=args.db or default_db_path())
-    code = app.run()
-    if app.theme_problems:
-        for problem in app.theme_problems:
-            print(f"loopdeck: {problem}", file=sys.stderr)
-    return EXIT_STOPPED if code is None else code
+    return _after_console(app, app.run())
+
+
+def _after_console(app: LoopdeckApp, code: int | None) -> int:
+    """The console is gone: say what became of the run, in one line, and exit 0 on a quit."""
+    for problem in app.theme_problems:
+        print(f"loopdeck: {problem}", file=sys.stderr)
+    if app.farewell:
+        print(app.farewell)
+    return 0 if code is None else code
 
 
 def _launcher(args: argparse.Namespace) -> int:
@@ -147,12 +153,11 @@ def _launcher(args: argparse.Namespace) -> int:
 
     asyncio.run(check_store(args.db))
     app = LoopdeckApp(theme_name=args.theme, db_path=args.db or default_db_path())
-    code = app.run()
-    return 0 if code is None else code
+    return _after_console(app, app.run())
 
 
 def _envs(args: argparse.Namespace) -> int:
-    from loopdeck.launch import list_envs
+    from loopdeck.operator.launch import list_envs
 
     found = list_envs()
     if args.json:

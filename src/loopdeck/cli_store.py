@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loopdeck.core.outcome import RunOutcome
-from loopdeck.launch import RunOptions, prepare_run
+from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.store import queries
 from loopdeck.store.approver import StoreApprover
 from loopdeck.store.database import Store, StoreError
@@ -85,10 +85,16 @@ async def run_recorded_headless(options: RunOptions, db: Path | None) -> RunOutc
         if wait:
             options = RunOptions(**{**options.__dict__, "approve": None})
         prepared = prepare_run(options, approver=StoreApprover(store, writer) if wait else None)
+        run_id = prepared.runtime.config.run_id
+        # Said as it starts, so another terminal can attach, approve or stop it by id.
+        print(
+            f"run {run_id} started · watch: loopdeck attach {run_id} --db {store.path}",
+            file=sys.stderr,
+        )
         if wait:
             print(
-                f"run {prepared.runtime.config.run_id}: writes wait for "
-                f"`loopdeck approve {prepared.runtime.config.run_id} CALL_ID` (db {store.path})",
+                f"run {run_id}: writes wait for `loopdeck approve {run_id} CALL_ID` "
+                f"(db {store.path})",
                 file=sys.stderr,
             )
         recorded = RecordedRun(store, prepared.runtime, writer)
@@ -139,7 +145,15 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
             table.add_column(column)
         table.add_column("outcome unknown")
         for run in runs:
-            cells = ["-" if run[c] is None else str(run[c]) for c in columns]
+            shown = dict(run)
+            if run["paused"]:
+                shown["state"] = f"paused ({run['state']})"
+            shown["started_at"] = queries.local_time(run["started_at"])
+            if run["cost_usd"] is not None:
+                shown["cost_usd"] = f"{run['cost_usd']:.4f}"
+            if run["tokens"] is not None:
+                shown["tokens"] = f"{run['tokens']:,}"
+            cells = ["-" if shown[c] is None else str(shown[c]) for c in columns]
             table.add_row(*cells, ", ".join(run["outcome_unknown"]) or "-")
         _print(runs, args.json, table)
         return 0
@@ -183,7 +197,14 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
         _print(result, args.json, text=f"{args.call_id}: {command}d" if won else "")
         return 0 if won else 1
     if command in ("cancel", "pause", "resume"):
-        await _known_run(store, args.run_id)
+        run = await _known_run(store, args.run_id)
+        if run["state"] not in queries.LIVE_STATES:
+            message = (
+                f"run {args.run_id} already ended ({run['stop_reason']}): nothing to {command}"
+            )
+            print(f"loopdeck: {message}", file=sys.stderr)
+            _print({"run_id": args.run_id, "command": None, "message": message}, args.json)
+            return 1
         verb = command if command != "cancel" else ("kill" if args.now else "cancel")
         await queries.send_command(store, args.run_id, verb, operator())
         _print(

@@ -59,9 +59,15 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
     for finding in outcome.findings:
         console.print(f"[yellow]finding[/] {finding}")
     cost = "unknown" if outcome.cost_usd is None else f"${outcome.cost_usd:.6f}"
+    waited = (
+        f" · waiting on you {outcome.operator_wait_s:.2f}s (not charged)"
+        if outcome.operator_wait_s >= 0.01
+        else ""
+    )
     console.print(
-        f"rounds {outcome.rounds} · model calls {outcome.model_calls} · tool calls "
-        f"{outcome.tool_calls} · tokens {outcome.tokens} · cost {cost} · {outcome.elapsed_s:.2f}s"
+        f"rounds {outcome.rounds:,} · model calls {outcome.model_calls:,} · tool calls "
+        f"{outcome.tool_calls:,} · tokens {outcome.tokens:,} · cost {cost} · "
+        f"agent time {outcome.elapsed_s:.2f}s{waited}"
     )
     console.print(
         f"[{style}]{outcome.state.value}: {outcome.stop_reason.value}[/] — "

@@ -52,3 +52,15 @@ def short_args(args: dict[str, object], width: int = 34) -> str:
     """`key=value, …` on one line, visible, cut to `width` with an ellipsis."""
     text = visible(", ".join(f"{k}={v!r}" for k, v in args.items()))
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def plural(count: int, word: str) -> str:
+    """`1 transition`, `2 transitions`."""
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
+
+
+def number(value: float) -> str:
+    """A count or an amount for a person: `10,000,000`, `0.5`, never `1e+07`."""
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.4f}".rstrip("0").rstrip(".")

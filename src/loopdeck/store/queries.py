@@ -67,6 +67,29 @@ async def _mark_crashed(store: Store, run_id: str, why: str) -> bool:
     return True
 
 
+def local_time(stamp: str | None) -> str:
+    """A stored UTC timestamp as the reader's local time, to the second."""
+    if not stamp:
+        return "-"
+    try:
+        return datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return stamp
+
+
+async def is_paused(store: Store, run_id: str) -> bool:
+    """A live run's last pause or resume was a pause."""
+    rows = await store.fetchall(
+        "SELECT body FROM events WHERE run_id = ? AND kind = 'operator_command' ORDER BY seq DESC",
+        (run_id,),
+    )
+    for row in rows:
+        command = json.loads(row["body"]).get("command")
+        if command in ("pause", "resume"):
+            return bool(command == "pause")
+    return False
+
+
 async def list_runs(store: Store) -> list[dict[str, Any]]:
     await mark_crashed_runners(store)
     rows = await store.fetchall(
@@ -76,6 +99,8 @@ async def list_runs(store: Store) -> list[dict[str, Any]]:
     listed = [dict(row) for row in rows]
     for run in listed:
         run["outcome_unknown"] = await outcome_unknown(store, run["run_id"])
+        live = run["state"] in LIVE_STATES
+        run["paused"] = live and await is_paused(store, run["run_id"])
     return listed
 
 

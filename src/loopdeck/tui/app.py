@@ -11,14 +11,13 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input
 
-from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.launch import PreparedRun, RunOptions, prepare_run
-from loopdeck.store.approver import StoreBackedQueue
-from loopdeck.tui.dialogs import ConfirmKillDialog
+from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
+from loopdeck.operator.launch import PreparedRun, RunOptions, prepare_run
+from loopdeck.operator.links import LocalLink, ReplayLink, RunLink, StoreLink
+from loopdeck.tui.dialogs import ConfirmDialog, ConfirmKillDialog
 from loopdeck.tui.launcher import LauncherScreen
-from loopdeck.tui.links import LocalLink, RunLink, StoreLink
-from loopdeck.tui.replay import ReplayLink, ReplayScreen
+from loopdeck.tui.replay import ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
 from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 
@@ -35,7 +34,8 @@ class LoopdeckApp(App[int]):
         Binding("s", "run_stop", "Stop after tools", priority=True, id="run.stop"),
         Binding("k", "run_kill", "Kill now", priority=True, id="run.kill"),
         Binding("p", "run_pause", "Pause/Resume", priority=True, id="run.pause"),
-        Binding("ctrl+p", "command_palette", "Palette", id="app.palette", show=True),
+        # Over any dialog too: quitting is always one key away, and always asked first.
+        Binding("q", "quit_run", "Quit", priority=True, id="app.quit_run"),
     ]
 
     def __init__(
@@ -60,6 +60,9 @@ class LoopdeckApp(App[int]):
         self.db_path = db_path
         self.link = link
         self.theme_problems: list[str] = []
+        # One line for the terminal once the console is gone: the run, how it ended, replay.
+        self.farewell = ""
+        self.from_launcher = False
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
@@ -91,7 +94,11 @@ class LoopdeckApp(App[int]):
                 RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now)
             )
         else:
-            self.push_screen(LauncherScreen(self.db_path), self._launch)
+            self._open_launcher()
+
+    def _open_launcher(self) -> None:
+        self.from_launcher = True
+        self.push_screen(LauncherScreen(self.db_path), self._launch)
 
     def _launch(self, choice: tuple[str, str] | None) -> None:
         if choice is None:
@@ -115,17 +122,41 @@ class LoopdeckApp(App[int]):
             self.prepared = prepare_run(options, approver=self.queue)
         except ScenarioError as exc:
             self.notify(str(exc), title="cannot start", severity="error", timeout=15)
-            self.push_screen(LauncherScreen(self.db_path), self._launch)
+            self._open_launcher()
             return
         self.push_screen(RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now))
 
     def on_unmount(self) -> None:
-        if isinstance(self.link, ReplayLink):
-            self.push_screen(ReplayScreen(self.link, self.now))
-        elif self.link is not None:
-            self.push_screen(RunScreen(self.link, self.now))
-        elif self.prepared is not None:
+        if self.prepared is not None:
             self.prepared.cleanup()
+
+    def leave_run(self, screen: RunScreen) -> None:
+        """A run screen is done with: back to the launcher it came from, or out."""
+        view = screen.view
+        if view.run_id:
+            how = view.stop_reason or f"still {view.shown_state} (detached)"
+            db = f" --db {self.db_path}" if self.db_path else ""
+            self.farewell = f"run {view.run_id} · {how} · replay: loopdeck replay {view.run_id}{db}"
+        if self.from_launcher:
+            while self.screen is not screen and len(self.screen_stack) > 1:
+                self.pop_screen()
+            self.pop_screen()
+            self._open_launcher()
+            return
+        self.exit(0)
+
+    async def action_quit(self) -> None:
+        """ctrl+q asks like `q` when a run is live; nothing is left to a crash record."""
+        self.action_quit_run()
+
+    def action_quit_run(self) -> None:
+        run = self._run_screen()
+        if isinstance(self.screen, ConfirmDialog):
+            return
+        if run is None:
+            self.exit(0)
+            return
+        run.action_quit_run()
 
     def _run_screen(self) -> RunScreen | None:
         for screen in reversed(self.screen_stack):
@@ -134,10 +165,12 @@ class LoopdeckApp(App[int]):
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        typing = isinstance(self.focused, Input)
         if action in ("run_stop", "run_kill", "run_pause"):
             run = self._run_screen()
-            typing = isinstance(self.focused, Input)
             return run is not None and run.running and not typing
+        if action == "quit_run":
+            return not typing
         return True
 
     def action_run_stop(self) -> None:
@@ -153,9 +186,10 @@ class LoopdeckApp(App[int]):
             run.action_pause()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        """The run's own commands first; Textual's screenshot, theme picker and quit are not
+        an operator's (quitting a run is `q`, which asks)."""
         run = self._run_screen()
-        if run is not None and not run.view.finished:
+        if run is not None and run.running:
             yield SystemCommand(
                 "run: stop after current tools", "end with cancelled", run.action_stop
             )
@@ -169,6 +203,15 @@ class LoopdeckApp(App[int]):
             yield SystemCommand(
                 "approvals: open pending", "decide the waiting writes", run.action_approvals
             )
+        if run is not None:
+            yield SystemCommand(
+                "run: transcript", "everything the run said and did", run.action_transcript
+            )
+            yield SystemCommand(
+                "run: quit",
+                "leave the run (a live run is killed, asked first)",
+                run.action_quit_run,
+            )
         for name in sorted(self.available_themes):
             if name.startswith("loopdeck-"):
                 yield SystemCommand(
@@ -176,3 +219,4 @@ class LoopdeckApp(App[int]):
                     "switch the console's theme",
                     lambda n=name: setattr(self, "theme", n),
                 )
+        yield SystemCommand("keys", "show every key of this screen", self.action_show_help_panel)

@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
-from loopdeck.runview import RunView
+from loopdeck.operator.runview import RunView
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -31,16 +31,35 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
 
 
+# Room the columns other than the arguments take, with the table's cell padding.
+OTHER_COLUMNS_WIDTH = 4 + 3 + 16 + 8 + 8 + 5 + 20 + 8 + 2 * len(COLUMNS) + 4
+MIN_ARGS_WIDTH = 34
+
+
 def format_duration(duration_ms: float | None) -> str:
-    return "" if duration_ms is None else f"{duration_ms:.0f}"
+    return "" if duration_ms is None else f"{duration_ms:,.0f}"
 
 
 class CallsTable(DataTable[Any]):
+    """Columns grow to fit their values as rows arrive: a status or a time is never cut."""
+
+    args_width = MIN_ARGS_WIDTH
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
         for column in COLUMNS:
             self.add_column(column, key=column)
+
+    def _wanted_args_width(self) -> int:
+        return max(MIN_ARGS_WIDTH, (self.size.width or 0) - OTHER_COLUMNS_WIDTH)
+
+    def fit(self, view: RunView) -> None:
+        """The arguments column takes the width the terminal gives; rebuilt when it changes."""
+        wanted = self._wanted_args_width()
+        if wanted != self.args_width:
+            self.args_width = wanted
+            self.restyle(view)
 
     def _color(self, name: str) -> str:
         return self.app.theme_variables.get(name, "")
@@ -56,7 +75,7 @@ class CallsTable(DataTable[Any]):
             row.call_id,
             str(row.round),
             visible(row.tool),
-            short_args(row.args),
+            short_args(row.args, self.args_width),
             row.fingerprint[:8],
             row.state_hash[:8],
             risk,
@@ -87,13 +106,15 @@ class CallsTable(DataTable[Any]):
                 cells = self._cells(row)
                 if call_id in self.rows:
                     for column, value in zip(COLUMNS, cells, strict=True):
-                        self.update_cell(call_id, column, value)
+                        self.update_cell(call_id, column, value, update_width=True)
                 else:
                     self.add_row(*cells, key=call_id)
         if follow and self.row_count:
             self.move_cursor(row=self.row_count - 1, animate=False)
 
     def restyle(self, view: RunView) -> None:
-        self.clear()
+        self.clear(columns=True)
+        for column in COLUMNS:
+            self.add_column(column, key=column)
         view.changed_calls.update(view.calls)
         self.sync(view)

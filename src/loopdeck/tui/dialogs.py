@@ -1,4 +1,5 @@
-"""Modal dialogs: approve or reject a write, give a rejection reason, confirm a kill."""
+"""Modal dialogs: approve or reject a write (with a reason typed in place), confirm a kill or
+a quit."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from datetime import datetime
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalRequest
-from loopdeck.core.text import visible_json
+from loopdeck.core.text import visible, visible_json
 from loopdeck.tui.panels import countdown_text
 
 
@@ -26,7 +27,8 @@ class ApprovalAnswer:
 
 
 class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
-    """One write waiting for the operator. Esc leaves it pending."""
+    """One write waiting for the operator: what, why, from which plan step. Esc leaves it
+    pending. `r` opens the reason box below the arguments, never over them."""
 
     BINDINGS = [
         Binding("a", "approve", "Approve", id="approval.approve"),
@@ -47,18 +49,37 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
         r = self.request
         with Vertical(id="approval-box"):
             yield Static(id="approval-title")
+            if r.asked_again:
+                yield Static(
+                    f"[b $warning]Asked again:[/] {escape(visible(r.asked_again))}. "
+                    "The earlier approval did not cover this call any more.",
+                    id="approval-again",
+                )
             yield Static(
-                f"[b]{escape(r.tool)}[/]   risk [b $risk-{self.risk}]{self.risk}[/]\n"
-                f"[b]plan step[/] {escape(r.plan_step or '—')}\n"
-                f"[b]fingerprint[/] {r.fingerprint}   [b]state[/] {r.state_hash}   "
-                f"[b]call[/] {r.call_id}",
+                f"[b]{escape(visible(r.tool))}[/]   risk [b $risk-{self.risk}]{self.risk}[/]   "
+                f"[b]call[/] {r.call_id}\n"
+                f"[b]plan step[/] {escape(visible(r.plan_step or '—'))}\n"
+                f"[b]why[/] {escape(visible(r.rationale)) if r.rationale else '[dim]no text[/]'}",
                 id="approval-meta",
             )
-            yield Static(escape(visible_json(r.args)), id="approval-args")
+            with VerticalScroll(id="approval-args"):
+                yield Static(escape(visible_json(r.args)))
+            yield Static(
+                f"[dim]fingerprint {r.fingerprint}   state {r.state_hash}[/]", id="approval-ids"
+            )
             yield Static(id="approval-expiry")
-            yield Static("[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later")
+            yield Input(
+                placeholder="reason for the model (optional), enter rejects, esc goes back",
+                id="reject-reason",
+            )
+            yield Static(
+                "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later",
+                id="approval-keys",
+            )
 
     def on_mount(self) -> None:
+        self.query_one("#reject-reason").display = False
+        self.query_one("#approval-args").border_title = "arguments"
         self.set_title(self.waiting)
         self._tick()
         self.set_interval(1.0, self._tick)
@@ -72,68 +93,86 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
 
     def _tick(self) -> None:
         left = (self.request.expires_at - self._now()).total_seconds()
-        text = "expired: approving asks again" if left <= 0 else countdown_text(left)
-        self.query_one("#approval-expiry", Static).update(f"[b]receipt expires in[/] {text}")
+        if left <= 0:
+            text = (
+                "[b $error]The receipt has expired.[/] Approving now asks you again with a "
+                "fresh receipt; rejecting still goes back to the model."
+            )
+        else:
+            text = f"[b]receipt valid for[/] {countdown_text(left)}"
+        self.query_one("#approval-expiry", Static).update(text)
+
+    @property
+    def typing(self) -> bool:
+        return isinstance(self.focused, Input)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in ("approve", "reject") and self.typing)
 
     def action_approve(self) -> None:
         self.dismiss(ApprovalAnswer(self.request.call_id, approved=True))
 
     def action_reject(self) -> None:
-        def reasoned(reason: str | None) -> None:
-            if reason is not None:
-                self.dismiss(ApprovalAnswer(self.request.call_id, approved=False, reason=reason))
-
-        self.app.push_screen(RejectReasonDialog(self.request.tool), reasoned)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
-
-
-class RejectReasonDialog(ModalScreen[str | None]):
-    """An optional reason that goes back to the model. Esc returns to the approval."""
-
-    BINDINGS = [Binding("escape", "cancel", "Back", id="reject.cancel")]
-
-    def __init__(self, tool: str) -> None:
-        super().__init__(classes="dialog")
-        self.tool = tool
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="reject-box"):
-            yield Static(f"Reject [b]{escape(self.tool)}[/]. Reason for the model (optional):")
-            yield Input(
-                placeholder="e.g. wrong address, ask the customer first", id="reject-reason"
-            )
-            yield Static("[b]enter[/] reject   [b]esc[/] back")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
+        reason = self.query_one("#reject-reason", Input)
+        reason.display = True
+        self.query_one("#approval-keys", Static).update(
+            f"Reject [b]{escape(visible(self.request.tool))}[/]: [b]enter[/] reject   "
+            "[b]esc[/] back"
+        )
+        reason.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.dismiss(event.value.strip())
+        self.dismiss(
+            ApprovalAnswer(self.request.call_id, approved=False, reason=event.value.strip())
+        )
 
-    def action_cancel(self) -> None:
+    def action_close(self) -> None:
+        reason = self.query_one("#reject-reason", Input)
+        if reason.display:
+            reason.display = False
+            self.query_one("#approval-keys", Static).update(
+                "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later"
+            )
+            self.query_one("#approval-args").focus()
+            return
         self.dismiss(None)
 
 
-class ConfirmKillDialog(ModalScreen[bool]):
+class ConfirmDialog(ModalScreen[bool]):
+    """y / n on something that ends the run."""
+
     BINDINGS = [
-        Binding("y", "confirm", "Kill now", id="kill.confirm"),
-        Binding("n,escape", "cancel", "Keep running", id="kill.cancel"),
+        Binding("y", "confirm", "Yes", id="confirm.yes"),
+        Binding("n,escape", "cancel", "No", id="confirm.no"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, text: str) -> None:
         super().__init__(classes="dialog")
+        self.text = text
 
     def compose(self) -> ComposeResult:
         with Vertical(id="kill-box"):
-            yield Static(
-                "[b $error]Kill the run now?[/]\nThe in-flight model or tool call is cancelled.\n\n"
-                "[b]y[/] kill now   [b]n[/] keep running"
-            )
+            yield Static(self.text)
 
     def action_confirm(self) -> None:
         self.dismiss(True)
 
     def action_cancel(self) -> None:
         self.dismiss(False)
+
+
+class ConfirmKillDialog(ConfirmDialog):
+    def __init__(self) -> None:
+        super().__init__(
+            "[b $error]Kill the run now?[/]\nThe in-flight model or tool call is cancelled.\n\n"
+            "[b]y[/] kill now   [b]n[/] keep running"
+        )
+
+
+class ConfirmQuitDialog(ConfirmDialog):
+    def __init__(self) -> None:
+        super().__init__(
+            "[b $error]Quit and kill the live run?[/]\nThe in-flight call is cancelled and the "
+            "run ends [b]killed[/], recorded as killed by you.\n\n"
+            "[b]y[/] kill and quit   [b]n[/] keep watching"
+        )

@@ -14,9 +14,11 @@ from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker, WorkerState
 
-from loopdeck.launch import list_envs
+from loopdeck.llm.loader import litellm_module
+from loopdeck.operator.launch import list_envs
 from loopdeck.store import queries
 from loopdeck.store.database import Store
+from loopdeck.store.queries import local_time
 
 
 class LauncherScreen(Screen[tuple[str, str]]):
@@ -55,8 +57,14 @@ class LauncherScreen(Screen[tuple[str, str]]):
 
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()
+        self._load_model_library()
         if self.db_path is not None:
             self._load_runs()
+
+    @work(thread=True, group="litellm", exit_on_error=False, description="import LiteLLM")
+    def _load_model_library(self) -> None:
+        """While the operator chooses, so a run starts without waiting for the import."""
+        litellm_module()
 
     @work(group="launcher", exclusive=True, exit_on_error=False, description="list stored runs")
     async def _load_runs(self) -> list[dict[str, Any]]:
@@ -83,7 +91,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
             outcome = run["state"] if live else run["stop_reason"]
             label = (
                 f"{verb:<6} [b]{run['run_id']}[/] · {escape(str(run['env']))}/"
-                f"{escape(str(run['script']))} · {outcome} · {str(run['started_at'])[:19]}"
+                f"{escape(str(run['script']))} · {outcome} · {local_time(run['started_at'])}"
             )
             options.add_option(Option(label, id=f"{verb}\n{run['run_id']}"))
 

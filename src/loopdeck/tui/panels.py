@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
 
 from rich.markup import escape
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
-from loopdeck.core.text import visible_json
-from loopdeck.runview import RunView
+from loopdeck.core.text import number, plural, visible, visible_json
+from loopdeck.operator.runview import RunView
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 STATE_ORDER = [
     RunState.READY,
@@ -52,35 +55,52 @@ class StateMachinePanel(Static):
         lines = []
         for state in STATE_ORDER:
             count = view.entries.get(state, 0)
-            label = f"{state.value:<17}{'x' + str(count) if count else '':>5}"
+            label = f"{state.value:<17}{'x' + str(count) if count else '':>4}"
             if state is view.state:
-                lines.append(f"[b reverse $state-lit]▶ {label} [/]")
+                lines.append(f"[b reverse $state-lit]▶ {label}[/]")
             elif count:
                 lines.append(f"  {label}")
             else:
                 lines.append(f"[dim]  {label}[/dim]")
-        self.border_subtitle = f"{view.transitions} transitions"
+        self.border_subtitle = plural(view.transitions, "transition")
         if view.paused:
-            lines.append("[b $warning]⏸ PAUSED[/] before next model call")
+            held = "PAUSED" if view.held == "paused" else "PAUSING"
+            lines.append(f"[b $warning]⏸ {held}[/] before next model call")
         if view.stop_reason:
             var = "$success" if view.stop_reason == "goal_met" else "$error"
             lines.append(f"[b reverse {var}] ■ {view.stop_reason.upper()} [/]")
-            width = max(10, self.content_size.width or 24)
-            detail = view.stop_detail
-            if len(detail) > width:
-                detail = detail[: width - 1] + "…"
-            lines.append(escape(detail))
         self.update("\n".join(lines))
+
+
+class OutcomePanel(VerticalScroll):
+    """The stop, in full: its reason and whole detail (an ask_user question, an error)."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="outcome-body")
+
+    def show(self, view: RunView) -> None:
+        self.display = view.finished
+        if not view.finished:
+            return
+        var = "$success" if view.stop_reason == "goal_met" else "$error"
+        reason = view.stop_reason or ""
+        self.border_title = f"Stopped · {reason}"
+        label = "question" if reason == "ask_user" else "detail"
+        self.query_one("#outcome-body", Static).update(
+            f"[b {var}]{reason.upper()}[/]  [b]{label}[/] {escape(visible(view.stop_detail))}"
+        )
 
 
 class PlanPanel(Static):
     shown_round: int | None = None
 
-    def show(self, view: RunView) -> None:
+    def show(self, view: RunView, waiting: str = "", frame: int = 0) -> None:
         if not view.plans:
-            text = (
-                "[dim]no plan yet[/dim]" if view.mode != "react" else "[dim]ReAct: no planner[/dim]"
-            )
+            text = "no plan yet" if view.mode != "react" else "ReAct: no planner"
+            if waiting and not view.finished:
+                text = f"[b $accent]{SPINNER[frame % len(SPINNER)]}[/] waiting for {waiting}"
+            else:
+                text = f"[dim]{text}[/dim]"
             self.border_title = "Plan"
             self.update(text)
             return
@@ -91,11 +111,11 @@ class PlanPanel(Static):
             " · [ ] browse" if len(rounds) > 1 else ""
         )
         lines = []
-        for number, step in enumerate(view.plans[shown], 1):
-            if live and view.plan_step == number:
-                lines.append(f"[b $accent]▶ {number}. {escape(step)}[/]")
+        for index, step in enumerate(view.plans[shown], 1):
+            if live and view.plan_step == index:
+                lines.append(f"[b $accent]▶ {index}. {escape(step)}[/]")
             else:
-                lines.append(f"  {number}. {escape(step)}")
+                lines.append(f"  {index}. {escape(step)}")
         self.update("\n".join(lines))
 
     def browse(self, view: RunView, delta: int) -> None:
@@ -122,8 +142,9 @@ def _rate(per_second: float) -> str:
 
 
 class BudgetPanel(Static):
-    def show(self, view: RunView, elapsed: float) -> None:
+    def show(self, view: RunView, elapsed: float, operator_s: float = 0.0) -> None:
         wide = self.size.width >= 50
+        bar_width = 10 if self.size.width >= 40 or not self.size.width else 6
         lines = []
         for cap, label in CAP_LABELS:
             if cap not in view.budget:
@@ -138,69 +159,99 @@ class BudgetPanel(Static):
                 else ("$warning" if fraction >= 0.75 else "$success")
             )
             if cap == "cost_usd":
-                amount = "unknown" if view.cost_unknown_calls else f"{used:.4f}/{limit:g}"
+                amount = "unknown" if view.cost_unknown_calls else f"{used:.4f}/{number(limit)}"
             elif cap == "deadline_s":
-                amount = f"{int(used)}/{limit:g}"
+                amount = f"{int(used)}/{number(limit)}"
             else:
-                amount = f"{used:g}/{limit:g}"
+                amount = f"{number(used)}/{number(limit)}"
             rate = ""
             if cap not in ("deadline_s", "rounds", "corrections") and elapsed >= 1 and used:
                 rate = _rate(used / elapsed)
             fired = " [b $error]◀ fired[/]" if view.fired_cap == cap else ""
             rate_column = f" [dim]{rate:>8}[/]" if wide else ""
-            bar = _bar(fraction, 10)
+            bar = _bar(fraction, bar_width)
             lines.append(f"{label:<10} [{var}]{bar}[/] {amount:<12}{rate_column}{fired}")
+        if operator_s >= 1 or view.held:
+            lines.append(
+                f"[b $warning]waiting on you {elapsed_text(operator_s)}[/] [dim]not charged[/]"
+            )
         if view.model_retries:
-            error = escape(view.last_model_error[:40])
-            lines.append(f"[b $warning]↻ {view.model_retries} model retries[/] [dim]{error}[/]")
+            error = escape(visible(view.last_model_error[:40]))
+            n = view.model_retries
+            retries = f"{n} model {'retry' if n == 1 else 'retries'}"
+            lines.append(f"[b $warning]↻ {retries}[/] [dim]{error}[/]")
         if view.last_compaction:
             before, after = view.last_compaction
-            lines.append(f"[dim]context compacted x{view.compactions}: {before}→{after} tokens[/]")
+            lines.append(
+                f"[dim]context compacted x{view.compactions}: "
+                f"{number(before)}→{number(after)} tokens[/]"
+            )
         self.update("\n".join(lines))
 
 
-class FindingsPanel(Static):
+class FindingsPanel(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        yield Static(id="findings-body")
+
     def show(self, view: RunView) -> None:
+        body = self.query_one("#findings-body", Static)
         if not view.verdicts:
-            self.update("[dim]no review yet[/dim]")
+            body.update("[dim]no review yet[/dim]")
             return
         lines = []
         for verdict in view.verdicts:
             var = VERDICT_VAR.get(verdict.verdict, "$foreground")
             lines.append(f"round {verdict.round}  [b {var}]{verdict.verdict.upper()}[/]")
-            lines.extend(f"  · {escape(reason)}" for reason in verdict.reasons)
-        self.update("\n".join(lines))
+            lines.extend(f"  · {escape(visible(reason))}" for reason in verdict.reasons)
+        body.update("\n".join(lines))
 
 
-class CallDetail(Static):
-    def show(self, row: CallRecord | None) -> None:
+class CallDetail(VerticalScroll):
+    """The selected call in full: focus it (tab or click) and scroll with keys or the wheel."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="detail-body")
+
+    def show(self, row: CallRecord | None, decided: str = "") -> None:
+        body = self.query_one("#detail-body", Static)
         if row is None:
             self.border_title = "Call"
-            self.update("[dim]select a call to see its arguments and result[/dim]")
+            body.update("[dim]select a call to see its arguments and result[/dim]")
             return
-        self.border_title = f"Call {row.call_id} · {row.tool}"
+        self.border_title = f"Call {row.call_id} · {escape(visible(row.tool))}"
         args = escape(visible_json(row.args))
         result = escape(visible_json(row.result)) if row.result else "—"
-        self.update(
-            f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}  "
-            f"[b]status[/] {row.status.value}\n[b]arguments[/]\n{args}\n[b]result[/]\n{result}"
+        approval = f"[b]approval[/] {escape(visible(decided))}\n" if decided else ""
+        ms = "" if row.duration_ms is None else f"  [b]took[/] {row.duration_ms:,.0f} ms"
+        body.update(
+            f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
+            f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}\n"
+            f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}"
         )
 
 
+class GoalLine(Static):
+    def show(self, view: RunView) -> None:
+        goal = escape(visible(view.goal)) if view.goal else "[dim]…[/dim]"
+        self.update(f"[b]goal[/] {goal}")
+
+
 class RunHeader(Static):
-    def show(self, view: RunView, now: datetime | None, pending: int) -> None:
-        elapsed = 0.0
-        if view.started_at and now:
-            end = min(now, view.stopped_at) if view.stopped_at else now
-            elapsed = (end - view.started_at).total_seconds()
-        state = view.stop_reason or view.state.value
+    """State and the approvals badge first: a narrow terminal cuts the end, not those."""
+
+    def show(
+        self, view: RunView, agent_s: float, operator_s: float, pending: int, frame: int = 0
+    ) -> None:
+        state = view.shown_state
         badge = ""
         if pending:
-            plural = "s" if pending != 1 else ""
-            badge = f"  [b reverse $warning] ⚠ {pending} approval{plural} waiting · w [/]"
+            badge = f" [b reverse $warning] ⚠ {plural(pending, 'approval')} waiting · w [/]"
+        spin = f"{SPINNER[frame % len(SPINNER)]} " if not view.finished and view.run_id else ""
+        waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"
         script = f"/{escape(view.script)}" if view.script else ""
         self.update(
-            f"[b]loopdeck[/] · run [b]{run}[/] · [b]{escape(view.env)}[/]{script} · "
-            f"{escape(view.model)} · ⏱ {elapsed_text(elapsed)} · [b $accent]{state}[/]{badge}"
+            f"{spin}[b reverse $accent] {state} [/]{badge} · ⏱ {elapsed_text(agent_s)}{waited}"
+            f" · run [b]{run}[/] · [b]{escape(view.env)}[/]{script} · {escape(view.model)}"
+            " · [dim]loopdeck[/]"
         )

@@ -22,9 +22,8 @@ async def _check(args: argparse.Namespace) -> dict[str, object]:
 
 
 def open_remote_console(args: argparse.Namespace) -> int:
+    from loopdeck.operator.links import ReplayLink, StoreLink
     from loopdeck.tui.app import LoopdeckApp
-    from loopdeck.tui.links import StoreLink
-    from loopdeck.tui.replay import ReplayLink
 
     asyncio.run(_check(args))
     if args.command == "attach":
@@ -32,4 +31,6 @@ def open_remote_console(args: argparse.Namespace) -> int:
     else:
         app = LoopdeckApp(theme_name=args.theme, link=ReplayLink(args.db, args.run_id))
     code = app.run()
+    if app.farewell:
+        print(app.farewell)
     return 0 if code is None else code

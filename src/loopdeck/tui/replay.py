@@ -4,68 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 from textual.binding import Binding
 
-from loopdeck.core.approvals import ApprovalRequest
-from loopdeck.core.events import EVENT_ADAPTER, EventBase
-from loopdeck.core.outcome import RunOutcome
-from loopdeck.core.runtime import Runtime
-from loopdeck.runview import RunView
-from loopdeck.store import queries
-from loopdeck.store.database import Store
+from loopdeck.operator.links import ReplayLink
+from loopdeck.operator.runview import RunView
+from loopdeck.operator.transcript import Transcript
 from loopdeck.tui.calls_table import CallsTable
-from loopdeck.tui.links import EventSink, Listener
 from loopdeck.tui.run_screen import RunScreen
-
-
-async def load_events(store: Store, run_id: str) -> list[EventBase]:
-    events: list[EventBase] = []
-    seq = 0
-    while batch := await queries.events_after(store, run_id, seq, limit=20_000):
-        events.extend(EVENT_ADAPTER.validate_json(row["body"]) for row in batch)
-        seq = batch[-1]["seq"]
-    return events
-
-
-class ReplayLink:
-    """A run that is over: nothing to command, everything to read."""
-
-    def __init__(self, db_path: Path | None, run_id: str) -> None:
-        self.db_path = db_path
-        self.run_id = run_id
-        self.runtime: Runtime | None = None
-        self.events: list[EventBase] = []
-
-    def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        return lambda: None
-
-    def on_approvals(self, listener: Listener) -> Callable[[], None]:
-        return lambda: None
-
-    async def drive(self) -> RunOutcome | None:
-        store = await Store.open(self.db_path, create=False)
-        try:
-            await queries.mark_crashed_runners(store)
-            self.events = await load_events(store, self.run_id)
-        finally:
-            await store.close()
-        return None
-
-    def pending(self) -> list[ApprovalRequest]:
-        return []
-
-    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
-        return False
-
-    def stop(self, by: str) -> None: ...
-    def kill(self, by: str) -> None: ...
-    def pause(self, by: str) -> None: ...
-    def resume(self, by: str) -> None: ...
-
-    def risk_of(self, tool: str) -> str:
-        return "write"
+from loopdeck.tui.transcript_view import TranscriptLog
 
 
 class ReplayScreen(RunScreen):
@@ -86,23 +33,41 @@ class ReplayScreen(RunScreen):
     def after_drive(self) -> None:
         self.jump_to(len(self.replay.events))
 
-    def jump_to(self, position: int) -> None:
+    def clock_now(self) -> datetime:
+        """The run as of the event on screen: its time, its budgets."""
         events = self.replay.events
-        position = max(0, min(len(events), position))
+        if self.position and events:
+            return events[self.position - 1].at
+        return self.now()
+
+    def jump_to(self, position: int) -> None:
+        """Show the run as it stood after event `position` (the first event at least: the
+        header is never empty)."""
+        events = self.replay.events
+        position = max(min(1, len(events)), min(len(events), position))
         if position < self.position:
             self.view = RunView()
+            self.transcript = Transcript()
             self.query_one(CallsTable).clear()
+            self.query_one(TranscriptLog).clear()
             start = 0
         else:
             start = self.position
+        entries = []
         for event in events[start:position]:
             self.view.apply(event)
+            if entry := self.transcript.apply(event):
+                entries.append(entry)
         self.position = position
-        self.view.stopped_at = self.view.stopped_at or (
-            events[position - 1].at if position else None
-        )
+        self.feed_transcript(entries)
         self.render_view()
-        self.query_one("#calls").border_subtitle = f"replay · event {position} of {len(events)}"
+        subtitle = "replay · no events"
+        if position:
+            event = events[position - 1]
+            stamp = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
+            kind = getattr(event, "kind", "?")
+            subtitle = f"replay · event {position} of {len(events)} · {kind} · {stamp}"
+        self.query_one("#calls").border_subtitle = subtitle
 
     def action_step(self, delta: int) -> None:
         self.jump_to(self.position + delta)

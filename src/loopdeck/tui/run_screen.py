@@ -5,32 +5,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
 
 from loopdeck.core.events import EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
-from loopdeck.runview import RunView
+from loopdeck.core.text import plural
+from loopdeck.operator.links import RunLink
+from loopdeck.operator.runview import RunView
+from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.calls_table import CallsTable
-from loopdeck.tui.dialogs import ApprovalAnswer, ApprovalDialog, ConfirmKillDialog
-from loopdeck.tui.links import RunLink
+from loopdeck.tui.dialogs import (
+    ApprovalAnswer,
+    ApprovalDialog,
+    ConfirmKillDialog,
+    ConfirmQuitDialog,
+)
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
     FindingsPanel,
+    GoalLine,
+    OutcomePanel,
     PlanPanel,
     RunHeader,
     StateMachinePanel,
 )
+from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 FRAME_INTERVAL_S = 1 / 20
+SPIN_INTERVAL_S = 0.2
+MIN_SIZE = (80, 24)
 
 
 class ApprovalsChanged(Message):
@@ -41,13 +53,13 @@ class ApprovalsChanged(Message):
 
 
 class RunScreen(Screen[None]):
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
     BINDINGS = [
         Binding("w", "approvals", "Approvals", id="run.approvals"),
+        Binding("t", "transcript", "Transcript", id="run.transcript"),
         Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
         Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
-        Binding("q", "quit_run", "Quit", id="app.quit"),
     ]
 
     def __init__(self, link: RunLink, now: Callable[[], datetime]) -> None:
@@ -55,11 +67,15 @@ class RunScreen(Screen[None]):
         self.link = link
         self.now = now
         self.view = RunView()
+        self.transcript = Transcript()
         self.outcome: RunOutcome | None = None
         self.driven = False
+        self.quitting = False
         self._buffer: list[EventBase] = []
         self._dialog: ApprovalDialog | None = None
+        self._transcript_screen: TranscriptScreen | None = None
         self._later: set[str] = set()
+        self._frame = 0
         self._unsubscribe: list[Callable[[], None]] = []
 
     @property
@@ -69,20 +85,24 @@ class RunScreen(Screen[None]):
         return self.link.runtime
 
     def compose(self) -> ComposeResult:
+        yield Static(id="too-small")
         yield RunHeader(id="run-header")
+        yield GoalLine(id="goal")
         with Horizontal(id="top"):
             yield StateMachinePanel(id="states", classes="panel")
             yield PlanPanel(id="plan", classes="panel")
             yield BudgetPanel(id="budgets", classes="panel")
+        yield OutcomePanel(id="outcome", classes="panel")
         yield CallsTable(id="calls", classes="panel")
         with Horizontal(id="bottom"):
             yield FindingsPanel(id="findings", classes="panel")
             yield CallDetail(id="detail", classes="panel")
+            yield TranscriptLog(id="transcript-panel", classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
         titles = {"states": "State", "plan": "Plan", "budgets": "Budgets", "calls": "Calls"}
-        titles |= {"findings": "Findings", "detail": "Call"}
+        titles |= {"findings": "Findings", "detail": "Call", "transcript-panel": "Transcript · t"}
         for widget_id, title in titles.items():
             self.query_one(f"#{widget_id}").border_title = title
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
@@ -91,7 +111,8 @@ class RunScreen(Screen[None]):
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
         self.set_interval(FRAME_INTERVAL_S, self.flush)
-        self.set_interval(1.0, self._tick)
+        self.set_interval(SPIN_INTERVAL_S, self._tick)
+        self._check_size(self.size.width, self.size.height)
         self.render_view()
         self.drive()
 
@@ -101,6 +122,20 @@ class RunScreen(Screen[None]):
     def on_unmount(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._check_size(event.size.width, event.size.height)
+        self.query_one(CallsTable).fit(self.view)
+
+    def _check_size(self, width: int, height: int) -> None:
+        notice = self.query_one("#too-small", Static)
+        small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        notice.display = small
+        if small:
+            notice.update(
+                f"terminal is {width}x{height}: loopdeck needs at least "
+                f"{MIN_SIZE[0]}x{MIN_SIZE[1]} to show a run; enlarge it (t opens the transcript)"
+            )
 
     # -- the run, in a worker ------------------------------------------------------------
     @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")
@@ -125,6 +160,10 @@ class RunScreen(Screen[None]):
             self.notify(self.view.stop_detail, title="run crashed", severity="error", timeout=30)
             self.render_view()
             self.refresh_bindings()
+        else:
+            return
+        if self.quitting:
+            self.leave()
 
     def after_drive(self) -> None:
         """Called once the link's drive finished; a replay starts stepping from here."""
@@ -134,49 +173,89 @@ class RunScreen(Screen[None]):
         if not self._buffer:
             return
         events, self._buffer[:] = list(self._buffer), []
+        entries: list[Entry] = []
         for event in events:
             self.view.apply(event)
+            if entry := self.transcript.apply(event):
+                entries.append(entry)
+        self.feed_transcript(entries)
         self.render_view()
 
+    def feed_transcript(self, entries: list[Entry]) -> None:
+        if not entries:
+            return
+        panel = self.query_one("#transcript-panel", TranscriptLog)
+        if panel.display:
+            panel.add(entries)
+        if self._transcript_screen is not None:
+            self._transcript_screen.add(entries)
+
+    def clock_now(self) -> datetime:
+        """The time the screen shows the run at: now, or a replay's current event."""
+        return self.now()
+
     def _tick(self) -> None:
+        self._frame += 1
         self._render_header()
+        if not self.view.plans:
+            self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
         if self._dialog is None and not self.view.finished:
             self._render_budgets()
 
-    def _elapsed(self) -> float:
-        if self.view.started_at is None:
-            return 0.0
-        now = self.now()
-        end = min(now, self.view.stopped_at) if self.view.stopped_at else now
-        return max(0.0, (end - self.view.started_at).total_seconds())
+    def waiting_for(self) -> str:
+        if self.view.run_id:
+            return self.view.waiting_for()
+        return getattr(self.link, "phase", "") or "the run to start"
 
     def _render_header(self) -> None:
-        self.query_one(RunHeader).show(self.view, self.now(), len(self.link.pending()))
+        agent_s, operator_s = self.view.times(self.clock_now())
+        self.query_one(RunHeader).show(
+            self.view, agent_s, operator_s, len(self.link.pending()), self._frame
+        )
 
     def _render_budgets(self) -> None:
-        self.query_one(BudgetPanel).show(self.view, self._elapsed())
+        agent_s, operator_s = self.view.times(self.clock_now())
+        self.query_one(BudgetPanel).show(self.view, agent_s, operator_s)
 
     def render_view(self) -> None:
         self._render_header()
+        self.query_one(GoalLine).show(self.view)
         self.query_one(StateMachinePanel).show(self.view)
-        self.query_one(PlanPanel).show(self.view)
+        self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
         self._render_budgets()
+        self.query_one(OutcomePanel).show(self.view)
         self.query_one(FindingsPanel).show(self.view)
         table = self.query_one(CallsTable)
         table.sync(self.view)
-        table.border_title = f"Calls · {self.view.calls_seen}" + (
-            f" · {self.view.repeats} repeats blocked" if self.view.repeats else ""
+        table.border_title = f"Calls · {self.view.calls_seen:,}" + (
+            f" · {plural(self.view.repeats, 'repeat')} blocked" if self.view.repeats else ""
         )
         if table.row_count:
             key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-            self.query_one(CallDetail).show(self.view.calls.get(key or ""))
+            self._show_detail(key)
         if self.view.finished:
             self.refresh_bindings()
 
+    def _show_detail(self, call_id: str | None) -> None:
+        row = self.view.calls.get(call_id or "")
+        self.query_one(CallDetail).show(row, self.view.decided.get(call_id or "", ""))
+
     @on(DataTable.RowHighlighted, "#calls")
     def _show_call(self, event: DataTable.RowHighlighted) -> None:
-        key = event.row_key.value if event.row_key else None
-        self.query_one(CallDetail).show(self.view.calls.get(key or ""))
+        self._show_detail(event.row_key.value if event.row_key else None)
+
+    # -- the transcript ------------------------------------------------------------------
+    def action_transcript(self) -> None:
+        if self._transcript_screen is not None:
+            return
+        self.flush()
+        title = f"[b]Transcript[/] · run {self.view.run_id or '…'} · esc returns to the run"
+        self._transcript_screen = TranscriptScreen(self.transcript, title)
+
+        def closed(_: None) -> None:
+            self._transcript_screen = None
+
+        self.app.push_screen(self._transcript_screen, closed)
 
     # -- approvals -----------------------------------------------------------------------
     @on(ApprovalsChanged)
@@ -186,7 +265,7 @@ class RunScreen(Screen[None]):
         self.refresh_bindings()
         pending = self.link.pending()
         if self._dialog is not None:
-            if self._dialog.request.call_id not in {p.call_id for p in pending}:
+            if self._dialog.request not in pending:
                 self._close_dialog()
             else:
                 self._dialog.set_title(len(pending))
@@ -202,7 +281,7 @@ class RunScreen(Screen[None]):
             self.app.pop_screen()
 
     def _offer_next(self) -> None:
-        if self._dialog is not None or self.app.screen is not self:
+        if self._dialog is not None or self.app.screen is not self or self.quitting:
             return
         pending = self.link.pending()
         waiting = [p for p in pending if p.call_id not in self._later]
@@ -235,7 +314,7 @@ class RunScreen(Screen[None]):
         self._later.clear()
         self._offer_next()
 
-    # -- the kill switch -----------------------------------------------------------------
+    # -- the kill switch, and leaving ------------------------------------------------------
     @property
     def running(self) -> bool:
         return not self.view.finished and not self.driven
@@ -266,7 +345,28 @@ class RunScreen(Screen[None]):
         self.query_one(PlanPanel).browse(self.view, delta)
 
     def action_quit_run(self) -> None:
-        if self.running and self.link.runtime is not None:
-            self.link.kill(by="console quit")
-        code = 0 if self.view.stop_reason == "goal_met" else 1
-        self.app.exit(code)
+        """`q`: a live run of this process is killed (asked first, like `k`), then the screen
+        is left once the run has recorded its stop. An attached console just detaches."""
+        if self.quitting:
+            return
+        if not (self.running and self.link.runtime is not None):
+            self.leave()
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes and self.running:
+                self.quitting = True
+                self._close_dialog()
+                self.link.kill(by="console (quit)")
+            elif yes:
+                self.leave()
+
+        self.app.push_screen(ConfirmQuitDialog(), confirmed)
+
+    def leave(self) -> None:
+        self.flush()
+        leave = getattr(self.app, "leave_run", None)
+        if leave is not None:
+            leave(self)
+        else:
+            self.app.exit(0)

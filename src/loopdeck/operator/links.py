@@ -8,15 +8,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from loopdeck.approval_queue import ApprovalQueue
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import EVENT_ADAPTER, EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
-from loopdeck.launch import PreparedRun
 from loopdeck.llm.loader import litellm_module
+from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
+from loopdeck.operator.launch import PreparedRun
 from loopdeck.store import queries
-from loopdeck.store.approver import StoreBackedQueue
 from loopdeck.store.database import Store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
@@ -50,6 +49,7 @@ class LocalLink:
         self.runtime: Runtime | None = prepared.runtime
         self.queue = queue
         self.db_path = db_path
+        self.phase = "the model library (LiteLLM) to load"
 
     @property
     def _rt(self) -> Runtime:
@@ -64,9 +64,12 @@ class LocalLink:
 
     async def drive(self) -> RunOutcome | None:
         await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
+        self.phase = "the run to start"
         if self.db_path is None:
             return await self._rt.run()
+        self.phase = "the event store to open"
         store = await Store.open(self.db_path)
+        self.phase = "the run to start"
         try:
             writer = EventWriter(store, approve_mode="console")
             if isinstance(self.queue, StoreBackedQueue):
@@ -116,6 +119,7 @@ class StoreLink:
         self._pending: list[ApprovalRequest] = []
         self._risks: dict[str, str] = {}
         self._requested: dict[str, ApprovalRequest] = {}
+        self.phase = "the run's first events from the store"
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         self._sinks.append(sink)
@@ -215,3 +219,51 @@ class StoreLink:
 
     def risk_of(self, tool: str) -> str:
         return self._risks.get(tool, "write")
+
+
+async def load_events(store: Store, run_id: str) -> list[EventBase]:
+    events: list[EventBase] = []
+    seq = 0
+    while batch := await queries.events_after(store, run_id, seq, limit=20_000):
+        events.extend(EVENT_ADAPTER.validate_json(row["body"]) for row in batch)
+        seq = batch[-1]["seq"]
+    return events
+
+
+class ReplayLink:
+    """A run that is over: nothing to command, everything to read."""
+
+    def __init__(self, db_path: Path | None, run_id: str) -> None:
+        self.db_path = db_path
+        self.run_id = run_id
+        self.runtime: Runtime | None = None
+        self.events: list[EventBase] = []
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        return lambda: None
+
+    def on_approvals(self, listener: Listener) -> Callable[[], None]:
+        return lambda: None
+
+    async def drive(self) -> RunOutcome | None:
+        store = await Store.open(self.db_path, create=False)
+        try:
+            await queries.mark_crashed_runners(store)
+            self.events = await load_events(store, self.run_id)
+        finally:
+            await store.close()
+        return None
+
+    def pending(self) -> list[ApprovalRequest]:
+        return []
+
+    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
+        return False
+
+    def stop(self, by: str) -> None: ...
+    def kill(self, by: str) -> None: ...
+    def pause(self, by: str) -> None: ...
+    def resume(self, by: str) -> None: ...
+
+    def risk_of(self, tool: str) -> str:
+        return "write"

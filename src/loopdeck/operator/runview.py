@@ -60,11 +60,55 @@ class RunView:
     last_model_error: str = ""
     compactions: int = 0
     last_compaction: tuple[int, int] | None = None
+    # The agent's clock as of the last budget event; `held` names an operator wait going on.
+    agent_s: float = 0.0
+    operator_s: float = 0.0
+    held: str | None = None
+    clock_at: datetime | None = None
+    decided: dict[str, str] = field(default_factory=dict)
+    tool_running: str = ""
     _live_state: RunState = RunState.READY
 
     @property
     def finished(self) -> bool:
         return self.stop_reason is not None
+
+    def times(self, now: datetime | None) -> tuple[float, float]:
+        """(the agent's time, time waiting on the operator) at `now`: the last budget
+        event's figures, with the clock that is running carried forward to `now`."""
+        if self.clock_at is None or now is None:
+            return self.agent_s, self.operator_s
+        end = min(now, self.stopped_at) if self.stopped_at else now
+        since = max(0.0, (end - self.clock_at).total_seconds())
+        if self.finished:
+            since = 0.0
+        if self.held:
+            return self.agent_s, self.operator_s + since
+        return self.agent_s + since, self.operator_s
+
+    @property
+    def shown_state(self) -> str:
+        """What the header calls the run now: its stop reason, `paused`, or its state."""
+        if self.stop_reason:
+            return self.stop_reason
+        if self.paused:
+            return "paused" if self.held == "paused" else "pausing"
+        return self.state.value
+
+    def waiting_for(self) -> str:
+        """What the run is waiting on right now, in words."""
+        if self.finished:
+            return ""
+        if self.held == "paused":
+            return "you: paused before the next model call (p resumes)"
+        return {
+            RunState.READY: "the run to start",
+            RunState.PLANNING: f"the planner's reply from {self.model}",
+            RunState.DECIDING: f"the executor's reply from {self.model}",
+            RunState.AWAITING_APPROVAL: "your approval of a write",
+            RunState.EXECUTING: f"the tool {self.tool_running or '…'}",
+            RunState.REVIEWING: "the goal check",
+        }.get(self.state, "")
 
     def apply(self, event: EventBase) -> None:
         self.events_seen += 1
@@ -97,6 +141,7 @@ class RunView:
 
     def _on_call_proposed(self, e: Any) -> None:
         self.calls_seen += 1
+        self.tool_running = e.tool
         self.calls[e.call_id] = CallRecord.model_construct(
             call_id=e.call_id,
             round=e.round,
@@ -126,6 +171,13 @@ class RunView:
         if row := self._row(e.call_id):
             row.status = CallStatus.PENDING_APPROVAL
 
+    def _on_approval_decided(self, e: Any) -> None:
+        verb = "approved" if e.approved else "rejected"
+        when = e.at.astimezone().strftime("%H:%M:%S")
+        reason = f": {e.reason}" if not e.approved and e.reason else ""
+        self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}"
+        self.changed_calls.add(e.call_id)
+
     def _on_approval_withdrawn(self, e: Any) -> None:
         if row := self._row(e.call_id):
             row.status = CallStatus.WITHDRAWN
@@ -146,6 +198,8 @@ class RunView:
     def _on_budget_updated(self, e: Any) -> None:
         self.budget = {k: (float(u), float(limit)) for k, (u, limit) in e.usage.items()}
         self.cost_unknown_calls = e.cost_unknown_calls
+        self.agent_s = self.budget.get("deadline_s", (0.0, 0.0))[0]
+        self.operator_s, self.held, self.clock_at = e.operator_s, e.held, e.at
 
     def _on_review_verdict(self, e: Any) -> None:
         self.verdicts.append(RoundVerdict(e.round, e.verdict, list(e.reasons)))

@@ -12,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.store import queries
+from loopdeck.store.approver import decision_from_store
+from loopdeck.store.database import Store
+from loopdeck.store.writer import EventWriter
 
 Listener = Callable[[], None]
 
@@ -72,3 +76,41 @@ class ApprovalQueue:
             approved=False, reason=reason or "rejected by the operator", by=by
         )
         return self._resolve(call_id, decision)
+
+
+class StoreBackedQueue(ApprovalQueue):
+    """The console's queue when the run is recorded: a local key press and a remote command
+    race, and the store's atomic update decides which one wins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store: Store | None = None
+        self.writer: EventWriter | None = None
+
+    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        if self.store is None or self.writer is None:
+            return await super().decide(request)
+        store = self.store
+        await self.writer.flush()
+        local = asyncio.ensure_future(super().decide(request))
+        remote = asyncio.ensure_future(decision_from_store(store, request))
+        try:
+            done, _ = await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (local, remote):
+                if not task.done():
+                    task.cancel()
+        if remote in done:
+            return remote.result()
+        mine = local.result()
+        won = await queries.decide(
+            store,
+            request.run_id,
+            request.call_id,
+            approved=mine.approved,
+            by=mine.by,
+            reason=mine.reason,
+        )
+        if won:
+            return mine
+        return await decision_from_store(store, request)

@@ -1,0 +1,150 @@
+"""The run's transcript: what the operator reads to judge it, folded from its events.
+
+Every entry is whole: the goal, plans, each model turn's text, each call with its full
+arguments and its normalized result (the runtime's truncation mark is the only cut),
+approvals with who, when and why, guard trips, review verdicts and the stop's full detail.
+No Textual: the console renders entries, tests read them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.text import short_args, visible, visible_json
+
+MAX_ENTRIES = 5000
+
+
+@dataclass(frozen=True)
+class Entry:
+    seq: int
+    at: datetime
+    kind: str  # goal, plan, model, decision, call, approval, result, guard, review, stop, note
+    title: str
+    body: str = ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.title}\n{self.body}" if self.body else self.title
+
+
+class Transcript:
+    """A bounded fold of events into entries; `dropped` counts the oldest ones let go."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self.entries: deque[Entry] = deque(maxlen=max_entries)
+        self.dropped = 0
+        self._tools: dict[str, str] = {}
+
+    def apply(self, event: EventBase) -> Entry | None:
+        handler: Callable[[Any], tuple[str, str, str] | None] | None = getattr(
+            self, f"_on_{getattr(event, 'kind', '')}", None
+        )
+        if handler is None:
+            return None
+        made = handler(event)
+        if made is None:
+            return None
+        kind, title, body = made
+        entry = Entry(event.seq, event.at, kind, visible(title), visible(body))
+        if len(self.entries) == self.entries.maxlen:
+            self.dropped += 1
+        self.entries.append(entry)
+        return entry
+
+    # -- one handler per event kind that the operator reads ------------------------------
+    def _on_run_started(self, e: Any) -> tuple[str, str, str]:
+        script = f"/{e.script}" if e.script else ""
+        return "goal", f"goal · run {e.run_id} · {e.env}{script} · {e.model} · {e.mode}", e.goal
+
+    def _on_plan_written(self, e: Any) -> tuple[str, str, str]:
+        steps = "\n".join(f"{i}. {step}" for i, step in enumerate(e.steps, 1))
+        return "plan", f"plan · round {e.round}", steps
+
+    def _on_model_called(self, e: Any) -> tuple[str, str, str]:
+        tokens = e.prompt_tokens + e.completion_tokens
+        title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {e.latency_ms:,.0f} ms"
+        return "model", title, e.content or "(no text)"
+
+    def _on_decision_made(self, e: Any) -> tuple[str, str, str]:
+        step = f" · plan step {e.plan_step}" if e.plan_step is not None else ""
+        return "decision", f"decision · {e.decision} · {e.reason_code or '-'}{step}", e.message
+
+    def _on_decision_invalid(self, e: Any) -> tuple[str, str, str]:
+        title = f"reply not usable · correction {e.corrections_used}"
+        return "guard", title, e.error
+
+    def _on_call_proposed(self, e: Any) -> tuple[str, str, str]:
+        self._tools[e.call_id] = e.tool
+        title = (
+            f"call {e.call_id} · {e.tool}({short_args(e.args, 60)}) · {e.risk} · "
+            f"fingerprint {e.fingerprint[:12]} · state {e.state_hash[:12]}"
+        )
+        return "call", title, visible_json(e.args)
+
+    def _on_approval_requested(self, e: Any) -> tuple[str, str, str]:
+        lines = [f"rationale: {e.rationale or 'no text'}"]
+        if e.plan_step:
+            lines.append(f"plan step: {e.plan_step}")
+        if e.asked_again:
+            lines.append(f"asked again: {e.asked_again}")
+        expires = e.expires_at.astimezone().strftime("%H:%M:%S")
+        return (
+            "approval",
+            f"approval asked · {e.call_id} · {e.tool} · expires {expires}",
+            ("\n".join(lines)),
+        )
+
+    def _on_approval_decided(self, e: Any) -> tuple[str, str, str]:
+        verb = "approved" if e.approved else "rejected"
+        when = e.at.astimezone().strftime("%H:%M:%S")
+        return (
+            "approval",
+            f"{verb} · {e.call_id} · by {e.by} at {when}",
+            ("" if e.approved else f"reason: {e.reason or '(none)'}"),
+        )
+
+    def _on_approval_invalidated(self, e: Any) -> tuple[str, str, str]:
+        return "approval", f"approval no longer valid · {e.call_id} · asked again", e.problem
+
+    def _on_approval_withdrawn(self, e: Any) -> tuple[str, str, str]:
+        return "approval", f"approval withdrawn · {e.call_id} · the run stopped", ""
+
+    def _on_tool_retry(self, e: Any) -> tuple[str, str, str]:
+        return "note", f"retry {e.attempt} · {e.call_id} · {e.tool} in {e.delay_s:g} s", e.error
+
+    def _on_tool_finished(self, e: Any) -> tuple[str, str, str]:
+        status = e.status.value if isinstance(e.status, CallStatus) else str(e.status)
+        title = f"result {e.call_id} · {e.tool} · {status} · {e.duration_ms:,.0f} ms"
+        return "result", title, visible_json(e.result) if e.result else "(no result)"
+
+    def _on_guard_tripped(self, e: Any) -> tuple[str, str, str]:
+        title = f"guard · {e.call_id} · {e.tool} repeated from the same state · not executed"
+        return "guard", title, f"fingerprint {e.fingerprint}"
+
+    def _on_review_verdict(self, e: Any) -> tuple[str, str, str]:
+        reasons = "\n".join(f"· {reason}" for reason in e.reasons)
+        return "review", f"review · round {e.round} · {e.verdict.upper()}", reasons
+
+    def _on_model_retry(self, e: Any) -> tuple[str, str, str]:
+        return "note", f"model retry {e.attempt} in {e.delay_s:g} s", e.error
+
+    def _on_context_compacted(self, e: Any) -> tuple[str, str, str]:
+        title = f"context compacted · {e.tokens_before:,} → {e.tokens_after:,} tokens"
+        return "note", title, e.reason
+
+    def _on_operator_command(self, e: Any) -> tuple[str, str, str]:
+        return "note", f"operator · {e.command} · by {e.by}", ""
+
+    def _on_run_corrected(self, e: Any) -> tuple[str, str, str]:
+        return "note", "record corrected", e.detail
+
+    def _on_run_stopped(self, e: Any) -> tuple[str, str, str]:
+        reason = e.stop_reason.value if hasattr(e.stop_reason, "value") else str(e.stop_reason)
+        state = e.state.value if hasattr(e.state, "value") else str(e.state)
+        return "stop", f"stop · {reason.upper()} · {state}", e.detail

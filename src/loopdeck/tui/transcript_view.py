@@ -1,0 +1,173 @@
+"""The transcript on screen: a log that follows the tail until scrolled up, and search."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rich.console import Group
+from rich.padding import Padding
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Input, RichLog, Static
+
+from loopdeck.operator.transcript import Entry, Transcript
+
+KIND_VAR = {
+    "goal": "accent",
+    "plan": "primary",
+    "model": "foreground",
+    "decision": "secondary",
+    "call": "primary",
+    "approval": "warning",
+    "result": "success",
+    "guard": "repeat-mark",
+    "review": "verdict-pass",
+    "stop": "error",
+    "note": "foreground-muted",
+}
+
+
+class TranscriptLog(RichLog):
+    """Entries as they arrive. Scrolling up stops the follow; scrolling to the end resumes."""
+
+    can_focus = True
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(wrap=True, markup=False, auto_scroll=False, id=id, classes=classes)
+        self.query_text = ""
+        self.matches: list[int] = []
+        self.match_index = -1
+        self._entries: list[Entry] = []
+
+    def _style(self, kind: str) -> str:
+        return self.app.theme_variables.get(KIND_VAR.get(kind, "foreground"), "")
+
+    def _renderable(self, entry: Entry) -> Group:
+        stamp = entry.at.astimezone().strftime("%H:%M:%S")
+        title = Text.assemble(
+            (f"{stamp} ", "dim"), (entry.title, f"bold {self._style(entry.kind)}")
+        )
+        parts: list[Text | Padding] = [title]
+        if entry.body:
+            parts.append(Padding(Text(entry.body), (0, 0, 0, 2)))
+        if self.query_text:
+            pattern = re.compile(re.escape(self.query_text), re.IGNORECASE)
+            for part in parts:
+                text = part.renderable if isinstance(part, Padding) else part
+                assert isinstance(text, Text)
+                text.highlight_regex(pattern, "reverse bold")
+        return Group(*parts)
+
+    def add(self, entries: Iterable[Entry]) -> None:
+        follow = self.is_vertical_scroll_end or self.max_scroll_y == 0
+        for entry in entries:
+            self._entries.append(entry)
+            self.write(self._renderable(entry), scroll_end=follow)
+
+    def load(self, transcript: Transcript) -> None:
+        self.clear()
+        self._entries = []
+        if transcript.dropped:
+            note = f"… {transcript.dropped:,} earlier entries not kept here (see `loopdeck export`)"
+            self.write(Text(note, style="dim"))
+        self.add(transcript.entries)
+        self.scroll_end(animate=False, immediate=True)
+
+    def search(self, text: str) -> int:
+        """Highlight `text` everywhere and go to its first match; the number of matching lines."""
+        self.query_text = text.strip()
+        entries, self._entries = self._entries, []
+        self.clear()
+        for entry in entries:
+            self._entries.append(entry)
+            self.write(self._renderable(entry), scroll_end=False)
+        self.matches, self.match_index = [], -1
+        return self.next_match(1)
+
+    def _find(self) -> None:
+        needle = self.query_text.lower()
+        self.matches = [i for i, line in enumerate(self.lines) if needle in line.text.lower()]
+
+    def next_match(self, delta: int) -> int:
+        if not self.query_text:
+            return 0
+        self._find()
+        if not self.matches:
+            return 0
+        self.match_index = (self.match_index + delta) % len(self.matches)
+        self.scroll_to(y=max(0, self.matches[self.match_index] - 2), animate=False, immediate=True)
+        return len(self.matches)
+
+
+class TranscriptScreen(Screen[None]):
+    """`t` from the run screen: the whole transcript, live, scrollable and searchable."""
+
+    BINDINGS = [
+        Binding("escape,t", "close", "Back to the run", id="transcript.close"),
+        Binding("slash", "search", "Search", id="transcript.search"),
+        Binding("n", "match(1)", "Next match", id="transcript.next"),
+        Binding("N", "match(-1)", "Prev match", id="transcript.prev"),
+        Binding("end", "follow", "Follow", id="transcript.follow"),
+    ]
+
+    def __init__(self, transcript: Transcript, title: str) -> None:
+        super().__init__()
+        self.transcript = transcript
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="transcript-title")
+        yield TranscriptLog(id="transcript-log", classes="panel")
+        yield Input(placeholder="search the transcript, enter to find", id="transcript-search")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#transcript-title", Static).update(self.title_text)
+        self.query_one("#transcript-search").display = False
+        log = self.query_one(TranscriptLog)
+        log.border_title = "Transcript"
+        log.load(self.transcript)
+        log.focus()
+
+    def add(self, entries: list[Entry]) -> None:
+        if entries:
+            self.query_one(TranscriptLog).add(entries)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_search(self) -> None:
+        search = self.query_one("#transcript-search", Input)
+        search.display = True
+        search.focus()
+
+    @on(Input.Submitted, "#transcript-search")
+    def _searched(self, event: Input.Submitted) -> None:
+        log = self.query_one(TranscriptLog)
+        found = log.search(event.value)
+        self._say(found, event.value)
+        event.input.display = False
+        log.focus()
+
+    def action_match(self, delta: int) -> None:
+        log = self.query_one(TranscriptLog)
+        self._say(log.next_match(delta), log.query_text)
+
+    def _say(self, found: int, text: str) -> None:
+        log = self.query_one(TranscriptLog)
+        if not text.strip():
+            log.border_subtitle = ""
+        elif found:
+            log.border_subtitle = f"“{text}” · match {log.match_index + 1} of {found} · n / N"
+        else:
+            log.border_subtitle = f"“{text}” · no match"
+
+    def action_follow(self) -> None:
+        self.query_one(TranscriptLog).scroll_end(animate=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in ("match", "search") and isinstance(self.focused, Input))
