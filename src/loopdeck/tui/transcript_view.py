@@ -37,7 +37,9 @@ class TranscriptLog(RichLog):
     can_focus = True
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
-        super().__init__(wrap=True, markup=False, auto_scroll=False, id=id, classes=classes)
+        super().__init__(
+            wrap=True, markup=False, auto_scroll=False, min_width=20, id=id, classes=classes
+        )
         self.query_text = ""
         self.matches: list[int] = []
         self.match_index = -1
