@@ -193,3 +193,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A reader like `head` went away: nothing more to say, and nothing was lost.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def entry() -> None:
+    """The `loopdeck` command. Everything is recorded and closed when `main` returns; the
+    interpreter's own teardown of LiteLLM's modules takes over a second, so it is skipped."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    os._exit(code)

@@ -31,9 +31,12 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
 
 
-# Room the columns other than the arguments take, with the table's cell padding.
-OTHER_COLUMNS_WIDTH = 4 + 3 + 16 + 8 + 8 + 5 + 20 + 8 + 2 * len(COLUMNS) + 4
-MIN_ARGS_WIDTH = 34
+# The room each column but the arguments takes at most, with its cell padding; narrow
+# terminals drop the columns the Call panel shows anyway, never the status or the time.
+COLUMN_ROOM = {"#": 6, "rnd": 5, "tool": 18, "fingerprint": 13, "state": 10, "risk": 7}
+COLUMN_ROOM |= {"status": 22, "ms": 10, "arguments": 2}
+DROPPED_FIRST = ("state", "rnd", "fingerprint")
+MIN_ARGS_WIDTH = 16
 
 
 def format_duration(duration_ms: float | None) -> str:
@@ -43,22 +46,35 @@ def format_duration(duration_ms: float | None) -> str:
 class CallsTable(DataTable[Any]):
     """Columns grow to fit their values as rows arrive: a status or a time is never cut."""
 
-    args_width = MIN_ARGS_WIDTH
+    args_width = 34
+    columns_shown: tuple[str, ...] = COLUMNS
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for column in COLUMNS:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for column in self.columns_shown:
             self.add_column(column, key=column)
 
-    def _wanted_args_width(self) -> int:
-        return max(MIN_ARGS_WIDTH, (self.size.width or 0) - OTHER_COLUMNS_WIDTH)
+    def _layout_for(self, width: int) -> tuple[tuple[str, ...], int]:
+        shown = list(COLUMNS)
+        room = width - 4 - sum(COLUMN_ROOM[c] for c in shown)
+        for column in DROPPED_FIRST:
+            if room >= MIN_ARGS_WIDTH:
+                break
+            shown.remove(column)
+            room += COLUMN_ROOM[column]
+        return tuple(shown), max(MIN_ARGS_WIDTH, room)
 
     def fit(self, view: RunView) -> None:
-        """The arguments column takes the width the terminal gives; rebuilt when it changes."""
-        wanted = self._wanted_args_width()
-        if wanted != self.args_width:
-            self.args_width = wanted
+        """Columns and the arguments' width follow the terminal; rebuilt when they change."""
+        if not self.size.width:
+            return
+        shown, args_width = self._layout_for(self.size.width)
+        if (shown, args_width) != (self.columns_shown, self.args_width):
+            self.columns_shown, self.args_width = shown, args_width
             self.restyle(view)
 
     def _color(self, name: str) -> str:
@@ -71,17 +87,18 @@ class CallsTable(DataTable[Any]):
         duration = format_duration(row.duration_ms)
         if row.retries:
             duration += f" ↻{row.retries}"
-        return [
-            row.call_id,
-            str(row.round),
-            visible(row.tool),
-            short_args(row.args, self.args_width),
-            row.fingerprint[:8],
-            row.state_hash[:8],
-            risk,
-            status,
-            duration,
-        ]
+        cells = {
+            "#": row.call_id,
+            "rnd": str(row.round),
+            "tool": visible(row.tool),
+            "arguments": short_args(row.args, self.args_width),
+            "fingerprint": row.fingerprint[:8],
+            "state": row.state_hash[:8],
+            "risk": risk,
+            "status": status,
+            "ms": duration,
+        }
+        return [cells[column] for column in self.columns_shown]
 
     def sync(self, view: RunView) -> None:
         """Apply the rows the view marked changed since the last sync.
@@ -105,7 +122,7 @@ class CallsTable(DataTable[Any]):
                     continue
                 cells = self._cells(row)
                 if call_id in self.rows:
-                    for column, value in zip(COLUMNS, cells, strict=True):
+                    for column, value in zip(self.columns_shown, cells, strict=True):
                         self.update_cell(call_id, column, value, update_width=True)
                 else:
                     self.add_row(*cells, key=call_id)
@@ -114,7 +131,6 @@ class CallsTable(DataTable[Any]):
 
     def restyle(self, view: RunView) -> None:
         self.clear(columns=True)
-        for column in COLUMNS:
-            self.add_column(column, key=column)
+        self._add_columns()
         view.changed_calls.update(view.calls)
         self.sync(view)

@@ -54,7 +54,7 @@ class ApprovalsChanged(Message):
 
 class RunScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
+    VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-short"), (40, "-tall")]
     BINDINGS = [
         Binding("w", "approvals", "Approvals", id="run.approvals"),
         Binding("t", "transcript", "Transcript", id="run.transcript"),

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
@@ -41,6 +41,7 @@ class TranscriptLog(RichLog):
             wrap=True, markup=False, auto_scroll=False, min_width=20, id=id, classes=classes
         )
         self.query_text = ""
+        self.following = True  # off when the operator scrolls up, on again at the end
         self.matches: list[int] = []
         self.match_index = -1
         self._entries: list[Entry] = []
@@ -65,10 +66,29 @@ class TranscriptLog(RichLog):
         return Group(*parts)
 
     def add(self, entries: Iterable[Entry]) -> None:
-        follow = self.is_vertical_scroll_end or self.max_scroll_y == 0
         for entry in entries:
             self._entries.append(entry)
-            self.write(self._renderable(entry), scroll_end=follow)
+            self.write(self._renderable(entry), scroll_end=self.following)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y:
+            self.following = True
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.following = False
+
+    def action_scroll_up(self) -> None:
+        self.following = False
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self.following = False
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self.following = False
+        super().action_scroll_home()
 
     def load(self, transcript: Transcript) -> None:
         self.clear()
@@ -88,6 +108,7 @@ class TranscriptLog(RichLog):
             self._entries.append(entry)
             self.write(self._renderable(entry), scroll_end=False)
         self.matches, self.match_index = [], -1
+        self.following = False
         return self.next_match(1)
 
     def _find(self) -> None:
