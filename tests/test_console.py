@@ -2,12 +2,11 @@
 
 from conftest import HARNESS, SAMPLES
 from console_helpers import console_app, finished, run_screen, wait_until
+from textual.widgets import Input
 
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import StopReason
-from textual.widgets import Input
-
 from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog
 from loopdeck.tui.panels import RunHeader
 

@@ -1,22 +1,30 @@
-"""Snapshots of the main screen mid-run, the approval dialog and the final screen, per theme.
+"""Snapshots of the run screen (mid-run, the approval dialog, the final screen at four sizes)
+and of the transcript, per theme.
 
-The clock is frozen at the run's start and call durations are masked: both differ per run.
+The clock is frozen at the run's start; durations, times of day and the spinner are masked:
+they differ per run.
 """
 
 import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, finished, wait_until
 
-from loopdeck.tui import calls_table
+from loopdeck.operator import transcript
+from loopdeck.tui import calls_table, panels
 from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.transcript_view import TranscriptScreen
 
 SIZE = (160, 48)
+SIZES = [(80, 24), (100, 30), (160, 48), (200, 60)]
 THEMES = ["dark", "light"]
 
 
 @pytest.fixture(autouse=True)
-def _masked_durations(monkeypatch):
+def _masked(monkeypatch):
     monkeypatch.setattr(calls_table, "format_duration", lambda ms: "" if ms is None else "·")
+    monkeypatch.setattr(transcript, "ms_text", lambda ms: "· ms")
+    monkeypatch.setattr(transcript, "clock_text", lambda at: "hh:mm:ss")
+    monkeypatch.setattr(panels, "SPINNER", "*")
 
 
 def _app(theme):
@@ -46,8 +54,11 @@ def test_main_screen_mid_run_with_a_pending_write(snap_compare, theme) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
 @pytest.mark.parametrize("theme", THEMES)
-def test_final_screen(snap_compare, theme) -> None:
+def test_final_screen_at_every_size(snap_compare, theme, size) -> None:
+    """80x24 keeps every panel; 100x30 keeps the state and the badge in the header; large
+    sizes give the extra room to the Call panel, Findings and the transcript."""
     app = _app(theme)
 
     async def run_before(pilot) -> None:
@@ -56,4 +67,20 @@ def test_final_screen(snap_compare, theme) -> None:
         await wait_until(pilot, lambda: finished(app))
         await pilot.pause(0.2)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("theme", THEMES)
+def test_transcript(snap_compare, theme) -> None:
+    app = _app(theme)
+
+    async def run_before(pilot) -> None:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        await pilot.press("home")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

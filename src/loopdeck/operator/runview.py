@@ -14,6 +14,7 @@ from loopdeck.core.budgets import CAP_STOP_REASON
 from loopdeck.core.events import CallStatus, EventBase
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
+from loopdeck.operator import transcript
 
 MAX_CALL_ROWS = 500
 
@@ -173,7 +174,7 @@ class RunView:
 
     def _on_approval_decided(self, e: Any) -> None:
         verb = "approved" if e.approved else "rejected"
-        when = e.at.astimezone().strftime("%H:%M:%S")
+        when = transcript.clock_text(e.at)
         reason = f": {e.reason}" if not e.approved and e.reason else ""
         self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}"
         self.changed_calls.add(e.call_id)

@@ -20,6 +20,15 @@ from loopdeck.core.text import short_args, visible, visible_json
 MAX_ENTRIES = 5000
 
 
+def clock_text(at: datetime) -> str:
+    """A moment as the operator's local time of day."""
+    return at.astimezone().strftime("%H:%M:%S")
+
+
+def ms_text(ms: float) -> str:
+    return f"{ms:,.0f} ms"
+
+
 @dataclass(frozen=True)
 class Entry:
     seq: int
@@ -68,7 +77,7 @@ class Transcript:
 
     def _on_model_called(self, e: Any) -> tuple[str, str, str]:
         tokens = e.prompt_tokens + e.completion_tokens
-        title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {e.latency_ms:,.0f} ms"
+        title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {ms_text(e.latency_ms)}"
         return "model", title, e.content or "(no text)"
 
     def _on_decision_made(self, e: Any) -> tuple[str, str, str]:
@@ -93,7 +102,7 @@ class Transcript:
             lines.append(f"plan step: {e.plan_step}")
         if e.asked_again:
             lines.append(f"asked again: {e.asked_again}")
-        expires = e.expires_at.astimezone().strftime("%H:%M:%S")
+        expires = clock_text(e.expires_at)
         return (
             "approval",
             f"approval asked · {e.call_id} · {e.tool} · expires {expires}",
@@ -102,7 +111,7 @@ class Transcript:
 
     def _on_approval_decided(self, e: Any) -> tuple[str, str, str]:
         verb = "approved" if e.approved else "rejected"
-        when = e.at.astimezone().strftime("%H:%M:%S")
+        when = clock_text(e.at)
         return (
             "approval",
             f"{verb} · {e.call_id} · by {e.by} at {when}",
@@ -120,7 +129,7 @@ class Transcript:
 
     def _on_tool_finished(self, e: Any) -> tuple[str, str, str]:
         status = e.status.value if isinstance(e.status, CallStatus) else str(e.status)
-        title = f"result {e.call_id} · {e.tool} · {status} · {e.duration_ms:,.0f} ms"
+        title = f"result {e.call_id} · {e.tool} · {status} · {ms_text(e.duration_ms)}"
         return "result", title, visible_json(e.result) if e.result else "(no result)"
 
     def _on_guard_tripped(self, e: Any) -> tuple[str, str, str]:

@@ -12,6 +12,7 @@ from textual.widgets import Static
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 from loopdeck.core.text import number, plural, visible, visible_json
+from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -222,7 +223,9 @@ class CallDetail(VerticalScroll):
         args = escape(visible_json(row.args))
         result = escape(visible_json(row.result)) if row.result else "—"
         approval = f"[b]approval[/] {escape(visible(decided))}\n" if decided else ""
-        ms = "" if row.duration_ms is None else f"  [b]took[/] {row.duration_ms:,.0f} ms"
+        ms = (
+            "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
+        )
         body.update(
             f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
             f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}\n"

@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Input, RichLog, Static
 
+from loopdeck.operator import transcript
 from loopdeck.operator.transcript import Entry, Transcript
 
 KIND_VAR = {
@@ -50,7 +51,7 @@ class TranscriptLog(RichLog):
         return self.app.theme_variables.get(KIND_VAR.get(kind, "foreground"), "")
 
     def _renderable(self, entry: Entry) -> Group:
-        stamp = entry.at.astimezone().strftime("%H:%M:%S")
+        stamp = transcript.clock_text(entry.at)
         title = Text.assemble(
             (f"{stamp} ", "dim"), (entry.title, f"bold {self._style(entry.kind)}")
         )

@@ -1,0 +1,250 @@
+"""What the operator can read: the transcript, the full stop, the rationale, honest time, and
+quitting as a decision. Driven with Textual's pilot, as a person would."""
+
+from datetime import UTC, datetime, timedelta
+
+from conftest import SAMPLES
+from console_helpers import console_app, finished, run_screen, wait_until
+from textual.widgets import Input
+
+from loopdeck.core.approvals import AutoApprover
+from loopdeck.core.events import CallStatus
+from loopdeck.core.outcome import CallRecord
+from loopdeck.core.states import StopReason
+from loopdeck.operator.runview import RunView
+from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.dialogs import ApprovalDialog, ConfirmQuitDialog
+from loopdeck.tui.panels import RunHeader
+from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
+
+SIZE = (160, 48)
+
+
+def _text(widget) -> str:
+    return str(widget.render())
+
+
+def _dialog(app) -> bool:
+    return isinstance(app.screen, ApprovalDialog)
+
+
+async def test_transcript_holds_the_whole_evidence_and_search_finds_it() -> None:
+    app = console_app(SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        log = app.screen.query_one(TranscriptLog)
+        text = "\n".join(entry.text for entry in log._entries)
+        assert "Bring the orders service back" in text  # the goal
+        assert "1. Read the status." in text  # every plan
+        assert "executor said" in text and "Step 1." in text  # the model's own words
+        # get_status's full result: the live database named in last_error is not cut
+        assert "orders-db-v2" in text and "last_error" in text
+        assert "approved · c2 · by auto" in text  # who decided
+        assert "guard · c5" in text and "review · round 2 · STALLED" in text
+        assert "stop · STALLED" in text and "service unhealthy with db_url" in text
+        await pilot.press("slash")
+        await wait_until(pilot, lambda: isinstance(app.screen.focused, Input))
+        await pilot.press(*"orders-db-v2", "enter")
+        await wait_until(pilot, lambda: "match 1 of" in str(log.border_subtitle))
+        assert "orders-db-v2" in log.lines[log.matches[0]].text
+        found = len(log.matches)
+        await pilot.press("n")
+        assert f"match {min(2, found)} of {found}" in str(log.border_subtitle)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is run_screen(app))
+
+
+async def test_transcript_follows_the_tail_until_scrolled_up() -> None:
+    app = console_app(SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        log = app.screen.query_one(TranscriptLog)
+        await wait_until(pilot, lambda: log.max_scroll_y > 0 and log.is_vertical_scroll_end)
+        await pilot.press("up")
+        assert not log.following
+        before = log.scroll_y
+        app.screen.add([log._entries[0]])  # a new entry does not pull the reader down
+        await pilot.pause()
+        assert log.scroll_y == before
+        await pilot.press("end")
+        await wait_until(pilot, lambda: log.following)
+
+
+async def test_ask_user_question_and_goal_are_shown_in_full() -> None:
+    app = console_app(SAMPLES / "order_support", "ask")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.pause(0.1)
+        screen = run_screen(app)
+        assert screen.outcome.stop_reason is StopReason.ASK_USER
+        question = screen.outcome.detail
+        assert len(question) > 30
+        body = _text(screen.query_one("#outcome-body"))
+        assert "ASK_USER" in body and question in body.replace("\n", " ")
+        assert screen.view.goal.split()[0] in _text(screen.query_one("#goal"))
+
+
+async def test_call_panel_takes_focus_and_scrolls_by_keys() -> None:
+    app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        screen = run_screen(app)
+        table = screen.query_one(CallsTable)
+        table.focus()
+        table.move_cursor(row=0)  # get_status: a result taller than the panel
+        await pilot.pause(0.1)
+        panel = screen.query_one("#detail")
+        panel.focus()
+        await pilot.pause()
+        assert app.focused is panel and panel.max_scroll_y > 0
+        await pilot.press("end")
+        await wait_until(pilot, lambda: panel.scroll_y == panel.max_scroll_y)
+
+
+async def test_approval_dialog_shows_rationale_and_the_reason_box_covers_nothing() -> None:
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: _dialog(app))
+        dialog = app.screen
+        meta = _text(dialog.query_one("#approval-meta"))
+        assert "why" in meta and dialog.request.rationale and dialog.request.rationale in meta
+        assert "plan step" in meta and dialog.request.plan_step in meta
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(dialog.focused, Input))
+        await pilot.pause()
+        args = dialog.query_one("#approval-args").region
+        reason = dialog.query_one("#reject-reason").region
+        assert args.height > 0 and reason.height > 0
+        assert not args.overlaps(reason)
+        await pilot.press("escape")  # back from the reason, still deciding
+        await wait_until(pilot, lambda: not dialog.query_one("#reject-reason").display)
+        assert _dialog(app)
+
+
+async def test_an_expired_receipt_says_so_and_the_new_ask_says_why() -> None:
+    app = console_app(SAMPLES / "order_support", "solve")
+    runtime = app.prepared.runtime
+    runtime.config = runtime.config.model_copy(update={"approval_ttl_s": 0.001})
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: _dialog(app))
+        first = app.screen
+        await wait_until(pilot, lambda: "has expired" in _text(first.query_one("#approval-expiry")))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: _dialog(app) and app.screen.request.asked_again != "")
+        again = _text(app.screen.query_one("#approval-again"))
+        assert "Asked again" in again and "expired" in again
+
+
+def test_calls_table_columns_grow_to_fit_their_values() -> None:
+    import asyncio
+
+    from textual.app import App
+
+    class TableApp(App[None]):
+        def compose(self):
+            yield CallsTable()
+
+    async def scenario() -> None:
+        app = TableApp()
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(CallsTable)
+            view = RunView()
+            row = CallRecord(call_id="c1", round=1, tool="t", args={}, risk="read",
+                             fingerprint="f" * 16, state_hash="s" * 16)  # fmt: skip
+            view.calls["c1"] = row
+            view.changed_calls.add("c1")
+            table.sync(view)
+            await pilot.pause()
+            row.status, row.duration_ms = CallStatus.INTERRUPTED, 1234.0
+            view.changed_calls.add("c1")
+            table.sync(view)
+            await pilot.pause()
+            assert table.columns["status"].content_width >= len("interrupted")
+            assert table.columns["ms"].content_width >= len("1,234")
+
+    asyncio.run(scenario())
+
+
+async def test_q_on_a_live_run_asks_and_records_killed_not_crashed() -> None:
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: _dialog(app))
+        await pilot.press("q")  # over the approval dialog, too
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitDialog))
+        await pilot.press("n")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmQuitDialog))
+        assert run_screen(app).running
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitDialog))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: not app.is_running)
+    outcome = run_screen(app).outcome if run_screen(app) else None
+    assert app.return_value == 0
+    assert "run run0test0001 · killed · replay: loopdeck replay run0test0001" in app.farewell
+    assert outcome is None or outcome.stop_reason is StopReason.KILLED
+    assert app.prepared.runtime.outcome.stop_reason is StopReason.KILLED
+    assert "killed by console (quit)" in app.prepared.runtime.outcome.detail
+
+
+async def test_a_run_opened_from_the_launcher_returns_to_it() -> None:
+    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.launcher import LauncherScreen
+
+    app = LoopdeckApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        options = app.screen.query_one("#launcher-list")
+        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+        options.highlighted = next(i for i, oid in enumerate(ids) if oid and oid.endswith("\nask"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        assert app.is_running
+        await pilot.press("q")
+        await wait_until(pilot, lambda: not app.is_running)
+    assert app.return_value == 0
+
+
+async def test_paused_shows_in_the_header_and_the_clock_is_held() -> None:
+    app = console_app(SAMPLES / "service_outage", "solve")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: _dialog(app))
+        screen = run_screen(app)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: screen.view.held == "approval")
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "pausing" in _text(screen.query_one(RunHeader)))
+        await pilot.press("w")
+        await wait_until(pilot, lambda: _dialog(app))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: screen.view.held == "paused")
+        await wait_until(pilot, lambda: " paused " in _text(screen.query_one(RunHeader)))
+        await pilot.press("p")
+        await wait_until(pilot, lambda: _dialog(app))  # the next write, after the resume
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        assert screen.outcome.stop_reason is StopReason.GOAL_MET
+
+
+def test_the_agents_clock_stands_still_while_held() -> None:
+    view = RunView()
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    view.clock_at, view.agent_s, view.operator_s, view.held = at, 5.0, 2.0, "approval"
+    assert view.times(at + timedelta(seconds=10)) == (5.0, 12.0)
+    view.held = None
+    assert view.times(at + timedelta(seconds=10)) == (15.0, 2.0)
+
+
+async def test_palette_lists_the_runs_commands_first_and_hides_textuals_own() -> None:
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: _dialog(app))
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles[0].startswith("run: ")
+        assert not {"Quit the application", "Screenshot", "Change theme"} & set(titles)
+        assert titles.count("keys") == 1
