@@ -3,14 +3,18 @@ and a model library loaded before the clock starts (issue 8, items 5 and 10)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
-from conftest import EDGES, prepare
+from conftest import EDGES, SAMPLES, prepare
 from fake_models import ReplayModel
+from store_helpers import last_json, start_runner, wait_for_pending
 
 from loopdeck.core.prompts import DATA_LABEL, tool_result_message
 from loopdeck.core.states import StopReason
@@ -82,3 +86,70 @@ def test_runs_lists_a_write_whose_outcome_is_unknown(cli) -> None:
     assert code == 0
     [run] = [r for r in runs if r["run_id"] == summary["run_id"]]
     assert run["outcome_unknown"] == ["c1"]
+
+
+def test_a_headless_run_names_itself_as_it_starts(tmp_path) -> None:
+    """Another terminal can attach, approve or stop it by id while it runs."""
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        first = runner.stderr.readline()
+        run_id = first.split()[1]
+        assert first.startswith(f"run {run_id} started · watch: loopdeck attach {run_id} --db")
+        pending = asyncio.run(wait_for_pending(db))
+        assert pending["run_id"] == run_id  # still running: the id came first
+        code, _, _ = loopdeck_in_process("approve", run_id, pending["call_id"], "--db", str(db))
+        assert code == 0
+        out, _ = runner.communicate(timeout=60)
+        assert last_json(out)["run_id"] == run_id
+    finally:
+        runner.kill()
+        runner.wait()
+
+
+def loopdeck_in_process(*argv: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from loopdeck.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_commands_to_a_finished_run_say_so_and_fail(cli) -> None:
+    code, summary, _ = cli("run", "service_outage", "--script", "solve", "--json")
+    assert code == 0
+    for verb in ("cancel", "pause", "resume"):
+        code, _, err = cli(verb, summary["run_id"])
+        assert code == 1
+        assert f"run {summary['run_id']} already ended (goal_met): nothing to {verb}" in err
+
+
+def test_runs_shows_a_paused_run_local_times_and_rounded_cost(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = asyncio.run(wait_for_pending(db))
+        run_id = pending["run_id"]
+        assert loopdeck_in_process("pause", run_id, "--db", str(db))[0] == 0
+
+        def paused() -> bool:
+            _, out, _ = loopdeck_in_process("runs", "--db", str(db), "--json")
+            return any(r["run_id"] == run_id and r["paused"] for r in json.loads(out))
+
+        end = time.monotonic() + 30
+        while not paused():  # the runner applies the pause at its next poll
+            assert time.monotonic() < end, "the pause was never recorded"
+            time.sleep(0.1)
+        _, table, _ = loopdeck_in_process("runs", "--db", str(db))
+        row = next(line for line in table.splitlines() if run_id in line)
+        assert "paused (awaiting_approval)" in row
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", row) and "+00:00" not in row
+        assert re.search(r" 0\.\d{4} ", row)
+    finally:
+        runner.kill()
+        runner.wait()

@@ -90,6 +90,11 @@ async def test_replay_steps_back_and_forth(tmp_path) -> None:
         assert f"event {total - 1} of {total}" in subtitle
         kind = screen.replay.events[total - 2].kind
         assert kind in subtitle
+        # who decided each approval, shown with the call it decided
+        assert screen.view.decided["c2"].startswith("approved by auto at ")
+        screen._show_detail("c2")
+        await pilot.pause()
+        assert "approved by auto" in str(screen.query_one("#detail-body").render())
 
 
 async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> None:

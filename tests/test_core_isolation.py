@@ -11,3 +11,13 @@ def test_core_imports_neither_textual_nor_sqlite_nor_litellm() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_the_operator_layer_imports_no_textual() -> None:
+    code = (
+        "import sys, loopdeck.operator.runview, loopdeck.operator.transcript,"
+        " loopdeck.operator.links, loopdeck.operator.launch\n"
+        "print(','.join(m for m in ('textual', 'loopdeck.tui') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""

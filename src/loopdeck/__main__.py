@@ -1,3 +1,3 @@
-from loopdeck.cli import main
+from loopdeck.cli import entry
 
-raise SystemExit(main())
+entry()
