@@ -248,3 +248,29 @@ async def test_palette_lists_the_runs_commands_first_and_hides_textuals_own() ->
         assert titles[0].startswith("run: ")
         assert not {"Quit the application", "Screenshot", "Change theme"} & set(titles)
         assert titles.count("keys") == 1
+
+
+async def test_before_the_first_plan_the_screen_says_what_it_waits_for() -> None:
+    import asyncio
+
+    app = console_app(SAMPLES / "order_support", "ask", approver=AutoApprover())
+    runtime = app.prepared.runtime
+    model, gate = runtime.model, asyncio.Event()
+
+    class HeldPlanner:
+        def __getattr__(self, name):
+            return getattr(model, name)
+
+        async def complete(self, request):
+            if request.role == "planner":
+                await gate.wait()
+            return await model.complete(request)
+
+    runtime.model = HeldPlanner()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = run_screen(app)
+        plan = screen.query_one("#plan")
+        await wait_until(pilot, lambda: "waiting for the planner's reply" in _text(plan))
+        gate.set()
+        await wait_until(pilot, lambda: finished(app))
+        assert "waiting for" not in _text(plan)
