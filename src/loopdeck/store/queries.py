@@ -184,3 +184,52 @@ async def events_after(
         (run_id, seq, limit),
     )
     return [dict(row) for row in rows]
+
+
+async def change_counter(store: Store) -> int:
+    """SQLite's own counter of commits by other connections: unchanged means nothing new."""
+    rows = await store.fetchall("PRAGMA data_version")
+    return int(rows[0][0])
+
+
+async def last_seqs(store: Store) -> dict[str, int]:
+    """Each run's newest event number (read from the primary key's index)."""
+    rows = await store.fetchall("SELECT run_id, MAX(seq) FROM events GROUP BY run_id")
+    return {row[0]: int(row[1]) for row in rows}
+
+
+async def pending_counts(store: Store) -> dict[str, int]:
+    rows = await store.fetchall(
+        "SELECT run_id, COUNT(*) FROM approvals WHERE state = 'pending' GROUP BY run_id"
+    )
+    return {row[0]: int(row[1]) for row in rows}
+
+
+async def last_event(store: Store, run_id: str, kind: str) -> dict[str, Any] | None:
+    rows = await store.fetchall(
+        "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+        (run_id, kind),
+    )
+    return json.loads(rows[0]["body"]) if rows else None
+
+
+async def all_runs(store: Store) -> list[dict[str, Any]]:
+    rows = await store.fetchall(
+        "SELECT run_id, env, script, model, state, stop_reason, detail, started_at, ended_at,"
+        " pid, host FROM runs ORDER BY started_at"
+    )
+    return [dict(row) for row in rows]
+
+
+async def approval_request(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
+    """The newest request event for a call: its rationale, plan step and arguments."""
+    rows = await store.fetchall(
+        "SELECT body FROM events WHERE run_id = ? AND kind = 'approval_requested'"
+        " ORDER BY seq DESC",
+        (run_id,),
+    )
+    for row in rows:
+        body = json.loads(row["body"])
+        if body.get("call_id") == call_id:
+            return dict(body)
+    return None

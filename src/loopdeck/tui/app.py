@@ -12,10 +12,13 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from loopdeck.core.scenario import ScenarioError
+from loopdeck.core.text import plural
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun, RunOptions, prepare_run
 from loopdeck.operator.links import LocalLink, ReplayLink, RunLink, StoreLink
 from loopdeck.tui.dialogs import ConfirmDialog, ConfirmKillDialog
+from loopdeck.tui.fleet_screen import FleetScreen
+from loopdeck.tui.inbox import InboxScreen
 from loopdeck.tui.launcher import LauncherScreen
 from loopdeck.tui.replay import ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
@@ -36,6 +39,7 @@ class LoopdeckApp(App[int]):
         Binding("p", "run_pause", "Pause/Resume", priority=True, id="run.pause"),
         # Over any dialog too: quitting is always one key away, and always asked first.
         Binding("q", "quit_run", "Quit", priority=True, id="app.quit_run"),
+        Binding("i", "inbox", "Inbox", id="app.inbox"),
     ]
 
     def __init__(
@@ -63,6 +67,12 @@ class LoopdeckApp(App[int]):
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
         self.from_launcher = False
+        # The fleet is home when the console was opened on a store rather than on one run.
+        self.fleet_home = prepared is None and link is None
+        self.waiting_total = 0
+        self.local_runs: dict[str, RunScreen] = {}
+        self._quitting_all = False
+        self._prepared_runs: list[PreparedRun] = []
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
@@ -94,7 +104,7 @@ class LoopdeckApp(App[int]):
                 RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now)
             )
         else:
-            self._open_launcher()
+            self.push_screen(FleetScreen(self.db_path, self.now))
 
     def _open_launcher(self) -> None:
         self.from_launcher = True
@@ -109,6 +119,9 @@ class LoopdeckApp(App[int]):
             return
         if path == "replay":
             self.push_screen(ReplayScreen(ReplayLink(self.db_path, script), self.now))
+            return
+        if self.fleet_home:
+            self._start_local(path, script)
             return
         options = RunOptions(
             env=path,
@@ -126,9 +139,56 @@ class LoopdeckApp(App[int]):
             return
         self.push_screen(RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now))
 
+    def _start_local(self, path: str, script: str) -> None:
+        """A new run of this console: recorded to the store, listed in the fleet, its screen
+        kept while the operator looks elsewhere."""
+        options = RunOptions(
+            env=path,
+            script=script,
+            model=self.launch_options.model,
+            api_base=self.launch_options.api_base,
+            mode=self.launch_options.mode,
+            budget_overrides=dict(self.launch_options.budget_overrides),
+        )
+        queue = StoreBackedQueue()
+        try:
+            prepared = prepare_run(options, approver=queue)
+        except ScenarioError as exc:
+            self.notify(str(exc), title="cannot start", severity="error", timeout=15)
+            return
+        screen = RunScreen(LocalLink(prepared, queue, self.db_path), self.now)
+        run_id = prepared.runtime.config.run_id
+        self.local_runs[run_id] = screen
+        self._prepared_runs.append(prepared)
+        self.install_screen(screen, name=f"run-{run_id}")
+        self.push_screen(f"run-{run_id}")
+
+    def new_run(self) -> None:
+        self.push_screen(LauncherScreen(self.db_path, runs=False), self._launch)
+
+    def open_run(self, run_id: str, live: bool) -> None:
+        """From the fleet: a run of this console, another process's live run, or a replay."""
+        if run_id in self.local_runs:
+            self.push_screen(f"run-{run_id}")
+        elif live:
+            self.push_screen(RunScreen(StoreLink(self.db_path, run_id), self.now))
+        else:
+            self.push_screen(ReplayScreen(ReplayLink(self.db_path, run_id), self.now))
+
+    def back_to_fleet(self) -> None:
+        """Escape from a run: the fleet again; nothing stops."""
+        if self.fleet_home and len(self.screen_stack) > 2:
+            self.pop_screen()
+
+    def action_inbox(self) -> None:
+        if self.fleet_home and not isinstance(self.screen, InboxScreen):
+            self.push_screen(InboxScreen(self.db_path, self.now))
+
     def on_unmount(self) -> None:
         if self.prepared is not None:
             self.prepared.cleanup()
+        for prepared in self._prepared_runs:
+            prepared.cleanup()
 
     def leave_run(self, screen: RunScreen) -> None:
         """A run screen is done with: back to the launcher it came from, or out."""
@@ -137,6 +197,12 @@ class LoopdeckApp(App[int]):
             how = view.stop_reason or f"still {view.shown_state} (detached)"
             db = f" --db {self.db_path}" if self.db_path else ""
             self.farewell = f"run {view.run_id} · {how} · replay: loopdeck replay {view.run_id}{db}"
+        if self.fleet_home:
+            while self.screen is not screen and len(self.screen_stack) > 2:
+                self.pop_screen()
+            if self.screen is screen:
+                self.pop_screen()
+            return
         if self.from_launcher:
             while self.screen is not screen and len(self.screen_stack) > 1:
                 self.pop_screen()
@@ -151,12 +217,38 @@ class LoopdeckApp(App[int]):
 
     def action_quit_run(self) -> None:
         run = self._run_screen()
-        if isinstance(self.screen, ConfirmDialog):
+        if isinstance(self.screen, ConfirmDialog) or self._quitting_all:
             return
-        if run is None:
+        if run is not None:
+            run.action_quit_run()
+            return
+        live = [screen for screen in self.local_runs.values() if screen.running]
+        if not live:
             self.exit(0)
             return
-        run.action_quit_run()
+
+        def confirmed(yes: bool | None) -> None:
+            if not yes:
+                return
+            self._quitting_all = True
+            for screen in live:
+                screen.link.kill(by="console (quit)")
+            self.set_interval(0.05, self._exit_when_stopped)
+
+        self.push_screen(
+            ConfirmDialog(
+                f"[b $error]Quit and kill {plural(len(live), 'live run')} of this console?[/]\n"
+                "Each ends [b]killed[/], recorded as killed by you.\n\n"
+                "[b]y[/] kill and quit   [b]n[/] keep them running"
+            ),
+            confirmed,
+        )
+
+    def _exit_when_stopped(self) -> None:
+        if not any(screen.running for screen in self.local_runs.values()):
+            killed = ", ".join(self.local_runs)
+            self.farewell = f"runs killed: {killed} · replay: loopdeck replay RUN_ID"
+            self.exit(0)
 
     def _run_screen(self) -> RunScreen | None:
         for screen in reversed(self.screen_stack):
@@ -166,6 +258,8 @@ class LoopdeckApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         typing = isinstance(self.focused, Input)
+        if action == "inbox":
+            return self.fleet_home and not typing
         if action in ("run_stop", "run_kill", "run_pause"):
             run = self._run_screen()
             return run is not None and run.running and not typing

@@ -27,11 +27,15 @@ class LauncherScreen(Screen[tuple[str, str]]):
     Dismisses with (env path, script), ("attach", run id) or ("replay", run id).
     """
 
-    BINDINGS = [Binding("q", "app.quit", "Quit", id="launcher.quit")]
+    BINDINGS = [
+        Binding("q", "app.quit", "Quit", id="launcher.quit"),
+        Binding("escape", "back", "Back", id="launcher.back"),
+    ]
 
-    def __init__(self, db_path: Path | None = None) -> None:
+    def __init__(self, db_path: Path | None = None, *, runs: bool = True) -> None:
         super().__init__()
         self.db_path = db_path
+        self.show_runs = runs  # from the fleet, the runs are already listed there
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -58,7 +62,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()
         self._load_model_library()
-        if self.db_path is not None:
+        if self.db_path is not None and self.show_runs:
             self._load_runs()
 
     @work(thread=True, group="litellm", exit_on_error=False, description="import LiteLLM")
@@ -94,6 +98,10 @@ class LauncherScreen(Screen[tuple[str, str]]):
                 f"{escape(str(run['script']))} · {outcome} · {local_time(run['started_at'])}"
             )
             options.add_option(Option(label, id=f"{verb}\n{run['run_id']}"))
+
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 2:
+            self.dismiss(None)
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:

@@ -243,12 +243,20 @@ class RunHeader(Static):
     """State and the approvals badge first: a narrow terminal cuts the end, not those."""
 
     def show(
-        self, view: RunView, agent_s: float, operator_s: float, pending: int, frame: int = 0
+        self,
+        view: RunView,
+        agent_s: float,
+        operator_s: float,
+        pending: int,
+        frame: int = 0,
+        elsewhere: int = 0,
     ) -> None:
         state = view.shown_state
         badge = ""
         if pending:
             badge = f" [b reverse $warning] ⚠ {plural(pending, 'approval')} waiting · w [/]"
+        if elsewhere:
+            badge += f" [b $warning]+{elsewhere} in other runs · i[/]"
         spin = f"{SPINNER[frame % len(SPINNER)]} " if not view.finished and view.run_id else ""
         waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"

@@ -58,6 +58,7 @@ class RunScreen(Screen[None]):
     BINDINGS = [
         Binding("w", "approvals", "Approvals", id="run.approvals"),
         Binding("t", "transcript", "Transcript", id="run.transcript"),
+        Binding("escape", "back", "Fleet", id="run.back"),
         Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
         Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
     ]
@@ -209,8 +210,10 @@ class RunScreen(Screen[None]):
 
     def _render_header(self) -> None:
         agent_s, operator_s = self.view.times(self.clock_now())
+        pending = len(self.link.pending())
+        elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending)
         self.query_one(RunHeader).show(
-            self.view, agent_s, operator_s, len(self.link.pending()), self._frame
+            self.view, agent_s, operator_s, pending, self._frame, elsewhere
         )
 
     def _render_budgets(self) -> None:
@@ -322,7 +325,14 @@ class RunScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "approvals":
             return bool(self.link.pending())
+        if action == "back":
+            return bool(getattr(self.app, "fleet_home", False))
         return True
+
+    def action_back(self) -> None:
+        back = getattr(self.app, "back_to_fleet", None)
+        if back is not None:
+            back()
 
     def action_stop(self) -> None:
         self.link.stop(by="console")

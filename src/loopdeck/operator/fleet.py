@@ -1,0 +1,150 @@
+"""Every run in a store at a glance: what each needs from the operator, kept live cheaply.
+
+`Fleet.refresh` asks SQLite's change counter first; only when something was committed does
+it read the runs table, and only runs whose newest event changed are read further. No
+Textual: the console renders rows, tests read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from loopdeck.store import queries
+from loopdeck.store.database import Store
+
+CAP_LABELS = {
+    "turns": "turns",
+    "tool_calls": "tool calls",
+    "tokens": "tokens",
+    "cost_usd": "cost",
+    "deadline_s": "time",
+    "rounds": "rounds",
+}
+
+
+@dataclass
+class FleetRow:
+    run_id: str
+    env: str
+    script: str
+    model: str
+    state: str
+    stop_reason: str | None
+    started_at: datetime | None
+    pending: int = 0
+    paused: bool = False
+    closest: str = ""  # the budget closest to its cap: "tokens 82%"
+    closest_fraction: float = 0.0
+    projected_s: float | None = None  # at the current rate, seconds until that cap
+    last_finding: str = ""
+    seen_seq: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.state in queries.LIVE_STATES
+
+    @property
+    def needs_operator(self) -> str:
+        """Why the operator is wanted ("" when not): approval, paused."""
+        if self.pending:
+            return "approval"
+        if self.live and self.paused:
+            return "paused"
+        return ""
+
+    def age_s(self, now: datetime) -> float:
+        return 0.0 if self.started_at is None else max(0.0, (now - self.started_at).total_seconds())
+
+
+def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
+    """The cap nearest its limit, its fraction, and the agent seconds left to reach it at the
+    run's average rate so far (None when nothing is being spent)."""
+    agent_s = float(usage.get("deadline_s", (0.0, 0.0))[0])
+    best, best_fraction, projected = "", 0.0, None
+    for cap, label in CAP_LABELS.items():
+        if cap not in usage:
+            continue
+        used, limit = (float(x) for x in usage[cap])
+        fraction = used / limit if limit else 0.0
+        if fraction >= best_fraction and (used or cap == "deadline_s"):
+            best, best_fraction = f"{label} {fraction:.0%}", fraction
+            # Rounds follow the plan, not a rate: no projection for them.
+            rate = used / agent_s if agent_s > 0 and cap != "rounds" else 0.0
+            projected = (limit - used) / rate if rate > 0 else None
+    return best, best_fraction, projected
+
+
+@dataclass
+class Fleet:
+    rows: dict[str, FleetRow] = field(default_factory=dict)
+    counter: int = -1
+
+    @property
+    def waiting(self) -> int:
+        return sum(row.pending for row in self.rows.values())
+
+    def ordered(self, text: str = "") -> list[FleetRow]:
+        """Runs that need the operator first (approvals, then pauses), then the live ones,
+        then the newest; `text` filters on id, env, script, model and state."""
+        needle = text.strip().lower()
+        rows = [
+            row
+            for row in self.rows.values()
+            if not needle
+            or needle in " ".join((row.run_id, row.env, row.script, row.model, row.state)).lower()
+        ]
+        epoch = datetime.min.replace(tzinfo=UTC)
+        rows.sort(key=lambda row: row.started_at or epoch, reverse=True)
+        rows.sort(key=lambda row: (not row.needs_operator, not row.live))
+        return rows
+
+    async def refresh(self, store: Store) -> bool:
+        """True when anything changed since the last refresh."""
+        counter = await queries.change_counter(store)
+        if counter == self.counter:
+            return False
+        self.counter = counter
+        await queries.mark_crashed_runners(store)
+        seqs = await queries.last_seqs(store)
+        pending = await queries.pending_counts(store)
+        for run in await queries.all_runs(store):
+            row = self.rows.get(run["run_id"])
+            if row is None:
+                row = self.rows[run["run_id"]] = FleetRow(
+                    run_id=run["run_id"],
+                    env=run["env"] or "",
+                    script=run["script"] or "",
+                    model=run["model"] or "",
+                    state=run["state"] or "",
+                    stop_reason=run["stop_reason"],
+                    started_at=_when(run["started_at"]),
+                )
+            row.state, row.stop_reason = run["state"] or "", run["stop_reason"]
+            row.pending = pending.get(row.run_id, 0)
+            seq = seqs.get(row.run_id, 0)
+            if seq != row.seen_seq:
+                row.seen_seq = seq
+                await self._read_events(store, row)
+        return True
+
+    async def _read_events(self, store: Store, row: FleetRow) -> None:
+        budget = await queries.last_event(store, row.run_id, "budget_updated")
+        if budget is not None:
+            row.closest, row.closest_fraction, row.projected_s = closest_budget(budget["usage"])
+        verdict = await queries.last_event(store, row.run_id, "review_verdict")
+        if verdict is not None and verdict.get("reasons"):
+            row.last_finding = str(verdict["reasons"][0])
+        elif verdict is not None:
+            row.last_finding = str(verdict.get("verdict", ""))
+        row.paused = row.live and await queries.is_paused(store, row.run_id)
+
+
+def _when(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None

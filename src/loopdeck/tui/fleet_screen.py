@@ -1,0 +1,189 @@
+"""The console's home: every run in the store, live, with the ones that need you on top."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from loopdeck.core.text import plural, visible
+from loopdeck.operator.fleet import Fleet, FleetRow
+from loopdeck.store.database import Store
+from loopdeck.tui.panels import elapsed_text
+
+POLL_S = 0.1
+COLUMNS = ("", "run", "env/script", "model", "state", "waiting", "closest budget",
+           "last finding", "age", "stop")  # fmt: skip
+
+
+class FleetChanged(Message):
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, FleetChanged)
+
+
+class FleetScreen(Screen[None]):
+    BINDINGS = [
+        Binding("enter", "open", "Open run", id="fleet.open", priority=True),
+        Binding("n", "new_run", "New run", id="fleet.new"),
+        Binding("i", "app.inbox", "Inbox", id="fleet.inbox"),
+        Binding("slash", "filter", "Filter", id="fleet.filter"),
+    ]
+
+    def __init__(self, db_path: Path | None, now: Callable[[], datetime]) -> None:
+        super().__init__()
+        self.db_path = db_path
+        self.now = now
+        self.fleet = Fleet()
+        self.filter_text = ""
+        self.opened: set[str] = set()  # runs whose stop the operator has seen
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-header")
+        yield Input(placeholder="filter runs: id, env, script, model or state", id="fleet-filter")
+        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True, classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#fleet-filter").display = False
+        table = self.query_one("#fleet-table", DataTable)
+        table.border_title = "Runs"
+        for column in COLUMNS:
+            table.add_column(column, key=column or "mark")
+        self.set_interval(1.0, self.render_fleet)
+        table.focus()
+        self.render_fleet()
+        self.follow()
+
+    @work(group="fleet", exclusive=True, exit_on_error=False, description="follow the store")
+    async def follow(self) -> None:
+        store = await Store.open(self.db_path)
+        try:
+            while True:
+                if await self.fleet.refresh(store):
+                    self.post_message(FleetChanged())
+                await asyncio.sleep(POLL_S)
+        finally:
+            await store.close()
+
+    @on(FleetChanged)
+    def _changed(self) -> None:
+        self.render_fleet()
+
+    def _mark(self, row: FleetRow) -> Text:
+        need = row.needs_operator
+        if need == "approval":
+            return Text("⚠", style=f"bold {self._var('warning')}")
+        if need == "paused":
+            return Text("⏸", style=f"bold {self._var('warning')}")
+        if not row.live and row.run_id not in self.opened and row.started_at is not None:
+            return Text("●", style=self._var("accent"))  # stopped, not yet looked at
+        return Text("")
+
+    def _var(self, name: str) -> str:
+        return self.app.theme_variables.get(name, "")
+
+    def _cells(self, row: FleetRow, now: datetime) -> list[object]:
+        state = "paused" if row.paused and row.live else row.state
+        closest = row.closest
+        if closest and row.projected_s is not None and row.live:
+            closest += f" · cap in {elapsed_text(row.projected_s)}"
+        style = self._var("error") if row.closest_fraction >= 0.8 else ""
+        stop_style = self._var("success" if row.stop_reason == "goal_met" else "error")
+        return [
+            self._mark(row),
+            row.run_id,
+            visible(f"{row.env}/{row.script}"),
+            visible(row.model),
+            state,
+            plural(row.pending, "approval") if row.pending else "",
+            Text(closest, style=style),
+            visible(row.last_finding[:60]),
+            elapsed_text(row.age_s(now)),
+            Text(row.stop_reason or "", style=stop_style),
+        ]
+
+    def render_fleet(self) -> None:
+        table = self.query_one("#fleet-table", DataTable)
+        selected = self.selected_run()
+        rows = self.fleet.ordered(self.filter_text)
+        now = self.now()
+        table.clear()
+        for row in rows:
+            table.add_row(*self._cells(row, now), key=row.run_id)
+        if selected is not None and selected in table.rows:
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
+        waiting = self.fleet.waiting
+        setattr(self.app, "waiting_total", waiting)  # noqa: B010 - read by every header
+        badge = (
+            f"  [b reverse $warning] ⚠ {plural(waiting, 'approval')} waiting · i [/]"
+            if waiting
+            else ""
+        )
+        shown = f" · filter “{visible(self.filter_text)}”" if self.filter_text else ""
+        self.query_one("#fleet-header", Static).update(
+            f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
+            f" · [dim]{self.db_path or ''}[/]"
+        )
+
+    def selected_run(self) -> str | None:
+        table = self.query_one("#fleet-table", DataTable)
+        if not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        typing = isinstance(self.focused, Input)
+        if action == "open":
+            return True  # enter also submits the filter
+        return not typing
+
+    def action_open(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        if self.focused is box:
+            self._filtered(box.value)
+            return
+        run_id = self.selected_run()
+        if run_id is None:
+            return
+        row = self.fleet.rows[run_id]
+        self.opened.add(run_id)
+        opener = getattr(self.app, "open_run", None)
+        if opener is not None:
+            opener(run_id, row.live)
+        self.render_fleet()
+
+    def action_new_run(self) -> None:
+        starter = getattr(self.app, "new_run", None)
+        if starter is not None:
+            starter()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        box.display = True
+        box.focus()
+
+    def _filtered(self, text: str) -> None:
+        self.filter_text = text
+        box = self.query_one("#fleet-filter", Input)
+        box.display = bool(text)
+        self.query_one("#fleet-table").focus()
+        self.render_fleet()
+
+    def key_escape(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        if box.display:
+            box.value = ""
+            self._filtered("")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

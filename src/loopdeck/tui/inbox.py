@@ -1,0 +1,218 @@
+"""One approvals inbox across every run in the store: `i` from anywhere, `a` / `r` decide."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from loopdeck.core.text import plural, visible, visible_json
+from loopdeck.store import queries
+from loopdeck.store.database import Store
+from loopdeck.tui.panels import countdown_text
+
+POLL_S = 0.1
+
+
+class InboxChanged(Message):
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, InboxChanged)
+
+
+class InboxScreen(Screen[None]):
+    """Every pending write, soonest to expire first. A decision goes through the store's
+    atomic update (one winner); the inbox stays open with the next entry selected."""
+
+    BINDINGS = [
+        Binding("a", "approve", "Approve", id="inbox.approve"),
+        Binding("r", "reject", "Reject…", id="inbox.reject"),
+        Binding("escape", "close", "Back", id="inbox.close"),
+    ]
+
+    def __init__(self, db_path: Path | None, now: Callable[[], datetime]) -> None:
+        super().__init__()
+        self.db_path = db_path
+        self.now = now
+        self.entries: list[dict[str, Any]] = []
+        self.store: Store | None = None
+        self._counter = -1
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="inbox-header")
+        yield DataTable(id="inbox-table", cursor_type="row", zebra_stripes=True, classes="panel")
+        with VerticalScroll(id="inbox-detail", classes="panel"):
+            yield Static(id="inbox-body")
+        yield Input(placeholder="reason for the model (optional), enter rejects", id="inbox-reason")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#inbox-reason").display = False
+        table = self.query_one("#inbox-table", DataTable)
+        table.border_title = "Approvals inbox"
+        self.query_one("#inbox-detail").border_title = "Selected write"
+        for column in ("expires in", "run", "env/script", "call", "tool", "plan step"):
+            table.add_column(column, key=column)
+        self.set_interval(1.0, self._tick)
+        self.follow()
+
+    @work(group="inbox", exclusive=True, exit_on_error=False, description="pending approvals")
+    async def follow(self) -> None:
+        self.store = await Store.open(self.db_path)
+        try:
+            while True:
+                counter = await queries.change_counter(self.store)
+                if counter != self._counter:
+                    self._counter = counter
+                    self.entries = await self._load(self.store)
+                    self.post_message(InboxChanged())
+                await asyncio.sleep(POLL_S)
+        finally:
+            store, self.store = self.store, None
+            await store.close()
+
+    async def _load(self, store: Store) -> list[dict[str, Any]]:
+        runs = {run["run_id"]: run for run in await queries.all_runs(store)}
+        entries = []
+        for item in await queries.pending_approvals(store):
+            request = await queries.approval_request(store, item["run_id"], item["call_id"])
+            run = runs.get(item["run_id"], {})
+            entries.append(
+                {
+                    **item,
+                    "env": f"{run.get('env') or ''}/{run.get('script') or ''}",
+                    "rationale": (request or {}).get("rationale", ""),
+                    "plan_step": (request or {}).get("plan_step") or "",
+                    "asked_again": (request or {}).get("asked_again", ""),
+                    "expires": datetime.fromisoformat(item["expires_at"]),
+                }
+            )
+        entries.sort(key=lambda entry: entry["expires"])
+        return entries
+
+    @on(InboxChanged)
+    def _changed(self) -> None:
+        self.render_inbox()
+
+    def _tick(self) -> None:
+        self.render_inbox()
+
+    def render_inbox(self) -> None:
+        table = self.query_one("#inbox-table", DataTable)
+        selected = self.selected()
+        chosen = selected["call_key"] if selected else None
+        index = table.cursor_row
+        table.clear()
+        now = self.now()
+        for entry in self.entries:
+            left = (entry["expires"] - now).total_seconds()
+            entry["call_key"] = f"{entry['run_id']}/{entry['call_id']}"
+            table.add_row(
+                "expired" if left <= 0 else countdown_text(left),
+                entry["run_id"],
+                visible(entry["env"]),
+                entry["call_id"],
+                visible(entry["tool"]),
+                visible(entry["plan_step"][:40]),
+                key=entry["call_key"],
+            )
+        if chosen in table.rows:
+            table.move_cursor(row=table.get_row_index(chosen), animate=False)
+        elif table.row_count:
+            table.move_cursor(row=min(index, table.row_count - 1), animate=False)
+        waiting = len(self.entries)
+        self.query_one("#inbox-header", Static).update(
+            f"[b]Approvals inbox[/] · {plural(waiting, 'write')} waiting across all runs · "
+            "[b]a[/] approve  [b]r[/] reject  [b]esc[/] back"
+        )
+        self._show(self.selected())
+
+    def selected(self) -> dict[str, Any] | None:
+        table = self.query_one("#inbox-table", DataTable)
+        if not table.row_count or not self.entries:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return next((e for e in self.entries if e.get("call_key") == key), None)
+
+    @on(DataTable.RowHighlighted, "#inbox-table")
+    def _highlighted(self) -> None:
+        self._show(self.selected())
+
+    def _show(self, entry: dict[str, Any] | None) -> None:
+        body = self.query_one("#inbox-body", Static)
+        if entry is None:
+            body.update("[dim]nothing waiting for you[/dim]")
+            return
+        again = (
+            f"[b $warning]asked again:[/] {escape(visible(entry['asked_again']))}\n"
+            if entry["asked_again"]
+            else ""
+        )
+        rationale = escape(visible(entry["rationale"])) if entry["rationale"] else "[dim]no text[/]"
+        body.update(
+            f"[b]run[/] {entry['run_id']} · {escape(visible(entry['env']))}   "
+            f"[b]call[/] {entry['call_id']}   [b]tool[/] {escape(visible(entry['tool']))}   "
+            "risk [b $risk-write]write[/]\n"
+            f"[b]plan step[/] {escape(visible(entry['plan_step'] or '—'))}\n"
+            f"[b]why[/] {rationale}\n{again}"
+            f"[b]arguments[/]\n{escape(visible_json(entry['args']))}"
+        )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in ("approve", "reject") and isinstance(self.focused, Input))
+
+    def action_approve(self) -> None:
+        entry = self.selected()
+        if entry is not None:
+            self._decide(entry, True, "")
+
+    def action_reject(self) -> None:
+        if self.selected() is None:
+            return
+        box = self.query_one("#inbox-reason", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#inbox-reason")
+    def _reason(self, event: Input.Submitted) -> None:
+        entry = self.selected()
+        event.input.display = False
+        event.input.value = ""
+        self.query_one("#inbox-table").focus()
+        if entry is not None:
+            self._decide(entry, False, event.value.strip())
+
+    @work(group="inbox-decide", exit_on_error=False, description="decide from the inbox")
+    async def _decide(self, entry: dict[str, Any], approved: bool, reason: str) -> None:
+        if self.store is None:
+            return
+        won = await queries.decide(
+            self.store,
+            entry["run_id"],
+            entry["call_id"],
+            approved=approved,
+            by="console inbox",
+            reason=reason or ("" if approved else "rejected by the operator"),
+        )
+        if not won:
+            self.notify(f"{entry['call_id']} was already decided", severity="warning")
+        self.entries = [e for e in self.entries if e is not entry]
+        self.render_inbox()
+
+    def action_close(self) -> None:
+        box = self.query_one("#inbox-reason", Input)
+        if box.display:
+            box.display = False
+            self.query_one("#inbox-table").focus()
+            return
+        self.dismiss(None)
