@@ -107,7 +107,7 @@ class Store:
             if not tables:
                 tables = await self._create_schema()
             await self._check_meta(tables)
-            await self.db.execute("PRAGMA journal_mode = WAL")
+            await self._use_wal()
             await self.db.execute("PRAGMA synchronous = FULL")
             # Schema objects added since version 1 are created idempotently on open.
             await self.db.executescript(SCHEMA)
@@ -116,6 +116,22 @@ class Store:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise self.explain(exc) from exc
             raise StoreError(f"{self.path}: not a loopdeck database ({exc})") from exc
+
+    async def _use_wal(self) -> None:
+        """Switch to WAL once. SQLite answers a racing switch with "locked" at once, without
+        its busy handler, so the switch is tried again while another opener holds the file."""
+        for _ in range(200):
+            rows = await self.db.execute_fetchall("PRAGMA journal_mode")
+            if str(next(iter(rows))[0]).lower() == "wal":
+                return
+            try:
+                await self.db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                await asyncio.sleep(0.025)
+        await self.db.execute("PRAGMA journal_mode = WAL")  # the last try names the problem
 
     async def _create_schema(self) -> set[str]:
         """Schema and meta in one transaction: another opener sees all of it or none of it."""
