@@ -54,8 +54,20 @@ def test_main_screen_mid_run_with_a_pending_write(snap_compare, theme) -> None:
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
-@pytest.mark.parametrize("theme", THEMES)
+# Every size in the dark theme in `make test`; the light theme's other sizes in `make stress`.
+SIZED = [
+    pytest.param(
+        theme,
+        size,
+        id=f"{theme}-{size[0]}x{size[1]}",
+        marks=[pytest.mark.slow] if theme == "light" and size != SIZE else [],
+    )
+    for theme in THEMES
+    for size in SIZES
+]
+
+
+@pytest.mark.parametrize(("theme", "size"), SIZED)
 def test_final_screen_at_every_size(snap_compare, theme, size) -> None:
     """80x24 keeps every panel; 100x30 keeps the state and the badge in the header; large
     sizes give the extra room to the Call panel, Findings and the transcript."""

@@ -242,12 +242,22 @@ async def test_unknown_run_is_named(tmp_path) -> None:
     assert result.returncode == 2 and "no run 'nope'" in result.stderr
 
 
-async def test_every_event_of_a_run_is_recorded_in_order(tmp_path) -> None:
-    db = tmp_path / "s.db"
+def test_every_event_of_a_run_is_recorded_in_order(tmp_path) -> None:
+    import contextlib
+    import io
+
+    from loopdeck.cli import main
+
+    def run(*argv: str) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            main([*argv, "--db", str(tmp_path / "s.db")])
+        return out.getvalue()
+
     for script in ("wrong-guess", "solve", "loop"):
-        done = loopdeck("run", "service_outage", "--script", script, "--headless", "--json", db=db)
-        run_id = last_json(done.stdout)["run_id"]
-        exported = loopdeck("export", run_id, db=db).stdout.splitlines()
+        done = run("run", "service_outage", "--script", script, "--headless", "--json")
+        run_id = last_json(done)["run_id"]
+        exported = run("export", run_id).splitlines()
         events = [json.loads(line) for line in exported]
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert events[0]["kind"] == "run_started" and events[-1]["kind"] == "run_stopped"
