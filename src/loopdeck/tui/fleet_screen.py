@@ -72,7 +72,8 @@ class FleetScreen(Screen[None]):
                     self.post_message(FleetChanged())
                 await asyncio.sleep(POLL_S)
         finally:
-            await store.close()
+            # The close outlives a cancelled worker, so no query is left in flight at exit.
+            await asyncio.shield(store.close())
 
     @on(FleetChanged)
     def _changed(self) -> None:

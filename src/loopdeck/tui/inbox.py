@@ -79,7 +79,7 @@ class InboxScreen(Screen[None]):
                 await asyncio.sleep(POLL_S)
         finally:
             store, self.store = self.store, None
-            await store.close()
+            await asyncio.shield(store.close())
 
     async def _load(self, store: Store) -> list[dict[str, Any]]:
         runs = {run["run_id"]: run for run in await queries.all_runs(store)}

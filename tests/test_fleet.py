@@ -1,0 +1,109 @@
+"""Many runs in one console: the fleet (runs of this process and of others, live), the
+approvals inbox across runs, and escape back to the fleet without stopping anything."""
+
+from __future__ import annotations
+
+from conftest import SAMPLES
+from console_helpers import wait_until
+from store_helpers import last_json, start_runner
+from textual.widgets import Input
+
+from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.fleet_screen import FleetScreen
+from loopdeck.tui.inbox import InboxScreen
+from loopdeck.tui.launcher import LauncherScreen
+
+SIZE = (160, 48)
+
+
+def _fleet(app: LoopdeckApp) -> FleetScreen:
+    return next(screen for screen in app.screen_stack if isinstance(screen, FleetScreen))
+
+
+async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    runners = [
+        start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait") for _ in range(2)
+    ]
+    try:
+        app = LoopdeckApp(db_path=db)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+            fleet = _fleet(app)
+            await wait_until(pilot, lambda: fleet.fleet.waiting == 2, timeout=60)
+            ordered = fleet.fleet.ordered()
+            assert all(row.needs_operator == "approval" for row in ordered[:2])
+            assert "2 approvals waiting" in str(fleet.query_one("#fleet-header").render())
+            await pilot.press("i")
+            await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
+            inbox = app.screen
+            await wait_until(pilot, lambda: len(inbox.entries) == 2)
+            first = inbox.selected()
+            assert first["rationale"] and first["plan_step"].startswith("3.")
+            await pilot.press("a")
+            # the inbox stays open with the next entry selected
+            await wait_until(pilot, lambda: len(inbox.entries) == 1 and inbox.selected())
+            second = inbox.selected()
+            assert second["run_id"] != first["run_id"] and app.screen is inbox
+            await pilot.press("r")
+            await wait_until(pilot, lambda: isinstance(inbox.focused, Input))
+            await pilot.press(*"wrong address", "enter")
+            await wait_until(pilot, lambda: not inbox.entries)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is fleet)
+        outcomes = {}
+        for runner in runners:
+            out, _ = runner.communicate(timeout=60)
+            summary = last_json(out)
+            outcomes[summary["run_id"]] = summary
+        assert outcomes[first["run_id"]]["stop_reason"] == "goal_met"
+        rejected = outcomes[second["run_id"]]
+        assert rejected["stop_reason"] != "goal_met"
+        assert "rejected" in [c["status"] for c in rejected["calls"]]
+    finally:
+        for runner in runners:
+            runner.kill()
+            runner.wait()
+
+
+async def test_a_run_of_this_console_keeps_running_behind_the_fleet(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    app = LoopdeckApp(db_path=db)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        fleet = app.screen
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        options = app.screen.query_one("#launcher-list")
+        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+        target = next(
+            i
+            for i, oid in enumerate(ids)
+            if oid and "order_support" in oid and oid.endswith("\nsolve")
+        )
+        options.highlighted = target
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: bool(app.local_runs))
+        [(run_id, screen)] = app.local_runs.items()
+        await wait_until(pilot, lambda: bool(screen.link.pending()), timeout=60)
+        # leave the run waiting: escape goes back to the fleet, nothing stops
+        while app.screen is not fleet:
+            await pilot.press("escape")
+            await pilot.pause()
+        await wait_until(pilot, lambda: run_id in fleet.fleet.rows)
+        await wait_until(pilot, lambda: fleet.fleet.rows[run_id].needs_operator == "approval")
+        assert screen.running
+        # decided from the inbox, through the store: the run of this process goes on
+        await pilot.press("i")
+        await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
+        inbox = app.screen
+        await wait_until(pilot, lambda: len(inbox.entries) == 1)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: not screen.running, timeout=60)
+        assert screen.view.stop_reason == "goal_met"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: fleet.fleet.rows[run_id].stop_reason == "goal_met")
+        table = fleet.query_one("#fleet-table")
+        table.move_cursor(row=table.get_row_index(run_id))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen)
