@@ -110,3 +110,39 @@ def test_wrong_guess_read_in_the_transcript_then_approved(tmp_path) -> None:
         assert "stalled · replay: loopdeck replay" in screen
     finally:
         terminal.close()
+
+
+def test_three_headless_runs_approved_from_the_inbox(tmp_path) -> None:
+    from store_helpers import last_json, start_runner
+
+    db = tmp_path / "s.db"
+    runners = [
+        start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+        for _ in range(3)
+    ]
+    terminal = Terminal([str(LOOPDECK), "console", "--db", str(db)])
+    try:
+        terminal.wait_for("3 approvals waiting", timeout=60)
+        terminal.press("i")
+        terminal.wait_for("3 writes waiting across all runs")
+        terminal.press("a")
+        terminal.wait_for("2 writes waiting across all runs")
+        terminal.press("a")
+        terminal.wait_for("1 write waiting across all runs")
+        terminal.press("a")
+        terminal.wait_for("0 writes waiting across all runs")
+        for runner in runners:
+            out, _ = runner.communicate(timeout=60)
+            assert last_json(out)["stop_reason"] == "goal_met"
+        terminal.press("Escape")
+        end = time.monotonic() + 30
+        while terminal.screen().count("goal_met") < 3:  # the fleet catches up with all three
+            assert time.monotonic() < end, terminal.screen()
+            time.sleep(0.1)
+        terminal.press("q")
+        assert "EXITED 0" in terminal.wait_for("EXITED")
+    finally:
+        terminal.close()
+        for runner in runners:
+            runner.kill()
+            runner.wait()
