@@ -51,6 +51,13 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
             await wait_until(pilot, lambda: not inbox.entries)
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is fleet)
+
+            def toasts() -> list[str]:
+                return [n.message for n in app._notifications]
+
+            # alerts: each run waiting for you, and each stop, as a toast (and the bell)
+            assert sum("waits for your approval" in t for t in toasts()) == 2
+            await wait_until(pilot, lambda: sum(" stopped: " in t for t in toasts()) == 2)
         outcomes = {}
         for runner in runners:
             out, _ = runner.communicate(timeout=60)
@@ -107,3 +114,24 @@ async def test_a_run_of_this_console_keeps_running_behind_the_fleet(tmp_path) ->
         table.move_cursor(row=table.get_row_index(run_id))
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.screen is screen)
+
+
+def test_alerts_are_said_once_each() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    row = FleetRow("r1", "env", "s", "m", "deciding", None, now)
+    fleet, alerts = Fleet(rows={"r1": row}), Alerts()
+    assert alerts.check(fleet, now) == []  # first sight of a run with nothing to say
+    row.pending, row.soonest_expiry = 1, now + timedelta(seconds=20)
+    texts = [a.text for a in alerts.check(fleet, now)]
+    assert texts == ["run r1 waits for your approval", "run r1: a receipt expires in under 30 s"]
+    assert alerts.check(fleet, now) == []  # each said once
+    row.repeats, row.closest, row.closest_fraction = 1, "tokens 85%", 0.85
+    texts = [a.text for a in alerts.check(fleet, now)]
+    assert texts == ["run r1: the guard blocked a repeat", "run r1: tokens 85% of its cap"]
+    row.pending, row.state, row.stop_reason = 0, "stopped", "no_progress"
+    [stopped] = alerts.check(fleet, now)
+    assert stopped.text == "run r1 stopped: no_progress" and stopped.severity == "error"

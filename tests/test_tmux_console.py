@@ -117,8 +117,7 @@ def test_three_headless_runs_approved_from_the_inbox(tmp_path) -> None:
 
     db = tmp_path / "s.db"
     runners = [
-        start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
-        for _ in range(3)
+        start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait") for _ in range(3)
     ]
     terminal = Terminal([str(LOOPDECK), "console", "--db", str(db)])
     try:

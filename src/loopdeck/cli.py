@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     console = commands.add_parser("console", help="the console's launcher over the sample envs")
     console.add_argument("--theme", help="console theme (see themes/)")
     console.add_argument("--db", type=Path, help="event store file (default: user data dir)")
+    console.add_argument(
+        "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
+    )
 
     add_store_commands(commands)
 
@@ -153,6 +156,7 @@ def _launcher(args: argparse.Namespace) -> int:
 
     asyncio.run(check_store(args.db))
     app = LoopdeckApp(theme_name=args.theme, db_path=args.db or default_db_path())
+    app.bell_enabled = not args.no_bell
     return _after_console(app, app.run())
 
 

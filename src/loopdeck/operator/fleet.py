@@ -39,6 +39,8 @@ class FleetRow:
     closest_fraction: float = 0.0
     projected_s: float | None = None  # at the current rate, seconds until that cap
     last_finding: str = ""
+    repeats: int = 0  # calls the guard blocked
+    soonest_expiry: datetime | None = None
     seen_seq: int = 0
 
     @property
@@ -122,7 +124,8 @@ class Fleet:
                     started_at=_when(run["started_at"]),
                 )
             row.state, row.stop_reason = run["state"] or "", run["stop_reason"]
-            row.pending = pending.get(row.run_id, 0)
+            count, soonest = pending.get(row.run_id, (0, ""))
+            row.pending, row.soonest_expiry = count, _when(soonest)
             seq = seqs.get(row.run_id, 0)
             if seq != row.seen_seq:
                 row.seen_seq = seq
@@ -139,6 +142,7 @@ class Fleet:
         elif verdict is not None:
             row.last_finding = str(verdict.get("verdict", ""))
         row.paused = row.live and await queries.is_paused(store, row.run_id)
+        row.repeats = await queries.count_events(store, row.run_id, "guard_tripped")
 
 
 def _when(stamp: str | None) -> datetime | None:
@@ -148,3 +152,52 @@ def _when(stamp: str | None) -> datetime | None:
         return datetime.fromisoformat(stamp)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class Alert:
+    run_id: str
+    text: str
+    severity: str = "warning"
+
+
+@dataclass
+class Alerts:
+    """What is worth interrupting the operator for, each said once: a run starts waiting for
+    you, a receipt has under 30 s left, the guard blocks a repeat, a budget passes 80 %, a
+    run stops."""
+
+    said: set[tuple[str, str]] = field(default_factory=set)
+    seen: dict[str, tuple[int, int, bool, bool]] = field(default_factory=dict)
+
+    def check(self, fleet: Fleet, now: datetime) -> list[Alert]:
+        alerts = []
+        for row in fleet.rows.values():
+            before = self.seen.get(row.run_id)
+            high = row.closest_fraction >= 0.8
+            self.seen[row.run_id] = (row.pending, row.repeats, row.live, high)
+            if before is None:
+                if row.live and row.pending:
+                    alerts.append(Alert(row.run_id, f"run {row.run_id} waits for your approval"))
+                continue
+            pending, repeats, live, was_high = before
+            if row.pending > pending:
+                alerts.append(Alert(row.run_id, f"run {row.run_id} waits for your approval"))
+            if row.repeats > repeats:
+                alerts.append(Alert(row.run_id, f"run {row.run_id}: the guard blocked a repeat"))
+            if high and not was_high and row.live:
+                alerts.append(Alert(row.run_id, f"run {row.run_id}: {row.closest} of its cap"))
+            if live and not row.live:
+                severity = "information" if row.stop_reason == "goal_met" else "error"
+                alerts.append(
+                    Alert(row.run_id, f"run {row.run_id} stopped: {row.stop_reason}", severity)
+                )
+            expiry = row.soonest_expiry
+            if row.pending and expiry is not None and 0 < (expiry - now).total_seconds() < 30:
+                key = (row.run_id, f"expiry {expiry.isoformat()}")
+                if key not in self.said:
+                    self.said.add(key)
+                    alerts.append(
+                        Alert(row.run_id, f"run {row.run_id}: a receipt expires in under 30 s")
+                    )
+        return alerts

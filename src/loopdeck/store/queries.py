@@ -198,11 +198,13 @@ async def last_seqs(store: Store) -> dict[str, int]:
     return {row[0]: int(row[1]) for row in rows}
 
 
-async def pending_counts(store: Store) -> dict[str, int]:
+async def pending_counts(store: Store) -> dict[str, tuple[int, str]]:
+    """Per run: how many writes wait, and the soonest expiry among them."""
     rows = await store.fetchall(
-        "SELECT run_id, COUNT(*) FROM approvals WHERE state = 'pending' GROUP BY run_id"
+        "SELECT run_id, COUNT(*), MIN(expires_at) FROM approvals WHERE state = 'pending'"
+        " GROUP BY run_id"
     )
-    return {row[0]: int(row[1]) for row in rows}
+    return {row[0]: (int(row[1]), str(row[2])) for row in rows}
 
 
 async def last_event(store: Store, run_id: str, kind: str) -> dict[str, Any] | None:
@@ -211,6 +213,13 @@ async def last_event(store: Store, run_id: str, kind: str) -> dict[str, Any] | N
         (run_id, kind),
     )
     return json.loads(rows[0]["body"]) if rows else None
+
+
+async def count_events(store: Store, run_id: str, kind: str) -> int:
+    rows = await store.fetchall(
+        "SELECT COUNT(*) FROM events WHERE run_id = ? AND kind = ?", (run_id, kind)
+    )
+    return int(rows[0][0])
 
 
 async def all_runs(store: Store) -> list[dict[str, Any]]:

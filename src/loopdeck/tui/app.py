@@ -70,6 +70,7 @@ class LoopdeckApp(App[int]):
         # The fleet is home when the console was opened on a store rather than on one run.
         self.fleet_home = prepared is None and link is None
         self.waiting_total = 0
+        self.bell_enabled = True
         self.local_runs: dict[str, RunScreen] = {}
         self._quitting_all = False
         self._prepared_runs: list[PreparedRun] = []

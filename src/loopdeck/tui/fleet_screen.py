@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from loopdeck.core.text import plural, visible
-from loopdeck.operator.fleet import Fleet, FleetRow
+from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
 from loopdeck.store.database import Store
 from loopdeck.tui.panels import elapsed_text
 
@@ -43,6 +43,7 @@ class FleetScreen(Screen[None]):
         self.db_path = db_path
         self.now = now
         self.fleet = Fleet()
+        self.alerts = Alerts()
         self.filter_text = ""
         self.opened: set[str] = set()  # runs whose stop the operator has seen
 
@@ -58,7 +59,7 @@ class FleetScreen(Screen[None]):
         table.border_title = "Runs"
         for column in COLUMNS:
             table.add_column(column, key=column or "mark")
-        self.set_interval(1.0, self.render_fleet)
+        self.set_interval(1.0, self._each_second)
         table.focus()
         self.render_fleet()
         self.follow()
@@ -78,6 +79,19 @@ class FleetScreen(Screen[None]):
     @on(FleetChanged)
     def _changed(self) -> None:
         self.render_fleet()
+        self._alert()
+
+    def _alert(self) -> None:
+        """A toast, and the terminal bell unless `--no-bell`."""
+        alerts = self.alerts.check(self.fleet, self.now())
+        for alert in alerts:
+            self.notify(alert.text, title="loopdeck", severity=alert.severity)  # type: ignore[arg-type]
+        if alerts and getattr(self.app, "bell_enabled", True):
+            self.app.bell()
+
+    def _each_second(self) -> None:
+        self.render_fleet()
+        self._alert()  # receipts close to expiry are noticed without a store change
 
     def _mark(self, row: FleetRow) -> Text:
         need = row.needs_operator
