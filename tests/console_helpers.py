@@ -23,13 +23,14 @@ def console_app(
     approver: Approver | None = None,
     theme: str | None = None,
     frozen: bool = False,
+    answers: bool = False,
     **budget: Any,
 ) -> LoopdeckApp:
     queue = ApprovalQueue()
     options = RunOptions(
         env=str(env), script=script, budget_overrides=budget, run_id="run0test0001"
     )
-    prepared = prepare_run(options, approver=approver or queue)
+    prepared = prepare_run(options, approver=approver or queue, answerer=queue if answers else None)
     now: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731
     if frozen:
         app_holder: list[LoopdeckApp] = []

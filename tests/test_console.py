@@ -234,11 +234,11 @@ async def test_launcher_lists_envs_and_enter_starts_a_run() -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
         option_list = app.screen.query_one("#launcher-list")
         ids = [option_list.get_option_at_index(i).id for i in range(option_list.option_count)]
-        target = next(i for i, oid in enumerate(ids) if oid and oid.endswith("\nask"))
+        target = next(i for i, oid in enumerate(ids) if oid and oid.endswith("\nescalate"))
         option_list.highlighted = target
         await pilot.press("enter")
         await wait_until(pilot, lambda: finished(app))
-        assert run_screen(app).outcome.stop_reason is StopReason.ASK_USER
+        assert run_screen(app).outcome.stop_reason is StopReason.HANDOFF
 
 
 async def test_earlier_rounds_plans_are_reachable() -> None:

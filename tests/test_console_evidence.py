@@ -199,7 +199,9 @@ async def test_a_run_opened_from_the_launcher_returns_to_it() -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
         options = app.screen.query_one("#launcher-list")
         ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
-        options.highlighted = next(i for i, oid in enumerate(ids) if oid and oid.endswith("\nask"))
+        options.highlighted = next(
+            i for i, oid in enumerate(ids) if oid and oid.endswith("\nescalate")
+        )
         await pilot.press("enter")
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("q")

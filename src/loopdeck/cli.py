@@ -137,7 +137,7 @@ def _run_console(args: argparse.Namespace) -> int:
         raise ScenarioError("--approve wait is for --headless runs; the console decides itself")
     asyncio.run(check_store(args.db))
     approver = None if options.approve else queue
-    prepared = prepare_run(options, approver=approver)
+    prepared = prepare_run(options, approver=approver, answerer=queue)
     app = LoopdeckApp(prepared, queue, theme_name=args.theme, db_path=args.db or default_db_path())
     return _after_console(app, app.run())
 

@@ -16,14 +16,14 @@ from rich.table import Table
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.store import queries
-from loopdeck.store.approver import StoreApprover
+from loopdeck.store.approver import StoreAnswerer, StoreApprover
 from loopdeck.store.database import Store, StoreError
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
 STORE_COMMANDS = (
-    "runs", "pending", "approve", "reject", "cancel", "pause", "resume", "export", "attach",
-    "replay",
+    "runs", "pending", "approve", "reject", "answer", "cancel", "pause", "resume", "export",
+    "attach", "replay",
 )  # fmt: skip
 
 
@@ -52,6 +52,9 @@ def add_store_commands(commands: Any) -> None:
     reject.add_argument("run_id", metavar="RUN_ID")
     reject.add_argument("call_id", metavar="CALL_ID")
     reject.add_argument("--reason", default="", help="goes back to the model")
+    answer = with_db(commands.add_parser("answer", help="answer the question a run asks"))
+    answer.add_argument("run_id", metavar="RUN_ID")
+    answer.add_argument("text", metavar="TEXT", help="goes to the model as the operator's answer")
     cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
     cancel.add_argument("run_id", metavar="RUN_ID")
     cancel.add_argument("--now", action="store_true", help="kill now instead")
@@ -84,7 +87,11 @@ async def run_recorded_headless(options: RunOptions, db: Path | None) -> RunOutc
         wait = options.approve == "wait"
         if wait:
             options = RunOptions(**{**options.__dict__, "approve": None})
-        prepared = prepare_run(options, approver=StoreApprover(store, writer) if wait else None)
+        prepared = prepare_run(
+            options,
+            approver=StoreApprover(store, writer) if wait else None,
+            answerer=StoreAnswerer(store, writer) if wait else None,
+        )
         run_id = prepared.runtime.config.run_id
         # Said as it starts, so another terminal can attach, approve or stop it by id.
         print(
@@ -159,6 +166,13 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
         return 0
     if command == "pending":
         pending = await queries.pending_approvals(store)
+        questions = await queries.pending_questions(store)
+        for question in questions:
+            print(
+                f"{question['run_id']} asks ({question['question_id']}): {question['question']}"
+                f"  → loopdeck answer {question['run_id']} TEXT",
+                file=sys.stderr,
+            )
         table = Table(title="writes waiting for approval")
         for column in ("run_id", "call_id", "tool", "args", "expires_at"):
             table.add_column(column)
@@ -195,6 +209,17 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
             result["message"] = message
             print(f"loopdeck: {args.call_id}: {message}", file=sys.stderr)
         _print(result, args.json, text=f"{args.call_id}: {command}d" if won else "")
+        return 0 if won else 1
+    if command == "answer":
+        await _known_run(store, args.run_id)
+        won = await queries.answer(store, args.run_id, args.text, operator())
+        if not won:
+            print(f"loopdeck: run {args.run_id} has no question waiting", file=sys.stderr)
+        _print(
+            {"run_id": args.run_id, "answered": won},
+            args.json,
+            text=f"{args.run_id}: answered" if won else "",
+        )
         return 0 if won else 1
     if command in ("cancel", "pause", "resume"):
         run = await _known_run(store, args.run_id)

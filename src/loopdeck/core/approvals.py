@@ -135,3 +135,16 @@ class DenyApprover:
 
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
         return ApprovalDecision(approved=False, reason=self.reason, by="deny")
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    by: str = "operator"
+
+
+class Answerer(Protocol):
+    """Answers the model's question (`ask_user`). Cancelling the wait withdraws it."""
+
+    async def answer(self, run_id: str, question_id: str, question: str) -> Answer: ...

@@ -144,6 +144,21 @@ class ApprovalWithdrawn(EventBase):
     call_id: str
 
 
+class QuestionAsked(EventBase):
+    """The model asked the operator (`ask_user`) and the run waits for the answer."""
+
+    kind: Literal["question_asked"] = "question_asked"
+    question_id: str
+    question: str
+
+
+class QuestionAnswered(EventBase):
+    kind: Literal["question_answered"] = "question_answered"
+    question_id: str
+    answer: str
+    by: str
+
+
 class ToolRetry(EventBase):
     kind: Literal["tool_retry"] = "tool_retry"
     call_id: str
@@ -229,6 +244,8 @@ Event = Annotated[
     | ApprovalDecided
     | ApprovalInvalidated
     | ApprovalWithdrawn
+    | QuestionAsked
+    | QuestionAnswered
     | ToolRetry
     | ToolFinished
     | GuardTripped

@@ -65,6 +65,14 @@ def findings_message(reasons: list[str]) -> dict[str, Any]:
     return {"role": "user", "content": f"The goal check reports the goal is not met:\n{text}"}
 
 
+def answer_message(question: str, answer: str) -> dict[str, Any]:
+    """The operator's answer to the model's question, in the operator's own voice."""
+    return {
+        "role": "user",
+        "content": f"You asked: {question}\nThe operator answers: {answer}",
+    }
+
+
 # A model without native tool calls has no `tool` role: its tool results travel as user
 # messages, fenced and labelled as data so they never read as the operator's instruction.
 DATA_LABEL = (

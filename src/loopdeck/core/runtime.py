@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
-from loopdeck.core.approvals import Approver
+from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
@@ -28,6 +28,8 @@ from loopdeck.core.events import (
     EventBase,
     EventBus,
     PlanWritten,
+    QuestionAnswered,
+    QuestionAsked,
     ReviewVerdict,
     RunStarted,
     RunStopped,
@@ -37,6 +39,7 @@ from loopdeck.core.model import ModelClient, ModelRequest
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.prompts import (
+    answer_message,
     executor_messages,
     findings_message,
     parse_plan,
@@ -50,6 +53,7 @@ from loopdeck.core.text import capped, escape_surrogates
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
 T = TypeVar("T")
+ANSWER_CAP = 4000
 
 
 class Journal(Protocol):
@@ -67,6 +71,7 @@ class Runtime:
         approver: Approver,
         bus: EventBus | None = None,
         dispatcher: Dispatcher | None = None,
+        answerer: Answerer | None = None,
     ) -> None:
         self.config = config
         self.env = env
@@ -77,6 +82,9 @@ class Runtime:
         self.control = RunControl(self.emit, config.run_id, self.operator_time)
         self.model_calls = ModelCaller(self)
         self._deadline: asyncio.TimerHandle | None = None
+        # Who answers the model's questions; None: `ask_user` stops the run, as headless.
+        self.answerer = answerer
+        self._questions = 0
         self.tools = {spec.name: spec for spec in env.tools()}
         self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
         self.env_thread = EnvThread(config.env_stray_wait_s)
@@ -357,13 +365,39 @@ class Runtime:
             if decision.type == "final":
                 return False
             if decision.type == "ask_user":
-                raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
+                if self.answerer is None:
+                    raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
+                await self._ask_operator(conversation, capped(decision.message, ANSWER_CAP))
+                continue
             if decision.type == "handoff":
                 raise StopRun(StopReason.HANDOFF, capped(decision.message, MESSAGE_EVENT_CAP))
             await self.control.checkpoint()
             tripped = await self.calls.run_batch(conversation, decision)
             if tripped:
                 return True
+
+    async def _ask_operator(self, conversation: list[dict[str, Any]], question: str) -> None:
+        """`awaiting_answer`: the operator's answer goes to the model and the run goes on."""
+        assert self.answerer is not None
+        self._questions += 1
+        question_id = f"q{self._questions}"
+        self.move(RunState.AWAITING_ANSWER)
+        self.emit(
+            QuestionAsked(run_id=self.config.run_id, question_id=question_id, question=question)
+        )
+        await self.flush_journal()  # the question is visible to other processes from here
+        with self.operator_time("answer"):
+            answer = await self.interruptible(
+                self.answerer.answer(self.config.run_id, question_id, question), by_cancel=True
+            )
+        text = capped(answer.text, ANSWER_CAP)
+        self.emit(
+            QuestionAnswered(
+                run_id=self.config.run_id, question_id=question_id, answer=text, by=answer.by
+            )
+        )
+        conversation.append(answer_message(question, text))
+        self.move(RunState.DECIDING)
 
     async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
         while True:

@@ -10,6 +10,7 @@ class RunState(StrEnum):
     PLANNING = "planning"
     DECIDING = "deciding"
     AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_ANSWER = "awaiting_answer"
     EXECUTING = "executing"
     REVIEWING = "reviewing"
     COMPLETE = "complete"
@@ -45,8 +46,11 @@ S = RunState
 TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     S.READY: frozenset({S.PLANNING, S.DECIDING, S.STOPPED}),
     S.PLANNING: frozenset({S.DECIDING, S.STOPPED}),
-    S.DECIDING: frozenset({S.AWAITING_APPROVAL, S.EXECUTING, S.REVIEWING, S.STOPPED}),
+    S.DECIDING: frozenset(
+        {S.AWAITING_APPROVAL, S.AWAITING_ANSWER, S.EXECUTING, S.REVIEWING, S.STOPPED}
+    ),
     S.AWAITING_APPROVAL: frozenset({S.DECIDING, S.EXECUTING, S.STOPPED}),
+    S.AWAITING_ANSWER: frozenset({S.DECIDING, S.STOPPED}),
     S.EXECUTING: frozenset({S.DECIDING, S.REVIEWING, S.STOPPED}),
     S.REVIEWING: frozenset({S.PLANNING, S.DECIDING, S.COMPLETE, S.STOPPED}),
     S.COMPLETE: frozenset(),

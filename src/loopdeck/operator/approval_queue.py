@@ -11,9 +11,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
-from loopdeck.store.approver import decision_from_store
+from loopdeck.store.approver import answer_from_store, decision_from_store
 from loopdeck.store.database import Store
 from loopdeck.store.writer import EventWriter
 
@@ -26,9 +26,18 @@ class PendingApproval:
     future: asyncio.Future[ApprovalDecision]
 
 
+@dataclass
+class PendingQuestion:
+    run_id: str
+    question_id: str
+    question: str
+    future: asyncio.Future[Answer]
+
+
 class ApprovalQueue:
     def __init__(self) -> None:
         self._pending: OrderedDict[str, PendingApproval] = OrderedDict()
+        self._questions: OrderedDict[str, PendingQuestion] = OrderedDict()
         self._listeners: list[Listener] = []
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
@@ -70,6 +79,27 @@ class ApprovalQueue:
 
     def approve(self, call_id: str, by: str = "console") -> bool:
         return self._resolve(call_id, ApprovalDecision(approved=True, by=by))
+
+    def questions(self) -> list[PendingQuestion]:
+        return list(self._questions.values())
+
+    async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
+        """The Answerer side: waits for `reply` (the console's question dialog)."""
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._questions[question_id] = PendingQuestion(run_id, question_id, question, future)
+        self._notify()
+        try:
+            return await future
+        finally:
+            self._questions.pop(question_id, None)
+            self._notify()
+
+    def reply(self, question_id: str, text: str, by: str = "console") -> bool:
+        item = self._questions.get(question_id)
+        if item is None or item.future.done():
+            return False
+        item.future.set_result(Answer(text=text, by=by))
+        return True
 
     def reject(self, call_id: str, reason: str = "", by: str = "console") -> bool:
         decision = ApprovalDecision(
@@ -114,3 +144,24 @@ class StoreBackedQueue(ApprovalQueue):
         if won:
             return mine
         return await decision_from_store(store, request)
+
+    async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
+        """The console's dialog and `loopdeck answer` race; the store decides the winner."""
+        if self.store is None or self.writer is None:
+            return await super().answer(run_id, question_id, question)
+        store = self.store
+        await self.writer.flush()
+        local = asyncio.ensure_future(super().answer(run_id, question_id, question))
+        remote = asyncio.ensure_future(answer_from_store(store, run_id, question_id))
+        try:
+            done, _ = await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (local, remote):
+                if not task.done():
+                    task.cancel()
+        if remote in done:
+            return remote.result()
+        mine = local.result()
+        if await queries.answer(store, run_id, mine.text, mine.by, question_id=question_id):
+            return mine
+        return await answer_from_store(store, run_id, question_id)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from loopdeck.core.approvals import Approver, AutoApprover, DenyApprover
+from loopdeck.core.approvals import Answerer, Approver, AutoApprover, DenyApprover
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
 from loopdeck.core.events import EventBus
@@ -83,7 +83,10 @@ def default_approve_mode(model: str) -> ApproveMode:
 
 
 def prepare_run(
-    options: RunOptions, approver: Approver | None = None, bus: EventBus | None = None
+    options: RunOptions,
+    approver: Approver | None = None,
+    bus: EventBus | None = None,
+    answerer: Answerer | None = None,
 ) -> PreparedRun:
     env_dir = resolve_env_dir(options.env)
     scenario = env_dir.scenario
@@ -135,7 +138,7 @@ def prepare_run(
     except Exception:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    runtime = Runtime(config, env, model, approver, bus=bus)
+    runtime = Runtime(config, env, model, approver, bus=bus, answerer=answerer)
     return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir)
 
 

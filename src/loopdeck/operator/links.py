@@ -34,6 +34,8 @@ class RunLink(Protocol):
     async def drive(self) -> RunOutcome | None: ...
     def pending(self) -> list[ApprovalRequest]: ...
     async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool: ...
+    def questions(self) -> list[tuple[str, str]]: ...
+    async def answer(self, question_id: str, text: str, by: str) -> bool: ...
     def stop(self, by: str) -> None: ...
     def kill(self, by: str) -> None: ...
     def pause(self, by: str) -> None: ...
@@ -86,6 +88,12 @@ class LocalLink:
             return self.queue.approve(call_id, by=by)
         return self.queue.reject(call_id, reason, by=by)
 
+    def questions(self) -> list[tuple[str, str]]:
+        return [(q.question_id, q.question) for q in self.queue.questions()]
+
+    async def answer(self, question_id: str, text: str, by: str) -> bool:
+        return self.queue.reply(question_id, text, by=by)
+
     def stop(self, by: str) -> None:
         self._rt.cancel(after_current_tools=True, by=by)
 
@@ -119,6 +127,7 @@ class StoreLink:
         self._pending: list[ApprovalRequest] = []
         self._risks: dict[str, str] = {}
         self._requested: dict[str, ApprovalRequest] = {}
+        self._questions: dict[str, str] = {}
         self.phase = "the run's first events from the store"
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
@@ -139,6 +148,14 @@ class StoreLink:
                     seq = row["seq"]
                     if event.kind == "call_proposed":
                         self._risks[event.tool] = event.risk
+                    elif event.kind == "question_asked":
+                        self._questions[event.question_id] = event.question
+                        self._notify()
+                    elif event.kind in ("question_answered", "run_stopped") and self._questions:
+                        self._questions.pop(getattr(event, "question_id", ""), None)
+                        if event.kind == "run_stopped":
+                            self._questions.clear()
+                        self._notify()
                     elif event.kind == "approval_requested":
                         self._requested[event.call_id] = ApprovalRequest(
                             **event.model_dump(exclude={"kind", "seq", "at"})
@@ -189,6 +206,18 @@ class StoreLink:
 
     def pending(self) -> list[ApprovalRequest]:
         return list(self._pending)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def questions(self) -> list[tuple[str, str]]:
+        return list(self._questions.items())
+
+    async def answer(self, question_id: str, text: str, by: str) -> bool:
+        if self.store is None:
+            return False
+        return await queries.answer(self.store, self.run_id, text, by, question_id=question_id)
 
     async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
         if self.store is None:
@@ -258,6 +287,12 @@ class ReplayLink:
         return []
 
     async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
+        return False
+
+    def questions(self) -> list[tuple[str, str]]:
+        return []
+
+    async def answer(self, question_id: str, text: str, by: str) -> bool:
         return False
 
     def stop(self, by: str) -> None: ...

@@ -107,6 +107,7 @@ class RunView:
             RunState.PLANNING: f"the planner's reply from {self.model}",
             RunState.DECIDING: f"the executor's reply from {self.model}",
             RunState.AWAITING_APPROVAL: "your approval of a write",
+            RunState.AWAITING_ANSWER: "your answer to the agent's question",
             RunState.EXECUTING: f"the tool {self.tool_running or '…'}",
             RunState.REVIEWING: "the goal check",
         }.get(self.state, "")

@@ -124,6 +124,13 @@ class Transcript:
     def _on_approval_withdrawn(self, e: Any) -> tuple[str, str, str]:
         return "approval", f"approval withdrawn · {e.call_id} · the run stopped", ""
 
+    def _on_question_asked(self, e: Any) -> tuple[str, str, str]:
+        return "approval", f"the agent asks you · {e.question_id}", e.question
+
+    def _on_question_answered(self, e: Any) -> tuple[str, str, str]:
+        when = clock_text(e.at)
+        return "approval", f"answered · {e.question_id} · by {e.by} at {when}", e.answer
+
     def _on_tool_retry(self, e: Any) -> tuple[str, str, str]:
         return "note", f"retry {e.attempt} · {e.call_id} · {e.tool} in {e.delay_s:g} s", e.error
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
 from loopdeck.store.database import Store
 from loopdeck.store.writer import EventWriter
@@ -34,3 +34,23 @@ class StoreApprover:
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
         await self.writer.flush()  # the pending row is visible to other processes from here on
         return await decision_from_store(self.store, request)
+
+
+async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answer:
+    while True:
+        row = await queries.approval_state(store, run_id, question_id)
+        if row is not None and row["state"] == "answered":
+            return Answer(text=row["reason"] or "", by=row["decided_by"] or "store")
+        await asyncio.sleep(POLL_S)
+
+
+class StoreAnswerer:
+    """`--approve wait`: the model's question waits for `loopdeck answer` or a console."""
+
+    def __init__(self, store: Store, writer: EventWriter) -> None:
+        self.store = store
+        self.writer = writer
+
+    async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
+        await self.writer.flush()
+        return await answer_from_store(self.store, run_id, question_id)

@@ -16,6 +16,9 @@ LIVE_STATES = ("ready", "planning", "deciding", "awaiting_approval", "executing"
 COMMANDS = ("cancel", "kill", "pause", "resume")
 # Who withdrew an approval when its run was marked crashed: the runner undoes it if alive.
 CRASH_DETECTOR = "crash-detector"
+# A question (`ask_user`) waits in the approvals table as tool 'ask_user'; it never expires.
+QUESTION = "ask_user"
+QUESTION_NEVER_EXPIRES = "9999-12-31T23:59:59+00:00"
 
 
 async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> list[str]:
@@ -119,7 +122,7 @@ async def pending_approvals(store: Store, run_id: str | None = None) -> list[dic
     await mark_crashed_runners(store)
     sql = (
         "SELECT run_id, call_id, tool, args, requested_at, expires_at FROM approvals"
-        " WHERE state = 'pending'"
+        f" WHERE state = 'pending' AND tool != '{QUESTION}'"
     )
     params: tuple[Any, ...] = ()
     if run_id is not None:
@@ -135,11 +138,45 @@ async def decide(
     """Exactly one decision wins: False if the call was already decided or is not pending."""
     changed = await store.execute(
         "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
-        " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+        f" WHERE run_id = ? AND call_id = ? AND state = 'pending' AND tool != '{QUESTION}'",
         ("approved" if approved else "rejected", by, reason, datetime.now(UTC).isoformat(),
          run_id, call_id),
     )  # fmt: skip
     return changed == 1
+
+
+async def pending_questions(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Questions the model asked that wait for the operator's answer."""
+    await mark_crashed_runners(store)
+    sql = (
+        "SELECT run_id, call_id, args, requested_at FROM approvals"
+        f" WHERE state = 'pending' AND tool = '{QUESTION}'"
+    )
+    params: tuple[Any, ...] = ()
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params = (run_id,)
+    rows = await store.fetchall(sql + " ORDER BY requested_at", params)
+    return [
+        {"run_id": row["run_id"], "question_id": row["call_id"],
+         "question": json.loads(row["args"])["question"], "asked_at": row["requested_at"]}
+        for row in rows
+    ]  # fmt: skip
+
+
+async def answer(
+    store: Store, run_id: str, text: str, by: str, *, question_id: str | None = None
+) -> bool:
+    """The run's waiting question (or the one named) gets this answer; one answer wins."""
+    sql = (
+        "UPDATE approvals SET state = 'answered', decided_by = ?, reason = ?, decided_at = ?"
+        f" WHERE run_id = ? AND state = 'pending' AND tool = '{QUESTION}'"
+    )
+    params: tuple[Any, ...] = (by, text, datetime.now(UTC).isoformat(), run_id)
+    if question_id is not None:
+        sql += " AND call_id = ?"
+        params += (question_id,)
+    return await store.execute(sql, params) >= 1
 
 
 async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from typing import Any
 from loopdeck.core.events import EventBase
 from loopdeck.store.database import Store, StoreError
 from loopdeck.store.liveness import process_started, this_host
-from loopdeck.store.queries import CRASH_DETECTOR
+from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 
 BATCH_INTERVAL_S = 0.05
 BATCH_MAX = 512
@@ -193,6 +193,11 @@ class EventWriter:
         elif kind == "run_stopped":
             self._stopped = True
             await db.execute(
+                "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND tool = 'ask_user'"
+                " AND state = 'pending'",
+                (e.run_id,),
+            )
+            await db.execute(
                 "UPDATE runs SET state = ?, stop_reason = ?, detail = ?, ended_at = ?"
                 " WHERE run_id = ?",
                 (e.state.value, e.stop_reason.value, e.detail, e.at.isoformat(), e.run_id),
@@ -211,6 +216,19 @@ class EventWriter:
                 ("approved" if e.approved else "rejected", e.by, e.reason, e.at.isoformat(),
                  e.run_id, e.call_id),
             )  # fmt: skip
+        elif kind == "question_asked":
+            await db.execute(
+                "INSERT OR REPLACE INTO approvals (run_id, call_id, tool, args, requested_at,"
+                " expires_at, state) VALUES (?, ?, 'ask_user', ?, ?, ?, 'pending')",
+                (e.run_id, e.question_id, json.dumps({"question": e.question}),
+                 e.at.isoformat(), QUESTION_NEVER_EXPIRES),
+            )  # fmt: skip
+        elif kind == "question_answered":
+            await db.execute(
+                "UPDATE approvals SET state = 'answered', decided_by = ?, reason = ?,"
+                " decided_at = ? WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+                (e.by, e.answer, e.at.isoformat(), e.run_id, e.question_id),
+            )
         elif kind == "approval_withdrawn":
             await db.execute(
                 "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND call_id = ?"

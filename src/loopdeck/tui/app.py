@@ -133,7 +133,7 @@ class LoopdeckApp(App[int]):
             budget_overrides=dict(self.launch_options.budget_overrides),
         )
         try:
-            self.prepared = prepare_run(options, approver=self.queue)
+            self.prepared = prepare_run(options, approver=self.queue, answerer=self.queue)
         except ScenarioError as exc:
             self.notify(str(exc), title="cannot start", severity="error", timeout=15)
             self._open_launcher()
@@ -153,7 +153,7 @@ class LoopdeckApp(App[int]):
         )
         queue = StoreBackedQueue()
         try:
-            prepared = prepare_run(options, approver=queue)
+            prepared = prepare_run(options, approver=queue, answerer=queue)
         except ScenarioError as exc:
             self.notify(str(exc), title="cannot start", severity="error", timeout=15)
             return

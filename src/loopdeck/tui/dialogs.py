@@ -176,3 +176,39 @@ class ConfirmQuitDialog(ConfirmDialog):
             "run ends [b]killed[/], recorded as killed by you.\n\n"
             "[b]y[/] kill and quit   [b]n[/] keep watching"
         )
+
+
+@dataclass(frozen=True)
+class AnswerText:
+    question_id: str
+    text: str
+
+
+class AnswerDialog(ModalScreen[AnswerText | None]):
+    """The model asks the operator: the answer goes back to it and the run goes on."""
+
+    BINDINGS = [Binding("escape", "close", "Later", id="answer.close")]
+
+    def __init__(self, question_id: str, question: str) -> None:
+        super().__init__(classes="dialog")
+        self.question_id = question_id
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="approval-box"):
+            yield Static("[b]The agent asks you[/]", id="answer-title")
+            with VerticalScroll(id="approval-args"):
+                yield Static(escape(visible(self.question)), id="answer-question")
+            yield Input(placeholder="your answer, enter sends it to the model", id="answer-text")
+            yield Static("[b]enter[/] answer   [b]esc[/] later (the run keeps waiting)")
+
+    def on_mount(self) -> None:
+        self.query_one("#approval-box").border_title = f"Question {self.question_id}"
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.dismiss(AnswerText(self.question_id, event.value.strip()))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

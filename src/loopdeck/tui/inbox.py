@@ -98,6 +98,19 @@ class InboxScreen(Screen[None]):
                 }
             )
         entries.sort(key=lambda entry: entry["expires"])
+        for question in await queries.pending_questions(store):
+            run = runs.get(question["run_id"], {})
+            entries.append(
+                {
+                    "run_id": question["run_id"],
+                    "call_id": question["question_id"],
+                    "tool": "ask_user",
+                    "question": question["question"],
+                    "env": f"{run.get('env') or ''}/{run.get('script') or ''}",
+                    "plan_step": "",
+                    "expires": None,
+                }
+            )
         return entries
 
     @on(InboxChanged)
@@ -115,10 +128,14 @@ class InboxScreen(Screen[None]):
         table.clear()
         now = self.now()
         for entry in self.entries:
-            left = (entry["expires"] - now).total_seconds()
             entry["call_key"] = f"{entry['run_id']}/{entry['call_id']}"
+            if entry["expires"] is None:
+                when = "question"
+            else:
+                left = (entry["expires"] - now).total_seconds()
+                when = "expired" if left <= 0 else countdown_text(left)
             table.add_row(
-                "expired" if left <= 0 else countdown_text(left),
+                when,
                 entry["run_id"],
                 visible(entry["env"]),
                 entry["call_id"],
@@ -130,10 +147,12 @@ class InboxScreen(Screen[None]):
             table.move_cursor(row=table.get_row_index(chosen), animate=False)
         elif table.row_count:
             table.move_cursor(row=min(index, table.row_count - 1), animate=False)
-        waiting = len(self.entries)
+        questions = sum(1 for e in self.entries if "question" in e)
+        asked = f" and {plural(questions, 'question')}" if questions else ""
+        waiting = len(self.entries) - questions
         self.query_one("#inbox-header", Static).update(
-            f"[b]Approvals inbox[/] · {plural(waiting, 'write')} waiting across all runs · "
-            "[b]a[/] approve  [b]r[/] reject  [b]esc[/] back"
+            f"[b]Approvals inbox[/] · {plural(waiting, 'write')}{asked} waiting across all runs · "
+            "[b]a[/] approve (or answer)  [b]r[/] reject  [b]esc[/] back"
         )
         self._show(self.selected())
 
@@ -152,6 +171,13 @@ class InboxScreen(Screen[None]):
         body = self.query_one("#inbox-body", Static)
         if entry is None:
             body.update("[dim]nothing waiting for you[/dim]")
+            return
+        if "question" in entry:
+            body.update(
+                f"[b]run[/] {entry['run_id']} · {escape(visible(entry['env']))}   "
+                f"[b]question[/] {entry['call_id']}\n[b]the agent asks you[/]\n"
+                f"{escape(visible(entry['question']))}\n\n[b]a[/] answer it"
+            )
             return
         again = (
             f"[b $warning]asked again:[/] {escape(visible(entry['asked_again']))}\n"
@@ -173,13 +199,20 @@ class InboxScreen(Screen[None]):
 
     def action_approve(self) -> None:
         entry = self.selected()
-        if entry is not None:
+        if entry is not None and "question" in entry:
+            box = self.query_one("#inbox-reason", Input)
+            box.placeholder = "your answer, enter sends it to the model"
+            box.display = True
+            box.focus()
+        elif entry is not None:
             self._decide(entry, True, "")
 
     def action_reject(self) -> None:
-        if self.selected() is None:
+        entry = self.selected()
+        if entry is None or "question" in entry:
             return
         box = self.query_one("#inbox-reason", Input)
+        box.placeholder = "reason for the model (optional), enter rejects"
         box.display = True
         box.focus()
 
@@ -189,8 +222,22 @@ class InboxScreen(Screen[None]):
         event.input.display = False
         event.input.value = ""
         self.query_one("#inbox-table").focus()
-        if entry is not None:
+        if entry is not None and "question" in entry:
+            self._answer(entry, event.value.strip())
+        elif entry is not None:
             self._decide(entry, False, event.value.strip())
+
+    @work(group="inbox-decide", exit_on_error=False, description="answer from the inbox")
+    async def _answer(self, entry: dict[str, Any], text: str) -> None:
+        if self.store is None or not text:
+            return
+        won = await queries.answer(
+            self.store, entry["run_id"], text, "console inbox", question_id=entry["call_id"]
+        )
+        if not won:
+            self.notify(f"{entry['call_id']} was already answered", severity="warning")
+        self.entries = [e for e in self.entries if e is not entry]
+        self.render_inbox()
 
     @work(group="inbox-decide", exit_on_error=False, description="decide from the inbox")
     async def _decide(self, entry: dict[str, Any], approved: bool, reason: str) -> None:

@@ -22,6 +22,7 @@ STATE_ORDER = [
     RunState.PLANNING,
     RunState.DECIDING,
     RunState.AWAITING_APPROVAL,
+    RunState.AWAITING_ANSWER,
     RunState.EXECUTING,
     RunState.REVIEWING,
     RunState.COMPLETE,

@@ -23,6 +23,8 @@ from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import (
+    AnswerDialog,
+    AnswerText,
     ApprovalAnswer,
     ApprovalDialog,
     ConfirmKillDialog,
@@ -73,7 +75,7 @@ class RunScreen(Screen[None]):
         self.driven = False
         self.quitting = False
         self._buffer: list[EventBase] = []
-        self._dialog: ApprovalDialog | None = None
+        self._dialog: ApprovalDialog | AnswerDialog | None = None
         self._transcript_screen: TranscriptScreen | None = None
         self._later: set[str] = set()
         self._frame = 0
@@ -210,7 +212,7 @@ class RunScreen(Screen[None]):
 
     def _render_header(self) -> None:
         agent_s, operator_s = self.view.times(self.clock_now())
-        pending = len(self.link.pending())
+        pending = len(self.link.pending()) + len(self.link.questions())
         elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending)
         self.query_one(RunHeader).show(
             self.view, agent_s, operator_s, pending, self._frame, elsewhere
@@ -267,11 +269,16 @@ class RunScreen(Screen[None]):
         self._render_header()
         self.refresh_bindings()
         pending = self.link.pending()
-        if self._dialog is not None:
-            if self._dialog.request not in pending:
+        dialog = self._dialog
+        if isinstance(dialog, ApprovalDialog):
+            if dialog.request not in pending:
                 self._close_dialog()
             else:
-                self._dialog.set_title(len(pending))
+                dialog.set_title(len(pending))
+        elif isinstance(dialog, AnswerDialog) and dialog.question_id not in dict(
+            self.link.questions()
+        ):
+            self._close_dialog()
         self._offer_next()
 
     def _close_dialog(self) -> None:
@@ -289,6 +296,10 @@ class RunScreen(Screen[None]):
         pending = self.link.pending()
         waiting = [p for p in pending if p.call_id not in self._later]
         if not waiting:
+            asked = [(q, text) for q, text in self.link.questions() if q not in self._later]
+            if asked:
+                self._dialog = AnswerDialog(*asked[0])
+                self.app.push_screen(self._dialog, self._answered_question)
             return
         request = waiting[0]
         self._dialog = ApprovalDialog(
@@ -300,11 +311,26 @@ class RunScreen(Screen[None]):
         dialog, self._dialog = self._dialog, None
         if answer is None:
             pending = {p.call_id for p in self.link.pending()}
-            if dialog is not None and dialog.request.call_id in pending:
+            if isinstance(dialog, ApprovalDialog) and dialog.request.call_id in pending:
                 self._later.add(dialog.request.call_id)
                 self._render_header()
             return
         self._decide(answer)
+
+    def _answered_question(self, answer: AnswerText | None) -> None:
+        dialog, self._dialog = self._dialog, None
+        if answer is None:
+            if isinstance(dialog, AnswerDialog):
+                self._later.add(dialog.question_id)
+                self._render_header()
+            return
+        self._send_answer(answer)
+
+    @work(group="decisions", exit_on_error=False, description="answer the agent")
+    async def _send_answer(self, answer: AnswerText) -> None:
+        if not await self.link.answer(answer.question_id, answer.text, "console"):
+            self.notify(f"{answer.question_id} was already answered", severity="warning")
+        self._offer_next()
 
     @work(group="decisions", exit_on_error=False, description="record an approval decision")
     async def _decide(self, answer: ApprovalAnswer) -> None:
@@ -324,7 +350,7 @@ class RunScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "approvals":
-            return bool(self.link.pending())
+            return bool(self.link.pending() or self.link.questions())
         if action == "back":
             return bool(getattr(self.app, "fleet_home", False))
         return True

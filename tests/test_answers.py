@@ -1,0 +1,91 @@
+"""`awaiting_answer`: the model's question waits for the operator when one is attached (the
+console, or `--approve wait` through the store); the answer reaches the model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from conftest import SAMPLES, Recorder
+from console_helpers import console_app, finished, run_screen, wait_until
+from store_helpers import last_json, start_runner, wait_for_pending
+
+from loopdeck.core.approvals import Answer, AutoApprover
+from loopdeck.core.events import EventBus
+from loopdeck.core.states import StopReason
+from loopdeck.operator.launch import RunOptions, prepare_run
+from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
+
+ENV = SAMPLES / "order_support"
+
+
+async def test_the_answer_reaches_the_model_and_the_run_goes_on() -> None:
+    asked = []
+
+    class Operator:
+        async def answer(self, run_id, question_id, question):
+            asked.append((question_id, question))
+            return Answer(text="ORD-1042, please", by="test")
+
+    bus, recorder = EventBus(), Recorder()
+    bus.subscribe(recorder)
+    options = RunOptions(env=str(ENV), script="ask-then-act", approve="auto")
+    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=Operator())
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    assert asked == [("q1", "Which order should I change: ORD-1042 or ORD-2001?")]
+    states = [e.target.value for e in recorder.kinds("state_changed")]
+    assert states[states.index("awaiting_answer") + 1] == "deciding"
+    [answered] = recorder.kinds("question_answered")
+    assert answered.answer == "ORD-1042, please" and answered.by == "test"
+    budget = [e.held for e in recorder.kinds("budget_updated")]
+    assert "answer" in budget  # the wait was the operator's time
+
+
+async def test_without_an_operator_ask_user_still_stops_the_run() -> None:
+    options = RunOptions(env=str(ENV), script="ask-then-act", approve="auto")
+    prepared = prepare_run(options)
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.ASK_USER
+
+
+async def test_the_console_asks_the_operator_and_sends_the_answer() -> None:
+    app = console_app(ENV, "ask-then-act", answers=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, AnswerDialog))
+        screen = run_screen(app)
+        assert screen.view.state.value == "awaiting_answer"
+        assert "ORD-1042 or ORD-2001" in str(app.screen.query_one("#answer-question").render())
+        await pilot.press(*"ORD-1042", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        assert screen.outcome.stop_reason is StopReason.GOAL_MET
+        assert any("answered · q1 · by console" in e.title for e in screen.transcript.entries)
+
+
+def test_loopdeck_answer_releases_a_waiting_headless_run(tmp_path, cli) -> None:
+    db = tmp_path / "s.db"
+    runner = start_runner(ENV, "ask-then-act", db, "--approve", "wait")
+    try:
+        run_id = runner.stderr.readline().split()[1]
+        code, _, err = cli("answer", run_id, "ORD-1042", "--db", str(db))
+        while code != 0:  # the run or its question is not recorded yet: again once it is
+            assert "no question waiting" in err or f"no run {run_id!r}" in err
+            time.sleep(0.05)
+            code, _, err = cli("answer", run_id, "ORD-1042", "--db", str(db))
+        pending = asyncio.run(wait_for_pending(db))
+        assert cli("approve", run_id, pending["call_id"], "--db", str(db))[0] == 0
+        out, _ = runner.communicate(timeout=60)
+        assert last_json(out)["stop_reason"] == "goal_met"
+        code, _, err = cli("answer", run_id, "again", "--db", str(db))
+        assert code == 1 and "no question waiting" in err
+    finally:
+        runner.kill()
+        runner.wait()
