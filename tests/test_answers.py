@@ -89,3 +89,56 @@ def test_loopdeck_answer_releases_a_waiting_headless_run(tmp_path, cli) -> None:
     finally:
         runner.kill()
         runner.wait()
+
+
+async def _run_with_pause(answers: list[str], **overrides):
+    asked = []
+
+    class Operator:
+        async def answer(self, run_id, question_id, question):
+            asked.append(question)
+            return Answer(text=answers.pop(0), by="test")
+
+    bus, recorder = EventBus(), Recorder()
+    bus.subscribe(recorder)
+    options = RunOptions(
+        env=str(ENV), script="solve", approve="auto", pause_at=0.5,
+        budget_overrides={"max_turns": 6, **overrides},
+    )  # fmt: skip
+    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=Operator())
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    return outcome, recorder, asked
+
+
+async def test_a_budget_past_pause_at_asks_and_a_raised_cap_lets_the_run_finish() -> None:
+    outcome, recorder, asked = await _run_with_pause(["raise 20"])
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    assert len(asked) == 1 and asked[0].startswith("The turns budget is at 50% of its cap")
+    [topic] = [e.topic for e in recorder.kinds("question_asked")]
+    assert topic == "budget"
+    assert recorder.kinds("budget_updated")[-1].usage["turns"][1] == 20
+
+
+async def test_stop_at_the_budget_pause_ends_the_run_cancelled() -> None:
+    outcome, _, _ = await _run_with_pause(["huh", "stop"])
+    assert outcome.stop_reason is StopReason.CANCELLED
+    assert "when the turns budget paused the run" in outcome.detail
+
+
+async def test_without_an_operator_pause_at_changes_nothing() -> None:
+    options = RunOptions(
+        env=str(ENV),
+        script="solve",
+        approve="auto",
+        pause_at=0.5,
+        budget_overrides={"max_turns": 6},
+    )
+    prepared = prepare_run(options)
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.GOAL_MET

@@ -48,6 +48,16 @@ def _positive(kind: Callable[[str], float], name: str) -> Callable[[str], float]
     return parse
 
 
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a fraction, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (e.g. 0.8), got {text!r}")
+    return value
+
+
 positive_int = _positive(int, "positive integer")
 positive_float = _positive(float, "positive number")
 
@@ -77,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--deadline", type=positive_float, metavar="SECONDS")
     run.add_argument("--max-rounds", type=positive_int)
     run.add_argument("--model-timeout", type=positive_float, metavar="SECONDS")
+    run.add_argument(
+        "--pause-at",
+        type=fraction,
+        metavar="FRACTION",
+        help="with an operator attached, pause and ask when a budget passes this fraction",
+    )
     run.add_argument("--theme", help="console theme (see themes/)")
 
     console = commands.add_parser("console", help="the console's launcher over the sample envs")
@@ -112,6 +128,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
             "max_rounds": args.max_rounds,
         },
         model_timeout_s=args.model_timeout,
+        pause_at=args.pause_at,
     )
 
 

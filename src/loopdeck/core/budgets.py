@@ -170,6 +170,28 @@ class BudgetLedger:
     def record_tool_call(self) -> None:
         self.tool_calls += 1
 
+    def crossed(self, fraction: float, asked: set[Cap]) -> tuple[Cap, float, float] | None:
+        """The first cap at or past `fraction` of its limit not asked about yet."""
+        for cap in Cap:
+            if cap in asked or cap in (Cap.ROUNDS, Cap.CORRECTIONS):  # counted, not burnt
+                continue
+            used, limit = self.used(cap), self.budget.limit(cap)
+            if limit and used / limit >= fraction:
+                return cap, used, limit
+        return None
+
+    def raise_cap(self, cap: Cap, limit: float) -> None:
+        field = {
+            Cap.TURNS: "max_turns",
+            Cap.TOOL_CALLS: "max_tool_calls",
+            Cap.TOKENS: "max_tokens",
+            Cap.COST: "max_cost_usd",
+            Cap.DEADLINE: "deadline_s",
+            Cap.ROUNDS: "max_rounds",
+        }[cap]
+        value = int(limit) if field.startswith("max_") and field != "max_cost_usd" else limit
+        self.budget = Budget.model_validate({**self.budget.model_dump(), field: value})
+
     def start_round(self) -> None:
         self._ensure_below(Cap.ROUNDS)
         self.rounds += 1

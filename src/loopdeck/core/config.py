@@ -21,6 +21,7 @@ class RunConfig(BaseModel):
     mode: Literal["rounds", "react"] = "rounds"
     budget: Budget = Field(default_factory=Budget)
     approval_ttl_s: float = 300.0
+    pause_at: float | None = None
     model_timeout_s: float = 60.0
     model_backoff_s: float = 0.5
     max_consecutive_tool_failures: int = 3

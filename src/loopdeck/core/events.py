@@ -150,6 +150,8 @@ class QuestionAsked(EventBase):
     kind: Literal["question_asked"] = "question_asked"
     question_id: str
     question: str
+    # ask_user: the model's question; budget: a cap crossed `pause_at` (continue, raise, stop).
+    topic: Literal["ask_user", "budget"] = "ask_user"
 
 
 class QuestionAnswered(EventBase):

@@ -11,7 +11,8 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
-from loopdeck.core.approvals import Answerer, Approver
+from loopdeck.core.approvals import Answer, Answerer, Approver
+from loopdeck.core.budget_pause import BudgetPause
 from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
@@ -85,6 +86,7 @@ class Runtime:
         # Who answers the model's questions; None: `ask_user` stops the run, as headless.
         self.answerer = answerer
         self._questions = 0
+        self.budget_pause = BudgetPause(self)
         self.tools = {spec.name: spec for spec in env.tools()}
         self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
         self.env_thread = EnvThread(config.env_stray_wait_s)
@@ -168,6 +170,10 @@ class Runtime:
                 held=self.ledger.held,
             )
         )
+
+    def rearm_deadline(self) -> None:
+        if self.ledger.held is None:
+            self._arm_deadline()
 
     def _arm_deadline(self) -> None:
         if self._deadline is not None:
@@ -361,13 +367,16 @@ class Runtime:
         """Run model turns until a final decision or a guard trip; True if the guard tripped."""
         while True:
             await self.control.checkpoint()
+            await self.budget_pause.check()
             decision = await self._decide(conversation)
             if decision.type == "final":
                 return False
             if decision.type == "ask_user":
                 if self.answerer is None:
                     raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
-                await self._ask_operator(conversation, capped(decision.message, ANSWER_CAP))
+                question = capped(decision.message, ANSWER_CAP)
+                answer = await self.ask_operator(question)
+                conversation.append(answer_message(question, answer.text))
                 continue
             if decision.type == "handoff":
                 raise StopRun(StopReason.HANDOFF, capped(decision.message, MESSAGE_EVENT_CAP))
@@ -376,14 +385,16 @@ class Runtime:
             if tripped:
                 return True
 
-    async def _ask_operator(self, conversation: list[dict[str, Any]], question: str) -> None:
-        """`awaiting_answer`: the operator's answer goes to the model and the run goes on."""
+    async def ask_operator(self, question: str, topic: str = "ask_user") -> Answer:
+        """`awaiting_answer`: the run waits for the operator's answer, on the operator's time."""
         assert self.answerer is not None
         self._questions += 1
         question_id = f"q{self._questions}"
         self.move(RunState.AWAITING_ANSWER)
         self.emit(
-            QuestionAsked(run_id=self.config.run_id, question_id=question_id, question=question)
+            QuestionAsked(
+                run_id=self.config.run_id, question_id=question_id, question=question, topic=topic
+            )
         )
         await self.flush_journal()  # the question is visible to other processes from here
         with self.operator_time("answer"):
@@ -396,8 +407,8 @@ class Runtime:
                 run_id=self.config.run_id, question_id=question_id, answer=text, by=answer.by
             )
         )
-        conversation.append(answer_message(question, text))
         self.move(RunState.DECIDING)
+        return Answer(text=text, by=answer.by)
 
     async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
         while True:

@@ -83,6 +83,8 @@ class Scenario(BaseModel):
     model: str = "scripted"
     mode: Mode = "rounds"
     approval_ttl_s: float = Field(default=300.0, gt=0)
+    # With an operator attached: pause and ask when any budget crosses this fraction.
+    pause_at: float | None = Field(default=None, gt=0, lt=1)
     model_timeout_s: float = Field(default=60.0, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
     model_profile: dict[str, Any] = Field(default_factory=dict)

@@ -60,6 +60,7 @@ class RunOptions:
     budget_overrides: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None
     model_timeout_s: float | None = None
+    pause_at: float | None = None
 
 
 @dataclass
@@ -116,6 +117,7 @@ def prepare_run(
         mode=mode,
         budget=budget,
         approval_ttl_s=scenario.approval_ttl_s,
+        pause_at=options.pause_at if options.pause_at is not None else scenario.pause_at,
         model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
         examples=scenario.examples,
     )

@@ -1,0 +1,88 @@
+"""Auto-pause (`pause_at`): when a budget crosses that fraction of its cap and an operator is
+attached, the run stops before its next model call and asks: continue, raise the cap for this
+run, or stop. Headless with no operator nothing changes: the cap itself stops the run."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from loopdeck.core.approvals import Answer, Answerer
+from loopdeck.core.budgets import BudgetLedger, Cap
+from loopdeck.core.config import RunConfig
+from loopdeck.core.control import StopRun
+from loopdeck.core.states import StopReason
+
+CHOICES = "answer `continue`, `raise N` (a new cap for this run) or `stop`"
+MAX_ASKS = 3
+
+
+class PauseHost(Protocol):
+    config: RunConfig
+    ledger: BudgetLedger
+    answerer: Answerer | None
+
+    async def ask_operator(self, question: str, topic: str) -> Answer: ...
+    def publish_budget(self) -> None: ...
+    def rearm_deadline(self) -> None: ...
+
+
+def parse_choice(text: str) -> tuple[str, float | None]:
+    """("continue" | "stop" | "raise", new cap) or ("?", None) for anything else."""
+    words = text.strip().lower().split()
+    if not words or words[0] in ("continue", "c", "go", "yes"):
+        return "continue", None
+    if words[0] in ("stop", "s"):
+        return "stop", None
+    if words[0] in ("raise", "r") and len(words) == 2:
+        try:
+            return "raise", float(words[1].replace(",", ""))
+        except ValueError:
+            return "?", None
+    return "?", None
+
+
+class BudgetPause:
+    def __init__(self, host: PauseHost) -> None:
+        self.rt = host
+        self.asked: set[Cap] = set()
+
+    async def check(self) -> None:
+        rt = self.rt
+        fraction = rt.config.pause_at
+        if fraction is None or rt.answerer is None:
+            return
+        while crossed := rt.ledger.crossed(fraction, self.asked):
+            cap, used, limit = crossed
+            self.asked.add(cap)
+            question = (
+                f"The {cap.value} budget is at {used / limit:.0%} of its cap ({used:g} of "
+                f"{limit:g}), past the pause point {fraction:.0%}. Continue, raise the cap for "
+                f"this run, or stop? ({CHOICES})"
+            )
+            await self._decide(cap, used, question)
+
+    async def _decide(self, cap: Cap, used: float, question: str) -> None:
+        rt = self.rt
+        for _ in range(MAX_ASKS):
+            answer = await rt.ask_operator(question, "budget")
+            choice, value = parse_choice(answer.text)
+            if choice == "continue":
+                return
+            if choice == "stop":
+                raise StopRun(
+                    StopReason.CANCELLED,
+                    f"stopped by {answer.by} when the {cap.value} budget paused the run",
+                )
+            if choice == "raise" and value is not None and value > used:
+                rt.ledger.raise_cap(cap, value)
+                if cap is Cap.DEADLINE:
+                    rt.rearm_deadline()
+                rt.publish_budget()
+                fraction = rt.config.pause_at or 1.0
+                if used / rt.ledger.budget.limit(cap) < fraction:
+                    self.asked.discard(cap)  # it may pause again near the new cap
+                return
+            question = (
+                f"Not understood: {answer.text!r}. {CHOICES}; the cap must be above {used:g}."
+            )
+        # No usable answer after the asks: go on, the cap itself still stops the run.
