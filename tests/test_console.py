@@ -231,6 +231,7 @@ async def test_launcher_lists_envs_and_enter_starts_a_run() -> None:
 
     app = LoopdeckApp()
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")  # from the fleet, the console's home
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
         option_list = app.screen.query_one("#launcher-list")
         ids = [option_list.get_option_at_index(i).id for i in range(option_list.option_count)]
@@ -238,7 +239,10 @@ async def test_launcher_lists_envs_and_enter_starts_a_run() -> None:
         option_list.highlighted = target
         await pilot.press("enter")
         await wait_until(pilot, lambda: finished(app))
-        assert run_screen(app).outcome.stop_reason is StopReason.HANDOFF
+        await wait_until(pilot, lambda: bool(app.local_runs))
+        [screen] = app.local_runs.values()
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        assert screen.outcome.stop_reason is StopReason.HANDOFF
 
 
 async def test_earlier_rounds_plans_are_reachable() -> None:

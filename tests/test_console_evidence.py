@@ -190,12 +190,16 @@ async def test_q_on_a_live_run_asks_and_records_killed_not_crashed() -> None:
     assert "killed by console (quit)" in app.prepared.runtime.outcome.detail
 
 
-async def test_a_run_opened_from_the_launcher_returns_to_it() -> None:
+async def test_a_run_started_from_the_fleet_returns_to_it() -> None:
     from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.fleet_screen import FleetScreen
     from loopdeck.tui.launcher import LauncherScreen
 
     app = LoopdeckApp()
     async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        fleet = app.screen
+        await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
         options = app.screen.query_one("#launcher-list")
         ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
@@ -203,9 +207,11 @@ async def test_a_run_opened_from_the_launcher_returns_to_it() -> None:
             i for i, oid in enumerate(ids) if oid and oid.endswith("\nescalate")
         )
         await pilot.press("enter")
-        await wait_until(pilot, lambda: finished(app))
+        await wait_until(pilot, lambda: bool(app.local_runs))
+        [screen] = app.local_runs.values()
+        await wait_until(pilot, lambda: screen.outcome is not None)
         await pilot.press("q")
-        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        await wait_until(pilot, lambda: app.screen is fleet)
         assert app.is_running
         await pilot.press("q")
         await wait_until(pilot, lambda: not app.is_running)

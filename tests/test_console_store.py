@@ -151,22 +151,20 @@ async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> N
     assert runs[0]["run_id"] == request.run_id and runs[0]["stop_reason"] == "goal_met"
 
 
-async def test_launcher_lists_stored_runs_and_replays_one(tmp_path) -> None:
-    from loopdeck.tui.launcher import LauncherScreen
+async def test_the_fleet_lists_stored_runs_and_replays_one(tmp_path) -> None:
+    from loopdeck.tui.fleet_screen import FleetScreen
 
     db = tmp_path / "s.db"
     done = loopdeck("run", "service_outage", "--script", "loop", "--headless", "--json", db=db)
     run_id = last_json(done.stdout)["run_id"]
     app = LoopdeckApp(db_path=db)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
-        options = app.screen.query_one("#launcher-list")
-
-        def ids():
-            return [options.get_option_at_index(i).id for i in range(options.option_count)]
-
-        await wait_until(pilot, lambda: f"replay\n{run_id}" in ids())
-        options.highlighted = ids().index(f"replay\n{run_id}")
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        fleet = app.screen
+        await wait_until(pilot, lambda: run_id in fleet.fleet.rows)
+        table = fleet.query_one("#fleet-table")
+        await wait_until(pilot, lambda: run_id in table.rows)
+        table.move_cursor(row=table.get_row_index(run_id))
         await pilot.press("enter")
         await wait_until(pilot, lambda: _screen(app, ReplayScreen) is not None)
         screen = _screen(app, ReplayScreen)
