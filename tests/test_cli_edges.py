@@ -37,6 +37,8 @@ def test_a_scenario_with_an_infinite_budget_is_named(tmp_path, cli) -> None:
     assert code == 2 and "scenario.toml" in err and "deadline_s" in err
 
 
+# Several seconds of subprocesses: in `make stress` (CI runs both targets).
+@pytest.mark.slow
 def test_the_cli_exits_with_its_summary_while_a_tool_thread_still_runs(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "loopdeck", "run", str(EDGES), "--script", "long-read",

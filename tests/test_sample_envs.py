@@ -1,3 +1,5 @@
+import pytest
+
 """Every required script reaches its outcome through the CLI with --json."""
 
 from collections import Counter
@@ -93,6 +95,8 @@ def test_order_support_ask_and_handoff(cli) -> None:
     assert out["stop_reason"] == "handoff"
 
 
+# Several seconds of subprocesses: in `make stress` (CI runs both targets).
+@pytest.mark.slow
 def test_repo_triage_solve_and_runaway(cli) -> None:
     env = str(SAMPLES / "repo_triage")
     code, out, _ = cli("run", env, "--script", "solve", "--approve", "auto", "--headless", "--json")

@@ -107,6 +107,8 @@ async def test_cancel_and_kill_from_another_process(tmp_path) -> None:
         assert "cli" in summary["detail"]
 
 
+# Several seconds of subprocesses: in `make stress` (CI runs both targets).
+@pytest.mark.slow
 async def test_pause_and_resume_from_another_process(tmp_path) -> None:
     db = tmp_path / "s.db"
     budgets = ("--max-tool-calls", "100000", "--max-turns", "100000", "--max-tokens", "1000000000")

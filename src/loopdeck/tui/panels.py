@@ -169,6 +169,9 @@ class BudgetPanel(Static):
             rate = ""
             if cap not in ("deadline_s", "rounds", "corrections") and elapsed >= 1 and used:
                 rate = _rate(used / elapsed)
+                if fraction >= 0.5 and used < limit:
+                    # past half: when the cap is reached at this rate, in agent time
+                    rate = "⇥" + countdown_text((limit - used) / (used / elapsed))
             fired = " [b $error]◀ fired[/]" if view.fired_cap == cap else ""
             rate_column = f" [dim]{rate:>8}[/]" if wide else ""
             bar = _bar(fraction, bar_width)
