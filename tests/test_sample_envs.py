@@ -1,9 +1,8 @@
-import pytest
-
 """Every required script reaches its outcome through the CLI with --json."""
 
 from collections import Counter
 
+import pytest
 from conftest import SAMPLES
 
 
