@@ -28,7 +28,7 @@ stress: $(STAMP)
 	$(VENV)/bin/pytest -m slow -p no:cacheprovider
 
 bench: $(STAMP)
-	cd bench && ../$(PY) console_quit.py && ../$(PY) steps_per_second.py && ../$(PY) console_latency.py && ../$(PY) store_throughput.py
+	cd bench && ../$(PY) console_quit.py && ../$(PY) fleet_lag.py && ../$(PY) steps_per_second.py && ../$(PY) console_latency.py && ../$(PY) store_throughput.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

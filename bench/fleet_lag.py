@@ -43,9 +43,10 @@ def writer(db: str, seconds: float, commits: str) -> None:
     now = datetime.now(UTC).isoformat()
     for i in range(RUNS):
         conn.execute(
-            "INSERT INTO runs (run_id, env, script, model, state, started_at, pid, host)"
-            " VALUES (?, 'bench', 'load', 'scripted', 'deciding', ?, ?, 'bench-host')",
-            (f"run{i:03d}", now, 0),
+            "INSERT INTO runs (run_id, env, script, model, state, started_at, pid, host,"
+            " heartbeat_at) VALUES (?, 'bench', 'load', 'scripted', 'deciding', ?, 0,"
+            " 'bench-host', ?)",
+            (f"run{i:03d}", now, time.time()),
         )
     per_batch = max(1, int(RATE * BATCH_EVERY_S))
     seqs = [0] * RUNS
@@ -65,6 +66,8 @@ def writer(db: str, seconds: float, commits: str) -> None:
                 (f"run{run:03d}", seqs[run], "budget_updated", now, _usage(seqs[run])),
             )
             touched[f"run{run:03d}"] = seqs[run]
+        # runners on another host beat a heartbeat: the follower must not think them gone
+        conn.execute("UPDATE runs SET heartbeat_at = ?", (time.time(),))
         conn.execute("COMMIT")
         committed = time.time()
         log.extend((run_id, seq, committed) for run_id, seq in touched.items())
