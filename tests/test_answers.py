@@ -11,7 +11,7 @@ from console_helpers import console_app, finished, run_screen, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
 
 from loopdeck.core.approvals import Answer, AutoApprover
-from loopdeck.core.events import EventBus
+from loopdeck.core.events import CallStatus, EventBus
 from loopdeck.core.states import StopReason
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
@@ -142,3 +142,67 @@ async def test_without_an_operator_pause_at_changes_nothing() -> None:
     finally:
         prepared.cleanup()
     assert outcome.stop_reason is StopReason.GOAL_MET
+
+
+async def _loop_run(answers: list[str | None], loop_answer_s: float = 60.0, script: str = "loop"):
+    """service_outage `loop`: restart_service again and again from the same state."""
+    asked: list[str] = []
+
+    class Operator:
+        async def answer(self, run_id, question_id, question):
+            asked.append(question)
+            text = answers.pop(0) if answers else "stop"
+            if text is None:
+                await asyncio.Event().wait()  # never answers
+            return Answer(text=text, by="test")
+
+    bus, recorder = EventBus(), Recorder()
+    bus.subscribe(recorder)
+    options = RunOptions(env=str(SAMPLES / "service_outage"), script=script, approve="auto")
+    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=Operator())
+    runtime = prepared.runtime
+    runtime.config = runtime.config.model_copy(update={"loop_answer_s": loop_answer_s})
+    try:
+        outcome = await runtime.run()
+    finally:
+        prepared.cleanup()
+    return outcome, recorder, asked
+
+
+async def test_a_loop_put_to_the_operator_and_stopped() -> None:
+    outcome, recorder, asked = await _loop_run(["stop"])
+    assert outcome.stop_reason is StopReason.NO_PROGRESS
+    assert "stopped by test" in outcome.detail
+    assert "c2 restart_service() repeats a call from the same state" in asked[0]
+    assert "the same as c1" in asked[0]
+    assert [e.topic for e in recorder.kinds("question_asked")] == ["loop"]
+
+
+async def test_a_loop_allowed_once_runs_the_call() -> None:
+    # wrong-guess: round 2 repeats get_status (a read) from the same state
+    outcome, _, asked = await _loop_run(["allow", "stop"], script="wrong-guess")
+    statuses = {c.call_id: c.status for c in outcome.calls}
+    assert statuses["c5"] is CallStatus.EXECUTED  # allowed once by the operator
+    assert outcome.stop_reason is StopReason.NO_PROGRESS and len(asked) == 2
+
+
+async def test_allowing_a_repeated_write_never_runs_it_twice() -> None:
+    outcome, _, _ = await _loop_run(["allow", "stop"])
+    statuses = [(c.call_id, c.status) for c in outcome.calls]
+    assert statuses[:2] == [("c1", CallStatus.EXECUTED), ("c2", CallStatus.REFUSED_DUPLICATE)]
+
+
+async def test_a_nudge_reaches_the_model_and_the_executor_goes_on() -> None:
+    outcome, recorder, asked = await _loop_run(["nudge check the status first", "stop"])
+    assert len(asked) == 2  # the round did not end at the first repeat
+    [blocked, *_] = [c for c in outcome.calls if c.status is CallStatus.BLOCKED_REPEAT]
+    assert blocked.call_id == "c2"
+    model = recorder.kinds("model_called")
+    assert len(model) >= 3  # planner, the first turn, the turn after the nudge
+
+
+async def test_no_answer_in_time_leaves_the_guard_to_act_alone() -> None:
+    outcome, recorder, _ = await _loop_run([None], loop_answer_s=0.05)
+    assert outcome.stop_reason in (StopReason.NO_PROGRESS, StopReason.STALLED)
+    [answered] = recorder.kinds("question_answered")
+    assert answered.by == "timeout"

@@ -21,7 +21,9 @@ class PauseHost(Protocol):
     ledger: BudgetLedger
     answerer: Answerer | None
 
-    async def ask_operator(self, question: str, topic: str) -> Answer: ...
+    async def ask_operator(
+        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+    ) -> Answer | None: ...
     def publish_budget(self) -> None: ...
     def rearm_deadline(self) -> None: ...
 
@@ -65,6 +67,8 @@ class BudgetPause:
         rt = self.rt
         for _ in range(MAX_ASKS):
             answer = await rt.ask_operator(question, "budget")
+            if answer is None:
+                return
             choice, value = parse_choice(answer.text)
             if choice == "continue":
                 return

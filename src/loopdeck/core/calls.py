@@ -7,6 +7,8 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import (
+    Answer,
+    Answerer,
     ApprovalDecision,
     ApprovalReceipt,
     ApprovalRequest,
@@ -32,11 +34,12 @@ from loopdeck.core.events import (
     ToolRetry,
 )
 from loopdeck.core.guard import NoProgressGuard, guard_key
+from loopdeck.core.loop_say import operator_on_loop
 from loopdeck.core.model import ModelReply
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.prompts import correction_message, tool_result_message
 from loopdeck.core.states import RunState, StateMachine, StopReason
-from loopdeck.core.text import capped
+from loopdeck.core.text import capped, short_args
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
 
 T = TypeVar("T")
@@ -65,6 +68,12 @@ class RunHost(Protocol):
     async def state_hash(self) -> str: ...
     async def check_goal_after(self, record: CallRecord) -> None: ...
 
+    answerer: Answerer | None
+
+    async def ask_operator(
+        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+    ) -> Answer | None: ...
+
 
 class CallHandler:
     def __init__(self, host: RunHost, approver: Approver, dispatcher: Dispatcher) -> None:
@@ -77,6 +86,8 @@ class CallHandler:
         self.pending: ApprovalRequest | None = None
         self._next_id = 0
         self._failures_in_a_row = 0
+        self._first_call: dict[str, str] = {}  # fingerprint -> the call that first had it
+        self._nudge: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -126,6 +137,11 @@ class CallHandler:
                 record, result = await self._run_one(call, decision)
                 tripped = record.status is CallStatus.BLOCKED_REPEAT
             conversation.append(tool_result_message(call.provider_id, result.for_model()))
+            if self._nudge is not None:  # the operator's word on the loop: go on with it
+                conversation.append(
+                    {"role": "user", "content": f"The operator says: {self._nudge}"}
+                )
+                self._nudge, tripped = None, False
             if record.status in (CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN):
                 await self.rt.check_goal_after(record)
         return tripped
@@ -177,14 +193,34 @@ class CallHandler:
                     fingerprint=key.fingerprint,
                 )
             )
-            message = (
-                f"{call.tool} repeated with the same arguments from the same state; not executed"
+            say, nudge, by = await operator_on_loop(
+                rt,
+                f"{record.call_id} {call.tool}({short_args(call.args, 60)})",
+                key.fingerprint,
+                state_hash,
+                self._first_call.get(key.fingerprint),
             )
-            return self._finish(
-                record,
-                CallStatus.BLOCKED_REPEAT,
-                self._refusal(spec, record.call_id, ErrorCode.REPEATED_CALL, message),
-            )
+            if say == "stop":
+                raise StopRun(
+                    StopReason.NO_PROGRESS,
+                    f"{call.tool} repeated with the same arguments from the same state "
+                    f"({record.call_id}); stopped by {by}",
+                )
+            if say != "allow":
+                if say == "nudge":
+                    self._nudge = nudge
+                message = (
+                    f"{call.tool} repeated with the same arguments from the same state; "
+                    "not executed"
+                )
+                return self._finish(
+                    record,
+                    CallStatus.BLOCKED_REPEAT,
+                    self._refusal(spec, record.call_id, ErrorCode.REPEATED_CALL, message),
+                )
+            # allowed once by the operator (recorded with who in question_answered)
+        else:
+            self._first_call.setdefault(key.fingerprint, record.call_id)
         if spec.risk == "write":
             return await self._run_write(record, spec, call, decision)
         rt.ledger.before_tool_call()

@@ -22,6 +22,8 @@ class RunConfig(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     approval_ttl_s: float = 300.0
     pause_at: float | None = None
+    # How long a detected loop waits for the operator's say before the guard acts alone.
+    loop_answer_s: float = 60.0
     model_timeout_s: float = 60.0
     model_backoff_s: float = 0.5
     max_consecutive_tool_failures: int = 3

@@ -151,7 +151,7 @@ class QuestionAsked(EventBase):
     question_id: str
     question: str
     # ask_user: the model's question; budget: a cap crossed `pause_at` (continue, raise, stop).
-    topic: Literal["ask_user", "budget"] = "ask_user"
+    topic: Literal["ask_user", "budget", "loop"] = "ask_user"
 
 
 class QuestionAnswered(EventBase):

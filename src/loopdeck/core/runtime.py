@@ -376,7 +376,7 @@ class Runtime:
                     raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
                 question = capped(decision.message, ANSWER_CAP)
                 answer = await self.ask_operator(question)
-                conversation.append(answer_message(question, answer.text))
+                conversation.append(answer_message(question, answer.text if answer else ""))
                 continue
             if decision.type == "handoff":
                 raise StopRun(StopReason.HANDOFF, capped(decision.message, MESSAGE_EVENT_CAP))
@@ -385,8 +385,11 @@ class Runtime:
             if tripped:
                 return True
 
-    async def ask_operator(self, question: str, topic: str = "ask_user") -> Answer:
-        """`awaiting_answer`: the run waits for the operator's answer, on the operator's time."""
+    async def ask_operator(
+        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+    ) -> Answer | None:
+        """`awaiting_answer`: the run waits for the operator's answer, on the operator's time.
+        None when `timeout_s` passed first (recorded as answered by `timeout`, no text)."""
         assert self.answerer is not None
         self._questions += 1
         question_id = f"q{self._questions}"
@@ -397,10 +400,22 @@ class Runtime:
             )
         )
         await self.flush_journal()  # the question is visible to other processes from here
+        waiting = self.answerer.answer(self.config.run_id, question_id, question)
         with self.operator_time("answer"):
-            answer = await self.interruptible(
-                self.answerer.answer(self.config.run_id, question_id, question), by_cancel=True
+            try:
+                answer: Answer | None = await self.interruptible(
+                    asyncio.wait_for(waiting, timeout_s), by_cancel=True
+                )
+            except TimeoutError:
+                answer = None
+        if answer is None:
+            self.emit(
+                QuestionAnswered(
+                    run_id=self.config.run_id, question_id=question_id, answer="", by="timeout"
+                )
             )
+            self.move(RunState.DECIDING)
+            return None
         text = capped(answer.text, ANSWER_CAP)
         self.emit(
             QuestionAnswered(

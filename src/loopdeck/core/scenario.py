@@ -85,6 +85,8 @@ class Scenario(BaseModel):
     approval_ttl_s: float = Field(default=300.0, gt=0)
     # With an operator attached: pause and ask when any budget crosses this fraction.
     pause_at: float | None = Field(default=None, gt=0, lt=1)
+    # With an operator attached: how long a detected loop waits for their say.
+    loop_answer_s: float = Field(default=60.0, gt=0)
     model_timeout_s: float = Field(default=60.0, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
     model_profile: dict[str, Any] = Field(default_factory=dict)
