@@ -206,3 +206,39 @@ async def test_no_answer_in_time_leaves_the_guard_to_act_alone() -> None:
     assert outcome.stop_reason in (StopReason.NO_PROGRESS, StopReason.STALLED)
     [answered] = recorder.kinds("question_answered")
     assert answered.by == "timeout"
+
+
+async def test_the_console_pauses_at_a_budget_and_continues() -> None:
+    app = console_app(ENV, "solve", answers=True, max_turns=6)
+    runtime = app.prepared.runtime
+    runtime.config = runtime.config.model_copy(update={"pause_at": 0.5})
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, AnswerDialog))
+        assert "turns budget is at 50%" in str(app.screen.query_one("#answer-question").render())
+        assert run_screen(app).view.held == "answer"  # the operator's time, not the agent's
+        await pilot.press(*"continue", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        assert run_screen(app).outcome.stop_reason is StopReason.GOAL_MET
+
+
+async def test_the_console_puts_a_loop_to_the_operator_nudge_then_stop() -> None:
+    app = console_app(
+        SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover(), answers=True
+    )
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, AnswerDialog))
+        text = str(app.screen.query_one("#answer-question").render())
+        assert "c5 get_status() repeats a call from the same state" in text
+        assert "fingerprint" in text and "the same as c4" in text
+        await pilot.press(*"nudge read last_error", "enter")
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, AnswerDialog) and app.screen.question_id == "q2",
+        )
+        await pilot.press(*"stop", "enter")
+        await wait_until(pilot, lambda: finished(app))
+        outcome = run_screen(app).outcome
+        assert outcome.stop_reason is StopReason.NO_PROGRESS
+        assert "stopped by console" in outcome.detail
