@@ -130,6 +130,7 @@ def test_commands_to_a_finished_run_say_so_and_fail(cli) -> None:
         assert f"run {summary['run_id']} already ended (goal_met): nothing to {verb}" in err
 
 
+@pytest.mark.slow
 def test_runs_shows_a_paused_run_local_times_and_rounded_cost(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     db = tmp_path / "s.db"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
@@ -18,6 +19,7 @@ from loopdeck.store.database import Store
 from loopdeck.store.writer import EventWriter
 
 Listener = Callable[[], None]
+T = TypeVar("T")
 
 
 @dataclass
@@ -121,47 +123,53 @@ class StoreBackedQueue(ApprovalQueue):
         if self.store is None or self.writer is None:
             return await super().decide(request)
         store = self.store
-        await self.writer.flush()
-        local = asyncio.ensure_future(super().decide(request))
-        remote = asyncio.ensure_future(decision_from_store(store, request))
-        try:
-            done, _ = await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (local, remote):
-                if not task.done():
-                    task.cancel()
-        if remote in done:
-            return remote.result()
-        mine = local.result()
-        won = await queries.decide(
-            store,
-            request.run_id,
-            request.call_id,
-            approved=mine.approved,
-            by=mine.by,
-            reason=mine.reason,
+
+        async def claim(mine: ApprovalDecision) -> bool:
+            return await queries.decide(
+                store, request.run_id, request.call_id,
+                approved=mine.approved, by=mine.by, reason=mine.reason,
+            )  # fmt: skip
+
+        return await self._race(
+            super().decide(request), lambda: decision_from_store(store, request), claim
         )
-        if won:
-            return mine
-        return await decision_from_store(store, request)
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
         """The console's dialog and `loopdeck answer` race; the store decides the winner."""
         if self.store is None or self.writer is None:
             return await super().answer(run_id, question_id, question)
         store = self.store
-        await self.writer.flush()
-        local = asyncio.ensure_future(super().answer(run_id, question_id, question))
-        remote = asyncio.ensure_future(answer_from_store(store, run_id, question_id))
+
+        async def claim(mine: Answer) -> bool:
+            return await queries.answer(store, run_id, mine.text, mine.by, question_id=question_id)
+
+        return await self._race(
+            super().answer(run_id, question_id, question),
+            lambda: answer_from_store(store, run_id, question_id),
+            claim,
+        )
+
+    async def _race(
+        self,
+        local: Awaitable[T],
+        from_store: Callable[[], Awaitable[T]],
+        claim: Callable[[T], Awaitable[bool]],
+    ) -> T:
+        """This console's answer and one recorded in the store by anyone race: a remote one
+        wins as it is; a local one wins only if the store's atomic update takes it."""
+        assert self.writer is not None
+        await self.writer.flush()  # the pending row is visible to other processes from here
+        mine_task = asyncio.ensure_future(local)
+        remote = asyncio.ensure_future(from_store())
         try:
-            done, _ = await asyncio.wait({local, remote}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({mine_task, remote}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (local, remote):
+            for task in (mine_task, remote):
                 if not task.done():
                     task.cancel()
         if remote in done:
             return remote.result()
-        mine = local.result()
-        if await queries.answer(store, run_id, mine.text, mine.by, question_id=question_id):
+        mine = mine_task.result()
+        if await claim(mine):
             return mine
-        return await answer_from_store(store, run_id, question_id)
+        return await from_store()

@@ -66,7 +66,6 @@ class LoopdeckApp(App[int]):
         self.theme_problems: list[str] = []
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
-        self.from_launcher = False
         # The fleet is home when the console was opened on a store rather than on one run.
         self.fleet_home = prepared is None and link is None
         self.waiting_total = 0
@@ -107,10 +106,6 @@ class LoopdeckApp(App[int]):
         else:
             self.push_screen(FleetScreen(self.db_path, self.now))
 
-    def _open_launcher(self) -> None:
-        self.from_launcher = True
-        self.push_screen(LauncherScreen(self.db_path), self._launch)
-
     def _launch(self, choice: tuple[str, str] | None) -> None:
         if choice is None:
             return
@@ -121,24 +116,7 @@ class LoopdeckApp(App[int]):
         if path == "replay":
             self.push_screen(ReplayScreen(ReplayLink(self.db_path, script), self.now))
             return
-        if self.fleet_home:
-            self._start_local(path, script)
-            return
-        options = RunOptions(
-            env=path,
-            script=script,
-            model=self.launch_options.model,
-            api_base=self.launch_options.api_base,
-            mode=self.launch_options.mode,
-            budget_overrides=dict(self.launch_options.budget_overrides),
-        )
-        try:
-            self.prepared = prepare_run(options, approver=self.queue, answerer=self.queue)
-        except ScenarioError as exc:
-            self.notify(str(exc), title="cannot start", severity="error", timeout=15)
-            self._open_launcher()
-            return
-        self.push_screen(RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now))
+        self._start_local(path, script)
 
     def _start_local(self, path: str, script: str) -> None:
         """A new run of this console: recorded to the store, listed in the fleet, its screen
@@ -203,12 +181,6 @@ class LoopdeckApp(App[int]):
                 self.pop_screen()
             if self.screen is screen:
                 self.pop_screen()
-            return
-        if self.from_launcher:
-            while self.screen is not screen and len(self.screen_stack) > 1:
-                self.pop_screen()
-            self.pop_screen()
-            self._open_launcher()
             return
         self.exit(0)
 
