@@ -160,7 +160,7 @@ class LoopdeckApp(App[int]):
             self.pop_screen()
 
     def action_inbox(self) -> None:
-        if self.fleet_home and not isinstance(self.screen, InboxScreen):
+        if (self.fleet_home or self.db_path) and not isinstance(self.screen, InboxScreen):
             self.push_screen(InboxScreen(self.db_path, self.now))
 
     def on_unmount(self) -> None:
@@ -232,7 +232,7 @@ class LoopdeckApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         typing = isinstance(self.focused, Input)
         if action == "inbox":
-            return self.fleet_home and not typing
+            return (self.fleet_home or self.db_path is not None) and not typing
         if action in ("run_stop", "run_kill", "run_pause"):
             run = self._run_screen()
             return run is not None and run.running and not typing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +47,8 @@ class FleetScreen(Screen[None]):
         self.alerts = Alerts()
         self.filter_text = ""
         self.opened: set[str] = set()  # runs whose stop the operator has seen
+        self._stop_following = asyncio.Event()
+        self._store_closed = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
@@ -68,13 +71,22 @@ class FleetScreen(Screen[None]):
     async def follow(self) -> None:
         store = await Store.open(self.db_path)
         try:
-            while True:
+            while not self._stop_following.is_set():
                 if await self.fleet.refresh(store):
                     self.post_message(FleetChanged())
-                await asyncio.sleep(POLL_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_following.wait(), POLL_S)
         finally:
             # The close outlives a cancelled worker, so no query is left in flight at exit.
             await asyncio.shield(store.close())
+            self._store_closed.set()
+
+    async def on_unmount(self) -> None:
+        """Leave with the store closed: a query still running when the loop ends would
+        answer into a closed loop."""
+        self._stop_following.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._store_closed.wait(), 2.0)
 
     @on(FleetChanged)
     def _changed(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +48,8 @@ class InboxScreen(Screen[None]):
         self.entries: list[dict[str, Any]] = []
         self.store: Store | None = None
         self._counter = -1
+        self._stop_following = asyncio.Event()
+        self._store_closed = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         yield Static(id="inbox-header")
@@ -70,16 +73,24 @@ class InboxScreen(Screen[None]):
     async def follow(self) -> None:
         self.store = await Store.open(self.db_path)
         try:
-            while True:
+            while not self._stop_following.is_set():
                 counter = await queries.change_counter(self.store)
                 if counter != self._counter:
                     self._counter = counter
                     self.entries = await self._load(self.store)
                     self.post_message(InboxChanged())
-                await asyncio.sleep(POLL_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_following.wait(), POLL_S)
         finally:
             store, self.store = self.store, None
             await asyncio.shield(store.close())
+            self._store_closed.set()
+
+    async def on_unmount(self) -> None:
+        """Leave with the store closed (see FleetScreen.on_unmount)."""
+        self._stop_following.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._store_closed.wait(), 2.0)
 
     async def _load(self, store: Store) -> list[dict[str, Any]]:
         runs = {run["run_id"]: run for run in await queries.all_runs(store)}
