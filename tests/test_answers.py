@@ -19,6 +19,14 @@ from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
 ENV = SAMPLES / "order_support"
 
 
+def _question(app) -> str:
+    """The open question dialog's text, once it is on screen ("" before)."""
+    if not isinstance(app.screen, AnswerDialog):
+        return ""
+    found = app.screen.query("#answer-question")
+    return str(found.first().render()) if found else ""
+
+
 async def test_the_answer_reaches_the_model_and_the_run_goes_on() -> None:
     asked = []
 
@@ -58,10 +66,9 @@ async def test_without_an_operator_ask_user_still_stops_the_run() -> None:
 async def test_the_console_asks_the_operator_and_sends_the_answer() -> None:
     app = console_app(ENV, "ask-then-act", answers=True)
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, AnswerDialog))
+        await wait_until(pilot, lambda: "ORD-1042 or ORD-2001" in _question(app))
         screen = run_screen(app)
         assert screen.view.state.value == "awaiting_answer"
-        assert "ORD-1042 or ORD-2001" in str(app.screen.query_one("#answer-question").render())
         await pilot.press(*"ORD-1042", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         await pilot.press("a")
@@ -213,8 +220,7 @@ async def test_the_console_pauses_at_a_budget_and_continues() -> None:
     runtime = app.prepared.runtime
     runtime.config = runtime.config.model_copy(update={"pause_at": 0.5})
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, AnswerDialog))
-        assert "turns budget is at 50%" in str(app.screen.query_one("#answer-question").render())
+        await wait_until(pilot, lambda: "turns budget is at 50%" in _question(app))
         assert run_screen(app).view.held == "answer"  # the operator's time, not the agent's
         await pilot.press(*"continue", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
@@ -228,8 +234,8 @@ async def test_the_console_puts_a_loop_to_the_operator_nudge_then_stop() -> None
         SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover(), answers=True
     )
     async with app.run_test(size=(160, 48)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, AnswerDialog))
-        text = str(app.screen.query_one("#answer-question").render())
+        await wait_until(pilot, lambda: "repeats a call" in _question(app))
+        text = _question(app)
         assert "c5 get_status() repeats a call from the same state" in text
         assert "fingerprint" in text and "the same as c4" in text
         await pilot.press(*"nudge read last_error", "enter")

@@ -232,7 +232,12 @@ async def test_launcher_lists_envs_and_enter_starts_a_run() -> None:
     app = LoopdeckApp()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("n")  # from the fleet, the console's home
-        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list"))
+            ),
+        )
         option_list = app.screen.query_one("#launcher-list")
         ids = [option_list.get_option_at_index(i).id for i in range(option_list.option_count)]
         target = next(i for i, oid in enumerate(ids) if oid and oid.endswith("\nescalate"))

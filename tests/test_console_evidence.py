@@ -25,7 +25,8 @@ def _text(widget) -> str:
 
 
 def _dialog(app) -> bool:
-    return isinstance(app.screen, ApprovalDialog)
+    """The approval dialog is up and composed (queried only once its widgets exist)."""
+    return isinstance(app.screen, ApprovalDialog) and bool(app.screen.query("#approval-meta"))
 
 
 async def test_transcript_holds_the_whole_evidence_and_search_finds_it() -> None:
@@ -33,7 +34,12 @@ async def test_transcript_holds_the_whole_evidence_and_search_finds_it() -> None
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("t")
-        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, TranscriptScreen) and bool(app.screen.query(TranscriptLog))
+            ),
+        )
         log = app.screen.query_one(TranscriptLog)
         text = "\n".join(entry.text for entry in log._entries)
         assert "Bring the orders service back" in text  # the goal
@@ -61,7 +67,12 @@ async def test_transcript_follows_the_tail_until_scrolled_up() -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("t")
-        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, TranscriptScreen) and bool(app.screen.query(TranscriptLog))
+            ),
+        )
         log = app.screen.query_one(TranscriptLog)
         await wait_until(pilot, lambda: log.max_scroll_y > 0 and log.is_vertical_scroll_end)
         await pilot.press("up")
@@ -134,7 +145,14 @@ async def test_an_expired_receipt_says_so_and_the_new_ask_says_why() -> None:
         first = app.screen
         await wait_until(pilot, lambda: "has expired" in _text(first.query_one("#approval-expiry")))
         await pilot.press("a")
-        await wait_until(pilot, lambda: _dialog(app) and app.screen.request.asked_again != "")
+        await wait_until(
+            pilot,
+            lambda: (
+                _dialog(app)
+                and app.screen.request.asked_again != ""
+                and bool(app.screen.query("#approval-again"))
+            ),
+        )
         again = _text(app.screen.query_one("#approval-again"))
         assert "Asked again" in again and "expired" in again
 
@@ -200,7 +218,12 @@ async def test_a_run_started_from_the_fleet_returns_to_it() -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         fleet = app.screen
         await pilot.press("n")
-        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list"))
+            ),
+        )
         options = app.screen.query_one("#launcher-list")
         ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
         options.highlighted = next(

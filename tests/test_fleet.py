@@ -80,7 +80,12 @@ async def test_a_run_of_this_console_keeps_running_behind_the_fleet(tmp_path) ->
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         fleet = app.screen
         await pilot.press("n")
-        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list"))
+            ),
+        )
         options = app.screen.query_one("#launcher-list")
         ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
         target = next(
