@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import EVENT_ADAPTER, EventBase
@@ -128,6 +129,8 @@ class StoreLink:
         self._risks: dict[str, str] = {}
         self._requested: dict[str, ApprovalRequest] = {}
         self._questions: dict[str, str] = {}
+        self._closing: asyncio.Event | None = None
+        self._closed: asyncio.Event | None = None
         self.phase = "the run's first events from the store"
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
@@ -139,27 +142,15 @@ class StoreLink:
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
     async def drive(self) -> RunOutcome | None:
+        self._closing, self._closed = asyncio.Event(), asyncio.Event()
         self.store = await Store.open(self.db_path, create=False)
         try:
             seq, since_crash_check, stopped = 0, 0.0, False
-            while not stopped:
+            while not stopped and not self._closing.is_set():
                 for row in await queries.events_after(self.store, self.run_id, seq):
                     event = EVENT_ADAPTER.validate_json(row["body"])
                     seq = row["seq"]
-                    if event.kind == "call_proposed":
-                        self._risks[event.tool] = event.risk
-                    elif event.kind == "question_asked":
-                        self._questions[event.question_id] = event.question
-                        self._notify()
-                    elif event.kind in ("question_answered", "run_stopped") and self._questions:
-                        self._questions.pop(getattr(event, "question_id", ""), None)
-                        if event.kind == "run_stopped":
-                            self._questions.clear()
-                        self._notify()
-                    elif event.kind == "approval_requested":
-                        self._requested[event.call_id] = ApprovalRequest(
-                            **event.model_dump(exclude={"kind", "seq", "at"})
-                        )
+                    self._note(event)
                     stopped = stopped or event.kind == "run_stopped"
                     for sink in list(self._sinks):
                         sink(event)
@@ -169,12 +160,40 @@ class StoreLink:
                     since_crash_check = 0.0
                     await queries.mark_crashed_runners(self.store)
                 if not stopped:
-                    await asyncio.sleep(self.POLL_S)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), self.POLL_S)
             await self._refresh_pending()
             return None
         finally:
-            await self.store.close()
-            self.store = None
+            store, self.store = self.store, None
+            await asyncio.shield(store.close())
+            self._closed.set()
+
+    async def close(self) -> None:
+        """Stop following and wait for the store to close: a query still running when the
+        loop ends would answer into a closed loop."""
+        if self._closing is None or self._closed is None:
+            return
+        self._closing.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closed.wait(), 2.0)
+
+    def _note(self, event: Any) -> None:
+        """What the console asks the link about, kept from the events as they pass."""
+        if event.kind == "call_proposed":
+            self._risks[event.tool] = event.risk
+        elif event.kind == "question_asked":
+            self._questions[event.question_id] = event.question
+            self._notify()
+        elif event.kind in ("question_answered", "run_stopped") and self._questions:
+            self._questions.pop(getattr(event, "question_id", ""), None)
+            if event.kind == "run_stopped":
+                self._questions.clear()
+            self._notify()
+        elif event.kind == "approval_requested":
+            self._requested[event.call_id] = ApprovalRequest(
+                **event.model_dump(exclude={"kind", "seq", "at"})
+            )
 
     async def _refresh_pending(self) -> None:
         assert self.store is not None

@@ -122,9 +122,12 @@ class RunScreen(Screen[None]):
     def _queue_changed(self) -> None:
         self.post_message(ApprovalsChanged())
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
+        close = getattr(self.link, "close", None)
+        if close is not None:
+            await close()
 
     def on_resize(self, event: events.Resize) -> None:
         self._check_size(event.size.width, event.size.height)
