@@ -33,7 +33,8 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
             await wait_until(pilot, lambda: fleet.fleet.waiting == 2, timeout=60)
             ordered = fleet.fleet.ordered()
             assert all(row.needs_operator == "approval" for row in ordered[:2])
-            assert "2 approvals waiting" in str(fleet.query_one("#fleet-header").render())
+            header = fleet.query_one("#fleet-header")
+            await wait_until(pilot, lambda: "2 approvals waiting" in str(header.render()))
             await pilot.press("i")
             await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
             inbox = app.screen
