@@ -10,6 +10,7 @@ from conftest import SAMPLES
 from console_helpers import console_app, finished, wait_until
 
 from loopdeck.operator import transcript
+from loopdeck.operator.runview import RunView
 from loopdeck.tui import calls_table, panels
 from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.transcript_view import TranscriptScreen
@@ -25,6 +26,8 @@ def _masked(monkeypatch):
     monkeypatch.setattr(transcript, "ms_text", lambda ms: "· ms")
     monkeypatch.setattr(transcript, "clock_text", lambda at: "hh:mm:ss")
     monkeypatch.setattr(panels, "SPINNER", "*")
+    # the agent's and the operator's clocks come from real time (how long a key took to come)
+    monkeypatch.setattr(RunView, "times", lambda self, now: (0.0, 0.0))
 
 
 def _app(theme):
