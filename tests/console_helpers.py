@@ -68,3 +68,22 @@ async def wait_until(
 def finished(app: LoopdeckApp) -> bool:
     screen = run_screen(app)
     return screen is not None and screen.outcome is not None
+
+
+async def start_from_fleet(pilot: Pilot[Any], app: LoopdeckApp, env: str, script: str) -> Any:
+    """`n` on the fleet, choose env/script in the launcher, enter: the new run's screen."""
+    from loopdeck.tui.launcher import LauncherScreen
+
+    await pilot.press("n")
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list")),
+    )
+    options = app.screen.query_one("#launcher-list")
+    ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+    options.highlighted = next(
+        i for i, oid in enumerate(ids) if oid and f"/{env}\n" in oid and oid.endswith(f"\n{script}")
+    )
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: bool(app.local_runs))
+    return list(app.local_runs.values())[-1]

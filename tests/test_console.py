@@ -1,7 +1,7 @@
 """The console driven as a person would: keys in, the runtime's outcome asserted."""
 
 from conftest import HARNESS, SAMPLES
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, run_screen, start_from_fleet, wait_until
 from textual.widgets import Input
 
 from loopdeck.core.approvals import AutoApprover
@@ -227,25 +227,10 @@ async def test_run_commands_are_in_the_palette() -> None:
 
 async def test_launcher_lists_envs_and_enter_starts_a_run() -> None:
     from loopdeck.tui.app import LoopdeckApp
-    from loopdeck.tui.launcher import LauncherScreen
 
     app = LoopdeckApp()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("n")  # from the fleet, the console's home
-        await wait_until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list"))
-            ),
-        )
-        option_list = app.screen.query_one("#launcher-list")
-        ids = [option_list.get_option_at_index(i).id for i in range(option_list.option_count)]
-        target = next(i for i, oid in enumerate(ids) if oid and oid.endswith("\nescalate"))
-        option_list.highlighted = target
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: finished(app))
-        await wait_until(pilot, lambda: bool(app.local_runs))
-        [screen] = app.local_runs.values()
+        screen = await start_from_fleet(pilot, app, "order_support", "escalate")
         await wait_until(pilot, lambda: screen.outcome is not None)
         assert screen.outcome.stop_reason is StopReason.HANDOFF
 

@@ -4,7 +4,7 @@ quitting as a decision. Driven with Textual's pilot, as a person would."""
 from datetime import UTC, datetime, timedelta
 
 from conftest import SAMPLES
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, run_screen, start_from_fleet, wait_until
 from textual.widgets import Input
 
 from loopdeck.core.approvals import AutoApprover
@@ -211,27 +211,12 @@ async def test_q_on_a_live_run_asks_and_records_killed_not_crashed() -> None:
 async def test_a_run_started_from_the_fleet_returns_to_it() -> None:
     from loopdeck.tui.app import LoopdeckApp
     from loopdeck.tui.fleet_screen import FleetScreen
-    from loopdeck.tui.launcher import LauncherScreen
 
     app = LoopdeckApp()
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         fleet = app.screen
-        await pilot.press("n")
-        await wait_until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list"))
-            ),
-        )
-        options = app.screen.query_one("#launcher-list")
-        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
-        options.highlighted = next(
-            i for i, oid in enumerate(ids) if oid and oid.endswith("\nescalate")
-        )
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: bool(app.local_runs))
-        [screen] = app.local_runs.values()
+        screen = await start_from_fleet(pilot, app, "order_support", "escalate")
         await wait_until(pilot, lambda: screen.outcome is not None)
         await pilot.press("q")
         await wait_until(pilot, lambda: app.screen is fleet)

@@ -4,14 +4,13 @@ approvals inbox across runs, and escape back to the fleet without stopping anyth
 from __future__ import annotations
 
 from conftest import SAMPLES
-from console_helpers import wait_until
+from console_helpers import start_from_fleet, wait_until
 from store_helpers import last_json, start_runner
 from textual.widgets import Input
 
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.inbox import InboxScreen
-from loopdeck.tui.launcher import LauncherScreen
 
 SIZE = (160, 48)
 
@@ -80,24 +79,8 @@ async def test_a_run_of_this_console_keeps_running_behind_the_fleet(tmp_path) ->
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         fleet = app.screen
-        await pilot.press("n")
-        await wait_until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list"))
-            ),
-        )
-        options = app.screen.query_one("#launcher-list")
-        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
-        target = next(
-            i
-            for i, oid in enumerate(ids)
-            if oid and "order_support" in oid and oid.endswith("\nsolve")
-        )
-        options.highlighted = target
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: bool(app.local_runs))
-        [(run_id, screen)] = app.local_runs.items()
+        screen = await start_from_fleet(pilot, app, "order_support", "solve")
+        [run_id] = app.local_runs
         await wait_until(pilot, lambda: bool(screen.link.pending()), timeout=60)
         # leave the run waiting: escape goes back to the fleet, nothing stops
         while app.screen is not fleet:
