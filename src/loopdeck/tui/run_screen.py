@@ -43,6 +43,7 @@ from loopdeck.tui.panels import (
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 FRAME_INTERVAL_S = 1 / 20
+PANEL_BURST = 40  # transcript entries the side panel paints per frame at most
 SPIN_INTERVAL_S = 0.2
 MIN_SIZE = (80, 24)
 
@@ -192,7 +193,8 @@ class RunScreen(Screen[None]):
             return
         panel = self.query_one("#transcript-panel", TranscriptLog)
         if panel.display:
-            panel.add(entries)
+            # The panel is a live tail: a runaway's burst shows its last entries (`t` has all).
+            panel.add(entries[-PANEL_BURST:])
         if self._transcript_screen is not None:
             self._transcript_screen.add(entries)
 
