@@ -19,6 +19,21 @@ from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
 ENV = SAMPLES / "order_support"
 
 
+async def _run(options: RunOptions, answerer, **config) -> tuple:
+    """Run with an operator (`answerer`) and auto-approved writes; (outcome, recorder)."""
+    bus, recorder = EventBus(), Recorder()
+    bus.subscribe(recorder)
+    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=answerer)
+    runtime = prepared.runtime
+    if config:
+        runtime.config = runtime.config.model_copy(update=config)
+    try:
+        outcome = await runtime.run()
+    finally:
+        prepared.cleanup()
+    return outcome, recorder
+
+
 def _question(app) -> str:
     """The open question dialog's text, once it is on screen ("" before)."""
     if not isinstance(app.screen, AnswerDialog):
@@ -35,14 +50,8 @@ async def test_the_answer_reaches_the_model_and_the_run_goes_on() -> None:
             asked.append((question_id, question))
             return Answer(text="ORD-1042, please", by="test")
 
-    bus, recorder = EventBus(), Recorder()
-    bus.subscribe(recorder)
     options = RunOptions(env=str(ENV), script="ask-then-act", approve="auto")
-    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=Operator())
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, recorder = await _run(options, Operator())
     assert outcome.stop_reason is StopReason.GOAL_MET
     assert asked == [("q1", "Which order should I change: ORD-1042 or ORD-2001?")]
     states = [e.target.value for e in recorder.kinds("state_changed")]
@@ -106,17 +115,11 @@ async def _run_with_pause(answers: list[str], **overrides):
             asked.append(question)
             return Answer(text=answers.pop(0), by="test")
 
-    bus, recorder = EventBus(), Recorder()
-    bus.subscribe(recorder)
     options = RunOptions(
         env=str(ENV), script="solve", approve="auto", pause_at=0.5,
         budget_overrides={"max_turns": 6, **overrides},
     )  # fmt: skip
-    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=Operator())
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, recorder = await _run(options, Operator())
     return outcome, recorder, asked
 
 
@@ -163,16 +166,8 @@ async def _loop_run(answers: list[str | None], loop_answer_s: float = 60.0, scri
                 await asyncio.Event().wait()  # never answers
             return Answer(text=text, by="test")
 
-    bus, recorder = EventBus(), Recorder()
-    bus.subscribe(recorder)
     options = RunOptions(env=str(SAMPLES / "service_outage"), script=script, approve="auto")
-    prepared = prepare_run(options, approver=AutoApprover(), bus=bus, answerer=Operator())
-    runtime = prepared.runtime
-    runtime.config = runtime.config.model_copy(update={"loop_answer_s": loop_answer_s})
-    try:
-        outcome = await runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, recorder = await _run(options, Operator(), loop_answer_s=loop_answer_s)
     return outcome, recorder, asked
 
 

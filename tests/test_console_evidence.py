@@ -29,18 +29,21 @@ def _dialog(app) -> bool:
     return isinstance(app.screen, ApprovalDialog) and bool(app.screen.query("#approval-meta"))
 
 
+async def _open_transcript(pilot, app) -> TranscriptLog:
+    """`t`, then the transcript's log once it is on screen."""
+    await pilot.press("t")
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, TranscriptScreen) and bool(app.screen.query(TranscriptLog)),
+    )
+    return app.screen.query_one(TranscriptLog)
+
+
 async def test_transcript_holds_the_whole_evidence_and_search_finds_it() -> None:
     app = console_app(SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover())
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
-        await pilot.press("t")
-        await wait_until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, TranscriptScreen) and bool(app.screen.query(TranscriptLog))
-            ),
-        )
-        log = app.screen.query_one(TranscriptLog)
+        log = await _open_transcript(pilot, app)
         text = "\n".join(entry.text for entry in log._entries)
         assert "Bring the orders service back" in text  # the goal
         assert "1. Read the status." in text  # every plan
@@ -66,14 +69,7 @@ async def test_transcript_follows_the_tail_until_scrolled_up() -> None:
     app = console_app(SAMPLES / "service_outage", "wrong-guess", approver=AutoApprover())
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_until(pilot, lambda: finished(app))
-        await pilot.press("t")
-        await wait_until(
-            pilot,
-            lambda: (
-                isinstance(app.screen, TranscriptScreen) and bool(app.screen.query(TranscriptLog))
-            ),
-        )
-        log = app.screen.query_one(TranscriptLog)
+        log = await _open_transcript(pilot, app)
         await wait_until(pilot, lambda: log.max_scroll_y > 0 and log.is_vertical_scroll_end)
         await pilot.press("up")
         assert not log.following

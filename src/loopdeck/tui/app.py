@@ -109,14 +109,7 @@ class LoopdeckApp(App[int]):
     def _launch(self, choice: tuple[str, str] | None) -> None:
         if choice is None:
             return
-        path, script = choice
-        if path == "attach":
-            self.push_screen(RunScreen(StoreLink(self.db_path, script), self.now))
-            return
-        if path == "replay":
-            self.push_screen(ReplayScreen(ReplayLink(self.db_path, script), self.now))
-            return
-        self._start_local(path, script)
+        self._start_local(*choice)
 
     def _start_local(self, path: str, script: str) -> None:
         """A new run of this console: recorded to the store, listed in the fleet, its screen
@@ -143,7 +136,7 @@ class LoopdeckApp(App[int]):
         self.push_screen(f"run-{run_id}")
 
     def new_run(self) -> None:
-        self.push_screen(LauncherScreen(self.db_path, runs=False), self._launch)
+        self.push_screen(LauncherScreen(), self._launch)
 
     def open_run(self, run_id: str, live: bool) -> None:
         """From the fleet: a run of this console, another process's live run, or a replay."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from rich.text import Text
@@ -210,7 +210,3 @@ class FleetScreen(Screen[None]):
         if box.display:
             box.value = ""
             self._filtered("")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
