@@ -9,6 +9,7 @@ import time
 from conftest import SAMPLES, Recorder
 from console_helpers import console_app, finished, run_screen, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
+from textual.widgets import Input
 
 from loopdeck.core.approvals import Answer, AutoApprover
 from loopdeck.core.events import CallStatus, EventBus
@@ -32,6 +33,16 @@ async def _run(options: RunOptions, answerer, **config) -> tuple:
     finally:
         prepared.cleanup()
     return outcome, recorder
+
+
+async def _answer(pilot, app, text: str) -> None:
+    """Type into the question dialog once its box has the focus: before that, a letter would
+    reach the console's own keys (`s` stops the run, `p` pauses it)."""
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, AnswerDialog) and isinstance(app.screen.focused, Input),
+    )
+    await pilot.press(*text, "enter")
 
 
 def _question(app) -> str:
@@ -78,7 +89,7 @@ async def test_the_console_asks_the_operator_and_sends_the_answer() -> None:
         await wait_until(pilot, lambda: "ORD-1042 or ORD-2001" in _question(app))
         screen = run_screen(app)
         assert screen.view.state.value == "awaiting_answer"
-        await pilot.press(*"ORD-1042", "enter")
+        await _answer(pilot, app, "ORD-1042")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         await pilot.press("a")
         await wait_until(pilot, lambda: finished(app))
@@ -217,7 +228,7 @@ async def test_the_console_pauses_at_a_budget_and_continues() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: "turns budget is at 50%" in _question(app))
         assert run_screen(app).view.held == "answer"  # the operator's time, not the agent's
-        await pilot.press(*"continue", "enter")
+        await _answer(pilot, app, "continue")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         await pilot.press("a")
         await wait_until(pilot, lambda: finished(app))
@@ -233,12 +244,12 @@ async def test_the_console_puts_a_loop_to_the_operator_nudge_then_stop() -> None
         text = _question(app)
         assert "c5 get_status() repeats a call from the same state" in text
         assert "fingerprint" in text and "the same as c4" in text
-        await pilot.press(*"nudge read last_error", "enter")
+        await _answer(pilot, app, "nudge read last_error")
         await wait_until(
             pilot,
             lambda: isinstance(app.screen, AnswerDialog) and app.screen.question_id == "q2",
         )
-        await pilot.press(*"stop", "enter")
+        await _answer(pilot, app, "stop")
         await wait_until(pilot, lambda: finished(app))
         outcome = run_screen(app).outcome
         assert outcome.stop_reason is StopReason.NO_PROGRESS
