@@ -12,7 +12,7 @@ from loopdeck.core.scenario import Script, ScriptedPrice
 from loopdeck.llm.loader import litellm_module
 from loopdeck.llm.profile import ModelProfile, profile_for
 from loopdeck.llm.prompt_program import check_layers, compile_request
-from loopdeck.llm.script_player import count_tokens, prompt_text
+from loopdeck.llm.script_player import prompt_tokens
 from loopdeck.llm.scripted_provider import PROVIDER, ensure_registered, register_script
 
 SCRIPTED = "scripted"
@@ -92,12 +92,12 @@ class LiteLLMModel:
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         if self._script_key is not None:
-            return count_tokens(prompt_text(messages, []))
+            return prompt_tokens(messages, [])
         litellm = litellm_module()
         try:
             return int(litellm.token_counter(model=self.name, messages=messages))
         except Exception:  # no tokenizer for this model: estimate
-            return count_tokens(prompt_text(messages, []))
+            return prompt_tokens(messages, [])
 
     def _request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         kwargs = compile_request(request, self.profile, temperature=self.temperature)
@@ -106,6 +106,8 @@ class LiteLLMModel:
         if self._script_key is not None:
             ensure_registered()
             kwargs["model"] = f"{PROVIDER}/{request.role}"
+            kwargs["input_cost_per_token"] = self.price.input_per_million / 1e6
+            kwargs["output_cost_per_token"] = self.price.output_per_million / 1e6
             kwargs["metadata"] = {
                 "loopdeck_script": self._script_key,
                 "loopdeck_role": request.role,
@@ -119,6 +121,12 @@ class LiteLLMModel:
         return kwargs
 
     def _cost(self, litellm: Any, response: Any) -> float | None:
+        # LiteLLM prices every response as it returns it (the scripted one at the script's
+        # per-token price, passed with the call): read that instead of pricing it twice.
+        hidden = getattr(response, "_hidden_params", None) or {}
+        priced = hidden.get("response_cost")
+        if isinstance(priced, int | float) and (self._script_key or self.profile.known_price):
+            return float(priced)
         try:
             if self._script_key is not None:
                 return float(

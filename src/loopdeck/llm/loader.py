@@ -12,6 +12,11 @@ from typing import Any
 def litellm_module() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
+    # LiteLLM's success logging copies every message of every call to cut base64 images
+    # short for its log callbacks: a walk that grows with the conversation and ran on the
+    # caller's event loop. loopdeck sends no images (text and tool JSON only), so the walk
+    # finds nothing; 0 turns it off. Cost, usage and error mapping do not depend on it.
+    os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
     import litellm
 
     litellm.telemetry = False

@@ -38,6 +38,46 @@ def prompt_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
     return "".join(parts)
 
 
+# The length of each tool call as JSON, by what it says: a conversation is resent whole on
+# every turn, and serializing its old calls again made each turn cost more than the last.
+_call_lengths: dict[tuple[Any, ...], int] = {}
+_CALL_LENGTHS_KEPT = 100_000
+
+
+def _calls_length(calls: list[Any]) -> int:
+    """len(json.dumps(calls)); a call seen before (same id, tool and arguments) is not
+    serialized again."""
+    total = 2 + 2 * (len(calls) - 1)  # the list's brackets and separators
+    for call in calls:
+        try:
+            function = call["function"]
+            key = (call["id"], function["name"], function["arguments"])
+            length = _call_lengths.get(key)
+        except (TypeError, KeyError):  # not the shape the runtime sends (or unhashable)
+            total += len(json.dumps(call))
+            continue
+        if length is None:
+            if len(_call_lengths) >= _CALL_LENGTHS_KEPT:
+                _call_lengths.clear()
+            length = _call_lengths[key] = len(json.dumps(call))
+        total += length
+    return total
+
+
+def prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """`count_tokens(prompt_text(...))` without building the text: the same figure."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        chars += len(content) if isinstance(content, str) else len(str(content or ""))
+        calls = message.get("tool_calls")
+        if calls:
+            chars += _calls_length(calls) if isinstance(calls, list) else len(json.dumps(calls))
+    if tools:
+        chars += len(json.dumps(tools))
+    return max(1, math.ceil(chars / 4)) if chars else 0
+
+
 EXHAUSTED = ScriptTurn(final="(the script has no more turns)", reason_code="SCRIPT_EXHAUSTED")
 
 
@@ -57,23 +97,23 @@ def play(
     tools: list[dict[str, Any]],
     react: bool,
 ) -> ScriptedReply:
-    prompt_tokens = count_tokens(prompt_text(messages, tools))
+    tokens = prompt_tokens(messages, tools)
     if role == "planner":
         plan = script.plan_for(round_no)
-        return ScriptedReply(plan, [], prompt_tokens, count_tokens(plan))
+        return ScriptedReply(plan, [], tokens, count_tokens(plan))
     index = sum(1 for m in messages if m.get("role") == "assistant")
     turn = next_turn(script.turns_for(None if react else round_no), index)
     if turn.tool is not None:
         arguments = json.dumps(turn.args or {})
         call = ScriptedCall(id=f"call_{round_no}_{index}", name=turn.tool, arguments=arguments)
         content = f"Step {turn.step}." if turn.step is not None else None
-        return ScriptedReply(content, [call], prompt_tokens, count_tokens(turn.tool + arguments))
+        return ScriptedReply(content, [call], tokens, count_tokens(turn.tool + arguments))
     if turn.raw is not None:
-        return ScriptedReply(turn.raw, [], prompt_tokens, count_tokens(turn.raw))
+        return ScriptedReply(turn.raw, [], tokens, count_tokens(turn.raw))
     kind, message = next(
         (k, v)
         for k, v in (("final", turn.final), ("ask_user", turn.ask_user), ("handoff", turn.handoff))
         if v is not None
     )
     envelope = json.dumps({"type": kind, "message": message, "reason_code": turn.reason_code})
-    return ScriptedReply(envelope, [], prompt_tokens, count_tokens(envelope))
+    return ScriptedReply(envelope, [], tokens, count_tokens(envelope))

@@ -1,0 +1,194 @@
+"""Model calls through LiteLLM (issue 11, targets 1 and 2).
+
+1. The per-call cost of `LiteLLMModel("scripted")` at 20 and at 500 messages of history, and
+   the steps/s of a supervised run of 20 and of 200 steps: flat in history means the long
+   ones cost at most 1.5x (calls) and run at least 0.8x as fast (runs).
+2. The supervised loop at 200 steps next to pydantic-ai's own agent loop with its in-process
+   `FunctionModel` (same tool, 200 steps), and next to LiteLLM's own floor: `litellm.acompletion`
+   alone, on the same scripted provider with the same growing history.
+
+    .venv/bin/python bench/model_path.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from steps_per_second import StepArgs
+from targets_table import Row, print_table
+
+from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
+from loopdeck.core.model import ModelRequest
+from loopdeck.core.scenario import Script, ScriptTurn
+from loopdeck.llm.client import LiteLLMModel
+from loopdeck.llm.loader import litellm_module
+
+SCRIPT = Script(
+    planner=["1. Poll the job until it finishes."],
+    executor=[ScriptTurn(tool="poll", args={"i": 1}, repeat=True)],
+)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "poll",
+            "description": "Poll the job.",
+            "parameters": {"type": "object", "properties": {"i": {"type": "integer"}}},
+        },
+    }
+]
+
+
+class PollingEnv(Environment):
+    def snapshot(self) -> dict[str, Any]:
+        return {"job": "running"}
+
+    def unmet(self, snapshot: dict[str, Any]) -> list[str]:
+        return ["the job is still running"]
+
+    @tool(args=StepArgs, exempt=True)
+    def poll(self, args: StepArgs) -> dict[str, Any]:
+        """Poll the job."""
+        return {"status": "running", "i": args.i}
+
+
+def conversation(length: int) -> list[dict[str, Any]]:
+    """A conversation shaped like the runtime's: calls and their results, alternating."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an operations agent. " * 20},
+        {"role": "user", "content": "Goal: the job finishes."},
+    ]
+    i = 0
+    while len(messages) < length:
+        i += 1
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "poll", "arguments": "{}"}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        result = json.dumps({"ok": True, "data": {"status": "running", "i": i}, "error": None})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": result})
+    return messages[:length]
+
+
+async def per_call_ms(model: LiteLLMModel, length: int, calls: int = 200) -> float:
+    request = ModelRequest(role="executor", round=1, messages=conversation(length), tools=TOOLS)
+    for _ in range(20):
+        await model.complete(request)
+    start = time.perf_counter()
+    for _ in range(calls):
+        await model.complete(request)
+    return (time.perf_counter() - start) / calls * 1000
+
+
+def runtime_for(steps: int) -> Runtime:
+    budget = Budget(
+        max_turns=steps + 1, max_tool_calls=10**9, max_tokens=10**12, max_cost_usd=10**6,
+        deadline_s=3600, max_rounds=1,
+    )  # fmt: skip
+    config = RunConfig(env="bench", model="scripted", goal="the job finishes", budget=budget)
+    model = LiteLLMModel("scripted", script=SCRIPT)
+    return Runtime(config, PollingEnv(Path("."), {}), model, AutoApprover())
+
+
+async def supervised_rate(steps: int) -> float:
+    runtime = runtime_for(steps)
+    start = time.perf_counter()
+    outcome = await runtime.run()
+    elapsed = time.perf_counter() - start
+    assert outcome.tool_calls == steps, outcome
+    return steps / elapsed
+
+
+async def floor_rate(steps: int) -> float:
+    """litellm.acompletion alone: the same provider, kwargs and growing history."""
+    litellm = litellm_module()
+    model = LiteLLMModel("scripted", script=SCRIPT)
+    messages = conversation(2)
+    start = time.perf_counter()
+    for i in range(1, steps + 1):
+        request = ModelRequest(role="executor", round=1, messages=messages, tools=TOOLS)
+        response = await litellm.acompletion(**model._request_kwargs(request))
+        call = response.choices[0].message.tool_calls[0]
+        messages.append(
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.function.name, "arguments": call.function.arguments}}
+            ]}
+        )  # fmt: skip
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": f'{{"i": {i}}}'})
+    return steps / (time.perf_counter() - start)
+
+
+async def peer_rate(steps: int) -> float | None:
+    """pydantic-ai's agent loop, unsupervised, with its in-process FunctionModel."""
+    try:
+        from pydantic_ai import Agent
+        from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+        from pydantic_ai.models.function import AgentInfo, FunctionModel
+        from pydantic_ai.usage import UsageLimits
+    except ImportError:
+        return None
+    done = 0
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal done
+        done += 1
+        if done > steps:
+            return ModelResponse(parts=[TextPart("the job finished")])
+        return ModelResponse(parts=[ToolCallPart("poll", {"i": done})])
+
+    agent = Agent(FunctionModel(reply))
+
+    @agent.tool_plain
+    def poll(i: int) -> dict[str, Any]:
+        """Poll the job."""
+        return {"status": "running", "i": i}
+
+    start = time.perf_counter()
+    await agent.run("the job finishes", usage_limits=UsageLimits(request_limit=None))
+    return steps / (time.perf_counter() - start)
+
+
+def best(samples: list[float], higher: bool = True) -> float:
+    return max(samples) if higher else min(samples)
+
+
+async def measure() -> list[Row]:
+    litellm_module()
+    model = LiteLLMModel("scripted", script=SCRIPT)
+    await supervised_rate(5)  # LiteLLM's first calls set things up: not part of any figure
+    short_ms = best([await per_call_ms(model, 20) for _ in range(3)], higher=False)
+    long_ms = best([await per_call_ms(model, 500) for _ in range(3)], higher=False)
+    print(f"LiteLLMModel call: {short_ms:.2f} ms at 20 messages, {long_ms:.2f} ms at 500")
+    short_rate = best([await supervised_rate(20) for _ in range(5)])
+    long_rate = best([await supervised_rate(200) for _ in range(3)])
+    print(f"supervised run: {short_rate:.0f} steps/s at 20 steps, {long_rate:.0f} at 200")
+    floor = best([await floor_rate(200) for _ in range(3)])
+    print(f"litellm.acompletion alone, 200 calls of growing history: {floor:.0f} calls/s")
+    peers = [await peer_rate(200) for _ in range(3)]
+    rows = [
+        Row("1 call cost, 500 vs 20 msgs", f"{long_ms:.2f} ms", f"{short_ms:.2f} ms",
+            long_ms / short_ms, "<= 1.5x"),
+        Row("1 run rate, 200 vs 20 steps", f"{long_rate:.0f} steps/s", f"{short_rate:.0f} steps/s",
+            long_rate / short_rate, ">= 0.8x"),
+        Row("2 vs LiteLLM floor, 200 steps", f"{long_rate:.0f} steps/s", f"{floor:.0f} calls/s",
+            long_rate / floor, ">= 0.9x"),
+    ]  # fmt: skip
+    if peers[0] is None:
+        print("pydantic-ai is not installed: `make bench` installs it (the bench extra)")
+        return rows
+    peer = best([p for p in peers if p is not None])
+    print(f"pydantic-ai FunctionModel agent loop, 200 steps: {peer:.0f} steps/s")
+    print(f"LiteLLM's floor is {floor / peer:.2f}x the peer")
+    rows.insert(
+        2,
+        Row("2 vs pydantic-ai, 200 steps", f"{long_rate:.0f} steps/s", f"{peer:.0f} steps/s",
+            long_rate / peer, ">= 2x"),
+    )  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    print_table(asyncio.run(measure()))
