@@ -41,6 +41,9 @@ class EventWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        # Calls that asked for approval: only their results touch the approvals table, so a
+        # read-only runaway's batch is one INSERT, not one statement per event.
+        self._asked: set[str] = set()
 
     def __call__(self, event: EventBase) -> None:
         self._queue.append(event)
@@ -203,6 +206,7 @@ class EventWriter:
                 (e.state.value, e.stop_reason.value, e.detail, e.at.isoformat(), e.run_id),
             )
         elif kind == "approval_requested":
+            self._asked.add(e.call_id)  # its outcome goes on the approval's row
             await db.execute(
                 "INSERT OR REPLACE INTO approvals (run_id, call_id, tool, args, requested_at,"
                 " expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending')",
@@ -235,7 +239,7 @@ class EventWriter:
                 " AND state = 'pending'",
                 (e.run_id, e.call_id),
             )
-        elif kind == "tool_finished":
+        elif kind == "tool_finished" and e.call_id in self._asked:
             await db.execute(
                 "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
                 (e.status.value, e.run_id, e.call_id),

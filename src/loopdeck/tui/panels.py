@@ -42,6 +42,19 @@ CAP_LABELS = [
 ]
 
 
+def paint(widget: Static, markup: str) -> None:
+    """Update only on a change: an unchanged panel is not drawn again, which is most of them
+    on most frames of a runaway. Panels whose size the stylesheet fixes skip the layout pass."""
+    if getattr(widget, "_painted", None) != markup:
+        widget._painted = markup  # type: ignore[attr-defined]
+        widget.update(markup, layout=not isinstance(widget, FixedSize))
+
+
+class FixedSize:
+    """A panel the stylesheet sizes (the header, State, Plan, Budgets): its content never
+    changes its size, so an update needs no layout."""
+
+
 def elapsed_text(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -52,7 +65,7 @@ def countdown_text(seconds: float) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
-class StateMachinePanel(Static):
+class StateMachinePanel(FixedSize, Static):
     def show(self, view: RunView) -> None:
         lines = []
         for state in STATE_ORDER:
@@ -71,7 +84,7 @@ class StateMachinePanel(Static):
         if view.stop_reason:
             var = "$success" if view.stop_reason == "goal_met" else "$error"
             lines.append(f"[b reverse {var}] ■ {view.stop_reason.upper()} [/]")
-        self.update("\n".join(lines))
+        paint(self, "\n".join(lines))
 
 
 class OutcomePanel(VerticalScroll):
@@ -88,12 +101,13 @@ class OutcomePanel(VerticalScroll):
         reason = view.stop_reason or ""
         self.border_title = f"Stopped · {reason}"
         label = "question" if reason == "ask_user" else "detail"
-        self.query_one("#outcome-body", Static).update(
-            f"[b {var}]{reason.upper()}[/]  [b]{label}[/] {escape(visible(view.stop_detail))}"
+        paint(
+            self.query_one("#outcome-body", Static),
+            f"[b {var}]{reason.upper()}[/]  [b]{label}[/] {escape(visible(view.stop_detail))}",
         )
 
 
-class PlanPanel(Static):
+class PlanPanel(FixedSize, Static):
     shown_round: int | None = None
 
     def show(self, view: RunView, waiting: str = "", frame: int = 0) -> None:
@@ -104,7 +118,7 @@ class PlanPanel(Static):
             else:
                 text = f"[dim]{text}[/dim]"
             self.border_title = "Plan"
-            self.update(text)
+            paint(self, text)
             return
         rounds = sorted(view.plans)
         shown = self.shown_round if self.shown_round in view.plans else rounds[-1]
@@ -118,7 +132,7 @@ class PlanPanel(Static):
                 lines.append(f"[b $accent]▶ {index}. {escape(step)}[/]")
             else:
                 lines.append(f"  {index}. {escape(step)}")
-        self.update("\n".join(lines))
+        paint(self, "\n".join(lines))
 
     def browse(self, view: RunView, delta: int) -> None:
         rounds = sorted(view.plans)
@@ -143,7 +157,7 @@ def _rate(per_second: float) -> str:
     return f"{per_second:.2g}/s"
 
 
-class BudgetPanel(Static):
+class BudgetPanel(FixedSize, Static):
     def show(self, view: RunView, elapsed: float, operator_s: float = 0.0) -> None:
         wide = self.size.width >= 50
         bar_width = 10 if self.size.width >= 40 or not self.size.width else 6
@@ -191,7 +205,7 @@ class BudgetPanel(Static):
                 f"[dim]context compacted x{view.compactions}: "
                 f"{number(before)}→{number(after)} tokens[/]"
             )
-        self.update("\n".join(lines))
+        paint(self, "\n".join(lines))
 
 
 class FindingsPanel(VerticalScroll):
@@ -201,14 +215,14 @@ class FindingsPanel(VerticalScroll):
     def show(self, view: RunView) -> None:
         body = self.query_one("#findings-body", Static)
         if not view.verdicts:
-            body.update("[dim]no review yet[/dim]")
+            paint(body, "[dim]no review yet[/dim]")
             return
         lines = []
         for verdict in view.verdicts:
             var = VERDICT_VAR.get(verdict.verdict, "$foreground")
             lines.append(f"round {verdict.round}  [b {var}]{verdict.verdict.upper()}[/]")
             lines.extend(f"  · {escape(visible(reason))}" for reason in verdict.reasons)
-        body.update("\n".join(lines))
+        paint(body, "\n".join(lines))
 
 
 class CallDetail(VerticalScroll):
@@ -221,7 +235,7 @@ class CallDetail(VerticalScroll):
         body = self.query_one("#detail-body", Static)
         if row is None:
             self.border_title = "Call"
-            body.update("[dim]select a call to see its arguments and result[/dim]")
+            paint(body, "[dim]select a call to see its arguments and result[/dim]")
             return
         self.border_title = f"Call {row.call_id} · {escape(visible(row.tool))}"
         args = escape(visible_json(row.args))
@@ -230,20 +244,21 @@ class CallDetail(VerticalScroll):
         ms = (
             "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
         )
-        body.update(
+        paint(
+            body,
             f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
             f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}\n"
-            f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}"
+            f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}",
         )
 
 
 class GoalLine(Static):
     def show(self, view: RunView) -> None:
         goal = escape(visible(view.goal)) if view.goal else "[dim]…[/dim]"
-        self.update(f"[b]goal[/] {goal}")
+        paint(self, f"[b]goal[/] {goal}")
 
 
-class RunHeader(Static):
+class RunHeader(FixedSize, Static):
     """State and the approvals badge first: a narrow terminal cuts the end, not those."""
 
     def show(
@@ -265,8 +280,9 @@ class RunHeader(Static):
         waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"
         script = f"/{escape(view.script)}" if view.script else ""
-        self.update(
+        paint(
+            self,
             f"{spin}[b reverse $accent] {state} [/]{badge} · ⏱ {elapsed_text(agent_s)}{waited}"
             f" · run [b]{run}[/] · [b]{escape(view.env)}[/]{script} · {escape(view.model)}"
-            " · [dim]loopdeck[/]"
+            " · [dim]loopdeck[/]",
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -43,7 +44,8 @@ from loopdeck.tui.panels import (
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 FRAME_INTERVAL_S = 1 / 20
-PANEL_BURST = 40  # transcript entries the side panel paints per frame at most
+FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
+PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
 SPIN_INTERVAL_S = 0.2
 MIN_SIZE = (80, 24)
 
@@ -80,6 +82,7 @@ class RunScreen(Screen[None]):
         self._transcript_screen: TranscriptScreen | None = None
         self._later: set[str] = set()
         self._frame = 0
+        self._next_frame_at = 0.0
         self._unsubscribe: list[Callable[[], None]] = []
 
     @property
@@ -101,7 +104,7 @@ class RunScreen(Screen[None]):
         with Horizontal(id="bottom"):
             yield FindingsPanel(id="findings", classes="panel")
             yield CallDetail(id="detail", classes="panel")
-            yield TranscriptLog(id="transcript-panel", classes="panel")
+            yield TranscriptLog(id="transcript-panel", classes="panel", keep=PANEL_KEPT)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -114,7 +117,7 @@ class RunScreen(Screen[None]):
         self.app.theme_changed_signal.subscribe(
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
-        self.set_interval(FRAME_INTERVAL_S, self.flush)
+        self.set_interval(FRAME_INTERVAL_S, self._frame_due)
         self.set_interval(SPIN_INTERVAL_S, self._tick)
         self._check_size(self.size.width, self.size.height)
         self.render_view()
@@ -176,9 +179,27 @@ class RunScreen(Screen[None]):
         """Called once the link's drive finished; a replay starts stepping from here."""
 
     # -- rendering, coalesced ------------------------------------------------------------
+    def _frame_due(self) -> None:
+        """The frame timer: draw what arrived, unless the last frame is still being paid for.
+
+        The runtime shares this event loop. After a frame that took T seconds from folding the
+        events to the painted screen, the next waits at least FRAME_SHARE x T more, so a
+        runaway keeps most of the loop however costly frames get. Stops, approvals and keys
+        flush at once, never waiting for this.
+        """
+        if self._buffer and time.monotonic() >= self._next_frame_at:
+            self.flush()
+
+    def _painted(self, started: float) -> None:
+        now = time.monotonic()
+        self._next_frame_at = now + FRAME_SHARE * (now - started)
+
     def flush(self) -> None:
         if not self._buffer:
             return
+        started = time.monotonic()
+        self._next_frame_at = float("inf")  # until this frame is on screen
+        self.call_after_refresh(self._painted, started)
         events, self._buffer[:] = list(self._buffer), []
         entries: list[Entry] = []
         for event in events:
@@ -193,8 +214,8 @@ class RunScreen(Screen[None]):
             return
         panel = self.query_one("#transcript-panel", TranscriptLog)
         if panel.display:
-            # The panel is a live tail: a runaway's burst shows its last entries (`t` has all).
-            panel.add(entries[-PANEL_BURST:])
+            # The panel is a live tail: of a runaway's burst it draws what fits (`t` has all).
+            panel.add(entries[-max(1, panel.size.height) :])
         if self._transcript_screen is not None:
             self._transcript_screen.add(entries)
 

@@ -37,10 +37,19 @@ class TranscriptLog(RichLog):
 
     can_focus = True
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self, *, id: str | None = None, classes: str | None = None, keep: int | None = None
+    ) -> None:
         super().__init__(
-            wrap=True, markup=False, auto_scroll=False, min_width=20, id=id, classes=classes
+            wrap=True,
+            markup=False,
+            auto_scroll=False,
+            min_width=20,
+            max_lines=keep,
+            id=id,
+            classes=classes,
         )
+        self.keep = keep  # a live tail keeps its last entries only; `t` has them all
         self.query_text = ""
         self.following = True  # off when the operator scrolls up, on again at the end
         self.matches: list[int] = []
@@ -70,6 +79,8 @@ class TranscriptLog(RichLog):
         for entry in entries:
             self._entries.append(entry)
             self.write(self._renderable(entry), scroll_end=self.following)
+        if self.keep is not None and len(self._entries) > 2 * self.keep:
+            del self._entries[: -self.keep]
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)

@@ -1,0 +1,158 @@
+"""The console under a runaway (issue 11, targets 3 and 4).
+
+3. A 2,000-call runaway through `LiteLLMModel("scripted")` (the real model path, history
+   growing to 4,000 messages) with the console open at 160x48: the event loop's longest stall
+   (a 5 ms ticker's worst lateness) and the slowest answer to a key (`tab` pressed every
+   100 ms, timed until the focus moved).
+4. A runaway with a zero-latency in-process model (the hardest case for the console): calls/s
+   headless and with the console open, the screen's lag behind the runtime (worst time from an
+   event to the frame that shows it) and stop-to-screen (run_stopped to its frame).
+
+    .venv/bin/python bench/console_load.py [CALLS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from model_path import SCRIPT, PollingEnv
+from steps_per_second import ZeroLatencyModel
+from targets_table import Row, print_table
+from textual import events
+
+from loopdeck.core import AutoApprover, Budget, RunConfig, Runtime
+from loopdeck.core.events import EventBase
+from loopdeck.llm.client import LiteLLMModel
+from loopdeck.llm.loader import litellm_module
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.launch import PreparedRun
+from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.run_screen import RunScreen
+
+
+def runaway(calls: int, model: Any) -> Runtime:
+    """Polls until the tool-call budget stops it: `calls` calls, then budget_exhausted."""
+    budget = Budget(
+        max_turns=10**9, max_tool_calls=calls, max_tokens=10**12, max_cost_usd=10**6,
+        deadline_s=3600, max_rounds=1,
+    )  # fmt: skip
+    config = RunConfig(env="bench", model=model.name, goal="the job finishes", budget=budget)
+    return Runtime(config, PollingEnv(Path("."), {}), model, AutoApprover())
+
+
+async def headless_rate(calls: int) -> float:
+    runtime = runaway(calls, ZeroLatencyModel())
+    start = time.perf_counter()
+    outcome = await runtime.run()
+    assert outcome.tool_calls >= calls - 1, outcome
+    return outcome.tool_calls / (time.perf_counter() - start)
+
+
+class Watch:
+    """Times the console from the outside, on the console's own loop."""
+
+    def __init__(self) -> None:
+        self.worst_stall_s = 0.0
+        self.worst_key_s = 0.0
+        self.worst_lag_s = 0.0
+        self.stop_to_screen_s: float | None = None
+        self.keys = 0
+
+    async def ticker(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.005)
+            self.worst_stall_s = max(self.worst_stall_s, time.perf_counter() - before - 0.005)
+
+    async def keys_on(self, app: LoopdeckApp) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            focused = app.focused
+            pressed = time.perf_counter()
+            app.post_message(events.Key("tab", None))
+            while app.focused is focused:
+                await asyncio.sleep(0.001)
+            self.worst_key_s = max(self.worst_key_s, time.perf_counter() - pressed)
+            self.keys += 1
+
+    def frames_of(self, screen: RunScreen) -> None:
+        """Wrap the screen's flush: each batch's oldest event against the frame showing it."""
+        flush = screen.flush
+
+        def timed_flush() -> None:
+            batch: list[EventBase] = list(screen._buffer)
+            flush()
+            if not batch:
+                return
+            oldest = min(e.at.timestamp() for e in batch)
+            stop = next((e for e in batch if getattr(e, "kind", "") == "run_stopped"), None)
+
+            def painted() -> None:
+                now = time.time()
+                self.worst_lag_s = max(self.worst_lag_s, now - oldest)
+                if stop is not None:
+                    self.stop_to_screen_s = now - stop.at.timestamp()
+
+            screen.call_after_refresh(painted)
+
+        screen.flush = timed_flush  # type: ignore[method-assign]
+
+
+async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]:
+    runtime = runaway(calls, model)
+    prepared = PreparedRun(env_dir=None, runtime=runtime, workdir=Path("/nonexistent"))  # type: ignore[arg-type]
+    app = LoopdeckApp(prepared, ApprovalQueue())
+    watch = Watch()
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
+        watch.frames_of(screen)
+        await pilot.pause()  # the first frame (mounting) is the start figure's, not this one's
+        tasks = [asyncio.create_task(watch.ticker())]
+        if keys:
+            tasks.append(asyncio.create_task(watch.keys_on(app)))
+        started = time.perf_counter()
+        while screen.outcome is None:  # a plain sleep: the pilot's pause waits for idle
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        await pilot.pause(0.2)  # the stop's frame
+        for task in tasks:
+            task.cancel()
+        return runtime.ledger.tool_calls / elapsed, watch
+
+
+async def measure(calls: int) -> list[Row]:
+    litellm_module()
+    await headless_rate(200)  # warm up
+    headless = max([await headless_rate(calls) for _ in range(3)])
+    shown, watch = await console_run(calls, ZeroLatencyModel(), keys=False)
+    print(f"zero-latency runaway, {calls} calls: {headless:.0f} calls/s headless, "
+          f"{shown:.0f} with the console open")  # fmt: skip
+    lag, stop = watch.worst_lag_s, watch.stop_to_screen_s or float("inf")
+    print(
+        f"screen behind the runtime: worst {lag * 1000:.0f} ms; stop to screen {stop * 1000:.0f} ms"
+    )
+    model = LiteLLMModel("scripted", script=SCRIPT)
+    rate, watch = await console_run(2000, model, keys=True)
+    print(
+        f"LiteLLM runaway, 2000 calls with the console open: {rate:.0f} calls/s; longest loop "
+        f"stall {watch.worst_stall_s * 1000:.1f} ms; slowest key {watch.worst_key_s * 1000:.1f} ms "
+        f"({watch.keys} keys)"
+    )
+    return [
+        Row("3 loop stall, LiteLLM runaway", f"{watch.worst_stall_s * 1000:.1f} ms", "20 ms",
+            watch.worst_stall_s / 0.020, "<= 1x"),
+        Row("3 key answer, LiteLLM runaway", f"{watch.worst_key_s * 1000:.1f} ms", "50 ms",
+            watch.worst_key_s / 0.050, "<= 1x"),
+        Row("4 console vs headless rate", f"{shown:.0f} calls/s", f"{headless:.0f} calls/s",
+            shown / headless, ">= 0.5x"),
+        Row("4 screen behind runtime", f"{lag * 1000:.0f} ms", "100 ms", lag / 0.1, "<= 1x"),
+        Row("4 stop to screen", f"{stop * 1000:.0f} ms", "100 ms", stop / 0.1, "<= 1x"),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    print_table(asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 5000)))
