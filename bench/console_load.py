@@ -4,7 +4,8 @@
    growing to 4,000 messages) with the console open at 160x48: the event loop's longest stall
    (a 5 ms ticker's worst lateness) and the slowest answer to a key (`tab` pressed every
    100 ms, timed until the focus moved).
-4. A runaway with a zero-latency in-process model (the hardest case for the console): calls/s
+4. A runaway (20,000 calls: 100,000 events) with a zero-latency in-process model (the hardest
+   case for the console): calls/s
    headless and with the console open, the screen's lag behind the runtime (worst time from an
    event to the frame that shows it) and stop-to-screen (run_stopped to its frame).
 
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import sys
 import time
 from pathlib import Path
@@ -129,6 +131,8 @@ async def measure(calls: int) -> list[Row]:
     await headless_rate(200)  # warm up
     headless = max([await headless_rate(calls) for _ in range(3)])
     shown, watch = await console_run(calls, ZeroLatencyModel(), keys=False)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS after following {calls * 5:,} events: {rss_mb:.0f} MB")
     print(f"zero-latency runaway, {calls} calls: {headless:.0f} calls/s headless, "
           f"{shown:.0f} with the console open")  # fmt: skip
     lag, stop = watch.worst_lag_s, watch.stop_to_screen_s or float("inf")
@@ -147,6 +151,8 @@ async def measure(calls: int) -> list[Row]:
             watch.worst_stall_s / 0.020, "<= 1x"),
         Row("3 key answer, LiteLLM runaway", f"{watch.worst_key_s * 1000:.1f} ms", "50 ms",
             watch.worst_key_s / 0.050, "<= 1x"),
+        Row(f"5 console RSS, {calls * 5:,} events", f"{rss_mb:.0f} MB", "200 MB", rss_mb / 200,
+            "<= 1x"),
         Row("4 console vs headless rate", f"{shown:.0f} calls/s", f"{headless:.0f} calls/s",
             shown / headless, ">= 0.5x"),
         Row("4 screen behind runtime", f"{lag * 1000:.0f} ms", "100 ms", lag / 0.1, "<= 1x"),
@@ -155,4 +161,4 @@ async def measure(calls: int) -> list[Row]:
 
 
 if __name__ == "__main__":
-    print_table(asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 5000)))
+    print_table(asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000)))
