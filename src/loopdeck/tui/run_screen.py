@@ -45,6 +45,7 @@ from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 FRAME_INTERVAL_S = 1 / 20
 FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
+MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
 PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
 SPIN_INTERVAL_S = 0.2
 MIN_SIZE = (80, 24)
@@ -184,7 +185,8 @@ class RunScreen(Screen[None]):
 
         The runtime shares this event loop. After a frame that took T seconds from folding the
         events to the painted screen, the next waits at least FRAME_SHARE x T more, so a
-        runaway keeps most of the loop however costly frames get. Stops, approvals and keys
+        runaway keeps most of the loop; the wait is capped (MAX_FRAME_WAIT_S) so the screen
+        never falls far behind. Stops, approvals and keys
         flush at once, never waiting for this.
         """
         if self._buffer and time.monotonic() >= self._next_frame_at:
@@ -192,7 +194,7 @@ class RunScreen(Screen[None]):
 
     def _painted(self, started: float) -> None:
         now = time.monotonic()
-        self._next_frame_at = now + FRAME_SHARE * (now - started)
+        self._next_frame_at = now + min(FRAME_SHARE * (now - started), MAX_FRAME_WAIT_S)
 
     def flush(self) -> None:
         if not self._buffer:
