@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
@@ -130,19 +128,11 @@ class CallsTable(DataTable[Any]):
                 cells = self._cells(row)
                 if call_id in self.rows:
                     for column, value in zip(self.columns_shown, cells, strict=True):
-                        self.update_cell(
-                            call_id, column, value, update_width=self._wider(column, value)
-                        )
+                        self.update_cell(call_id, column, value, update_width=True)
                 else:
                     self.add_row(*cells, key=call_id)
         if follow and self.row_count:
             self.move_cursor(row=self.row_count - 1, animate=False)
-
-    def _wider(self, column: str, value: Any) -> bool:
-        """Whether `value` needs its column to grow. Columns never shrink: a narrower value
-        asked to fit would make the table measure every cell of the column again."""
-        width = value.cell_len if isinstance(value, Text) else cell_len(str(value))
-        return width > self.columns[ColumnKey(column)].content_width
 
     def restyle(self, view: RunView) -> None:
         self.clear(columns=True)
