@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import console_load
+import console_rss
 import model_path
 import start_time
 import store_throughput
@@ -17,6 +18,7 @@ from targets_table import print_table
 def main() -> None:
     rows = asyncio.run(model_path.measure())
     rows += asyncio.run(console_load.measure(20_000))
+    rows += console_rss.measure(20_000)
     rows += asyncio.run(store_throughput.measure(100_000))
     rows += start_time.measure()
     rows.sort(key=lambda row: row.target)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,15 @@ from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# The collector, tuned for a console: a frame allocates ~100,000 short-lived objects (strips,
+# segments). Collected every 700 allocations, a frame's temporaries were caught alive and
+# promoted until full collections (hundreds of ms each) ran every few seconds of a runaway.
+# Every 20,000 they die young; the older generations are collected less often (a full
+# collection every 10,000,000 allocations at most). Modules are frozen once imported
+# (`llm.loader`), so a full collection walks only what a run holds.
+CONSOLE_GC_THRESHOLDS = (20_000, 5, 100)
 
 
 class LoopdeckApp(App[int]):
@@ -55,6 +65,7 @@ class LoopdeckApp(App[int]):
         link: RunLink | None = None,
     ) -> None:
         super().__init__()
+        gc.set_threshold(*CONSOLE_GC_THRESHOLDS)
         self.prepared = prepared
         self.queue = queue or StoreBackedQueue()
         self.requested_theme = theme_name
