@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import sys
@@ -12,8 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
+from loopdeck.cli_envs import ENV_COMMANDS, add_env_commands, run_env_command
 from loopdeck.cli_store import (
     STORE_COMMANDS,
     add_store_commands,
@@ -93,10 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FRACTION",
         help="with an operator attached, pause and ask when a budget passes this fraction",
     )
-    run.add_argument("--theme", help="console theme (see themes/)")
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario.toml value for this run (e.g. data.orders=3)",
+    )
+    run.add_argument("--theme", help="console theme: a name, or the path of a theme file")
 
     console = commands.add_parser("console", help="the console's launcher over the sample envs")
-    console.add_argument("--theme", help="console theme (see themes/)")
+    console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
     console.add_argument("--db", type=Path, help="event store file (default: user data dir)")
     console.add_argument(
         "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
@@ -104,8 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_store_commands(commands)
 
-    envs = commands.add_parser("envs", help="list the sample envs and their scripts")
-    envs.add_argument("--json", action="store_true")
+    add_env_commands(commands)
     return parser
 
 
@@ -129,6 +134,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         },
         model_timeout_s=args.model_timeout,
         pause_at=args.pause_at,
+        settings=list(args.settings),
     )
 
 
@@ -177,26 +183,11 @@ def _launcher(args: argparse.Namespace) -> int:
     return _after_console(app, app.run())
 
 
-def _envs(args: argparse.Namespace) -> int:
-    from loopdeck.operator.launch import list_envs
-
-    found = list_envs()
-    if args.json:
-        print(json.dumps(found))
-        return 0
-    console = Console()
-    for env in found:
-        console.print(f"[bold]{env['env']}[/]  {env.get('goal', env.get('error', ''))}")
-        for name, description in env["scripts"].items():
-            console.print(f"    --script {name:<16} {description}")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "envs":
-            return _envs(args)
+        if args.command in ENV_COMMANDS:
+            return run_env_command(args)
         if args.command == "console":
             return _launcher(args)
         if args.command in STORE_COMMANDS:

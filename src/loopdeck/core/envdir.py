@@ -75,14 +75,34 @@ def _import_env_module(path: Path) -> ModuleType:
     return module
 
 
-def load_env_dir(path: Path, known_root: Path | None = None) -> EnvDir:
+def missing_modules(names: list[str]) -> list[str]:
+    """The modules of an env's `requires` that this Python cannot import."""
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a bad name
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def load_env_dir(
+    path: Path, known_root: Path | None = None, settings: list[str] | None = None
+) -> EnvDir:
     if not path.is_dir():
         hint = ""
         if known_root is not None and known_root.is_dir():
             names = sorted(p.name for p in known_root.iterdir() if (p / "scenario.toml").is_file())
             hint = f"; sample envs in {known_root}: {', '.join(names)}"
         raise ScenarioError(f"{path}: no such env folder{hint}")
-    scenario = load_scenario(path / "scenario.toml")
+    scenario = load_scenario(path / "scenario.toml", settings)
+    if missing := missing_modules(scenario.requires):
+        raise ScenarioError(
+            f"{path / 'scenario.toml'}: the env requires {', '.join(map(repr, missing))}, "
+            f"which {sys.executable} cannot import (pip install {' '.join(missing)})"
+        )
     return EnvDir(path=path, scenario=scenario, module=_import_env_module(path))
 
 

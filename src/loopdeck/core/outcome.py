@@ -63,7 +63,20 @@ class RunOutcome(BaseModel):
                 "args": c.args,
                 "fingerprint": c.fingerprint,
                 "status": c.status.value,
+                **_result_fields(c),
             }
             for c in self.calls
         ]
         return data
+
+
+def _result_fields(call: CallRecord) -> dict[str, Any]:
+    """What became of a call for a script reading `--json`: its data, or its error code."""
+    result = call.result or {}
+    error = result.get("error") if isinstance(result.get("error"), dict) else None
+    return {
+        "result": result.get("data") if result.get("ok") else None,
+        "error_code": error.get("code") if error else None,
+        "retries": call.retries,
+        "duration_ms": call.duration_ms,
+    }

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loopdeck.core.budgets import Budget
+from loopdeck.core.states import StopReason
 
 Mode = Literal["rounds", "react"]
 
@@ -17,14 +18,25 @@ class ScenarioError(Exception):
     """A scenario or env folder that cannot be used; the message names the file and field."""
 
 
+class ScriptCall(BaseModel):
+    """One of several tool calls the scripted model makes in a single turn."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class ScriptTurn(BaseModel):
-    """One scripted model turn: exactly one of tool, final, ask_user, handoff or raw."""
+    """One scripted model turn: exactly one of tool, calls, final, ask_user, handoff or raw."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     round: int = Field(default=1, ge=1)
     tool: str | None = None
     args: dict[str, Any] | None = None
+    # Several tool calls in one reply (the model's parallel calls): [{tool = .., args = {..}}]
+    calls: list[ScriptCall] | None = Field(default=None, min_length=1)
     final: str | None = None
     ask_user: str | None = None
     handoff: str | None = None
@@ -37,12 +49,12 @@ class ScriptTurn(BaseModel):
     def _one_action(self) -> ScriptTurn:
         chosen = [
             k
-            for k in ("tool", "final", "ask_user", "handoff", "raw")
+            for k in ("tool", "calls", "final", "ask_user", "handoff", "raw")
             if getattr(self, k) is not None
         ]
         if len(chosen) != 1:
             raise ValueError(
-                "a turn needs exactly one of tool, final, ask_user, handoff, raw; "
+                "a turn needs exactly one of tool, calls, final, ask_user, handoff, raw; "
                 f"got {chosen or 'none'}"
             )
         if self.args is not None and self.tool is None:
@@ -50,10 +62,20 @@ class ScriptTurn(BaseModel):
         return self
 
 
+class Expect(BaseModel):
+    """What a script must end with: `loopdeck check` runs it headless and compares."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stop_reason: StopReason
+    approve: Literal["auto", "deny"] = "auto"
+
+
 class Script(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: str = ""
+    expect: Expect | None = None
     planner: list[str] = Field(default_factory=list)
     executor: list[ScriptTurn] = Field(min_length=1)
 
@@ -95,6 +117,8 @@ class Scenario(BaseModel):
     scripted_price: ScriptedPrice = Field(default_factory=ScriptedPrice)
     data: dict[str, Any] = Field(default_factory=dict)
     scripts: dict[str, Script] = Field(default_factory=dict)
+    # Python modules the env's code needs (e.g. "pytest"), checked before a run starts.
+    requires: list[str] = Field(default_factory=list)
 
 
 def _describe(error: ValidationError) -> str:
@@ -105,13 +129,41 @@ def _describe(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def load_scenario(path: Path) -> Scenario:
+def parse_setting(text: str) -> tuple[list[str], Any]:
+    """`KEY=VALUE` of `--set`: a dotted key, and a TOML value (a bare word is a string)."""
+    key, sep, value = text.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(p.strip() for p in parts):
+        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. data.orders=3")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return [p.strip() for p in parts], parsed
+
+
+def apply_settings(raw: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    for text in settings:
+        parts, value = parse_setting(text)
+        table = raw
+        for part in parts[:-1]:
+            inner = table.setdefault(part, {})
+            if not isinstance(inner, dict):
+                raise ScenarioError(f"--set {text!r}: {part!r} is a value, not a table")
+            table = inner
+        table[parts[-1]] = value
+    return raw
+
+
+def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
+    """The scenario of `path`, with `--set KEY=VALUE` overrides applied before validation."""
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ScenarioError(f"{path}: file not found") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
+    raw = apply_settings(raw, settings or [])
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:

@@ -103,11 +103,20 @@ def play(
         return ScriptedReply(plan, [], tokens, count_tokens(plan))
     index = sum(1 for m in messages if m.get("role") == "assistant")
     turn = next_turn(script.turns_for(None if react else round_no), index)
-    if turn.tool is not None:
-        arguments = json.dumps(turn.args or {})
-        call = ScriptedCall(id=f"call_{round_no}_{index}", name=turn.tool, arguments=arguments)
+    if turn.tool is not None or turn.calls:
+        wanted = [(turn.tool, turn.args)] if turn.tool is not None else []
+        wanted += [(c.tool, c.args) for c in turn.calls or []]
+        calls = [
+            ScriptedCall(
+                id=f"call_{round_no}_{index}" + (f"_{k}" if k else ""),
+                name=name,
+                arguments=json.dumps(args or {}),
+            )
+            for k, (name, args) in enumerate(wanted)
+        ]
         content = f"Step {turn.step}." if turn.step is not None else None
-        return ScriptedReply(content, [call], tokens, count_tokens(turn.tool + arguments))
+        said = "".join(c.name + c.arguments for c in calls)
+        return ScriptedReply(content, calls, tokens, count_tokens(said))
     if turn.raw is not None:
         return ScriptedReply(turn.raw, [], tokens, count_tokens(turn.raw))
     kind, message = next(

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from loopdeck.bundled import bundled_folder
 from loopdeck.core.approvals import Answerer, Approver, AutoApprover, DenyApprover
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
@@ -32,21 +33,18 @@ BUDGET_FLAGS = {
 
 
 def sample_envs_root() -> Path:
+    """The sample envs inside the package (LOOPDECK_SAMPLE_ENVS names another folder)."""
     configured = os.environ.get("LOOPDECK_SAMPLE_ENVS")
-    if configured:
-        return Path(configured)
-    beside_source = Path(__file__).resolve().parents[2] / "sample_envs"
-    if beside_source.is_dir():
-        return beside_source
-    return Path.cwd() / "sample_envs"
+    return Path(configured) if configured else bundled_folder("sample_envs")
 
 
-def resolve_env_dir(spec: str) -> EnvDir:
-    path = Path(spec)
+def resolve_env_dir(spec: str, settings: list[str] | None = None) -> EnvDir:
+    """An env by path (`./my_env`), or a bundled sample env by name (`service_outage`)."""
+    path = Path(spec).expanduser()
     root = sample_envs_root()
     if not path.is_dir() and (root / spec).is_dir():
         path = root / spec
-    return load_env_dir(path, known_root=root)
+    return load_env_dir(path, known_root=root, settings=settings)
 
 
 @dataclass
@@ -61,6 +59,7 @@ class RunOptions:
     run_id: str | None = None
     model_timeout_s: float | None = None
     pause_at: float | None = None
+    settings: list[str] = field(default_factory=list)  # `--set KEY=VALUE`, scenario.toml
 
 
 @dataclass
@@ -89,7 +88,7 @@ def prepare_run(
     bus: EventBus | None = None,
     answerer: Answerer | None = None,
 ) -> PreparedRun:
-    env_dir = resolve_env_dir(options.env)
+    env_dir = resolve_env_dir(options.env, options.settings)
     scenario = env_dir.scenario
     model_name = options.model or scenario.model
     script_name = options.script

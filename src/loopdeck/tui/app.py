@@ -23,7 +23,14 @@ from loopdeck.tui.inbox import InboxScreen
 from loopdeck.tui.launcher import LauncherScreen
 from loopdeck.tui.replay import ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
-from loopdeck.tui.themes import APP_VARIABLES, DEFAULT_THEME, load_themes
+from loopdeck.tui.themes import (
+    APP_VARIABLES,
+    DEFAULT_THEME,
+    is_theme_path,
+    load_theme,
+    load_themes,
+    theme_folders,
+)
 
 
 def _utcnow() -> datetime:
@@ -89,17 +96,27 @@ class LoopdeckApp(App[int]):
         return dict(APP_VARIABLES)
 
     def on_mount(self) -> None:
+        requested = self.requested_theme
+        as_file = Path(requested).expanduser() if requested and is_theme_path(requested) else None
         loaded = load_themes(self.themes_folder)
         for theme in loaded.themes:
             self.register_theme(theme)
         self.theme_problems = list(loaded.problems)
         chosen = DEFAULT_THEME if loaded.resolve(DEFAULT_THEME) else "textual-dark"
-        if self.requested_theme:
-            resolved = loaded.resolve(self.requested_theme)
+        if as_file is not None:
+            try:
+                from_file = load_theme(as_file)
+                self.register_theme(from_file)
+                chosen = from_file.name
+            except Exception as exc:  # named with its file; the console opens in the default
+                self.theme_problems.append(f"theme file {as_file}: {type(exc).__name__}: {exc}")
+        elif requested:
+            resolved = loaded.resolve(requested)
             if resolved is None:
                 known = ", ".join(t.name for t in loaded.themes) or "(none)"
+                folders = ", ".join(str(f) for f in theme_folders())
                 self.theme_problems.append(
-                    f"unknown theme {self.requested_theme!r}; themes: {known}"
+                    f"unknown theme {requested!r}; themes: {known} (read from {folders})"
                 )
             else:
                 chosen = resolved

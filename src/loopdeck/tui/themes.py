@@ -10,6 +10,8 @@ from typing import Any
 
 from textual.theme import Theme
 
+from loopdeck.bundled import bundled_folder, user_themes_folder
+
 DEFAULT_THEME = "loopdeck-dark"
 
 # The console's own variables; every theme file may set them under [variables].
@@ -29,12 +31,13 @@ _COLOR_KEYS = (
 )  # fmt: skip
 
 
-def themes_dir() -> Path:
+def theme_folders() -> list[Path]:
+    """Where themes are read from, in order: the bundled ones, then the user's own
+    (`<user config>/loopdeck/themes`); LOOPDECK_THEMES names another folder instead of both."""
     configured = os.environ.get("LOOPDECK_THEMES")
     if configured:
-        return Path(configured)
-    beside_source = Path(__file__).resolve().parents[3] / "themes"
-    return beside_source if beside_source.is_dir() else Path.cwd() / "themes"
+        return [Path(configured)]
+    return [bundled_folder("themes"), user_themes_folder()]
 
 
 @dataclass
@@ -66,12 +69,22 @@ def load_theme(path: Path) -> Theme:
     return theme
 
 
+def is_theme_path(requested: str) -> bool:
+    """`--theme` takes a theme's name or the path of a theme file."""
+    return requested.endswith(".toml") or os.sep in requested
+
+
 def load_themes(folder: Path | None = None) -> LoadedThemes:
+    """Every theme file of the theme folders (or of `folder` alone); a later theme of the same
+    name replaces an earlier one, so a user's own file wins over the bundled one."""
     loaded = LoadedThemes()
-    folder = folder or themes_dir()
-    for path in sorted(folder.glob("*.toml")):
+    for path in [
+        p for f in ([folder] if folder else theme_folders()) for p in sorted(f.glob("*.toml"))
+    ]:
         try:
-            loaded.themes.append(load_theme(path))
+            theme = load_theme(path)
         except Exception as exc:  # reported by file name; the console goes on without it
-            loaded.problems.append(f"theme file {path.name}: {type(exc).__name__}: {exc}")
+            loaded.problems.append(f"theme file {path}: {type(exc).__name__}: {exc}")
+            continue
+        loaded.themes = [t for t in loaded.themes if t.name != theme.name] + [theme]
     return loaded

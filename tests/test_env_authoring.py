@@ -1,0 +1,160 @@
+"""Working with envs outside this checkout: bundled envs by name, init-env, check, --set,
+runtime needs, several calls in one scripted turn, what --json says of each call, themes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from loopdeck.bundled import bundled_folder
+from loopdeck.core.scenario import ScenarioError, parse_setting
+from loopdeck.operator.launch import resolve_env_dir
+
+
+def _user_env(tmp_path: Path, name: str = "mine") -> Path:
+    dest = tmp_path / name
+    shutil.copytree(SAMPLES / "service_outage", dest, ignore=shutil.ignore_patterns("__py*"))
+    return dest
+
+
+def test_the_bundled_envs_are_listed_from_any_folder(cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = cli("envs")
+    assert code == 0
+    code, payload, _ = cli("envs", "--json")
+    assert {e["env"] for e in payload} >= {"order_support", "repo_triage", "service_outage"}
+    assert bundled_folder("sample_envs").samefile(SAMPLES)
+
+
+def test_envs_says_where_it_looked(cli, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOOPDECK_SAMPLE_ENVS", str(tmp_path / "nowhere"))
+    from loopdeck.cli import main
+
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "nowhere" in out and "no envs there" in out
+
+
+def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = cli("init-env", "service_outage")
+    assert code == 0
+    assert (tmp_path / "service_outage" / "scenario.toml").is_file()
+    assert not list((tmp_path / "service_outage").rglob("__pycache__"))
+    code, _, err = cli("init-env", "service_outage")
+    assert code == 2 and "already exists" in err
+    code, _, err = cli("init-env", "no_such_env")
+    assert code == 2 and "no sample env named 'no_such_env'" in err
+
+
+def test_check_passes_on_a_sample_env_and_runs_several_calls_in_one_turn(cli, capsys) -> None:
+    from loopdeck.cli import main
+
+    assert main(["check", "service_outage"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS  parallel: goal_met" in out and "FAIL" not in out
+    assert out.count("PASS") == len(resolve_env_dir("service_outage").scenario.scripts)
+
+
+def test_check_fails_a_script_that_ends_otherwise(tmp_path, capsys) -> None:
+    from loopdeck.cli import main
+
+    env = _user_env(tmp_path)
+    scenario = env / "scenario.toml"
+    text = scenario.read_text().replace(
+        '[scripts.loop]\nexpect = { stop_reason = "stalled" }',
+        '[scripts.loop]\nexpect = { stop_reason = "goal_met" }',
+    )
+    scenario.write_text(
+        text.replace(
+            '[scripts.garbage]\nexpect = { stop_reason = "invalid_decision" }\n',
+            "[scripts.garbage]\n",
+        )
+    )
+    assert main(["check", str(env)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  loop: stalled, expected goal_met" in out
+    assert "NOTE  garbage: declares no expect" in out
+    assert "PASS  solve: goal_met" in out
+
+
+def test_an_expect_names_a_known_stop_reason(tmp_path) -> None:
+    env = _user_env(tmp_path)
+    scenario = env / "scenario.toml"
+    scenario.write_text(scenario.read_text().replace('"goal_met"', '"goal_reached"', 1))
+    with pytest.raises(ScenarioError, match=r"scripts\.solve\.expect\.stop_reason"):
+        resolve_env_dir(str(env))
+
+
+def test_set_overrides_a_scenario_value_for_one_run(cli, tmp_path) -> None:
+    code, out, _ = cli(
+        "run", "service_outage", "--headless", "--json", "--set", "budgets.max_tool_calls=1"
+    )
+    assert code == 1 and out["stop_reason"] == "tool_call_limit"
+    code, _, err = cli("run", "service_outage", "--headless", "--set", "budgets.max_tool_calls")
+    assert code == 2 and "expected KEY=VALUE" in err
+    code, _, err = cli("run", "service_outage", "--headless", "--set", "budgets.max_tool_call=1")
+    assert code == 2 and "budgets.max_tool_call" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "value"),
+    [
+        ("data.orders=3", ["data", "orders"], 3),
+        ("model_profile.tool_calling=false", ["model_profile", "tool_calling"], False),
+        ("goal=Fix it now", ["goal"], "Fix it now"),
+        ('goal="quoted = kept"', ["goal"], "quoted = kept"),
+        ("data.ids=[1, 2]", ["data", "ids"], [1, 2]),
+    ],
+)
+def test_set_values_are_read_as_toml(text, key, value) -> None:
+    assert parse_setting(text) == (key, value)
+
+
+def test_a_missing_runtime_need_is_named_before_the_run(cli, tmp_path) -> None:
+    env = _user_env(tmp_path)
+    scenario = env / "scenario.toml"
+    text = scenario.read_text().replace(
+        'mode = "rounds"', 'mode = "rounds"\nrequires = ["json", "no_such_module_x"]', 1
+    )
+    scenario.write_text(text)
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "requires 'no_such_module_x'" in err and "pip install no_such_module_x" in err
+
+
+def test_json_calls_carry_results_error_codes_and_retries(cli) -> None:
+    code, out, _ = cli("run", "service_outage", "--script", "wrong-guess", "--headless", "--json")
+    assert code == 1
+    assert all({"result", "error_code", "retries", "duration_ms"} <= set(c) for c in out["calls"])
+    first, blocked = out["calls"][0], out["calls"][-1]
+    assert first["result"]["replicas"] == 1 and first["error_code"] is None
+    assert first["retries"] == 0
+    assert blocked["status"] == "blocked_repeat"
+    assert blocked["error_code"] == "REPEATED_CALL" and blocked["result"] is None
+
+
+async def test_theme_by_path_and_from_the_user_folder(tmp_path, monkeypatch) -> None:
+    from loopdeck.tui import themes
+    from loopdeck.tui.app import LoopdeckApp
+
+    user = tmp_path / "config" / "themes"
+    user.mkdir(parents=True)
+    (user / "mine.toml").write_text('name = "mine"\nprimary = "#123456"\ndark = true\n')
+    monkeypatch.setattr(themes, "user_themes_folder", lambda: user)
+    app = LoopdeckApp(theme_name="mine")
+    async with app.run_test():
+        assert app.theme == "mine" and not app.theme_problems
+    own = tmp_path / "own.toml"
+    own.write_text('name = "own"\nprimary = "#654321"\ndark = false\n')
+    app = LoopdeckApp(theme_name=str(own))
+    async with app.run_test():
+        assert app.theme == "own"
+    app = LoopdeckApp(theme_name=str(tmp_path / "missing.toml"))
+    async with app.run_test():
+        assert app.theme == "loopdeck-dark"
+        assert "missing.toml" in app.theme_problems[0]

@@ -1,0 +1,1 @@
+"""The bundled console themes, shipped inside the package as `loopdeck.themes`."""
