@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test stress lint bench clean
+.PHONY: setup run test stress lint bench package-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,10 @@ test: lint
 # Long property and stress runs (10,000 fuzzed replies; 20 runs racing on one store).
 stress: $(STAMP)
 	$(VENV)/bin/pytest -m slow -p no:cacheprovider
+
+# The wheel as a user gets it: built, installed in a fresh venv, used from a temp folder.
+package-check: $(STAMP)
+	$(PY) .ci/package_check.py
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
