@@ -8,7 +8,6 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopdeck.cli_envs import ENV_COMMANDS, add_env_commands, run_env_command
@@ -22,7 +21,7 @@ from loopdeck.cli_store import (
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
 from loopdeck.llm.client import MissingCredentials
-from loopdeck.store.database import StoreError, default_db_path
+from loopdeck.store.database import DB_HELP, StoreError, default_db_path, store_location
 
 if TYPE_CHECKING:
     from loopdeck.operator.launch import RunOptions
@@ -77,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "deny", "wait"],
         help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
     )
-    run.add_argument("--db", type=Path, help="event store file (default: user data dir)")
+    run.add_argument("--db", type=store_location, help=DB_HELP)
     run.add_argument("--max-turns", type=positive_int)
     run.add_argument("--max-tool-calls", type=positive_int)
     run.add_argument("--max-tokens", type=positive_int)
@@ -103,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     console = commands.add_parser("console", help="the console's launcher over the sample envs")
     console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
-    console.add_argument("--db", type=Path, help="event store file (default: user data dir)")
+    console.add_argument("--db", type=store_location, help=DB_HELP)
     console.add_argument(
         "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
     )

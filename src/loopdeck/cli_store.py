@@ -7,7 +7,6 @@ import asyncio
 import getpass
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -17,7 +16,7 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.store import queries
 from loopdeck.store.approver import StoreAnswerer, StoreApprover
-from loopdeck.store.database import Store, StoreError
+from loopdeck.store.database import DB_HELP, Location, Store, StoreError, store_location
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
@@ -36,7 +35,7 @@ def operator() -> str:
 
 def add_store_commands(commands: Any) -> None:
     def with_db(parser: argparse.ArgumentParser, json_flag: bool = True) -> argparse.ArgumentParser:
-        parser.add_argument("--db", type=Path, help="event store file (default: user data dir)")
+        parser.add_argument("--db", type=store_location, help=DB_HELP)
         if json_flag:
             parser.add_argument(
                 "--json", action="store_true", help="one JSON value on the last line"
@@ -75,12 +74,12 @@ def add_store_commands(commands: Any) -> None:
     replay.add_argument("--theme")
 
 
-async def check_store(path: Path | None) -> None:
+async def check_store(path: Location | None) -> None:
     store = await Store.open(path)
     await store.close()
 
 
-async def run_recorded_headless(options: RunOptions, db: Path | None) -> RunOutcome:
+async def run_recorded_headless(options: RunOptions, db: Location | None) -> RunOutcome:
     store = await Store.open(db)
     try:
         writer = EventWriter(store, approve_mode=options.approve or "auto")
@@ -147,7 +146,7 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
         table = Table(title=f"runs in {store.path}")
         columns: tuple[str, ...] = ("run_id", "env", "script", "model", "state", "stop_reason")
         columns += ("started_at",)
-        columns += ("tokens", "cost_usd")
+        columns += ("tokens", "cost_usd", "runner")
         for column in columns:
             table.add_column(column)
         table.add_column("outcome unknown")
@@ -156,6 +155,7 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
             if run["paused"]:
                 shown["state"] = f"paused ({run['state']})"
             shown["started_at"] = queries.local_time(run["started_at"])
+            shown["runner"] = f"{run['host']}:{run['pid']}" if run["host"] else None
             if run["cost_usd"] is not None:
                 shown["cost_usd"] = f"{run['cost_usd']:.4f}"
             if run["tokens"] is not None:

@@ -42,6 +42,7 @@ class FleetRow:
     repeats: int = 0  # calls the guard blocked
     soonest_expiry: datetime | None = None
     seen_seq: int = 0
+    runner: str = ""  # host:pid of the process running it
 
     @property
     def live(self) -> bool:
@@ -124,6 +125,7 @@ class Fleet:
                     started_at=_when(run["started_at"]),
                 )
             row.state, row.stop_reason = run["state"] or "", run["stop_reason"]
+            row.runner = f"{run['host']}:{run['pid']}" if run["host"] else ""
             count, soonest = pending.get(row.run_id, (0, ""))
             row.pending, row.soonest_expiry = count, _when(soonest)
             seq = seqs.get(row.run_id, 0)

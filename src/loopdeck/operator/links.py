@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter
@@ -19,7 +19,7 @@ from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun
 from loopdeck.store import queries
-from loopdeck.store.database import Store
+from loopdeck.store.database import Location, Store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
@@ -49,7 +49,9 @@ class RunLink(Protocol):
 class LocalLink:
     """A run driven by this process; recorded to the store when a path is given."""
 
-    def __init__(self, prepared: PreparedRun, queue: ApprovalQueue, db_path: Path | None) -> None:
+    def __init__(
+        self, prepared: PreparedRun, queue: ApprovalQueue, db_path: Location | None
+    ) -> None:
         self.prepared = prepared
         self.runtime: Runtime | None = prepared.runtime
         self.queue = queue
@@ -120,7 +122,7 @@ class StoreLink:
     POLL_S = 0.1
     CRASH_CHECK_S = 1.0
 
-    def __init__(self, db_path: Path | None, run_id: str) -> None:
+    def __init__(self, db_path: Location | None, run_id: str) -> None:
         self.db_path = db_path
         self.run_id = run_id
         self.runtime: Runtime | None = None
@@ -147,7 +149,7 @@ class StoreLink:
         self._closing, self._closed = asyncio.Event(), asyncio.Event()
         self.store = await Store.open(self.db_path, create=False)
         try:
-            seq, since_crash_check, stopped = 0, 0.0, False
+            seq, crash_checked, stopped = 0, time.monotonic(), False
             while not stopped and not self._closing.is_set():
                 for row in await queries.events_after(self.store, self.run_id, seq):
                     event = EVENT_ADAPTER.validate_json(row["body"])
@@ -157,19 +159,30 @@ class StoreLink:
                     for sink in list(self._sinks):
                         sink(event)
                 await self._refresh_pending()
-                since_crash_check += self.POLL_S
-                if since_crash_check >= self.CRASH_CHECK_S and not stopped:
-                    since_crash_check = 0.0
+                if time.monotonic() - crash_checked >= self.CRASH_CHECK_S and not stopped:
+                    crash_checked = time.monotonic()
                     await queries.mark_crashed_runners(self.store)
                 if not stopped:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._closing.wait(), self.POLL_S)
+                    await self._wait(self.store)
             await self._refresh_pending()
             return None
         finally:
             store, self.store = self.store, None
             await asyncio.shield(store.close())
             self._closed.set()
+
+    async def _wait(self, store: Store) -> None:
+        """Until the store changed (PostgreSQL's NOTIFY; SQLite: the next poll) or closing."""
+        assert self._closing is not None
+        waits = [
+            asyncio.ensure_future(self._closing.wait()),
+            asyncio.ensure_future(store.wait_for_change(self.POLL_S)),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def close(self) -> None:
         """Stop following and wait for the store to close: a query still running when the
@@ -289,7 +302,7 @@ async def load_events(store: Store, run_id: str) -> list[EventBase]:
 class ReplayLink:
     """A run that is over: nothing to command, everything to read."""
 
-    def __init__(self, db_path: Path | None, run_id: str) -> None:
+    def __init__(self, db_path: Location | None, run_id: str) -> None:
         self.db_path = db_path
         self.run_id = run_id
         self.runtime: Runtime | None = None

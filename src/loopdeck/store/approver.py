@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
 from loopdeck.store.database import Store
@@ -21,7 +19,7 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
                 reason=row["reason"] or "",
                 by=row["decided_by"] or "store",
             )
-        await asyncio.sleep(POLL_S)
+        await store.wait_for_change(POLL_S)
 
 
 class StoreApprover:
@@ -41,7 +39,7 @@ async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answ
         row = await queries.approval_state(store, run_id, question_id)
         if row is not None and row["state"] == "answered":
             return Answer(text=row["reason"] or "", by=row["decided_by"] or "store")
-        await asyncio.sleep(POLL_S)
+        await store.wait_for_change(POLL_S)
 
 
 class StoreAnswerer:

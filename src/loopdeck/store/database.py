@@ -1,4 +1,10 @@
-"""Opening the store: creation (mode 0600, WAL), schema version, and clear refusals."""
+"""Opening the store: one interface over two backends. SQLite (a file: creation mode 0600,
+WAL, schema version, clear refusals) is the embedded default; `postgresql://…` selects
+PostgreSQL (`store/postgres.py`) for runs on many hosts sharing one store.
+
+Queries are written once, in the SQL both engines speak (`?` placeholders, `ON CONFLICT`
+upserts); a backend translates what it must.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,10 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiosqlite
 import platformdirs
@@ -45,11 +52,91 @@ class StoreError(Exception):
     """The store cannot be used; the message names the file and the problem."""
 
 
-def default_db_path() -> Path:
+# Where a store is: a SQLite file, or a PostgreSQL URL (`postgresql://user@host/db`).
+Location = Path | str
+
+PG_SCHEMES = ("postgresql://", "postgres://")
+DB_HELP = (
+    "event store: a SQLite file or postgresql://USER@HOST/DB"
+    " (default: LOOPDECK_DB, else a file in the user data dir)"
+)
+
+
+def is_postgres(location: Location | None) -> bool:
+    return isinstance(location, str) and location.startswith(PG_SCHEMES)
+
+
+def store_location(text: str) -> Location:
+    """`--db` and LOOPDECK_DB: a PostgreSQL URL stays text (a Path would fold its `//`)."""
+    return text if text.startswith(PG_SCHEMES) else Path(text).expanduser()
+
+
+def redact(url: str) -> str:
+    """A PostgreSQL URL as people may see it: no password, in the netloc or the query."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        credentials, host = netloc.rsplit("@", 1)
+        netloc = f"{credentials.split(':', 1)[0]}@{host}"
+    query = urllib.parse.urlencode(
+        [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "password"]
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def shown_location(location: Location | None) -> str:
+    """Where a store is, for a screen or a message: a URL never with its password."""
+    if location is None:
+        return ""
+    return redact(str(location)) if is_postgres(location) else str(location)
+
+
+def default_db_path() -> Location:
     configured = os.environ.get("LOOPDECK_DB")
     if configured:
-        return Path(configured)
+        return store_location(configured)
     return Path(platformdirs.user_data_dir("loopdeck")) / "loopdeck.db"
+
+
+class Tx(Protocol):
+    """One open transaction: statements, their changed-row counts, rows by name or index."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None: ...
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+
+class Beats(Protocol):
+    """A blocking connection for the heartbeat thread."""
+
+    def beat(self, run_id: str, at: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class _SqliteTx:
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db = db
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cursor = await self.db.execute(sql, tuple(params))
+        return int(cursor.rowcount)
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        await self.db.executemany(sql, rows)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return list(await self.db.execute_fetchall(sql, tuple(params)))
+
+
+class _SqliteBeats:
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        self.db = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+
+    def beat(self, run_id: str, at: float) -> None:
+        self.db.execute("UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", (at, run_id))
+
+    def close(self) -> None:
+        self.db.close()
 
 
 def _check_path(path: Path, *, create: bool) -> None:
@@ -72,17 +159,72 @@ def _check_path(path: Path, *, create: bool) -> None:
 
 
 class Store:
-    """One open store. Methods live in `queries`; this class owns the connection."""
+    """One open store. Queries live in `queries`; a backend owns the connection.
+
+    `path` names the store for people: the SQLite file, or the PostgreSQL URL without its
+    password (credentials are never stored or printed)."""
+
+    path: Location
+    backend = ""
+    # One connection, many coroutines: a statement never lands inside another's transaction.
+    lock: asyncio.Lock
+
+    @classmethod
+    async def open(cls, location: Location | None = None, *, create: bool = True) -> Store:
+        location = location or default_db_path()
+        if is_postgres(location):
+            from loopdeck.store.postgres import PgStore
+
+            return await PgStore.connect(str(location), create=create)
+        return await SqliteStore.connect(Path(location), create=create)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement in its own transaction; returns the rows it changed."""
+        raise NotImplementedError
+
+    def transaction(self, run_id: str | None = None) -> contextlib.AbstractAsyncContextManager[Tx]:
+        """One write transaction: all of it lands or none. With `run_id`, writers of that run's
+        events (its runner, a reader marking it crashed) take their turns one at a time."""
+        raise NotImplementedError
+
+    async def change_counter(self) -> int:
+        """A number that moves when another connection committed something."""
+        raise NotImplementedError
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Return when another connection may have committed something, or after timeout_s."""
+        await asyncio.sleep(timeout_s)
+
+    def open_beats(self, timeout_s: float) -> Beats:
+        raise NotImplementedError
+
+    def spill_path(self, run_id: str) -> Path:
+        """Where events that could not be committed are written, so nothing is lost."""
+        raise NotImplementedError
+
+    def explain(self, exc: Exception) -> StoreError:
+        return StoreError(f"{self.path}: {exc}")
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class SqliteStore(Store):
+    """The embedded store: one SQLite file in WAL mode."""
+
+    backend = "sqlite"
 
     def __init__(self, path: Path, db: aiosqlite.Connection) -> None:
         self.path = path
+        self.file = path
         self.db = db
-        # One connection, many coroutines: a statement never lands inside another's transaction.
         self.lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path | None = None, *, create: bool = True) -> Store:
-        path = path or default_db_path()
+    async def connect(cls, path: Path, *, create: bool = True) -> SqliteStore:
         try:
             _check_path(path, create=create)
             db = await aiosqlite.connect(path, timeout=5.0, isolation_level=None)
@@ -194,44 +336,56 @@ class Store:
                 f"understands ({SCHEMA_VERSION}); upgrade loopdeck"
             )
 
-    def explain(self, exc: sqlite3.Error) -> StoreError:
+    def explain(self, exc: Exception) -> StoreError:
         if "locked" in str(exc) or "busy" in str(exc):
             return StoreError(f"{self.path}: the database is locked by another process ({exc})")
         return StoreError(f"{self.path}: {exc}")
 
-    async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self.db.row_factory = sqlite3.Row
         async with self.lock:
             try:
-                return list(await self.db.execute_fetchall(sql, params))
+                return list(await self.db.execute_fetchall(sql, tuple(params)))
             except sqlite3.Error as exc:
                 raise self.explain(exc) from exc
 
-    async def execute(self, sql: str, params: tuple[Any, ...] = ()) -> int:
-        """Run one statement in its own transaction; returns the rows it changed."""
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         async with self.lock:
             try:
-                cursor = await self.db.execute(sql, params)
-                return cursor.rowcount
+                cursor = await self.db.execute(sql, tuple(params))
+                return int(cursor.rowcount)
             except sqlite3.Error as exc:
                 raise self.explain(exc) from exc
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction, taken at once (BEGIN IMMEDIATE): all of it lands or none."""
+    async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
+        """Taken at once (BEGIN IMMEDIATE): SQLite has one writer at a time, so `run_id`
+        needs nothing more."""
+        self.db.row_factory = sqlite3.Row
         async with self.lock:
             try:
                 await self.db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise self.explain(exc) from exc
             try:
-                yield self.db
+                yield _SqliteTx(self.db)
                 await self.db.execute("COMMIT")
             except BaseException as exc:
                 await self.db.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise self.explain(exc) from exc
                 raise
+
+    async def change_counter(self) -> int:
+        """SQLite's own counter of commits by other connections."""
+        rows = await self.fetchall("PRAGMA data_version")
+        return int(rows[0][0])
+
+    def open_beats(self, timeout_s: float) -> Beats:
+        return _SqliteBeats(self.file, timeout_s)
+
+    def spill_path(self, run_id: str) -> Path:
+        return self.file.with_name(f"{self.file.name}.unsaved-{run_id}.jsonl")
 
     async def close(self) -> None:
         await self.db.close()

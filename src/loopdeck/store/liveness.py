@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loopdeck.store.database import Store
 
 DEFAULT_SILENCE_S = 30.0
 HEARTBEAT_S = 1.0
@@ -69,8 +71,8 @@ class Heartbeat:
     """Beats a run's heartbeat from its own thread and connection: neither a busy event loop
     nor blocking env code can starve it."""
 
-    def __init__(self, path: Path, run_id: str, interval_s: float = HEARTBEAT_S) -> None:
-        self.path = path
+    def __init__(self, store: Store, run_id: str, interval_s: float = HEARTBEAT_S) -> None:
+        self.store = store
         self.run_id = run_id
         self.interval_s = interval_s
         self._stop = threading.Event()
@@ -84,21 +86,20 @@ class Heartbeat:
 
     def _beat(self) -> None:
         try:
-            db = sqlite3.connect(self.path, timeout=self.interval_s, isolation_level=None)
-        except sqlite3.Error:
+            beats = self.store.open_beats(self.interval_s)
+        except Exception:
             return  # the store is unusable: the writer reports that
         try:
             while not self._stop.wait(self.interval_s):
                 try:
-                    db.execute(
-                        "UPDATE runs SET heartbeat_at = ? WHERE run_id = ?",
-                        (time.time(), self.run_id),
-                    )
-                except sqlite3.Error:
-                    continue  # locked for a moment: the next beat tries again
+                    beats.beat(self.run_id, time.time())
+                except Exception:
+                    continue  # locked or unreachable for a moment: the next beat tries again
         finally:
-            db.close()
+            beats.close()
 
 
 def this_host() -> str:
-    return socket.gethostname()
+    """The host a runner records; LOOPDECK_HOST names it instead (containers whose hostnames
+    repeat, or one machine standing in for many)."""
+    return os.environ.get("LOOPDECK_HOST") or socket.gethostname()

@@ -40,16 +40,16 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
 async def _mark_crashed(store: Store, run_id: str, why: str) -> bool:
     """The row, the stop event and the withdrawals land together or not at all."""
     detail = f"{why}; it stopped without recording a stop"
-    async with store.transaction() as db:
-        cursor = await db.execute(
+    async with store.transaction(run_id) as tx:
+        changed = await tx.execute(
             "UPDATE runs SET state = 'stopped', stop_reason = 'crashed', detail = ?, ended_at = ?"
             f" WHERE run_id = ? AND state IN {LIVE_STATES}",
             (detail, datetime.now(UTC).isoformat(), run_id),
         )
-        if cursor.rowcount != 1:
+        if changed != 1:
             return False  # another reader, or the runner's own stop, came first
-        last = await db.execute_fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-        seq = (next(iter(last))[0] or 0) + 1
+        last = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        seq = (last[0][0] or 0) + 1
         event = RunStopped(
             run_id=run_id,
             seq=seq,
@@ -57,12 +57,12 @@ async def _mark_crashed(store: Store, run_id: str, why: str) -> bool:
             stop_reason=StopReason.CRASHED,
             detail=detail,
         )
-        await db.execute(
+        await tx.execute(
             "INSERT INTO events (run_id, seq, kind, at, body, origin)"
             " VALUES (?, ?, ?, ?, ?, 'reader')",
             (run_id, seq, event.kind, event.at.isoformat(), event.model_dump_json()),
         )
-        await db.execute(
+        await tx.execute(
             "UPDATE approvals SET state = 'withdrawn', decided_by = ?"
             " WHERE run_id = ? AND state = 'pending'",
             (CRASH_DETECTOR, run_id),
@@ -97,7 +97,7 @@ async def list_runs(store: Store) -> list[dict[str, Any]]:
     await mark_crashed_runners(store)
     rows = await store.fetchall(
         "SELECT run_id, env, script, model, state, stop_reason, started_at, ended_at, tokens,"
-        " cost_usd FROM runs ORDER BY started_at"
+        " cost_usd, host, pid FROM runs ORDER BY started_at"
     )
     listed = [dict(row) for row in rows]
     for run in listed:
@@ -191,14 +191,15 @@ async def send_command(store: Store, run_id: str, command: str, by: str) -> None
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
     await store.execute(
-        "INSERT INTO commands (run_id, command, by, created_at) VALUES (?, ?, ?, ?)",
+        'INSERT INTO commands (run_id, command, "by", created_at) VALUES (?, ?, ?, ?)',
         (run_id, command, by, time.time()),
     )
 
 
 async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
     rows = await store.fetchall(
-        "SELECT id, command, by FROM commands WHERE run_id = ? AND consumed_at IS NULL ORDER BY id",
+        'SELECT id, command, "by" FROM commands WHERE run_id = ? AND consumed_at IS NULL'
+        " ORDER BY id",
         (run_id,),
     )
     for row in rows:
@@ -224,9 +225,8 @@ async def events_after(
 
 
 async def change_counter(store: Store) -> int:
-    """SQLite's own counter of commits by other connections: unchanged means nothing new."""
-    rows = await store.fetchall("PRAGMA data_version")
-    return int(rows[0][0])
+    """Moves when another connection committed: unchanged means nothing new."""
+    return await store.change_counter()
 
 
 async def last_seqs(store: Store) -> dict[str, int]:

@@ -22,7 +22,7 @@ async def _serve_commands(store: Store, runtime: Runtime) -> None:
         # A locked store: the next tick tries again; the runtime is not held up.
         with contextlib.suppress(StoreError):
             await _apply_commands(store, runtime, run_id)
-        await asyncio.sleep(COMMAND_POLL_S)
+        await store.wait_for_change(COMMAND_POLL_S)
 
 
 async def _apply_commands(store: Store, runtime: Runtime, run_id: str) -> None:
@@ -56,7 +56,7 @@ class RecordedRun:
             RunCorrected(run_id=run_id, detail=detail)
         )
         self.writer.start()
-        heartbeat = Heartbeat(self.store.path, run_id)
+        heartbeat = Heartbeat(self.store, run_id)
         heartbeat.start()
         commands = asyncio.create_task(_serve_commands(self.store, runtime))
         try:

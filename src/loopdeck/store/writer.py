@@ -6,19 +6,24 @@ import asyncio
 import contextlib
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loopdeck.core.events import EventBase
-from loopdeck.store.database import Store, StoreError
+from loopdeck.store.database import Store, StoreError, Tx
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 
 BATCH_INTERVAL_S = 0.05
 BATCH_MAX = 512
+# A call asked again (its receipt expired) replaces its row: pending again, undecided.
+ASKED_AGAIN = (
+    "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
+    " requested_at = excluded.requested_at, expires_at = excluded.expires_at, state = 'pending',"
+    " decided_by = NULL, reason = NULL, decided_at = NULL, outcome = NULL"
+)
 
 
 class EventWriter:
@@ -75,9 +80,6 @@ class EventWriter:
             except StoreError:
                 self._queue = batch + self._queue
                 raise
-            except sqlite3.Error as exc:
-                self._queue = batch + self._queue
-                raise self.store.explain(exc) from exc
             except Exception as exc:  # anything else still leaves the events safe in the queue
                 self._queue = batch + self._queue
                 raise StoreError(
@@ -102,7 +104,7 @@ class EventWriter:
         if not self._queue:
             return None
         run_id = self._queue[0].run_id
-        path = self.store.path.with_name(f"{self.store.path.name}.unsaved-{run_id}.jsonl")
+        path = self.store.spill_path(run_id)
         fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as out:
             for event in self._queue:
@@ -111,17 +113,11 @@ class EventWriter:
         return path
 
     async def _commit(self, batch: list[EventBase]) -> None:
-        async with self.store.lock:
-            await self._commit_locked(batch)
-
-    async def _commit_locked(self, batch: list[EventBase]) -> None:
-        db = self.store.db
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            await self._undo_a_false_crash(batch[0].run_id)
+        async with self.store.transaction(batch[0].run_id) as tx:
+            await self._undo_a_false_crash(tx, batch[0].run_id)
             # A plain INSERT: no reader's row can sit at a runner's sequence number any more,
             # and a clash would be a bug to report, never an event to drop.
-            await db.executemany(
+            await tx.executemany(
                 "INSERT INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
                 [
                     (e.run_id, e.seq, getattr(e, "kind", ""), e.at.isoformat(), event_json(e))
@@ -135,34 +131,27 @@ class EventWriter:
                 if kind in ("state_changed", "budget_updated"):
                     last[kind] = event
                 else:
-                    await self._apply(event)
+                    await self._apply(tx, event)
             for event in last.values():
-                await self._apply(event)
-            await db.execute("COMMIT")
-        except BaseException:
-            await db.execute("ROLLBACK")
-            raise
+                await self._apply(tx, event)
 
-    async def _undo_a_false_crash(self, run_id: str) -> None:
+    async def _undo_a_false_crash(self, tx: Tx, run_id: str) -> None:
         """A reader marked this run crashed while its runner (this process) is alive: the
         runner's record wins. The reader's stop event goes, the row and the approvals the
         reader withdrew come back, and the correction is recorded as an event."""
         if self._stopped:
             return
-        db = self.store.db
-        rows = await db.execute_fetchall(
-            "SELECT stop_reason, detail FROM runs WHERE run_id = ?", (run_id,)
-        )
+        rows = await tx.fetchall("SELECT stop_reason, detail FROM runs WHERE run_id = ?", (run_id,))
         row = next(iter(rows), None)
         if row is None or row[0] != "crashed":
             return
-        await db.execute("DELETE FROM events WHERE run_id = ? AND origin = 'reader'", (run_id,))
-        await db.execute(
+        await tx.execute("DELETE FROM events WHERE run_id = ? AND origin = 'reader'", (run_id,))
+        await tx.execute(
             "UPDATE runs SET state = ?, stop_reason = NULL, detail = NULL, ended_at = NULL,"
             " heartbeat_at = ? WHERE run_id = ?",
             (self._state, time.time(), run_id),
         )
-        await db.execute(
+        await tx.execute(
             "UPDATE approvals SET state = 'pending', decided_by = NULL"
             " WHERE run_id = ? AND state = 'withdrawn' AND decided_by = ?",
             (run_id, CRASH_DETECTOR),
@@ -170,14 +159,18 @@ class EventWriter:
         if self.on_correction is not None:
             self.on_correction(f"a reader marked this run crashed ({row[1]}); its runner is alive")
 
-    async def _apply(self, e: Any) -> None:
-        db = self.store.db
+    async def _apply(self, db: Tx, e: Any) -> None:
         kind = e.kind
         if kind == "run_started":
             await db.execute(
-                "INSERT OR REPLACE INTO runs (run_id, env, script, model, mode, goal, state,"
+                "INSERT INTO runs (run_id, env, script, model, mode, goal, state,"
                 " started_at, pid, host, heartbeat_at, approve_mode, pid_started)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET env = excluded.env,"
+                " script = excluded.script, model = excluded.model, mode = excluded.mode,"
+                " goal = excluded.goal, state = excluded.state, started_at = excluded.started_at,"
+                " pid = excluded.pid, host = excluded.host, heartbeat_at = excluded.heartbeat_at,"
+                " approve_mode = excluded.approve_mode, pid_started = excluded.pid_started",
                 (e.run_id, e.env, e.script, e.model, e.mode, e.goal, e.at.isoformat(),
                  self.pid, self.host, time.time(), self.approve_mode, self.pid_started),
             )  # fmt: skip
@@ -208,8 +201,8 @@ class EventWriter:
         elif kind == "approval_requested":
             self._asked.add(e.call_id)  # its outcome goes on the approval's row
             await db.execute(
-                "INSERT OR REPLACE INTO approvals (run_id, call_id, tool, args, requested_at,"
-                " expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending')",
+                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+                f" expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending') {ASKED_AGAIN}",
                 (e.run_id, e.call_id, e.tool, json.dumps(e.args), e.requested_at.isoformat(),
                  e.expires_at.isoformat()),
             )  # fmt: skip
@@ -222,8 +215,8 @@ class EventWriter:
             )  # fmt: skip
         elif kind == "question_asked":
             await db.execute(
-                "INSERT OR REPLACE INTO approvals (run_id, call_id, tool, args, requested_at,"
-                " expires_at, state) VALUES (?, ?, 'ask_user', ?, ?, ?, 'pending')",
+                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+                f" expires_at, state) VALUES (?, ?, 'ask_user', ?, ?, ?, 'pending') {ASKED_AGAIN}",
                 (e.run_id, e.question_id, json.dumps({"question": e.question}),
                  e.at.isoformat(), QUESTION_NEVER_EXPIRES),
             )  # fmt: skip

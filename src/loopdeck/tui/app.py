@@ -17,6 +17,7 @@ from loopdeck.core.text import plural
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun, RunOptions, prepare_run
 from loopdeck.operator.links import LocalLink, ReplayLink, RunLink, StoreLink
+from loopdeck.store.database import Location, shown_location
 from loopdeck.tui.dialogs import ConfirmDialog, ConfirmKillDialog
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.inbox import InboxScreen
@@ -68,7 +69,7 @@ class LoopdeckApp(App[int]):
         themes_folder: Path | None = None,
         launch_options: RunOptions | None = None,
         now: Callable[[], datetime] = _utcnow,
-        db_path: Path | None = None,
+        db_path: Location | None = None,
         link: RunLink | None = None,
     ) -> None:
         super().__init__()
@@ -195,7 +196,7 @@ class LoopdeckApp(App[int]):
         view = screen.view
         if view.run_id:
             how = view.stop_reason or f"still {view.shown_state} (detached)"
-            db = f" --db {self.db_path}" if self.db_path else ""
+            db = f" --db {shown_location(self.db_path)}" if self.db_path else ""
             self.farewell = f"run {view.run_id} · {how} · replay: loopdeck replay {view.run_id}{db}"
         if self.fleet_home:
             while self.screen is not screen and len(self.screen_stack) > 2:

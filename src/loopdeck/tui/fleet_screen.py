@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
+from rich.markup import escape
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -18,12 +18,12 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from loopdeck.core.text import plural, visible
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
-from loopdeck.store.database import Store
+from loopdeck.store.database import Location, Store, shown_location
 from loopdeck.tui.panels import elapsed_text
 
 POLL_S = 0.1
 COLUMNS = ("", "run", "env/script", "model", "state", "waiting", "closest budget",
-           "last finding", "age", "stop")  # fmt: skip
+           "last finding", "age", "stop", "runner")  # fmt: skip
 
 
 class FleetChanged(Message):
@@ -39,7 +39,7 @@ class FleetScreen(Screen[None]):
         Binding("slash", "filter", "Filter", id="fleet.filter"),
     ]
 
-    def __init__(self, db_path: Path | None, now: Callable[[], datetime]) -> None:
+    def __init__(self, db_path: Location | None, now: Callable[[], datetime]) -> None:
         super().__init__()
         self.db_path = db_path
         self.now = now
@@ -136,6 +136,7 @@ class FleetScreen(Screen[None]):
             visible(row.last_finding[:60]),
             elapsed_text(row.age_s(now)),
             Text(row.stop_reason or "", style=stop_style),
+            visible(row.runner),
         ]
 
     def render_fleet(self) -> None:
@@ -158,7 +159,7 @@ class FleetScreen(Screen[None]):
         shown = f" · filter “{visible(self.filter_text)}”" if self.filter_text else ""
         self.query_one("#fleet-header", Static).update(
             f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
-            f" · [dim]{self.db_path or ''}[/]"
+            f" · [dim]{escape(shown_location(self.db_path))}[/]"
         )
 
     def selected_run(self) -> str | None:

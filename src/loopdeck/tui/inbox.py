@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -20,7 +19,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from loopdeck.core.text import plural, visible, visible_json
 from loopdeck.store import queries
-from loopdeck.store.database import Store
+from loopdeck.store.database import Location, Store
 from loopdeck.tui.panels import countdown_text
 
 POLL_S = 0.1
@@ -41,7 +40,7 @@ class InboxScreen(Screen[None]):
         Binding("escape", "close", "Back", id="inbox.close"),
     ]
 
-    def __init__(self, db_path: Path | None, now: Callable[[], datetime]) -> None:
+    def __init__(self, db_path: Location | None, now: Callable[[], datetime]) -> None:
         super().__init__()
         self.db_path = db_path
         self.now = now
