@@ -4,7 +4,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup run test stress lint bench package-check clean
 
+# The PostgreSQL tests run a throwaway server as the postgres user under libnss_wrapper.
+NSS_WRAPPER := /usr/lib/x86_64-linux-gnu/libnss_wrapper.so
+
 $(STAMP): pyproject.toml
+	test -e $(NSS_WRAPPER) || [ "$$(id -u)" != 0 ] || \
+		apt-get install -y -q libnss-wrapper || (apt-get update -q && apt-get install -y -q libnss-wrapper)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,50 @@ def cli(
         return code, payload, err
 
     return invoke
+
+
+# -- the two store backends ------------------------------------------------------------------
+_cluster: Any = None
+_databases = iter(range(1, 10**6))
+
+
+def pg_cluster() -> Any:
+    """The session's throwaway PostgreSQL cluster, started on first use. In CI a cluster that
+    cannot start fails the test: the PostgreSQL tests must run there."""
+    global _cluster
+    from pg_cluster import Cluster, ClusterUnavailable
+
+    if _cluster is None:
+        try:
+            _cluster = Cluster().start()
+        except ClusterUnavailable as exc:
+            if os.environ.get("CI"):
+                pytest.fail(f"PostgreSQL cluster unavailable in CI: {exc}")
+            pytest.skip(f"PostgreSQL cluster unavailable: {exc}")
+    return _cluster
+
+
+def fresh_pg_database(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new empty database in the session's cluster; its URL carries no password (PGPASSWORD
+    in the environment does, as for any libpq program)."""
+    import psycopg
+
+    cluster = pg_cluster()
+    name = f"t{next(_databases)}_{os.getpid()}"
+    with psycopg.connect(cluster.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    monkeypatch.setenv("PGPASSWORD", cluster.password)
+    return f"postgresql://{cluster.user}@127.0.0.1:{cluster.port}/{name}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _cluster is not None:
+        _cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Where a test's store is: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "s.db"
+    return fresh_pg_database(monkeypatch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -11,38 +12,67 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.store import queries
-from loopdeck.store.database import Store
+from loopdeck.store.database import Location, Store, StoreError
 
 
-def loopdeck(*args: str, db: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def loopdeck(
+    *args: str, db: Location, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "loopdeck", *args, "--db", str(db)],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
-def start_runner(env: str | Path, script: str, db: Path, *extra: str) -> subprocess.Popen[str]:
+def start_runner(
+    env: str | Path, script: str, db: Location, *extra: str, environ: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "loopdeck", "run", str(env), "--script", script, "--headless",
          "--json", "--db", str(db), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=None if environ is None else {**os.environ, **environ},
     )  # fmt: skip
+
+
+def store_exists(db: Location) -> bool:
+    """A SQLite file is there; a PostgreSQL database always is (its schema may not be yet)."""
+    return not isinstance(db, Path) or db.exists()
+
+
+async def open_existing(db: Location) -> Store | None:
+    """The store, once its first runner created it; None until then."""
+    if not store_exists(db):
+        return None
+    try:
+        return await Store.open(db, create=False)
+    except StoreError:
+        return None
+
+
+def listed_runs(db: Location, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """`loopdeck runs --json`, or nothing while the store is not there yet."""
+    if not store_exists(db):
+        return []
+    done = loopdeck("runs", "--json", db=db, env=env)
+    return list(last_json(done.stdout)) if done.returncode == 0 and done.stdout.strip() else []
 
 
 def last_json(text: str) -> Any:
     return json.loads([line for line in text.splitlines() if line.strip()][-1])
 
 
-async def wait_for_pending(db: Path, timeout: float = 30.0) -> dict[str, Any]:
+async def wait_for_pending(db: Location, timeout: float = 30.0) -> dict[str, Any]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if db.exists():
-            store = await Store.open(db)
+        store = await open_existing(db)
+        if store is not None:
             try:
                 pending = await queries.pending_approvals(store)
             finally:

@@ -9,14 +9,13 @@ import stat
 
 import pytest
 from conftest import HARNESS, SAMPLES
-from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
+from store_helpers import last_json, listed_runs, loopdeck, start_runner, wait_for_pending
 
 from loopdeck.store import queries
 from loopdeck.store.database import SCHEMA_VERSION, Store, StoreError
 
 
-async def test_waiting_run_is_released_by_approve_from_another_process(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_waiting_run_is_released_by_approve_from_another_process(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
@@ -37,8 +36,7 @@ async def test_waiting_run_is_released_by_approve_from_another_process(tmp_path)
     assert again.returncode == 1 and "already decided" in again.stderr
 
 
-async def test_reject_with_reason_reaches_the_model(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_reject_with_reason_reaches_the_model(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
@@ -62,8 +60,7 @@ async def test_reject_with_reason_reaches_the_model(tmp_path) -> None:
     assert decided["by"].startswith("cli") and decided["approved"] is False
 
 
-async def test_two_simultaneous_approvers_exactly_one_wins(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_two_simultaneous_approvers_exactly_one_wins(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
@@ -85,15 +82,14 @@ async def test_two_simultaneous_approvers_exactly_one_wins(tmp_path) -> None:
     assert last_json(out)["stop_reason"] == ("goal_met" if results[0] else "stalled")
 
 
-async def test_cancel_and_kill_from_another_process(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_cancel_and_kill_from_another_process(db) -> None:
     budgets = ("--max-tool-calls", "100000", "--max-turns", "100000", "--max-tokens", "1000000000")
     budgets += ("--max-cost", "100000", "--deadline", "120")
     for flag, reason in (((), "cancelled"), (("--now",), "killed")):
         runner = start_runner(HARNESS, "poll", db, *budgets)
         try:
             for _ in range(300):
-                runs = last_json(loopdeck("runs", "--json", db=db).stdout) if db.exists() else []
+                runs = listed_runs(db)
                 live = [r for r in runs if r["state"] not in ("complete", "stopped")]
                 if live:
                     break
@@ -148,9 +144,13 @@ async def test_pause_and_resume_from_another_process(tmp_path) -> None:
     assert last_json(out)["stop_reason"] == "cancelled"
 
 
-async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(tmp_path) -> None:
-    db = tmp_path / "s.db"
-    runner = start_runner(HARNESS, "slow-write", db, "--approve", "wait")
+async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(db) -> None:
+    """SQLite: the runner's pid on this host is gone. PostgreSQL: the runner says it is on
+    another host, so only its heartbeat's silence (2 s here) can tell."""
+    other_host = isinstance(db, str)
+    silence = {"LOOPDECK_CRASH_SILENCE_S": "2"} if other_host else None
+    environ = {"LOOPDECK_HOST": "runner-elsewhere"} if other_host else None
+    runner = start_runner(HARNESS, "slow-write", db, "--approve", "wait", environ=environ)
     try:
         pending = await wait_for_pending(db)
         loopdeck("approve", pending["run_id"], pending["call_id"], db=db)
@@ -170,13 +170,24 @@ async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(tm
         runner.wait(timeout=10)
     finally:
         runner.kill()
-    runs = last_json(loopdeck("runs", "--json", db=db).stdout)
+    if other_host:  # only the heartbeat's silence can tell: wait for it
+        for _ in range(300):
+            runs = listed_runs(db, env=silence)
+            if runs and runs[0]["stop_reason"] == "crashed":
+                break
+            await asyncio.sleep(0.1)
+    runs = last_json(loopdeck("runs", "--json", db=db, env=silence).stdout)
     assert runs[0]["state"] == "stopped" and runs[0]["stop_reason"] == "crashed"
     assert runs[0]["outcome_unknown"] == [pending["call_id"]]
-    with sqlite3.connect(db) as con:
-        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        seqs = [r[0] for r in con.execute("SELECT seq FROM events ORDER BY seq")]
-        kinds = [r[0] for r in con.execute("SELECT kind FROM events ORDER BY seq")]
+    if not other_host:
+        with sqlite3.connect(db) as con:
+            assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = await Store.open(db)
+    try:
+        rows = await store.fetchall("SELECT seq, kind, origin FROM events ORDER BY seq")
+    finally:
+        await store.close()
+    seqs, kinds = [r["seq"] for r in rows], [r["kind"] for r in rows]
     assert seqs == list(range(1, len(seqs) + 1))
     assert "approval_requested" in kinds and "approval_decided" in kinds
     assert kinds[-1] == "run_stopped"

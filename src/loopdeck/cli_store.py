@@ -208,7 +208,7 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
             )
             result["message"] = message
             print(f"loopdeck: {args.call_id}: {message}", file=sys.stderr)
-        _print(result, args.json, text=f"{args.call_id}: {command}d" if won else "")
+        _print(result, args.json, text=f"{args.call_id}: {command.rstrip('e')}ed" if won else "")
         return 0 if won else 1
     if command == "answer":
         await _known_run(store, args.run_id)

@@ -33,6 +33,7 @@ from loopdeck.store.database import (
 
 CHANNEL = "loopdeck_changes"
 SAFETY_POLL_S = 1.0
+LISTEN_SLICE_S = 0.2  # how long close() may wait for the listener to notice
 SCHEMA_LOCK = 7_246_001  # advisory lock key: one opener creates or migrates the schema
 
 SCHEMA = f"""
@@ -143,6 +144,7 @@ class PgStore(Store):
         self._changes = 0
         self._changed = asyncio.Event()
         self._listening: asyncio.Task[None] | None = None
+        self._closing = False
 
     @classmethod
     async def connect(cls, url: str, *, create: bool = True) -> PgStore:
@@ -214,11 +216,15 @@ class PgStore(Store):
             raise self.explain(exc) from exc
 
     async def _listen(self) -> None:
+        """Counts NOTIFYs and wakes waiters. It listens in slices and is never cancelled:
+        psycopg's notifies() cut by a cancellation can leave the connection waiting forever,
+        which hung a finished runner at exit; `close` sets the flag and the slice ends."""
         with contextlib.suppress(psycopg.Error):
-            async for _ in self._listener.notifies():
-                self._changes += 1
-                changed, self._changed = self._changed, asyncio.Event()
-                changed.set()
+            while not self._closing:
+                async for _ in self._listener.notifies(timeout=LISTEN_SLICE_S):
+                    self._changes += 1
+                    changed, self._changed = self._changed, asyncio.Event()
+                    changed.set()
 
     def explain(self, exc: Exception) -> StoreError:
         return StoreError(f"{self.path}: {type(exc).__name__}: {exc}".strip())
@@ -268,10 +274,10 @@ class PgStore(Store):
         return folder / f"unsaved-{run_id}.jsonl"
 
     async def close(self) -> None:
+        self._closing = True
         if self._listening is not None:
-            self._listening.cancel()
-            with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
-                await self._listening
+            with contextlib.suppress(TimeoutError, psycopg.Error):
+                await asyncio.wait_for(asyncio.shield(self._listening), 2 * LISTEN_SLICE_S + 1)
         for conn in (self._listener, self.conn):
             with contextlib.suppress(psycopg.Error):
                 await conn.close()
