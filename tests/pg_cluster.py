@@ -122,5 +122,7 @@ class Cluster:
         self._env.pop("PGSERVICEFILE", None)
 
     def stop(self) -> None:
-        self._as_server(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        self._as_server(
+            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"
+        )
         shutil.rmtree(self.root, ignore_errors=True)

@@ -17,8 +17,7 @@ def _screen(app, kind=RunScreen):
     return next((s for s in app.screen_stack if isinstance(s, kind)), None)
 
 
-async def test_attach_approves_a_headless_run_and_sees_it_finish(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_attach_approves_a_headless_run_and_sees_it_finish(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
@@ -59,8 +58,7 @@ async def test_attach_stop_key_cancels_the_remote_run(tmp_path) -> None:
         runner.kill()
 
 
-async def test_replay_steps_back_and_forth(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_replay_steps_back_and_forth(db) -> None:
     done = loopdeck(
         "run", "service_outage", "--script", "wrong-guess", "--headless", "--json", db=db
     )
@@ -151,10 +149,9 @@ async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> N
     assert runs[0]["run_id"] == request.run_id and runs[0]["stop_reason"] == "goal_met"
 
 
-async def test_the_fleet_lists_stored_runs_and_replays_one(tmp_path) -> None:
+async def test_the_fleet_lists_stored_runs_and_replays_one(db) -> None:
     from loopdeck.tui.fleet_screen import FleetScreen
 
-    db = tmp_path / "s.db"
     done = loopdeck("run", "service_outage", "--script", "loop", "--headless", "--json", db=db)
     run_id = last_json(done.stdout)["run_id"]
     app = LoopdeckApp(db_path=db)

@@ -1,0 +1,100 @@
+"""What only the PostgreSQL store has to show: credentials kept out of sight, its schema
+checks, NOTIFY waking a waiter, and events read back the same as they were written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import psycopg
+import pytest
+from conftest import fresh_pg_database, pg_cluster
+from store_helpers import last_json, loopdeck
+
+from loopdeck.operator.links import load_events
+from loopdeck.store import queries
+from loopdeck.store.database import Store, StoreError, default_db_path, redact
+
+
+@pytest.fixture
+def url(monkeypatch) -> str:
+    return fresh_pg_database(monkeypatch)
+
+
+def _with_password(url: str) -> str:
+    cluster = pg_cluster()
+    return url.replace(f"{cluster.user}@", f"{cluster.user}:{cluster.password}@")
+
+
+def test_a_password_in_the_url_is_used_but_never_printed_or_stored(url, monkeypatch) -> None:
+    monkeypatch.delenv("PGPASSWORD")
+    secret = pg_cluster().password
+    full = _with_password(url)
+    done = loopdeck("run", "service_outage", "--headless", "--json", db=full)
+    assert done.returncode == 0, done.stderr
+    assert secret not in done.stdout + done.stderr
+    assert "watch: loopdeck attach" in done.stderr and redact(full) in done.stderr
+    listed = loopdeck("runs", db=full)
+    assert listed.returncode == 0 and secret not in listed.stdout + listed.stderr
+    with psycopg.connect(full) as conn:
+        for table in ("runs", "events", "approvals", "commands", "meta"):
+            dump = json.dumps(conn.execute(f"SELECT * FROM {table}").fetchall(), default=str)
+            assert secret not in dump
+    wrong = loopdeck("runs", db=full.replace(secret, "not-the-password"))
+    assert wrong.returncode == 2 and "password authentication failed" in wrong.stderr
+    assert "not-the-password" not in wrong.stderr
+
+
+def test_loopdeck_db_selects_postgresql(url, monkeypatch) -> None:
+    monkeypatch.setenv("LOOPDECK_DB", url)
+    assert default_db_path() == url
+
+
+async def test_a_newer_schema_and_a_foreign_database_are_refused(url) -> None:
+    store = await Store.open(url)
+    await store.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    await store.close()
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        await Store.open(url)
+    with psycopg.connect(url) as conn:
+        conn.execute("DROP TABLE meta")
+    with pytest.raises(StoreError, match="not a loopdeck database"):
+        await Store.open(url)
+
+
+async def test_attach_and_replay_need_a_store_and_never_create_one(url) -> None:
+    with pytest.raises(StoreError, match="no loopdeck store"):
+        await Store.open(url, create=False)
+
+
+async def test_a_decision_wakes_a_waiter_by_notify(url) -> None:
+    """The runner's side waits on NOTIFY: the decision made through another connection wakes
+    it (the counter moved), not the safety poll."""
+    done = loopdeck("run", "service_outage", "--headless", "--json", db=url)
+    run_id = last_json(done.stdout)["run_id"]
+    waiter, decider = await Store.open(url), await Store.open(url)
+    try:
+        before = await waiter.change_counter()
+        waiting = asyncio.create_task(waiter.wait_for_change(60))
+        await asyncio.sleep(0)
+        await queries.send_command(decider, run_id, "cancel", "test")
+        await waiting
+        assert await waiter.change_counter() > before
+    finally:
+        await waiter.close()
+        await decider.close()
+
+
+async def test_export_and_replay_read_back_every_event_in_order(url) -> None:
+    done = loopdeck("run", "order_support", "--headless", "--json", db=url)
+    run_id = last_json(done.stdout)["run_id"]
+    exported = [json.loads(line) for line in loopdeck("export", run_id, db=url).stdout.splitlines()]
+    store = await Store.open(url, create=False)
+    try:
+        replayed = await load_events(store, run_id)
+    finally:
+        await store.close()
+    assert [e["seq"] for e in exported] == list(range(1, len(exported) + 1))
+    assert [e.seq for e in replayed] == [e["seq"] for e in exported]
+    assert [e.kind for e in replayed] == [e["kind"] for e in exported]
+    assert exported[-1]["kind"] == "run_stopped"
