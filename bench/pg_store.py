@@ -1,0 +1,116 @@
+"""The PostgreSQL store (issue 12): appends and the approval round trip, next to SQLite.
+
+1. Events/s appended through the EventWriter (batched commits, the runtime's path) to a
+   throwaway PostgreSQL cluster on loopback, and to a SQLite file, the same 20,000 events.
+2. The approval round trip on both backends: a runner process waits on a write
+   (`--approve wait`); this process commits the decision; the figure is the time from that
+   commit to the runner's `approval_decided` event (it is emitted as the runner learns the
+   decision, right before the tool starts). PostgreSQL wakes the runner by NOTIFY; SQLite's
+   runner polls every 100 ms. Median of 5.
+
+    .venv/bin/python bench/pg_store.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from store_throughput import synthetic_run
+
+from loopdeck.core.events import EventBus
+from loopdeck.store import queries
+from loopdeck.store.database import Location, Store
+from loopdeck.store.writer import EventWriter
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from pg_cluster import Cluster  # noqa: E402  (the tests' throwaway cluster)
+from store_helpers import start_runner, wait_for_pending  # noqa: E402
+
+EVENTS = 20_000
+ROUND_TRIPS = 5
+
+
+async def append_rate(location: Location, count: int) -> float:
+    store = await Store.open(location)
+    try:
+        bus = EventBus()
+        writer = EventWriter(store)
+        bus.subscribe(writer)
+        writer.start()
+        start = time.perf_counter()
+        for event in synthetic_run(f"bench-{time.time_ns()}", count):
+            bus.publish(event)
+            if len(writer._queue) >= 2048:  # let the writer's loop run, as the runtime does
+                await asyncio.sleep(0)
+        await writer.close()
+        return count / (time.perf_counter() - start)
+    finally:
+        await store.close()
+
+
+async def round_trip_s(location: Location) -> float:
+    sample = HERE.parent / "sample_envs" / "order_support"
+    runner = start_runner(sample, "solve", location, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(location, timeout=120)
+        store = await Store.open(location, create=False)
+        try:
+            await queries.decide(
+                store, pending["run_id"], pending["call_id"], approved=True, by="bench"
+            )
+            committed = time.time()
+            runner.communicate(timeout=120)
+            body = await queries.last_event(store, pending["run_id"], "approval_decided")
+        finally:
+            await store.close()
+    finally:
+        runner.kill()
+    assert body is not None
+    return datetime.fromisoformat(body["at"]).timestamp() - committed
+
+
+async def measure() -> dict[str, Any]:
+    cluster = Cluster().start()
+    os.environ["PGPASSWORD"] = cluster.password
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            sqlite = Path(folder) / "bench.db"
+            figures = {
+                "postgresql appends/s": await append_rate(cluster.bare_url, EVENTS),
+                "sqlite appends/s": await append_rate(sqlite, EVENTS),
+            }
+            for name, location in (("postgresql", cluster.bare_url), ("sqlite", sqlite)):
+                trips = [await round_trip_s(location) for _ in range(ROUND_TRIPS)]
+                figures[f"{name} approval round trip ms"] = statistics.median(trips) * 1000
+    finally:
+        cluster.stop()
+    return figures
+
+
+def main() -> None:
+    figures = asyncio.run(measure())
+    print(json.dumps(figures, indent=1))
+    print(
+        f"appends: PostgreSQL {figures['postgresql appends/s']:,.0f} events/s, SQLite "
+        f"{figures['sqlite appends/s']:,.0f} events/s ({EVENTS:,} events, batched commits)"
+    )
+    print(
+        "approval round trip (decision committed → the runner's tool starts), median of "
+        f"{ROUND_TRIPS}: PostgreSQL {figures['postgresql approval round trip ms']:.0f} ms "
+        f"(NOTIFY), SQLite {figures['sqlite approval round trip ms']:.0f} ms (100 ms poll)"
+    )
+
+
+if __name__ == "__main__":
+    main()
