@@ -98,3 +98,20 @@ async def test_export_and_replay_read_back_every_event_in_order(url) -> None:
     assert [e.seq for e in replayed] == [e["seq"] for e in exported]
     assert [e.kind for e in replayed] == [e["kind"] for e in exported]
     assert exported[-1]["kind"] == "run_stopped"
+
+
+def test_a_service_file_supplies_the_connection(url, tmp_path, monkeypatch) -> None:
+    cluster = pg_cluster()
+    service = tmp_path / "pg_service.conf"
+    service.write_text(
+        f"[loopdeck]\nhost=127.0.0.1\nport={cluster.port}\nuser={cluster.user}\n"
+        f"dbname={url.rsplit('/', 1)[1]}\npassword={cluster.password}\n"
+    )
+    monkeypatch.setenv("PGSERVICEFILE", str(service))
+    monkeypatch.delenv("PGPASSWORD")
+    done = loopdeck(
+        "run", "service_outage", "--headless", "--json", db="postgresql:///?service=loopdeck"
+    )
+    assert done.returncode == 0, done.stderr
+    assert last_json(done.stdout)["stop_reason"] == "goal_met"
+    assert cluster.password not in done.stdout + done.stderr
