@@ -137,7 +137,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _cluster.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# The PostgreSQL variants of the store's behaviour tests run in `make stress` (CI runs it too),
+# keeping `make test` near its time budget; tests/test_postgres_store.py runs in both.
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def db(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Where a test's store is: a SQLite file, or a fresh PostgreSQL database."""
     if request.param == "sqlite":

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import platformdirs
 import psycopg
@@ -33,6 +33,7 @@ from loopdeck.store.database import (
 
 CHANNEL = "loopdeck_changes"
 SAFETY_POLL_S = 1.0
+CLOSE_WAIT_S = 5.0  # a connection that does not close by then is left to the exit
 LISTEN_SLICE_S = 0.2  # how long close() may wait for the listener to notice
 SCHEMA_LOCK = 7_246_001  # advisory lock key: one opener creates or migrates the schema
 
@@ -102,19 +103,38 @@ def _rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
     return make
 
 
+T = TypeVar("T")
+
+
+async def _whole(statement: Coroutine[Any, Any, T]) -> T:
+    """A statement is never cut in the middle: a caller cancelled while it runs stops
+    waiting, and the statement finishes on its own (psycopg's connection lock keeps the next
+    one behind it). A query cut mid-protocol could leave the connection waiting forever."""
+    return await asyncio.shield(statement)
+
+
 class _PgTx:
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
         self.conn = conn
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return await _whole(self._execute(sql, params))
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        await _whole(self._executemany(sql, rows))
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await _whole(self._fetchall(sql, params))
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> int:
         cursor = await self.conn.execute(_sql(sql), tuple(params))
         return int(cursor.rowcount)
 
-    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    async def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         async with self.conn.cursor() as cursor:
             await cursor.executemany(_sql(sql), rows)
 
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
         cursor = await self.conn.execute(_sql(sql), tuple(params))
         return list(await cursor.fetchall())
 
@@ -279,5 +299,5 @@ class PgStore(Store):
             with contextlib.suppress(TimeoutError, psycopg.Error):
                 await asyncio.wait_for(asyncio.shield(self._listening), 2 * LISTEN_SLICE_S + 1)
         for conn in (self._listener, self.conn):
-            with contextlib.suppress(psycopg.Error):
-                await conn.close()
+            with contextlib.suppress(psycopg.Error, TimeoutError):
+                await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
