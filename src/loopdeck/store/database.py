@@ -23,14 +23,8 @@ import platformdirs
 SCHEMA_VERSION = 2
 APP_ID = "loopdeck"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, env TEXT, script TEXT, model TEXT, mode TEXT, goal TEXT,
-    state TEXT, stop_reason TEXT, detail TEXT, started_at TEXT, ended_at TEXT,
-    tokens INTEGER DEFAULT 0, cost_usd REAL, cost_unknown_calls INTEGER DEFAULT 0,
-    pid INTEGER, host TEXT, heartbeat_at REAL, approve_mode TEXT, pid_started TEXT
-);
+# The tables both backends define alike (the others differ in number types and identity).
+SHARED_TABLES = """
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL,
     body TEXT NOT NULL, origin TEXT, PRIMARY KEY (run_id, seq)
@@ -40,7 +34,17 @@ CREATE TABLE IF NOT EXISTS approvals (
     expires_at TEXT, state TEXT NOT NULL, decided_by TEXT, reason TEXT, decided_at TEXT,
     outcome TEXT, PRIMARY KEY (run_id, call_id)
 );
-CREATE TABLE IF NOT EXISTS commands (
+"""
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, env TEXT, script TEXT, model TEXT, mode TEXT, goal TEXT,
+    state TEXT, stop_reason TEXT, detail TEXT, started_at TEXT, ended_at TEXT,
+    tokens INTEGER DEFAULT 0, cost_usd REAL, cost_unknown_calls INTEGER DEFAULT 0,
+    pid INTEGER, host TEXT, heartbeat_at REAL, approve_mode TEXT, pid_started TEXT
+);
+{SHARED_TABLES}CREATE TABLE IF NOT EXISTS commands (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
     by TEXT NOT NULL, created_at REAL NOT NULL, consumed_at REAL
 );
