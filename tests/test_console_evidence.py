@@ -8,10 +8,8 @@ from console_helpers import console_app, finished, run_screen, start_from_fleet,
 from textual.widgets import Input
 
 from loopdeck.core.approvals import AutoApprover
-from loopdeck.core.events import CallStatus
-from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import StopReason
-from loopdeck.operator.runview import RunView
+from loopdeck.operator.runview import CallRow, RunView
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ApprovalDialog, ConfirmQuitDialog
 from loopdeck.tui.panels import RunHeader
@@ -153,34 +151,39 @@ async def test_an_expired_receipt_says_so_and_the_new_ask_says_why() -> None:
         assert "Asked again" in again and "expired" in again
 
 
-def test_calls_table_columns_grow_to_fit_their_values() -> None:
+def test_calls_table_never_cuts_a_status_or_a_time() -> None:
     import asyncio
 
     from textual.app import App
+
+    from loopdeck.tui.calls_table import STATUS_LOOK
 
     class TableApp(App[None]):
         def compose(self):
             yield CallsTable()
 
-    async def scenario() -> None:
+    async def scenario(width: int) -> None:
         app = TableApp()
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=(width, 30)) as pilot:
             table = app.query_one(CallsTable)
             view = RunView()
-            row = CallRecord(call_id="c1", round=1, tool="t", args={}, risk="read",
-                             fingerprint="f" * 16, state_hash="s" * 16)  # fmt: skip
-            view.calls["c1"] = row
-            view.changed_calls.add("c1")
+            table.fit(view)
+            for n, status in enumerate(STATUS_LOOK, 1):
+                call_id = f"c{n}"
+                view.calls[call_id] = CallRow(
+                    call_id=call_id, round=1, tool="t" * 40, args={"a": "x" * 200}, risk="read",
+                    fingerprint="f" * 16, state_hash="s" * 16, status=status,
+                    duration_ms=123456.0, retries=3,
+                )  # fmt: skip
+                view.changed_calls.add(call_id)
             table.sync(view)
             await pilot.pause()
-            row.status, row.duration_ms = CallStatus.INTERRUPTED, 1234.0
-            view.changed_calls.add("c1")
-            table.sync(view)
-            await pilot.pause()
-            assert table.columns["status"].content_width >= len("interrupted")
-            assert table.columns["ms"].content_width >= len("1,234")
+            for n, (label, _) in enumerate(STATUS_LOOK.values(), 1):
+                line = table.render_line(n).text  # line 0 is the header
+                assert label in line and "123,456 ↻3" in line, (width, line)
 
-    asyncio.run(scenario())
+    for width in (80, 100, 200):
+        asyncio.run(scenario(width))
 
 
 async def test_q_on_a_live_run_asks_and_records_killed_not_crashed() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -116,11 +117,20 @@ class LocalLink:
         return spec.risk if spec else "write"
 
 
+NOTED = frozenset(
+    {"call_proposed", "question_asked", "question_answered", "run_stopped", "approval_requested"}
+)
+
+
 class StoreLink:
     """A run living in another process: its events tailed from the store, commands sent there."""
 
     POLL_S = 0.1
     CRASH_CHECK_S = 1.0
+    BATCH = 5000  # events read at once; a full batch means more are there already
+    # The collector waits this many full batches in a row at most: a runaway's runner may
+    # write faster than the console reads, and the collector must not wait for good.
+    HOLD_BATCHES = 40
 
     def __init__(self, db_path: Location | None, run_id: str) -> None:
         self.db_path = db_path
@@ -136,6 +146,8 @@ class StoreLink:
         self._closing: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         self.phase = "the run's first events from the store"
+        # True while full batches come back: the console draws progress, not every batch.
+        self.reading_history = False
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         self._sinks.append(sink)
@@ -148,25 +160,38 @@ class StoreLink:
     async def drive(self) -> RunOutcome | None:
         self._closing, self._closed = asyncio.Event(), asyncio.Event()
         self.store = await Store.open(self.db_path, create=False)
+        collector = CollectorPause()
         try:
-            seq, crash_checked, stopped = 0, time.monotonic(), False
+            seq, crash_checked, stopped, full = 0, time.monotonic(), False, 0
             while not stopped and not self._closing.is_set():
-                for row in await queries.events_after(self.store, self.run_id, seq):
-                    event = EVENT_ADAPTER.validate_json(row["body"])
-                    seq = row["seq"]
-                    self._note(event)
-                    stopped = stopped or event.kind == "run_stopped"
-                    for sink in list(self._sinks):
+                rows = await queries.events_after(self.store, self.run_id, seq, self.BATCH)
+                seq = rows[-1]["seq"] if rows else seq
+                # A long history is read in full batches: the collector waits until the
+                # console caught up (each parsed event dies once folded, never examined).
+                full = full + 1 if len(rows) == self.BATCH else 0
+                self.reading_history = full > 0
+                if 0 < full <= self.HOLD_BATCHES:
+                    collector.hold()
+                else:
+                    collector.release()
+                sinks = list(self._sinks)
+                for event in parse_rows(rows):
+                    kind = getattr(event, "kind", "")
+                    if kind in NOTED:
+                        self._note(event)
+                    stopped = stopped or kind == "run_stopped"
+                    for sink in sinks:
                         sink(event)
                 await self._refresh_pending()
                 if time.monotonic() - crash_checked >= self.CRASH_CHECK_S and not stopped:
                     crash_checked = time.monotonic()
                     await queries.mark_crashed_runners(self.store)
-                if not stopped:
+                if not stopped and len(rows) < self.BATCH:  # caught up: wait for more
                     await self._wait(self.store)
             await self._refresh_pending()
             return None
         finally:
+            collector.release()
             store, self.store = self.store, None
             await asyncio.shield(store.close())
             self._closed.set()
@@ -193,7 +218,7 @@ class StoreLink:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closed.wait(), 2.0)
 
-    def _note(self, event: Any) -> None:
+    def _note(self, event: Any) -> None:  # for the kinds in NOTED
         """What the console asks the link about, kept from the events as they pass."""
         if event.kind == "call_proposed":
             self._risks[event.tool] = event.risk
@@ -291,12 +316,50 @@ async def load_events(store: Store, run_id: str) -> list[EventBase]:
     events: list[EventBase] = []
     seq = 0
     while batch := await queries.events_after(store, run_id, seq, limit=20_000):
-        try:  # one validation for the whole batch: a fifth faster than one per row
-            events.extend(EVENTS_ADAPTER.validate_json(f"[{','.join(r['body'] for r in batch)}]"))
-        except ValueError:  # a row that does not parse: parse row by row, to name it
-            events.extend(EVENT_ADAPTER.validate_json(row["body"]) for row in batch)
+        events.extend(parse_rows(batch))
         seq = batch[-1]["seq"]
     return events
+
+
+BODY = 2  # events_after's rows: (seq, kind, body)
+
+
+def parse_rows(rows: list[Any]) -> list[EventBase]:
+    """Stored rows as events: one validation for the whole batch (a fifth faster than one per
+    row), with the collector paused. Parsing makes only acyclic objects, yet each one counts
+    towards a collection that walks everything alive: 70 % of a 100,000-event load."""
+    with collector_paused():
+        try:
+            return list(EVENTS_ADAPTER.validate_json(f"[{','.join(r[BODY] for r in rows)}]"))
+        except ValueError:  # a row that does not parse: parse row by row, to name it
+            return [EVENT_ADAPTER.validate_json(row["body"]) for row in rows]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    pause = CollectorPause()
+    pause.hold()
+    try:
+        yield
+    finally:
+        pause.release()
+
+
+class CollectorPause:
+    """Holds Python's cyclic collector off, and gives it back only if it was on."""
+
+    def __init__(self) -> None:
+        self._held = False
+
+    def hold(self) -> None:
+        if not self._held and gc.isenabled():
+            gc.disable()
+            self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            gc.enable()
 
 
 class ReplayLink:

@@ -6,13 +6,13 @@ The console renders it; a replay or an attached console can fold stored events i
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from loopdeck.core.budgets import CAP_STOP_REASON
 from loopdeck.core.events import CallStatus, EventBase
-from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
 
@@ -24,6 +24,24 @@ class RoundVerdict:
     round: int
     verdict: str
     reasons: list[str]
+
+
+@dataclass(slots=True)
+class CallRow:
+    """A call as the console shows it: the runtime's CallRecord's fields, in a plain class
+    (a pydantic model's construction and attribute writes were a third of a long load)."""
+
+    call_id: str
+    round: int
+    tool: str
+    args: dict[str, Any]
+    risk: str
+    fingerprint: str
+    state_hash: str
+    status: CallStatus = CallStatus.PROPOSED
+    result: dict[str, Any] | None = None
+    duration_ms: float | None = None
+    retries: int = 0
 
 
 @dataclass
@@ -41,7 +59,7 @@ class RunView:
     plans: dict[int, list[str]] = field(default_factory=dict)
     round: int = 0
     plan_step: int | None = None
-    calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
+    calls: OrderedDict[str, CallRow] = field(default_factory=OrderedDict)
     calls_seen: int = 0
     calls_dropped: int = 0
     repeats: int = 0
@@ -114,9 +132,9 @@ class RunView:
 
     def apply(self, event: EventBase) -> None:
         self.events_seen += 1
-        handler = getattr(self, f"_on_{getattr(event, 'kind', '')}", None)
+        handler = VIEW_HANDLERS.get(getattr(event, "kind", ""))
         if handler is not None:
-            handler(event)
+            handler(self, event)
 
     def _on_run_started(self, e: Any) -> None:
         self.run_id, self.env, self.script, self.model = e.run_id, e.env, e.script, e.model
@@ -144,18 +162,8 @@ class RunView:
     def _on_call_proposed(self, e: Any) -> None:
         self.calls_seen += 1
         self.tool_running = e.tool
-        self.calls[e.call_id] = CallRecord.model_construct(
-            call_id=e.call_id,
-            round=e.round,
-            tool=e.tool,
-            args=e.args,
-            risk=e.risk,
-            fingerprint=e.fingerprint,
-            state_hash=e.state_hash,
-            status=CallStatus.PROPOSED,
-            result=None,
-            duration_ms=None,
-            retries=0,
+        self.calls[e.call_id] = CallRow(
+            e.call_id, e.round, e.tool, e.args, e.risk, e.fingerprint, e.state_hash
         )
         self.changed_calls.add(e.call_id)
         while len(self.calls) > self.max_call_rows:
@@ -163,7 +171,7 @@ class RunView:
             self.changed_calls.add(dropped)
             self.calls_dropped += 1
 
-    def _row(self, call_id: str) -> CallRecord | None:
+    def _row(self, call_id: str) -> CallRow | None:
         row = self.calls.get(call_id)
         if row is not None:
             self.changed_calls.add(call_id)
@@ -238,3 +246,11 @@ class RunView:
         for cap, reason in CAP_STOP_REASON.items():
             if reason.value == self.stop_reason and cap.value in self.budget:
                 self.fired_cap = cap.value
+
+
+# One handler per event kind, looked up once per event (a long run's load folds 100,000).
+VIEW_HANDLERS: dict[str, Callable[[RunView, Any], None]] = {
+    name.removeprefix("_on_"): handler
+    for name, handler in vars(RunView).items()
+    if name.startswith("_on_")
+}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,13 +28,50 @@ def ms_text(ms: float) -> str:
     return f"{ms:,.0f} ms"
 
 
-@dataclass(frozen=True)
+Body = str | Callable[[], str]
+Made = tuple[str, str, Body]
+
+
 class Entry:
-    seq: int
-    at: datetime
-    kind: str  # goal, plan, model, decision, call, approval, result, guard, review, stop, note
-    title: str
-    body: str = ""
+    """One thing the operator reads, made from its event the first time it is read: a
+    runaway's entries that scroll out of the bounded transcript unread cost a reference."""
+
+    __slots__ = ("_event", "_handler", "_made")
+
+    def __init__(self, event: EventBase, handler: Callable[[Any], Made]) -> None:
+        self._event = event
+        self._handler = handler
+        self._made: tuple[str, str, str] | None = None
+
+    @property
+    def seq(self) -> int:
+        return self._event.seq
+
+    @property
+    def at(self) -> datetime:
+        return self._event.at
+
+    def _words(self) -> tuple[str, str, str]:
+        if self._made is None:
+            kind, title, body = self._handler(self._event)
+            self._made = (kind, visible(title), visible(body if isinstance(body, str) else body()))
+        return self._made
+
+    @property
+    def kind(self) -> str:
+        """goal, plan, model, decision, call, approval, result, guard, review, stop or note."""
+        return self._words()[0]
+
+    @property
+    def title(self) -> str:
+        return self._words()[1]
+
+    @property
+    def body(self) -> str:
+        return self._words()[2]
+
+    def __repr__(self) -> str:
+        return f"Entry({self.seq}, {self.kind!r}, {self.title!r})"
 
     @property
     def text(self) -> str:
@@ -48,55 +84,56 @@ class Transcript:
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self.entries: deque[Entry] = deque(maxlen=max_entries)
         self.dropped = 0
-        self._tools: dict[str, str] = {}
 
     def apply(self, event: EventBase) -> Entry | None:
-        handler: Callable[[Any], tuple[str, str, str] | None] | None = getattr(
-            self, f"_on_{getattr(event, 'kind', '')}", None
-        )
+        """The event's entry, if the operator reads this kind of event. Its words are made
+        when first read: the makers read only the (frozen) event, so the words are the same."""
+        handler = ENTRY_MAKERS.get(getattr(event, "kind", ""))
         if handler is None:
             return None
-        made = handler(event)
-        if made is None:
-            return None
-        kind, title, body = made
-        entry = Entry(event.seq, event.at, kind, visible(title), visible(body))
+        entry = Entry(event, handler)
         if len(self.entries) == self.entries.maxlen:
             self.dropped += 1
         self.entries.append(entry)
         return entry
 
-    # -- one handler per event kind that the operator reads ------------------------------
-    def _on_run_started(self, e: Any) -> tuple[str, str, str]:
+    # -- one entry maker per event kind that the operator reads ------------------------------
+    @staticmethod
+    def _on_run_started(e: Any) -> tuple[str, str, str]:
         script = f"/{e.script}" if e.script else ""
         return "goal", f"goal · run {e.run_id} · {e.env}{script} · {e.model} · {e.mode}", e.goal
 
-    def _on_plan_written(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_plan_written(e: Any) -> tuple[str, str, str]:
         steps = "\n".join(f"{i}. {step}" for i, step in enumerate(e.steps, 1))
         return "plan", f"plan · round {e.round}", steps
 
-    def _on_model_called(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_model_called(e: Any) -> tuple[str, str, str]:
         tokens = e.prompt_tokens + e.completion_tokens
         title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {ms_text(e.latency_ms)}"
         return "model", title, e.content or "(no text)"
 
-    def _on_decision_made(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_decision_made(e: Any) -> tuple[str, str, str]:
         step = f" · plan step {e.plan_step}" if e.plan_step is not None else ""
         return "decision", f"decision · {e.decision} · {e.reason_code or '-'}{step}", e.message
 
-    def _on_decision_invalid(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_decision_invalid(e: Any) -> tuple[str, str, str]:
         title = f"reply not usable · correction {e.corrections_used}"
         return "guard", title, e.error
 
-    def _on_call_proposed(self, e: Any) -> tuple[str, str, str]:
-        self._tools[e.call_id] = e.tool
+    @staticmethod
+    def _on_call_proposed(e: Any) -> Made:
         title = (
             f"call {e.call_id} · {e.tool}({short_args(e.args, 60)}) · {e.risk} · "
             f"fingerprint {e.fingerprint[:12]} · state {e.state_hash[:12]}"
         )
-        return "call", title, visible_json(e.args)
+        return "call", title, lambda: visible_json(e.args)
 
-    def _on_approval_requested(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_approval_requested(e: Any) -> tuple[str, str, str]:
         lines = [f"rationale: {e.rationale or 'no text'}"]
         if e.plan_step:
             lines.append(f"plan step: {e.plan_step}")
@@ -109,7 +146,8 @@ class Transcript:
             ("\n".join(lines)),
         )
 
-    def _on_approval_decided(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_approval_decided(e: Any) -> tuple[str, str, str]:
         verb = "approved" if e.approved else "rejected"
         when = clock_text(e.at)
         return (
@@ -118,49 +156,70 @@ class Transcript:
             ("" if e.approved else f"reason: {e.reason or '(none)'}"),
         )
 
-    def _on_approval_invalidated(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_approval_invalidated(e: Any) -> tuple[str, str, str]:
         return "approval", f"approval no longer valid · {e.call_id} · asked again", e.problem
 
-    def _on_approval_withdrawn(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_approval_withdrawn(e: Any) -> tuple[str, str, str]:
         return "approval", f"approval withdrawn · {e.call_id} · the run stopped", ""
 
-    def _on_question_asked(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_question_asked(e: Any) -> tuple[str, str, str]:
         return "approval", f"the agent asks you · {e.question_id}", e.question
 
-    def _on_question_answered(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_question_answered(e: Any) -> tuple[str, str, str]:
         when = clock_text(e.at)
         return "approval", f"answered · {e.question_id} · by {e.by} at {when}", e.answer
 
-    def _on_tool_retry(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_tool_retry(e: Any) -> tuple[str, str, str]:
         return "note", f"retry {e.attempt} · {e.call_id} · {e.tool} in {e.delay_s:g} s", e.error
 
-    def _on_tool_finished(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_tool_finished(e: Any) -> Made:
         status = e.status.value if isinstance(e.status, CallStatus) else str(e.status)
         title = f"result {e.call_id} · {e.tool} · {status} · {ms_text(e.duration_ms)}"
-        return "result", title, visible_json(e.result) if e.result else "(no result)"
+        return "result", title, (lambda: visible_json(e.result)) if e.result else "(no result)"
 
-    def _on_guard_tripped(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_guard_tripped(e: Any) -> tuple[str, str, str]:
         title = f"guard · {e.call_id} · {e.tool} repeated from the same state · not executed"
         return "guard", title, f"fingerprint {e.fingerprint}"
 
-    def _on_review_verdict(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_review_verdict(e: Any) -> tuple[str, str, str]:
         reasons = "\n".join(f"· {reason}" for reason in e.reasons)
         return "review", f"review · round {e.round} · {e.verdict.upper()}", reasons
 
-    def _on_model_retry(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_model_retry(e: Any) -> tuple[str, str, str]:
         return "note", f"model retry {e.attempt} in {e.delay_s:g} s", e.error
 
-    def _on_context_compacted(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_context_compacted(e: Any) -> tuple[str, str, str]:
         title = f"context compacted · {e.tokens_before:,} → {e.tokens_after:,} tokens"
         return "note", title, e.reason
 
-    def _on_operator_command(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_operator_command(e: Any) -> tuple[str, str, str]:
         return "note", f"operator · {e.command} · by {e.by}", ""
 
-    def _on_run_corrected(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_run_corrected(e: Any) -> tuple[str, str, str]:
         return "note", "record corrected", e.detail
 
-    def _on_run_stopped(self, e: Any) -> tuple[str, str, str]:
+    @staticmethod
+    def _on_run_stopped(e: Any) -> tuple[str, str, str]:
         reason = e.stop_reason.value if hasattr(e.stop_reason, "value") else str(e.stop_reason)
         state = e.state.value if hasattr(e.state, "value") else str(e.state)
         return "stop", f"stop · {reason.upper()} · {state}", e.detail
+
+
+# One entry maker per event kind the operator reads (they read only the event).
+ENTRY_MAKERS: dict[str, Callable[[Any], Made]] = {
+    name.removeprefix("_on_"): getattr(Transcript, name)
+    for name in vars(Transcript)
+    if name.startswith("_on_")
+}

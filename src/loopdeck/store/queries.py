@@ -214,14 +214,13 @@ async def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
     return dict(rows[0]) if rows else None
 
 
-async def events_after(
-    store: Store, run_id: str, seq: int, limit: int = 5000
-) -> list[dict[str, Any]]:
-    rows = await store.fetchall(
+async def events_after(store: Store, run_id: str, seq: int, limit: int = 5000) -> list[Any]:
+    """The run's stored events after `seq`, in order: rows of (seq, kind, body), read by
+    position or by name (not copied into dicts: 2 µs a row, a fifth of a long run's load)."""
+    return await store.fetchall(
         "SELECT seq, kind, body FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
         (run_id, seq, limit),
     )
-    return [dict(row) for row in rows]
 
 
 async def change_counter(store: Store) -> int:

@@ -242,6 +242,7 @@ class EventWriter:
 def event_json(event: EventBase) -> str:
     """An event as stored. Text that UTF-8 cannot carry is escaped, never fatal."""
     try:
-        return event.model_dump_json()
+        # The model's own serializer, without model_dump_json's argument handling per call.
+        return type(event).__pydantic_serializer__.to_json(event).decode()
     except ValueError:  # pydantic's serialization error for lone surrogates is a ValueError
         return json.dumps(event.model_dump(mode="json"), default=str)

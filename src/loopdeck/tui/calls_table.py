@@ -1,16 +1,28 @@
-"""The calls table: one row per proposed call, updated in place, bounded in size."""
+"""The calls table: one row per proposed call, drawn only where the screen shows it.
+
+The rows are the view's own call records (the view keeps the newest MAX_CALL_ROWS); the
+table holds their order and a strip per row it has drawn. A frame costs the rows on screen,
+whatever the run's length: a runaway's thousandth call costs what its first did.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import DataTable
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.color import Color, ColorParseError
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from loopdeck.core.events import CallStatus
-from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
-from loopdeck.operator.runview import RunView
+from loopdeck.operator.runview import CallRow, RunView
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -30,112 +42,308 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
 
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
 
-
-# The room each column but the arguments takes at most, with its cell padding; narrow
-# terminals drop the columns the Call panel shows anyway, never the status or the time.
-COLUMN_ROOM = {"#": 6, "rnd": 5, "tool": 18, "fingerprint": 13, "state": 10, "risk": 7}
-COLUMN_ROOM |= {"status": 22, "ms": 10, "arguments": 2}
-DROPPED_FIRST = ("state", "rnd", "fingerprint")
+# The room each column but the arguments takes, with one space either side; the longest
+# status and a time with retries fit theirs. Narrow terminals drop the columns the Call
+# panel shows anyway, never the status or the time.
+COLUMN_ROOM = {"#": 8, "rnd": 5, "tool": 18, "fingerprint": 13, "state": 10, "risk": 7}
+COLUMN_ROOM |= {"status": 22, "ms": 12, "arguments": 2}
+DROPPED_FIRST = ("state", "rnd", "fingerprint", "risk")
 MIN_ARGS_WIDTH = 16
+MIN_TOOL_ROOM = 10  # then the tool's name gives way to the arguments
+SCROLLBAR = 2
+RIGHT_ALIGNED = frozenset({"rnd", "ms"})
 
 
 def format_duration(duration_ms: float | None) -> str:
     return "" if duration_ms is None else f"{duration_ms:,.0f}"
 
 
-class CallsTable(DataTable[Any]):
-    """Columns grow to fit their values as rows arrive: a status or a time is never cut."""
+class CallsTable(ScrollView, can_focus=True):
+    """The run's calls, newest last. The cursor follows the newest row while it is on it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+    ]
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "calls-table--header",
+        "calls-table--cursor",
+        "calls-table--even-row",
+    }
+    DEFAULT_CSS = """
+    CallsTable {
+        background: $surface;
+        color: $foreground;
+        overflow-x: hidden;
+        overflow-y: auto;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .calls-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+        }
+        &:dark > .calls-table--even-row {
+            background: $surface-darken-1 40%;
+        }
+        & > .calls-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        & > .calls-table--even-row {
+            background: $surface-lighten-1 50%;
+        }
+        & > .calls-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
+    """
+
+    class Highlighted(Message):
+        """The cursor moved to another call (None: the table is empty)."""
+
+        def __init__(self, table: CallsTable, call_id: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.call_id = call_id
+
+        @property
+        def control(self) -> CallsTable:
+            return self.table
 
     args_width = 34
+    tool_room = COLUMN_ROOM["tool"]
     columns_shown: tuple[str, ...] = COLUMNS
 
-    def on_mount(self) -> None:
-        self.cursor_type = "row"
-        self.zebra_stripes = True
-        self._add_columns()
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._keys: list[str] = []
+        self._rows: dict[str, CallRow] = {}
+        self._cells: dict[str, list[Text]] = {}
+        self._strips: dict[str, list[Segment]] = {}
+        self.cursor_row = 0
+        self._highlighted: str | None = None
 
-    def _add_columns(self) -> None:
-        for column in self.columns_shown:
-            self.add_column(column, key=column)
+    # -- what the screen asks --------------------------------------------------------------
+    @property
+    def row_count(self) -> int:
+        return len(self._keys)
 
-    def _layout_for(self, width: int) -> tuple[tuple[str, ...], int]:
-        shown = list(COLUMNS)
-        room = width - 4 - sum(COLUMN_ROOM[c] for c in shown)
+    @property
+    def cursor_key(self) -> str | None:
+        return self._keys[self.cursor_row] if self._keys else None
+
+    def get_row(self, call_id: str) -> list[Text]:
+        return self._row_cells(call_id)
+
+    def get_row_index(self, call_id: str) -> int:
+        return self._keys.index(call_id)
+
+    # -- the rows --------------------------------------------------------------------------
+    def sync(self, view: RunView) -> None:
+        """Take the rows the view marked changed: their drawings are dropped, the order is
+        the view's. Cheap: nothing is drawn until the row is on screen."""
+        if not view.changed_calls:
+            return
+        follow = self.cursor_row >= len(self._keys) - 1
+        shown = self.cursor_key
+        for call_id in view.changed_calls:  # changed, or let go by the view
+            self._cells.pop(call_id, None)
+            self._strips.pop(call_id, None)
+        view.changed_calls.clear()
+        self._rows = view.calls
+        self._keys = list(view.calls)
+        if follow or shown is None or shown not in self._rows:
+            self.cursor_row = max(0, len(self._keys) - 1)
+        else:
+            self.cursor_row = self._keys.index(shown)  # the cursor stays on its call
+        self._resize()
+        self._scroll_cursor_into_view()
+        self._announce()
+        self.refresh()
+
+    def clear(self) -> None:
+        self._keys, self._rows = [], {}
+        self._cells.clear()
+        self._strips.clear()
+        self.cursor_row = 0
+        self._resize()
+        self._announce()
+        self.refresh()
+
+    def restyle(self, view: RunView) -> None:
+        """Colors or columns changed: every row is drawn again when next shown."""
+        self._cells.clear()
+        self._strips.clear()
+        view.changed_calls.update(view.calls)
+        self.sync(view)
+        self.refresh()
+
+    def fit(self, view: RunView) -> None:
+        """Columns and the arguments' width follow the terminal; redrawn when they change."""
+        if not self.size.width:
+            return
+        layout = self._layout_for(self.size.width)
+        if layout != (self.columns_shown, self.args_width, self.tool_room):
+            self.columns_shown, self.args_width, self.tool_room = layout
+            self.restyle(view)
+
+    def _layout_for(self, width: int) -> tuple[tuple[str, ...], int, int]:
+        """The columns shown, the arguments' width and the tool's room at `width`."""
+        shown = list(COLUMNS)  # the room left of `width` with the scrollbar's kept aside
+        room = width - SCROLLBAR - sum(COLUMN_ROOM[c] for c in shown)
         for column in DROPPED_FIRST:
             if room >= MIN_ARGS_WIDTH:
                 break
             shown.remove(column)
             room += COLUMN_ROOM[column]
-        return tuple(shown), max(MIN_ARGS_WIDTH, room)
+        tool_room = COLUMN_ROOM["tool"]
+        if room < MIN_ARGS_WIDTH:
+            given = min(MIN_ARGS_WIDTH - room, tool_room - MIN_TOOL_ROOM)
+            tool_room, room = tool_room - given, room + given
+        return tuple(shown), max(MIN_ARGS_WIDTH, room), tool_room
 
-    def fit(self, view: RunView) -> None:
-        """Columns and the arguments' width follow the terminal; rebuilt when they change."""
-        if not self.size.width:
-            return
-        shown, args_width = self._layout_for(self.size.width)
-        if (shown, args_width) != (self.columns_shown, self.args_width):
-            self.columns_shown, self.args_width = shown, args_width
-            self.restyle(view)
+    def _width_of(self, column: str) -> int:
+        if column == "arguments":
+            return self.args_width + 2
+        return self.tool_room if column == "tool" else COLUMN_ROOM[column]
 
+    def _resize(self) -> None:
+        width = sum(self._width_of(c) for c in self.columns_shown)
+        self.virtual_size = Size(width, len(self._keys) + 1)
+
+    # -- drawing ---------------------------------------------------------------------------
     def _color(self, name: str) -> str:
-        return self.app.theme_variables.get(name, "")
+        """A theme color as Rich takes it: one with alpha is blended onto the background."""
+        try:
+            color = Color.parse(self.app.theme_variables.get(name, ""))
+        except ColorParseError:
+            return ""
+        if color.a < 1:
+            color = self.background_colors[1] + color
+        return color.hex6
 
-    def _cells(self, row: CallRecord) -> list[Any]:
+    def _row_cells(self, call_id: str) -> list[Text]:
+        cells = self._cells.get(call_id)
+        if cells is None:
+            cells = self._cells[call_id] = self._make_cells(self._rows[call_id])
+        return cells
+
+    def _make_cells(self, row: CallRow) -> list[Text]:
         label, var = STATUS_LOOK[row.status]
-        status = Text(label, style=f"bold {self._color(var)}")
-        risk = Text(row.risk, style=self._color(f"risk-{row.risk}"))
         duration = format_duration(row.duration_ms)
         if row.retries:
             duration += f" ↻{row.retries}"
-        cells = {
+        # Plain text, never markup: an argument like "[b]" is shown as typed.
+        cells: dict[str, Any] = {
             "#": row.call_id,
             "rnd": str(row.round),
             "tool": visible(row.tool),
             "arguments": short_args(row.args, self.args_width),
             "fingerprint": row.fingerprint[:8],
             "state": row.state_hash[:8],
-            "risk": risk,
-            "status": status,
+            "risk": Text(row.risk, style=self._color(f"risk-{row.risk}")),
+            "status": Text(label, style=f"bold {self._color(var)}"),
             "ms": duration,
         }
-        # Plain text, never markup: an argument like "[b]" is shown as typed, and a cell is
-        # not parsed again each time the table draws or measures it.
         return [
-            cell if isinstance(cell, Text) else Text(str(cell))
+            cell if isinstance(cell, Text) else Text(cell)
             for cell in (cells[column] for column in self.columns_shown)
         ]
 
-    def sync(self, view: RunView) -> None:
-        """Apply the rows the view marked changed since the last sync.
+    def _segments(self, texts: list[Text], base: Style) -> list[Segment]:
+        segments: list[Segment] = []
+        for column, text in zip(self.columns_shown, texts, strict=True):
+            room = self._width_of(column) - 2
+            plain = text.plain
+            if len(plain) > room:
+                plain = plain[: max(0, room - 1)] + "…"
+            pad = " " * (room - len(plain))
+            cell = f"{pad}{plain}" if column in RIGHT_ALIGNED else f"{plain}{pad}"
+            style = base + Style.parse(str(text.style)) if text.style else base
+            segments += [Segment(" ", base), Segment(cell, style), Segment(" ", base)]
+        return segments
 
-        Rows the view dropped stay until the table holds half as many again as the view,
-        then the table is rebuilt once: removing rows one by one costs a re-index each.
-        """
-        if not view.changed_calls:
-            return
-        follow = self.cursor_row >= self.row_count - 1
-        changed = sorted(view.changed_calls, key=lambda c: int(c.lstrip("c") or 0))
-        view.changed_calls.clear()
-        if self.row_count + len(changed) > len(view.calls) + view.max_call_rows // 2:
-            self.clear()
-            for kept in view.calls.values():
-                self.add_row(*self._cells(kept), key=kept.call_id)
+    def _row_segments(self, call_id: str) -> list[Segment]:
+        segments = self._strips.get(call_id)
+        if segments is None:
+            texts = self._row_cells(call_id)
+            segments = self._strips[call_id] = self._segments(texts, Style())
+        return segments
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if y == 0:
+            header = self.get_component_rich_style("calls-table--header")
+            texts = [Text(column) for column in self.columns_shown]
+            strip = Strip(self._segments(texts, Style()))
+            return strip.apply_style(base + header).crop_extend(scroll_x, scroll_x + width, base)
+        index = scroll_y + y - 1
+        if index >= len(self._keys):
+            return Strip.blank(width, base)
+        line_style = base
+        if index == self.cursor_row:
+            line_style += self.get_component_rich_style("calls-table--cursor")
+        elif index % 2:
+            line_style += self.get_component_rich_style("calls-table--even-row")
+        strip = Strip(self._row_segments(self._keys[index]))
+        if index == self.cursor_row:
+            # The cursor's own colors win over a cell's (as in a DataTable's cursor row).
+            strip = Strip(Segment(text, line_style) for text, _, _ in strip)
         else:
-            for call_id in changed:
-                row = view.calls.get(call_id)
-                if row is None:
-                    continue
-                cells = self._cells(row)
-                if call_id in self.rows:
-                    for column, value in zip(self.columns_shown, cells, strict=True):
-                        self.update_cell(call_id, column, value, update_width=True)
-                else:
-                    self.add_row(*cells, key=call_id)
-        if follow and self.row_count:
-            self.move_cursor(row=self.row_count - 1, animate=False)
+            strip = Strip(Segment.apply_style(strip, line_style))
+        return strip.crop_extend(scroll_x, scroll_x + width, line_style)
 
-    def restyle(self, view: RunView) -> None:
-        self.clear(columns=True)
-        self._add_columns()
-        view.changed_calls.update(view.calls)
-        self.sync(view)
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+
+    # -- the cursor ------------------------------------------------------------------------
+    def move_cursor(self, *, row: int, animate: bool = False) -> None:
+        if not self._keys:
+            return
+        self.cursor_row = max(0, min(row, len(self._keys) - 1))
+        self._scroll_cursor_into_view()
+        self._announce()
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._scroll_cursor_into_view)
+
+    def _scroll_cursor_into_view(self) -> None:
+        rows_shown = max(1, self.scrollable_content_region.height - 1)
+        top = int(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + rows_shown:
+            self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
+
+    def _announce(self) -> None:
+        key = self.cursor_key
+        if key != self._highlighted:
+            self._highlighted = key
+            self.post_message(self.Highlighted(self, key))
+
+    def action_cursor(self, delta: int) -> None:
+        self.move_cursor(row=self.cursor_row + delta)
+
+    def action_page(self, direction: int) -> None:
+        rows_shown = max(1, self.scrollable_content_region.height - 1)
+        self.move_cursor(row=self.cursor_row + direction * rows_shown)
+
+    def action_jump(self, row: int) -> None:
+        self.move_cursor(row=row if row >= 0 else len(self._keys) - 1)
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1:
+            self.move_cursor(row=int(self.scroll_y) + event.y - 1)

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from loopdeck.core.events import EventBase
@@ -46,6 +46,7 @@ from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 FRAME_INTERVAL_S = 1 / 20
 FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
 MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
+HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
 PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
 SPIN_INTERVAL_S = 0.2
 MIN_SIZE = (80, 24)
@@ -186,15 +187,19 @@ class RunScreen(Screen[None]):
         The runtime shares this event loop. After a frame that took T seconds from folding the
         events to the painted screen, the next waits at least FRAME_SHARE x T more, so a
         runaway keeps most of the loop; the wait is capped (MAX_FRAME_WAIT_S) so the screen
-        never falls far behind. Stops, approvals and keys
-        flush at once, never waiting for this.
+        never falls far behind. While the link reads a long history (`reading_history`),
+        frames come every HISTORY_FRAME_S: the folding gets the loop. Stops, approvals and
+        keys flush at once, never waiting for this.
         """
         if self._buffer and time.monotonic() >= self._next_frame_at:
             self.flush()
 
     def _painted(self, started: float) -> None:
         now = time.monotonic()
-        self._next_frame_at = now + min(FRAME_SHARE * (now - started), MAX_FRAME_WAIT_S)
+        if getattr(self.link, "reading_history", False):
+            self._next_frame_at = now + HISTORY_FRAME_S
+        else:
+            self._next_frame_at = now + min(FRAME_SHARE * (now - started), MAX_FRAME_WAIT_S)
 
     def flush(self) -> None:
         if not self._buffer:
@@ -264,8 +269,7 @@ class RunScreen(Screen[None]):
             f" · {plural(self.view.repeats, 'repeat')} blocked" if self.view.repeats else ""
         )
         if table.row_count:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-            self._show_detail(key)
+            self._show_detail(table.cursor_key)
         if self.view.finished:
             self.refresh_bindings()
 
@@ -273,9 +277,9 @@ class RunScreen(Screen[None]):
         row = self.view.calls.get(call_id or "")
         self.query_one(CallDetail).show(row, self.view.decided.get(call_id or "", ""))
 
-    @on(DataTable.RowHighlighted, "#calls")
-    def _show_call(self, event: DataTable.RowHighlighted) -> None:
-        self._show_detail(event.row_key.value if event.row_key else None)
+    @on(CallsTable.Highlighted, "#calls")
+    def _show_call(self, event: CallsTable.Highlighted) -> None:
+        self._show_detail(event.call_id)
 
     # -- the transcript ------------------------------------------------------------------
     def action_transcript(self) -> None:
