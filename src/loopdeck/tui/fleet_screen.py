@@ -14,11 +14,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from loopdeck.core.text import plural, visible
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
 from loopdeck.store.database import Location, Store, shown_location
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import elapsed_text
 
 POLL_S = 0.1
@@ -54,7 +55,7 @@ class FleetScreen(Screen[None]):
         yield Static(id="fleet-header")
         yield Input(placeholder="filter runs: id, env, script, model or state", id="fleet-filter")
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True, classes="panel")
-        yield Footer()
+        yield KeysBar()
 
     def on_mount(self) -> None:
         self.query_one("#fleet-filter").display = False

@@ -15,11 +15,12 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from loopdeck.core.text import plural, visible, visible_json
 from loopdeck.store import queries
 from loopdeck.store.database import Location, Store
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
 
 POLL_S = 0.1
@@ -56,7 +57,7 @@ class InboxScreen(Screen[None]):
         with VerticalScroll(id="inbox-detail", classes="panel"):
             yield Static(id="inbox-body")
         yield Input(placeholder="reason for the model (optional), enter rejects", id="inbox-reason")
-        yield Footer()
+        yield KeysBar()
 
     def on_mount(self) -> None:
         self.query_one("#inbox-reason").display = False

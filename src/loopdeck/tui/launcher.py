@@ -7,11 +7,12 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.launch import list_envs
+from loopdeck.tui.keys_bar import KeysBar
 
 
 class LauncherScreen(Screen[tuple[str, str]]):
@@ -43,7 +44,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
                 label = f"[b]{name}[/] · {escape(script):<16} [dim]{about}[/]"
                 options.append(Option(label, id=f"{env['path']}\n{script}"))
         yield OptionList(*options, id="launcher-list")
-        yield Footer()
+        yield KeysBar()
 
     def on_mount(self) -> None:
         self.query_one(OptionList).focus()

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from loopdeck.core.events import EventBase
@@ -31,6 +31,7 @@ from loopdeck.tui.dialogs import (
     ConfirmKillDialog,
     ConfirmQuitDialog,
 )
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
@@ -107,7 +108,7 @@ class RunScreen(Screen[None]):
             yield FindingsPanel(id="findings", classes="panel")
             yield CallDetail(id="detail", classes="panel")
             yield TranscriptLog(id="transcript-panel", classes="panel", keep=PANEL_KEPT)
-        yield Footer()
+        yield KeysBar()
 
     def on_mount(self) -> None:
         titles = {"states": "State", "plan": "Plan", "budgets": "Budgets", "calls": "Calls"}

@@ -12,10 +12,11 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, RichLog, Static
+from textual.widgets import Input, RichLog, Static
 
 from loopdeck.operator import transcript
 from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.tui.keys_bar import KeysBar
 
 KIND_VAR = {
     "goal": "accent",
@@ -158,7 +159,7 @@ class TranscriptScreen(Screen[None]):
         yield Static(id="transcript-title")
         yield TranscriptLog(id="transcript-log", classes="panel")
         yield Input(placeholder="search the transcript, enter to find", id="transcript-search")
-        yield Footer()
+        yield KeysBar()
 
     def on_mount(self) -> None:
         self.query_one("#transcript-title", Static).update(self.title_text)

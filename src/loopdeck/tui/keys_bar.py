@@ -1,0 +1,101 @@
+"""The keys line at the bottom of every screen: one widget, redrawn only when its text changes.
+
+Textual's Footer recomposes a widget per key whenever the bindings change, which they do on
+every focus change; each new key also registers a watcher that is looked up linearly. Under a
+runaway that made one `tab` cost tens of milliseconds, growing with the session. This line is
+one Static: the same keys, descriptions and clicks, built from the screen's active bindings.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import events
+from textual.binding import Binding
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Static
+
+KEY_STYLE = "bold $footer-key-foreground"
+DESCRIPTION_STYLE = "$footer-description-foreground"
+OFF_STYLE = "$footer-foreground 50%"
+
+Key = tuple[str, str, bool]  # the key, its description, whether it is enabled now
+
+
+class KeysBar(Static):
+    """The screen's shown bindings, `key description` each, the command palette's on the right."""
+
+    DEFAULT_CSS: ClassVar[str] = """
+    KeysBar {
+        dock: bottom;
+        height: 1;
+        background: $footer-background;
+        color: $footer-foreground;
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__("", markup=False)
+        self._spans: list[tuple[int, int, str]] = []  # x from, x to, the key to press
+        self._shown: tuple[Key, ...] = ()
+        self._keys_shown: dict[str, Binding] = {}
+
+    def on_mount(self) -> None:
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+        self._bindings_changed(self.screen)
+
+    def on_unmount(self) -> None:
+        self.screen.bindings_updated_signal.unsubscribe(self)
+
+    def on_resize(self) -> None:
+        self._shown = ()  # the palette key sits at the right edge: draw again
+        self._bindings_changed(self.screen)
+
+    def _bindings_changed(self, screen: Screen[object]) -> None:
+        if not self.is_attached or screen is not self.screen:
+            return
+        keys: list[Key] = []
+        actions: set[str] = set()
+        palette: Key | None = None
+        self._keys_shown = {}
+        for key, (_, binding, enabled, _) in self.screen.active_bindings.items():
+            if key == self.app.COMMAND_PALETTE_BINDING and self.app.ENABLE_COMMAND_PALETTE:
+                palette = (key, binding.description, enabled)
+            elif binding.show and binding.action not in actions:
+                actions.add(binding.action)  # several keys for one action: the first shows
+                keys.append((key, binding.description, enabled))
+            else:
+                continue
+            self._keys_shown[key] = binding
+        shown = tuple(keys) + ((palette,) if palette else ())
+        if shown != self._shown:
+            self._shown = shown
+            self._draw(keys, palette)
+
+    def _draw(self, keys: list[Key], palette: Key | None) -> None:
+        parts: list[tuple[str, str]] = []
+        spans: list[tuple[int, int, str]] = []
+        x = 0
+        for key, description, enabled in keys:
+            display = self.app.get_key_display(self._keys_shown[key])
+            label = f" {display} "
+            parts += [(label, KEY_STYLE if enabled else OFF_STYLE)]
+            parts += [(f"{description} ", DESCRIPTION_STYLE if enabled else OFF_STYLE)]
+            width = len(label) + len(description) + 1
+            spans.append((x, x + width, key))
+            x += width
+        if palette is not None:
+            key, description, _ = palette
+            tail = f" {self.app.get_key_display(self._keys_shown[key])} {description} "
+            gap = max(1, self.size.width - x - len(tail))
+            parts += [(" " * gap, ""), (tail, KEY_STYLE)]
+            spans.append((x + gap, x + gap + len(tail), key))
+        self._spans = spans
+        self.update(Content.assemble(*parts))
+
+    def on_click(self, event: events.Click) -> None:
+        for start, end, key in self._spans:
+            if start <= event.x < end:
+                self.app.simulate_key(key)
+                return
