@@ -4,113 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from loopdeck.cli_envs import ENV_COMMANDS, add_env_commands, run_env_command
-from loopdeck.cli_store import (
-    STORE_COMMANDS,
-    add_store_commands,
-    check_store,
-    run_recorded_headless,
-    run_store_command,
-)
-from loopdeck.core.scenario import ScenarioError
-from loopdeck.core.states import StopReason
-from loopdeck.llm.client import MissingCredentials
-from loopdeck.store.database import DB_HELP, StoreError, default_db_path, store_location
+from loopdeck.cli_parser import ENV_COMMANDS, STORE_COMMANDS, build_parser
+from loopdeck.store.database import default_db_path
 
 if TYPE_CHECKING:
-    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.approval_queue import ApprovalQueue
+    from loopdeck.operator.launch import PreparedRun, RunOptions
     from loopdeck.tui.app import LoopdeckApp
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def _positive(kind: Callable[[str], float], name: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a {name}, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(
-                f"must be a finite {name} greater than 0, got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a fraction, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (e.g. 0.8), got {text!r}")
-    return value
-
-
-positive_int = _positive(int, "positive integer")
-positive_float = _positive(float, "positive number")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopdeck", description="Supervise LLM agents.")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", help="run an agent against an env")
-    run.add_argument("env", metavar="ENV_DIR", help="env folder, or a sample env's name")
-    run.add_argument("--script", help="script the offline model plays (default: solve)")
-    run.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
-    run.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
-    run.add_argument("--mode", choices=["rounds", "react"])
-    run.add_argument("--headless", action="store_true", help="no console: print a summary")
-    run.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
-    run.add_argument(
-        "--approve",
-        choices=["auto", "deny", "wait"],
-        help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
-    )
-    run.add_argument("--db", type=store_location, help=DB_HELP)
-    run.add_argument("--max-turns", type=positive_int)
-    run.add_argument("--max-tool-calls", type=positive_int)
-    run.add_argument("--max-tokens", type=positive_int)
-    run.add_argument("--max-cost", type=positive_float, metavar="USD")
-    run.add_argument("--deadline", type=positive_float, metavar="SECONDS")
-    run.add_argument("--max-rounds", type=positive_int)
-    run.add_argument("--model-timeout", type=positive_float, metavar="SECONDS")
-    run.add_argument(
-        "--pause-at",
-        type=fraction,
-        metavar="FRACTION",
-        help="with an operator attached, pause and ask when a budget passes this fraction",
-    )
-    run.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a scenario.toml value for this run (e.g. data.orders=3)",
-    )
-    run.add_argument("--theme", help="console theme: a name, or the path of a theme file")
-
-    console = commands.add_parser("console", help="the console's launcher over the sample envs")
-    console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
-    console.add_argument("--db", type=store_location, help=DB_HELP)
-    console.add_argument(
-        "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
-    )
-
-    add_store_commands(commands)
-
-    add_env_commands(commands)
-    return parser
 
 
 def _options(args: argparse.Namespace) -> RunOptions:
@@ -138,6 +45,8 @@ def _options(args: argparse.Namespace) -> RunOptions:
 
 
 def _run_headless(args: argparse.Namespace) -> int:
+    from loopdeck.cli_store import run_recorded_headless
+    from loopdeck.core.states import StopReason
     from loopdeck.headless import print_json, print_summary
 
     outcome = asyncio.run(run_recorded_headless(_options(args), args.db))
@@ -149,19 +58,36 @@ def _run_headless(args: argparse.Namespace) -> int:
 
 
 def _run_console(args: argparse.Namespace) -> int:
-    from loopdeck.operator.approval_queue import StoreBackedQueue
-    from loopdeck.operator.launch import prepare_run
+    """The console paints first; the run is prepared behind that frame (`LoopdeckApp`'s
+    `prepare`). What stops the preparation is reported here once the console is gone."""
     from loopdeck.tui.app import LoopdeckApp
 
-    queue = StoreBackedQueue()
-    options = _options(args)
-    if options.approve == "wait":
-        raise ScenarioError("--approve wait is for --headless runs; the console decides itself")
-    asyncio.run(check_store(args.db))
-    approver = None if options.approve else queue
-    prepared = prepare_run(options, approver=approver, answerer=queue)
-    app = LoopdeckApp(prepared, queue, theme_name=args.theme, db_path=args.db or default_db_path())
-    return _after_console(app, app.run())
+    if args.approve == "wait":
+        print("loopdeck: --approve wait is for --headless runs; the console decides itself",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+
+    def prepare() -> tuple[PreparedRun, ApprovalQueue]:
+        from loopdeck.cli_store import check_store
+        from loopdeck.operator.approval_queue import StoreBackedQueue
+        from loopdeck.operator.launch import prepare_run
+
+        asyncio.run(check_store(args.db))
+        queue = StoreBackedQueue()
+        approver = None if args.approve else queue
+        return prepare_run(_options(args), approver=approver, answerer=queue), queue
+
+    about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
+    app = LoopdeckApp(
+        theme_name=args.theme,
+        db_path=args.db or default_db_path(),
+        prepare=prepare,
+        preparing=about,
+    )
+    code = app.run()
+    if app.launch_error is not None:
+        raise app.launch_error
+    return _after_console(app, code)
 
 
 def _after_console(app: LoopdeckApp, code: int | None) -> int:
@@ -174,6 +100,7 @@ def _after_console(app: LoopdeckApp, code: int | None) -> int:
 
 
 def _launcher(args: argparse.Namespace) -> int:
+    from loopdeck.cli_store import check_store
     from loopdeck.tui.app import LoopdeckApp
 
     asyncio.run(check_store(args.db))
@@ -186,24 +113,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command in ENV_COMMANDS:
+            from loopdeck.cli_envs import run_env_command
+
             return run_env_command(args)
         if args.command == "console":
             return _launcher(args)
         if args.command in STORE_COMMANDS:
+            from loopdeck.cli_store import run_store_command
+
             return run_store_command(args)
         if args.headless or args.json:
             return _run_headless(args)
         return _run_console(args)
-    except ScenarioError as exc:
-        print(f"loopdeck: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (ValueError, StoreError, MissingCredentials) as exc:
-        print(f"loopdeck: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except BrokenPipeError:
         # A reader like `head` went away: nothing more to say, and nothing was lost.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        if not isinstance(exc, _bad_input()):
+            raise
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _bad_input() -> tuple[type[Exception], ...]:
+    """What the CLI reports in one line with exit 2 (imported only when something failed)."""
+    from loopdeck.core.scenario import ScenarioError
+    from loopdeck.llm.client import MissingCredentials
+    from loopdeck.store.database import StoreError
+
+    return (ScenarioError, ValueError, StoreError, MissingCredentials)
 
 
 def entry() -> None:

@@ -7,30 +7,12 @@ import asyncio
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.text import plural
-
-ENV_COMMANDS = ("envs", "init-env", "check")
-
-
-def add_env_commands(commands: Any) -> None:
-    envs = commands.add_parser("envs", help="list the sample envs and their scripts")
-    envs.add_argument("--json", action="store_true")
-
-    init = commands.add_parser("init-env", help="copy a sample env here, to start your own")
-    init.add_argument("name", metavar="NAME", help="the sample env to copy (see `loopdeck envs`)")
-    init.add_argument("dest", nargs="?", type=Path, help="folder to create (default: ./NAME)")
-
-    check = commands.add_parser(
-        "check", help="run every script of an env headless against its `expect`"
-    )
-    check.add_argument("env", metavar="ENV", help="env folder, or a sample env's name")
-    check.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
 
 
 def run_env_command(args: argparse.Namespace) -> int:

@@ -16,14 +16,9 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.store import queries
 from loopdeck.store.approver import StoreAnswerer, StoreApprover
-from loopdeck.store.database import DB_HELP, Location, Store, StoreError, store_location
+from loopdeck.store.database import Location, Store, StoreError
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
-
-STORE_COMMANDS = (
-    "runs", "pending", "approve", "reject", "answer", "cancel", "pause", "resume", "export",
-    "attach", "replay",
-)  # fmt: skip
 
 
 def operator() -> str:
@@ -31,47 +26,6 @@ def operator() -> str:
         return f"cli:{getpass.getuser()}"
     except OSError:
         return "cli"
-
-
-def add_store_commands(commands: Any) -> None:
-    def with_db(parser: argparse.ArgumentParser, json_flag: bool = True) -> argparse.ArgumentParser:
-        parser.add_argument("--db", type=store_location, help=DB_HELP)
-        if json_flag:
-            parser.add_argument(
-                "--json", action="store_true", help="one JSON value on the last line"
-            )
-        return parser
-
-    with_db(commands.add_parser("runs", help="past and live runs in the store"))
-    with_db(commands.add_parser("pending", help="writes waiting for approval"))
-    approve = with_db(commands.add_parser("approve", help="approve a pending write"))
-    approve.add_argument("run_id", metavar="RUN_ID")
-    approve.add_argument("call_id", metavar="CALL_ID")
-    reject = with_db(commands.add_parser("reject", help="reject a pending write"))
-    reject.add_argument("run_id", metavar="RUN_ID")
-    reject.add_argument("call_id", metavar="CALL_ID")
-    reject.add_argument("--reason", default="", help="goes back to the model")
-    answer = with_db(commands.add_parser("answer", help="answer the question a run asks"))
-    answer.add_argument("run_id", metavar="RUN_ID")
-    answer.add_argument("text", metavar="TEXT", help="goes to the model as the operator's answer")
-    cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
-    cancel.add_argument("run_id", metavar="RUN_ID")
-    cancel.add_argument("--now", action="store_true", help="kill now instead")
-    for verb, about in (
-        ("pause", "hold a run before its next model call"),
-        ("resume", "resume it"),
-    ):
-        held = with_db(commands.add_parser(verb, help=about))
-        held.add_argument("run_id", metavar="RUN_ID")
-    export = with_db(commands.add_parser("export", help="every event of a run"), json_flag=False)
-    export.add_argument("run_id", metavar="RUN_ID")
-    export.add_argument("--format", choices=["jsonl"], default="jsonl")
-    attach = with_db(commands.add_parser("attach", help="the console on a live run"), False)
-    attach.add_argument("run_id", metavar="RUN_ID")
-    attach.add_argument("--theme")
-    replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
-    replay.add_argument("run_id", metavar="RUN_ID")
-    replay.add_argument("--theme")
 
 
 async def check_store(path: Location | None) -> None:

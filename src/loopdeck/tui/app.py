@@ -1,4 +1,10 @@
-"""The console application: themes, the launcher, and one RunScreen per run."""
+"""The console application: themes, the launcher, and one RunScreen per run.
+
+This module is light on purpose (Textual, the themes, the preparing screen): `loopdeck run`
+paints its first frame before the run's own modules are imported. Those (pydantic models, the
+runtime, the store, the screens) are imported where they are first needed, and a run given
+as `prepare` is prepared on a thread behind that frame.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +12,17 @@ import gc
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input
+from textual.worker import Worker, WorkerState
 
-from loopdeck.core.scenario import ScenarioError
-from loopdeck.core.text import plural
-from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
-from loopdeck.operator.launch import PreparedRun, RunOptions, prepare_run
-from loopdeck.operator.links import LocalLink, ReplayLink, RunLink, StoreLink
 from loopdeck.store.database import Location, shown_location
-from loopdeck.tui.dialogs import ConfirmDialog, ConfirmKillDialog
-from loopdeck.tui.fleet_screen import FleetScreen
-from loopdeck.tui.inbox import InboxScreen
-from loopdeck.tui.launcher import LauncherScreen
-from loopdeck.tui.replay import ReplayScreen
-from loopdeck.tui.run_screen import RunScreen
+from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.themes import (
     APP_VARIABLES,
     DEFAULT_THEME,
@@ -32,6 +31,15 @@ from loopdeck.tui.themes import (
     load_themes,
     theme_folders,
 )
+
+if TYPE_CHECKING:
+    from loopdeck.operator.approval_queue import ApprovalQueue
+    from loopdeck.operator.launch import PreparedRun, RunOptions
+    from loopdeck.operator.links import RunLink
+    from loopdeck.tui.run_screen import RunScreen
+
+# A run prepared behind the first frame: the prepared run and the queue its approvals use.
+Preparation = Callable[[], "tuple[PreparedRun, ApprovalQueue]"]
 
 
 def _utcnow() -> datetime:
@@ -71,14 +79,20 @@ class LoopdeckApp(App[int]):
         now: Callable[[], datetime] = _utcnow,
         db_path: Location | None = None,
         link: RunLink | None = None,
+        prepare: Preparation | None = None,
+        preparing: str = "",
     ) -> None:
         super().__init__()
         gc.set_threshold(*CONSOLE_GC_THRESHOLDS)
         self.prepared = prepared
-        self.queue = queue or StoreBackedQueue()
+        self._queue = queue
+        self.prepare = prepare
+        self.preparing = preparing  # what is being prepared, in words, for the first frame
+        # Why preparing the run failed (a bad scenario, a locked store): the CLI reports it.
+        self.launch_error: BaseException | None = None
         self.requested_theme = theme_name
         self.themes_folder = themes_folder
-        self.launch_options = launch_options or RunOptions(env="")
+        self._launch_options = launch_options
         self.now = now
         self.db_path = db_path
         self.link = link
@@ -86,12 +100,28 @@ class LoopdeckApp(App[int]):
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
         # The fleet is home when the console was opened on a store rather than on one run.
-        self.fleet_home = prepared is None and link is None
+        self.fleet_home = prepared is None and link is None and prepare is None
         self.waiting_total = 0
         self.bell_enabled = True
         self.local_runs: dict[str, RunScreen] = {}
         self._quitting_all = False
         self._prepared_runs: list[PreparedRun] = []
+
+    @property
+    def queue(self) -> ApprovalQueue:
+        if self._queue is None:
+            from loopdeck.operator.approval_queue import StoreBackedQueue
+
+            self._queue = StoreBackedQueue()
+        return self._queue
+
+    @property
+    def launch_options(self) -> RunOptions:
+        if self._launch_options is None:
+            from loopdeck.operator.launch import RunOptions
+
+            self._launch_options = RunOptions(env="")
+        return self._launch_options
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
@@ -124,16 +154,41 @@ class LoopdeckApp(App[int]):
         self.theme = chosen
         for problem in self.theme_problems:
             self.notify(problem, title="theme", severity="error", timeout=15)
-        if isinstance(self.link, ReplayLink):
-            self.push_screen(ReplayScreen(self.link, self.now))
-        elif self.link is not None:
-            self.push_screen(RunScreen(self.link, self.now))
-        elif self.prepared is not None:
-            self.push_screen(
-                RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now)
-            )
+        if self.prepare is not None:
+            self.push_screen(PreparingScreen(self.preparing))
+            self._prepare_run()
         else:
-            self.push_screen(FleetScreen(self.db_path, self.now))
+            self.push_screen(self._first_screen())
+
+    def _first_screen(self) -> Screen[Any]:
+        from loopdeck.operator.links import LocalLink, ReplayLink
+        from loopdeck.tui.fleet_screen import FleetScreen
+        from loopdeck.tui.replay import ReplayScreen
+        from loopdeck.tui.run_screen import RunScreen
+
+        if isinstance(self.link, ReplayLink):
+            return ReplayScreen(self.link, self.now)
+        if self.link is not None:
+            return RunScreen(self.link, self.now)
+        if self.prepared is not None:
+            return RunScreen(LocalLink(self.prepared, self.queue, self.db_path), self.now)
+        return FleetScreen(self.db_path, self.now)
+
+    @work(thread=True, group="prepare", exit_on_error=False, description="preparing the run")
+    def _prepare_run(self) -> Screen[Any]:
+        """Behind the first frame: the heavy imports, the store's check, the env and model."""
+        assert self.prepare is not None
+        self.prepared, self._queue = self.prepare()
+        return self._first_screen()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "prepare":
+            return
+        if event.state is WorkerState.SUCCESS:
+            self.switch_screen(cast(Screen[Any], event.worker.result))
+        elif event.state is WorkerState.ERROR:
+            self.launch_error = event.worker.error
+            self.exit(return_code=2)  # the CLI names the error once the terminal is back
 
     def _launch(self, choice: tuple[str, str] | None) -> None:
         if choice is None:
@@ -143,6 +198,12 @@ class LoopdeckApp(App[int]):
     def _start_local(self, path: str, script: str) -> None:
         """A new run of this console: recorded to the store, listed in the fleet, its screen
         kept while the operator looks elsewhere."""
+        from loopdeck.core.scenario import ScenarioError
+        from loopdeck.operator.approval_queue import StoreBackedQueue
+        from loopdeck.operator.launch import RunOptions, prepare_run
+        from loopdeck.operator.links import LocalLink
+        from loopdeck.tui.run_screen import RunScreen
+
         options = RunOptions(
             env=path,
             script=script,
@@ -165,10 +226,16 @@ class LoopdeckApp(App[int]):
         self.push_screen(f"run-{run_id}")
 
     def new_run(self) -> None:
+        from loopdeck.tui.launcher import LauncherScreen
+
         self.push_screen(LauncherScreen(), self._launch)
 
     def open_run(self, run_id: str, live: bool) -> None:
         """From the fleet: a run of this console, another process's live run, or a replay."""
+        from loopdeck.operator.links import ReplayLink, StoreLink
+        from loopdeck.tui.replay import ReplayScreen
+        from loopdeck.tui.run_screen import RunScreen
+
         if run_id in self.local_runs:
             self.push_screen(f"run-{run_id}")
         elif live:
@@ -182,6 +249,8 @@ class LoopdeckApp(App[int]):
             self.pop_screen()
 
     def action_inbox(self) -> None:
+        from loopdeck.tui.inbox import InboxScreen
+
         if (self.fleet_home or self.db_path) and not isinstance(self.screen, InboxScreen):
             self.push_screen(InboxScreen(self.db_path, self.now))
 
@@ -211,6 +280,12 @@ class LoopdeckApp(App[int]):
         self.action_quit_run()
 
     def action_quit_run(self) -> None:
+        if isinstance(self.screen, PreparingScreen):
+            self.exit(0)  # nothing started yet: nothing to stop or record
+            return
+        from loopdeck.core.text import plural
+        from loopdeck.tui.dialogs import ConfirmDialog
+
         run = self._run_screen()
         if isinstance(self.screen, ConfirmDialog) or self._quitting_all:
             return
@@ -246,9 +321,11 @@ class LoopdeckApp(App[int]):
             self.exit(0)
 
     def _run_screen(self) -> RunScreen | None:
+        # A duck-typed test: asked for every key's bindings, it must not import the run's
+        # screen (and all it needs) before the first frame.
         for screen in reversed(self.screen_stack):
-            if isinstance(screen, RunScreen):
-                return screen
+            if getattr(screen, "is_run_screen", False):
+                return cast("RunScreen", screen)
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -267,6 +344,8 @@ class LoopdeckApp(App[int]):
             run.action_stop()
 
     def action_run_kill(self) -> None:
+        from loopdeck.tui.dialogs import ConfirmKillDialog
+
         if (run := self._run_screen()) and not isinstance(self.screen, ConfirmKillDialog):
             run.action_kill()
 

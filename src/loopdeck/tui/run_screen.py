@@ -61,6 +61,8 @@ class ApprovalsChanged(Message):
 
 
 class RunScreen(Screen[None]):
+    is_run_screen = True  # how the app finds a run's screen without importing this module
+
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-short"), (40, "-tall")]
     BINDINGS = [

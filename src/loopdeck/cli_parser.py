@@ -1,0 +1,160 @@
+"""The command line's shape: every command, flag and check of its values.
+
+Light on purpose: it imports no pydantic model, no env and no console, so `loopdeck run`
+paints its first frame before the heavy imports (they happen behind it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loopdeck.store.database import DB_HELP, store_location
+
+ENV_COMMANDS = ("envs", "init-env", "check")
+STORE_COMMANDS = (
+    "runs", "pending", "approve", "reject", "answer", "cancel", "pause", "resume", "export",
+    "attach", "replay",
+)  # fmt: skip
+
+
+def _positive(kind: Callable[[str], float], name: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {name}, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(
+                f"must be a finite {name} greater than 0, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a fraction, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (e.g. 0.8), got {text!r}")
+    return value
+
+
+positive_int = _positive(int, "positive integer")
+positive_float = _positive(float, "positive number")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopdeck", description="Supervise LLM agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run an agent against an env")
+    run.add_argument("env", metavar="ENV_DIR", help="env folder, or a sample env's name")
+    run.add_argument("--script", help="script the offline model plays (default: solve)")
+    run.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
+    run.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
+    run.add_argument("--mode", choices=["rounds", "react"])
+    run.add_argument("--headless", action="store_true", help="no console: print a summary")
+    run.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
+    run.add_argument(
+        "--approve",
+        choices=["auto", "deny", "wait"],
+        help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
+    )
+    run.add_argument("--db", type=store_location, help=DB_HELP)
+    run.add_argument("--max-turns", type=positive_int)
+    run.add_argument("--max-tool-calls", type=positive_int)
+    run.add_argument("--max-tokens", type=positive_int)
+    run.add_argument("--max-cost", type=positive_float, metavar="USD")
+    run.add_argument("--deadline", type=positive_float, metavar="SECONDS")
+    run.add_argument("--max-rounds", type=positive_int)
+    run.add_argument("--model-timeout", type=positive_float, metavar="SECONDS")
+    run.add_argument(
+        "--pause-at",
+        type=fraction,
+        metavar="FRACTION",
+        help="with an operator attached, pause and ask when a budget passes this fraction",
+    )
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario.toml value for this run (e.g. data.orders=3)",
+    )
+    run.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+
+    console = commands.add_parser("console", help="the console's launcher over the sample envs")
+    console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+    console.add_argument("--db", type=store_location, help=DB_HELP)
+    console.add_argument(
+        "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
+    )
+
+    add_store_commands(commands)
+
+    add_env_commands(commands)
+    return parser
+
+
+def add_store_commands(commands: Any) -> None:
+    def with_db(parser: argparse.ArgumentParser, json_flag: bool = True) -> argparse.ArgumentParser:
+        parser.add_argument("--db", type=store_location, help=DB_HELP)
+        if json_flag:
+            parser.add_argument(
+                "--json", action="store_true", help="one JSON value on the last line"
+            )
+        return parser
+
+    with_db(commands.add_parser("runs", help="past and live runs in the store"))
+    with_db(commands.add_parser("pending", help="writes waiting for approval"))
+    approve = with_db(commands.add_parser("approve", help="approve a pending write"))
+    approve.add_argument("run_id", metavar="RUN_ID")
+    approve.add_argument("call_id", metavar="CALL_ID")
+    reject = with_db(commands.add_parser("reject", help="reject a pending write"))
+    reject.add_argument("run_id", metavar="RUN_ID")
+    reject.add_argument("call_id", metavar="CALL_ID")
+    reject.add_argument("--reason", default="", help="goes back to the model")
+    answer = with_db(commands.add_parser("answer", help="answer the question a run asks"))
+    answer.add_argument("run_id", metavar="RUN_ID")
+    answer.add_argument("text", metavar="TEXT", help="goes to the model as the operator's answer")
+    cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument("--now", action="store_true", help="kill now instead")
+    for verb, about in (
+        ("pause", "hold a run before its next model call"),
+        ("resume", "resume it"),
+    ):
+        held = with_db(commands.add_parser(verb, help=about))
+        held.add_argument("run_id", metavar="RUN_ID")
+    export = with_db(commands.add_parser("export", help="every event of a run"), json_flag=False)
+    export.add_argument("run_id", metavar="RUN_ID")
+    export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    attach = with_db(commands.add_parser("attach", help="the console on a live run"), False)
+    attach.add_argument("run_id", metavar="RUN_ID")
+    attach.add_argument("--theme")
+    replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
+    replay.add_argument("run_id", metavar="RUN_ID")
+    replay.add_argument("--theme")
+
+
+def add_env_commands(commands: Any) -> None:
+    envs = commands.add_parser("envs", help="list the sample envs and their scripts")
+    envs.add_argument("--json", action="store_true")
+
+    init = commands.add_parser("init-env", help="copy a sample env here, to start your own")
+    init.add_argument("name", metavar="NAME", help="the sample env to copy (see `loopdeck envs`)")
+    init.add_argument("dest", nargs="?", type=Path, help="folder to create (default: ./NAME)")
+
+    check = commands.add_parser(
+        "check", help="run every script of an env headless against its `expect`"
+    )
+    check.add_argument("env", metavar="ENV", help="env folder, or a sample env's name")
+    check.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")

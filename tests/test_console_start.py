@@ -1,0 +1,87 @@
+"""The console paints first and prepares the run behind that frame (issue 11, target 6)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from conftest import SAMPLES
+from console_helpers import run_screen, wait_until
+
+from loopdeck.core.approvals import AutoApprover
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.launch import RunOptions, prepare_run
+from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.preparing import PreparingScreen
+
+
+def test_the_cli_and_the_console_module_import_no_model_no_runtime() -> None:
+    """What the first frame waits for: no pydantic, no runtime, no run screen, no LiteLLM."""
+    probe = (
+        "import sys, loopdeck.cli, loopdeck.tui.app\n"
+        "heavy = ('pydantic', 'litellm', 'loopdeck.core', 'loopdeck.operator',"
+        " 'loopdeck.tui.run_screen')\n"
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+async def test_the_first_screen_is_up_while_the_run_is_prepared() -> None:
+    release = threading.Event()
+    queue = ApprovalQueue()
+
+    def prepare():
+        assert release.wait(30)
+        options = RunOptions(env=str(SAMPLES / "service_outage"), script="solve")
+        return prepare_run(options, approver=AutoApprover()), queue
+
+    app = LoopdeckApp(prepare=prepare, preparing="run service_outage")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, PreparingScreen))
+        shown = str(app.screen.query_one("#preparing").render())
+        assert "run service_outage" in shown and "preparing the run" in shown
+        release.set()
+        await wait_until(pilot, lambda: run_screen(app) is not None)
+        screen = run_screen(app)
+        await wait_until(pilot, lambda: screen.view.stop_reason is not None)
+        assert screen.view.stop_reason == "goal_met"
+    assert app.launch_error is None
+
+
+async def test_a_run_that_cannot_be_prepared_closes_the_console_with_its_error() -> None:
+    def prepare():
+        raise ScenarioError("scenario.toml: no script named 'nope'")
+
+    app = LoopdeckApp(prepare=prepare, preparing="run service_outage --script nope")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.launch_error is not None)
+    assert isinstance(app.launch_error, ScenarioError)
+    assert app.return_code == 2
+
+
+async def test_q_while_preparing_leaves_at_once() -> None:
+    release = threading.Event()
+
+    def prepare():
+        release.wait(30)
+        raise ScenarioError("never used")
+
+    app = LoopdeckApp(prepare=prepare, preparing="run service_outage")
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, PreparingScreen))
+            await pilot.press("q")
+            await wait_until(pilot, lambda: not app.is_running)
+        assert app.return_code == 0
+    finally:
+        release.set()
+
+
+def test_a_console_run_of_a_bad_scenario_exits_2_naming_it(cli) -> None:
+    """`loopdeck run` in the console: the error comes after the console closed, as before."""
+    code, _, err = cli("run", "service_outage", "--script", "nope")
+    assert code == 2
+    assert "'nope'" in err and "wrong-guess" in err
