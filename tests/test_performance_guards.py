@@ -90,3 +90,108 @@ async def test_calls_table_cells_are_plain_text_never_markup() -> None:
         assert all(isinstance(cell, Text) for cell in cells)
         shown = " ".join(cell.plain for cell in cells)
         assert "[b]poll[/b]" in shown and "[red]x[/red]" in shown
+
+
+def test_a_fresh_event_is_numbered_in_place_and_a_numbered_one_is_copied() -> None:
+    from loopdeck.core.events import EventBus, StateChanged
+    from loopdeck.core.states import RunState
+
+    bus, seen = EventBus(), []
+    bus.subscribe(seen.append)
+    event = StateChanged(run_id="r", source=RunState.READY, target=RunState.PLANNING)
+    first = bus.publish(event)
+    again = bus.publish(event)  # published twice: the second is a copy with its own number
+    assert (first.seq, again.seq) == (1, 2) and first is event and again is not event
+    assert [e.seq for e in seen] == [1, 2]
+
+
+def test_transcript_entries_made_late_read_as_if_made_at_once() -> None:
+    from datetime import UTC, datetime
+
+    from loopdeck.core.events import CallProposed, ToolFinished
+    from loopdeck.operator.transcript import Transcript
+
+    transcript = Transcript(max_entries=3)
+    args = {"q": "\x1b[31mred\x1b[0m", "n": 1}
+    events = [
+        CallProposed(run_id="r", seq=1, at=datetime(2026, 1, 1, tzinfo=UTC), call_id="c1",
+                     round=1, tool="look", args=args, risk="read", fingerprint="f" * 12,
+                     state_hash="s" * 12),
+        ToolFinished(run_id="r", seq=2, call_id="c1", tool="look", status=CallStatus.EXECUTED,
+                     result={"ok": True, "data": [1, 2]}, duration_ms=3.0),
+    ]  # fmt: skip
+    entries = [transcript.apply(event) for event in events]
+    call, result = entries
+    assert call is not None and result is not None
+    assert call.kind == "call" and call.seq == 1 and "look(" in call.title
+    assert "\\u001b[31mred" in call.body  # escapes shown, never obeyed, when made late
+    assert result.kind == "result" and '"data"' in result.body
+    for n in range(3, 7):  # the oldest entries are let go, counted
+        transcript.apply(
+            ToolFinished(run_id="r", seq=n, call_id=f"c{n}", tool="t",
+                         status=CallStatus.EXECUTED, result={}, duration_ms=1.0)
+        )  # fmt: skip
+    assert len(transcript.entries) == 3 and transcript.dropped == 3
+
+
+async def test_a_long_stored_history_reaches_the_console_whole_with_the_collector_back(
+    tmp_path,
+) -> None:
+    """More events than one read: every one arrives, in order, and the collector, held while
+    full batches come, is on again once the link caught up."""
+    import gc
+
+    from loopdeck.core.events import EventBus, RunStarted, RunStopped, StateChanged
+    from loopdeck.core.states import RunState, StopReason
+    from loopdeck.operator.links import StoreLink
+    from loopdeck.store.database import Store
+    from loopdeck.store.writer import EventWriter
+
+    db = tmp_path / "runs.db"
+    store = await Store.open(db)
+    bus, writer = EventBus(), EventWriter(store)
+    bus.subscribe(writer)
+    writer.start()
+    bus.publish(RunStarted(run_id="long", env="e", script=None, model="m", mode="rounds",
+                           goal="g", budget={}))  # fmt: skip
+    moves = [(RunState.READY, RunState.PLANNING)] + [(RunState.PLANNING, RunState.PLANNING)] * (
+        StoreLink.BATCH * 2 + 10
+    )
+    for source, target in moves:
+        bus.publish(StateChanged(run_id="long", source=source, target=target))
+    bus.publish(RunStopped(run_id="long", state=RunState.STOPPED,
+                           stop_reason=StopReason.TURN_LIMIT, detail="turns"))  # fmt: skip
+    await writer.close()
+    await store.close()
+
+    link, seen = StoreLink(db, "long"), []
+    link.subscribe(seen.append)
+    history_flags: list[bool] = []
+    link.subscribe(lambda _: history_flags.append(link.reading_history))
+    assert gc.isenabled()
+    await link.drive()
+    assert [e.seq for e in seen] == list(range(1, len(moves) + 3))
+    assert any(history_flags) and not link.reading_history
+    assert gc.isenabled()
+
+
+async def test_the_keys_line_stays_one_widget_and_a_click_presses_its_key() -> None:
+    from conftest import SAMPLES
+    from console_helpers import console_app, finished, run_screen, wait_until
+
+    from loopdeck.core.approvals import AutoApprover
+    from loopdeck.tui.keys_bar import KeysBar
+    from loopdeck.tui.transcript_view import TranscriptScreen
+
+    app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        bar = run_screen(app).query_one(KeysBar)
+        for _ in range(6):  # focus moves; the bindings shown change with it
+            await pilot.press("tab")
+        await pilot.pause()
+        assert run_screen(app).query_one(KeysBar) is bar and not list(bar.children)
+        assert "t Transcript" in str(bar.render())
+        start, _, _ = next(span for span in bar._spans if span[2] == "t")
+        await pilot.click(KeysBar, offset=(start + 1, 0))
+        await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
