@@ -60,6 +60,20 @@ class ApprovalsChanged(Message):
         return isinstance(message, ApprovalsChanged)
 
 
+def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
+    """The newest entries whose lines fill `height` (a title and its body's lines each, before
+    wrapping): a burst's older entries would be drawn only to scroll out of sight."""
+    shown: list[Entry] = []
+    lines = 0
+    for entry in reversed(entries):
+        shown.append(entry)
+        lines += 1 + (entry.body.count("\n") + 1 if entry.body else 0)
+        if lines >= max(1, height):
+            break
+    shown.reverse()
+    return shown
+
+
 class RunScreen(Screen[None]):
     is_run_screen = True  # how the app finds a run's screen without importing this module
 
@@ -225,7 +239,7 @@ class RunScreen(Screen[None]):
         panel = self.query_one("#transcript-panel", TranscriptLog)
         if panel.display:
             # The panel is a live tail: of a runaway's burst it draws what fits (`t` has all).
-            panel.add(entries[-max(1, panel.size.height) :])
+            panel.add(tail_that_fits(entries, panel.size.height))
         if self._transcript_screen is not None:
             self._transcript_screen.add(entries)
 
