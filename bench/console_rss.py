@@ -73,8 +73,19 @@ async def follow(db: Path, calls: int) -> tuple[float, bool]:
             await pilot.pause()
     finally:
         runner.wait()
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return rss_mb, "litellm" in sys.modules
+    return peak_rss_mb(), "litellm" in sys.modules
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries that across
+    exec, so a process started by a big parent (targets.py after the runaways) reports the
+    parent's peak. /proc's VmHWM belongs to this process's memory alone."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(calls: int = 20_000) -> list[Row]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, timedelta, timezone
 from typing import Any
 
 from hypothesis import given, settings
@@ -195,3 +196,21 @@ async def test_the_keys_line_stays_one_widget_and_a_click_presses_its_key() -> N
         start, _, _ = next(span for span in bar._spans if span[2] == "t")
         await pilot.click(KeysBar, offset=(start + 1, 0))
         await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=2))]) | st.none()),
+    st.text(max_size=30),
+)
+def test_an_event_rows_time_is_the_events_own_isoformat(at, run_id) -> None:
+    """The writer reads `at` off the serialized body instead of formatting it again."""
+    from loopdeck.core.events import StateChanged
+    from loopdeck.core.states import RunState
+    from loopdeck.store.writer import event_row
+
+    event = StateChanged(run_id=run_id, seq=7, at=at, source=RunState.READY,
+                         target=RunState.PLANNING)  # fmt: skip
+    row = event_row(event)
+    assert row[:3] == (run_id, 7, "state_changed")
+    assert row[3] == event.at.isoformat()

@@ -269,15 +269,19 @@ class EventBus:
     """Numbers events in order and hands each to every subscriber, synchronously."""
 
     def __init__(self) -> None:
-        self._subscribers: list[Subscriber] = []
+        # A tuple, replaced on (un)subscribe: publishing iterates it without a copy per event,
+        # and a subscriber added or removed while an event is handed out does not disturb it.
+        self._subscribers: tuple[Subscriber, ...] = ()
         self._seq = 0
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        self._subscribers.append(subscriber)
+        self._subscribers += (subscriber,)
 
         def unsubscribe() -> None:
             if subscriber in self._subscribers:
-                self._subscribers.remove(subscriber)
+                kept = list(self._subscribers)
+                kept.remove(subscriber)
+                self._subscribers = tuple(kept)
 
         return unsubscribe
 
@@ -290,6 +294,6 @@ class EventBus:
             numbered = event
         else:
             numbered = event.model_copy(update={"seq": self._seq})
-        for subscriber in list(self._subscribers):
+        for subscriber in self._subscribers:
             subscriber(numbered)
         return numbered
