@@ -238,8 +238,12 @@ class RunScreen(Screen[None]):
             return
         panel = self.query_one("#transcript-panel", TranscriptLog)
         if panel.display:
-            # The panel is a live tail: of a runaway's burst it draws what fits (`t` has all).
-            panel.add(tail_that_fits(entries, panel.size.height))
+            # The panel is a live tail (`t` has everything). A burst longer than the lines it
+            # keeps replaces it with what fills its height; otherwise every entry is added.
+            if len(tail_that_fits(entries, PANEL_KEPT)) < len(entries):
+                panel.show_only(tail_that_fits(entries, panel.size.height))
+            else:
+                panel.add(entries)
         if self._transcript_screen is not None:
             self._transcript_screen.add(entries)
 

@@ -83,6 +83,12 @@ class TranscriptLog(RichLog):
         if self.keep is not None and len(self._entries) > 2 * self.keep:
             del self._entries[: -self.keep]
 
+    def show_only(self, entries: Iterable[Entry]) -> None:
+        """These entries and nothing before them."""
+        self.clear()
+        self._entries = []
+        self.add(entries)
+
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y:
