@@ -45,15 +45,29 @@ class Budget(BaseModel):
     max_corrections: int = Field(default=2, ge=0)
 
     def limit(self, cap: Cap) -> float:
-        return {
-            Cap.TURNS: self.max_turns,
-            Cap.TOOL_CALLS: self.max_tool_calls,
-            Cap.TOKENS: self.max_tokens,
-            Cap.COST: self.max_cost_usd,
-            Cap.DEADLINE: self.deadline_s,
-            Cap.ROUNDS: self.max_rounds,
-            Cap.CORRECTIONS: self.max_corrections,
-        }[cap]
+        value: float = getattr(self, LIMIT_FIELD[cap])
+        return value
+
+
+# Each cap's limit on the Budget, and what the ledger counts it in (the deadline is the
+# agent's elapsed time): looked up per cap, several times a step, without building a table.
+LIMIT_FIELD: dict[Cap, str] = {
+    Cap.TURNS: "max_turns",
+    Cap.TOOL_CALLS: "max_tool_calls",
+    Cap.TOKENS: "max_tokens",
+    Cap.COST: "max_cost_usd",
+    Cap.DEADLINE: "deadline_s",
+    Cap.ROUNDS: "max_rounds",
+    Cap.CORRECTIONS: "max_corrections",
+}
+USED_FIELD: dict[Cap, str] = {
+    Cap.TURNS: "turns",
+    Cap.TOOL_CALLS: "tool_calls",
+    Cap.TOKENS: "tokens",
+    Cap.COST: "cost_usd",
+    Cap.ROUNDS: "rounds",
+    Cap.CORRECTIONS: "corrections",
+}
 
 
 class BudgetExhausted(Exception):
@@ -116,18 +130,20 @@ class BudgetLedger:
         return self.budget.deadline_s - self.elapsed()
 
     def used(self, cap: Cap) -> float:
-        return {
-            Cap.TURNS: self.turns,
-            Cap.TOOL_CALLS: self.tool_calls,
-            Cap.TOKENS: self.tokens,
-            Cap.COST: self.cost_usd,
-            Cap.DEADLINE: self.elapsed(),
-            Cap.ROUNDS: self.rounds,
-            Cap.CORRECTIONS: self.corrections,
-        }[cap]
+        if cap is Cap.DEADLINE:
+            return self.elapsed()
+        value: float = getattr(self, USED_FIELD[cap])
+        return value
 
     def usage(self) -> dict[str, tuple[float, float]]:
-        return {cap.value: (self.used(cap), self.budget.limit(cap)) for cap in Cap}
+        elapsed = self.elapsed()  # once: every cap's figure is of the same moment
+        return {
+            cap.value: (
+                elapsed if cap is Cap.DEADLINE else getattr(self, USED_FIELD[cap]),
+                self.budget.limit(cap),
+            )
+            for cap in Cap
+        }
 
     def _ensure_below(self, cap: Cap) -> None:
         used, limit = self.used(cap), self.budget.limit(cap)
@@ -181,14 +197,9 @@ class BudgetLedger:
         return None
 
     def raise_cap(self, cap: Cap, limit: float) -> None:
-        field = {
-            Cap.TURNS: "max_turns",
-            Cap.TOOL_CALLS: "max_tool_calls",
-            Cap.TOKENS: "max_tokens",
-            Cap.COST: "max_cost_usd",
-            Cap.DEADLINE: "deadline_s",
-            Cap.ROUNDS: "max_rounds",
-        }[cap]
+        if cap is Cap.CORRECTIONS:
+            raise KeyError(cap)  # corrections are counted, never raised by the operator
+        field = LIMIT_FIELD[cap]
         value = int(limit) if field.startswith("max_") and field != "max_cost_usd" else limit
         self.budget = Budget.model_validate({**self.budget.model_dump(), field: value})
 
