@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 
 from conftest import SAMPLES
@@ -15,18 +13,6 @@ from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.preparing import PreparingScreen
-
-
-def test_the_cli_and_the_console_module_import_no_model_no_runtime() -> None:
-    """What the first frame waits for: no pydantic, no runtime, no run screen, no LiteLLM."""
-    probe = (
-        "import sys, loopdeck.cli, loopdeck.tui.app\n"
-        "heavy = ('pydantic', 'litellm', 'loopdeck.core', 'loopdeck.operator',"
-        " 'loopdeck.tui.run_screen')\n"
-        "print([m for m in heavy if m in sys.modules])"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
 
 
 async def test_the_first_screen_is_up_while_the_run_is_prepared() -> None:
