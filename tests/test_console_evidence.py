@@ -8,8 +8,9 @@ from console_helpers import console_app, finished, run_screen, start_from_fleet,
 from textual.widgets import Input
 
 from loopdeck.core.approvals import AutoApprover
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import StopReason
-from loopdeck.operator.runview import CallRow, RunView
+from loopdeck.operator.runview import RunView
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ApprovalDialog, ConfirmQuitDialog
 from loopdeck.tui.panels import RunHeader
@@ -170,7 +171,7 @@ def test_calls_table_never_cuts_a_status_or_a_time() -> None:
             table.fit(view)
             for n, status in enumerate(STATUS_LOOK, 1):
                 call_id = f"c{n}"
-                view.calls[call_id] = CallRow(
+                view.calls[call_id] = CallRecord(
                     call_id=call_id, round=1, tool="t" * 40, args={"a": "x" * 200}, risk="read",
                     fingerprint="f" * 16, state_hash="s" * 16, status=status,
                     duration_ms=123456.0, retries=3,

@@ -14,11 +14,12 @@ from textual.app import App, ComposeResult
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.model import ModelRequest
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.scenario import Script, ScriptedPrice, ScriptTurn
 from loopdeck.llm.client import LiteLLMModel
 from loopdeck.llm.loader import litellm_module
 from loopdeck.llm.script_player import count_tokens, prompt_text, prompt_tokens
-from loopdeck.operator.runview import CallRow, RunView
+from loopdeck.operator.runview import RunView
 from loopdeck.tui.calls_table import CallsTable
 
 text = st.text(max_size=40)
@@ -76,7 +77,7 @@ class TableApp(App[None]):
 
 async def test_calls_table_cells_are_plain_text_never_markup() -> None:
     view = RunView()
-    row = CallRow(
+    row = CallRecord(
         call_id="c1", round=1, tool="[b]poll[/b]", args={"q": "[red]x[/red]"}, risk="read",
         fingerprint="f" * 12, state_hash="s" * 12, status=CallStatus.EXECUTED, duration_ms=12.0,
     )  # fmt: skip

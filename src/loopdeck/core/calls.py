@@ -166,8 +166,18 @@ class CallHandler:
             state_hash=state_hash,
         )
         self.records.append(record)
-        proposed = record.model_dump(exclude={"status", "result", "duration_ms", "retries"})
-        self.rt.emit(CallProposed(run_id=self.run_id, **proposed))
+        self.rt.emit(
+            CallProposed(
+                run_id=self.run_id,
+                call_id=record.call_id,
+                round=record.round,
+                tool=record.tool,
+                args=record.args,
+                risk=record.risk,
+                fingerprint=record.fingerprint,
+                state_hash=record.state_hash,
+            )
+        )
         return record
 
     def _skip_after_trip(self, call: ToolCall) -> tuple[CallRecord, ToolResult]:

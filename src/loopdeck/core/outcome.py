@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,10 +11,12 @@ from loopdeck.core.events import CallStatus
 from loopdeck.core.states import RunState, StopReason
 
 
-class CallRecord(BaseModel):
-    """One proposed call and what became of it."""
-
-    model_config = ConfigDict(validate_assignment=False)
+@dataclass(slots=True)
+class CallRecord:
+    """One proposed call and what became of it. A plain dataclass, not a pydantic model: the
+    runtime makes one per call and updates it as the call goes, the console keeps the newest
+    500 (building and updating models was a third of loading a long run); `RunOutcome`
+    validates and dumps it like any field."""
 
     call_id: str
     round: int

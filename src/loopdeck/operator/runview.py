@@ -13,6 +13,7 @@ from typing import Any
 
 from loopdeck.core.budgets import CAP_STOP_REASON
 from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
 
@@ -24,24 +25,6 @@ class RoundVerdict:
     round: int
     verdict: str
     reasons: list[str]
-
-
-@dataclass(slots=True)
-class CallRow:
-    """A call as the console shows it: the runtime's CallRecord's fields, in a plain class
-    (a pydantic model's construction and attribute writes were a third of a long load)."""
-
-    call_id: str
-    round: int
-    tool: str
-    args: dict[str, Any]
-    risk: str
-    fingerprint: str
-    state_hash: str
-    status: CallStatus = CallStatus.PROPOSED
-    result: dict[str, Any] | None = None
-    duration_ms: float | None = None
-    retries: int = 0
 
 
 @dataclass
@@ -59,7 +42,7 @@ class RunView:
     plans: dict[int, list[str]] = field(default_factory=dict)
     round: int = 0
     plan_step: int | None = None
-    calls: OrderedDict[str, CallRow] = field(default_factory=OrderedDict)
+    calls: OrderedDict[str, CallRecord] = field(default_factory=OrderedDict)
     calls_seen: int = 0
     calls_dropped: int = 0
     repeats: int = 0
@@ -162,7 +145,7 @@ class RunView:
     def _on_call_proposed(self, e: Any) -> None:
         self.calls_seen += 1
         self.tool_running = e.tool
-        self.calls[e.call_id] = CallRow(
+        self.calls[e.call_id] = CallRecord(
             e.call_id, e.round, e.tool, e.args, e.risk, e.fingerprint, e.state_hash
         )
         self.changed_calls.add(e.call_id)
@@ -171,7 +154,7 @@ class RunView:
             self.changed_calls.add(dropped)
             self.calls_dropped += 1
 
-    def _row(self, call_id: str) -> CallRow | None:
+    def _row(self, call_id: str) -> CallRecord | None:
         row = self.calls.get(call_id)
         if row is not None:
             self.changed_calls.add(call_id)

@@ -21,8 +21,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from loopdeck.core.events import CallStatus
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
-from loopdeck.operator.runview import CallRow, RunView
+from loopdeck.operator.runview import RunView
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -126,7 +127,7 @@ class CallsTable(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._keys: list[str] = []
-        self._rows: dict[str, CallRow] = {}
+        self._rows: dict[str, CallRecord] = {}
         self._cells: dict[str, list[Text]] = {}
         self._strips: dict[str, list[Segment]] = {}
         self.cursor_row = 0
@@ -237,7 +238,7 @@ class CallsTable(ScrollView, can_focus=True):
             cells = self._cells[call_id] = self._make_cells(self._rows[call_id])
         return cells
 
-    def _make_cells(self, row: CallRow) -> list[Text]:
+    def _make_cells(self, row: CallRecord) -> list[Text]:
         label, var = STATUS_LOOK[row.status]
         duration = format_duration(row.duration_ms)
         if row.retries:

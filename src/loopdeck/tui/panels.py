@@ -9,10 +9,11 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 from loopdeck.core.text import number, plural, visible, visible_json
 from loopdeck.operator import transcript
-from loopdeck.operator.runview import CallRow, RunView
+from loopdeck.operator.runview import RunView
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -230,7 +231,7 @@ class CallDetail(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="detail-body")
 
-    def show(self, row: CallRow | None, decided: str = "") -> None:
+    def show(self, row: CallRecord | None, decided: str = "") -> None:
         body = self.query_one("#detail-body", Static)
         if row is None:
             self.border_title = "Call"
