@@ -124,3 +124,22 @@ def test_alerts_are_said_once_each() -> None:
     row.pending, row.state, row.stop_reason = 0, "stopped", "no_progress"
     [stopped] = alerts.check(fleet, now)
     assert stopped.text == "run r1 stopped: no_progress" and stopped.severity == "error"
+
+
+def test_a_run_waiting_for_an_answer_is_live_and_not_announced_as_stopped() -> None:
+    from datetime import UTC, datetime
+
+    from loopdeck.core.states import TERMINAL_STATES, RunState
+    from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
+    from loopdeck.store import queries
+
+    assert set(queries.LIVE_STATES) == {s.value for s in RunState if s not in TERMINAL_STATES}
+    fleet, alerts, now = Fleet(), Alerts(), datetime.now(UTC)
+    row = FleetRow(run_id="r1", env="e", script="s", model="m", state="deciding",
+                   stop_reason=None, started_at=now)  # fmt: skip
+    fleet.rows["r1"] = row
+    alerts.check(fleet, now)
+    row.state = "awaiting_answer"
+    assert row.live and alerts.check(fleet, now) == []
+    row.state, row.stop_reason = "stopped", "cancelled"
+    assert [a.text for a in alerts.check(fleet, now)] == ["run r1 stopped: cancelled"]

@@ -8,11 +8,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loopdeck.core.events import RunStopped
-from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.store.database import Store
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
-LIVE_STATES = ("ready", "planning", "deciding", "awaiting_approval", "executing", "reviewing")
+# Every state but the terminal ones, from the state machine itself: a run waiting for the
+# operator's answer is live (it was missing here: such a run showed as stopped in the fleet,
+# and a crashed runner's run in that state was never marked crashed).
+LIVE_STATES = tuple(state.value for state in RunState if state not in TERMINAL_STATES)
 COMMANDS = ("cancel", "kill", "pause", "resume")
 # Who withdrew an approval when its run was marked crashed: the runner undoes it if alive.
 CRASH_DETECTOR = "crash-detector"
