@@ -199,3 +199,32 @@ def test_a_store_from_before_the_upgrade_is_migrated(tmp_path) -> None:
     columns = {r[1] for r in con.execute("PRAGMA table_info(events)")}
     con.close()
     assert version == "2" and "origin" in columns
+
+
+async def test_the_command_poller_ends_even_when_its_cancellation_is_swallowed(monkeypatch) -> None:
+    """Python 3.11's wait_for can swallow a cancellation that lands as the awaited change
+    arrives; the runner's command poller must still end, or its runner never exits."""
+    import asyncio
+    import contextlib
+
+    from loopdeck.store import runner
+
+    class SwallowingStore:
+        async def wait_for_change(self, timeout_s: float) -> None:
+            with contextlib.suppress(asyncio.CancelledError):  # what the race does: lost
+                await asyncio.sleep(timeout_s)
+
+    async def no_commands(store, runtime, run_id) -> None:
+        return None
+
+    class Runtime:
+        class config:
+            run_id = "r"
+
+    monkeypatch.setattr(runner, "_apply_commands", no_commands)
+    done = asyncio.Event()
+    poller = asyncio.create_task(runner._serve_commands(SwallowingStore(), Runtime(), done))
+    await asyncio.sleep(0.05)
+    done.set()
+    poller.cancel()
+    await asyncio.wait_for(poller, 30)  # returns: the poller saw `done` after the lost cancel

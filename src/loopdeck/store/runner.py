@@ -16,9 +16,12 @@ from loopdeck.store.writer import EventWriter
 COMMAND_POLL_S = 0.1
 
 
-async def _serve_commands(store: Store, runtime: Runtime) -> None:
+async def _serve_commands(store: Store, runtime: Runtime, done: asyncio.Event) -> None:
+    """Until `done`: a cancellation alone is not enough on Python 3.11, whose `wait_for` can
+    swallow one that lands as the awaited change arrives (likely with many runners notifying);
+    the poller then ran on and held its runner's exit."""
     run_id = runtime.config.run_id
-    while True:
+    while not done.is_set():
         # A locked store: the next tick tries again; the runtime is not held up.
         with contextlib.suppress(StoreError):
             await _apply_commands(store, runtime, run_id)
@@ -58,11 +61,13 @@ class RecordedRun:
         self.writer.start()
         heartbeat = Heartbeat(self.store, run_id)
         heartbeat.start()
-        commands = asyncio.create_task(_serve_commands(self.store, runtime))
+        done = asyncio.Event()
+        commands = asyncio.create_task(_serve_commands(self.store, runtime, done))
         try:
             return await runtime.run()
         finally:
             heartbeat.stop()
+            done.set()
             commands.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await commands
