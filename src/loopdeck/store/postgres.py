@@ -273,9 +273,13 @@ class PgStore(Store):
     async def wait_for_change(self, timeout_s: float) -> None:
         """Woken by NOTIFY; the wait is only a safety net for a lost notification, so it is
         never shorter than SAFETY_POLL_S (pollers ask for SQLite's 100 ms)."""
-        changed = self._changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), max(timeout_s, SAFETY_POLL_S))
+        # asyncio.wait, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+        # lands as the change arrives, and a kill or a runner's exit would wait on a poller.
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=max(timeout_s, SAFETY_POLL_S))
+        finally:
+            waiter.cancel()
 
     def open_beats(self, timeout_s: float) -> Beats:
         return _PgBeats(self._url, timeout_s)
