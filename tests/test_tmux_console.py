@@ -143,6 +143,9 @@ def test_three_headless_runs_approved_from_the_inbox(tmp_path) -> None:
             out, _ = runner.communicate(timeout=60)
             assert last_json(out)["stop_reason"] == "goal_met"
         terminal.press("Escape")
+        # The fleet first: the runs' "stopped: goal_met" toasts also show over the inbox, and a
+        # `q` sent right after Escape reads as alt+q to the terminal's parser.
+        terminal.wait_for("loopdeck · fleet")
         end = time.monotonic() + 30
         while terminal.screen().count("goal_met") < 3:  # the fleet catches up with all three
             assert time.monotonic() < end, terminal.screen()
