@@ -332,7 +332,7 @@ def parse_rows(rows: list[Any]) -> list[EventBase]:
         try:
             return list(EVENTS_ADAPTER.validate_json(f"[{','.join(r[BODY] for r in rows)}]"))
         except ValueError:  # a row that does not parse: parse row by row, to name it
-            return [EVENT_ADAPTER.validate_json(row["body"]) for row in rows]
+            return [EVENT_ADAPTER.validate_json(row[BODY]) for row in rows]
 
 
 @contextlib.contextmanager

@@ -145,9 +145,6 @@ class CallsTable(ScrollView, can_focus=True):
     def get_row(self, call_id: str) -> list[Text]:
         return self._row_cells(call_id)
 
-    def get_row_index(self, call_id: str) -> int:
-        return self._keys.index(call_id)
-
     # -- the rows --------------------------------------------------------------------------
     def sync(self, view: RunView) -> None:
         """Take the rows the view marked changed: their drawings are dropped, the order is

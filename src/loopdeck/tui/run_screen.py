@@ -240,8 +240,9 @@ class RunScreen(Screen[None]):
         if panel.display:
             # The panel is a live tail (`t` has everything). A burst longer than the lines it
             # keeps replaces it with what fills its height; otherwise every entry is added.
-            if len(tail_that_fits(entries, PANEL_KEPT)) < len(entries):
-                panel.show_only(tail_that_fits(entries, panel.size.height))
+            kept = tail_that_fits(entries, PANEL_KEPT)
+            if len(kept) < len(entries):
+                panel.show_only(tail_that_fits(kept, panel.size.height))
             else:
                 panel.add(entries)
         if self._transcript_screen is not None:
