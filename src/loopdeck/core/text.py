@@ -45,7 +45,62 @@ def capped(text: str, cap: int) -> str:
 
 def visible_json(value: object, indent: int | None = 2) -> str:
     """JSON for the operator's eyes: readable non-ASCII, but nothing that steers the terminal."""
-    return visible(json.dumps(value, indent=indent, ensure_ascii=False, default=str))
+    if indent is None:
+        return visible(json.dumps(value, ensure_ascii=False, default=str))
+    return visible(indented_json(value, indent))
+
+
+# `json.dumps(indent=...)` uses the pure-Python encoder, whose nested closures refer to each
+# other: every call left a cycle of ~30 objects for the collector, and the console formats a
+# call's arguments and result for each call it shows. This writes the same text with no cycle.
+_one_line = json.JSONEncoder(ensure_ascii=False, default=str, check_circular=False).encode
+
+
+def indented_json(value: object, indent: int = 2) -> str:
+    """Exactly `json.dumps(value, indent=indent, ensure_ascii=False, default=str)`."""
+    parts: list[str] = []
+    try:
+        _indent_into(parts, value, "\n", " " * indent, 0)
+    except _NotPlain:
+        return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+    return "".join(parts)
+
+
+class _NotPlain(Exception):
+    """A key that is not a string, or nesting too deep: left to `json.dumps` itself."""
+
+
+def _indent_into(parts: list[str], value: object, newline: str, step: str, depth: int) -> None:
+    if isinstance(value, dict):
+        if not value:
+            parts.append("{}")
+            return
+        if depth > 100:
+            raise _NotPlain
+        inner = newline + step
+        parts.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            if not isinstance(key, str):
+                raise _NotPlain
+            parts.append(inner if i == 0 else "," + inner)
+            parts.append(_one_line(key))
+            parts.append(": ")
+            _indent_into(parts, item, inner, step, depth + 1)
+        parts.append(newline + "}")
+    elif isinstance(value, list | tuple):
+        if not value:
+            parts.append("[]")
+            return
+        if depth > 100:
+            raise _NotPlain
+        inner = newline + step
+        parts.append("[")
+        for i, item in enumerate(value):
+            parts.append(inner if i == 0 else "," + inner)
+            _indent_into(parts, item, inner, step, depth + 1)
+        parts.append(newline + "]")
+    else:
+        parts.append(_one_line(value))
 
 
 def short_args(args: dict[str, object], width: int = 34) -> str:

@@ -22,6 +22,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from loopdeck.store.database import Location, shown_location
+from loopdeck.tui import textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.themes import (
     APP_VARIABLES,
@@ -84,6 +85,7 @@ class LoopdeckApp(App[int]):
     ) -> None:
         super().__init__()
         gc.set_threshold(*CONSOLE_GC_THRESHOLDS)
+        textual_cycles.install()
         self.prepared = prepared
         self._queue = queue
         self.prepare = prepare

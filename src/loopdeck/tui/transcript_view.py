@@ -77,9 +77,13 @@ class TranscriptLog(RichLog):
         return Group(*parts)
 
     def add(self, entries: Iterable[Entry]) -> None:
-        for entry in entries:
-            self._entries.append(entry)
-            self.write(self._renderable(entry), scroll_end=self.following)
+        # One write for all of them: a write measures, renders, re-slices the kept lines and
+        # scrolls, and a frame of a runaway brings a dozen entries.
+        added = list(entries)
+        if not added:
+            return
+        self._entries.extend(added)
+        self.write(Group(*map(self._renderable, added)), scroll_end=self.following)
         if self.keep is not None and len(self._entries) > 2 * self.keep:
             del self._entries[: -self.keep]
 

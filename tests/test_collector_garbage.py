@@ -1,0 +1,139 @@
+"""The console leaves (almost) nothing for the cyclic collector (issue 11, target 3).
+
+Its pauses stalled the console's loop; what it collected was Textual's cached strips and
+LRU rings, and the pure-Python JSON encoder's closures. These check the garbage is gone and
+that what replaced it draws and writes the same.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from conftest import SAMPLES
+from console_helpers import console_app, finished, wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.segment import Segment
+from rich.style import Style
+from textual.cache import LRUCache
+from textual.strip import Strip
+
+from loopdeck.core import AutoApprover
+from loopdeck.core.text import indented_json
+from loopdeck.tui import textual_cycles
+
+
+@contextmanager
+def garbage_kinds() -> Iterator[Counter[str]]:
+    """The type names of what the collector frees inside the block (nothing is freed)."""
+    found: Counter[str] = Counter()
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield found
+        gc.collect()
+        found.update(_kind(o) for o in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+def _kind(thing: object) -> str:
+    if callable(thing) and hasattr(thing, "__qualname__") and not isinstance(thing, type):
+        return f"{type(thing).__name__} {thing.__qualname__}"
+    return type(thing).__name__
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values, st.sampled_from([1, 2, 4]))
+def test_indented_json_is_json_dumps_to_the_character(value: Any, indent: int) -> None:
+    assert indented_json(value, indent) == json.dumps(
+        value, indent=indent, ensure_ascii=False, default=str
+    )
+
+
+def test_indented_json_falls_back_to_json_dumps_for_what_it_does_not_write() -> None:
+    odd = {1: "int key", None: [object()], "set": {1}}
+    assert indented_json(odd) == json.dumps(odd, indent=2, ensure_ascii=False, default=str)
+    deep: list[Any] = []
+    for _ in range(150):
+        deep = [deep]
+    assert indented_json(deep) == json.dumps(deep, indent=2)
+
+
+def test_indented_json_leaves_no_garbage() -> None:
+    value = {"args": {"service": "api", "replicas": [1, 2.5, None]}, "ok": True}
+    with garbage_kinds() as found:
+        for _ in range(50):
+            indented_json(value)
+    assert not found
+
+
+segments = st.lists(
+    st.builds(
+        Segment,
+        st.text(alphabet="ab xé", min_size=1, max_size=6),
+        st.sampled_from([None, Style(bold=True)]),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(segments, st.lists(st.integers(min_value=0, max_value=30), max_size=4))
+def test_a_strip_divides_and_crops_as_textual_does(line: list[Segment], cuts: list[int]) -> None:
+    textual_cycles.install()
+    strip, fresh = Strip(line), Strip(line)
+    length = strip.cell_length
+    for wanted in ([*sorted(cuts), length], [length], sorted(cuts)):
+        ours = Strip.divide(strip, wanted)
+        theirs = Strip.divide.__wrapped__(fresh, wanted)  # type: ignore[attr-defined]
+        assert [list(s) for s in ours] == [list(s) for s in theirs]
+    for start, end in ((0, length), (-1, length), (1, length), (0, length + 3), (2, 1)):
+        ours_cut = Strip.crop_extend(strip, start, end, None)
+        theirs_cut = Strip.crop_extend.__wrapped__(fresh, start, end, None)  # type: ignore[attr-defined]
+        assert list(ours_cut) == list(theirs_cut)
+        assert ours_cut.cell_length == theirs_cut.cell_length
+
+
+def test_uncut_strips_and_cleared_lru_caches_are_freed_without_the_collector() -> None:
+    textual_cycles.install()
+    with garbage_kinds() as found:
+        for i in range(20):
+            strip = Strip([Segment(f"line {i}")])
+            strip.divide([strip.cell_length])
+            strip.crop_extend(0, strip.cell_length, None)
+            cache: LRUCache[int, Strip] = LRUCache(8)
+            for key in range(12):
+                cache[key] = strip
+            cache.get(3)
+            cache.clear()  # a cache dropped whole still leaves its ring: widgets outlive it
+            del strip, cache
+    assert not found
+
+
+async def test_a_console_run_leaves_no_strips_for_the_collector() -> None:
+    app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
+    async with app.run_test(size=(160, 48)) as pilot:
+        with garbage_kinds() as found:
+            await wait_until(pilot, lambda: finished(app))
+            await pilot.pause()
+    textual = {"Strip", "FIFOCache", "Segment"}
+    assert not textual & set(found), found
+    assert not [kind for kind in found if "_iterencode" in kind], found
