@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from loopdeck.core.approvals import ApprovalReceipt
 from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.text import capped, escape_surrogates
+from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import (
     TRANSIENT_CODES,
     ErrorCode,
@@ -77,7 +78,7 @@ class Dispatcher:
             call = self.env_thread.run_async(label, spec.fn, args)
         else:
             call = self.env_thread.call(label, spec.fn, args)
-        return await asyncio.wait_for(call, spec.timeout_s)
+        return await bounded(call, spec.timeout_s)
 
     def _failure(self, code: ErrorCode, message: str) -> ToolFailure:
         return ToolFailure(

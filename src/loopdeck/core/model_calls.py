@@ -15,6 +15,7 @@ from loopdeck.core.events import ContextCompacted, EventBase, ModelCalled, Model
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest, ProviderError
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
+from loopdeck.core.timeouts import bounded
 
 T = TypeVar("T")
 MAX_MODEL_RETRIES = 3
@@ -80,9 +81,7 @@ class ModelCaller:
             timeout = min(rt.config.model_timeout_s, max(rt.ledger.remaining_time(), 0.001))
             request = request.model_copy(update={"timeout_s": timeout})
             try:
-                reply = await rt.interruptible(
-                    asyncio.wait_for(rt.model.complete(request), timeout)
-                )
+                reply = await rt.interruptible(bounded(rt.model.complete(request), timeout))
                 break
             except TimeoutError:
                 error = ProviderError(f"model call timed out after {timeout:.1f}s", retryable=True)

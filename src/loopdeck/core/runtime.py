@@ -50,6 +50,7 @@ from loopdeck.core.prompts import (
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
+from loopdeck.core.timeouts import bounded
 
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
@@ -404,7 +405,7 @@ class Runtime:
         with self.operator_time("answer"):
             try:
                 answer: Answer | None = await self.interruptible(
-                    asyncio.wait_for(waiting, timeout_s), by_cancel=True
+                    bounded(waiting, timeout_s), by_cancel=True
                 )
             except TimeoutError:
                 answer = None

@@ -16,6 +16,7 @@ from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import EVENT_ADAPTER, Event, EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
+from loopdeck.core.timeouts import bounded
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun
@@ -216,7 +217,7 @@ class StoreLink:
             return
         self._closing.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closed.wait(), 2.0)
+            await bounded(self._closed.wait(), 2.0)
 
     def _note(self, event: Any) -> None:  # for the kinds in NOTED
         """What the console asks the link about, kept from the events as they pass."""

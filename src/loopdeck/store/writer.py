@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.events import EventBase
+from loopdeck.core.timeouts import bounded
 from loopdeck.store.database import Store, StoreError, Tx
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
@@ -71,7 +72,7 @@ class EventWriter:
     async def _loop(self) -> None:
         while not self._closing:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), BATCH_INTERVAL_S)
+                await bounded(self._wake.wait(), BATCH_INTERVAL_S)
             self._wake.clear()
             try:
                 await self.flush()

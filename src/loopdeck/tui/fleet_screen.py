@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 
 from loopdeck.core.text import plural, visible
+from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
 from loopdeck.store.database import Location, Store, shown_location
 from loopdeck.tui.keys_bar import KeysBar
@@ -76,7 +77,7 @@ class FleetScreen(Screen[None]):
                 if await self.fleet.refresh(store):
                     self.post_message(FleetChanged())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_following.wait(), POLL_S)
+                    await bounded(self._stop_following.wait(), POLL_S)
         finally:
             # The close outlives a cancelled worker, so no query is left in flight at exit.
             await asyncio.shield(store.close())
@@ -87,7 +88,7 @@ class FleetScreen(Screen[None]):
         answer into a closed loop."""
         self._stop_following.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._store_closed.wait(), 2.0)
+            await bounded(self._store_closed.wait(), 2.0)
 
     @on(FleetChanged)
     def _changed(self) -> None:

@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 
 from loopdeck.core.text import plural, visible, visible_json
+from loopdeck.core.timeouts import bounded
 from loopdeck.store import queries
 from loopdeck.store.database import Location, Store
 from loopdeck.tui.keys_bar import KeysBar
@@ -80,7 +81,7 @@ class InboxScreen(Screen[None]):
                     self.entries = await self._load(self.store)
                     self.post_message(InboxChanged())
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_following.wait(), POLL_S)
+                    await bounded(self._stop_following.wait(), POLL_S)
         finally:
             store, self.store = self.store, None
             await asyncio.shield(store.close())
@@ -90,7 +91,7 @@ class InboxScreen(Screen[None]):
         """Leave with the store closed (see FleetScreen.on_unmount)."""
         self._stop_following.set()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._store_closed.wait(), 2.0)
+            await bounded(self._store_closed.wait(), 2.0)
 
     async def _load(self, store: Store) -> list[dict[str, Any]]:
         runs = {run["run_id"]: run for run in await queries.all_runs(store)}

@@ -140,7 +140,9 @@ class RunScreen(Screen[None]):
         self.set_interval(SPIN_INTERVAL_S, self._tick)
         self._check_size(self.size.width, self.size.height)
         self.render_view()
-        self.drive()
+        # The run starts once its screen is painted: the operator sees it before the agent
+        # acts, and the first events do not wait behind the mount's layout.
+        self.call_after_refresh(self.drive)
 
     def _queue_changed(self) -> None:
         self.post_message(ApprovalsChanged())
