@@ -72,35 +72,29 @@ class _NotPlain(Exception):
 
 def _indent_into(parts: list[str], value: object, newline: str, step: str, depth: int) -> None:
     if isinstance(value, dict):
-        if not value:
-            parts.append("{}")
-            return
-        if depth > 100:
-            raise _NotPlain
-        inner = newline + step
-        parts.append("{")
-        for i, (key, item) in enumerate(value.items()):
-            if not isinstance(key, str):
-                raise _NotPlain
-            parts.append(inner if i == 0 else "," + inner)
-            parts.append(_one_line(key))
-            parts.append(": ")
-            _indent_into(parts, item, inner, step, depth + 1)
-        parts.append(newline + "}")
+        keyed, brackets = True, "{}"
     elif isinstance(value, list | tuple):
-        if not value:
-            parts.append("[]")
-            return
-        if depth > 100:
-            raise _NotPlain
-        inner = newline + step
-        parts.append("[")
-        for i, item in enumerate(value):
-            parts.append(inner if i == 0 else "," + inner)
-            _indent_into(parts, item, inner, step, depth + 1)
-        parts.append(newline + "]")
+        keyed, brackets = False, "[]"
     else:
         parts.append(_one_line(value))
+        return
+    if not value:
+        parts.append(brackets)
+        return
+    if depth > 100:
+        raise _NotPlain
+    inner = newline + step
+    parts.append(brackets[0])
+    for i, item in enumerate(value.items() if keyed else value):  # type: ignore[union-attr]
+        parts.append(inner if i == 0 else "," + inner)
+        if keyed:
+            key, item = item
+            if not isinstance(key, str):
+                raise _NotPlain
+            parts.append(_one_line(key))
+            parts.append(": ")
+        _indent_into(parts, item, inner, step, depth + 1)
+    parts.append(newline + brackets[1])
 
 
 def short_args(args: dict[str, object], width: int = 34) -> str:
