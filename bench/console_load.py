@@ -9,6 +9,8 @@
    headless and with the console open, the screen's lag behind the runtime (worst time from an
    event to the frame that shows it) and stop-to-screen (run_stopped to its frame).
 
+Each of the two runs in a fresh process of its own (headless and console side by side in it).
+
     .venv/bin/python bench/console_load.py [CALLS]
 """
 
@@ -126,23 +128,36 @@ async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]
         return runtime.ledger.tool_calls / elapsed, watch
 
 
-async def measure(calls: int) -> list[Row]:
+def in_fresh_process(*args: str) -> list[str]:
+    """This file run again with `args`: its last line, split. Each console measurement starts
+    from a fresh process, as a console does: what earlier measurements left in this one (a
+    bigger heap for the collector to walk, LiteLLM's caches) is not the console's."""
+    here = Path(__file__).parent
+    return subprocess.run(
+        [sys.executable, str(here / "console_load.py"), *args],
+        capture_output=True, text=True, check=True, cwd=here,
+    ).stdout.split()  # fmt: skip
+
+
+async def zero_latency(calls: int) -> str:
+    """Headless (best of 3) and then with the console open, side by side in one process."""
     litellm_module()
     await headless_rate(200)  # warm up
     headless = max([await headless_rate(calls) for _ in range(3)])
     shown, watch = await console_run(calls, ZeroLatencyModel(), keys=False)
+    stop = watch.stop_to_screen_s or float("inf")
+    return f"{headless} {shown} {watch.worst_lag_s} {stop}"
+
+
+async def measure(calls: int) -> list[Row]:
+    out = in_fresh_process("--zero-latency", str(calls))
+    headless, shown, lag, stop = (float(x) for x in out[-4:])
     print(f"zero-latency runaway, {calls} calls: {headless:.0f} calls/s headless, "
           f"{shown:.0f} with the console open")  # fmt: skip
-    lag, stop = watch.worst_lag_s, watch.stop_to_screen_s or float("inf")
     print(
         f"screen behind the runtime: worst {lag * 1000:.0f} ms; stop to screen {stop * 1000:.0f} ms"
     )
-    # In a fresh process: what the zero-latency runs above left behind is not this run's.
-    here = Path(__file__).parent
-    out = subprocess.run(
-        [sys.executable, str(here / "console_load.py"), "--litellm"],
-        capture_output=True, text=True, check=True, cwd=here,
-    ).stdout.split()  # fmt: skip
+    out = in_fresh_process("--litellm")
     rate, stall_s, key_s, keys = float(out[-4]), float(out[-3]), float(out[-2]), int(out[-1])
     print(
         f"LiteLLM runaway, 2000 calls with the console open: {rate:.0f} calls/s; longest loop "
@@ -169,5 +184,7 @@ async def litellm_runaway() -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--litellm"]:
         print(asyncio.run(litellm_runaway()))
+    elif sys.argv[1:2] == ["--zero-latency"]:
+        print(asyncio.run(zero_latency(int(sys.argv[2]))))
     else:
         print_table(asyncio.run(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000)))

@@ -215,3 +215,38 @@ def test_an_event_rows_time_is_the_events_own_isoformat(at, run_id) -> None:
     row = event_row(event)
     assert row[:3] == (run_id, 7, "state_changed")
     assert row[3] == event.at.isoformat()
+
+
+async def test_an_event_that_fails_to_serialize_as_published_is_still_committed(
+    tmp_path, monkeypatch
+) -> None:
+    """Rows are made as events are published (the next batch overlaps the insert); a failure
+    there never reaches the publisher, and the commit serializes the event again."""
+    from loopdeck.core.events import EventBus, RunStarted, StateChanged
+    from loopdeck.core.states import RunState
+    from loopdeck.store import writer as writer_module
+    from loopdeck.store.database import Store
+    from loopdeck.store.writer import EventWriter
+
+    real_row = writer_module.event_row
+    failing = {"on": True}
+
+    def flaky_row(event: Any) -> Any:
+        if failing["on"] and getattr(event, "kind", "") == "state_changed":
+            raise RuntimeError("serializer hiccup")
+        return real_row(event)
+
+    monkeypatch.setattr(writer_module, "event_row", flaky_row)
+    store = await Store.open(tmp_path / "runs.db")
+    bus, writer = EventBus(), EventWriter(store)
+    bus.subscribe(writer)
+    bus.publish(RunStarted(run_id="r", env="e", script=None, model="m", mode="rounds",
+                           goal="g", budget={}))  # fmt: skip
+    bus.publish(StateChanged(run_id="r", source=RunState.READY, target=RunState.PLANNING))
+    failing["on"] = False
+    await writer.flush()
+    rows = await store.fetchall(
+        "SELECT seq, kind FROM events WHERE run_id = ? ORDER BY seq", ("r",)
+    )
+    await store.close()
+    assert [tuple(r) for r in rows] == [(1, "run_started"), (2, "state_changed")]

@@ -52,7 +52,10 @@ class EventWriter:
         self.on_correction: Callable[[str], None] | None = None
         self._state = "ready"
         self._stopped = False
-        self._queue: list[EventBase] = []
+        # Each event with its row, serialized as it is published: the next batch is made
+        # while the previous one is being inserted on the store's thread. None: serializing
+        # failed, and is tried again (and reported) when the batch is committed.
+        self._queue: list[tuple[EventBase, EventRow | None]] = []
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -62,7 +65,11 @@ class EventWriter:
         self._asked: set[str] = set()
 
     def __call__(self, event: EventBase) -> None:
-        self._queue.append(event)
+        try:
+            row: EventRow | None = event_row(event)
+        except Exception:  # never the publisher's problem: the commit reports it
+            row = None
+        self._queue.append((event, row))
         if len(self._queue) >= BATCH_MAX:
             self._wake.set()
 
@@ -99,7 +106,7 @@ class EventWriter:
             except BaseException:
                 self._queue = batch + self._queue
                 raise
-            self.acknowledged_seq = batch[-1].seq
+            self.acknowledged_seq = batch[-1][0].seq
             self.error = None
 
     async def close(self) -> None:
@@ -114,27 +121,28 @@ class EventWriter:
         """Write what could not be committed beside the store, so nothing recorded is lost."""
         if not self._queue:
             return None
-        run_id = self._queue[0].run_id
+        run_id = self._queue[0][0].run_id
         path = self.store.spill_path(run_id)
         fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as out:
-            for event in self._queue:
+            for event, _ in self._queue:
                 out.write(event_json(event) + "\n")
         self._queue = []
         return path
 
-    async def _commit(self, batch: list[EventBase]) -> None:
-        async with self.store.transaction(batch[0].run_id) as tx:
-            await self._undo_a_false_crash(tx, batch[0].run_id)
+    async def _commit(self, batch: list[tuple[EventBase, EventRow | None]]) -> None:
+        run_id = batch[0][0].run_id
+        async with self.store.transaction(run_id) as tx:
+            await self._undo_a_false_crash(tx, run_id)
             # A plain INSERT: no reader's row can sit at a runner's sequence number any more,
             # and a clash would be a bug to report, never an event to drop.
             await tx.executemany(
                 "INSERT INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
-                [event_row(e) for e in batch],
+                [row or event_row(event) for event, row in batch],
             )
             # Run-row fields only keep their last value: apply the last event of each kind.
             last: dict[str, EventBase] = {}
-            for event in batch:
+            for event, _ in batch:
                 kind = getattr(event, "kind", "")
                 if kind in LAST_VALUE_KINDS:
                     last[kind] = event
@@ -249,7 +257,10 @@ class EventWriter:
             )
 
 
-def event_row(event: EventBase) -> tuple[str, int, str, str, str]:
+EventRow = tuple[str, int, str, str, str]
+
+
+def event_row(event: EventBase) -> EventRow:
     """An event's row: (run_id, seq, kind, at, body). `at` is read off the body the event was
     just serialized to (its third field, after run_id and seq: `,"at":"` cannot occur inside a
     JSON string), in `datetime.isoformat()`'s form; formatting the time again was a sixth of
