@@ -102,6 +102,7 @@ class RunScreen(Screen[None]):
         self._later: set[str] = set()
         self._frame = 0
         self._next_frame_at = 0.0
+        self._frame_timer_set = False  # a one-shot timer for a frame due between two ticks
         self._unsubscribe: list[Callable[[], None]] = []
 
     @property
@@ -210,8 +211,19 @@ class RunScreen(Screen[None]):
         frames come every HISTORY_FRAME_S: the folding gets the loop. Stops, approvals and
         keys flush at once, never waiting for this.
         """
-        if self._buffer and time.monotonic() >= self._next_frame_at:
+        if not self._buffer:
+            return
+        wait = self._next_frame_at - time.monotonic()
+        if wait <= 0:
             self.flush()
+        elif wait < FRAME_INTERVAL_S and not self._frame_timer_set:
+            # Due before the next tick (after a slow frame): drawn then, not a tick later.
+            self._frame_timer_set = True
+            self.set_timer(wait, self._frame_on_time)
+
+    def _frame_on_time(self) -> None:
+        self._frame_timer_set = False
+        self._frame_due()
 
     def _painted(self, started: float) -> None:
         now = time.monotonic()
