@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -28,7 +29,7 @@ LOOPDECK = Path(sys.executable).with_name("loopdeck")
 
 def _screen(name: str) -> str:
     return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True
+        ["tmux", "-L", name, "capture-pane", "-p", "-t", name], capture_output=True, text=True
     ).stdout
 
 
@@ -47,22 +48,24 @@ def quit_seconds(db: Path) -> tuple[float, str]:
     env = ROOT / "sample_envs" / "order_support"
     command = f"env -u COLUMNS -u LINES {LOOPDECK} run {env} --script solve --db {db}"
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48",
+        ["tmux", "-L", name, "new-session", "-d", "-s", name, "-x", "160", "-y", "48",
          f"{command}; echo EXITED $?; sleep 30"],
         check=True,
     )  # fmt: skip
     try:
         _wait(name, "Approve this write?")
-        subprocess.run(["tmux", "send-keys", "-t", name, "q"], check=True)
+        subprocess.run(["tmux", "-L", name, "send-keys", "-t", name, "q"], check=True)
         _wait(name, "Quit and kill")
         start = time.monotonic()
-        subprocess.run(["tmux", "send-keys", "-t", name, "y"], check=True)
+        subprocess.run(["tmux", "-L", name, "send-keys", "-t", name, "y"], check=True)
         screen = _wait(name, "EXITED")
         took = time.monotonic() - start
         farewell = next((line for line in screen.splitlines() if line.startswith("run ")), "")
         return took, farewell
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], check=False)
+        subprocess.run(["tmux", "-L", name, "kill-server"], check=False)
+        tmp = Path(os.environ.get("TMUX_TMPDIR", "/tmp"))
+        (tmp / f"tmux-{os.getuid()}" / name).unlink(missing_ok=True)  # its socket
 
 
 def headless_elapsed(db: Path) -> tuple[float, float]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -29,14 +30,16 @@ def first_frame(command: str, text: str) -> float:
     name = f"bench-{uuid.uuid4().hex[:6]}"
     start = time.perf_counter()
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", name, "-x", "160", "-y", "48",
+        ["tmux", "-L", name, "new-session", "-d", "-s", name, "-x", "160", "-y", "48",
          f"env -u COLUMNS -u LINES {command}"],
         check=True,
     )  # fmt: skip
     try:
         while True:
             screen = subprocess.run(
-                ["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True
+                ["tmux", "-L", name, "capture-pane", "-p", "-t", name],
+                capture_output=True,
+                text=True,
             ).stdout
             if text in screen:
                 return time.perf_counter() - start
@@ -44,7 +47,9 @@ def first_frame(command: str, text: str) -> float:
                 raise RuntimeError(f"no frame after 30 s:\n{screen}")
             time.sleep(0.005)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], check=False)
+        subprocess.run(["tmux", "-L", name, "kill-server"], check=False)
+        tmp = Path(os.environ.get("TMUX_TMPDIR", "/tmp"))
+        (tmp / f"tmux-{os.getuid()}" / name).unlink(missing_ok=True)  # its socket
 
 
 def litellm_import_s() -> float:

@@ -1,5 +1,6 @@
 """The real `loopdeck` binary in a real terminal: tmux at 160x48, read with capture-pane."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,9 +19,12 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 class Terminal:
     def __init__(self, command: list[str], size: tuple[int, int] = (160, 48)) -> None:
         self.name = f"loopdeck-test-{uuid.uuid4().hex[:8]}"
+        # A server of its own (-L): a new session on the shared server can race that server's
+        # exit when another test just closed its last session ("server exited unexpectedly").
+        self.tmux = ["tmux", "-L", self.name]
         width, height = size
         subprocess.run(
-            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+            [*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
              # Textual sizes itself from COLUMNS/LINES when set: let the pane decide.
              "env -u COLUMNS -u LINES " + " ".join(command) + "; echo EXITED $?; sleep 30"],
             check=True,
@@ -28,7 +32,7 @@ class Terminal:
 
     def screen(self) -> str:
         proc = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+            [*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
         )
         return proc.stdout
 
@@ -55,10 +59,12 @@ class Terminal:
         raise AssertionError(f"{text!r} never went away; screen:\n{self.screen()}")
 
     def press(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], check=False)
+        subprocess.run([*self.tmux, "kill-server"], check=False)
+        tmp = Path(os.environ.get("TMUX_TMPDIR", "/tmp"))
+        (tmp / f"tmux-{os.getuid()}" / self.name).unlink(missing_ok=True)  # its socket
 
 
 # Several seconds each: in `make stress` (CI runs both targets); the transcript test stays.
