@@ -127,11 +127,9 @@ class TranscriptLog(RichLog):
         self.query_text = text.strip()
         entries, self._entries = self._entries, []
         self.clear()
-        for entry in entries:
-            self._entries.append(entry)
-            self.write(self._renderable(entry), scroll_end=False)
-        self.matches, self.match_index = [], -1
         self.following = False
+        self.add(entries)
+        self.matches, self.match_index = [], -1
         return self.next_match(1)
 
     def _find(self) -> None:
