@@ -25,6 +25,11 @@ def litellm_module() -> Any:
     litellm.drop_params = False
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # LiteLLM walks the whole conversation four times a call; these passes do the same work
+    # for less per message (see litellm_passes), so a call's cost barely grows with history.
+    from loopdeck.llm import litellm_passes
+
+    litellm_passes.install()
     # LiteLLM, pydantic and Textual leave ~400,000 objects that live as long as the process.
     # Every full collection walked them all (~165 ms idle, over a second on a loaded machine),
     # stalling the console's loop. Frozen, they are skipped; a run's own objects are not.

@@ -66,16 +66,40 @@ def _calls_length(calls: list[Any]) -> int:
 
 def prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
     """`count_tokens(prompt_text(...))` without building the text: the same figure."""
+    return _prompt_tokens_and_turns(messages, tools)[0]
+
+
+def _prompt_tokens_and_turns(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[int, int]:
+    """The prompt's tokens, and how many of its messages are the assistant's: one pass over a
+    conversation that is resent whole on every turn."""
     chars = 0
+    turns = 0
     for message in messages:
         content = message.get("content")
-        chars += len(content) if isinstance(content, str) else len(str(content or ""))
+        if content.__class__ is str:
+            chars += len(content)
+        elif content:
+            chars += len(str(content))
+        if message.get("role") == "assistant":
+            turns += 1
         calls = message.get("tool_calls")
         if calls:
-            chars += _calls_length(calls) if isinstance(calls, list) else len(json.dumps(calls))
+            if calls.__class__ is list and len(calls) == 1:  # the usual turn: one call
+                try:
+                    function = calls[0]["function"]
+                    length = _call_lengths.get(
+                        (calls[0]["id"], function["name"], function["arguments"])
+                    )
+                except (TypeError, KeyError):
+                    length = None
+                chars += length + 2 if length is not None else _calls_length(calls)
+            else:
+                chars += _calls_length(calls) if isinstance(calls, list) else len(json.dumps(calls))
     if tools:
         chars += len(json.dumps(tools))
-    return max(1, math.ceil(chars / 4)) if chars else 0
+    return (max(1, math.ceil(chars / 4)) if chars else 0), turns
 
 
 EXHAUSTED = ScriptTurn(final="(the script has no more turns)", reason_code="SCRIPT_EXHAUSTED")
@@ -97,11 +121,10 @@ def play(
     tools: list[dict[str, Any]],
     react: bool,
 ) -> ScriptedReply:
-    tokens = prompt_tokens(messages, tools)
+    tokens, index = _prompt_tokens_and_turns(messages, tools)
     if role == "planner":
         plan = script.plan_for(round_no)
         return ScriptedReply(plan, [], tokens, count_tokens(plan))
-    index = sum(1 for m in messages if m.get("role") == "assistant")
     turn = next_turn(script.turns_for(None if react else round_no), index)
     if turn.tool is not None or turn.calls:
         wanted = [(turn.tool, turn.args)] if turn.tool is not None else []
