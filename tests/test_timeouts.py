@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 
+from loopdeck.core.control import Interrupted, RunControl
+from loopdeck.core.states import StopReason
 from loopdeck.core.timeouts import bounded
 
 
@@ -26,3 +28,99 @@ async def test_bounded_times_out_and_returns_in_time() -> None:
         await bounded(never, 0.01)
     assert await bounded(asyncio.sleep(0, result="ok"), 5.0) == "ok"
     assert await bounded(asyncio.sleep(0, result="unbounded"), None) == "unbounded"
+
+
+# RunControl.interruptible cancels the run's own task (no task per wait): the cases a task of
+# its own used to keep apart.
+
+
+def _control() -> RunControl:
+    return RunControl(emit=lambda event: None, run_id="r1")
+
+
+async def _waiting(task: asyncio.Task[object]) -> None:
+    while task._fut_waiter is None:  # type: ignore[attr-defined]
+        await asyncio.sleep(0)
+
+
+async def test_a_kill_from_another_task_interrupts_the_wait() -> None:
+    control = _control()
+    run = asyncio.create_task(control.interruptible(asyncio.sleep(60)))
+    await _waiting(run)
+    control.request_kill("operator")
+    with pytest.raises(Interrupted) as stopped:
+        await run
+    assert stopped.value.reason is StopReason.KILLED
+    assert run.cancelling() == 0
+
+
+async def test_a_wait_that_swallows_the_kill_keeps_its_result_and_the_next_wait_stops() -> None:
+    control = _control()
+
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return "finished anyway"
+        return "slept"
+
+    async def run() -> tuple[str, bool]:
+        result = await control.interruptible(stubborn())
+        await asyncio.sleep(0)  # no cancellation is left over for later awaits
+        try:
+            await control.interruptible(asyncio.sleep(0))
+        except Interrupted:
+            return result, True
+        return result, False
+
+    task = asyncio.create_task(run())
+    await _waiting(task)
+    control.request_kill("operator")
+    assert await task == ("finished anyway", True)
+    assert task.cancelling() == 0
+
+
+async def test_a_kill_from_the_runs_own_code_is_taken_at_the_next_wait() -> None:
+    control = _control()
+
+    async def approver_that_kills() -> str:
+        control.request_kill("approver")
+        return "approve"
+
+    async def run() -> tuple[str, bool]:
+        decision = await control.interruptible(approver_that_kills())
+        await asyncio.sleep(0)
+        try:
+            await control.interruptible(asyncio.sleep(0))
+        except Interrupted:
+            return decision, True
+        return decision, False
+
+    task = asyncio.create_task(run())
+    assert await task == ("approve", True)
+    assert task.cancelling() == 0
+
+
+async def test_cancelling_the_run_and_killing_it_at_once_cancels_it() -> None:
+    control = _control()
+    run = asyncio.create_task(control.interruptible(asyncio.sleep(60)))
+    await _waiting(run)
+    control.request_kill("operator")
+    run.cancel()  # the process is leaving: that cancellation is not swallowed
+    with pytest.raises(asyncio.CancelledError):
+        await run
+
+
+async def test_a_wait_within_a_wait_is_still_interrupted_after_the_inner_one_ends() -> None:
+    control = _control()
+
+    async def outer() -> None:
+        await control.interruptible(asyncio.sleep(0))
+        await asyncio.sleep(60)
+
+    run = asyncio.create_task(control.interruptible(outer()))
+    await asyncio.sleep(0)
+    await _waiting(run)
+    control.request_kill("operator")
+    with pytest.raises(Interrupted):
+        await run

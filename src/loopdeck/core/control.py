@@ -51,8 +51,10 @@ class RunControl:
         self.hold = hold  # the agent's clock stops while a pause holds the run
         self.cancel_requested_by: str | None = None
         self._interrupt: tuple[StopReason, str] | None = None
-        self._inflight: asyncio.Future[object] | None = None
+        # The run's task while it waits in `interruptible`, and whether a stop cancelled it.
+        self._inflight: asyncio.Task[object] | None = None
         self._inflight_cancellable = False
+        self._cancelled_inflight = False
         self._resumed: asyncio.Event | None = None
 
     @property
@@ -66,7 +68,10 @@ class RunControl:
         if self._interrupt is None:
             self._interrupt = (reason, detail)
         task = self._inflight
-        if task is not None and not task.done() and (self._inflight_cancellable or not cancel_only):
+        if task is None or self._cancelled_inflight:
+            return
+        if self._inflight_cancellable or not cancel_only:
+            self._cancelled_inflight = True
             task.cancel()
 
     def request_cancel(self, by: str) -> None:
@@ -123,15 +128,37 @@ class RunControl:
             raise Interrupted(
                 StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
             )
-        task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
+        # A stop cancels the run's own task while it waits here, as `asyncio.timeout` does,
+        # rather than a task made for each wait: a step makes four waits, and a task each
+        # cost two more turns of the loop apiece.
+        task = asyncio.current_task()
+        assert task is not None, "interruptible waits run in a task"
+        outer = self._inflight, self._inflight_cancellable  # a wait within a wait
         self._inflight = task  # type: ignore[assignment]
         self._inflight_cancellable = by_cancel
         try:
-            return await task
+            result = await awaitable
         except asyncio.CancelledError:
-            if self._interrupt is not None and task.cancelled():
-                raise Interrupted(*self._interrupt) from None
-            raise
+            if self._cancelled_inflight:
+                self._cancelled_inflight = False
+                if task.uncancel() == 0 and self._interrupt is not None:
+                    raise Interrupted(*self._interrupt) from None
+            raise  # somebody else cancelled the run as well: theirs goes on up
         finally:
-            self._inflight = None
-            self._inflight_cancellable = False
+            self._inflight, self._inflight_cancellable = outer
+        if self._cancelled_inflight:
+            await self._settle_late_stop(task)
+        return result
+
+    async def _settle_late_stop(self, task: asyncio.Task[object]) -> None:
+        """A stop landed as the wait ended: what was awaited swallowed the cancellation, or
+        the run's task cancelled itself (a kill from its own code) and it is still to come.
+        The result stands; the stop is taken at the next checkpoint or wait."""
+        self._cancelled_inflight = False
+        try:
+            await asyncio.sleep(0)  # a cancellation still to come arrives here
+        except asyncio.CancelledError:
+            if task.uncancel() > 0:
+                raise  # somebody else cancelled the run as well
+            return
+        task.uncancel()
