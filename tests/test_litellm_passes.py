@@ -129,8 +129,7 @@ def outcome(function: Any, messages: list[Any], *args: Any) -> tuple[Any, Any, A
 
 
 def stock(name: str) -> Any:
-    module, function = litellm_passes._installed[name]
-    return function
+    return litellm_passes._installed[name][1]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -161,15 +160,14 @@ def test_validating_messages_gives_and_changes_what_litellm_does(messages: list[
 @settings(max_examples=400, deadline=None)
 @given(conversations)
 def test_finding_pdf_parts_answers_as_litellm_does(messages: list[Any]) -> None:
-    assert outcome(litellm_passes.messages_have_pdf, messages) == outcome(
-        stock("pdf"), messages
-    )
+    assert outcome(litellm_passes.messages_have_pdf, messages) == outcome(stock("pdf"), messages)
 
 
 def test_litellm_calls_the_passes_in_place_of_its_own() -> None:
     utils = importlib.import_module("litellm.utils")
     main = importlib.import_module("litellm.main")
-    assert utils._remove_thought_signatures_from_messages is litellm_passes.remove_thought_signatures
+    thought_signatures = utils._remove_thought_signatures_from_messages
+    assert thought_signatures is litellm_passes.remove_thought_signatures
     assert main.validate_and_fix_openai_messages is litellm_passes.validate_and_fix_messages
     assert main.messages_have_pdf_file_part is litellm_passes.messages_have_pdf
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from rich.text import Text
 from textual.app import App, ComposeResult
 
+from loopdeck.core.budgets import Budget, BudgetLedger, Cap
 from loopdeck.core.events import CallStatus
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.outcome import CallRecord
@@ -250,3 +251,23 @@ async def test_an_event_that_fails_to_serialize_as_published_is_still_committed(
     )
     await store.close()
     assert [tuple(r) for r in rows] == [(1, "run_started"), (2, "state_changed")]
+
+
+def test_the_ledgers_usage_table_names_every_cap_with_its_use_and_limit() -> None:
+    budget = Budget(
+        max_turns=5, max_tool_calls=6, max_tokens=700, max_cost_usd=0.5, deadline_s=90,
+        max_rounds=3, max_corrections=1,
+    )  # fmt: skip
+    ledger = BudgetLedger(budget)
+    ledger.record_model_call(tokens=120, cost_usd=0.01)
+    ledger.record_tool_call()
+    ledger.rounds, ledger.corrections = 2, 1
+    usage = ledger.usage()
+    assert list(usage) == [cap.value for cap in Cap]
+    for cap in Cap:
+        used, limit = usage[cap.value]
+        assert limit == budget.limit(cap)
+        if cap is Cap.DEADLINE:
+            assert 0 <= used <= ledger.elapsed()
+        else:
+            assert used == ledger.used(cap)

@@ -136,13 +136,17 @@ class BudgetLedger:
         return value
 
     def usage(self) -> dict[str, tuple[float, float]]:
-        elapsed = self.elapsed()  # once: every cap's figure is of the same moment
+        """Each cap's (used, limit), by the cap's name; spelled out, as it is built twice a step
+        (a test checks it against `used` and `limit` for every cap)."""
+        budget = self.budget
         return {
-            cap.value: (
-                elapsed if cap is Cap.DEADLINE else getattr(self, USED_FIELD[cap]),
-                self.budget.limit(cap),
-            )
-            for cap in Cap
+            "turns": (self.turns, budget.max_turns),
+            "tool_calls": (self.tool_calls, budget.max_tool_calls),
+            "tokens": (self.tokens, budget.max_tokens),
+            "cost_usd": (self.cost_usd, budget.max_cost_usd),
+            "deadline_s": (self.elapsed(), budget.deadline_s),
+            "rounds": (self.rounds, budget.max_rounds),
+            "corrections": (self.corrections, budget.max_corrections),
         }
 
     def _ensure_below(self, cap: Cap) -> None:

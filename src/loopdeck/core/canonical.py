@@ -18,8 +18,14 @@ class NotCanonical(ValueError):
     """A value that has no canonical form: nested too deep, or not JSON data."""
 
 
+# One encoder for every call (`json.dumps` builds one per call when given options).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL.encode(value)
 
 
 def sha256_hex(value: Any) -> str:

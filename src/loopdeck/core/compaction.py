@@ -6,6 +6,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from loopdeck.core.text import json_text
+
 Message = dict[str, Any]
 TokenCounter = Callable[[list[Message]], int]
 
@@ -38,7 +40,7 @@ def _one_line(message: Message, latest_keys: set[str]) -> Message:
         error = payload["error"]
         line = f"failed ({error.get('code', 'ERROR')}): {str(error.get('message', ''))[:80]}"
     else:
-        data = json.dumps(payload.get("data"), ensure_ascii=False, default=str)
+        data = json_text(payload.get("data"))
         line = f"ok: {data[:100]}" + ("…" if len(data) > 100 else "")
     return {**message, "content": f"[compacted] {line}"}
 

@@ -134,7 +134,7 @@ class RunControl:
         task = asyncio.current_task()
         assert task is not None, "interruptible waits run in a task"
         outer = self._inflight, self._inflight_cancellable  # a wait within a wait
-        self._inflight = task  # type: ignore[assignment]
+        self._inflight = task
         self._inflight_cancellable = by_cancel
         try:
             result = await awaitable

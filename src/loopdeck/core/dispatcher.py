@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from loopdeck.core.approvals import ApprovalReceipt
 from loopdeck.core.env_thread import EnvBusy, EnvThread
-from loopdeck.core.text import capped, escape_surrogates
+from loopdeck.core.text import capped, escape_surrogates, json_text
 from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import (
     TRANSIENT_CODES,
@@ -45,17 +45,20 @@ class UnserializableResult(Exception):
 RetryHook = Callable[[int, str, float], None]
 
 
+_ascii_json = json.JSONEncoder(default=str).encode  # json.dumps(value, default=str)
+
+
 def _jsonable(value: Any) -> Any:
     try:
         if isinstance(value, BaseModel):
             return value.model_dump(mode="json")
-        return json.loads(json.dumps(value, default=str))
+        return json.loads(_ascii_json(value))
     except (TypeError, ValueError, RecursionError) as exc:
         raise UnserializableResult(f"{type(exc).__name__}: {exc}") from None
 
 
 def _capped(data: Any, cap: int) -> tuple[Any, bool]:
-    text = json.dumps(data, ensure_ascii=False, default=str)
+    text = json_text(data)
     if len(text) <= cap:
         return data, False
     return capped(escape_surrogates(text), cap), True

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from loopdeck.core.text import capped
+from loopdeck.core.text import capped, json_text
 
 PLANNER_SYSTEM = (
     "You are the planner of a supervised agent. You have no tools. From the goal, the current "
@@ -85,7 +85,7 @@ PLAN_STEP_CAP = 500
 
 
 def tool_result_message(provider_id: str | None, payload: dict[str, Any]) -> dict[str, Any]:
-    content = json.dumps({"tool_result": payload}, ensure_ascii=False, default=str)
+    content = json_text({"tool_result": payload})
     if provider_id is None:
         return {
             "role": "user",

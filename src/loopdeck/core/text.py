@@ -8,6 +8,10 @@ import unicodedata
 
 TRUNCATION_MARK = " …[truncated {} chars]"
 
+# `json.dumps(value, ensure_ascii=False, default=str)`, without building an encoder per call
+# (`dumps` makes one whenever an option is given). The encoder keeps no state between calls.
+json_text = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # C0/C1 controls (except newline and tab), and the bidi overrides and isolates that can make
 # a terminal show text in another order than it is stored.
@@ -46,7 +50,7 @@ def capped(text: str, cap: int) -> str:
 def visible_json(value: object, indent: int | None = 2) -> str:
     """JSON for the operator's eyes: readable non-ASCII, but nothing that steers the terminal."""
     if indent is None:
-        return visible(json.dumps(value, ensure_ascii=False, default=str))
+        return visible(json_text(value))
     return visible(indented_json(value, indent))
 
 

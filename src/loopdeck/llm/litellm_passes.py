@@ -33,7 +33,7 @@ from typing import Any
 Pass = Callable[..., Any]
 
 
-def remove_thought_signatures(messages: list[Any], separator: str) -> list[Any]:
+def remove_thought_signatures(messages: list[Any], separator: str) -> Any:
     """`litellm.utils._remove_thought_signatures_from_messages`: copies of the messages and
     of their tool calls, with a Gemini thought signature cut off each tool call id."""
     if not _all_dicts(messages):
@@ -64,7 +64,7 @@ def remove_thought_signatures(messages: list[Any], separator: str) -> list[Any]:
     return processed
 
 
-def validate_and_fix_messages(messages: list[Any]) -> list[Any]:
+def validate_and_fix_messages(messages: list[Any]) -> Any:
     """`litellm.utils.validate_and_fix_openai_messages`: a message without a role is the
     assistant's, its tool calls are copied (in place, as LiteLLM does), and each message is
     returned as a copy without the fields that are None."""
