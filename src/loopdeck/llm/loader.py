@@ -8,6 +8,8 @@ import os
 from functools import cache
 from typing import Any
 
+from loopdeck import collector
+
 
 @cache
 def litellm_module() -> Any:
@@ -34,4 +36,7 @@ def litellm_module() -> Any:
     # Every full collection walked them all (~165 ms idle, over a second on a loaded machine),
     # stalling the console's loop. Frozen, they are skipped; a run's own objects are not.
     gc.freeze()
+    # Each call copies the conversation three times: young collections every 700 allocations
+    # made its cost grow with the conversation (see loopdeck.collector).
+    collector.tune()
     return litellm

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from loopdeck import collector
 from loopdeck.store.database import Location, shown_location
 from loopdeck.tui import textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
@@ -47,13 +48,11 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-# The collector, tuned for a console: a frame allocates ~100,000 short-lived objects (strips,
-# segments). Collected every 700 allocations, a frame's temporaries were caught alive and
-# promoted until full collections (hundreds of ms each) ran every few seconds of a runaway.
-# Every 20,000 they die young; the older generations are collected less often (a full
-# collection every 10,000,000 allocations at most). Modules are frozen once imported
-# (`llm.loader`), so a full collection walks only what a run holds.
-CONSOLE_GC_THRESHOLDS = (20_000, 5, 100)
+# The collector as `loopdeck.collector` tunes it: a frame allocates ~100,000 short-lived
+# objects (strips, segments). Collected every 700 allocations, a frame's temporaries were caught
+# alive and promoted until full collections (hundreds of ms each) ran every few seconds of a
+# runaway. The console owns its process, so it sets them whatever they were.
+CONSOLE_GC_THRESHOLDS = collector.THRESHOLDS
 
 
 class LoopdeckApp(App[int]):
