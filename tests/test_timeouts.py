@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import gc
-import threading
 
 import pytest
 
 from loopdeck.core.control import Interrupted, RunControl
-from loopdeck.core.env_thread import EnvThread
 from loopdeck.core.states import StopReason
 from loopdeck.core.timeouts import bounded
 
@@ -127,39 +124,3 @@ async def test_a_wait_within_a_wait_is_still_interrupted_after_the_inner_one_end
     control.request_kill("operator")
     with pytest.raises(Interrupted):
         await run
-
-
-# EnvThread takes a quick result in place (it waits up to `spin_s` before awaiting it).
-
-
-async def test_env_results_quick_or_slow_come_back_and_errors_are_raised_once() -> None:
-    env = EnvThread(spin_s=0.5)  # long enough that a quick call is always taken in place
-    assert await env.call("quick", lambda: "snapshot") == "snapshot"
-    with pytest.raises(ValueError, match="broken env"):
-        await env.call("raises", _raise_value_error)
-    slow = threading.Event()
-    waiting = asyncio.create_task(env.call("slow", lambda: slow.wait(60) and "late"))
-    await asyncio.sleep(0)  # the loop is free while slow env code runs past the spin
-    assert not waiting.done()
-    slow.set()
-    assert await waiting == "late"
-    env.close()
-
-
-async def test_an_env_call_taken_in_place_leaves_no_unretrieved_error_behind() -> None:
-    loop = asyncio.get_running_loop()
-    reported: list[dict[str, object]] = []
-    loop.set_exception_handler(lambda _loop, context: reported.append(context))
-    env = EnvThread(spin_s=0.5)
-    for _ in range(20):
-        with pytest.raises(ValueError):
-            await env.call("raises", _raise_value_error)
-    await env.call("drain", lambda: None)
-    await asyncio.sleep(0)
-    gc.collect()  # an unretrieved future error is reported when the future is collected
-    assert reported == []
-    env.close()
-
-
-def _raise_value_error() -> None:
-    raise ValueError("broken env")

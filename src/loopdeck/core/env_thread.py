@@ -20,10 +20,6 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How long the loop waits in place for an env call before it awaits the result like any other
-# (see `EnvThread.call`): a snapshot, a goal check or a quick tool takes tens of microseconds.
-SPIN_S = 0.00025
-
 
 class EnvBusy(Exception):
     """Env code the runtime stopped waiting for is still running past the bound."""
@@ -41,8 +37,6 @@ class _Job:
     future: asyncio.Future[Any]
     started: float = field(default_factory=time.monotonic)
     finished: threading.Event = field(default_factory=threading.Event)
-    value: Any = None
-    error: BaseException | None = None
 
 
 def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
@@ -55,9 +49,8 @@ def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None
 
 
 class EnvThread:
-    def __init__(self, stray_wait_s: float = 10.0, spin_s: float = SPIN_S) -> None:
+    def __init__(self, stray_wait_s: float = 10.0) -> None:
         self.stray_wait_s = stray_wait_s
-        self.spin_s = spin_s
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
@@ -79,7 +72,6 @@ class EnvThread:
                 value = job.fn()
             except BaseException as exc:  # handed to the awaiting coroutine, never lost here
                 error = exc
-            job.value, job.error = value, error
             job.finished.set()
             # A closed loop means the process is leaving and nobody waits for this result.
             with contextlib.suppress(RuntimeError):
@@ -109,15 +101,6 @@ class EnvThread:
                 self._thread.start()
             self._current = job
             self._jobs.put(job)
-            if self.spin_s and job.finished.wait(self.spin_s):
-                # Most env code ends within microseconds: its result is taken here, which saves
-                # the trip back through the loop (its selector woken, a turn for the task), a
-                # sixth of a supervised step. The loop is held for at most `spin_s`; slower
-                # env code is awaited as below, and the loop serves keys and frames meanwhile.
-                job.future.cancel()  # nobody awaits it: its late settling is dropped
-                if job.error is not None:
-                    raise job.error
-                return job.value  # type: ignore[no-any-return]
             result: T = await job.future
             return result
 
