@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -160,13 +163,41 @@ def best(samples: list[float], higher: bool = True) -> float:
     return max(samples) if higher else min(samples)
 
 
-async def measure() -> list[Row]:
+async def call_costs() -> tuple[float, float]:
+    """A call's cost at 20 and at 500 messages (best of 3 batches each, interleaved)."""
     litellm_module()
     model = LiteLLMModel("scripted", script=SCRIPT)
     await supervised_rate(5)  # LiteLLM's first calls set things up: not part of any figure
-    short_ms = best([await per_call_ms(model, 20) for _ in range(3)], higher=False)
-    long_ms = best([await per_call_ms(model, 500) for _ in range(3)], higher=False)
+    short, long = [], []
+    for _ in range(3):
+        short.append(await per_call_ms(model, 20))
+        long.append(await per_call_ms(model, 500))
+    return best(short, higher=False), best(long, higher=False)
+
+
+def stock_call_costs() -> tuple[float, float]:
+    """The same, in a fresh process with LiteLLM's own passes (LOOPDECK_STOCK_LITELLM=1) and
+    Python's collector thresholds: LiteLLM as it ships, for comparison."""
+    here = Path(__file__).parent
+    code = (
+        "import asyncio, gc; import model_path as m; m.litellm_module(); "
+        "gc.set_threshold(700, 10, 10); print(*asyncio.run(m.call_costs()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=here,
+        env={**os.environ, "LOOPDECK_STOCK_LITELLM": "1"},
+    ).stdout.split()  # fmt: skip
+    return float(out[-2]), float(out[-1])
+
+
+async def measure() -> list[Row]:
+    short_ms, long_ms = await call_costs()
     print(f"LiteLLMModel call: {short_ms:.2f} ms at 20 messages, {long_ms:.2f} ms at 500")
+    stock_short, stock_long = stock_call_costs()
+    print(
+        f"  with LiteLLM's own passes and Python's collector thresholds: {stock_short:.2f} ms "
+        f"at 20, {stock_long:.2f} ms at 500 ({stock_long / stock_short:.2f}x)"
+    )
     short_rate = best([await supervised_rate(20) for _ in range(5)])
     long_rate = best([await supervised_rate(200) for _ in range(3)])
     print(f"supervised run: {short_rate:.0f} steps/s at 20 steps, {long_rate:.0f} at 200")
