@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from datetime import UTC, timedelta, timezone
 from typing import Any
 
@@ -271,3 +273,34 @@ def test_the_ledgers_usage_table_names_every_cap_with_its_use_and_limit() -> Non
             assert 0 <= used <= ledger.elapsed()
         else:
             assert used == ledger.used(cap)
+
+
+def test_importing_litellm_leaves_the_collector_on_tuned_and_an_embedders_choice_alone() -> None:
+    probe = (
+        "import gc, sys; from loopdeck.llm.loader import litellm_module; {before}"
+        "litellm_module(); print(gc.isenabled(), *gc.get_threshold(), gc.get_freeze_count())"
+    )
+    cases = {
+        "": ("True", (20_000, 5, 100)),  # Python's defaults: loopdeck's thresholds
+        "gc.set_threshold(1000, 20, 20); ": ("True", (1000, 20, 20)),  # the embedder's, kept
+        "gc.disable(); ": ("False", (20_000, 5, 100)),  # held by the embedder: still held
+    }
+    for before, (enabled, thresholds) in cases.items():
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(before=before)],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert out[0] == enabled, before
+        assert tuple(map(int, out[1:4])) == thresholds, before
+        assert int(out[4]) > 100_000, before  # LiteLLM's modules frozen out of the walks
+
+
+def test_the_call_panel_skips_layout_only_when_its_height_cannot_change() -> None:
+    from loopdeck.tui.panels import _same_height
+
+    assert _same_height("a\nb\nc", "x\n[b]y[/]\nz", width=10)
+    assert not _same_height("a\nb", "a\nb\nc", width=10)  # one more line
+    assert not _same_height("a\nb", "a\n" + "b" * 11, width=10)  # wraps at 10 columns
+    assert not _same_height("a\n" + "b" * 11, "a\nb", width=10)  # the old text wrapped
+    assert not _same_height("a\nb", "a\n" + "日" * 6, width=10)  # 12 cells, 6 characters
+    assert not _same_height("a\nb", "a\n\tb", width=10)  # tabs are expanded

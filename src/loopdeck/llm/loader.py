@@ -20,6 +20,25 @@ def litellm_module() -> Any:
     # caller's event loop. loopdeck sends no images (text and tool JSON only), so the walk
     # finds nothing; 0 turns it off. Cost, usage and error mapping do not depend on it.
     os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
+    # The import makes ~400,000 objects that live as long as the process, and the collector
+    # walked them all five times over while it ran (full collections of 50-180 ms: 0.7 s of a
+    # 2.2 s import). It is held until they are frozen below; the import leaves next to no
+    # garbage (a few hundred objects, kept).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        litellm = _import_litellm()
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+    # Each call copies the conversation three times: young collections every 700 allocations
+    # made its cost grow with the conversation (see loopdeck.collector).
+    collector.tune()
+    return litellm
+
+
+def _import_litellm() -> Any:
     import litellm
 
     litellm.telemetry = False
@@ -32,11 +51,7 @@ def litellm_module() -> Any:
     from loopdeck.llm import litellm_passes
 
     litellm_passes.install()
-    # LiteLLM, pydantic and Textual leave ~400,000 objects that live as long as the process.
-    # Every full collection walked them all (~165 ms idle, over a second on a loaded machine),
-    # stalling the console's loop. Frozen, they are skipped; a run's own objects are not.
-    gc.freeze()
-    # Each call copies the conversation three times: young collections every 700 allocations
-    # made its cost grow with the conversation (see loopdeck.collector).
-    collector.tune()
+    # Frozen above (LiteLLM, pydantic and Textual: ~400,000 objects), they are skipped by every
+    # full collection (~165 ms each idle, over a second loaded, on the console's loop); a run's
+    # own objects are not.
     return litellm

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from rich.cells import cell_len
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
@@ -42,12 +43,31 @@ CAP_LABELS = [
 ]
 
 
-def paint(widget: Static, markup: str) -> None:
+def paint(widget: Static, markup: str, width: int | None = None) -> None:
     """Update only on a change: an unchanged panel is not drawn again, which is most of them
-    on most frames of a runaway. Panels whose size the stylesheet fixes skip the layout pass."""
-    if getattr(widget, "_painted", None) != markup:
-        widget._painted = markup  # type: ignore[attr-defined]
-        widget.update(markup, layout=not isinstance(widget, FixedSize))
+    on most frames of a runaway. Panels whose size the stylesheet fixes skip the layout pass;
+    so does content that keeps its height in `width` columns (see `_same_height`)."""
+    before = getattr(widget, "_painted", None)
+    if before == markup:
+        return
+    widget._painted = markup  # type: ignore[attr-defined]
+    layout = not isinstance(widget, FixedSize)
+    if layout and width is not None and before is not None:
+        layout = not _same_height(before, markup, width)
+    widget.update(markup, layout=layout)
+
+
+def _same_height(before: str, after: str, width: int) -> bool:
+    """True if both texts are as many lines as they have and no line wraps: then they take the
+    same height, and a layout pass (a reflow and a repaint of the whole screen) is not needed.
+    Markup is never narrower than what it shows (but for tabs, which are expanded), so a markup
+    line that fits shows as one line."""
+    lines = after.split("\n")
+    if len(lines) != before.count("\n") + 1 or "\t" in after or "\t" in before:
+        return False
+    return all(cell_len(line) <= width for line in lines) and all(
+        cell_len(line) <= width for line in before.split("\n")
+    )
 
 
 class FixedSize:
@@ -249,6 +269,7 @@ class CallDetail(VerticalScroll):
             f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
             f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}\n"
             f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}",
+            width=body.content_size.width,
         )
 
 
