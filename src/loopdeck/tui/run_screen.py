@@ -255,7 +255,9 @@ class RunScreen(Screen[None]):
             # The panel is a live tail (`t` has everything). A burst longer than the lines it
             # keeps replaces it with what fills its height; otherwise every entry is added.
             kept = tail_that_fits(entries, PANEL_KEPT)
-            if len(kept) < len(entries):
+            if len(kept) < len(entries) and panel.following:
+                panel.show_tail(tail_that_fits(kept, panel.size.height))
+            elif len(kept) < len(entries):
                 panel.show_only(tail_that_fits(kept, panel.size.height))
             else:
                 panel.add(entries)

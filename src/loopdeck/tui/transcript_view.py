@@ -93,6 +93,18 @@ class TranscriptLog(RichLog):
         self._entries = []
         self.add(entries)
 
+    def show_tail(self, entries: list[Entry]) -> None:
+        """The last lines of these entries, as many as the log is tall, and nothing before them
+        (the entries fill its height: `tail_that_fits`). The log keeps the same number of
+        lines frame after frame, so its size stays put and the screen needs no layout pass
+        (`show_only` empties it first, which asks for one every frame of a runaway)."""
+        kept, self.max_lines = self.max_lines, max(1, self.size.height)
+        try:
+            self._entries = []
+            self.add(entries)
+        finally:
+            self.max_lines = kept
+
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y:
