@@ -47,6 +47,7 @@ from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 FRAME_INTERVAL_S = 1 / 20
 FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
 MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
+MIN_FRAME_WAIT_S = 0.04  # ... and never less: cheap frames come at ~25 a second, not ~100
 HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
 PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
 SPIN_INTERVAL_S = 0.2
@@ -230,7 +231,13 @@ class RunScreen(Screen[None]):
         if getattr(self.link, "reading_history", False):
             self._next_frame_at = now + HISTORY_FRAME_S
         else:
-            self._next_frame_at = now + min(FRAME_SHARE * (now - started), MAX_FRAME_WAIT_S)
+            wait = max(FRAME_SHARE * (now - started), MIN_FRAME_WAIT_S)
+            self._next_frame_at = now + min(wait, MAX_FRAME_WAIT_S)
+            if not self._frame_timer_set:
+                # The next frame is armed for when it is due, not left to the next tick of the
+                # frame timer: up to a tick later, or two when a busy loop makes it skip one.
+                self._frame_timer_set = True
+                self.set_timer(self._next_frame_at - now, self._frame_on_time)
 
     def flush(self) -> None:
         if not self._buffer:
