@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 
 import pytest
 
@@ -38,6 +39,19 @@ def _control() -> RunControl:
     return RunControl(emit=lambda event: None, run_id="r1")
 
 
+async def _then_next_wait(
+    control: RunControl, first: Coroutine[None, None, str]
+) -> tuple[str, bool]:
+    """What the first wait returned, and whether the next wait was interrupted."""
+    result = await control.interruptible(first)
+    await asyncio.sleep(0)  # no cancellation is left over for later awaits
+    try:
+        await control.interruptible(asyncio.sleep(0))
+    except Interrupted:
+        return result, True
+    return result, False
+
+
 async def _waiting(task: asyncio.Task[object]) -> None:
     while task._fut_waiter is None:  # type: ignore[attr-defined]
         await asyncio.sleep(0)
@@ -64,16 +78,7 @@ async def test_a_wait_that_swallows_the_kill_keeps_its_result_and_the_next_wait_
             return "finished anyway"
         return "slept"
 
-    async def run() -> tuple[str, bool]:
-        result = await control.interruptible(stubborn())
-        await asyncio.sleep(0)  # no cancellation is left over for later awaits
-        try:
-            await control.interruptible(asyncio.sleep(0))
-        except Interrupted:
-            return result, True
-        return result, False
-
-    task = asyncio.create_task(run())
+    task = asyncio.create_task(_then_next_wait(control, stubborn()))
     await _waiting(task)
     control.request_kill("operator")
     assert await task == ("finished anyway", True)
@@ -87,16 +92,7 @@ async def test_a_kill_from_the_runs_own_code_is_taken_at_the_next_wait() -> None
         control.request_kill("approver")
         return "approve"
 
-    async def run() -> tuple[str, bool]:
-        decision = await control.interruptible(approver_that_kills())
-        await asyncio.sleep(0)
-        try:
-            await control.interruptible(asyncio.sleep(0))
-        except Interrupted:
-            return decision, True
-        return decision, False
-
-    task = asyncio.create_task(run())
+    task = asyncio.create_task(_then_next_wait(control, approver_that_kills()))
     assert await task == ("approve", True)
     assert task.cancelling() == 0
 
