@@ -14,9 +14,10 @@ that are plain dicts, which is what loopdeck sends; given anything else it hands
 call to LiteLLM's own function. `tests/test_litellm_passes.py` compares the two on generated
 conversations.
 
-A pass replaces LiteLLM's function only where that function's source is the one it was
-written against (`_ORIGINALS`): a LiteLLM whose function differs keeps its own, and
-`install()` says which. `LOOPDECK_STOCK_LITELLM=1` keeps all of LiteLLM's own.
+A pass replaces LiteLLM's function only where the sources it was written against are still
+there unchanged (`REPLACEMENTS`: the sha256 of LiteLLM's function and of the helpers whose work
+the pass does itself): a LiteLLM whose functions differ keeps its own, and `install()` says
+which. `LOOPDECK_STOCK_LITELLM=1` keeps all of LiteLLM's own.
 """
 
 from __future__ import annotations
