@@ -86,17 +86,7 @@ def _prompt_tokens_and_turns(
             turns += 1
         calls = message.get("tool_calls")
         if calls:
-            if calls.__class__ is list and len(calls) == 1:  # the usual turn: one call
-                try:
-                    function = calls[0]["function"]
-                    length = _call_lengths.get(
-                        (calls[0]["id"], function["name"], function["arguments"])
-                    )
-                except (TypeError, KeyError):
-                    length = None
-                chars += length + 2 if length is not None else _calls_length(calls)
-            else:
-                chars += _calls_length(calls) if isinstance(calls, list) else len(json.dumps(calls))
+            chars += _calls_length(calls) if isinstance(calls, list) else len(json.dumps(calls))
     if tools:
         chars += len(json.dumps(tools))
     return (max(1, math.ceil(chars / 4)) if chars else 0), turns
