@@ -24,6 +24,7 @@ from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.operator.runview import RunView
+from loopdeck.tui.in_place import grows_in_place, rescroll
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -120,6 +121,7 @@ class CallsTable(ScrollView, can_focus=True):
         def control(self) -> CallsTable:
             return self.table
 
+    virtual_size = grows_in_place()  # a new row moves the scrollbar, not the screen
     args_width = 34
     tool_room = COLUMN_ROOM["tool"]
     columns_shown: tuple[str, ...] = COLUMNS
@@ -142,6 +144,11 @@ class CallsTable(ScrollView, can_focus=True):
     def cursor_key(self) -> str | None:
         return self._keys[self.cursor_row] if self._keys else None
 
+    @property
+    def at_newest(self) -> bool:
+        """The cursor is on the newest row, and follows each new one."""
+        return self.cursor_row >= len(self._keys) - 1
+
     def get_row(self, call_id: str) -> list[Text]:
         return self._row_cells(call_id)
 
@@ -151,7 +158,7 @@ class CallsTable(ScrollView, can_focus=True):
         the view's. Cheap: nothing is drawn until the row is on screen."""
         if not view.changed_calls:
             return
-        follow = self.cursor_row >= len(self._keys) - 1
+        follow = self.at_newest
         shown = self.cursor_key
         for call_id in view.changed_calls:  # changed, or let go by the view
             self._cells.pop(call_id, None)
@@ -213,6 +220,9 @@ class CallsTable(ScrollView, can_focus=True):
         if column == "arguments":
             return self.args_width + 2
         return self.tool_room if column == "tool" else COLUMN_ROOM[column]
+
+    def watch_virtual_size(self, size: Size) -> None:
+        rescroll(self, size)
 
     def _resize(self) -> None:
         width = sum(self._width_of(c) for c in self.columns_shown)

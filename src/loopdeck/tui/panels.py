@@ -251,7 +251,12 @@ class CallDetail(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="detail-body")
 
-    def show(self, row: CallRecord | None, decided: str = "") -> None:
+    def show(self, row: CallRecord | None, decided: str = "", hold_height: bool = False) -> None:
+        """`hold_height` (the screen follows a live run's newest call while it runs): the
+        text does not get shorter than what is shown, blank lines make up the difference. In
+        a runaway the newest call alternates between running (one line of result) and done
+        (its result) from frame to frame, and each change of the text's height is a layout
+        pass of the whole screen."""
         body = self.query_one("#detail-body", Static)
         if row is None:
             self.border_title = "Call"
@@ -264,13 +269,15 @@ class CallDetail(VerticalScroll):
         ms = (
             "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
         )
-        paint(
-            body,
+        text = (
             f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
             f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}\n"
-            f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}",
-            width=body.content_size.width,
+            f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}"
         )
+        shown = getattr(body, "_painted", None)
+        if hold_height and shown is not None:
+            text += "\n " * (shown.count("\n") - text.count("\n"))
+        paint(body, text, width=body.content_size.width)
 
 
 class GoalLine(Static):

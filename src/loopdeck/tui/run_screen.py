@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from loopdeck.core.events import EventBase
+from loopdeck.core.events import CallStatus, EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.text import plural
@@ -48,6 +48,7 @@ FRAME_INTERVAL_S = 1 / 20
 FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
 MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
 MIN_FRAME_WAIT_S = 0.04  # ... and never less: cheap frames come at ~25 a second, not ~100
+RUNNING = (CallStatus.PROPOSED, CallStatus.RUNNING)  # the Call panel holds its height
 HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
 PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
 SPIN_INTERVAL_S = 0.2
@@ -320,7 +321,12 @@ class RunScreen(Screen[None]):
 
     def _show_detail(self, call_id: str | None) -> None:
         row = self.view.calls.get(call_id or "")
-        self.query_one(CallDetail).show(row, self.view.decided.get(call_id or "", ""))
+        following = self.query_one(CallsTable).at_newest and not self.view.finished
+        self.query_one(CallDetail).show(
+            row,
+            self.view.decided.get(call_id or "", ""),
+            hold_height=following and row is not None and row.status in RUNNING,
+        )
 
     @on(CallsTable.Highlighted, "#calls")
     def _show_call(self, event: CallsTable.Highlighted) -> None:

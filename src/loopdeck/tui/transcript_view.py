@@ -11,11 +11,13 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Input, RichLog, Static
 
 from loopdeck.operator import transcript
 from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.tui.in_place import grows_in_place, rescroll
 from loopdeck.tui.keys_bar import KeysBar
 
 KIND_VAR = {
@@ -37,6 +39,7 @@ class TranscriptLog(RichLog):
     """Entries as they arrive. Scrolling up stops the follow; scrolling to the end resumes."""
 
     can_focus = True
+    virtual_size = grows_in_place()  # new lines move the scrollbar, not the screen
 
     def __init__(
         self, *, id: str | None = None, classes: str | None = None, keep: int | None = None
@@ -104,6 +107,9 @@ class TranscriptLog(RichLog):
             self.add(entries)
         finally:
             self.max_lines = kept
+
+    def watch_virtual_size(self, size: Size) -> None:
+        rescroll(self, size)
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)

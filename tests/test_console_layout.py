@@ -1,0 +1,157 @@
+"""A runaway's frames repaint what changed and do not reflow the screen (issue 11, target 4).
+
+A layout pass reflows and repaints the whole screen. The calls table and the transcript panel
+grow in place (their size is the stylesheet's), and the Call panel holds its height while it
+follows a live run's newest call: before, half of a runaway's frames had a layout pass.
+"""
+
+from __future__ import annotations
+
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_helpers import run_screen, wait_until
+from fake_models import calls
+from pydantic import BaseModel
+from textual.app import App, ComposeResult
+from textual.screen import Screen
+
+from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
+from loopdeck.core.events import CallStatus
+from loopdeck.core.model import ModelReply, ModelRequest
+from loopdeck.core.outcome import CallRecord
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.launch import PreparedRun
+from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.panels import CallDetail
+from loopdeck.tui.run_screen import RunScreen
+from loopdeck.tui.transcript_view import TranscriptLog
+
+
+class PollArgs(BaseModel):
+    i: int = 0
+
+
+class PollingEnv(Environment):
+    def snapshot(self) -> dict[str, Any]:
+        return {"job": "running"}
+
+    def unmet(self, snapshot: dict[str, Any]) -> list[str]:
+        return ["the job is still running"]
+
+    @tool(args=PollArgs, exempt=True)
+    def poll(self, args: PollArgs) -> dict[str, Any]:
+        """Poll the job."""
+        return {"status": "running", "i": args.i, "detail": {"queue": [1, 2, 3]}}
+
+
+class Polling:
+    """Polls for ever, a new argument each time."""
+
+    name = "fake"
+    context_window: int | None = None
+
+    def __init__(self) -> None:
+        self.n = count()
+
+    def count_tokens(self, messages: list[dict[str, Any]]) -> int:
+        return 0
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        if request.role == "planner":
+            return ModelReply(model="fake", content="1. Poll.", prompt_tokens=1)
+        return calls(("poll", {"i": next(self.n)}))
+
+
+def runaway_app() -> tuple[LoopdeckApp, Runtime]:
+    budget = Budget(max_turns=10**9, max_tool_calls=10**9, max_tokens=10**12, max_cost_usd=10**6,
+                    deadline_s=3600, max_rounds=1)  # fmt: skip
+    config = RunConfig(env="test", model="fake", goal="the job finishes", budget=budget)
+    runtime = Runtime(config, PollingEnv(Path("."), {}), Polling(), AutoApprover())
+    prepared = PreparedRun(env_dir=None, runtime=runtime, workdir=Path("/nonexistent"))  # type: ignore[arg-type]
+    return LoopdeckApp(prepared, ApprovalQueue()), runtime
+
+
+async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> None:
+    layouts: list[int] = []
+    frames: list[int] = []
+    refresh_layout = Screen._refresh_layout
+
+    def counted(self: Screen[Any], *args: Any, **kwargs: Any) -> None:
+        layouts.append(1)
+        refresh_layout(self, *args, **kwargs)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counted)
+    app, runtime = runaway_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = run_screen(app)
+        assert isinstance(screen, RunScreen)
+        flush = screen.flush
+
+        def counted_flush() -> None:
+            frames.append(1)
+            flush()
+
+        screen.flush = counted_flush  # type: ignore[method-assign]
+        table = screen.query_one(CallsTable)
+        # Past the first frames: the calls table has its scrollbar, every panel its content.
+        await wait_until(pilot, lambda: table.row_count > 3 * table.size.height and len(frames) > 3)
+        layouts.clear()
+        frames.clear()
+        await wait_until(pilot, lambda: len(frames) >= 12)
+        grown, runtime_calls = len(layouts), runtime.ledger.tool_calls
+        runtime.kill()
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        await pilot.pause()
+        assert runtime_calls > 3 * table.size.height
+        assert grown <= 1, f"{grown} layout passes in 12 frames"
+        # ... and what the layout passes did is still done: the table scrolls its whole
+        # length, the cursor follows the newest row, the scrollbar knows the length.
+        assert table.max_scroll_y == table.row_count + 1 - table.scrollable_content_region.height
+        assert table.scroll_y == table.max_scroll_y
+        assert table.cursor_row == table.row_count - 1
+        assert table.vertical_scrollbar.window_virtual_size == table.row_count + 1
+        log = screen.query_one("#transcript-panel", TranscriptLog)
+        assert log.vertical_scrollbar.window_virtual_size == len(log.lines)
+
+
+class DetailApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield CallDetail()
+
+
+def record(status: CallStatus, result: dict[str, Any]) -> CallRecord:
+    return CallRecord(
+        call_id="c7", round=1, tool="poll", args={"i": 7}, risk="read", fingerprint="f" * 8,
+        state_hash="s" * 8, status=status, result=result,
+    )  # fmt: skip
+
+
+def body_lines(app: App[None]) -> list[str]:
+    painted: str = app.query_one("#detail-body")._painted  # type: ignore[attr-defined]
+    return painted.split("\n")
+
+
+@pytest.mark.parametrize("hold", [True, False])
+async def test_the_call_panel_holds_its_height_only_while_it_follows(hold: bool) -> None:
+    app = DetailApp()
+    done = record(CallStatus.EXECUTED, {"status": "running", "i": 7, "queue": [1, 2, 3]})
+    running = record(CallStatus.RUNNING, {})
+    async with app.run_test(size=(80, 30)) as pilot:
+        panel = app.query_one(CallDetail)
+        panel.show(done, hold_height=hold)
+        await pilot.pause()
+        tall = body_lines(app)
+        panel.show(running, hold_height=hold)
+        await pilot.pause()
+        short = body_lines(app)
+        assert "[b]status[/] running  [b]risk[/] read" in short[0]
+        assert short[-1 if not hold else short.index(" ") - 1] == "—"
+        if hold:  # blank lines make up the height, and nothing else changed
+            assert len(short) == len(tall)
+            assert set(short[short.index(" ") :]) == {" "}
+        else:
+            assert len(short) < len(tall)
