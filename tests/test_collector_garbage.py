@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, finished, wait_until
 from hypothesis import given, settings
@@ -29,7 +30,7 @@ from textual.strip import Strip
 
 from loopdeck.core import AutoApprover
 from loopdeck.core.text import indented_json
-from loopdeck.tui import textual_cycles
+from loopdeck.tui import strip_caches, textual_cycles
 
 
 @contextmanager
@@ -159,3 +160,67 @@ def test_a_console_run_leaves_no_strips_for_the_collector() -> None:
     # drew with it; what the frames drew is not there (161 strips here before the fix).
     assert found["Strip"] <= 10, found
     assert not [kind for kind in found if "_iterencode" in kind], found
+
+
+def textual_strip(line: list[Segment]) -> Strip:
+    """A strip built by Textual's own `__init__`, every cache made up front."""
+    strip = Strip.__new__(Strip)
+    getattr(Strip.__init__, "__wrapped__", Strip.__init__)(strip, line)
+    return strip
+
+
+def strip_results(strip: Strip, cuts: list[int], width: int) -> list[Any]:
+    style = Style(bold=True)
+    length = strip.cell_length
+    results: list[Any] = [[list(s) for s in strip.divide([*sorted(cuts), length])]]
+    for _ in range(2):  # twice: the second time from the caches
+        results += [
+            list(strip.crop(1, width)),
+            list(strip.crop_extend(0, width, None)),
+            list(strip.apply_style(style)),
+            list(strip.adjust_cell_length(width, style)),
+            list(strip.apply_offsets(2, 3)),
+            [list(s) for s in strip.divide(sorted(cuts))],
+            strip.text,
+        ]
+    return results
+
+
+@settings(max_examples=300, deadline=None)
+@given(segments, st.lists(st.integers(min_value=0, max_value=30), max_size=4), st.integers(0, 30))
+def test_a_strip_with_caches_made_on_first_use_gives_what_textuals_gives(
+    line: list[Segment], cuts: list[int], width: int
+) -> None:
+    assert strip_caches.install()
+    textual_cycles.install()
+    ours = strip_results(Strip(line), cuts, width)
+    assert ours == strip_results(textual_strip(line), cuts, width)
+
+
+def test_a_strip_makes_a_cache_when_it_first_uses_it_at_textuals_size() -> None:
+    assert strip_caches.install()
+    strip = Strip([Segment("hello world")])
+    slots = {name: Strip.__dict__[name].slot for name in strip_caches.CACHE_SIZES}
+    for slot in slots.values():
+        with pytest.raises(AttributeError):
+            slot.__get__(strip, Strip)  # not made
+    strip.crop(1, 4)
+    made = slots["_crop_cache"].__get__(strip, Strip)
+    assert made._maxsize == strip_caches.CACHE_SIZES["_crop_cache"] == 16
+    assert len(made) == 1
+    with pytest.raises(AttributeError):
+        slots["_style_cache"].__get__(strip, Strip)  # still not made
+    sizes = {name: getattr(textual_strip([]), name)._maxsize for name in strip_caches.CACHE_SIZES}
+    assert sizes == strip_caches.CACHE_SIZES
+
+
+def test_a_textual_whose_strips_differ_keeps_its_own() -> None:
+    code = (
+        "from textual.strip import Strip; from loopdeck.tui import strip_caches as s; "
+        "init = Strip.__init__; s.WRITTEN_AGAINST = '0' * 64; "
+        "print(s.install(), Strip.__init__ is init, type(Strip.__dict__['_crop_cache']).__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["False", "True", "member_descriptor"]

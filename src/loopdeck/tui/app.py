@@ -23,7 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from loopdeck import collector
 from loopdeck.store.database import Location, shown_location
-from loopdeck.tui import textual_cycles
+from loopdeck.tui import strip_caches, textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.themes import (
     APP_VARIABLES,
@@ -85,6 +85,7 @@ class LoopdeckApp(App[int]):
         super().__init__()
         gc.set_threshold(*CONSOLE_GC_THRESHOLDS)
         textual_cycles.install()
+        strip_caches.install()
         self.prepared = prepared
         self._queue = queue
         self.prepare = prepare
