@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
+import threading
 from datetime import UTC, timedelta, timezone
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.text import Text
 from textual.app import App, ComposeResult
 
+from loopdeck import collector
 from loopdeck.core.budgets import Budget, BudgetLedger, Cap
 from loopdeck.core.events import CallStatus
-from loopdeck.core.model import ModelRequest
+from loopdeck.core.model import ModelRequest, ProviderError
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.scenario import Script, ScriptedPrice, ScriptTurn
 from loopdeck.llm.client import LiteLLMModel
@@ -304,3 +308,91 @@ def test_the_call_panel_skips_layout_only_when_its_height_cannot_change() -> Non
     assert not _same_height("a\n" + "b" * 11, "a\nb", width=10)  # the old text wrapped
     assert not _same_height("a\nb", "a\n" + "日" * 6, width=10)  # 12 cells, 6 characters
     assert not _same_height("a\nb", "a\n\tb", width=10)  # tabs are expanded
+
+
+def test_collector_holds_nest_and_overlap_and_give_back_only_what_was_on() -> None:
+    assert gc.isenabled()
+    collector.hold()
+    collector.hold()
+    assert not gc.isenabled()
+    collector.release()
+    assert not gc.isenabled()  # one hold is left
+    collector.release()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        collector.release()
+    history = collector.Hold()  # a link's: held across batches, taken and given back at will
+    history.hold()
+    history.hold()
+    history.release()
+    assert gc.isenabled()
+    history.release()
+    gc.disable()  # off before the first hold: off after the last
+    try:
+        with collector.held():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_holds_from_many_threads_give_the_collector_back_once_all_are_done() -> None:
+    inside, leave = threading.Barrier(5), threading.Event()
+
+    def holder() -> None:
+        with collector.held():
+            inside.wait()
+            leave.wait()
+
+    threads = [threading.Thread(target=holder) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    inside.wait()
+    assert not gc.isenabled()
+    leave.set()
+    for thread in threads:
+        thread.join()
+    assert gc.isenabled()
+
+
+def test_holds_that_overlap_past_the_bound_collect_the_young_generations(monkeypatch) -> None:
+    monkeypatch.setattr(collector, "MAX_HELD_S", -1.0)
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        with collector.held(), collector.held():
+            assert collected == [1]  # the second hold found the first one held too long
+        assert collected == [1, 1]  # and so did the release of the second
+    finally:
+        gc.callbacks.remove(seen)
+    assert gc.isenabled()
+
+
+async def test_a_model_call_holds_the_collector_and_gives_it_back(monkeypatch) -> None:
+    """LiteLLM's copies of the conversation live only during the call, and a collection that
+    lands in it walks them all: the call holds the collector, failed or not."""
+    litellm = litellm_module()
+    acompletion = litellm.acompletion
+    during: list[bool] = []
+
+    async def watched(**kwargs: Any) -> Any:
+        during.append(gc.isenabled())
+        if kwargs["metadata"]["loopdeck_round"] == 2:
+            raise litellm.RateLimitError("slow down", llm_provider="x", model="y")
+        return await acompletion(**kwargs)
+
+    monkeypatch.setattr(litellm, "acompletion", watched)
+    model = LiteLLMModel("scripted", script=Script(executor=[ScriptTurn(tool="poll")]))
+    messages = [{"role": "user", "content": "poll"}]
+    reply = await model.complete(ModelRequest(role="executor", round=1, messages=messages))
+    assert reply.tool_calls[0].name == "poll"
+    assert gc.isenabled()
+    with pytest.raises(ProviderError):
+        await model.complete(ModelRequest(role="executor", round=2, messages=messages))
+    assert during == [False, False]
+    assert gc.isenabled()

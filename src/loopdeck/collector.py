@@ -8,11 +8,22 @@ promoted them, and their cost grew with the conversation: 0.2 ms of a 2 ms call 
 messages. Every 20,000 allocations they die young instead; the older generations are collected
 less often (a full collection every 10,000,000 allocations at most). Modules are frozen once
 LiteLLM is imported (`llm.loader`), so a full collection walks only what a run holds.
+
+The collector can also be held off for a while (`held`, `hold`/`release`): during a model call,
+while a link reads a long history. Holds nest and overlap (a fleet's runs, a link's batches),
+from any thread: the collector is given back when the last one ends, and only if it was on
+when the first began. While holds overlap for longer than `MAX_HELD_S`, the next hold or
+release collects the young generations itself, so cyclic garbage never waits longer than the
+slowest single hold.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import threading
+import time
+from collections.abc import Iterator
 
 THRESHOLDS = (20_000, 5, 100)
 PYTHON_DEFAULTS = (700, 10, 10)
@@ -25,3 +36,71 @@ def tune() -> bool:
         return False
     gc.set_threshold(*THRESHOLDS)
     return True
+
+
+MAX_HELD_S = 2.0
+
+_lock = threading.Lock()
+_holds = 0
+_give_back = False
+_held_since = 0.0
+
+
+def hold() -> None:
+    global _holds, _give_back, _held_since
+    with _lock:
+        if _holds == 0:
+            _give_back = gc.isenabled()
+            _held_since = time.monotonic()
+            gc.disable()
+        else:
+            _collect_if_held_too_long()
+        _holds += 1
+
+
+def release() -> None:
+    global _holds
+    with _lock:
+        if _holds == 0:
+            raise RuntimeError("the collector was released more often than held")
+        _holds -= 1
+        if _holds:
+            _collect_if_held_too_long()
+        elif _give_back:
+            gc.enable()
+
+
+def _collect_if_held_too_long() -> None:
+    global _held_since
+    now = time.monotonic()
+    if now - _held_since > MAX_HELD_S:
+        gc.collect(1)
+        _held_since = now
+
+
+class Hold:
+    """One holder's hold, taken and given back any number of times (a link holds while it
+    reads full batches of history): only the first `hold` holds, only the first `release`
+    after it releases."""
+
+    def __init__(self) -> None:
+        self._holding = False
+
+    def hold(self) -> None:
+        if not self._holding:
+            hold()
+            self._holding = True
+
+    def release(self) -> None:
+        if self._holding:
+            self._holding = False
+            release()
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    hold()
+    try:
+        yield
+    finally:
+        release()

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from loopdeck import collector
 from loopdeck.core.model import ModelReply, ModelRequest, ProviderError, RawToolCall
 from loopdeck.core.scenario import Script, ScriptedPrice
 from loopdeck.llm.loader import litellm_module
@@ -153,7 +154,8 @@ class LiteLLMModel:
         kwargs = self._request_kwargs(request)
         started = time.perf_counter()
         try:
-            response = await litellm.acompletion(**kwargs)
+            with collector.held():
+                response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # every provider failure is classified, none is swallowed
             raise classify(exc) from exc
         latency_ms = (time.perf_counter() - started) * 1000

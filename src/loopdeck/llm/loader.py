@@ -24,14 +24,11 @@ def litellm_module() -> Any:
     # walked them all five times over while it ran (full collections of 50-180 ms: 0.7 s of a
     # 2.2 s import). It is held until they are frozen below; the import leaves next to no
     # garbage (a few hundred objects, kept).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        litellm = _import_litellm()
-    finally:
-        gc.freeze()
-        if collecting:
-            gc.enable()
+    with collector.held():
+        try:
+            litellm = _import_litellm()
+        finally:
+            gc.freeze()
     # Each call copies the conversation three times: young collections every 700 allocations
     # made its cost grow with the conversation (see loopdeck.collector).
     collector.tune()

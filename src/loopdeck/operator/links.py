@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
+from loopdeck import collector
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import EVENT_ADAPTER, Event, EventBase
 from loopdeck.core.outcome import RunOutcome
@@ -161,7 +161,7 @@ class StoreLink:
     async def drive(self) -> RunOutcome | None:
         self._closing, self._closed = asyncio.Event(), asyncio.Event()
         self.store = await Store.open(self.db_path, create=False)
-        collector = CollectorPause()
+        history = collector.Hold()
         try:
             seq, crash_checked, stopped, full = 0, time.monotonic(), False, 0
             while not stopped and not self._closing.is_set():
@@ -172,9 +172,9 @@ class StoreLink:
                 full = full + 1 if len(rows) == self.BATCH else 0
                 self.reading_history = full > 0
                 if 0 < full <= self.HOLD_BATCHES:
-                    collector.hold()
+                    history.hold()
                 else:
-                    collector.release()
+                    history.release()
                 sinks = list(self._sinks)
                 for event in parse_rows(rows):
                     kind = getattr(event, "kind", "")
@@ -192,7 +192,7 @@ class StoreLink:
             await self._refresh_pending()
             return None
         finally:
-            collector.release()
+            history.release()
             store, self.store = self.store, None
             await asyncio.shield(store.close())
             self._closed.set()
@@ -329,38 +329,11 @@ def parse_rows(rows: list[Any]) -> list[EventBase]:
     """Stored rows as events: one validation for the whole batch (a fifth faster than one per
     row), with the collector paused. Parsing makes only acyclic objects, yet each one counts
     towards a collection that walks everything alive: 70 % of a 100,000-event load."""
-    with collector_paused():
+    with collector.held():
         try:
             return list(EVENTS_ADAPTER.validate_json(f"[{','.join(r[BODY] for r in rows)}]"))
         except ValueError:  # a row that does not parse: parse row by row, to name it
             return [EVENT_ADAPTER.validate_json(row[BODY]) for row in rows]
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    pause = CollectorPause()
-    pause.hold()
-    try:
-        yield
-    finally:
-        pause.release()
-
-
-class CollectorPause:
-    """Holds Python's cyclic collector off, and gives it back only if it was on."""
-
-    def __init__(self) -> None:
-        self._held = False
-
-    def hold(self) -> None:
-        if not self._held and gc.isenabled():
-            gc.disable()
-            self._held = True
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            gc.enable()
 
 
 class ReplayLink:
