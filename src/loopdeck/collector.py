@@ -26,6 +26,11 @@ import time
 from collections.abc import Iterator
 
 THRESHOLDS = (20_000, 5, 100)
+# The console's: its pauses are what an operator sees (a frame late, a key slow). With model
+# calls holding the collector (`held`), the young generation no longer catches LiteLLM's
+# copies, so it can be collected often and briefly: at most a few thousand objects (~5 ms)
+# where 20,000 took up to 30 ms. See ARCHITECTURE.md, Memory and the collector.
+CONSOLE_THRESHOLDS = (5_000, 10, 100)
 PYTHON_DEFAULTS = (700, 10, 10)
 
 

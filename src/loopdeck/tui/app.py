@@ -48,13 +48,6 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-# The collector as `loopdeck.collector` tunes it: a frame allocates ~100,000 short-lived
-# objects (strips, segments). Collected every 700 allocations, a frame's temporaries were caught
-# alive and promoted until full collections (hundreds of ms each) ran every few seconds of a
-# runaway. The console owns its process, so it sets them whatever they were.
-CONSOLE_GC_THRESHOLDS = collector.THRESHOLDS
-
-
 class LoopdeckApp(App[int]):
     CSS_PATH = "loopdeck.tcss"
     TITLE = "loopdeck"
@@ -83,7 +76,10 @@ class LoopdeckApp(App[int]):
         preparing: str = "",
     ) -> None:
         super().__init__()
-        gc.set_threshold(*CONSOLE_GC_THRESHOLDS)
+        # The console owns its process: it sets the collector's thresholds whatever they were
+        # (small young collections, see `loopdeck.collector`), and Textual's strips are made
+        # lighter for it.
+        gc.set_threshold(*collector.CONSOLE_THRESHOLDS)
         textual_cycles.install()
         strip_caches.install()
         self.prepared = prepared
