@@ -375,8 +375,11 @@ def test_holds_that_overlap_past_the_bound_collect_the_young_generations(monkeyp
 
 async def test_a_model_call_holds_the_collector_and_gives_it_back(monkeypatch) -> None:
     """LiteLLM's copies of the conversation live only during the call, and a collection that
-    lands in it walks them all: the call holds the collector, failed or not."""
+    lands in it walks them all: with a console (which asks for it) the call holds the
+    collector, failed or not; headless it does not."""
     litellm = litellm_module()
+    monkeypatch.setattr(collector, "_model_calls_hold", False)
+    collector.hold_during_model_calls()
     acompletion = litellm.acompletion
     during: list[bool] = []
 
@@ -396,3 +399,6 @@ async def test_a_model_call_holds_the_collector_and_gives_it_back(monkeypatch) -
         await model.complete(ModelRequest(role="executor", round=2, messages=messages))
     assert during == [False, False]
     assert gc.isenabled()
+    collector.hold_during_model_calls(False)
+    await model.complete(ModelRequest(role="executor", round=1, messages=messages))
+    assert during == [False, False, True]

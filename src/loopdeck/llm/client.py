@@ -154,7 +154,7 @@ class LiteLLMModel:
         kwargs = self._request_kwargs(request)
         started = time.perf_counter()
         try:
-            with collector.held():
+            with collector.during_model_call():
                 response = await litellm.acompletion(**kwargs)
         except Exception as exc:  # every provider failure is classified, none is swallowed
             raise classify(exc) from exc

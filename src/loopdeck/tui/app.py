@@ -77,9 +77,10 @@ class LoopdeckApp(App[int]):
     ) -> None:
         super().__init__()
         # The console owns its process: it sets the collector's thresholds whatever they were
-        # (small young collections, see `loopdeck.collector`), and Textual's strips are made
-        # lighter for it.
+        # (small young collections, see `loopdeck.collector`), model calls hold the collector,
+        # and Textual's strips are made lighter for it.
         gc.set_threshold(*collector.CONSOLE_THRESHOLDS)
+        collector.hold_during_model_calls()
         textual_cycles.install()
         strip_caches.install()
         self.prepared = prepared
