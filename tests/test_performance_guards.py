@@ -402,3 +402,30 @@ async def test_a_model_call_holds_the_collector_and_gives_it_back(monkeypatch) -
     collector.hold_during_model_calls(False)
     await model.complete(ModelRequest(role="executor", round=1, messages=messages))
     assert during == [False, False, True]
+
+
+async def test_the_scripted_model_plays_off_the_loop_and_fails_where_a_provider_fails(
+    monkeypatch,
+) -> None:
+    """The offline model's work (counting a long conversation's tokens) is done in LiteLLM's
+    thread pool, where a real provider's request is made; its errors still come back through
+    LiteLLM's mapping when the call is awaited."""
+    from loopdeck.llm import scripted_provider
+
+    threads: list[threading.Thread] = []
+    play = scripted_provider.play
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread())
+        return play(*args, **kwargs)
+
+    monkeypatch.setattr(scripted_provider, "play", watched)
+    model = LiteLLMModel("scripted", script=Script(executor=[ScriptTurn(tool="poll")]))
+    messages = [{"role": "user", "content": "poll"}]
+    reply = await model.complete(ModelRequest(role="executor", round=1, messages=messages))
+    assert reply.tool_calls[0].name == "poll" and reply.prompt_tokens > 0
+    assert threads and threads[0] is not threading.current_thread()
+    assert model._script_key is not None
+    scripted_provider.release_script(model._script_key)
+    with pytest.raises(ProviderError, match="without a registered script"):
+        await model.complete(ModelRequest(role="executor", round=1, messages=messages))
