@@ -5,6 +5,12 @@ freeze every key and the heartbeat. Here they run on a daemon thread, so a call 
 stops waiting for (a timeout, a kill, the deadline) never holds up the loop or the process's
 exit. Until such a stray call ends no other env code starts: the next call waits for it, up to
 a bound, then fails with `EnvBusy` naming it.
+
+Most env code returns in microseconds, and handing its result back through the loop (a wake-up
+of the loop's selector, then two more turns of the loop) costs more than the code. So the loop
+first waits for the env thread itself, off the interpreter's lock, for at most `QUICK_WAIT_S`:
+env code done by then hands its result straight over; anything slower is awaited as before, and
+a key, a kill or a heartbeat waits at most that long for it.
 """
 
 from __future__ import annotations
@@ -15,10 +21,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# How long the loop blocks for env code before awaiting it (see above).
+QUICK_WAIT_S = 0.0005
 
 
 class EnvBusy(Exception):
@@ -29,29 +36,54 @@ class EnvBusy(Exception):
         self.label = label
 
 
-@dataclass
 class _Job:
-    label: str
-    fn: Callable[[], Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    started: float = field(default_factory=time.monotonic)
-    finished: threading.Event = field(default_factory=threading.Event)
+    """One env call. Its result goes to the loop waiting for it (`quick`), or through the
+    loop's future; `lock` decides which, so a result is handed over exactly once."""
+
+    __slots__ = ("done", "error", "finished", "fn", "label", "lock", "quick", "started", "value")
+
+    def __init__(self, label: str, fn: Callable[[], Any]) -> None:
+        self.label = label
+        self.fn = fn
+        self.started = time.monotonic()
+        self.finished = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.quick = True  # the loop is blocked on `done`, waiting for the result itself
+        self.done = threading.Lock()  # held until the call ends
+        self.done.acquire()
+        self.lock = threading.Lock()
+
+    def take_quickly(self) -> bool:
+        """The loop's short wait: True if the call ended in time (its result is taken here);
+        False if it is still running (the result will come through the future)."""
+        self.done.acquire(timeout=QUICK_WAIT_S)
+        with self.lock:
+            self.quick = False
+            return self.finished
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+def _settle(future: asyncio.Future[Any], job: _Job) -> None:
     if future.done():
         return  # the runtime stopped waiting: the result is discarded
-    if error is not None:
-        future.set_exception(error)
+    if job.error is not None:
+        future.set_exception(job.error)
     else:
-        future.set_result(value)
+        future.set_result(job.value)
+
+
+_Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 
 
 class EnvThread:
     def __init__(self, stray_wait_s: float = 10.0) -> None:
         self.stray_wait_s = stray_wait_s
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
         self._gate = asyncio.Lock()
@@ -60,29 +92,33 @@ class EnvThread:
     def stray(self) -> str | None:
         """The env call still running that nobody waits for, if any."""
         job = self._current
-        if job is None or job.finished.is_set():
+        if job is None or job.finished:
             return None
         return f"{job.label} (running {time.monotonic() - job.started:.1f}s)"
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            value: Any = None
-            error: BaseException | None = None
+        while (item := self._jobs.get()) is not None:
+            job, loop, future = item
             try:
-                value = job.fn()
+                job.value = job.fn()
             except BaseException as exc:  # handed to the awaiting coroutine, never lost here
-                error = exc
-            job.finished.set()
+                job.error = exc
+            with job.lock:
+                job.finished = True
+                taken = job.quick
+            job.done.release()
+            if taken:
+                continue
             # A closed loop means the process is leaving and nobody waits for this result.
             with contextlib.suppress(RuntimeError):
-                job.loop.call_soon_threadsafe(_settle, job.future, value, error)
+                loop.call_soon_threadsafe(_settle, future, job)
 
     async def _wait_for_stray(self) -> None:
         job = self._current
-        if job is None or job.finished.is_set():
+        if job is None or job.finished:
             return
         end = time.monotonic() + self.stray_wait_s
-        while not job.finished.is_set():
+        while not job.finished:
             if time.monotonic() >= end:
                 raise EnvBusy(job.label, time.monotonic() - job.started)
             await asyncio.sleep(0.02)
@@ -93,16 +129,19 @@ class EnvThread:
         async with self._gate:
             await self._wait_for_stray()
             loop = asyncio.get_running_loop()
-            job = _Job(label, lambda: fn(*args), loop, loop.create_future())
+            job = _Job(label, lambda: fn(*args))
+            future: asyncio.Future[T] = loop.create_future()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._serve, name="loopdeck-env", daemon=True
                 )
                 self._thread.start()
             self._current = job
-            self._jobs.put(job)
-            result: T = await job.future
-            return result
+            self._jobs.put((job, loop, future))
+            if job.take_quickly():
+                result: T = job.result()
+                return result
+            return await future
 
     async def run_async(self, label: str, coro_fn: Callable[..., Any], *args: Any) -> Any:
         """An async tool runs on the loop, but still one env call at a time."""

@@ -1,0 +1,155 @@
+"""The env thread's two ways of handing a result back: taken at once by the loop's short wait,
+or through the loop's future when the call outlasts it. Either way exactly once, errors
+included, and a call the runtime stopped waiting for is still discarded (issue 11)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loopdeck.core import env_thread
+from loopdeck.core.env_thread import EnvBusy, EnvThread
+
+
+class Boom(Exception):
+    pass
+
+
+def settles(loop: asyncio.AbstractEventLoop) -> list[object]:
+    """Every `_settle` the env thread schedules on the loop, recorded."""
+    made: list[object] = []
+    original = env_thread._settle
+
+    def recording(future: asyncio.Future[object], job: object) -> None:
+        made.append(job)
+        original(future, job)
+
+    env_thread._settle = recording  # type: ignore[assignment]
+    return made
+
+
+@pytest.fixture
+def recorded_settles():
+    original = env_thread._settle
+    yield lambda: settles(asyncio.get_running_loop())
+    env_thread._settle = original
+
+
+async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(
+    recorded_settles, monkeypatch
+) -> None:
+    # a wait long enough for any loaded machine: the short path is then certain
+    monkeypatch.setattr(env_thread, "QUICK_WAIT_S", 30.0)
+    made = recorded_settles()
+    thread = EnvThread()
+    names: list[str] = []
+    try:
+        assert await thread.call("quick", lambda: threading.current_thread().name) == (
+            "loopdeck-env"
+        )
+        for i in range(50):
+            names.append(await thread.call("quick", str, i))
+    finally:
+        thread.close()
+    assert names == [str(i) for i in range(50)]
+    # a result taken by the short wait is never scheduled on the loop as well
+    assert made == []
+
+
+async def test_a_slow_call_comes_through_the_future_once(recorded_settles) -> None:
+    made = recorded_settles()
+    thread = EnvThread()
+    release = threading.Event()
+
+    def slow() -> str:
+        release.wait(30)
+        return "slow"
+
+    try:
+        waiting = asyncio.create_task(thread.call("slow", slow))
+        # the loop goes on while the env code runs past the short wait
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        release.set()
+        assert await waiting == "slow"
+    finally:
+        thread.close()
+    assert len(made) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    outcomes=st.lists(
+        st.tuples(st.booleans(), st.sampled_from([0.0, 0.0002, 0.0005, 0.002])),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_every_result_and_error_arrives_exactly_once(outcomes: list[tuple[bool, float]]) -> None:
+    """Calls that end before, around and after the short wait, failing or not: each await
+    gets its own result or error, whichever way it was handed over."""
+
+    async def scenario() -> None:
+        thread = EnvThread()
+        try:
+            for i, (fails, seconds) in enumerate(outcomes):
+
+                def body(i: int = i, fails: bool = fails, seconds: float = seconds) -> int:
+                    if seconds:
+                        time.sleep(seconds)
+                    if fails:
+                        raise Boom(i)
+                    return i
+
+                if fails:
+                    with pytest.raises(Boom) as raised:
+                        await thread.call("body", body)
+                    assert raised.value.args == (i,)
+                else:
+                    assert await thread.call("body", body) == i
+        finally:
+            thread.close()
+
+    asyncio.run(scenario())
+
+
+async def test_a_call_the_runtime_stopped_waiting_for_is_discarded_and_waited_for() -> None:
+    thread = EnvThread(stray_wait_s=30)
+    release = threading.Event()
+    try:
+        waiting = asyncio.create_task(thread.call("stuck", lambda: release.wait(30) and "late"))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert thread.stray is not None and thread.stray.startswith("stuck")
+        # the next call waits for the stray one to end, then runs
+        nxt = asyncio.create_task(thread.call("next", lambda: "next"))
+        await asyncio.sleep(0.05)
+        assert not nxt.done()
+        release.set()
+        assert await nxt == "next"
+        assert thread.stray is None
+    finally:
+        thread.close()
+
+
+async def test_a_stray_call_past_the_bound_is_env_busy() -> None:
+    thread = EnvThread(stray_wait_s=0.1)
+    release = threading.Event()
+    try:
+        waiting = asyncio.create_task(thread.call("stuck", lambda: release.wait(30)))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(EnvBusy, match="stuck"):
+            await thread.call("next", lambda: None)
+    finally:
+        release.set()
+        thread.close()
