@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from steps_per_second import StepArgs
 from targets_table import Row, print_table
 
 from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
+from loopdeck.core.env_thread import EnvThread
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.scenario import Script, ScriptTurn
 from loopdeck.llm.client import LiteLLMModel
@@ -190,6 +193,41 @@ async def peer_rate(steps: int) -> float | None:
     return steps / (time.perf_counter() - start)
 
 
+def thread_hand_over_us(rounds: int = 5_000) -> float:
+    """One hand-over to another thread and back, at its barest (a lock and a queue): what
+    this machine charges for it, whatever the code around it."""
+    jobs: queue.SimpleQueue[threading.Lock | None] = queue.SimpleQueue()
+
+    def serve() -> None:
+        while (done := jobs.get()) is not None:
+            done.release()
+
+    worker = threading.Thread(target=serve, daemon=True)
+    worker.start()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        done = threading.Lock()
+        done.acquire()
+        jobs.put(done)
+        done.acquire()
+    elapsed = time.perf_counter() - start
+    jobs.put(None)
+    return elapsed / rounds * 1e6
+
+
+async def env_call_us(rounds: int = 5_000) -> float:
+    """`EnvThread.call` of a no-op, as a headless run makes it: a step makes three (its
+    fingerprint, its tool, its snapshot after), and env code never runs on the loop."""
+    env = EnvThread()
+    await env.call("warm-up", int)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        await env.call("no-op", int)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return elapsed / rounds * 1e6
+
+
 def best(samples: list[float], higher: bool = True) -> float:
     return max(samples) if higher else min(samples)
 
@@ -239,6 +277,14 @@ async def measure() -> list[Row]:
         f"litellm.acompletion alone, the 200-step run's {len(calls)} calls replayed: "
         f"{floor:.0f} steps/s (on a shorter history of its own: {synthetic:.0f} calls/s, "
         f"{long_rate / synthetic:.2f}x)"
+    )
+    bare = min(thread_hand_over_us() for _ in range(3))
+    env_call = min([await env_call_us() for _ in range(3)])
+    overhead = (1 / long_rate - 1 / floor) * 1e6
+    print(
+        f"  the loop's own cost over the floor: {overhead:.0f} us a step; 0.9x allows "
+        f"{(1 / (0.9 * floor) - 1 / floor) * 1e6:.0f}. Of it, three env calls at {env_call:.0f} us "
+        f"(a bare thread hand-over here: {bare:.0f} us)"
     )
     peers = [await peer_rate(200) for _ in range(3)]
     rows = [

@@ -40,13 +40,11 @@ def recorded_settles():
     env_thread._settle = original
 
 
-async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(
-    recorded_settles, monkeypatch
-) -> None:
+async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(recorded_settles) -> None:
     # a wait long enough for any loaded machine: the short path is then certain
-    monkeypatch.setattr(env_thread, "QUICK_WAIT_S", 30.0)
     made = recorded_settles()
     thread = EnvThread()
+    thread.quick_wait_s = 30.0
     names: list[str] = []
     try:
         assert await thread.call("quick", lambda: threading.current_thread().name) == (
@@ -153,3 +151,32 @@ async def test_a_stray_call_past_the_bound_is_env_busy() -> None:
     finally:
         release.set()
         thread.close()
+
+
+async def test_a_run_under_the_console_never_blocks_its_loop_on_env_code() -> None:
+    """Headless, the loop waits briefly for env code; under the console it never blocks (it
+    paints and answers keys between env calls), and every env result still arrives."""
+    from conftest import SAMPLES
+    from console_helpers import console_app, finished, run_screen, wait_until
+
+    from loopdeck.core.approvals import AutoApprover
+
+    app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
+    runtime = app.prepared.runtime
+    assert runtime.env_thread.quick_wait_s == env_thread.QUICK_WAIT_S > 0
+    waits: list[float] = []
+    original = env_thread._Job.take_quickly
+
+    def recording(job: env_thread._Job, seconds: float) -> bool:
+        waits.append(seconds)
+        return original(job, seconds)
+
+    env_thread._Job.take_quickly = recording  # type: ignore[method-assign]
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_until(pilot, lambda: finished(app))
+            outcome = run_screen(app).outcome
+    finally:
+        env_thread._Job.take_quickly = original  # type: ignore[method-assign]
+    assert waits and set(waits) == {0.0}
+    assert outcome is not None and outcome.stop_reason.value == "goal_met"

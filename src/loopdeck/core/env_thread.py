@@ -7,10 +7,12 @@ exit. Until such a stray call ends no other env code starts: the next call waits
 a bound, then fails with `EnvBusy` naming it.
 
 Most env code returns in microseconds, and handing its result back through the loop (a wake-up
-of the loop's selector, then two more turns of the loop) costs more than the code. So the loop
-first waits for the env thread itself, off the interpreter's lock, for at most `QUICK_WAIT_S`:
-env code done by then hands its result straight over; anything slower is awaited as before, and
-a key, a kill or a heartbeat waits at most that long for it.
+of the loop's selector, then two more turns of the loop) costs more than the code. So a loop
+that has nothing else to do (a headless run) first waits for the env thread itself, off the
+interpreter's lock, for at most `QUICK_WAIT_S`: env code done by then hands its result straight
+over; anything slower is awaited as before. A loop that serves a console never blocks so
+(its link sets `quick_wait_s` to 0): there, getting the interpreter's lock back after the wait
+can take a switch interval (5 ms) from LiteLLM's threads, and frames and keys would wait.
 """
 
 from __future__ import annotations
@@ -54,10 +56,11 @@ class _Job:
         self.done.acquire()
         self.lock = threading.Lock()
 
-    def take_quickly(self) -> bool:
+    def take_quickly(self, seconds: float) -> bool:
         """The loop's short wait: True if the call ended in time (its result is taken here);
         False if it is still running (the result will come through the future)."""
-        self.done.acquire(timeout=QUICK_WAIT_S)
+        if seconds > 0:
+            self.done.acquire(timeout=seconds)
         with self.lock:
             self.quick = False
             return self.finished
@@ -83,6 +86,7 @@ _Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
 class EnvThread:
     def __init__(self, stray_wait_s: float = 10.0) -> None:
         self.stray_wait_s = stray_wait_s
+        self.quick_wait_s = QUICK_WAIT_S  # 0: the loop never blocks for env code (a console)
         self._jobs: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
@@ -138,7 +142,7 @@ class EnvThread:
                 self._thread.start()
             self._current = job
             self._jobs.put((job, loop, future))
-            if job.take_quickly():
+            if job.take_quickly(self.quick_wait_s):
                 result: T = job.result()
                 return result
             return await future
