@@ -155,3 +155,52 @@ async def test_the_call_panel_holds_its_height_only_while_it_follows(hold: bool)
             assert set(short[short.index(" ") :]) == {" "}
         else:
             assert len(short) < len(tall)
+
+
+async def test_the_table_and_the_log_work_out_their_style_once_per_paint(monkeypatch) -> None:
+    """Within a paint the style is the one Textual works out (the same lines are drawn), and
+    it is worked out once, not per line; between paints a change (focus tints the table) is
+    seen at once."""
+    from textual.dom import DOMNode
+    from textual.geometry import Region
+    from textual.widget import Widget
+
+    from loopdeck.tui.paint_style import StylePerPaint
+
+    # mixed in, it leaves the widgets their CSS (Textual follows the first DOMNode base)
+    assert "RichLog" in TranscriptLog._css_type_names
+    assert "ScrollView" in CallsTable._css_type_names
+    app, runtime = runaway_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = run_screen(app)
+        table = screen.query_one(CallsTable)
+        log = screen.query_one("#transcript-panel", TranscriptLog)
+        await wait_until(pilot, lambda: table.row_count > table.size.height and len(log.lines) > 5)
+        runtime.kill()
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        await pilot.pause()
+        walks: list[Any] = []
+        walk = DOMNode.rich_style.fget
+        assert walk is not None
+
+        def counted(node: DOMNode) -> Any:
+            walks.append(node)
+            return walk(node)
+
+        for widget in (table, log):
+            crop = Region(0, 0, widget.size.width, widget.size.height)
+            widget._styles_cache.clear()
+            monkeypatch.setattr(DOMNode, "rich_style", property(counted))
+            ours = widget.render_lines(crop)
+            monkeypatch.undo()
+            assert walks.count(widget) == 1, f"{type(widget).__name__}: {walks.count(widget)}"
+            walks.clear()
+            widget._styles_cache.clear()
+            textuals = Widget.render_lines(widget, crop)  # asks for the style on every line
+            assert [s.text for s in ours] == [s.text for s in textuals]
+            assert [list(s) for s in ours] == [list(s) for s in textuals]
+            assert isinstance(widget, StylePerPaint) and widget._style_this_paint is None
+        before = table.rich_style
+        table.focus()
+        await pilot.pause()
+        assert table.has_focus and table.rich_style != before  # `:focus` tints the table

@@ -25,6 +25,7 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.in_place import grows_in_place, rescroll
+from loopdeck.tui.paint_style import StylePerPaint
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -60,7 +61,7 @@ def format_duration(duration_ms: float | None) -> str:
     return "" if duration_ms is None else f"{duration_ms:,.0f}"
 
 
-class CallsTable(ScrollView, can_focus=True):
+class CallsTable(StylePerPaint, ScrollView, can_focus=True):
     """The run's calls, newest last. The cursor follows the newest row while it is on it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [

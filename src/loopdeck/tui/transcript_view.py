@@ -19,6 +19,7 @@ from loopdeck.operator import transcript
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.in_place import grows_in_place, rescroll
 from loopdeck.tui.keys_bar import KeysBar
+from loopdeck.tui.paint_style import StylePerPaint
 
 KIND_VAR = {
     "goal": "accent",
@@ -35,7 +36,7 @@ KIND_VAR = {
 }
 
 
-class TranscriptLog(RichLog):
+class TranscriptLog(StylePerPaint, RichLog):
     """Entries as they arrive. Scrolling up stops the follow; scrolling to the end resumes."""
 
     can_focus = True
