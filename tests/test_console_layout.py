@@ -204,3 +204,30 @@ async def test_the_table_and_the_log_work_out_their_style_once_per_paint(monkeyp
         table.focus()
         await pilot.pause()
         assert table.has_focus and table.rich_style != before  # `:focus` tints the table
+
+
+async def test_a_border_title_is_set_again_only_when_it_changes() -> None:
+    """Textual repaints every line of a widget on each title assignment, same title or not:
+    in a runaway the plan panel's unchanged title repainted it on every frame."""
+    from loopdeck.tui.panels import title
+
+    app = DetailApp()
+    async with app.run_test() as pilot:
+        panel = app.query_one(CallDetail)
+        refreshes: list[int] = []
+        original = panel.refresh
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            refreshes.append(1)
+            return original(*args, **kwargs)
+
+        panel.refresh = counted  # type: ignore[method-assign]
+        title(panel, "Call c1 · poll")
+        title(panel, "Call c1 · poll")
+        title(panel, "Steps", sub=True)
+        title(panel, "Steps", sub=True)
+        assert len(refreshes) == 2
+        title(panel, "Call c2 · poll")
+        await pilot.pause()
+        assert (panel.border_title, panel.border_subtitle) == ("Call c2 · poll", "Steps")
+        assert len(refreshes) == 3

@@ -74,7 +74,6 @@ class LocalLink:
     async def drive(self) -> RunOutcome | None:
         await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
         self.phase = "the run to start"
-        self._rt.env_thread.quick_wait_s = 0.0  # the loop paints between env calls
         if self.db_path is None:
             return await self._rt.run()
         self.phase = "the event store to open"

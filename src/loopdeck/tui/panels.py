@@ -8,6 +8,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Static
 
 from loopdeck.core.outcome import CallRecord
@@ -57,6 +58,19 @@ def paint(widget: Static, markup: str, width: int | None = None) -> None:
     widget.update(markup, layout=layout)
 
 
+def title(widget: Widget, text: str, *, sub: bool = False) -> None:
+    """Set a border title (or subtitle) only when it changes: Textual parses the markup and
+    repaints every line of the widget on each assignment, same title or not."""
+    name = "_subtitle_set" if sub else "_title_set"
+    if getattr(widget, name, None) == text:
+        return
+    setattr(widget, name, text)
+    if sub:
+        widget.border_subtitle = text
+    else:
+        widget.border_title = text
+
+
 def _same_height(before: str, after: str, width: int) -> bool:
     """True if both texts are as many lines as they have and no line wraps: then they take the
     same height, and a layout pass (a reflow and a repaint of the whole screen) is not needed.
@@ -97,7 +111,7 @@ class StateMachinePanel(FixedSize, Static):
                 lines.append(f"  {label}")
             else:
                 lines.append(f"[dim]  {label}[/dim]")
-        self.border_subtitle = plural(view.transitions, "transition")
+        title(self, plural(view.transitions, "transition"), sub=True)
         if view.paused:
             held = "PAUSED" if view.held == "paused" else "PAUSING"
             lines.append(f"[b $warning]⏸ {held}[/] before next model call")
@@ -119,7 +133,7 @@ class OutcomePanel(VerticalScroll):
             return
         var = "$success" if view.stop_reason == "goal_met" else "$error"
         reason = view.stop_reason or ""
-        self.border_title = f"Stopped · {reason}"
+        title(self, f"Stopped · {reason}")
         label = "question" if reason == "ask_user" else "detail"
         paint(
             self.query_one("#outcome-body", Static),
@@ -137,14 +151,15 @@ class PlanPanel(FixedSize, Static):
                 text = f"[b $accent]{SPINNER[frame % len(SPINNER)]}[/] waiting for {waiting}"
             else:
                 text = f"[dim]{text}[/dim]"
-            self.border_title = "Plan"
+            title(self, "Plan")
             paint(self, text)
             return
         rounds = sorted(view.plans)
         shown = self.shown_round if self.shown_round in view.plans else rounds[-1]
         live = shown == rounds[-1] and not view.finished
-        self.border_title = f"Plan · round {shown} of {len(rounds)}" + (
-            " · [ ] browse" if len(rounds) > 1 else ""
+        title(
+            self,
+            f"Plan · round {shown} of {len(rounds)}" + (" · [ ] browse" if len(rounds) > 1 else ""),
         )
         lines = []
         for index, step in enumerate(view.plans[shown], 1):
@@ -259,10 +274,10 @@ class CallDetail(VerticalScroll):
         pass of the whole screen."""
         body = self.query_one("#detail-body", Static)
         if row is None:
-            self.border_title = "Call"
+            title(self, "Call")
             paint(body, "[dim]select a call to see its arguments and result[/dim]")
             return
-        self.border_title = f"Call {row.call_id} · {escape(visible(row.tool))}"
+        title(self, f"Call {row.call_id} · {escape(visible(row.tool))}")
         args = escape(visible_json(row.args))
         result = escape(visible_json(row.result)) if row.result else "—"
         approval = f"[b]approval[/] {escape(visible(decided))}\n" if decided else ""

@@ -41,6 +41,7 @@ from loopdeck.tui.panels import (
     PlanPanel,
     RunHeader,
     StateMachinePanel,
+    title,
 )
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
@@ -132,8 +133,8 @@ class RunScreen(Screen[None]):
     def on_mount(self) -> None:
         titles = {"states": "State", "plan": "Plan", "budgets": "Budgets", "calls": "Calls"}
         titles |= {"findings": "Findings", "detail": "Call", "transcript-panel": "Transcript · t"}
-        for widget_id, title in titles.items():
-            self.query_one(f"#{widget_id}").border_title = title
+        for widget_id, text in titles.items():
+            title(self.query_one(f"#{widget_id}"), text)
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
         self._unsubscribe.append(self.link.on_approvals(self._queue_changed))
         self.app.theme_changed_signal.subscribe(
@@ -278,6 +279,8 @@ class RunScreen(Screen[None]):
 
     def _tick(self) -> None:
         self._frame += 1
+        if self._buffer:
+            return  # a frame is on its way and draws all of this (the spinner's step too)
         self._render_header()
         if not self.view.plans:
             self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
@@ -311,9 +314,8 @@ class RunScreen(Screen[None]):
         self.query_one(FindingsPanel).show(self.view)
         table = self.query_one(CallsTable)
         table.sync(self.view)
-        table.border_title = f"Calls · {self.view.calls_seen:,}" + (
-            f" · {plural(self.view.repeats, 'repeat')} blocked" if self.view.repeats else ""
-        )
+        repeats = f" · {plural(self.view.repeats, 'repeat')} blocked" if self.view.repeats else ""
+        title(table, f"Calls · {self.view.calls_seen:,}{repeats}")
         if table.row_count:
             self._show_detail(table.cursor_key)
         if self.view.finished:
