@@ -153,13 +153,14 @@ async def test_a_stray_call_past_the_bound_is_env_busy() -> None:
         thread.close()
 
 
-async def test_the_loop_waits_for_env_code_only_when_it_has_nothing_else_to_do(
+async def test_a_consoles_loop_waits_for_env_code_only_when_it_has_nothing_else_to_do(
     recorded_settles,
 ) -> None:
-    """A loop with a callback ready (a frame, a key, the store's writer) or a timer due never
+    """Under a console, a loop with a callback ready (a frame, a key) or a timer due never
     blocks on env code: the result comes through the loop. An idle loop takes it itself."""
     made = recorded_settles()
     thread = EnvThread()
+    thread.only_when_idle = True
     thread.quick_wait_s = 30.0  # long enough for any loaded machine, when it is waited
     loop = asyncio.get_running_loop()
     try:
@@ -174,3 +175,36 @@ async def test_the_loop_waits_for_env_code_only_when_it_has_nothing_else_to_do(
         timer.cancel()
     finally:
         thread.close()
+
+
+async def test_headless_the_loop_waits_for_quick_env_code_whatever_else_is_ready(
+    recorded_settles,
+) -> None:
+    made = recorded_settles()
+    thread = EnvThread()
+    thread.quick_wait_s = 30.0
+    loop = asyncio.get_running_loop()
+    try:
+        loop.call_soon(lambda: None)
+        timer = loop.call_later(0.001, lambda: None)
+        assert await thread.call("busy", lambda: "busy") == "busy"
+        assert made == []
+        timer.cancel()
+    finally:
+        thread.close()
+
+
+async def test_a_run_under_the_console_waits_for_env_code_only_when_idle() -> None:
+    from conftest import SAMPLES
+    from console_helpers import console_app, finished, run_screen, wait_until
+
+    from loopdeck.core.approvals import AutoApprover
+
+    app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
+    runtime = app.prepared.runtime
+    assert not runtime.env_thread.only_when_idle
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        outcome = run_screen(app).outcome
+    assert runtime.env_thread.only_when_idle
+    assert outcome is not None and outcome.stop_reason.value == "goal_met"

@@ -7,13 +7,15 @@ exit. Until such a stray call ends no other env code starts: the next call waits
 a bound, then fails with `EnvBusy` naming it.
 
 Most env code returns in microseconds, and handing its result back through the loop (a wake-up
-of the loop's selector, then two more turns of the loop) costs more than the code. So when the
-loop has nothing else to do (no callback ready, no timer due: it would sleep in its selector
-anyway) it first waits for the env thread itself, off the interpreter's lock, for at most
-`QUICK_WAIT_S`: env code done by then hands its result straight over; anything slower is
-awaited as before. A loop with work waiting (a frame, a key, the store's writer) never blocks:
-in a console that blocked regardless, frames and keys waited for the interpreter's lock to come
-back from LiteLLM's threads (loop stall 20-23 -> 26-37 ms over five A/B pairs).
+of the loop's selector, then two more turns of the loop) costs more than the code. So the loop
+first waits for the env thread itself, off the interpreter's lock, for at most `QUICK_WAIT_S`:
+env code done by then hands its result straight over; anything slower is awaited as before.
+Headless, the loop waits so whatever else is ready (LiteLLM's logging tasks, the store's
+writer: nobody is kept waiting by half a millisecond). Under a console (`only_when_idle`, set by
+its link) it waits only when it has nothing else to do, no callback ready and no timer due:
+blocking regardless made frames and keys wait for the interpreter's lock to come back from
+LiteLLM's threads (loop stall 20-23 -> 26-37 ms over five A/B pairs); blocking only when idle
+left the stall where it was (ten pairs).
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def _nothing_else_due(loop: asyncio.AbstractEventLoop, seconds: float) -> bool:
 class EnvThread:
     def __init__(self, stray_wait_s: float = 10.0) -> None:
         self.stray_wait_s = stray_wait_s
-        self.quick_wait_s = QUICK_WAIT_S  # 0: the loop never blocks for env code (a console)
+        self.quick_wait_s = QUICK_WAIT_S  # 0: the loop never blocks for env code
+        self.only_when_idle = False  # a console's loop: block only if nothing else is due
         self._jobs: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
@@ -154,7 +157,9 @@ class EnvThread:
                 self._thread.start()
             self._current = job
             self._jobs.put((job, loop, future))
-            quick = self.quick_wait_s if _nothing_else_due(loop, self.quick_wait_s) else 0.0
+            quick = self.quick_wait_s
+            if self.only_when_idle and not _nothing_else_due(loop, quick):
+                quick = 0.0
             if job.take_quickly(quick):
                 result: T = job.result()
                 return result

@@ -74,6 +74,7 @@ class LocalLink:
     async def drive(self) -> RunOutcome | None:
         await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
         self.phase = "the run to start"
+        self._rt.env_thread.only_when_idle = True  # frames and keys come first
         if self.db_path is None:
             return await self._rt.run()
         self.phase = "the event store to open"
