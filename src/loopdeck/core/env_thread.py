@@ -14,8 +14,8 @@ Headless, the loop waits so whatever else is ready (LiteLLM's logging tasks, the
 writer: nobody is kept waiting by half a millisecond). Under a console (`only_when_idle`, set by
 its link) it waits only when it has nothing else to do, no callback ready and no timer due:
 blocking regardless made frames and keys wait for the interpreter's lock to come back from
-LiteLLM's threads (loop stall 20-23 -> 26-37 ms over five A/B pairs); blocking only when idle
-left the stall where it was (ten pairs).
+LiteLLM's threads (loop stall worse in 8 of 8 A/B pairs, 20-28 -> 26-38 ms); blocking only
+when idle left the stall where it was (ten pairs).
 """
 
 from __future__ import annotations
