@@ -20,29 +20,23 @@ class Boom(Exception):
     pass
 
 
-def settles(loop: asyncio.AbstractEventLoop) -> list[object]:
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Every `_settle` the env thread schedules on the loop, recorded."""
     made: list[object] = []
     original = env_thread._settle
 
     def recording(future: asyncio.Future[object], job: object) -> None:
         made.append(job)
-        original(future, job)
+        original(future, job)  # type: ignore[arg-type]
 
-    env_thread._settle = recording  # type: ignore[assignment]
+    monkeypatch.setattr(env_thread, "_settle", recording)
     return made
 
 
-@pytest.fixture
-def recorded_settles():
-    original = env_thread._settle
-    yield lambda: settles(asyncio.get_running_loop())
-    env_thread._settle = original
-
-
-async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(recorded_settles) -> None:
+async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(settled) -> None:
     # a wait long enough for any loaded machine: the short path is then certain
-    made = recorded_settles()
+    made = settled
     thread = EnvThread()
     thread.quick_wait_s = 30.0
     names: list[str] = []
@@ -59,8 +53,8 @@ async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(recorded_s
     assert made == []
 
 
-async def test_a_slow_call_comes_through_the_future_once(recorded_settles) -> None:
-    made = recorded_settles()
+async def test_a_slow_call_comes_through_the_future_once(settled) -> None:
+    made = settled
     thread = EnvThread()
     release = threading.Event()
 
@@ -154,11 +148,11 @@ async def test_a_stray_call_past_the_bound_is_env_busy() -> None:
 
 
 async def test_a_consoles_loop_waits_for_env_code_only_when_it_has_nothing_else_to_do(
-    recorded_settles,
+    settled,
 ) -> None:
     """Under a console, a loop with a callback ready (a frame, a key) or a timer due never
     blocks on env code: the result comes through the loop. An idle loop takes it itself."""
-    made = recorded_settles()
+    made = settled
     thread = EnvThread()
     thread.only_when_idle = True
     thread.quick_wait_s = 30.0  # long enough for any loaded machine, when it is waited
@@ -178,9 +172,9 @@ async def test_a_consoles_loop_waits_for_env_code_only_when_it_has_nothing_else_
 
 
 async def test_headless_the_loop_waits_for_quick_env_code_whatever_else_is_ready(
-    recorded_settles,
+    settled,
 ) -> None:
-    made = recorded_settles()
+    made = settled
     thread = EnvThread()
     thread.quick_wait_s = 30.0
     loop = asyncio.get_running_loop()
