@@ -20,7 +20,7 @@ from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import MAX_TOOL_CALLS, Decision, ToolCall
-from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
+from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused, Then
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalInvalidated,
@@ -67,6 +67,8 @@ class RunHost(Protocol):
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
     async def state_hash(self) -> str: ...
     async def check_goal_after(self, record: CallRecord) -> None: ...
+    @property
+    def snapshot_after_tool(self) -> Then: ...
 
     answerer: Answerer | None
 
@@ -370,6 +372,7 @@ class CallHandler:
                 receipt=receipt,
                 receipt_problem=lambda r: self._receipt_problem(r, args, state_hash),
                 on_retry=on_retry,
+                then=self.rt.snapshot_after_tool,
             )
         )
 

@@ -43,6 +43,8 @@ class UnserializableResult(Exception):
 
 
 RetryHook = Callable[[int, str, float], None]
+# Env code to run on the env thread straight after a sync tool returns (`EnvThread.call`).
+Then = tuple[str, Callable[[], Any]]
 
 
 _ascii_json = json.JSONEncoder(default=str).encode  # json.dumps(value, default=str)
@@ -75,12 +77,12 @@ class Dispatcher:
         self.result_char_cap = result_char_cap
         self.env_thread = env_thread or EnvThread()
 
-    async def _invoke(self, spec: ToolSpec, args: BaseModel) -> Any:
+    async def _invoke(self, spec: ToolSpec, args: BaseModel, then: Then | None) -> Any:
         label = f"tool {spec.name}"
         if inspect.iscoroutinefunction(spec.fn):
             call = self.env_thread.run_async(label, spec.fn, args)
         else:
-            call = self.env_thread.call(label, spec.fn, args)
+            call = self.env_thread.call(label, spec.fn, args, then=then)
         return await bounded(call, spec.timeout_s)
 
     def _failure(self, code: ErrorCode, message: str) -> ToolFailure:
@@ -97,6 +99,7 @@ class Dispatcher:
         receipt: ApprovalReceipt | None = None,
         receipt_problem: Callable[[ApprovalReceipt], str | None] | None = None,
         on_retry: RetryHook | None = None,
+        then: Then | None = None,
     ) -> ToolResult:
         write = spec.risk == "write"
         if write:
@@ -114,7 +117,7 @@ class Dispatcher:
         while True:
             attempt += 1
             try:
-                data = _jsonable(await self._invoke(spec, parsed))
+                data = _jsonable(await self._invoke(spec, parsed, then))
                 failure = None
                 break
             except ToolError as exc:

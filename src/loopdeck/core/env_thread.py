@@ -83,7 +83,21 @@ def _settle(future: asyncio.Future[Any], job: _Job) -> None:
         future.set_result(job.value)
 
 
-_Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+class _Ahead:
+    """Env code queued to start as soon as a call returns (`EnvThread.call(then=...)`), for the
+    runtime to take with `EnvThread.after`: the snapshot after a tool, whose own hand-over to
+    the env thread is saved. A call that raised skips it."""
+
+    __slots__ = ("fn", "future", "job", "skipped")
+
+    def __init__(self, label: str, fn: Callable[[], Any], future: asyncio.Future[Any]) -> None:
+        self.fn = fn
+        self.job = _Job(label, fn)
+        self.future = future
+        self.skipped = False
+
+
+_Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Ahead | None]
 
 
 def _nothing_else_due(loop: asyncio.AbstractEventLoop, seconds: float) -> bool:
@@ -106,31 +120,50 @@ class EnvThread:
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
         self._gate = asyncio.Lock()
+        self._ahead: _Ahead | None = None  # the last call's `then`, until taken or dropped
 
     @property
     def stray(self) -> str | None:
         """The env call still running that nobody waits for, if any."""
-        job = self._current
-        if job is None or job.finished:
-            return None
-        return f"{job.label} (running {time.monotonic() - job.started:.1f}s)"
+        ahead = self._ahead.job if self._ahead is not None else None
+        for job in (self._current, ahead):
+            if job is not None and not job.finished:
+                return f"{job.label} (running {time.monotonic() - job.started:.1f}s)"
+        return None
 
     def _serve(self) -> None:
         while (item := self._jobs.get()) is not None:
-            job, loop, future = item
+            job, loop, future, ahead = item
+            self._run(job, loop, future)
+            if ahead is None:
+                continue
+            # Straight on, still holding the interpreter's lock: the loop, woken by the call's
+            # result, usually finds this done when it asks, with no hand-over of its own.
+            ahead.job.started = time.monotonic()
+            if job.error is None:
+                self._run(ahead.job, loop, ahead.future)
+            else:
+                ahead.skipped = True
+                self._run(ahead.job, loop, ahead.future, skip=True)
+
+    @staticmethod
+    def _run(
+        job: _Job, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], skip: bool = False
+    ) -> None:
+        if not skip:
             try:
                 job.value = job.fn()
             except BaseException as exc:  # handed to the awaiting coroutine, never lost here
                 job.error = exc
-            with job.lock:
-                job.finished = True
-                taken = job.quick
-            job.done.release()
-            if taken:
-                continue
-            # A closed loop means the process is leaving and nobody waits for this result.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, job)
+        with job.lock:
+            job.finished = True
+            taken = job.quick
+        job.done.release()
+        if taken:
+            return
+        # A closed loop means the process is leaving and nobody waits for this result.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, job)
 
     async def _wait_for_stray(self) -> None:
         job = self._current
@@ -142,28 +175,62 @@ class EnvThread:
                 raise EnvBusy(job.label, time.monotonic() - job.started)
             await asyncio.sleep(0.02)
 
-    async def call(self, label: str, fn: Callable[..., T], *args: Any) -> T:
+    async def call(
+        self,
+        label: str,
+        fn: Callable[..., T],
+        *args: Any,
+        then: tuple[str, Callable[[], Any]] | None = None,
+    ) -> T:
         """Run `fn(*args)` on the env thread and wait for it. Cancelling the wait abandons the
-        call: its result is discarded and the next call waits for it to end."""
+        call: its result is discarded and the next call waits for it to end. `then` (a label
+        and a function) runs straight after it if it returns, for `after` to take."""
         async with self._gate:
-            await self._wait_for_stray()
+            await self._settle_earlier()
             loop = asyncio.get_running_loop()
             job = _Job(label, lambda: fn(*args))
             future: asyncio.Future[T] = loop.create_future()
+            ahead = None
+            if then is not None:
+                ahead = self._ahead = _Ahead(then[0], then[1], loop.create_future())
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._serve, name="loopdeck-env", daemon=True
                 )
                 self._thread.start()
             self._current = job
-            self._jobs.put((job, loop, future))
-            quick = self.quick_wait_s
-            if self.only_when_idle and not _nothing_else_due(loop, quick):
-                quick = 0.0
-            if job.take_quickly(quick):
-                result: T = job.result()
-                return result
-            return await future
+            self._jobs.put((job, loop, future, ahead))
+            return await self._wait(job, future)
+
+    async def after(self, label: str, fn: Callable[[], T]) -> T:
+        """`fn()`, as the last call's `then` ran it if that was `fn` (the call returned);
+        otherwise run now, as `call` does."""
+        async with self._gate:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and ahead.fn == fn:
+                self._current = ahead.job
+                value: T = await self._wait(ahead.job, ahead.future)
+                if not ahead.skipped:
+                    return value
+        return await self.call(label, fn)
+
+    async def _settle_earlier(self) -> None:
+        """Wait for the env code started before this call: a stray call, then a `then` nobody
+        took (its result is discarded)."""
+        await self._wait_for_stray()
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead.job.finished:
+            self._current = ahead.job
+            await self._wait_for_stray()
+
+    async def _wait(self, job: _Job, future: asyncio.Future[T]) -> T:
+        quick = self.quick_wait_s
+        if self.only_when_idle and not _nothing_else_due(asyncio.get_running_loop(), quick):
+            quick = 0.0
+        if job.take_quickly(quick):
+            result: T = job.result()
+            return result
+        return await future
 
     async def run_async(self, label: str, coro_fn: Callable[..., Any], *args: Any) -> Any:
         """An async tool runs on the loop, but still one env call at a time."""

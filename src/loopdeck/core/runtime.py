@@ -19,7 +19,7 @@ from loopdeck.core.canonical import short_hash
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, decide
-from loopdeck.core.dispatcher import Dispatcher
+from loopdeck.core.dispatcher import Dispatcher, Then
 from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
@@ -132,10 +132,17 @@ class Runtime:
     async def state_hash(self) -> str:
         return await self.env_call("fingerprint", self.env.fingerprint)
 
+    @property
+    def snapshot_after_tool(self) -> Then:
+        """Taken on the env thread straight after a sync tool returns, in the same hand-over
+        (`EnvThread.call(then=...)`); `check_goal_after` takes it from there."""
+        return ("snapshot", self.env.snapshot)
+
     async def check_goal_after(self, record: CallRecord) -> None:
         """A call that changed the env's snapshot is followed by the goal check: a met goal
         stops the run at once, not only at the end of the round."""
-        after = await self.snapshot()
+        label, snapshot = self.snapshot_after_tool
+        after: dict[str, Any] = await self.interruptible(self.env_thread.after(label, snapshot))
         after_hash = short_hash(after)
         if after_hash == self._checked_hash:
             return
