@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from loopdeck import collector
+from loopdeck import collector, lock_switching
 from loopdeck.store.database import Location, shown_location
 from loopdeck.tui import strip_caches, textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
@@ -78,9 +78,11 @@ class LoopdeckApp(App[int]):
         super().__init__()
         # The console owns its process: it sets the collector's thresholds whatever they were
         # (small young collections, see `loopdeck.collector`), model calls hold the collector,
-        # and Textual's strips are made lighter for it.
+        # threads hold the interpreter's lock a little longer (`loopdeck.lock_switching`), and
+        # Textual's strips are made lighter for it.
         gc.set_threshold(*collector.CONSOLE_THRESHOLDS)
         collector.hold_during_model_calls()
+        lock_switching.for_console()
         textual_cycles.install()
         strip_caches.install()
         self.prepared = prepared
