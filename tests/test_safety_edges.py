@@ -206,6 +206,22 @@ async def test_env_code_still_running_stops_the_run_naming_the_tool() -> None:
     assert "sleepy_read" in outcome.detail and "still running" in outcome.detail
 
 
+async def test_a_write_still_running_after_its_timeout_stops_the_goal_check_naming_it() -> None:
+    """The goal check after an outcome-unknown write takes the snapshot queued behind the
+    write (issue 11): it waits for the write only up to the bound, as any env call does."""
+    prepared, _ = prepare(EDGES, "slow-write")
+    prepared.runtime.env_thread.stray_wait_s = 0.2
+    try:
+        outcome = await prepared.runtime.run()
+        await until(lambda: prepared.runtime.env_thread.stray is None)
+        assert log_lines(prepared.workdir) == ["sleepy_write 1.5"]
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.TOOL_FAILURE
+    assert "sleepy_write" in outcome.detail and "still running" in outcome.detail
+    assert [c.status for c in outcome.calls] == [CallStatus.OUTCOME_UNKNOWN]
+
+
 async def test_huge_tool_errors_reach_the_model_capped() -> None:
     prepared, rec = prepare(EDGES, "shout")
     try:

@@ -160,6 +160,30 @@ async def test_a_tool_abandoned_by_its_timeout_is_named_before_its_snapshot() ->
         thread.close()
 
 
+async def test_a_goal_check_after_an_abandoned_tool_waits_for_it_only_up_to_the_bound() -> None:
+    """A write past its timeout is outcome-unknown and followed by the goal check: its
+    snapshot runs only once the write ends, so the check waits for the write as any env call
+    waits for a stray one, and a write that never ends is `EnvBusy`, not a hang."""
+    release = threading.Event()
+    thread = EnvThread(stray_wait_s=0.2)
+    try:
+        waiting = asyncio.create_task(
+            thread.call("tool slow_write", lambda: release.wait(30), then=("snapshot", dict))
+        )
+        await asyncio.sleep(0)
+        waiting.cancel()  # the tool's timeout
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(EnvBusy, match="slow_write"):
+            await thread.after("snapshot", dict)
+        release.set()  # the write ends after all: its snapshot, taken after it, is good
+        thread.stray_wait_s = 30
+        assert await thread.after("snapshot", dict) == {}
+    finally:
+        release.set()
+        thread.close()
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     steps=st.lists(

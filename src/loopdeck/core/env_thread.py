@@ -204,8 +204,10 @@ class EnvThread:
 
     async def after(self, label: str, fn: Callable[[], T]) -> T:
         """`fn()`, as the last call's `then` ran it if that was `fn` (the call returned);
-        otherwise run now, as `call` does."""
+        otherwise run now, as `call` does. A call abandoned before it (a tool past its
+        timeout) is waited for up to the bound first, as `call` waits for it."""
         async with self._gate:
+            await self._wait_for_stray()
             ahead, self._ahead = self._ahead, None
             if ahead is not None and ahead.fn == fn:
                 self._current = ahead.job
