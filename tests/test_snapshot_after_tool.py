@@ -160,6 +160,33 @@ async def test_a_tool_abandoned_by_its_timeout_is_named_before_its_snapshot() ->
         thread.close()
 
 
+async def test_an_async_tool_never_runs_beside_a_snapshot_still_running() -> None:
+    env = Counter()
+    release = threading.Event()
+    running: list[str] = []
+
+    def snapshot() -> dict[str, int]:
+        running.append("snapshot")
+        release.wait(30)
+        running.remove("snapshot")
+        return env.snapshot()
+
+    async def async_tool() -> list[str]:
+        return list(running)
+
+    thread = EnvThread()
+    try:
+        await thread.call("tool", env.bump, then=("snapshot", snapshot))
+        ran = asyncio.create_task(thread.run_async("tool async", async_tool))
+        await asyncio.sleep(0.05)
+        assert not ran.done()  # it waits for the snapshot nobody took
+        release.set()
+        assert await ran == []
+    finally:
+        release.set()
+        thread.close()
+
+
 async def test_a_goal_check_after_an_abandoned_tool_waits_for_it_only_up_to_the_bound() -> None:
     """A write past its timeout is outcome-unknown and followed by the goal check: its
     snapshot runs only once the write ends, so the check waits for the write as any env call

@@ -235,9 +235,10 @@ class EnvThread:
         return await future
 
     async def run_async(self, label: str, coro_fn: Callable[..., Any], *args: Any) -> Any:
-        """An async tool runs on the loop, but still one env call at a time."""
+        """An async tool runs on the loop, but still one env call at a time (a `then` still
+        running on the env thread included)."""
         async with self._gate:
-            await self._wait_for_stray()
+            await self._settle_earlier()
             return await coro_fn(*args)
 
     def close(self) -> None:
