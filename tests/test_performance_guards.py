@@ -12,7 +12,7 @@ from datetime import UTC, timedelta, timezone
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import SAMPLES, prepare
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.text import Text
@@ -300,23 +300,26 @@ def test_importing_litellm_leaves_the_collector_on_tuned_and_an_embedders_choice
         assert int(out[4]) > 100_000, before  # LiteLLM's modules frozen out of the walks
 
 
-def test_only_the_console_holds_the_interpreters_lock_longer() -> None:
-    """A headless run (and an embedder) keeps Python's switch interval; the console sets its
-    own, so a paint and LiteLLM's request building do not cut into each other (see
+async def test_only_the_console_holds_the_interpreters_lock_longer() -> None:
+    """A headless run (and an embedder) keeps the process's switch interval; the console sets
+    its own, so a paint and LiteLLM's request building do not cut into each other (see
     `loopdeck.lock_switching`)."""
-    probe = (
-        "import asyncio, sys; sys.path.insert(0, 'tests'); from conftest import SAMPLES, "
-        "prepare; prepared, _ = prepare(SAMPLES / 'order_support', 'solve'); "
-        "outcome = asyncio.run(prepared.runtime.run()); prepared.cleanup(); "
-        "headless = sys.getswitchinterval(); from loopdeck.tui.app import LoopdeckApp; "
-        "LoopdeckApp(); print(outcome.stop_reason.value, headless, sys.getswitchinterval())"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
-    ).stdout.split()
-    assert out[0] == "goal_met"
-    assert float(out[1]) == 0.005  # Python's default, untouched by a run
-    assert float(out[2]) == lock_switching.CONSOLE_SWITCH_INTERVAL_S
+    from loopdeck.tui.app import LoopdeckApp
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # Python's default, whatever tests ran before
+    try:
+        prepared, _ = prepare(SAMPLES / "order_support", "solve")
+        try:
+            outcome = await prepared.runtime.run()
+        finally:
+            prepared.cleanup()
+        assert outcome.stop_reason.value == "goal_met"
+        assert sys.getswitchinterval() == 0.005
+        LoopdeckApp()
+        assert sys.getswitchinterval() == lock_switching.CONSOLE_SWITCH_INTERVAL_S
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_the_call_panel_skips_layout_only_when_its_height_cannot_change() -> None:
