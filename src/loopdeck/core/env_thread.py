@@ -16,6 +16,11 @@ its link) it waits only when it has nothing else to do, no callback ready and no
 blocking regardless made frames and keys wait for the interpreter's lock to come back from
 LiteLLM's threads (loop stall worse in 8 of 8 A/B pairs, 20-28 -> 26-38 ms); blocking only
 when idle left the stall where it was (ten pairs).
+
+A call can bring env code to run straight after it on the thread (`then`): the runtime's
+snapshot after a tool, which the goal check takes with `after` without a hand-over of its own
+(two hand-overs a step instead of three). It is skipped when the call raised, dropped (waited
+for, its result discarded) by any other env call, and a stray like any other if it hangs.
 """
 
 from __future__ import annotations
