@@ -311,3 +311,22 @@ async def test_a_run_takes_two_env_hand_overs_a_step_and_sees_the_goal_met_at_on
     # each step: the fingerprint, the tool with the snapshot after it, the goal check on the
     # new state; no hand-over for the snapshot of its own
     assert steps[:9] == ["fingerprint", "tool poll+snapshot", "goal check"] * 3
+
+
+class BrokenAfterAPoll(PollingCounter):
+    def snapshot(self) -> dict[str, Any]:
+        if self.data.get("polls"):
+            raise RuntimeError("the snapshot broke")
+        return super().snapshot()
+
+
+async def test_a_snapshot_that_raises_after_a_tool_ends_the_run_naming_it() -> None:
+    budget = Budget(
+        max_turns=50, max_tool_calls=50, max_tokens=10**9, max_cost_usd=100.0, deadline_s=600
+    )
+    config = RunConfig(env="polls", model="polls", goal="the job finishes", budget=budget)
+    runtime = Runtime(config, BrokenAfterAPoll(Path("."), {}), Polls(), AutoApprover())
+    outcome = await runtime.run()
+    assert outcome.stop_reason is StopReason.CRASHED
+    assert "the snapshot broke" in outcome.detail
+    assert [c.status.value for c in outcome.calls] == ["executed"]  # the poll is recorded
