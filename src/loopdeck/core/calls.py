@@ -20,7 +20,8 @@ from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import MAX_TOOL_CALLS, Decision, ToolCall
-from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused, Then
+from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
+from loopdeck.core.env_thread import Then
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalInvalidated,

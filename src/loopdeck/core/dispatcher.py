@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from loopdeck.core.approvals import ApprovalReceipt
-from loopdeck.core.env_thread import EnvBusy, EnvThread
+from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.text import capped, escape_surrogates, json_text
 from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import (
@@ -43,8 +43,6 @@ class UnserializableResult(Exception):
 
 
 RetryHook = Callable[[int, str, float], None]
-# Env code to run on the env thread straight after a sync tool returns (`EnvThread.call`).
-Then = tuple[str, Callable[[], Any]]
 
 
 _ascii_json = json.JSONEncoder(default=str).encode  # json.dumps(value, default=str)

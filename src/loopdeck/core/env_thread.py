@@ -34,6 +34,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# Env code to run on the env thread straight after a call returns, and its label (`call`).
+Then = tuple[str, Callable[[], Any]]
 # How long the loop blocks for env code before awaiting it (see above).
 QUICK_WAIT_S = 0.0005
 
@@ -185,7 +187,7 @@ class EnvThread:
         label: str,
         fn: Callable[..., T],
         *args: Any,
-        then: tuple[str, Callable[[], Any]] | None = None,
+        then: Then | None = None,
     ) -> T:
         """Run `fn(*args)` on the env thread and wait for it. Cancelling the wait abandons the
         call: its result is discarded and the next call waits for it to end. `then` (a label

@@ -19,8 +19,8 @@ from loopdeck.core.canonical import short_hash
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, decide
-from loopdeck.core.dispatcher import Dispatcher, Then
-from loopdeck.core.env_thread import EnvBusy, EnvThread
+from loopdeck.core.dispatcher import Dispatcher
+from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
