@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -63,53 +64,50 @@ class Counter:
         return {"value": self.value}
 
 
-async def test_the_snapshot_after_a_tool_needs_no_hand_over_of_its_own() -> None:
+@pytest.fixture
+async def thread() -> AsyncIterator[EnvThread]:
+    env_thread = EnvThread()
+    yield env_thread
+    env_thread.close()
+
+
+async def test_the_snapshot_after_a_tool_needs_no_hand_over_of_its_own(thread) -> None:
     env = Counter()
-    thread = EnvThread()
     jobs = counting(thread)
-    try:
-        assert await thread.call("tool", env.bump, then=("snapshot", env.snapshot)) == 1
-        assert await thread.after("snapshot", env.snapshot) == {"value": 1}
-    finally:
-        thread.close()
+    assert await thread.call("tool", env.bump, then=("snapshot", env.snapshot)) == 1
+    assert await thread.after("snapshot", env.snapshot) == {"value": 1}
     assert jobs.puts == 1
     assert env.snapshots == [(1, "loopdeck-env")]
 
 
-async def test_a_tool_that_raises_skips_its_snapshot_and_the_goal_check_takes_a_fresh_one() -> None:
+async def test_a_tool_that_raises_skips_its_snapshot_and_the_goal_check_takes_a_fresh_one(
+    thread,
+) -> None:
     env = Counter()
-    thread = EnvThread()
     jobs = counting(thread)
 
     def crash() -> None:
         env.value += 10
         raise Boom("tool crashed")
 
-    try:
-        with pytest.raises(Boom):
-            await thread.call("tool", crash, then=("snapshot", env.snapshot))
-        assert env.snapshots == []
-        assert await thread.after("snapshot", env.snapshot) == {"value": 10}
-    finally:
-        thread.close()
+    with pytest.raises(Boom):
+        await thread.call("tool", crash, then=("snapshot", env.snapshot))
+    assert env.snapshots == []
+    assert await thread.after("snapshot", env.snapshot) == {"value": 10}
     assert jobs.puts == 2
     assert env.snapshots == [(10, "loopdeck-env")]
 
 
-async def test_a_snapshot_nobody_took_is_never_handed_to_a_later_goal_check() -> None:
+async def test_a_snapshot_nobody_took_is_never_handed_to_a_later_goal_check(thread) -> None:
     env = Counter()
-    thread = EnvThread()
-    try:
-        await thread.call("tool", env.bump, then=("snapshot", env.snapshot))
-        await thread.call("other", env.bump)  # the env changed since that snapshot
-        assert await thread.after("snapshot", env.snapshot) == {"value": 2}
-        # a `then` is taken at most once
-        await thread.call("tool", env.bump, then=("snapshot", env.snapshot))
-        assert await thread.after("snapshot", env.snapshot) == {"value": 3}
-        env.value = 7
-        assert await thread.after("snapshot", env.snapshot) == {"value": 7}
-    finally:
-        thread.close()
+    await thread.call("tool", env.bump, then=("snapshot", env.snapshot))
+    await thread.call("other", env.bump)  # the env changed since that snapshot
+    assert await thread.after("snapshot", env.snapshot) == {"value": 2}
+    # a `then` is taken at most once
+    await thread.call("tool", env.bump, then=("snapshot", env.snapshot))
+    assert await thread.after("snapshot", env.snapshot) == {"value": 3}
+    env.value = 7
+    assert await thread.after("snapshot", env.snapshot) == {"value": 7}
     assert [value for value, _ in env.snapshots] == [1, 2, 3, 7]
 
 
@@ -142,25 +140,19 @@ async def test_a_tool_returns_while_its_snapshot_hangs_and_the_hang_is_a_stray()
         thread.close()
 
 
-async def test_a_tool_abandoned_by_its_timeout_is_named_before_its_snapshot() -> None:
-    release = threading.Event()
-    thread = EnvThread(stray_wait_s=0.2)
-    try:
-        waiting = asyncio.create_task(
-            thread.call("tool slow", lambda: release.wait(30), then=("snapshot", dict))
-        )
-        await asyncio.sleep(0)
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        with pytest.raises(EnvBusy, match="tool slow"):
-            await thread.call("next", dict)
-    finally:
-        release.set()
-        thread.close()
+async def abandon(thread: EnvThread, label: str, release: threading.Event) -> None:
+    """A tool, with the snapshot after it, that the runtime stops waiting for (its timeout,
+    a kill) while it blocks until `release`."""
+    waiting = asyncio.create_task(
+        thread.call(label, lambda: release.wait(30), then=("snapshot", dict))
+    )
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
 
 
-async def test_an_async_tool_never_runs_beside_a_snapshot_still_running() -> None:
+async def test_an_async_tool_never_runs_beside_a_snapshot_still_running(thread) -> None:
     env = Counter()
     release = threading.Event()
     running: list[str] = []
@@ -174,7 +166,6 @@ async def test_an_async_tool_never_runs_beside_a_snapshot_still_running() -> Non
     async def async_tool() -> list[str]:
         return list(running)
 
-    thread = EnvThread()
     try:
         await thread.call("tool", env.bump, then=("snapshot", snapshot))
         ran = asyncio.create_task(thread.run_async("tool async", async_tool))
@@ -184,7 +175,6 @@ async def test_an_async_tool_never_runs_beside_a_snapshot_still_running() -> Non
         assert await ran == []
     finally:
         release.set()
-        thread.close()
 
 
 async def test_a_goal_check_after_an_abandoned_tool_waits_for_it_only_up_to_the_bound() -> None:
@@ -194,15 +184,11 @@ async def test_a_goal_check_after_an_abandoned_tool_waits_for_it_only_up_to_the_
     release = threading.Event()
     thread = EnvThread(stray_wait_s=0.2)
     try:
-        waiting = asyncio.create_task(
-            thread.call("tool slow_write", lambda: release.wait(30), then=("snapshot", dict))
-        )
-        await asyncio.sleep(0)
-        waiting.cancel()  # the tool's timeout
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
+        await abandon(thread, "tool slow_write", release)
         with pytest.raises(EnvBusy, match="slow_write"):
             await thread.after("snapshot", dict)
+        with pytest.raises(EnvBusy, match="slow_write"):  # named, not its snapshot
+            await thread.call("next", dict)
         release.set()  # the write ends after all: its snapshot, taken after it, is good
         thread.stray_wait_s = 30
         assert await thread.after("snapshot", dict) == {}
