@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from loopdeck.core.timeouts import bounded
+
 T = TypeVar("T")
 # Env code to run on the env thread straight after a call returns, and its label (`call`).
 Then = tuple[str, Callable[[], Any]]
@@ -52,7 +54,9 @@ class _Job:
     """One env call. Its result goes to the loop waiting for it (`quick`), or through the
     loop's future; `lock` decides which, so a result is handed over exactly once."""
 
-    __slots__ = ("done", "error", "finished", "fn", "label", "lock", "quick", "started", "value")
+    __slots__ = (
+        "done", "ended", "error", "finished", "fn", "label", "lock", "quick", "started", "value",
+    )  # fmt: skip
 
     def __init__(self, label: str, fn: Callable[[], Any]) -> None:
         self.label = label
@@ -65,6 +69,15 @@ class _Job:
         self.done = threading.Lock()  # held until the call ends
         self.done.acquire()
         self.lock = threading.Lock()
+        self.ended: Callable[[], None] | None = None  # called on the env thread as it ends
+
+    def when_ended(self, callback: Callable[[], None]) -> bool:
+        """Have the env thread call `callback` once this call ends; False if it has."""
+        with self.lock:
+            if self.finished:
+                return False
+            self.ended = callback
+            return True
 
     def take_quickly(self, seconds: float) -> bool:
         """The loop's short wait: True if the call ended in time (its result is taken here);
@@ -102,6 +115,11 @@ class _Ahead:
         self.job = _Job(label, fn)
         self.future = future
         self.skipped = False
+
+
+def _end_wait(over: asyncio.Future[None]) -> None:
+    if not over.done():
+        over.set_result(None)
 
 
 _Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Ahead | None]
@@ -165,7 +183,10 @@ class EnvThread:
         with job.lock:
             job.finished = True
             taken = job.quick
+            ended = job.ended
         job.done.release()
+        if ended is not None:
+            ended()
         if taken:
             return
         # A closed loop means the process is leaving and nobody waits for this result.
@@ -173,14 +194,25 @@ class EnvThread:
             loop.call_soon_threadsafe(_settle, future, job)
 
     async def _wait_for_stray(self) -> None:
+        """Wait for a call nobody waits for any more to end (woken by its end), up to the
+        bound: past it, `EnvBusy` names it."""
         job = self._current
         if job is None or job.finished:
             return
-        end = time.monotonic() + self.stray_wait_s
-        while not job.finished:
-            if time.monotonic() >= end:
-                raise EnvBusy(job.label, time.monotonic() - job.started)
-            await asyncio.sleep(0.02)
+        loop = asyncio.get_running_loop()
+        over: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            # A closed loop means the process is leaving and nobody waits any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_end_wait, over)
+
+        if not job.when_ended(wake):
+            return
+        try:
+            await bounded(over, self.stray_wait_s)
+        except TimeoutError:
+            raise EnvBusy(job.label, time.monotonic() - job.started) from None
 
     async def call(
         self,
