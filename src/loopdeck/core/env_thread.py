@@ -108,10 +108,9 @@ class _Ahead:
     runtime to take with `EnvThread.after`: the snapshot after a tool, whose own hand-over to
     the env thread is saved. A call that raised skips it."""
 
-    __slots__ = ("fn", "future", "job", "skipped")
+    __slots__ = ("future", "job", "skipped")
 
     def __init__(self, label: str, fn: Callable[[], Any], future: asyncio.Future[Any]) -> None:
-        self.fn = fn
         self.job = _Job(label, fn)
         self.future = future
         self.skipped = False
@@ -248,7 +247,7 @@ class EnvThread:
         async with self._gate:
             await self._wait_for_stray()
             ahead, self._ahead = self._ahead, None
-            if ahead is not None and ahead.fn == fn:
+            if ahead is not None and ahead.job.fn == fn:
                 self._current = ahead.job
                 value: T = await self._wait(ahead.job, ahead.future)
                 if not ahead.skipped:
