@@ -29,11 +29,11 @@ async def record(db: Path, calls: int) -> None:
     from console_load import runaway
     from steps_per_second import ZeroLatencyModel
 
-    from loopdeck.store.database import Store
+    from loopdeck.store.opening import open_store
     from loopdeck.store.runner import RecordedRun
     from loopdeck.store.writer import EventWriter
 
-    store = await Store.open(db)
+    store = await open_store(db)
     try:
         runtime = runaway(calls, ZeroLatencyModel())
         await RecordedRun(store, runtime, EventWriter(store)).run()

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from loopdeck.operator.fleet import Fleet
-from loopdeck.store.database import Store
+from loopdeck.store.opening import open_store
 
 RUNS = 100
 RATE = 1000  # events per second, all runs together
@@ -78,7 +78,7 @@ def writer(db: str, seconds: float, commits: str) -> None:
 
 
 async def follow(db: Path, seconds: float) -> dict[tuple[str, int], float]:
-    store = await Store.open(db)
+    store = await open_store(db)
     fleet, seen = Fleet(), {}
     end = time.monotonic() + seconds
     try:
@@ -94,7 +94,7 @@ async def follow(db: Path, seconds: float) -> dict[tuple[str, int], float]:
 
 
 async def create(db: Path) -> None:
-    store = await Store.open(db)  # the schema, as a runner would create it
+    store = await open_store(db)  # the schema, as a runner would create it
     await store.close()
 
 

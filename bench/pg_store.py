@@ -28,7 +28,8 @@ from store_throughput import synthetic_run
 
 from loopdeck.core.events import EventBus
 from loopdeck.store import queries
-from loopdeck.store.database import Location, Store
+from loopdeck.store.base import Location
+from loopdeck.store.opening import open_store
 from loopdeck.store.writer import EventWriter
 
 HERE = Path(__file__).parent
@@ -42,7 +43,7 @@ ROUND_TRIPS = 5
 
 
 async def append_rate(location: Location, count: int) -> float:
-    store = await Store.open(location)
+    store = await open_store(location)
     try:
         bus = EventBus()
         writer = EventWriter(store)
@@ -64,7 +65,7 @@ async def round_trip_s(location: Location) -> float:
     runner = start_runner(sample, "solve", location, "--approve", "wait")
     try:
         pending = await wait_for_pending(location, timeout=120)
-        store = await Store.open(location, create=False)
+        store = await open_store(location, create=False)
         try:
             await queries.decide(
                 store, pending["run_id"], pending["call_id"], approved=True, by="bench"

@@ -29,7 +29,9 @@ from loopdeck.core.events import (
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.links import load_events
 from loopdeck.operator.runview import RunView
-from loopdeck.store.database import SCHEMA, Store
+from loopdeck.store.base import Store
+from loopdeck.store.opening import open_store
+from loopdeck.store.sqlite import SCHEMA
 from loopdeck.store.writer import BATCH_MAX, EventWriter, event_json
 
 
@@ -148,7 +150,7 @@ def console_load_in_a_fresh_process(db: Path) -> tuple[float, float]:
 
 async def measure(count: int) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
-        store = await Store.open(Path(folder) / "bench.db")
+        store = await open_store(Path(folder) / "bench.db")
         # Best of 3 on each side (the machine's noise, not the code's): three runs appended
         # through the EventWriter, three of the same rows through sqlite3 alone.
         rate, raw = 0.0, 0.0

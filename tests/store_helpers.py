@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.store import queries
-from loopdeck.store.database import Location, Store, StoreError
+from loopdeck.store.base import Location, Store, StoreError
+from loopdeck.store.opening import open_store
 
 
 def loopdeck(
@@ -51,7 +52,7 @@ async def open_existing(db: Location) -> Store | None:
     if not store_exists(db):
         return None
     try:
-        return await Store.open(db, create=False)
+        return await open_store(db, create=False)
     except StoreError:
         return None
 

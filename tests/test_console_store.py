@@ -120,7 +120,7 @@ async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> N
     from loopdeck.operator.approval_queue import StoreBackedQueue
     from loopdeck.operator.launch import RunOptions, prepare_run
     from loopdeck.store import queries
-    from loopdeck.store.database import Store
+    from loopdeck.store.opening import open_store
 
     db = tmp_path / "s.db"
     queue = StoreBackedQueue()
@@ -131,7 +131,7 @@ async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> N
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         request = app.screen.request
-        other = await Store.open(db)
+        other = await open_store(db)
         try:
             won = await queries.decide(
                 other, request.run_id, request.call_id, approved=True, by="cli:ops"

@@ -20,7 +20,7 @@ from loopdeck.core.events import CallProposed, DecisionInvalid, DecisionMade, Ev
 from loopdeck.core.model import ModelReply, ProviderError, RawToolCall
 from loopdeck.core.states import StopReason
 from loopdeck.llm.client import _first_message
-from loopdeck.store.database import Store
+from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter, event_json
 
@@ -228,7 +228,7 @@ async def test_surrogates_in_content_reach_the_store_and_the_run_stops_cleanly(t
             ),
         ]
     )
-    store = await Store.open(tmp_path / "s.db")
+    store = await open_store(tmp_path / "s.db")
     try:
         prepared, _ = prepare(EDGES, "double-note")
         prepared.runtime.model = model
@@ -246,7 +246,7 @@ async def test_surrogates_in_content_reach_the_store_and_the_run_stops_cleanly(t
 
 
 async def test_a_writer_failure_of_any_kind_is_spilled_and_the_run_still_stops(tmp_path) -> None:
-    store = await Store.open(tmp_path / "s.db")
+    store = await open_store(tmp_path / "s.db")
     try:
         prepared, _ = prepare(EDGES, "poll-job")
         writer = EventWriter(store)

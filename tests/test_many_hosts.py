@@ -8,7 +8,7 @@ from conftest import SAMPLES, fresh_pg_database
 from console_helpers import wait_until
 from store_helpers import last_json, loopdeck, start_runner
 
-from loopdeck.store.database import Store
+from loopdeck.store.opening import open_store
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
 
@@ -59,7 +59,7 @@ async def test_ten_hosts_one_console_approvals_from_the_cli(monkeypatch) -> None
         for runner in runners:
             runner.kill()
     assert [o["stop_reason"] for o in outcomes] == ["goal_met"] * RUNNERS
-    store = await Store.open(url, create=False)
+    store = await open_store(url, create=False)
     try:
         for outcome in outcomes:
             rows = await store.fetchall(

@@ -154,11 +154,11 @@ async def test_a_long_stored_history_reaches_the_console_whole_with_the_collecto
     from loopdeck.core.events import EventBus, RunStarted, RunStopped, StateChanged
     from loopdeck.core.states import RunState, StopReason
     from loopdeck.operator.links import StoreLink
-    from loopdeck.store.database import Store
+    from loopdeck.store.opening import open_store
     from loopdeck.store.writer import EventWriter
 
     db = tmp_path / "runs.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     bus, writer = EventBus(), EventWriter(store)
     bus.subscribe(writer)
     writer.start()
@@ -233,7 +233,7 @@ async def test_an_event_that_fails_to_serialize_as_published_is_still_committed(
     from loopdeck.core.events import EventBus, RunStarted, StateChanged
     from loopdeck.core.states import RunState
     from loopdeck.store import writer as writer_module
-    from loopdeck.store.database import Store
+    from loopdeck.store.opening import open_store
     from loopdeck.store.writer import EventWriter
 
     real_row = writer_module.event_row
@@ -245,7 +245,7 @@ async def test_an_event_that_fails_to_serialize_as_published_is_still_committed(
         return real_row(event)
 
     monkeypatch.setattr(writer_module, "event_row", flaky_row)
-    store = await Store.open(tmp_path / "runs.db")
+    store = await open_store(tmp_path / "runs.db")
     bus, writer = EventBus(), EventWriter(store)
     bus.subscribe(writer)
     bus.publish(RunStarted(run_id="r", env="e", script=None, model="m", mode="rounds",

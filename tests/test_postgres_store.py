@@ -13,7 +13,8 @@ from store_helpers import last_json, loopdeck
 
 from loopdeck.operator.links import load_events
 from loopdeck.store import queries
-from loopdeck.store.database import Store, StoreError, default_db_path, redact
+from loopdeck.store.base import StoreError, default_db_path, redact
+from loopdeck.store.opening import open_store
 
 
 @pytest.fixture
@@ -51,20 +52,20 @@ def test_loopdeck_db_selects_postgresql(url, monkeypatch) -> None:
 
 
 async def test_a_newer_schema_and_a_foreign_database_are_refused(url) -> None:
-    store = await Store.open(url)
+    store = await open_store(url)
     await store.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     await store.close()
     with pytest.raises(StoreError, match="schema version 99 is newer"):
-        await Store.open(url)
+        await open_store(url)
     with psycopg.connect(url) as conn:
         conn.execute("DROP TABLE meta")
     with pytest.raises(StoreError, match="not a loopdeck database"):
-        await Store.open(url)
+        await open_store(url)
 
 
 async def test_attach_and_replay_need_a_store_and_never_create_one(url) -> None:
     with pytest.raises(StoreError, match="no loopdeck store"):
-        await Store.open(url, create=False)
+        await open_store(url, create=False)
 
 
 async def test_a_decision_wakes_a_waiter_by_notify(url) -> None:
@@ -72,7 +73,7 @@ async def test_a_decision_wakes_a_waiter_by_notify(url) -> None:
     it (the counter moved), not the safety poll."""
     done = loopdeck("run", "service_outage", "--headless", "--json", db=url)
     run_id = last_json(done.stdout)["run_id"]
-    waiter, decider = await Store.open(url), await Store.open(url)
+    waiter, decider = await open_store(url), await open_store(url)
     try:
         before = await waiter.change_counter()
         waiting = asyncio.create_task(waiter.wait_for_change(60))
@@ -89,7 +90,7 @@ async def test_export_and_replay_read_back_every_event_in_order(url) -> None:
     done = loopdeck("run", "order_support", "--headless", "--json", db=url)
     run_id = last_json(done.stdout)["run_id"]
     exported = [json.loads(line) for line in loopdeck("export", run_id, db=url).stdout.splitlines()]
-    store = await Store.open(url, create=False)
+    store = await open_store(url, create=False)
     try:
         replayed = await load_events(store, run_id)
     finally:

@@ -12,7 +12,8 @@ from conftest import HARNESS, SAMPLES
 from store_helpers import last_json, listed_runs, loopdeck, start_runner, wait_for_pending
 
 from loopdeck.store import queries
-from loopdeck.store.database import SCHEMA_VERSION, Store, StoreError
+from loopdeck.store.base import SCHEMA_VERSION, StoreError
+from loopdeck.store.opening import open_store
 
 
 async def test_waiting_run_is_released_by_approve_from_another_process(db) -> None:
@@ -64,7 +65,7 @@ async def test_two_simultaneous_approvers_exactly_one_wins(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
-        first, second = await Store.open(db), await Store.open(db)
+        first, second = await open_store(db), await open_store(db)
         try:
             results = await asyncio.gather(
                 queries.decide(first, pending["run_id"], pending["call_id"], approved=True, by="a"),
@@ -121,7 +122,7 @@ async def test_pause_and_resume_from_another_process(tmp_path) -> None:
             await asyncio.sleep(0.1)
         assert loopdeck("pause", run_id, db=db).returncode == 0
         await asyncio.sleep(1.0)
-        store = await Store.open(db)
+        store = await open_store(db)
         try:
             paused = await store.fetchall(
                 "SELECT MAX(seq) AS seq FROM events WHERE kind = 'model_called'"
@@ -154,7 +155,7 @@ async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(db
     try:
         pending = await wait_for_pending(db)
         loopdeck("approve", pending["run_id"], pending["call_id"], db=db)
-        store = await Store.open(db)
+        store = await open_store(db)
         try:
             for _ in range(100):  # the approval is durable before the write starts
                 rows = await store.fetchall(
@@ -182,7 +183,7 @@ async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(db
     if not other_host:
         with sqlite3.connect(db) as con:
             assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    store = await Store.open(db)
+    store = await open_store(db)
     try:
         rows = await store.fetchall("SELECT seq, kind, origin FROM events ORDER BY seq")
     finally:
@@ -196,7 +197,7 @@ async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(db
 
 async def test_store_file_is_private_and_wal(tmp_path) -> None:
     db = tmp_path / "private.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     try:
         mode = (await store.fetchall("PRAGMA journal_mode"))[0][0]
         version = await store.fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -209,13 +210,13 @@ async def test_store_file_is_private_and_wal(tmp_path) -> None:
 
 async def test_newer_schema_is_refused_clearly(tmp_path) -> None:
     db = tmp_path / "newer.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     await store.execute(
         "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
     )
     await store.close()
     with pytest.raises(StoreError, match="newer than this loopdeck"):
-        await Store.open(db)
+        await open_store(db)
     result = loopdeck("runs", db=db)
     assert result.returncode == 2 and "newer than this loopdeck" in result.stderr
 
@@ -236,7 +237,7 @@ async def test_a_file_that_is_not_a_loopdeck_store_is_refused(tmp_path, kind) ->
 
 async def test_a_locked_store_is_named(tmp_path) -> None:
     db = tmp_path / "locked.db"
-    await (await Store.open(db)).close()
+    await (await open_store(db)).close()
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -250,7 +251,7 @@ async def test_a_locked_store_is_named(tmp_path) -> None:
 
 async def test_unknown_run_is_named(tmp_path) -> None:
     db = tmp_path / "s.db"
-    await (await Store.open(db)).close()
+    await (await open_store(db)).close()
     result = loopdeck("cancel", "nope", db=db)
     assert result.returncode == 2 and "no run 'nope'" in result.stderr
 
@@ -281,7 +282,7 @@ async def test_events_the_store_cannot_take_are_spilled_beside_it(tmp_path) -> N
     from loopdeck.store.writer import EventWriter
 
     db = tmp_path / "s.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     writer = EventWriter(store)
     writer(OperatorCommand(run_id="r1", seq=1, command="pause", by="t"))
     holder = sqlite3.connect(db, isolation_level=None, timeout=0.1)

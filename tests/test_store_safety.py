@@ -19,17 +19,18 @@ from store_helpers import loopdeck
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.states import StopReason
 from loopdeck.store import queries
-from loopdeck.store.database import Store, StoreError
+from loopdeck.store.base import StoreError
 from loopdeck.store.liveness import process_started, runner_gone
+from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
 OPEN_ONE = """
 import asyncio, sys
 from pathlib import Path
-from loopdeck.store.database import Store
+from loopdeck.store.opening import open_store
 async def main():
-    store = await Store.open(Path(sys.argv[1]))
+    store = await open_store(Path(sys.argv[1]))
     await store.close()
 asyncio.run(main())
 """
@@ -48,7 +49,7 @@ def test_processes_racing_to_create_a_store_all_open_it(tmp_path) -> None:
 
 async def test_a_store_is_created_whole(tmp_path) -> None:
     db = tmp_path / "new.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     try:
         meta = dict(await store.fetchall("SELECT key, value FROM meta"))
     finally:
@@ -75,7 +76,7 @@ async def test_a_read_only_store_is_refused_and_left_alone(tmp_path, cli) -> Non
     if os.geteuid() == 0:
         pytest.skip("root can write a read-only file; the check would not be seen")
     db = tmp_path / "ro.db"
-    store = await Store.open(db)
+    store = await open_store(db)
     await store.close()
     db.chmod(0o400)
     code, _, err = cli("runs", "--db", str(db))
@@ -88,7 +89,7 @@ def test_read_only_store_check_names_the_file(tmp_path, monkeypatch) -> None:
     db.write_bytes(b"")
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(StoreError, match="read-only") as raised:
-        asyncio.run(Store.open(db))
+        asyncio.run(open_store(db))
     assert str(db) in str(raised.value)
 
 
@@ -124,8 +125,8 @@ async def test_a_reader_that_marks_a_live_run_crashed_is_corrected_by_the_runner
     """A reader on 'another host' decides a waiting run is crashed; the runner is alive,
     gets its approval, and finishes: its events win, one run_stopped, no gap."""
     db = tmp_path / "s.db"
-    store = await Store.open(db)
-    reader = await Store.open(db)
+    store = await open_store(db)
+    reader = await open_store(db)
     approved = asyncio.Event()
 
     class WaitsForTheTest:

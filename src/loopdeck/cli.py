@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from loopdeck.cli_parser import ENV_COMMANDS, STORE_COMMANDS, build_parser
-from loopdeck.store.database import default_db_path
+from loopdeck.store.base import default_db_path
 
 if TYPE_CHECKING:
     from loopdeck.operator.approval_queue import ApprovalQueue
@@ -140,7 +140,7 @@ def _bad_input() -> tuple[type[Exception], ...]:
     """What the CLI reports in one line with exit 2 (imported only when something failed)."""
     from loopdeck.core.scenario import ScenarioError
     from loopdeck.llm.client import MissingCredentials
-    from loopdeck.store.database import StoreError
+    from loopdeck.store.base import StoreError
 
     return (ScenarioError, ValueError, StoreError, MissingCredentials)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loopdeck.store.database import DB_HELP, store_location
+from loopdeck.store.base import DB_HELP, store_location
 
 ENV_COMMANDS = ("envs", "init-env", "check")
 STORE_COMMANDS = (

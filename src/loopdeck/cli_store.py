@@ -16,7 +16,8 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.store import queries
 from loopdeck.store.approver import StoreAnswerer, StoreApprover
-from loopdeck.store.database import Location, Store, StoreError
+from loopdeck.store.base import Location, Store, StoreError
+from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
@@ -29,12 +30,12 @@ def operator() -> str:
 
 
 async def check_store(path: Location | None) -> None:
-    store = await Store.open(path)
+    store = await open_store(path)
     await store.close()
 
 
 async def run_recorded_headless(options: RunOptions, db: Location | None) -> RunOutcome:
-    store = await Store.open(db)
+    store = await open_store(db)
     try:
         writer = EventWriter(store, approve_mode=options.approve or "auto")
         wait = options.approve == "wait"
@@ -79,7 +80,7 @@ def _print(value: Any, as_json: bool, table: Table | None = None, text: str = ""
 
 async def _store_command(args: argparse.Namespace) -> int:
     # Reading or deciding never creates a store: a mistyped path is named, not made empty.
-    store = await Store.open(args.db, create=False)
+    store = await open_store(args.db, create=False)
     try:
         return await _dispatch(store, args)
     finally:

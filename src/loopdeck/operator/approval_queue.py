@@ -15,7 +15,7 @@ from typing import TypeVar
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
 from loopdeck.store.approver import answer_from_store, decision_from_store
-from loopdeck.store.database import Store
+from loopdeck.store.base import Store
 from loopdeck.store.writer import EventWriter
 
 Listener = Callable[[], None]

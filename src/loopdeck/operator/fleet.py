@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loopdeck.store import queries
-from loopdeck.store.database import Store
+from loopdeck.store.base import Store
 
 CAP_LABELS = {
     "turns": "turns",

@@ -21,7 +21,8 @@ from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun
 from loopdeck.store import queries
-from loopdeck.store.database import Location, Store
+from loopdeck.store.base import Location, Store
+from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
@@ -78,7 +79,7 @@ class LocalLink:
         if self.db_path is None:
             return await self._rt.run()
         self.phase = "the event store to open"
-        store = await Store.open(self.db_path)
+        store = await open_store(self.db_path)
         self.phase = "the run to start"
         try:
             writer = EventWriter(store, approve_mode="console")
@@ -161,7 +162,7 @@ class StoreLink:
 
     async def drive(self) -> RunOutcome | None:
         self._closing, self._closed = asyncio.Event(), asyncio.Event()
-        self.store = await Store.open(self.db_path, create=False)
+        self.store = await open_store(self.db_path, create=False)
         history = collector.Hold()
         try:
             seq, crash_checked, stopped, full = 0, time.monotonic(), False, 0
@@ -353,7 +354,7 @@ class ReplayLink:
         return lambda: None
 
     async def drive(self) -> RunOutcome | None:
-        store = await Store.open(self.db_path, create=False)
+        store = await open_store(self.db_path, create=False)
         try:
             await queries.mark_crashed_runners(store)
             self.events = await load_events(store, self.run_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
-from loopdeck.store.database import Store
+from loopdeck.store.base import Store
 from loopdeck.store.writer import EventWriter
 
 POLL_S = 0.1

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from loopdeck.store.database import Store
+    from loopdeck.store.base import Store
 
 DEFAULT_SILENCE_S = 30.0
 HEARTBEAT_S = 1.0

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import platformdirs
 import psycopg
 
-from loopdeck.store.database import (
+from loopdeck.store.base import (
     APP_ID,
     SCHEMA_VERSION,
     SHARED_TABLES,

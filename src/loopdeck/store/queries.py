@@ -9,7 +9,7 @@ from typing import Any
 
 from loopdeck.core.events import RunStopped
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
-from loopdeck.store.database import Store
+from loopdeck.store.base import Store
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 # Every state but the terminal ones, from the state machine itself: a run waiting for the

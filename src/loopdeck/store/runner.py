@@ -9,7 +9,7 @@ from loopdeck.core.events import RunCorrected
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.store import queries
-from loopdeck.store.database import Store, StoreError
+from loopdeck.store.base import Store, StoreError
 from loopdeck.store.liveness import Heartbeat
 from loopdeck.store.writer import EventWriter
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from loopdeck.core.events import EventBase
 from loopdeck.core.timeouts import bounded
-from loopdeck.store.database import Store, StoreError, Tx
+from loopdeck.store.base import Store, StoreError, Tx
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 

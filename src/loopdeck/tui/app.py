@@ -22,7 +22,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from loopdeck import collector, lock_switching
-from loopdeck.store.database import Location, shown_location
+from loopdeck.store.base import Location, shown_location
 from loopdeck.tui import strip_caches, textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.themes import (

@@ -19,7 +19,8 @@ from textual.widgets import DataTable, Input, Static
 from loopdeck.core.text import plural, visible
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
-from loopdeck.store.database import Location, Store, shown_location
+from loopdeck.store.base import Location, shown_location
+from loopdeck.store.opening import open_store
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import elapsed_text
 
@@ -71,7 +72,7 @@ class FleetScreen(Screen[None]):
 
     @work(group="fleet", exclusive=True, exit_on_error=False, description="follow the store")
     async def follow(self) -> None:
-        store = await Store.open(self.db_path)
+        store = await open_store(self.db_path)
         try:
             while not self._stop_following.is_set():
                 if await self.fleet.refresh(store):

@@ -20,7 +20,8 @@ from textual.widgets import DataTable, Input, Static
 from loopdeck.core.text import plural, visible, visible_json
 from loopdeck.core.timeouts import bounded
 from loopdeck.store import queries
-from loopdeck.store.database import Location, Store
+from loopdeck.store.base import Location, Store
+from loopdeck.store.opening import open_store
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
 
@@ -72,7 +73,7 @@ class InboxScreen(Screen[None]):
 
     @work(group="inbox", exclusive=True, exit_on_error=False, description="pending approvals")
     async def follow(self) -> None:
-        self.store = await Store.open(self.db_path)
+        self.store = await open_store(self.db_path)
         try:
             while not self._stop_following.is_set():
                 counter = await queries.change_counter(self.store)

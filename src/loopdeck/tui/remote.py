@@ -6,11 +6,12 @@ import argparse
 import asyncio
 
 from loopdeck.store import queries
-from loopdeck.store.database import Store, StoreError
+from loopdeck.store.base import StoreError
+from loopdeck.store.opening import open_store
 
 
 async def _check(args: argparse.Namespace) -> dict[str, object]:
-    store = await Store.open(args.db, create=False)
+    store = await open_store(args.db, create=False)
     try:
         await queries.mark_crashed_runners(store)
         row = await queries.run_row(store, args.run_id)

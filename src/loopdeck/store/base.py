@@ -1,0 +1,145 @@
+"""What every store is, whichever engine holds it: the `Store` interface both backends
+implement (`store/sqlite.py`, `store/postgres.py`), the schema they share, and where a store is
+(`Location`: a SQLite file or a `postgresql://` URL). `store/opening.py` picks the backend.
+
+Queries are written once, in the SQL both engines speak (`?` placeholders, `ON CONFLICT`
+upserts); a backend translates what it must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import urllib.parse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import platformdirs
+
+SCHEMA_VERSION = 2
+APP_ID = "loopdeck"
+
+# The tables both backends define alike (the others differ in number types and identity).
+SHARED_TABLES = """
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL,
+    body TEXT NOT NULL, origin TEXT, PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE IF NOT EXISTS approvals (
+    run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT, args TEXT, requested_at TEXT,
+    expires_at TEXT, state TEXT NOT NULL, decided_by TEXT, reason TEXT, decided_at TEXT,
+    outcome TEXT, PRIMARY KEY (run_id, call_id)
+);
+"""
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message names the file and the problem."""
+
+
+# Where a store is: a SQLite file, or a PostgreSQL URL (`postgresql://user@host/db`).
+Location = Path | str
+
+PG_SCHEMES = ("postgresql://", "postgres://")
+DB_HELP = (
+    "event store: a SQLite file or postgresql://USER@HOST/DB"
+    " (default: LOOPDECK_DB, else a file in the user data dir)"
+)
+
+
+def is_postgres(location: Location | None) -> bool:
+    return isinstance(location, str) and location.startswith(PG_SCHEMES)
+
+
+def store_location(text: str) -> Location:
+    """`--db` and LOOPDECK_DB: a PostgreSQL URL stays text (a Path would fold its `//`)."""
+    return text if text.startswith(PG_SCHEMES) else Path(text).expanduser()
+
+
+def redact(url: str) -> str:
+    """A PostgreSQL URL as people may see it: no password, in the netloc or the query."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        credentials, host = netloc.rsplit("@", 1)
+        netloc = f"{credentials.split(':', 1)[0]}@{host}"
+    query = urllib.parse.urlencode(
+        [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "password"]
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def shown_location(location: Location | None) -> str:
+    """Where a store is, for a screen or a message: a URL never with its password."""
+    if location is None:
+        return ""
+    return redact(str(location)) if is_postgres(location) else str(location)
+
+
+def default_db_path() -> Location:
+    configured = os.environ.get("LOOPDECK_DB")
+    if configured:
+        return store_location(configured)
+    return Path(platformdirs.user_data_dir("loopdeck")) / "loopdeck.db"
+
+
+class Tx(Protocol):
+    """One open transaction: statements, their changed-row counts, rows by name or index."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None: ...
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+
+class Beats(Protocol):
+    """A blocking connection for the heartbeat thread."""
+
+    def beat(self, run_id: str, at: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class Store:
+    """One open store. Queries live in `queries`; a backend owns the connection.
+
+    `path` names the store for people: the SQLite file, or the PostgreSQL URL without its
+    password (credentials are never stored or printed)."""
+
+    path: Location
+    backend = ""
+    # One connection, many coroutines: a statement never lands inside another's transaction.
+    lock: asyncio.Lock
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement in its own transaction; returns the rows it changed."""
+        raise NotImplementedError
+
+    def transaction(self, run_id: str | None = None) -> contextlib.AbstractAsyncContextManager[Tx]:
+        """One write transaction: all of it lands or none. With `run_id`, writers of that run's
+        events (its runner, a reader marking it crashed) take their turns one at a time."""
+        raise NotImplementedError
+
+    async def change_counter(self) -> int:
+        """A number that moves when another connection committed something."""
+        raise NotImplementedError
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Return when another connection may have committed something, or after timeout_s."""
+        await asyncio.sleep(timeout_s)
+
+    def open_beats(self, timeout_s: float) -> Beats:
+        raise NotImplementedError
+
+    def spill_path(self, run_id: str) -> Path:
+        """Where events that could not be committed are written, so nothing is lost."""
+        raise NotImplementedError
+
+    def explain(self, exc: Exception) -> StoreError:
+        return StoreError(f"{self.path}: {exc}")
+
+    async def close(self) -> None:
+        raise NotImplementedError
