@@ -1,10 +1,10 @@
 """LiteLLM's passes over the conversation, at a fraction of their cost per message.
 
-Every call through `litellm.acompletion` walks the whole conversation four times before the
+Every call through `litellm.acompletion` walks the whole conversation three times before the
 provider sees it, so a call at 500 messages cost 1.8x a call at 20:
 
-- `_remove_thought_signatures_from_messages` (in `function_setup`, twice a call: once for
-  `acompletion`, once for the `completion` it runs) copies each message and tool call;
+- `_remove_thought_signatures_from_messages` (in `acompletion`'s `function_setup`, on the
+  caller's loop) copies each message and tool call;
 - `validate_and_fix_openai_messages` copies them again and drops fields that are None;
 - `messages_have_pdf_file_part` looks for PDF parts in each message's content.
 
@@ -18,6 +18,10 @@ A pass replaces LiteLLM's function only where the sources it was written against
 there unchanged (`REPLACEMENTS`: the sha256 of LiteLLM's function and of the helpers whose work
 the pass does itself): a LiteLLM whose functions differ keeps its own, and `install()` says
 which. `LOOPDECK_STOCK_LITELLM=1` keeps all of LiteLLM's own.
+
+Off the console's loop thread (LiteLLM's pool, building a request for a provider whose
+`completion` is synchronous), a pass over a long conversation first gives the interpreter's
+lock way to the console (`loopdeck.lock_switching.give_way`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from loopdeck.lock_switching import give_way
+
 Pass = Callable[..., Any]
 
 
@@ -39,6 +45,7 @@ def remove_thought_signatures(messages: list[Any], separator: str) -> Any:
     of their tool calls, with a Gemini thought signature cut off each tool call id."""
     if not _all_dicts(messages):
         return _stock["thought_signatures"](messages, separator)
+    give_way(messages)
     processed = list(map(dict.copy, messages))
     for copy in processed:
         role = copy.get("role")
@@ -71,6 +78,7 @@ def validate_and_fix_messages(messages: list[Any]) -> Any:
     returned as a copy without the fields that are None."""
     if not _all_dicts(messages):
         return _stock["validate"](messages=messages)
+    give_way(messages)
     fixed: list[Any] = []
     user_parts = False
     for message in messages:

@@ -9,6 +9,7 @@ from typing import Any
 from loopdeck.core.scenario import Script
 from loopdeck.llm.loader import litellm_module
 from loopdeck.llm.script_player import play
+from loopdeck.lock_switching import give_way
 
 PROVIDER = "loopdeck-scripted"
 
@@ -55,6 +56,7 @@ def _handler_class() -> type:
                 raise CustomLLMError(
                     status_code=400, message="scripted model called without a registered script"
                 )
+            give_way(messages)  # the count below is a provider's work, done in this process
             reply = play(
                 script,
                 role=meta.get("loopdeck_role", "executor"),
