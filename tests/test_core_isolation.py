@@ -35,3 +35,22 @@ def test_the_cli_and_the_console_module_import_no_model_no_runtime() -> None:
         "loopdeck.tui.run_screen",
     )
     assert loaded("loopdeck.cli, loopdeck.tui.app", watched) == []
+
+
+def test_the_store_interface_imports_no_backend() -> None:
+    """`store/base.py` is what both backends import; only `store/opening.py` imports them (a
+    backend importing the module that imports it was a circle). The CLI's parser reads the
+    store's location rules from it without loading either engine."""
+    engines = (
+        "sqlite3",
+        "aiosqlite",
+        "psycopg",
+        "loopdeck.store.sqlite",
+        "loopdeck.store.postgres",
+    )
+    assert loaded("loopdeck.store.base, loopdeck.cli_parser", engines) == []
+    assert loaded("loopdeck.store.opening", engines) == [
+        "sqlite3",
+        "aiosqlite",
+        "loopdeck.store.sqlite",
+    ]

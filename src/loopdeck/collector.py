@@ -1,6 +1,6 @@
 """Python's cyclic collector, tuned for what loopdeck allocates.
 
-A model call through LiteLLM copies the whole conversation three times (see
+A model call through LiteLLM copies the whole conversation twice (see
 `llm.litellm_passes`): at 500 messages that is thousands of short-lived objects a call, and a
 console frame allocates about 100,000 (strips, segments). Collected every 700 allocations
 (Python's default), a call ran several young collections that caught its copies alive and

@@ -29,7 +29,7 @@ def litellm_module() -> Any:
             litellm = _import_litellm()
         finally:
             gc.freeze()
-    # Each call copies the conversation three times: young collections every 700 allocations
+    # Each call copies the conversation twice: young collections every 700 allocations
     # made its cost grow with the conversation (see loopdeck.collector).
     collector.tune()
     return litellm
@@ -43,7 +43,7 @@ def _import_litellm() -> Any:
     litellm.drop_params = False
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    # LiteLLM walks the whole conversation four times a call; these passes do the same work
+    # LiteLLM walks the whole conversation three times a call; these passes do the same work
     # for less per message (see litellm_passes), so a call's cost barely grows with history.
     from loopdeck.llm import litellm_passes
 
