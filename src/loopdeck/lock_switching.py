@@ -15,8 +15,8 @@ spinning for a second 13 -> 21 ms, keys answered within 7-18 ms either way.
 
 **Who gives way.** The 10 ms cut both ways: a loop callback that found the pool building a
 request waited up to 10 ms for the lock before its own work began. So the pool gives way: each
-pass over a long conversation made off the console's loop thread (`give_way`: LiteLLM's walks
-in `llm.litellm_passes`, the offline model's token count) first lets the lock go for a moment,
+walk over a long conversation made there (`give_way`: LiteLLM's message validation, in
+`llm.litellm_passes`, and the offline model's token count) first lets the lock go for a moment,
 long enough for a loop waiting on another core to wake and take it. The loop then waits for
 at most what is left of one pass, not of the whole request. Headless, nobody waits for the
 lock, and nothing gives way.

@@ -19,9 +19,9 @@ there unchanged (`REPLACEMENTS`: the sha256 of LiteLLM's function and of the hel
 the pass does itself): a LiteLLM whose functions differ keeps its own, and `install()` says
 which. `LOOPDECK_STOCK_LITELLM=1` keeps all of LiteLLM's own.
 
-Off the console's loop thread (LiteLLM's pool, building a request for a provider whose
-`completion` is synchronous), a pass over a long conversation first gives the interpreter's
-lock way to the console (`loopdeck.lock_switching.give_way`).
+The validation runs in LiteLLM's thread pool, in the `completion` that `acompletion` hands
+there: over a long conversation it first gives the interpreter's lock way to the console
+(`loopdeck.lock_switching.give_way`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ def remove_thought_signatures(messages: list[Any], separator: str) -> Any:
     of their tool calls, with a Gemini thought signature cut off each tool call id."""
     if not _all_dicts(messages):
         return _stock["thought_signatures"](messages, separator)
-    give_way(messages)
     processed = list(map(dict.copy, messages))
     for copy in processed:
         role = copy.get("role")
