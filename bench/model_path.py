@@ -193,25 +193,36 @@ async def peer_rate(steps: int) -> float | None:
     return steps / (time.perf_counter() - start)
 
 
-def thread_hand_over_us(rounds: int = 5_000) -> float:
+def thread_hand_over_us(rounds: int = 5_000, one_core: bool = False) -> float:
     """One hand-over to another thread and back, at its barest (a lock and a queue): what
-    this machine charges for it, whatever the code around it."""
+    this machine charges for it, whatever the code around it. With `one_core`, both threads
+    are kept on the core this one is on, so neither wake crosses to another core."""
     jobs: queue.SimpleQueue[threading.Lock | None] = queue.SimpleQueue()
+    everywhere = os.sched_getaffinity(0)
+    core = {min(everywhere)}
 
     def serve() -> None:
+        if one_core:
+            os.sched_setaffinity(0, core)  # 0: the calling thread, on Linux
         while (done := jobs.get()) is not None:
             done.release()
 
+    if one_core:
+        os.sched_setaffinity(0, core)
     worker = threading.Thread(target=serve, daemon=True)
     worker.start()
-    start = time.perf_counter()
-    for _ in range(rounds):
-        done = threading.Lock()
-        done.acquire()
-        jobs.put(done)
-        done.acquire()
-    elapsed = time.perf_counter() - start
-    jobs.put(None)
+    try:
+        start = time.perf_counter()
+        for _ in range(rounds):
+            done = threading.Lock()
+            done.acquire()
+            jobs.put(done)
+            done.acquire()
+        elapsed = time.perf_counter() - start
+    finally:
+        jobs.put(None)
+        worker.join()
+        os.sched_setaffinity(0, everywhere)
     return elapsed / rounds * 1e6
 
 
@@ -288,13 +299,15 @@ async def measure() -> list[Row]:
         f"{long_rate / synthetic:.2f}x)"
     )
     bare = min(thread_hand_over_us() for _ in range(3))
+    one_core = min(thread_hand_over_us(one_core=True) for _ in range(3))
     env_call = min([await env_call_us() for _ in range(3)])
     overhead = (1 / long_rate - 1 / floor) * 1e6
     print(
         f"  the loop's own cost over the floor: {overhead:.0f} us a step; 0.9x allows "
         f"{(1 / (0.9 * floor) - 1 / floor) * 1e6:.0f}. Of it, two env hand-overs (the "
         f"fingerprint; the tool with the snapshot after it) at {env_call:.0f} us (a bare "
-        f"thread hand-over here: {bare:.0f} us)"
+        f"thread hand-over here: {bare:.0f} us; {one_core:.0f} us with both threads kept on "
+        "one core, where no wake crosses cores)"
     )
     rows = [
         Row("1 call cost, 500 vs 20 msgs", f"{long_ms:.2f} ms", f"{short_ms:.2f} ms",
