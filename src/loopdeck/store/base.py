@@ -39,6 +39,20 @@ class StoreError(Exception):
     """The store cannot be used; the message names the file and the problem."""
 
 
+class StoreUnavailable(StoreError):
+    """The store is there but cannot take a write for now: its server is unreachable, another
+    process holds its write lock, or its disk is full. Waited out and retried, never a crash;
+    `cause` names which, for the operator."""
+
+    UNREACHABLE = "unreachable"
+    LOCKED = "locked"
+    DISK_FULL = "disk full"
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 # Where a store is: a SQLite file, or a PostgreSQL URL (`postgresql://user@host/db`).
 Location = Path | str
 

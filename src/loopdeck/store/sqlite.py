@@ -13,7 +13,16 @@ from typing import Any
 
 import aiosqlite
 
-from loopdeck.store.base import APP_ID, SCHEMA_VERSION, SHARED_TABLES, Beats, Store, StoreError, Tx
+from loopdeck.store.base import (
+    APP_ID,
+    SCHEMA_VERSION,
+    SHARED_TABLES,
+    Beats,
+    Store,
+    StoreError,
+    StoreUnavailable,
+    Tx,
+)
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -201,8 +210,14 @@ class SqliteStore(Store):
             )
 
     def explain(self, exc: Exception) -> StoreError:
-        if "locked" in str(exc) or "busy" in str(exc):
-            return StoreError(f"{self.path}: the database is locked by another process ({exc})")
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StoreUnavailable(
+                f"{self.path}: the database is locked by another process ({exc})",
+                StoreUnavailable.LOCKED,
+            )
+        if "disk is full" in text or "No space left" in text:
+            return StoreUnavailable(f"{self.path}: disk full ({exc})", StoreUnavailable.DISK_FULL)
         return StoreError(f"{self.path}: {exc}")
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
