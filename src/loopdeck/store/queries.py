@@ -9,7 +9,7 @@ from typing import Any
 
 from loopdeck.core.events import RunStopped
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
-from loopdeck.store.base import Store
+from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 # Every state but the terminal ones, from the state machine itself: a run waiting for the
@@ -35,7 +35,15 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
     crashed = []
     for row in rows:
         why = runner_gone(row, here=here, now=now, silence_s=silence)
-        if why is not None and await _mark_crashed(store, row["run_id"], why):
+        if why is None:
+            continue
+        try:
+            marked = await _mark_crashed(store, row["run_id"], why)
+        except StoreUnavailable:
+            # A full disk or a held lock: a read never depends on a write; the next reader
+            # marks it.
+            return crashed
+        if marked:
             crashed.append(row["run_id"])
     return crashed
 

@@ -250,10 +250,22 @@ class SqliteStore(Store):
                 yield _SqliteTx(self.db)
                 await self.db.execute("COMMIT")
             except BaseException as exc:
-                await self.db.execute("ROLLBACK")
+                await self._roll_back(exc)
                 if isinstance(exc, sqlite3.Error):
                     raise self.explain(exc) from exc
                 raise
+
+    async def _roll_back(self, cause: BaseException) -> None:
+        """Undo what is left of a failed transaction. On a full disk (and some I/O errors)
+        SQLite has rolled the whole transaction back itself: a ROLLBACK then fails with "no
+        transaction is active", which would hide the true cause. Nothing of the transaction
+        landed either way."""
+        if not self.db.in_transaction:
+            return
+        try:
+            await self.db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            cause.add_note(f"and the rollback failed: {exc}")
 
     async def change_counter(self) -> int:
         """SQLite's own counter of commits by other connections."""
