@@ -148,7 +148,7 @@ async def test_the_call_panel_holds_its_height_only_while_it_follows(hold: bool)
         panel.show(running, hold_height=hold)
         await pilot.pause()
         short = body_lines(app)
-        assert "[b]status[/] running  [b]risk[/] read" in short[0]
+        assert "status running  risk read" in short[0]
         assert short[-1 if not hold else short.index(" ") - 1] == "—"
         if hold:  # blank lines make up the height, and nothing else changed
             assert len(short) == len(tall)

@@ -25,6 +25,7 @@ from loopdeck import collector, lock_switching
 from loopdeck.store.base import Location, shown_location
 from loopdeck.tui import strip_caches, textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
+from loopdeck.tui.shown import toast
 from loopdeck.tui.themes import (
     APP_VARIABLES,
     DEFAULT_THEME,
@@ -154,7 +155,7 @@ class LoopdeckApp(App[int]):
                 chosen = resolved
         self.theme = chosen
         for problem in self.theme_problems:
-            self.notify(problem, title="theme", severity="error", timeout=15)
+            toast(self, problem, title="theme", severity="error", timeout=15)
         if self.prepare is not None:
             self.push_screen(PreparingScreen(self.preparing))
             self._prepare_run()
@@ -217,7 +218,7 @@ class LoopdeckApp(App[int]):
         try:
             prepared = prepare_run(options, approver=queue, answerer=queue)
         except ScenarioError as exc:
-            self.notify(str(exc), title="cannot start", severity="error", timeout=15)
+            toast(self, str(exc), title="cannot start", severity="error", timeout=15)
             return
         screen = RunScreen(LocalLink(prepared, queue, self.db_path), self.now)
         run_id = prepared.runtime.config.run_id

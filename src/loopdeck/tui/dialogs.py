@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -15,8 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalRequest
-from loopdeck.core.text import visible, visible_json
+from loopdeck.core.text import visible_json
 from loopdeck.tui.panels import countdown_text
+from loopdeck.tui.shown import markup, plain
 
 
 @dataclass(frozen=True)
@@ -47,25 +47,40 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
 
     def compose(self) -> ComposeResult:
         r = self.request
+        risk_var = "read" if self.risk == "read" else "write"  # a theme variable's name
         with Vertical(id="approval-box"):
             yield Static(id="approval-title")
             if r.asked_again:
                 yield Static(
-                    f"[b $warning]Asked again:[/] {escape(visible(r.asked_again))}. "
-                    "The earlier approval did not cover this call any more.",
+                    markup(
+                        "[b $warning]Asked again:[/] $again. "
+                        "The earlier approval did not cover this call any more.",
+                        again=r.asked_again,
+                    ),
                     id="approval-again",
                 )
             yield Static(
-                f"[b]{escape(visible(r.tool))}[/]   risk [b $risk-{self.risk}]{self.risk}[/]   "
-                f"[b]call[/] {r.call_id}\n"
-                f"[b]plan step[/] {escape(visible(r.plan_step or '—'))}\n"
-                f"[b]why[/] {escape(visible(r.rationale)) if r.rationale else '[dim]no text[/]'}",
+                markup(
+                    f"[b]$tool[/]   risk [b $risk-{risk_var}]$risk[/]   [b]call[/] $call\n"
+                    "[b]plan step[/] $step\n"
+                    "[b]why[/] " + ("$why" if r.rationale else "[dim]no text[/]"),
+                    tool=r.tool,
+                    risk=self.risk,
+                    call=r.call_id,
+                    step=r.plan_step or "—",
+                    why=r.rationale,
+                ),
                 id="approval-meta",
             )
             with VerticalScroll(id="approval-args"):
-                yield Static(escape(visible_json(r.args)))
+                yield Static(plain(visible_json(r.args)))
             yield Static(
-                f"[dim]fingerprint {r.fingerprint}   state {r.state_hash}[/]", id="approval-ids"
+                markup(
+                    "[dim]fingerprint $fingerprint   state $state[/]",
+                    fingerprint=r.fingerprint,
+                    state=r.state_hash,
+                ),
+                id="approval-ids",
             )
             yield Static(id="approval-expiry")
             yield Input(
@@ -116,8 +131,9 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
         reason = self.query_one("#reject-reason", Input)
         reason.display = True
         self.query_one("#approval-keys", Static).update(
-            f"Reject [b]{escape(visible(self.request.tool))}[/]: [b]enter[/] reject   "
-            "[b]esc[/] back"
+            markup(
+                "Reject [b]$tool[/]: [b]enter[/] reject   [b]esc[/] back", tool=self.request.tool
+            )
         )
         reason.focus()
 
@@ -198,12 +214,12 @@ class AnswerDialog(ModalScreen[AnswerText | None]):
         with Vertical(id="approval-box"):
             yield Static("[b]The agent asks you[/]", id="answer-title")
             with VerticalScroll(id="approval-args"):
-                yield Static(escape(visible(self.question)), id="answer-question")
+                yield Static(plain(self.question), id="answer-question")
             yield Input(placeholder="your answer, enter sends it to the model", id="answer-text")
             yield Static("[b]enter[/] answer   [b]esc[/] later (the run keeps waiting)")
 
     def on_mount(self) -> None:
-        self.query_one("#approval-box").border_title = f"Question {self.question_id}"
+        self.query_one("#approval-box").border_title = plain(f"Question {self.question_id}")
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

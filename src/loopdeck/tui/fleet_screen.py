@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import Callable
 from datetime import datetime
 
-from rich.markup import escape
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -16,13 +15,14 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 
-from loopdeck.core.text import plural, visible
+from loopdeck.core.text import plural
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
 from loopdeck.store.base import Location, shown_location
 from loopdeck.store.opening import open_store
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import elapsed_text
+from loopdeck.tui.shown import cell, markup, toast
 
 POLL_S = 0.1
 COLUMNS = ("", "run", "env/script", "model", "state", "waiting", "closest budget",
@@ -100,7 +100,7 @@ class FleetScreen(Screen[None]):
         """A toast, and the terminal bell unless `--no-bell`."""
         alerts = self.alerts.check(self.fleet, self.now())
         for alert in alerts:
-            self.notify(alert.text, title="loopdeck", severity=alert.severity)  # type: ignore[arg-type]
+            toast(self, alert.text, title="loopdeck", severity=alert.severity)  # type: ignore[arg-type]
         if alerts and getattr(self.app, "bell_enabled", True):
             self.app.bell()
 
@@ -130,16 +130,16 @@ class FleetScreen(Screen[None]):
         stop_style = self._var("success" if row.stop_reason == "goal_met" else "error")
         return [
             self._mark(row),
-            row.run_id,
-            visible(f"{row.env}/{row.script}"),
-            visible(row.model),
-            state,
+            cell(row.run_id),
+            cell(f"{row.env}/{row.script}"),
+            cell(row.model),
+            cell(state),
             plural(row.pending, "approval") if row.pending else "",
-            Text(closest, style=style),
-            visible(row.last_finding[:60]),
+            cell(closest, style=style),
+            cell(row.last_finding[:60]),
             elapsed_text(row.age_s(now)),
-            Text(row.stop_reason or "", style=stop_style),
-            visible(row.runner),
+            cell(row.stop_reason or "", style=stop_style),
+            cell(row.runner),
         ]
 
     def render_fleet(self) -> None:
@@ -159,10 +159,16 @@ class FleetScreen(Screen[None]):
             if waiting
             else ""
         )
-        shown = f" · filter “{visible(self.filter_text)}”" if self.filter_text else ""
+        shown = " · filter “$filter”" if self.filter_text else ""
         self.query_one("#fleet-header", Static).update(
-            f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
-            f" · [dim]{escape(shown_location(self.db_path))}[/]"
+            markup(
+                f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
+                f"{' · [b $error]$outage[/]' if self.fleet.outage.since else ''}"
+                " · [dim]$store[/]",
+                filter=self.filter_text,
+                outage=self.fleet.outage.text,
+                store=shown_location(self.db_path),
+            )
         )
 
     def selected_run(self) -> str | None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -16,14 +15,16 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
+from textual.worker import Worker, WorkerState
 
-from loopdeck.core.text import plural, visible, visible_json
+from loopdeck.core.text import plural, visible_json
 from loopdeck.core.timeouts import bounded
-from loopdeck.store import queries
-from loopdeck.store.base import Location, Store
+from loopdeck.store import deciding, queries
+from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
+from loopdeck.tui.shown import cell, markup, toast
 
 POLL_S = 0.1
 
@@ -50,6 +51,8 @@ class InboxScreen(Screen[None]):
         self.entries: list[dict[str, Any]] = []
         self.store: Store | None = None
         self._counter = -1
+        # Decisions on their way to the store, by call key: shown in place of the countdown.
+        self._deciding: dict[str, str] = {}
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
 
@@ -77,10 +80,12 @@ class InboxScreen(Screen[None]):
         try:
             while not self._stop_following.is_set():
                 counter = await queries.change_counter(self.store)
+                # A store that cannot be read for now keeps the entries; the next tick reads.
                 if counter != self._counter:
-                    self._counter = counter
-                    self.entries = await self._load(self.store)
-                    self.post_message(InboxChanged())
+                    with contextlib.suppress(StoreUnavailable):
+                        self.entries = await self._load(self.store)
+                        self._counter = counter
+                        self.post_message(InboxChanged())
                 with contextlib.suppress(TimeoutError):
                     await bounded(self._stop_following.wait(), POLL_S)
         finally:
@@ -147,13 +152,14 @@ class InboxScreen(Screen[None]):
             else:
                 left = (entry["expires"] - now).total_seconds()
                 when = "expired" if left <= 0 else countdown_text(left)
+            when = self._deciding.get(entry["call_key"], when)
             table.add_row(
                 when,
-                entry["run_id"],
-                visible(entry["env"]),
-                entry["call_id"],
-                visible(entry["tool"]),
-                visible(entry["plan_step"][:40]),
+                cell(entry["run_id"]),
+                cell(entry["env"]),
+                cell(entry["call_id"]),
+                cell(entry["tool"]),
+                cell(entry["plan_step"][:40]),
                 key=entry["call_key"],
             )
         if chosen in table.rows:
@@ -185,26 +191,31 @@ class InboxScreen(Screen[None]):
         if entry is None:
             body.update("[dim]nothing waiting for you[/dim]")
             return
+        ids = {"run": entry["run_id"], "env": entry["env"], "call": entry["call_id"]}
         if "question" in entry:
             body.update(
-                f"[b]run[/] {entry['run_id']} · {escape(visible(entry['env']))}   "
-                f"[b]question[/] {entry['call_id']}\n[b]the agent asks you[/]\n"
-                f"{escape(visible(entry['question']))}\n\n[b]a[/] answer it"
+                markup(
+                    "[b]run[/] $run · $env   [b]question[/] $call\n[b]the agent asks you[/]\n"
+                    "$question\n\n[b]a[/] answer it",
+                    question=entry["question"],
+                    **ids,
+                )
             )
             return
-        again = (
-            f"[b $warning]asked again:[/] {escape(visible(entry['asked_again']))}\n"
-            if entry["asked_again"]
-            else ""
-        )
-        rationale = escape(visible(entry["rationale"])) if entry["rationale"] else "[dim]no text[/]"
+        again = "[b $warning]asked again:[/] $again\n" if entry["asked_again"] else ""
+        why = "$why" if entry["rationale"] else "[dim]no text[/]"
         body.update(
-            f"[b]run[/] {entry['run_id']} · {escape(visible(entry['env']))}   "
-            f"[b]call[/] {entry['call_id']}   [b]tool[/] {escape(visible(entry['tool']))}   "
-            "risk [b $risk-write]write[/]\n"
-            f"[b]plan step[/] {escape(visible(entry['plan_step'] or '—'))}\n"
-            f"[b]why[/] {rationale}\n{again}"
-            f"[b]arguments[/]\n{escape(visible_json(entry['args']))}"
+            markup(
+                "[b]run[/] $run · $env   [b]call[/] $call   [b]tool[/] $tool   "
+                "risk [b $risk-write]write[/]\n"
+                f"[b]plan step[/] $step\n[b]why[/] {why}\n{again}[b]arguments[/]\n$args",
+                tool=entry["tool"],
+                step=entry["plan_step"] or "—",
+                why=entry["rationale"],
+                again=entry["asked_again"],
+                args=visible_json(entry["args"]),
+                **ids,
+            )
         )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -242,32 +253,73 @@ class InboxScreen(Screen[None]):
 
     @work(group="inbox-decide", exit_on_error=False, description="answer from the inbox")
     async def _answer(self, entry: dict[str, Any], text: str) -> None:
-        if self.store is None or not text:
+        store = self.store
+        if store is None or not text:
             return
-        won = await queries.answer(
-            self.store, entry["run_id"], text, "console inbox", question_id=entry["call_id"]
-        )
-        if not won:
-            self.notify(f"{entry['call_id']} was already answered", severity="warning")
-        self.entries = [e for e in self.entries if e is not entry]
-        self.render_inbox()
+
+        async def record(tell: deciding.Tell) -> bool:
+            return await deciding.answer(
+                store, entry["run_id"], text, "console inbox", question_id=entry["call_id"],
+                tell=tell,
+            )  # fmt: skip
+
+        await self._record(entry, record, "was already answered")
 
     @work(group="inbox-decide", exit_on_error=False, description="decide from the inbox")
     async def _decide(self, entry: dict[str, Any], approved: bool, reason: str) -> None:
-        if self.store is None:
+        store = self.store
+        if store is None:
             return
-        won = await queries.decide(
-            self.store,
-            entry["run_id"],
-            entry["call_id"],
-            approved=approved,
-            by="console inbox",
-            reason=reason or ("" if approved else "rejected by the operator"),
-        )
-        if not won:
-            self.notify(f"{entry['call_id']} was already decided", severity="warning")
-        self.entries = [e for e in self.entries if e is not entry]
+
+        async def record(tell: deciding.Tell) -> bool:
+            return await deciding.decide(
+                store, entry["run_id"], entry["call_id"], approved=approved, by="console inbox",
+                reason=reason or ("" if approved else "rejected by the operator"), tell=tell,
+            )  # fmt: skip
+
+        await self._record(entry, record, "was already decided")
+
+    async def _record(
+        self,
+        entry: dict[str, Any],
+        record: Callable[[deciding.Tell], Awaitable[bool]],
+        lost: str,
+    ) -> None:
+        """One decision to the store: its entry says so while it waits (a held lock is
+        retried, the operator told); a store error is shown and the entry stays pending."""
+        key = f"{entry['run_id']}/{entry['call_id']}"
+        if key in self._deciding:
+            toast(self, f"{entry['call_id']}: your decision is on its way to the store")
+            return
+        self._deciding[key] = "sending…"
         self.render_inbox()
+
+        def tell(message: str) -> None:
+            self._deciding[key] = "retrying…"
+            toast(self, message, title="store", severity="warning", timeout=10)
+            self.render_inbox()
+
+        try:
+            won = await record(tell)
+        except StoreError as exc:
+            toast(self, str(exc), title="not recorded", severity="error", timeout=30)
+            return
+        finally:
+            self._deciding.pop(key, None)
+            self.render_inbox()
+        if not won:
+            toast(self, f"{entry['call_id']} {lost}", severity="warning")
+        self.entries = [e for e in self.entries if e.get("call_key") != key]
+        self.render_inbox()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        """A worker of the inbox that failed (the store would not open, a decision broke) is
+        said, never silent."""
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            failed = f"{event.worker.description} failed: {type(error).__name__}: {error}"
+            toast(self, failed, title="inbox", severity="error", timeout=30)
 
     def action_close(self) -> None:
         box = self.query_one("#inbox-reason", Input)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +12,7 @@ from textual.widgets.option_list import Option
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.launch import list_envs
 from loopdeck.tui.keys_bar import KeysBar
+from loopdeck.tui.shown import markup
 
 
 class LauncherScreen(Screen[tuple[str, str]]):
@@ -33,15 +33,16 @@ class LauncherScreen(Screen[tuple[str, str]]):
         options: list[Option] = []
         for env in list_envs():
             if env.get("error"):
-                options.append(
-                    Option(
-                        f"[b $error]{escape(env['env'])}[/]  {escape(env['error'])}", disabled=True
-                    )
-                )
+                label = markup("[b $error]$env[/]  $error", env=env["env"], error=env["error"])
+                options.append(Option(label, disabled=True))
                 continue
             for script, description in env["scripts"].items():
-                name, about = escape(env["env"]), escape(description)
-                label = f"[b]{name}[/] · {escape(script):<16} [dim]{about}[/]"
+                label = markup(
+                    "[b]$env[/] · $script [dim]$about[/]",
+                    env=env["env"],
+                    script=f"{script:<16}",
+                    about=description,
+                )
                 options.append(Option(label, id=f"{env['path']}\n{script}"))
         yield OptionList(*options, id="launcher-list")
         yield KeysBar()

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from rich.cells import cell_len
-from rich.markup import escape
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
-from loopdeck.core.text import number, plural, visible, visible_json
+from loopdeck.core.text import number, plural, visible_json
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
+from loopdeck.tui.shown import markup as shown_markup
+from loopdeck.tui.shown import plain
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -44,25 +47,35 @@ CAP_LABELS = [
 ]
 
 
-def paint(widget: Static, markup: str, width: int | None = None) -> None:
+def paint(
+    widget: Static, markup: str, values: Mapping[str, str] | None = None, width: int | None = None
+) -> None:
     """Update only on a change: an unchanged panel is not drawn again, which is most of them
     on most frames of a runaway. Panels whose size the stylesheet fixes skip the layout pass;
-    so does content that keeps its height in `width` columns (see `_same_height`)."""
-    before = getattr(widget, "_painted", None)
-    if before == markup:
+    so does content that keeps its height in `width` columns (see `_same_height`).
+
+    `markup` is loopdeck's own; outside text goes in `values`, shown in the `$name` slots as
+    written (`shown.markup`), never parsed. `_painted` keeps the plain text on screen."""
+    key = (markup, values)
+    if getattr(widget, "_painted_key", None) == key:
         return
-    widget._painted = markup  # type: ignore[attr-defined]
+    content = shown_markup(markup, **(values or {}))
+    before = getattr(widget, "_painted", None)
+    widget._painted_key = key  # type: ignore[attr-defined]
+    widget._painted = content.plain  # type: ignore[attr-defined]
     layout = not isinstance(widget, FixedSize)
     if layout and width is not None and before is not None:
-        layout = not _same_height(before, markup, width)
-    widget.update(markup, layout=layout)
+        layout = not _same_height(before, content.plain, width)
+    widget.update(content, layout=layout)
 
 
-def title(widget: Widget, text: str, *, sub: bool = False) -> None:
+def title(widget: Widget, text: str | Content, *, sub: bool = False) -> None:
     """Set a border title (or subtitle) only when it changes: Textual parses the markup and
-    repaints every line of the widget on each assignment, same title or not."""
+    repaints every line of the widget on each assignment, same title or not. A `str` is
+    loopdeck's markup; a title holding outside text is `Content` (`shown.plain`)."""
     name = "_subtitle_set" if sub else "_title_set"
-    if getattr(widget, name, None) == text:
+    before = getattr(widget, name, None)
+    if type(before) is type(text) and before == text:
         return
     setattr(widget, name, text)
     if sub:
@@ -72,10 +85,9 @@ def title(widget: Widget, text: str, *, sub: bool = False) -> None:
 
 
 def _same_height(before: str, after: str, width: int) -> bool:
-    """True if both texts are as many lines as they have and no line wraps: then they take the
-    same height, and a layout pass (a reflow and a repaint of the whole screen) is not needed.
-    Markup is never narrower than what it shows (but for tabs, which are expanded), so a markup
-    line that fits shows as one line."""
+    """True if both plain texts are as many lines as they have and no line wraps: then they
+    take the same height, and a layout pass (a reflow and a repaint of the whole screen) is not
+    needed. Tabs are expanded, so a text with one is measured by the layout."""
     lines = after.split("\n")
     if len(lines) != before.count("\n") + 1 or "\t" in after or "\t" in before:
         return False
@@ -133,11 +145,12 @@ class OutcomePanel(VerticalScroll):
             return
         var = "$success" if view.stop_reason == "goal_met" else "$error"
         reason = view.stop_reason or ""
-        title(self, f"Stopped · {reason}")
+        title(self, plain(f"Stopped · {reason}"))
         label = "question" if reason == "ask_user" else "detail"
         paint(
             self.query_one("#outcome-body", Static),
-            f"[b {var}]{reason.upper()}[/]  [b]{label}[/] {escape(visible(view.stop_detail))}",
+            f"[b {var}]$reason[/]  [b]{label}[/] $detail",
+            {"reason": reason.upper(), "detail": view.stop_detail},
         )
 
 
@@ -161,13 +174,15 @@ class PlanPanel(FixedSize, Static):
             self,
             f"Plan · round {shown} of {len(rounds)}" + (" · [ ] browse" if len(rounds) > 1 else ""),
         )
-        lines = []
+        lines: list[str] = []
+        steps: dict[str, str] = {}
         for index, step in enumerate(view.plans[shown], 1):
+            steps[f"s{index}"] = step
             if live and view.plan_step == index:
-                lines.append(f"[b $accent]▶ {index}. {escape(step)}[/]")
+                lines.append(f"[b $accent]▶ {index}. $s{index}[/]")
             else:
-                lines.append(f"  {index}. {escape(step)}")
-        paint(self, "\n".join(lines))
+                lines.append(f"  {index}. $s{index}")
+        paint(self, "\n".join(lines), steps)
 
     def browse(self, view: RunView, delta: int) -> None:
         rounds = sorted(view.plans)
@@ -229,18 +244,15 @@ class BudgetPanel(FixedSize, Static):
             lines.append(
                 f"[b $warning]waiting on you {elapsed_text(operator_s)}[/] [dim]not charged[/]"
             )
+        error = ""
         if view.model_retries:
-            error = escape(visible(view.last_model_error[:40]))
+            error = view.last_model_error[:40]
             n = view.model_retries
             retries = f"{n} model {'retry' if n == 1 else 'retries'}"
-            lines.append(f"[b $warning]↻ {retries}[/] [dim]{error}[/]")
-        if view.last_compaction:
-            before, after = view.last_compaction
-            lines.append(
-                f"[dim]context compacted x{view.compactions}: "
-                f"{number(before)}→{number(after)} tokens[/]"
-            )
-        paint(self, "\n".join(lines))
+            lines.append(f"[b $warning]↻ {retries}[/] [dim]$error[/]")
+        if view.context_note:  # our own words and figures: no outside text
+            lines.append(f"[dim]{view.context_note}[/]")
+        paint(self, "\n".join(lines), {"error": error})
 
 
 class FindingsPanel(VerticalScroll):
@@ -252,12 +264,15 @@ class FindingsPanel(VerticalScroll):
         if not view.verdicts:
             paint(body, "[dim]no review yet[/dim]")
             return
-        lines = []
+        lines: list[str] = []
+        said: dict[str, str] = {}
         for verdict in view.verdicts:
             var = VERDICT_VAR.get(verdict.verdict, "$foreground")
             lines.append(f"round {verdict.round}  [b {var}]{verdict.verdict.upper()}[/]")
-            lines.extend(f"  · {escape(visible(reason))}" for reason in verdict.reasons)
-        paint(body, "\n".join(lines))
+            for reason in verdict.reasons:
+                said[f"r{len(said)}"] = reason
+                lines.append(f"  · $r{len(said) - 1}")
+        paint(body, "\n".join(lines), said)
 
 
 class CallDetail(VerticalScroll):
@@ -277,28 +292,37 @@ class CallDetail(VerticalScroll):
             title(self, "Call")
             paint(body, "[dim]select a call to see its arguments and result[/dim]")
             return
-        title(self, f"Call {row.call_id} · {escape(visible(row.tool))}")
-        args = escape(visible_json(row.args))
-        result = escape(visible_json(row.result)) if row.result else "—"
-        approval = f"[b]approval[/] {escape(visible(decided))}\n" if decided else ""
+        title(self, plain(f"Call {row.call_id} · {row.tool}"))
+        values = {
+            "args": visible_json(row.args),
+            "result": visible_json(row.result) if row.result else "—",
+            "decided": decided,
+            "fingerprint": row.fingerprint,
+            "state": row.state_hash,
+        }
+        approval = "[b]approval[/] $decided\n" if decided else ""
         ms = (
             "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
         )
         text = (
             f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
-            f"[b]fingerprint[/] {row.fingerprint}  [b]state[/] {row.state_hash}\n"
-            f"{approval}[b]arguments[/]\n{args}\n[b]result[/]\n{result}"
+            "[b]fingerprint[/] $fingerprint  [b]state[/] $state\n"
+            f"{approval}[b]arguments[/]\n$args\n[b]result[/]\n$result"
         )
         shown = getattr(body, "_painted", None)
         if hold_height and shown is not None:
-            text += "\n " * (shown.count("\n") - text.count("\n"))
-        paint(body, text, width=body.content_size.width)
+            lines = text.count("\n") + sum(value.count("\n") for value in values.values())
+            text += "\n " * (shown.count("\n") - lines)
+        paint(body, text, values, width=body.content_size.width)
 
 
 class GoalLine(Static):
     def show(self, view: RunView) -> None:
-        goal = escape(visible(view.goal)) if view.goal else "[dim]…[/dim]"
-        paint(self, f"[b]goal[/] {goal}")
+        paint(
+            self,
+            "[b]goal[/] $goal" if view.goal else "[b]goal[/] [dim]…[/dim]",
+            {"goal": view.goal},
+        )
 
 
 class RunHeader(FixedSize, Static):
@@ -312,20 +336,22 @@ class RunHeader(FixedSize, Static):
         pending: int,
         frame: int = 0,
         elsewhere: int = 0,
+        outage: str = "",
     ) -> None:
         state = view.shown_state
-        badge = ""
+        badge = " [b $error]$outage[/]" if outage else ""  # the store cannot be read for now
         if pending:
-            badge = f" [b reverse $warning] ⚠ {plural(pending, 'approval')} waiting · w [/]"
+            badge += f" [b reverse $warning] ⚠ {plural(pending, 'approval')} waiting · w [/]"
         if elsewhere:
             badge += f" [b $warning]+{elsewhere} in other runs · i[/]"
         spin = f"{SPINNER[frame % len(SPINNER)]} " if not view.finished and view.run_id else ""
         waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"
-        script = f"/{escape(view.script)}" if view.script else ""
+        script = "/$script" if view.script else ""
         paint(
             self,
             f"{spin}[b reverse $accent] {state} [/]{badge} · ⏱ {elapsed_text(agent_s)}{waited}"
-            f" · run [b]{run}[/] · [b]{escape(view.env)}[/]{script} · {escape(view.model)}"
-            " · [dim]loopdeck[/]",
-        )
+            f" · run [b]$run[/] · [b]$env[/]{script} · $model · [dim]loopdeck[/]",
+            {"run": run, "env": view.env, "script": view.script or "", "model": view.model,
+             "outage": outage},
+        )  # fmt: skip

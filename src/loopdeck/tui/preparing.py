@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from loopdeck.tui.keys_bar import KeysBar
+from loopdeck.tui.shown import markup
 
 
 class PreparingScreen(Screen[None]):
@@ -31,9 +32,13 @@ class PreparingScreen(Screen[None]):
         self.what = what
 
     def compose(self) -> ComposeResult:
-        about = f" · {self.what}" if self.what else ""
+        about = " · $what" if self.what else ""
         yield Static(
-            f"[b]loopdeck[/b]{about}\n[dim]preparing the run: the env, the model, the store…[/]",
+            markup(
+                f"[b]loopdeck[/b]{about}\n"
+                "[dim]preparing the run: the env, the model, the store…[/]",
+                what=self.what,
+            ),
             id="preparing",
         )
         yield KeysBar()

@@ -22,6 +22,7 @@ from loopdeck.core.text import plural
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.store.base import StoreError
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import (
     AnswerDialog,
@@ -43,6 +44,7 @@ from loopdeck.tui.panels import (
     StateMachinePanel,
     title,
 )
+from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 FRAME_INTERVAL_S = 1 / 20
@@ -180,6 +182,10 @@ class RunScreen(Screen[None]):
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "runtime":
+            if event.state is WorkerState.ERROR:  # a decision's worker: said, never silent
+                error = event.worker.error
+                failed = f"{event.worker.description} failed: {type(error).__name__}: {error}"
+                toast(self, failed, severity="error", timeout=30)
             return
         if event.state is WorkerState.SUCCESS:
             self.outcome = event.worker.result
@@ -192,7 +198,7 @@ class RunScreen(Screen[None]):
             self.flush()
             self.view.stop_reason = "crashed"
             self.view.stop_detail = f"{type(event.worker.error).__name__}: {event.worker.error}"
-            self.notify(self.view.stop_detail, title="run crashed", severity="error", timeout=30)
+            toast(self, self.view.stop_detail, title="run crashed", severity="error", timeout=30)
             self.render_view()
             self.refresh_bindings()
         else:
@@ -296,8 +302,9 @@ class RunScreen(Screen[None]):
         agent_s, operator_s = self.view.times(self.clock_now())
         pending = len(self.link.pending()) + len(self.link.questions())
         elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending)
+        outage = getattr(self.link, "store_outage", "")  # an attached run's store, unreadable
         self.query_one(RunHeader).show(
-            self.view, agent_s, operator_s, pending, self._frame, elsewhere
+            self.view, agent_s, operator_s, pending, self._frame, elsewhere, outage
         )
 
     def _render_budgets(self) -> None:
@@ -339,7 +346,9 @@ class RunScreen(Screen[None]):
         if self._transcript_screen is not None:
             return
         self.flush()
-        title = f"[b]Transcript[/] · run {self.view.run_id or '…'} · esc returns to the run"
+        title = markup(
+            "[b]Transcript[/] · run $run · esc returns to the run", run=self.view.run_id or "…"
+        )
         self._transcript_screen = TranscriptScreen(self.transcript, title)
 
         def closed(_: None) -> None:
@@ -411,17 +420,34 @@ class RunScreen(Screen[None]):
             return
         self._send_answer(answer)
 
+    def _tell(self, message: str) -> None:
+        """A decision waiting for the store (a lock held elsewhere), and when it lands."""
+        toast(self, message, title="store", severity="warning", timeout=10)
+
     @work(group="decisions", exit_on_error=False, description="answer the agent")
     async def _send_answer(self, answer: AnswerText) -> None:
-        if not await self.link.answer(answer.question_id, answer.text, "console"):
-            self.notify(f"{answer.question_id} was already answered", severity="warning")
+        try:
+            won = await self.link.answer(answer.question_id, answer.text, "console", self._tell)
+        except StoreError as exc:  # still waiting: its dialog comes back
+            toast(self, str(exc), title="answer not recorded", severity="error", timeout=30)
+        else:
+            if not won:
+                toast(self, f"{answer.question_id} was already answered", severity="warning")
         self._offer_next()
 
     @work(group="decisions", exit_on_error=False, description="record an approval decision")
     async def _decide(self, answer: ApprovalAnswer) -> None:
-        won = await self.link.decide(answer.call_id, answer.approved, answer.reason, "console")
-        if not won:
-            self.notify(f"{answer.call_id} was already decided", severity="warning")
+        """The store takes it here, off the runtime: a store error is shown and the request
+        stays pending (its dialog comes back), the run goes on waiting."""
+        try:
+            won = await self.link.decide(
+                answer.call_id, answer.approved, answer.reason, "console", self._tell
+            )
+        except StoreError as exc:
+            toast(self, str(exc), title="decision not recorded", severity="error", timeout=30)
+        else:
+            if not won:
+                toast(self, f"{answer.call_id} was already decided", severity="warning")
         self._offer_next()
 
     def action_approvals(self) -> None:

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Input, RichLog, Static
@@ -20,6 +21,7 @@ from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.in_place import grows_in_place, rescroll
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.paint_style import StylePerPaint
+from loopdeck.tui.shown import plain
 
 KIND_VAR = {
     "goal": "accent",
@@ -177,7 +179,7 @@ class TranscriptScreen(Screen[None]):
         Binding("end", "follow", "Follow", id="transcript.follow"),
     ]
 
-    def __init__(self, transcript: Transcript, title: str) -> None:
+    def __init__(self, transcript: Transcript, title: Content) -> None:
         super().__init__()
         self.transcript = transcript
         self.title_text = title
@@ -225,9 +227,11 @@ class TranscriptScreen(Screen[None]):
         if not text.strip():
             log.border_subtitle = ""
         elif found:
-            log.border_subtitle = f"“{text}” · match {log.match_index + 1} of {found} · n / N"
+            log.border_subtitle = plain(
+                f"“{text}” · match {log.match_index + 1} of {found} · n / N"
+            )
         else:
-            log.border_subtitle = f"“{text}” · no match"
+            log.border_subtitle = plain(f"“{text}” · no match")
 
     def action_follow(self) -> None:
         self.query_one(TranscriptLog).scroll_end(animate=False)
