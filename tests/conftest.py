@@ -77,6 +77,8 @@ def _private_store(
     """Every test records to its own store, never to the user's."""
     path = tmp_path_factory.mktemp("store") / "loopdeck.db"
     monkeypatch.setenv("LOOPDECK_DB", str(path))
+    # The user data dir (where spill files go) is the test's own as well.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
     return path
 
 

@@ -277,7 +277,7 @@ def test_every_event_of_a_run_is_recorded_in_order(tmp_path) -> None:
         assert events[0]["kind"] == "run_started" and events[-1]["kind"] == "run_stopped"
 
 
-async def test_events_the_store_cannot_take_are_spilled_beside_it(tmp_path) -> None:
+async def test_events_the_store_cannot_take_are_spilled_outside_its_folder(tmp_path) -> None:
     from loopdeck.core.events import OperatorCommand
     from loopdeck.store.writer import EventWriter
 
@@ -296,5 +296,7 @@ async def test_events_the_store_cannot_take_are_spilled_beside_it(tmp_path) -> N
         holder.execute("ROLLBACK")
         holder.close()
         await store.close()
+    assert spilled is not None and db.parent not in spilled.parents
     lines = spilled.read_text().splitlines()
-    assert json.loads(lines[0])["command"] == "pause"
+    assert json.loads(lines[0])["store"] == str(db.resolve())  # the header names its store
+    assert json.loads(lines[1])["command"] == "pause"

@@ -29,4 +29,7 @@ class RunConfig(BaseModel):
     max_consecutive_tool_failures: int = 3
     # How long env code waits for a call it abandoned (timed out, killed) before the run stops.
     env_stray_wait_s: float = 10.0
+    # How long the run holds while its store cannot take writes before it stops (policy_block)
+    # rather than act unrecorded.
+    store_hold_s: float = 120.0
     examples: list[str] = Field(default_factory=list)

@@ -48,6 +48,8 @@ class RunStarted(EventBase):
     mode: str
     goal: str
     budget: dict[str, float]
+    # The model's input window in tokens; None: unknown, so the conversation is not compacted.
+    context_window: int | None = None
 
 
 class StateChanged(EventBase):
@@ -211,6 +213,8 @@ class ContextCompacted(EventBase):
     tokens_before: int
     tokens_after: int
     reason: str
+    results_shortened: int = 0
+    turns_dropped: int = 0
 
 
 class OperatorCommand(EventBase):
@@ -224,6 +228,27 @@ class RunCorrected(EventBase):
 
     kind: Literal["run_corrected"] = "run_corrected"
     detail: str
+
+
+class RecordingHeld(EventBase):
+    """The run holds: its store cannot take writes (`cause`: unreachable, locked, disk full),
+    so it neither calls the model nor dispatches a write until the store is back, for at most
+    `bound_s`. What it emits meanwhile is kept in memory and spilled to `spill`."""
+
+    kind: Literal["recording_held"] = "recording_held"
+    cause: str
+    since: datetime
+    detail: str
+    spill: str | None = None
+    bound_s: float
+
+
+class RecordingResumed(EventBase):
+    """The store took writes again after `held_s` seconds of holding."""
+
+    kind: Literal["recording_resumed"] = "recording_resumed"
+    cause: str
+    held_s: float
 
 
 class RunStopped(EventBase):
@@ -256,6 +281,8 @@ Event = Annotated[
     | ContextCompacted
     | OperatorCommand
     | RunCorrected
+    | RecordingHeld
+    | RecordingResumed
     | RunStopped,
     Field(discriminator="kind"),
 ]

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
-from loopdeck.core.compaction import compact, needs_compaction
+from loopdeck.core.compaction import Compaction, ContextWindow
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, StopRun
 from loopdeck.core.events import ContextCompacted, EventBase, ModelCalled, ModelRetry
@@ -32,47 +32,66 @@ class ModelHost(Protocol):
 
     def emit(self, event: EventBase) -> None: ...
     def publish_budget(self) -> None: ...
+    async def hold_while_unavailable(self) -> None: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
 
 
 class ModelCaller:
     def __init__(self, host: ModelHost) -> None:
         self.rt = host
+        self._window: ContextWindow | None = None
+        self.compactions = 0
+
+    def _context(self) -> ContextWindow | None:
+        """The running estimate for the model's window; None when the window is unknown."""
+        window = getattr(self.rt.model, "context_window", None)
+        count = getattr(self.rt.model, "count_tokens", None)
+        if window is None or count is None:
+            return None
+        if self._window is None or self._window.window != window:
+            overhead = self._window.overhead if self._window is not None else 0
+            self._window = ContextWindow(window, count, overhead)
+        return self._window
 
     def compact(self, conversation: list[dict[str, Any]], reason: str) -> bool:
-        """Compact in place; True if anything got shorter."""
+        """The provider said the prompt overflowed: compact in place; True if it got shorter."""
+        context = self._context()
+        if context is None or not context.tracks(conversation):
+            count = getattr(self.rt.model, "count_tokens", None)
+            if count is None:
+                return False
+            # Not the conversation being tracked (the planner's), or no window known.
+            window = context.window if context else max(1, count(conversation))
+            context = ContextWindow(window, count, context.overhead if context else 0)
+        return self._emit(context.fit(conversation, force=True), reason)
+
+    def keep_in_window(self, conversation: list[dict[str, Any]]) -> None:
+        """Before a call: past half of the window, compact the conversation down to a third."""
+        context = self._context()
+        if context is not None and (done := context.fit(conversation)):
+            self._emit(done, f"prompt above half of the {context.window:,}-token window")
+
+    def _emit(self, done: Compaction | None, reason: str) -> bool:
+        if done is None:
+            return False
         rt = self.rt
-        count = getattr(rt.model, "count_tokens", None)
-        if count is None:
-            return False
-        before = count(conversation)
-        compacted = compact(conversation)
-        after = count(compacted)
-        if after >= before:
-            return False
-        conversation[:] = compacted
+        self.compactions += 1
         rt.emit(
             ContextCompacted(
                 run_id=rt.config.run_id,
                 round=rt.round,
-                tokens_before=before,
-                tokens_after=after,
+                tokens_before=done.tokens_before,
+                tokens_after=done.tokens_after,
                 reason=reason,
+                results_shortened=done.results_shortened,
+                turns_dropped=done.turns_dropped,
             )
         )
         return True
 
-    def keep_in_window(self, conversation: list[dict[str, Any]]) -> None:
-        window = getattr(self.rt.model, "context_window", None)
-        count = getattr(self.rt.model, "count_tokens", None)
-        if window is None or count is None:
-            return
-        while needs_compaction(count(conversation), window):
-            if not self.compact(conversation, f"prompt above half of the {window}-token window"):
-                return
-
     async def call(self, request: ModelRequest) -> ModelReply:
         rt = self.rt
+        await rt.hold_while_unavailable()  # never a model call the store cannot record
         rt.ledger.before_model_call()
         attempt = 0
         compacted_for_overflow = False
@@ -106,6 +125,8 @@ class ModelCaller:
                 )
             )
             await rt.interruptible(asyncio.sleep(delay))
+        if self._window is not None:
+            self._window.observe(request.messages, reply.prompt_tokens)
         rt.ledger.record_model_call(reply.total_tokens, reply.cost_usd)
         rt.emit(
             ModelCalled(

@@ -55,6 +55,11 @@ class RunOutcome(BaseModel):
     stray: str | None = None
     # Time the run waited on the operator (paused, or a write awaiting approval).
     operator_wait_s: float = 0.0
+    # The model's input window (None: unknown, so never compacted) and how often it was.
+    context_window: int | None = None
+    compactions: int = 0
+    # Each time the run held because its store could not take writes, said for the operator.
+    recording_held: list[str] = Field(default_factory=list)
 
     def summary_json(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"calls"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from loopdeck.core.approvals import Answer, Answerer, Approver
 from loopdeck.core.budget_pause import BudgetPause
@@ -47,6 +47,7 @@ from loopdeck.core.prompts import (
     planner_messages,
     react_messages,
 )
+from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
@@ -56,12 +57,6 @@ __all__ = ["Journal", "RunConfig", "Runtime"]
 
 T = TypeVar("T")
 ANSWER_CAP = 4000
-
-
-class Journal(Protocol):
-    """Where events become durable; `flush()` returns once everything emitted so far is."""
-
-    async def flush(self) -> None: ...
 
 
 class Runtime:
@@ -100,6 +95,7 @@ class Runtime:
         self.plan: list[str] = []
         self.outcome: RunOutcome | None = None
         self.journal: Journal | None = None
+        self.recording = RecordingHold(self)
         self._stop: StopRun | None = None
 
     # -- the operator's controls -------------------------------------------------------
@@ -208,16 +204,14 @@ class Runtime:
             self.publish_budget()
 
     async def flush_journal(self) -> None:
-        """Before a write: its approval must be durable, or the write does not run."""
-        if self.journal is None:
-            return
-        try:
-            await self.journal.flush()
-        except Exception as exc:  # the store failed: refuse the write rather than run it blind
-            raise StopRun(
-                StopReason.POLICY_BLOCK,
-                f"the approval could not be recorded, so the write did not run: {exc}",
-            ) from exc
+        """Before a write: its approval must be durable, or the write does not run; a store
+        that cannot take writes for now holds the run (`RecordingHold`)."""
+        await self.recording.flush()
+
+    async def hold_while_unavailable(self) -> None:
+        """Before a model call: while the store cannot record, the run does not act."""
+        if self.journal is not None and self.journal.outage is not None:
+            await self.recording.wait()
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         return await self.control.interruptible(awaitable, by_cancel=by_cancel)
@@ -228,20 +222,13 @@ class Runtime:
         try:
             await self._prepare_model()
         except Interrupted as interrupted:
+            # Killed while its model loaded (a signal, the kill key): the record still has
+            # the run's start before its stop.
+            self._announce()
             self._stop = interrupted.as_stop()
             return self._finish()
         self.ledger.start_clock()
-        self.emit(
-            RunStarted(
-                run_id=cfg.run_id,
-                env=cfg.env,
-                script=cfg.script,
-                model=cfg.model,
-                mode=cfg.mode,
-                goal=cfg.goal,
-                budget=cfg.budget.model_dump(),
-            )
-        )
+        self._announce()
         self.publish_budget()
         self._arm_deadline()
         try:
@@ -267,6 +254,21 @@ class Runtime:
             if self._deadline is not None:
                 self._deadline.cancel()
         return self._finish()
+
+    def _announce(self) -> None:
+        cfg = self.config
+        self.emit(
+            RunStarted(
+                run_id=cfg.run_id,
+                env=cfg.env,
+                script=cfg.script,
+                model=cfg.model,
+                mode=cfg.mode,
+                goal=cfg.goal,
+                budget=cfg.budget.model_dump(),
+                context_window=getattr(self.model, "context_window", None),
+            )
+        )
 
     async def _prepare_model(self) -> None:
         """Load the model's client library before the clock starts: an import is not the
@@ -319,6 +321,9 @@ class Runtime:
             findings=list(self.findings),
             calls=self.calls.records,
             stray=stray,
+            context_window=getattr(self.model, "context_window", None),
+            compactions=self.model_calls.compactions,
+            recording_held=list(self.recording.held),
         )
         return self.outcome
 

@@ -109,6 +109,9 @@ class Scenario(BaseModel):
     pause_at: float | None = Field(default=None, gt=0, lt=1)
     # With an operator attached: how long a detected loop waits for their say.
     loop_answer_s: float = Field(default=60.0, gt=0)
+    # How long a run holds while its store cannot take writes, then stops rather than act
+    # unrecorded.
+    store_hold_s: float = Field(default=120.0, gt=0)
     model_timeout_s: float = Field(default=60.0, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
     model_profile: dict[str, Any] = Field(default_factory=dict)

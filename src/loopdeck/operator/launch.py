@@ -118,6 +118,7 @@ def prepare_run(
         approval_ttl_s=scenario.approval_ttl_s,
         pause_at=options.pause_at if options.pause_at is not None else scenario.pause_at,
         loop_answer_s=scenario.loop_answer_s,
+        store_hold_s=scenario.store_hold_s,
         model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
         examples=scenario.examples,
     )

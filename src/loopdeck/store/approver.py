@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
-from loopdeck.store.base import Store
+from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.writer import EventWriter
 
 POLL_S = 0.1
 
 
+async def _approval_row(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
+    """None also while the store cannot be read for now: the wait goes on (a restarted
+    server, a held lock), it never ends the run."""
+    try:
+        return await queries.approval_state(store, run_id, call_id)
+    except StoreUnavailable:
+        return None
+
+
+async def flush_when_available(writer: EventWriter) -> None:
+    """Everything so far is durable; while the store cannot take writes, wait for it."""
+    while True:
+        await writer.recovered()
+        try:
+            await writer.flush()
+            return
+        except StoreUnavailable:
+            continue  # the writer is in an outage now: wait for its end
+
+
 async def decision_from_store(store: Store, request: ApprovalRequest) -> ApprovalDecision:
     while True:
-        row = await queries.approval_state(store, request.run_id, request.call_id)
+        row = await _approval_row(store, request.run_id, request.call_id)
         if row is not None and row["state"] in ("approved", "rejected"):
             return ApprovalDecision(
                 approved=row["state"] == "approved",
@@ -30,13 +52,15 @@ class StoreApprover:
         self.writer = writer
 
     async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        await self.writer.flush()  # the pending row is visible to other processes from here on
+        await flush_when_available(
+            self.writer
+        )  # the pending row is visible to other processes from here on
         return await decision_from_store(self.store, request)
 
 
 async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answer:
     while True:
-        row = await queries.approval_state(store, run_id, question_id)
+        row = await _approval_row(store, run_id, question_id)
         if row is not None and row["state"] == "answered":
             return Answer(text=row["reason"] or "", by=row["decided_by"] or "store")
         await store.wait_for_change(POLL_S)
@@ -50,5 +74,5 @@ class StoreAnswerer:
         self.writer = writer
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
-        await self.writer.flush()
+        await flush_when_available(self.writer)
         return await answer_from_store(self.store, run_id, question_id)

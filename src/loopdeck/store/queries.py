@@ -9,7 +9,7 @@ from typing import Any
 
 from loopdeck.core.events import RunStopped
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
-from loopdeck.store.base import Store, StoreUnavailable
+from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 # Every state but the terminal ones, from the state machine itself: a run waiting for the
@@ -32,13 +32,13 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
         "SELECT run_id, pid, host, heartbeat_at, pid_started FROM runs"
         f" WHERE state IN {LIVE_STATES}"
     )
-    crashed = []
+    crashed: list[str] = []
     for row in rows:
         why = runner_gone(row, here=here, now=now, silence_s=silence)
         if why is None:
             continue
         try:
-            marked = await _mark_crashed(store, row["run_id"], why)
+            marked = await mark_crashed(store, row["run_id"], why)
         except StoreUnavailable:
             # A full disk or a held lock: a read never depends on a write; the next reader
             # marks it.
@@ -48,7 +48,7 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
     return crashed
 
 
-async def _mark_crashed(store: Store, run_id: str, why: str) -> bool:
+async def mark_crashed(store: Store, run_id: str, why: str) -> bool:
     """The row, the stop event and the withdrawals land together or not at all."""
     detail = f"{why}; it stopped without recording a stop"
     async with store.transaction(run_id) as tx:
@@ -144,9 +144,11 @@ async def pending_approvals(store: Store, run_id: str | None = None) -> list[dic
 
 
 async def decide(
-    store: Store, run_id: str, call_id: str, *, approved: bool, by: str, reason: str = ""
+    store: Store | Tx, run_id: str, call_id: str, *, approved: bool, by: str, reason: str = ""
 ) -> bool:
-    """Exactly one decision wins: False if the call was already decided or is not pending."""
+    """Exactly one decision wins: False if the call was already decided or is not pending.
+    The bare update: an operator's decision goes through `store/deciding.py` (locks waited
+    out, a dead runner refused)."""
     changed = await store.execute(
         "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
         f" WHERE run_id = ? AND call_id = ? AND state = 'pending' AND tool != '{QUESTION}'",
@@ -176,7 +178,7 @@ async def pending_questions(store: Store, run_id: str | None = None) -> list[dic
 
 
 async def answer(
-    store: Store, run_id: str, text: str, by: str, *, question_id: str | None = None
+    store: Store | Tx, run_id: str, text: str, by: str, *, question_id: str | None = None
 ) -> bool:
     """The run's waiting question (or the one named) gets this answer; one answer wins."""
     sql = (

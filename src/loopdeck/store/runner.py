@@ -41,6 +41,10 @@ async def _apply_commands(store: Store, runtime: Runtime, run_id: str) -> None:
             runtime.resume(by=by)
 
 
+class RunAbandoned(Exception):
+    """The runtime was cancelled before it recorded its stop (`RecordedRun.abandon`)."""
+
+
 class RecordedRun:
     """Wires a runtime to the store for the length of one run."""
 
@@ -49,6 +53,18 @@ class RecordedRun:
         self.runtime = runtime
         self.writer = writer
         self.persist_error: str | None = None
+        self.abandoned_by: str | None = None
+        self._running: asyncio.Task[RunOutcome] | None = None
+
+    def abandon(self, by: str) -> bool:
+        """Harder than a kill (a second stop signal): the runtime is cancelled where it is,
+        before its stop; the writer is never cancelled, so what was emitted is committed.
+        False once the runtime has ended (its last events are being committed)."""
+        if self._running is None or self._running.done():
+            return False
+        self.abandoned_by = by
+        self._running.cancel()
+        return True
 
     async def run(self) -> RunOutcome:
         runtime = self.runtime
@@ -63,8 +79,18 @@ class RecordedRun:
         heartbeat.start()
         done = asyncio.Event()
         commands = asyncio.create_task(_serve_commands(self.store, runtime, done))
+        # The runtime in a task of its own: `abandon` can cancel it and nothing else.
+        self._running = asyncio.create_task(runtime.run(), name=f"loopdeck-run-{run_id}")
         try:
-            return await runtime.run()
+            return await self._running
+        except asyncio.CancelledError:
+            outer = asyncio.current_task()
+            if self.abandoned_by is None or (outer is not None and outer.cancelling()):
+                raise
+            raise RunAbandoned(
+                f"run {run_id} was abandoned by {self.abandoned_by} before it recorded its stop;"
+                " every event it emitted is recorded"
+            ) from None
         finally:
             heartbeat.stop()
             done.set()
@@ -74,6 +100,15 @@ class RecordedRun:
             try:
                 await self.writer.close()
             except StoreError as exc:
-                spilled = self.writer.spill()
-                self.persist_error = f"{exc}; the unsaved events are in {spilled}"
+                self.persist_error = self._spilled(exc)
             unsubscribe()
+
+    def _spilled(self, exc: StoreError) -> str:
+        spilled = self.writer.spill()
+        if spilled is not None:
+            return (
+                f"{exc}; the unsaved events are in {spilled}: the next loopdeck process to open"
+                " the store writes them into it"
+            )
+        problems = "; ".join(self.writer.spill_problems) or "nothing was left to write"
+        return f"{exc}; the unsaved events could not be spilled anywhere either ({problems})"

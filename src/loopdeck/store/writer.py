@@ -1,4 +1,10 @@
-"""Appending a run's events in batches; `flush()` is the acknowledgement the runtime awaits."""
+"""Appending a run's events in batches; `flush()` is the acknowledgement the runtime awaits.
+
+While the store cannot take writes (`StoreUnavailable`: unreachable, locked, disk full) the
+writer is in an outage: the events stay queued in order, are spilled outside the store's
+folder (`store/spill.py`), and the commit is tried again with a bounded backoff; the runtime
+holds meanwhile (`Journal.outage`, `recovered()`). The first commit that lands writes the
+queue in order and ends the outage."""
 
 from __future__ import annotations
 
@@ -8,17 +14,25 @@ import json
 import os
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from loopdeck.core.events import EventBase
+from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
-from loopdeck.store.base import Store, StoreError, Tx
+from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
+from loopdeck.store.spill import Spill
 
 BATCH_INTERVAL_S = 0.05
 BATCH_MAX = 512
+# While the store cannot take writes: the next try after 0.1 s, doubling up to 2 s.
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 2.0
+# How long `close` keeps trying a store that cannot take writes before it gives up (spill).
+CLOSE_RETRY_S = 10.0
 # A call asked again (its receipt expired) replaces its row: pending again, undecided.
 ASKED_AGAIN = (
     "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
@@ -63,6 +77,13 @@ class EventWriter:
         # Calls that asked for approval: only their results touch the approvals table, so a
         # read-only runaway's batch is one INSERT, not one statement per event.
         self._asked: set[str] = set()
+        # An outage: the store cannot take writes now; the runtime holds until it ends.
+        self.outage: JournalOutage | None = None
+        self._available = asyncio.Event()
+        self._available.set()
+        self._spill: Spill | None = None
+        self._spilled_through = 0  # the last seq the spill file holds
+        self.close_retry_s = CLOSE_RETRY_S
 
     def __call__(self, event: EventBase) -> None:
         try:
@@ -70,21 +91,29 @@ class EventWriter:
         except Exception:  # never the publisher's problem: the commit reports it
             row = None
         self._queue.append((event, row))
-        if len(self._queue) >= BATCH_MAX:
+        if len(self._queue) >= BATCH_MAX and self.outage is None:  # an outage keeps its pace
             self._wake.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="loopdeck-event-writer")
 
     async def _loop(self) -> None:
+        wait = BATCH_INTERVAL_S
         while not self._closing:
             with contextlib.suppress(TimeoutError):
-                await bounded(self._wake.wait(), BATCH_INTERVAL_S)
+                await bounded(self._wake.wait(), wait)
             self._wake.clear()
             try:
                 await self.flush()
+                wait = BATCH_INTERVAL_S
             except StoreError as exc:
-                self.error = exc  # kept, retried next tick; nothing queued is dropped
+                self.error = exc  # kept, retried; nothing queued is dropped
+                if self.outage is not None:
+                    wait = RETRY_FIRST_S if wait < RETRY_FIRST_S else min(wait * 2, RETRY_MAX_S)
+
+    async def recovered(self) -> None:
+        """Returns once the store takes writes again (at once when it does)."""
+        await self._available.wait()
 
     async def flush(self) -> None:
         """Commit everything queued so far; returns once it is durable. Any failure is a
@@ -95,6 +124,10 @@ class EventWriter:
             batch, self._queue = self._queue, []
             try:
                 await self._commit(batch)
+            except StoreUnavailable as exc:
+                self._queue = batch + self._queue
+                self._enter_outage(exc)
+                raise
             except StoreError:
                 self._queue = batch + self._queue
                 raise
@@ -108,27 +141,82 @@ class EventWriter:
                 raise
             self.acknowledged_seq = batch[-1][0].seq
             self.error = None
+            if self.outage is not None:
+                self._end_outage()
+
+    def _enter_outage(self, exc: StoreUnavailable) -> None:
+        """The store cannot take writes: say so (cause, since, last error) and spill."""
+        since = self.outage.since if self.outage is not None else datetime.now(UTC)
+        spilled = self._spill_queue()
+        self.outage = JournalOutage(
+            cause=exc.cause,
+            since=since,
+            detail=str(exc),
+            spill=None if spilled is None else str(spilled),
+        )
+        self._available.clear()
+
+    def _end_outage(self) -> None:
+        self.outage = None
+        self._available.set()
+        if self._spill is not None:
+            self._spill.release(remove=True)  # everything it held is committed now
+            self._spilled_through = 0
+
+    def _spill_queue(self) -> Path | None:
+        """The spill file holds every queued event (rewritten when more came)."""
+        if not self._queue:
+            return None
+        if self._spill is None:
+            self._spill = Spill(
+                self.store.path,
+                {"run_id": self._queue[0][0].run_id, "pid": self.pid, "host": self.host,
+                 "pid_started": self.pid_started, "approve_mode": self.approve_mode},
+            )  # fmt: skip
+        last = self._queue[-1][0].seq
+        if self._spill.path is not None and last == self._spilled_through:
+            return self._spill.path
+        lines = [row[4] if row is not None else event_json(event) for event, row in self._queue]
+        path = self._spill.write(lines)
+        self._spilled_through = last if path is not None else 0
+        return path
 
     async def close(self) -> None:
+        """Commit what is left; a store that cannot take writes is tried again for up to
+        `close_retry_s`, then the StoreUnavailable goes to the caller (who spills)."""
         # Never cancel the loop: a commit cut short by a cancellation would lose its batch.
         self._closing = True
         self._wake.set()
         if self._task is not None:
             await self._task
-        await self.flush()
+        give_up = time.monotonic() + self.close_retry_s
+        wait = RETRY_FIRST_S
+        while True:
+            try:
+                await self.flush()
+                return
+            except StoreUnavailable:
+                if time.monotonic() + wait > give_up:
+                    raise
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RETRY_MAX_S)
 
     def spill(self) -> Path | None:
-        """Write what could not be committed beside the store, so nothing recorded is lost."""
+        """What could not be committed, in the spill file (outside the store's folder), let go
+        of so that the next loopdeck process to open the store brings it back. None: nothing
+        was left, or nowhere could take it (`spill_problems` says why)."""
         if not self._queue:
             return None
-        run_id = self._queue[0][0].run_id
-        path = self.store.spill_path(run_id)
-        fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as out:
-            for event, _ in self._queue:
-                out.write(event_json(event) + "\n")
-        self._queue = []
+        path = self._spill_queue()
+        if self._spill is not None:
+            self._spill.release(remove=False)
+        if path is not None:
+            self._queue = []
         return path
+
+    @property
+    def spill_problems(self) -> list[str]:
+        return [] if self._spill is None else list(self._spill.problems)
 
     async def _commit(self, batch: list[tuple[EventBase, EventRow | None]]) -> None:
         run_id = batch[0][0].run_id
