@@ -81,6 +81,17 @@ class Cluster:
         )  # fmt: skip
         if done.returncode != 0:
             raise ClusterUnavailable(f"initdb failed: {done.stderr.strip() or done.stdout}")
+        self.start_server()
+        done = self._as_server(
+            str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+            "-U", self.user, "loopdeck",
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ClusterUnavailable(f"createdb failed: {done.stderr.strip()}")
+        return self
+
+    def start_server(self) -> None:
+        """Start the server on its data and port (again, after `stop_server`)."""
         options = f"-p {self.port} -k {self.root} -h 127.0.0.1 -c fsync=off -c max_connections=200"
         done = self._as_server(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
@@ -89,13 +100,23 @@ class Cluster:
         if done.returncode != 0:
             log = (self.root / "log").read_text() if (self.root / "log").exists() else ""
             raise ClusterUnavailable(f"pg_ctl start failed: {done.stderr.strip()} {log[-2000:]}")
+
+    def stop_server(self) -> None:
+        """A fast shutdown, its data kept: every connection is ended, open transactions are
+        rolled back (what `pg_ctl stop -m fast` does to a production server)."""
+        done = self._as_server(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast",
+                               "-w", "stop")  # fmt: skip
+        if done.returncode != 0:
+            raise ClusterUnavailable(f"pg_ctl stop failed: {done.stderr.strip()}")
+
+    def restart(self) -> None:
+        """`pg_ctl restart -m fast`: down and straight back up, same port and data."""
         done = self._as_server(
-            str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
-            "-U", self.user, "loopdeck",
+            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
+            "-m", "fast", "-w", "restart",
         )  # fmt: skip
         if done.returncode != 0:
-            raise ClusterUnavailable(f"createdb failed: {done.stderr.strip()}")
-        return self
+            raise ClusterUnavailable(f"pg_ctl restart failed: {done.stderr.strip()}")
 
     def _run_as_postgres(self) -> None:
         if not NSS_WRAPPER.exists():

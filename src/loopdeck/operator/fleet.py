@@ -2,7 +2,9 @@
 
 `Fleet.refresh` asks SQLite's change counter first; only when something was committed does
 it read the runs table, and only runs whose newest event changed are read further. No
-Textual: the console renders rows, tests read them.
+Textual: the console renders rows, tests read them. A store that cannot be read for now
+(`StoreUnavailable`) is an `outage` the console shows; the first refresh that works after it
+reads every run again: nothing seen before it is trusted.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
-from loopdeck.store.base import Store
+from loopdeck.store.base import Store, StoreUnavailable
 
 CAP_LABELS = {
     "turns": "turns",
@@ -83,6 +86,7 @@ def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
 class Fleet:
     rows: dict[str, FleetRow] = field(default_factory=dict)
     counter: int = -1
+    outage: Outage = field(default_factory=Outage)
 
     @property
     def waiting(self) -> int:
@@ -104,7 +108,19 @@ class Fleet:
         return rows
 
     async def refresh(self, store: Store) -> bool:
-        """True when anything changed since the last refresh."""
+        """True when anything changed since the last refresh (an outage starting or ending
+        counts). While the store cannot be read the rows stay as last read, and every one is
+        read again once it can."""
+        try:
+            changed = await self._refresh(store)
+        except StoreUnavailable as exc:
+            self.counter = -1
+            for row in self.rows.values():
+                row.seen_seq = -1
+            return self.outage.failed(exc)
+        return self.outage.recovered() or changed
+
+    async def _refresh(self, store: Store) -> bool:
         counter = await queries.change_counter(store)
         if counter == self.counter:
             return False

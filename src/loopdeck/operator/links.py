@@ -20,8 +20,9 @@ from loopdeck.core.timeouts import bounded
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun
+from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
-from loopdeck.store.base import Location, Store
+from loopdeck.store.base import Location, Store, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
@@ -149,8 +150,15 @@ class StoreLink:
         self._closing: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         self.phase = "the run's first events from the store"
+        # The store cannot be read for now (its server restarted, say): the header says so.
+        self.outage = Outage()
         # True while full batches come back: the console draws progress, not every batch.
         self.reading_history = False
+
+    @property
+    def store_outage(self) -> str:
+        """"store unreachable since 21:04:10, retrying" while the store cannot be read."""
+        return self.outage.text
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         self._sinks.append(sink)
@@ -167,31 +175,39 @@ class StoreLink:
         try:
             seq, crash_checked, stopped, full = 0, time.monotonic(), False, 0
             while not stopped and not self._closing.is_set():
-                rows = await queries.events_after(self.store, self.run_id, seq, self.BATCH)
-                seq = rows[-1]["seq"] if rows else seq
-                # A long history is read in full batches: the collector waits until the
-                # console caught up (each parsed event dies once folded, never examined).
-                full = full + 1 if len(rows) == self.BATCH else 0
-                self.reading_history = full > 0
-                if 0 < full <= self.HOLD_BATCHES:
-                    history.hold()
-                else:
+                try:
+                    rows = await queries.events_after(self.store, self.run_id, seq, self.BATCH)
+                    seq = rows[-1]["seq"] if rows else seq
+                    # A long history is read in full batches: the collector waits until the
+                    # console caught up (each parsed event dies once folded, never examined).
+                    full = full + 1 if len(rows) == self.BATCH else 0
+                    self.reading_history = full > 0
+                    if 0 < full <= self.HOLD_BATCHES:
+                        history.hold()
+                    else:
+                        history.release()
+                    sinks = list(self._sinks)
+                    for event in parse_rows(rows):
+                        kind = getattr(event, "kind", "")
+                        if kind in NOTED:
+                            self._note(event)
+                        stopped = stopped or kind == "run_stopped"
+                        for sink in sinks:
+                            sink(event)
+                    await self._refresh_pending()
+                    if time.monotonic() - crash_checked >= self.CRASH_CHECK_S and not stopped:
+                        crash_checked = time.monotonic()
+                        await queries.mark_crashed_runners(self.store)
+                except StoreUnavailable as exc:  # said in the header; read again soon
+                    self.outage.failed(exc)
                     history.release()
-                sinks = list(self._sinks)
-                for event in parse_rows(rows):
-                    kind = getattr(event, "kind", "")
-                    if kind in NOTED:
-                        self._note(event)
-                    stopped = stopped or kind == "run_stopped"
-                    for sink in sinks:
-                        sink(event)
-                await self._refresh_pending()
-                if time.monotonic() - crash_checked >= self.CRASH_CHECK_S and not stopped:
-                    crash_checked = time.monotonic()
-                    await queries.mark_crashed_runners(self.store)
+                    await self._wait(self.store)
+                    continue
+                self.outage.recovered()
                 if not stopped and len(rows) < self.BATCH:  # caught up: wait for more
                     await self._wait(self.store)
-            await self._refresh_pending()
+            with contextlib.suppress(StoreUnavailable):
+                await self._refresh_pending()
             return None
         finally:
             history.release()

@@ -8,15 +8,21 @@ never stored. Same guarantees as the SQLite store:
 - one winner per decision: `UPDATE … WHERE state = 'pending'` under row locks;
 - live following by LISTEN/NOTIFY: triggers announce every change to events, approvals,
   commands and a run's state, so waiters wake at once instead of at their next poll.
+
+A server that goes away (restarted, stopped, out of reach) is waited out: a statement that
+finds it gone raises StoreUnavailable ("server unreachable: …"), and every connection (the
+main one, the listener, the heartbeat's) reconnects at its next use, paced by a bounded
+backoff (`store/pg_connection.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import platformdirs
 import psycopg
@@ -28,8 +34,20 @@ from loopdeck.store.base import (
     Beats,
     Store,
     StoreError,
+    StoreUnavailable,
     Tx,
     redact,
+)
+from loopdeck.store.pg_connection import (
+    Backoff,
+    PgBeats,
+    PgTx,
+    Row,
+    connect_options,
+    failure,
+    rows,
+    said,
+    unreachable,
 )
 
 CHANNEL = "loopdeck_changes"
@@ -65,83 +83,6 @@ CREATE OR REPLACE TRIGGER loopdeck_runs AFTER INSERT OR UPDATE OF state ON runs
 """
 
 
-def _sql(statement: str) -> str:
-    """The shared SQL in psycopg's placeholders."""
-    return statement.replace("%", "%%").replace("?", "%s")
-
-
-class Row(tuple[Any, ...]):
-    """A row read by column name or by position, like sqlite3.Row."""
-
-    names: dict[str, int]
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
-            return tuple.__getitem__(self, self.names[key])
-        return tuple.__getitem__(self, key)
-
-    def keys(self) -> list[str]:
-        return list(self.names)
-
-
-def _rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
-    names = {column.name: i for i, column in enumerate(cursor.description or [])}
-
-    def make(values: Sequence[Any]) -> Row:
-        row = Row(values)
-        row.names = names
-        return row
-
-    return make
-
-
-T = TypeVar("T")
-
-
-async def _whole(statement: Coroutine[Any, Any, T]) -> T:
-    """A statement is never cut in the middle: a caller cancelled while it runs stops
-    waiting, and the statement finishes on its own (psycopg's connection lock keeps the next
-    one behind it). A query cut mid-protocol could leave the connection waiting forever."""
-    return await asyncio.shield(statement)
-
-
-class _PgTx:
-    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
-        self.conn = conn
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return await _whole(self._execute(sql, params))
-
-    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        await _whole(self._executemany(sql, rows))
-
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await _whole(self._fetchall(sql, params))
-
-    async def _execute(self, sql: str, params: Sequence[Any]) -> int:
-        cursor = await self.conn.execute(_sql(sql), tuple(params))
-        return int(cursor.rowcount)
-
-    async def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        async with self.conn.cursor() as cursor:
-            await cursor.executemany(_sql(sql), rows)
-
-    async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        cursor = await self.conn.execute(_sql(sql), tuple(params))
-        return list(await cursor.fetchall())
-
-
-class _PgBeats:
-    def __init__(self, url: str, timeout_s: float) -> None:
-        self.conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)))
-
-    def beat(self, run_id: str, at: float) -> None:
-        self.conn.execute("UPDATE runs SET heartbeat_at = %s WHERE run_id = %s", (at, run_id))
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 class PgStore(Store):
     backend = "postgresql"
 
@@ -150,29 +91,38 @@ class PgStore(Store):
     ) -> None:
         self._url = url
         self.path = redact(url)
-        self.conn = conn
+        # None once lost: the next statement connects again (no sooner than the backoff).
+        self.conn: psycopg.AsyncConnection[Row] | None = conn
         self.lock = asyncio.Lock()
-        self._listener = listener
+        self._listener: psycopg.AsyncConnection[Any] | None = listener
         self._changes = 0
         self._changed = asyncio.Event()
         self._listening: asyncio.Task[None] | None = None
         self._closing = False
+        self._closed = asyncio.Event()
+        self._backoff, self._listen_backoff = Backoff(), Backoff()
+        # The listener saw the server go: the main connection, idle and maybe unaware, is
+        # replaced before its next statement instead of failing it.
+        self._suspect = False
 
     @classmethod
     async def connect(cls, url: str, *, create: bool = True) -> PgStore:
         shown = redact(url)
+        options = connect_options(url)
         try:
-            conn = await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=_rows)
+            conn = await psycopg.AsyncConnection.connect(
+                url, autocommit=True, row_factory=rows, **options
+            )
         except psycopg.Error as exc:
             raise StoreError(f"{shown}: cannot open: {exc}".strip()) from exc
         try:
-            listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            listener = await psycopg.AsyncConnection.connect(url, autocommit=True, **options)
         except psycopg.Error as exc:
             await conn.close()
             raise StoreError(f"{shown}: cannot open: {exc}".strip()) from exc
         store = cls(url, conn, listener)
         try:
-            await store._prepare(create)
+            await store._prepare(conn, create)
             await listener.execute(f"LISTEN {CHANNEL}")
         except BaseException:
             await store.close()
@@ -180,14 +130,14 @@ class PgStore(Store):
         store._listening = asyncio.create_task(store._listen(), name="loopdeck-pg-listen")
         return store
 
-    async def _prepare(self, create: bool) -> None:
+    async def _prepare(self, conn: psycopg.AsyncConnection[Row], create: bool) -> None:
         try:
-            async with self.conn.transaction():
-                await self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                 tables = {
                     row[0]
                     for row in await (
-                        await self.conn.execute(
+                        await conn.execute(
                             "SELECT table_name FROM information_schema.tables"
                             " WHERE table_schema = current_schema()"
                         )
@@ -201,12 +151,12 @@ class PgStore(Store):
                             f"{self.path}: not a loopdeck database (it has tables "
                             f"{', '.join(sorted(tables))} but no loopdeck meta)"
                         )
-                    await self.conn.execute(SCHEMA)
-                    await self.conn.execute(
+                    await conn.execute(SCHEMA)
+                    await conn.execute(
                         "INSERT INTO meta (key, value) VALUES ('app', %s), ('schema_version', %s)",
                         (APP_ID, str(SCHEMA_VERSION)),
                     )
-                rows = await (await self.conn.execute("SELECT key, value FROM meta")).fetchall()
+                rows = await (await conn.execute("SELECT key, value FROM meta")).fetchall()
                 meta = {str(row[0]): str(row[1]) for row in rows}
                 if meta.get("app") != APP_ID:
                     raise StoreError(
@@ -219,8 +169,8 @@ class PgStore(Store):
                         f"understands ({SCHEMA_VERSION}); upgrade loopdeck"
                     )
                 if version < SCHEMA_VERSION:  # forward only, in this same transaction
-                    await self.conn.execute(SCHEMA)
-                    await self.conn.execute(
+                    await conn.execute(SCHEMA)
+                    await conn.execute(
                         "UPDATE meta SET value = %s WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),),
                     )
@@ -230,44 +180,137 @@ class PgStore(Store):
     async def _listen(self) -> None:
         """Counts NOTIFYs and wakes waiters. It listens in slices and is never cancelled:
         psycopg's notifies() cut by a cancellation can leave the connection waiting forever,
-        which hung a finished runner at exit; `close` sets the flag and the slice ends."""
-        with contextlib.suppress(psycopg.Error):
-            while not self._closing:
-                async for _ in self._listener.notifies(timeout=LISTEN_SLICE_S):
-                    self._changes += 1
-                    changed, self._changed = self._changed, asyncio.Event()
-                    changed.set()
+        which hung a finished runner at exit; `close` sets the flag and the slice ends.
+
+        A listener that loses the server wakes the waiters (they read again and learn the
+        store is unreachable), marks the main connection suspect, and connects again; back,
+        it LISTENs and wakes them again: what was committed meanwhile was never announced."""
+        while not self._closing:
+            listener = self._listener
+            if listener is None:
+                await self._relisten()
+                continue
+            try:
+                async for _ in listener.notifies(timeout=LISTEN_SLICE_S):
+                    self._bump()
+            except psycopg.Error:
+                self._listener, self._suspect = None, True
+                self._bump()
+                await _close(listener)
+
+    async def _relisten(self) -> None:
+        wait = self._listen_backoff.wait_s(time.monotonic())
+        if wait > 0:  # close() ends the pause at once
+            closing = asyncio.ensure_future(self._closed.wait())
+            try:
+                await asyncio.wait({closing}, timeout=wait)
+            finally:
+                closing.cancel()
+            return
+        started = time.monotonic()
+        listener: psycopg.AsyncConnection[Any] | None = None
+        try:
+            listener = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, **connect_options(self._url)
+            )
+            await listener.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as exc:
+            self._listen_backoff.failed(started, said(exc))
+            if listener is not None:
+                await _close(listener)
+            return
+        if self._closing:
+            await _close(listener)
+            return
+        self._listen_backoff.succeeded()
+        self._listener = listener
+        self._bump()
+
+    def _bump(self) -> None:
+        self._changes += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _ready(self) -> psycopg.AsyncConnection[Row]:
+        """The main connection, opened again if it was lost (called under the lock, never
+        inside a transaction); StoreUnavailable while the server cannot be reached."""
+        conn = self.conn
+        if conn is not None and not (conn.closed or conn.broken or self._suspect):
+            return conn
+        self._suspect, self.conn = False, None
+        if conn is not None:
+            await _close(conn)
+        now = time.monotonic()
+        if self._backoff.wait_s(now) > 0:
+            raise unreachable(str(self.path), f"{self._backoff.last_error}; retrying")
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, row_factory=rows, **connect_options(self._url)
+            )
+        except psycopg.Error as exc:
+            self._backoff.failed(now, said(exc))
+            raise unreachable(str(self.path), said(exc)) from exc
+        self._backoff.succeeded()
+        self.conn = conn
+        return conn
+
+    def _failed(self, conn: psycopg.AsyncConnection[Row], exc: psycopg.Error) -> StoreError:
+        """A failed statement's error; a lost connection is replaced at the next use."""
+        error = failure(str(self.path), exc, conn)
+        if isinstance(error, StoreUnavailable) and error.cause == StoreUnavailable.UNREACHABLE:
+            self._suspect = True
+        return error
 
     def explain(self, exc: Exception) -> StoreError:
+        if isinstance(exc, psycopg.Error):
+            return failure(str(self.path), exc, None)
         return StoreError(f"{self.path}: {type(exc).__name__}: {exc}".strip())
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """A read that finds its connection lost is read once more on a new one: reading
+        twice changes nothing, and an idle connection learns of a restart only when used."""
         async with self.lock:
+            conn = await self._ready()
             try:
-                return await _PgTx(self.conn).fetchall(sql, params)
+                return await PgTx(conn).fetchall(sql, params)
             except psycopg.Error as exc:
-                raise self.explain(exc) from exc
+                error = self._failed(conn, exc)
+                if not self._suspect:
+                    raise error from exc
+            conn = await self._ready()
+            try:
+                return await PgTx(conn).fetchall(sql, params)
+            except psycopg.Error as exc:
+                raise self._failed(conn, exc) from exc
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         async with self.lock:
+            conn = await self._ready()
             try:
-                return await _PgTx(self.conn).execute(sql, params)
+                return await PgTx(conn).execute(sql, params)
             except psycopg.Error as exc:
-                raise self.explain(exc) from exc
+                raise self._failed(conn, exc) from exc
 
     @contextlib.asynccontextmanager
     async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
+        """A transaction whose connection is lost raises StoreUnavailable; lost during its
+        COMMIT, it may have landed all the same (see `landed`)."""
         async with self.lock:
+            conn = await self._ready()
             try:
-                async with self.conn.transaction():
-                    tx = _PgTx(self.conn)
+                async with conn.transaction():
+                    tx = PgTx(conn)
                     if run_id is not None:
                         await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (run_id,))
                     yield tx
             except psycopg.Error as exc:
-                raise self.explain(exc) from exc
+                raise self._failed(conn, exc) from exc
 
     async def change_counter(self) -> int:
+        """While the listener is away nothing is announced: each call moves the counter, so
+        readers read (and learn the server is unreachable, or what they missed)."""
+        if self._listener is None:
+            self._changes += 1
         return self._changes
 
     async def wait_for_change(self, timeout_s: float) -> None:
@@ -282,7 +325,7 @@ class PgStore(Store):
             waiter.cancel()
 
     def open_beats(self, timeout_s: float) -> Beats:
-        return _PgBeats(self._url, timeout_s)
+        return PgBeats(self._url, str(self.path), timeout_s)
 
     def spill_path(self, run_id: str) -> Path:
         folder = Path(platformdirs.user_data_dir("loopdeck"))
@@ -291,9 +334,16 @@ class PgStore(Store):
 
     async def close(self) -> None:
         self._closing = True
+        self._closed.set()
         if self._listening is not None:
             with contextlib.suppress(TimeoutError, psycopg.Error):
                 await asyncio.wait_for(asyncio.shield(self._listening), 2 * LISTEN_SLICE_S + 1)
         for conn in (self._listener, self.conn):
-            with contextlib.suppress(psycopg.Error, TimeoutError):
-                await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
+            if conn is not None:
+                await _close(conn)
+
+
+async def _close(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Closed, or left to the exit when it does not close in CLOSE_WAIT_S (a lost one)."""
+    with contextlib.suppress(psycopg.Error, TimeoutError):
+        await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)

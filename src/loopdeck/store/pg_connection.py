@@ -1,0 +1,220 @@
+"""PostgreSQL connections that outlive their server (for `store/postgres.py`).
+
+How a connection is opened (a short connect timeout and TCP keepalives, so a server that is
+gone is noticed in seconds), how a failure is told apart (the server unreachable or its disk
+full, waited out as `StoreUnavailable`; anything else is the statement's own error), and the
+pace of reconnecting (`Backoff`). `PgTx` runs statements on one connection, rows read by
+name or position; `PgBeats` is the heartbeat thread's connection, which reconnects the same
+way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from loopdeck.store.base import StoreError, StoreUnavailable
+
+CONNECT_TIMEOUT_S = 3  # libpq counts whole seconds, at least 2
+# An established connection whose server vanished (a host down, a network cut) fails within
+# about ten seconds instead of TCP's many minutes.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 1.0
+# The server ended the connection: shut down (fast or immediate), crashed, or starting up.
+SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
+DISK_FULL = "53100"
+
+
+def connect_options(url: str) -> dict[str, Any]:
+    """The timeouts loopdeck connects with, unless the URL sets its own."""
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.Error:
+        given = {}
+    return {
+        key: value
+        for key, value in {"connect_timeout": CONNECT_TIMEOUT_S, **KEEPALIVES}.items()
+        if key not in given
+    }
+
+
+def said(exc: BaseException) -> str:
+    """libpq's message on one line (it indents its hints on lines of their own)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def cause_of(exc: psycopg.Error, conn: Any) -> str | None:
+    """Why a statement failed when it is the store's condition, not the statement's fault:
+    StoreUnavailable.UNREACHABLE or DISK_FULL; None for the statement's own error."""
+    state = exc.sqlstate or ""
+    if state == DISK_FULL:
+        return StoreUnavailable.DISK_FULL
+    if conn is not None and (conn.closed or conn.broken):
+        return StoreUnavailable.UNREACHABLE
+    if isinstance(exc, psycopg.InterfaceError) or state.startswith("08") or state in SERVER_GONE:
+        return StoreUnavailable.UNREACHABLE
+    if isinstance(exc, psycopg.OperationalError) and not state:
+        return StoreUnavailable.UNREACHABLE  # libpq's own: the socket closed, a timeout
+    return None
+
+
+def failure(path: str, exc: psycopg.Error, conn: Any) -> StoreError:
+    """The error a failed statement is reported as."""
+    cause = cause_of(exc, conn)
+    if cause == StoreUnavailable.UNREACHABLE:
+        return unreachable(path, said(exc))
+    if cause is not None:
+        return StoreUnavailable(f"{path}: {cause}: {said(exc)}", cause)
+    return StoreError(f"{path}: {type(exc).__name__}: {exc}".strip())
+
+
+def unreachable(path: str, why: str) -> StoreUnavailable:
+    return StoreUnavailable(f"{path}: server unreachable: {why}", StoreUnavailable.UNREACHABLE)
+
+
+def _sql(statement: str) -> str:
+    """The shared SQL in psycopg's placeholders."""
+    return statement.replace("%", "%%").replace("?", "%s")
+
+
+class Row(tuple[Any, ...]):
+    """A row read by column name or by position, like sqlite3.Row."""
+
+    names: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self.names[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+def rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
+    names = {column.name: i for i, column in enumerate(cursor.description or [])}
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row.names = names
+        return row
+
+    return make
+
+
+T = TypeVar("T")
+
+
+async def _whole(statement: Coroutine[Any, Any, T]) -> T:
+    """A statement is never cut in the middle: a caller cancelled while it runs stops
+    waiting, and the statement finishes on its own (psycopg's connection lock keeps the next
+    one behind it). A query cut mid-protocol could leave the connection waiting forever."""
+    return await asyncio.shield(statement)
+
+
+class PgTx:
+    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        self.conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return await _whole(self._execute(sql, params))
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        await _whole(self._executemany(sql, rows))
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await _whole(self._fetchall(sql, params))
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> int:
+        cursor = await self.conn.execute(_sql(sql), tuple(params))
+        return int(cursor.rowcount)
+
+    async def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        async with self.conn.cursor() as cursor:
+            await cursor.executemany(_sql(sql), rows)
+
+    async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        cursor = await self.conn.execute(_sql(sql), tuple(params))
+        return list(await cursor.fetchall())
+
+
+class Backoff:
+    """When a connection may next be attempted: at once after a loss, then after waits that
+    double from BACKOFF_FIRST_S up to BACKOFF_MAX_S while attempts fail."""
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.next_at = 0.0
+        self.last_error = ""
+
+    def wait_s(self, now: float) -> float:
+        return max(0.0, self.next_at - now)
+
+    def failed(self, now: float, error: str) -> None:
+        self.delay_s = min(max(2 * self.delay_s, BACKOFF_FIRST_S), BACKOFF_MAX_S)
+        self.next_at = now + self.delay_s
+        self.last_error = error
+
+    def succeeded(self) -> None:
+        self.delay_s, self.next_at, self.last_error = 0.0, 0.0, ""
+
+
+class PgBeats:
+    """The heartbeat thread's own blocking connection, opened at the first beat and again
+    after the server went away: a beat that finds it gone raises StoreUnavailable (the
+    heartbeat tries again at its next beat), and the next beat reconnects."""
+
+    def __init__(self, url: str, path: str, timeout_s: float) -> None:
+        self.url = url
+        self.path = path
+        self.options = connect_options(url) | {
+            "connect_timeout": max(2, int(timeout_s)),
+            "tcp_user_timeout": max(2000, int(timeout_s * 2000)),
+        }
+        self.conn: psycopg.Connection[Any] | None = None
+        self.backoff = Backoff()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self.conn
+        if conn is not None and not (conn.closed or conn.broken):
+            return conn
+        self.close()
+        now = time.monotonic()
+        if self.backoff.wait_s(now) > 0:
+            raise unreachable(self.path, f"{self.backoff.last_error}; retrying")
+        try:
+            self.conn = psycopg.connect(self.url, autocommit=True, **self.options)
+        except psycopg.Error as exc:
+            self.backoff.failed(now, said(exc))
+            raise unreachable(self.path, said(exc)) from exc
+        self.backoff.succeeded()
+        return self.conn
+
+    def beat(self, run_id: str, at: float) -> None:
+        conn = self._connection()
+        try:
+            conn.execute("UPDATE runs SET heartbeat_at = %s WHERE run_id = %s", (at, run_id))
+        except psycopg.Error as exc:
+            error = failure(self.path, exc, conn)
+            if isinstance(error, StoreUnavailable):
+                self.close()  # the next beat opens a new one
+            raise error from exc
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):  # one already gone has nothing to close
+                conn.close()
