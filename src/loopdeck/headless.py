@@ -6,13 +6,14 @@ import json
 import sys
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import short_args, visible
+from loopdeck.operator.runview import context_text
 
 STATUS_STYLE = {
     CallStatus.EXECUTED: "green",
@@ -35,29 +36,32 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
     console = console or Console()
     ok = outcome.stop_reason is StopReason.GOAL_MET
     style = "bold green" if ok else "bold red"
-    console.print(
-        f"[bold]run[/] {outcome.run_id}  [bold]env[/] {outcome.env}  "
-        f"[bold]script[/] {outcome.script or '-'}  [bold]model[/] {outcome.model}  "
-        f"[bold]mode[/] {outcome.mode}"
-    )
+    # Outside text (the env's names, the model's words) goes in as `Text`, never as markup.
+    head = Text()
+    for label, value in (("run", outcome.run_id), ("env", outcome.env),
+                         ("script", outcome.script or "-"), ("model", outcome.model),
+                         ("mode", outcome.mode)):  # fmt: skip
+        head.append(label, "bold").append(f" {visible(value)}  ")
+    head.rstrip()
+    console.print(head)
     table = Table(title="calls", show_lines=False, expand=False)
     for column in ("#", "round", "tool", "arguments", "fingerprint", "status", "ms"):
         table.add_column(column)
     for call in outcome.calls:
-        status = f"[{STATUS_STYLE[call.status]}]{call.status.value}[/]"
+        status = Text(call.status.value, style=STATUS_STYLE[call.status])
         table.add_row(
-            call.call_id,
+            Text(visible(call.call_id)),
             str(call.round),
-            call.tool,
-            short_args(call.args, 48),
-            call.fingerprint,
+            Text(visible(call.tool)),
+            Text(short_args(call.args, 48)),
+            Text(visible(call.fingerprint)),
             status,
             "" if call.duration_ms is None else f"{call.duration_ms:.0f}",
         )
     if outcome.calls:
         console.print(table)
     for finding in outcome.findings:
-        console.print(f"[yellow]finding[/] {finding}")
+        console.print(Text.assemble(("finding", "yellow"), " ", visible(finding)))
     cost = "unknown" if outcome.cost_usd is None else f"${outcome.cost_usd:.6f}"
     waited = (
         f" · waiting on you {outcome.operator_wait_s:.2f}s (not charged)"
@@ -70,13 +74,21 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
         f"agent time {outcome.elapsed_s:.2f}s{waited}"
     )
     console.print(
-        f"[{style}]{outcome.state.value}: {outcome.stop_reason.value}[/] — "
-        f"{escape(visible(outcome.detail))}"
+        Text.assemble(
+            (f"{outcome.state.value}: {outcome.stop_reason.value}", style),
+            " — ",
+            visible(outcome.detail),
+        )
     )
+    if context := context_text(outcome.context_window, outcome.compactions):
+        console.print(Text(context, style="dim"))
     if outcome.stray:
         console.print(
-            f"[bold yellow]still running[/] {escape(outcome.stray)}: the run did not wait for "
-            "it; it ends with this process"
+            Text.assemble(
+                ("still running", "bold yellow"),
+                f" {visible(outcome.stray)}: the run did not wait for it; it ends with this "
+                "process",
+            )
         )
 
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopdeck.core.compaction import COMPACTED, dropped_turns
 from loopdeck.core.scenario import Script, ScriptTurn
 
 
@@ -72,8 +73,9 @@ def prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -
 def _prompt_tokens_and_turns(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]]
 ) -> tuple[int, int]:
-    """The prompt's tokens, and how many of its messages are the assistant's: one pass over a
-    conversation that is resent whole on every turn."""
+    """The prompt's tokens, and how many turns the assistant has taken (its messages, and those
+    a compaction's marker says were dropped): one pass over a conversation that is resent whole
+    on every turn."""
     chars = 0
     turns = 0
     for message in messages:
@@ -82,8 +84,11 @@ def _prompt_tokens_and_turns(
             chars += len(content)
         elif content:
             chars += len(str(content))
-        if message.get("role") == "assistant":
+        role = message.get("role")
+        if role == "assistant":
             turns += 1
+        elif role == "user" and content.__class__ is str and content.startswith(COMPACTED):
+            turns += dropped_turns(message)  # turns compaction took out still happened
         calls = message.get("tool_calls")
         if calls:
             chars += _calls_length(calls) if isinstance(calls, list) else len(json.dumps(calls))

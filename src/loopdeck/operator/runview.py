@@ -62,6 +62,8 @@ class RunView:
     last_model_error: str = ""
     compactions: int = 0
     last_compaction: tuple[int, int] | None = None
+    # The model's input window (RunStarted); None once started: unknown, nothing is compacted.
+    context_window: int | None = None
     # The agent's clock as of the last budget event; `held` names an operator wait going on.
     agent_s: float = 0.0
     operator_s: float = 0.0
@@ -97,6 +99,13 @@ class RunView:
             return "paused" if self.held == "paused" else "pausing"
         return self.state.value
 
+    @property
+    def context_note(self) -> str:
+        """The model's window in a line: unknown (so no compaction), or what compaction did."""
+        if self.started_at is None:
+            return ""
+        return context_text(self.context_window, self.compactions, self.last_compaction)
+
     def waiting_for(self) -> str:
         """What the run is waiting on right now, in words."""
         if self.finished:
@@ -123,6 +132,7 @@ class RunView:
         self.run_id, self.env, self.script, self.model = e.run_id, e.env, e.script, e.model
         self.mode, self.goal, self.started_at = e.mode, e.goal, e.at
         self.budget = {k: (0.0, float(v)) for k, v in e.budget.items()}
+        self.context_window = e.context_window
 
     def _on_state_changed(self, e: Any) -> None:
         self.state = e.target
@@ -229,6 +239,18 @@ class RunView:
         for cap, reason in CAP_STOP_REASON.items():
             if reason.value == self.stop_reason and cap.value in self.budget:
                 self.fired_cap = cap.value
+
+
+def context_text(window: int | None, compactions: int, last: tuple[int, int] | None = None) -> str:
+    """The line the console and the headless summary give the model's window."""
+    shrunk = f": {last[0]:,}→{last[1]:,} tokens" if last else ""
+    if window is None:
+        if compactions:  # only ever when the provider said the prompt overflowed
+            return f"context window unknown: compacted x{compactions:,} on overflow{shrunk}"
+        return "context window unknown: no compaction"
+    if not compactions:
+        return ""
+    return f"context compacted x{compactions:,}{shrunk} (window {window:,})"
 
 
 # One handler per event kind, looked up once per event (a long run's load folds 100,000).
