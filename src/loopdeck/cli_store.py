@@ -7,19 +7,24 @@ import asyncio
 import getpass
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.text import visible
 from loopdeck.operator.launch import RunOptions, prepare_run
-from loopdeck.store import queries
+from loopdeck.store import deciding, queries
 from loopdeck.store.approver import StoreAnswerer, StoreApprover
 from loopdeck.store.base import Location, Store, StoreError
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
+
+if TYPE_CHECKING:
+    from loopdeck.stop_signals import StopSignals
 
 
 def operator() -> str:
@@ -29,13 +34,23 @@ def operator() -> str:
         return "cli"
 
 
+def _say_notes(store: Store) -> None:
+    for note in store.notes:  # spilled events brought back, or kept for later
+        print(f"loopdeck: {note}", file=sys.stderr)
+
+
 async def check_store(path: Location | None) -> None:
     store = await open_store(path)
     await store.close()
 
 
-async def run_recorded_headless(options: RunOptions, db: Location | None) -> RunOutcome:
+async def run_recorded_headless(
+    options: RunOptions, db: Location | None, signals: StopSignals | None = None
+) -> RunOutcome:
+    """One run recorded to the store; a stop signal (`signals`, installed by the caller)
+    kills it, and a second one abandons it (`RecordedRun.abandon`)."""
     store = await open_store(db)
+    _say_notes(store)
     try:
         writer = EventWriter(store, approve_mode=options.approve or "auto")
         wait = options.approve == "wait"
@@ -59,6 +74,8 @@ async def run_recorded_headless(options: RunOptions, db: Location | None) -> Run
                 file=sys.stderr,
             )
         recorded = RecordedRun(store, prepared.runtime, writer)
+        if signals is not None:
+            signals.aim(lambda by: prepared.runtime.kill(by=by), lambda by: _harder(recorded, by))
         try:
             return await recorded.run()
         finally:
@@ -67,6 +84,12 @@ async def run_recorded_headless(options: RunOptions, db: Location | None) -> Run
                 print(f"loopdeck: {recorded.persist_error}", file=sys.stderr)
     finally:
         await store.close()
+
+
+def _harder(recorded: RecordedRun, by: str) -> None:
+    if not recorded.abandon(by):
+        print(f"loopdeck: {by}: the run has stopped; its last events are being written",
+              file=sys.stderr)  # fmt: skip
 
 
 def _print(value: Any, as_json: bool, table: Table | None = None, text: str = "") -> None:
@@ -81,10 +104,16 @@ def _print(value: Any, as_json: bool, table: Table | None = None, text: str = ""
 async def _store_command(args: argparse.Namespace) -> int:
     # Reading or deciding never creates a store: a mistyped path is named, not made empty.
     store = await open_store(args.db, create=False)
+    _say_notes(store)
     try:
         return await _dispatch(store, args)
     finally:
         await store.close()
+
+
+def _tell(message: str) -> None:
+    """A decision waiting for the store says so on stderr (and again when it lands)."""
+    print(f"loopdeck: {message}", file=sys.stderr, flush=True)
 
 
 async def _known_run(store: Store, run_id: str) -> dict[str, Any]:
@@ -116,37 +145,34 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
             if run["tokens"] is not None:
                 shown["tokens"] = f"{run['tokens']:,}"
             cells = ["-" if shown[c] is None else str(shown[c]) for c in columns]
-            table.add_row(*cells, ", ".join(run["outcome_unknown"]) or "-")
+            cells.append(", ".join(run["outcome_unknown"]) or "-")
+            table.add_row(*(Text(visible(cell)) for cell in cells))  # never markup
         _print(runs, args.json, table)
         return 0
     if command == "pending":
         pending = await queries.pending_approvals(store)
         questions = await queries.pending_questions(store)
         for question in questions:
+            run_id = visible(question["run_id"])
             print(
-                f"{question['run_id']} asks ({question['question_id']}): {question['question']}"
-                f"  → loopdeck answer {question['run_id']} TEXT",
+                f"{run_id} asks ({visible(question['question_id'])}): "
+                f"{visible(question['question'])}  → loopdeck answer {run_id} TEXT",
                 file=sys.stderr,
             )
         table = Table(title="writes waiting for approval")
         for column in ("run_id", "call_id", "tool", "args", "expires_at"):
             table.add_column(column)
         for item in pending:
-            table.add_row(
-                item["run_id"],
-                item["call_id"],
-                item["tool"],
-                json.dumps(item["args"]),
-                item["expires_at"],
-            )
+            said = (item["run_id"], item["call_id"], item["tool"], json.dumps(item["args"]))
+            table.add_row(*(Text(visible(cell)) for cell in (*said, item["expires_at"])))
         _print(pending, args.json, table)
         return 0
     if command in ("approve", "reject"):
         await _known_run(store, args.run_id)
         approved = command == "approve"
-        won = await queries.decide(
+        won = await deciding.decide(
             store, args.run_id, args.call_id, approved=approved, by=operator(),
-            reason="" if approved else args.reason,
+            reason="" if approved else args.reason, tell=_tell,
         )  # fmt: skip
         state = await queries.approval_state(store, args.run_id, args.call_id)
         result = {
@@ -167,7 +193,7 @@ async def _dispatch(store: Store, args: argparse.Namespace) -> int:
         return 0 if won else 1
     if command == "answer":
         await _known_run(store, args.run_id)
-        won = await queries.answer(store, args.run_id, args.text, operator())
+        won = await deciding.answer(store, args.run_id, args.text, operator(), tell=_tell)
         if not won:
             print(f"loopdeck: run {args.run_id} has no question waiting", file=sys.stderr)
         _print(

@@ -82,6 +82,8 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
     )
     if context := context_text(outcome.context_window, outcome.compactions):
         console.print(Text(context, style="dim"))
+    for held in outcome.recording_held:
+        console.print(Text.assemble(("store", "bold yellow"), f" {visible(held)}"))
     if outcome.stray:
         console.print(
             Text.assemble(

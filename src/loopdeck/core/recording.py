@@ -34,6 +34,14 @@ def outage_words(cause: str) -> str:
     return CAUSE_WORDS.get(cause, f"store unavailable ({cause})")
 
 
+def outage_text(cause: str, since: datetime, spill: str | None) -> str:
+    """A hold in a line: "disk full since 21:04:10, spilling to PATH"."""
+    where = f", spilling to {spill}" if spill else ", retrying (nowhere could take a spill)"
+    if spill and cause != "disk full":
+        where = f", retrying (spilling to {spill})"
+    return f"{outage_words(cause)} since {since.astimezone():%H:%M:%S}{where}"
+
+
 @dataclass(frozen=True, slots=True)
 class JournalOutage:
     """Why the journal cannot take writes, since when (UTC), the last error, and where the

@@ -14,6 +14,7 @@ from typing import Any
 from loopdeck.core.budgets import CAP_STOP_REASON
 from loopdeck.core.events import CallStatus, EventBase
 from loopdeck.core.outcome import CallRecord
+from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
 
@@ -71,6 +72,8 @@ class RunView:
     clock_at: datetime | None = None
     decided: dict[str, str] = field(default_factory=dict)
     tool_running: str = ""
+    # The run holds because its store cannot take writes: what the header says of it.
+    store_outage: str = ""
     _live_state: RunState = RunState.READY
 
     @property
@@ -112,6 +115,8 @@ class RunView:
             return ""
         if self.held == "paused":
             return "you: paused before the next model call (p resumes)"
+        if self.store_outage:
+            return f"the store: {self.store_outage}"
         return {
             RunState.READY: "the run to start",
             RunState.PLANNING: f"the planner's reply from {self.model}",
@@ -229,7 +234,15 @@ class RunView:
             self.stopped_at = None
         self.notes.append(e.detail)
 
+    def _on_recording_held(self, e: Any) -> None:
+        self.store_outage = outage_text(e.cause, e.since, e.spill)
+
+    def _on_recording_resumed(self, e: Any) -> None:
+        self.store_outage = ""
+        self.notes.append(f"{outage_words(e.cause)}: held {e.held_s:.1f} s, resumed")
+
     def _on_run_stopped(self, e: Any) -> None:
+        self.store_outage = ""
         self._live_state = self.state
         self.state = e.state
         self.stop_reason = e.stop_reason.value

@@ -92,11 +92,16 @@ def shown_location(location: Location | None) -> str:
     return redact(str(location)) if is_postgres(location) else str(location)
 
 
+def data_folder() -> Path:
+    """loopdeck's own folder in the user's data dir, kept 0700 (`store/files.py`)."""
+    return Path(platformdirs.user_data_dir("loopdeck"))
+
+
 def default_db_path() -> Location:
     configured = os.environ.get("LOOPDECK_DB")
     if configured:
         return store_location(configured)
-    return Path(platformdirs.user_data_dir("loopdeck")) / "loopdeck.db"
+    return data_folder() / "loopdeck.db"
 
 
 class Tx(Protocol):
@@ -122,6 +127,8 @@ class Store:
 
     path: Location
     backend = ""
+    # What opening it did that people should hear of (spilled events brought back).
+    notes: list[str] = []  # replaced when opened, never appended to
     # One connection, many coroutines: a statement never lands inside another's transaction.
     lock: asyncio.Lock
 

@@ -218,10 +218,25 @@ class EventWriter:
     def spill_problems(self) -> list[str]:
         return [] if self._spill is None else list(self._spill.problems)
 
+    def resume_from(self, state: str | None, asked: set[str]) -> None:
+        """A writer bringing back another process's events (`store/replay.py`) starts where
+        the store's record of the run is: its last state, the calls that asked for approval."""
+        self._state = state or self._state
+        self._asked |= asked
+
+    async def write_back(self, events: list[EventBase]) -> None:
+        """Events made by another process, committed as that process would have, in one
+        transaction."""
+        await self._commit([(event, None) for event in events])
+
     async def _commit(self, batch: list[tuple[EventBase, EventRow | None]]) -> None:
         run_id = batch[0][0].run_id
         async with self.store.transaction(run_id) as tx:
             await self._undo_a_false_crash(tx, run_id)
+            if self.outage is not None:  # the commit that failed may have landed all the same
+                batch = await _not_stored(tx, run_id, batch)
+                if not batch:
+                    return
             # A plain INSERT: no reader's row can sit at a runner's sequence number any more,
             # and a clash would be a bug to report, never an event to drop.
             await tx.executemany(
@@ -346,6 +361,19 @@ class EventWriter:
 
 
 EventRow = tuple[str, int, str, str, str]
+
+
+async def _not_stored(
+    tx: Tx, run_id: str, batch: list[tuple[EventBase, EventRow | None]]
+) -> list[tuple[EventBase, EventRow | None]]:
+    """What of a batch the store does not hold yet. A connection lost while its COMMIT was
+    on the way (a PostgreSQL server restarting) raises StoreUnavailable though the batch may
+    have landed: retried whole, its first row would clash with itself."""
+    rows = await tx.fetchall(
+        "SELECT MAX(seq) FROM events WHERE run_id = ? AND origin IS NULL", (run_id,)
+    )
+    stored = int(rows[0][0] or 0)
+    return [item for item in batch if item[0].seq > stored]
 
 
 def event_row(event: EventBase) -> EventRow:

@@ -303,6 +303,7 @@ class RunScreen(Screen[None]):
         pending = len(self.link.pending()) + len(self.link.questions())
         elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending)
         outage = getattr(self.link, "store_outage", "")  # an attached run's store, unreadable
+        outage = outage or self.view.store_outage  # the run holds: its store takes no writes
         self.query_one(RunHeader).show(
             self.view, agent_s, operator_s, pending, self._frame, elsewhere, outage
         )
@@ -509,6 +510,14 @@ class RunScreen(Screen[None]):
                 self.leave()
 
         self.app.push_screen(ConfirmQuitDialog(), confirmed)
+
+    def quit_killed(self, by: str) -> None:
+        """Kill the live run without asking (a stop signal), and leave once it recorded it."""
+        if self.quitting or not self.running:
+            return
+        self.quitting = True
+        self._close_dialog()
+        self.link.kill(by=by)
 
     def leave(self) -> None:
         self.flush()
