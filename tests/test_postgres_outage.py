@@ -6,6 +6,7 @@ say the store is unreachable, then read everything again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -15,11 +16,14 @@ import psycopg
 import pytest
 from conftest import fresh_pg_database, pg_cluster
 
+from loopdeck.core.events import EventBus, RunStarted, StateChanged
+from loopdeck.core.states import RunState
 from loopdeck.operator.fleet import Fleet
 from loopdeck.operator.links import StoreLink
 from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.liveness import Heartbeat, process_started, this_host
 from loopdeck.store.opening import open_store
+from loopdeck.store.writer import EventWriter
 
 BOUND_S = 60.0  # how long a recovery may take before the test calls it missing
 
@@ -215,3 +219,49 @@ async def test_an_attached_console_says_the_store_is_unreachable_and_follows_on(
 
 async def _has(value: bool) -> bool:
     return value
+
+
+class _CommitLostOnce:
+    """A store whose next transaction commits, then reports its connection lost: what a
+    COMMIT looks like when the server restarts as it answers."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.armed = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, run_id: str | None = None) -> Any:
+        async with self.store.transaction(run_id) as tx:
+            yield tx
+        if self.armed:
+            self.armed = False
+            raise StoreUnavailable(
+                "server unreachable: server closed the connection unexpectedly",
+                StoreUnavailable.UNREACHABLE,
+            )
+
+
+async def test_a_batch_that_landed_as_its_connection_was_lost_is_not_written_twice(url) -> None:
+    store = await open_store(url)
+    bus, writer = EventBus(), EventWriter(_CommitLostOnce(store))  # type: ignore[arg-type]
+    bus.subscribe(writer)
+    run_id = "r-landed"
+    moves = [(RunState.READY, RunState.PLANNING), (RunState.PLANNING, RunState.DECIDING)]
+    try:
+        bus.publish(RunStarted(run_id=run_id, env="e", script="s", model="m", mode="rounds",
+                               goal="g", budget={}))  # fmt: skip
+        bus.publish(StateChanged(run_id=run_id, source=moves[0][0], target=moves[0][1]))
+        with pytest.raises(StoreUnavailable):
+            await writer.flush()
+        bus.publish(StateChanged(run_id=run_id, source=moves[1][0], target=moves[1][1]))
+        await writer.flush()  # the landed two are not inserted again: no clash, no double
+        rows = await store.fetchall(
+            "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        assert [row[0] for row in rows] == [1, 2, 3]
+        assert writer.acknowledged_seq == 3 and writer.outage is None
+    finally:
+        await store.close()

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import psycopg
 
 from loopdeck.store.base import (
@@ -36,8 +35,10 @@ from loopdeck.store.base import (
     StoreError,
     StoreUnavailable,
     Tx,
+    data_folder,
     redact,
 )
+from loopdeck.store.files import private_folder
 from loopdeck.store.pg_connection import (
     Backoff,
     PgBeats,
@@ -294,7 +295,8 @@ class PgStore(Store):
     @contextlib.asynccontextmanager
     async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
         """A transaction whose connection is lost raises StoreUnavailable; lost during its
-        COMMIT, it may have landed all the same (see `landed`)."""
+        COMMIT, it may have landed all the same (the event writer looks before writing a
+        batch again)."""
         async with self.lock:
             conn = await self._ready()
             try:
@@ -328,9 +330,7 @@ class PgStore(Store):
         return PgBeats(self._url, str(self.path), timeout_s)
 
     def spill_path(self, run_id: str) -> Path:
-        folder = Path(platformdirs.user_data_dir("loopdeck"))
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"unsaved-{run_id}.jsonl"
+        return private_folder(data_folder()) / f"unsaved-{run_id}.jsonl"
 
     async def close(self) -> None:
         self._closing = True
