@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from loopdeck import stop_signals
 from loopdeck.cli_parser import ENV_COMMANDS, STORE_COMMANDS, build_parser
+from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import default_db_path
 
 if TYPE_CHECKING:
+    from loopdeck.core.outcome import RunOutcome
     from loopdeck.operator.approval_queue import ApprovalQueue
     from loopdeck.operator.launch import PreparedRun, RunOptions
     from loopdeck.tui.app import LoopdeckApp
@@ -48,8 +52,22 @@ def _run_headless(args: argparse.Namespace) -> int:
     from loopdeck.cli_store import run_recorded_headless
     from loopdeck.core.states import StopReason
     from loopdeck.headless import print_json, print_summary
+    from loopdeck.store.runner import RunAbandoned
 
-    outcome = asyncio.run(run_recorded_headless(_options(args), args.db))
+    signals = StopSignals()
+
+    async def recorded() -> RunOutcome:
+        signals.install()
+        try:
+            return await run_recorded_headless(_options(args), args.db, signals)
+        finally:
+            signals.remove()
+
+    try:
+        outcome = asyncio.run(recorded())
+    except RunAbandoned as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
     if args.json:
         print_json(outcome)
     else:
@@ -93,7 +111,7 @@ def _run_console(args: argparse.Namespace) -> int:
 def _after_console(app: LoopdeckApp, code: int | None) -> int:
     """The console is gone: say what became of the run, in one line, and exit 0 on a quit."""
     for problem in app.theme_problems:
-        print(f"loopdeck: {problem}", file=sys.stderr)
+        print(f"loopdeck: {_said(problem)}", file=sys.stderr)
     if app.farewell:
         print(app.farewell)
     return 0 if code is None else code
@@ -129,11 +147,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A reader like `head` went away: nothing more to say, and nothing was lost.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C where no run was there to stop (an import, a read)
+        print("loopdeck: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     except Exception as exc:
         if not isinstance(exc, _bad_input()):
             raise
-        print(f"loopdeck: {exc}", file=sys.stderr)
+        print(f"loopdeck: {_said(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _said(problem: object) -> str:
+    """A message naming outside text (a path, an env's or a script's name): its controls and
+    bidi characters shown as escapes, never obeyed by the terminal."""
+    from loopdeck.core.text import visible
+
+    return visible(str(problem))
 
 
 def _bad_input() -> tuple[type[Exception], ...]:
@@ -154,4 +183,9 @@ def entry() -> None:
         sys.stderr.flush()
     except BrokenPipeError:
         pass
+    if stop_signals.ended_by is not None:
+        # Stopped by a signal, its runs recorded killed: the env's subprocesses go too, and
+        # the process ends by that signal, as its sender expects.
+        stop_signals.end_children()
+        stop_signals.exit_by_signal(stop_signals.ended_by)
     os._exit(code)

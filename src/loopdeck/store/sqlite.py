@@ -23,6 +23,7 @@ from loopdeck.store.base import (
     StoreUnavailable,
     Tx,
 )
+from loopdeck.store.files import private_store_files, store_folder
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,6 +39,18 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
 """
+DEFAULT_BUSY_TIMEOUT_S = 5.0
+
+
+def busy_timeout_s() -> float:
+    """How long a statement waits for another process's write lock before SQLite gives up
+    (`LOOPDECK_BUSY_TIMEOUT_S`, default 5 s). A decision waits longer than that by retrying
+    (`store/deciding.py`), telling the operator in between."""
+    configured = os.environ.get("LOOPDECK_BUSY_TIMEOUT_S")
+    try:
+        return float(configured) if configured else DEFAULT_BUSY_TIMEOUT_S
+    except ValueError:
+        return DEFAULT_BUSY_TIMEOUT_S
 
 
 class _SqliteTx:
@@ -67,22 +80,26 @@ class _SqliteBeats:
 
 
 def _check_path(path: Path, *, create: bool) -> None:
-    """Refuse what cannot be a store before SQLite sees it; create a new one private (0600)."""
+    """Refuse what cannot be a store before SQLite sees it; create a new one private (0600),
+    and make one that is there private too, with its side files (`store/files.py`)."""
     if path.is_dir():
         raise StoreError(f"{path}: is a directory, not a store file")
     if not path.exists():
         if not create:
             raise StoreError(f"{path}: no such store")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        store_folder(path)
         # Another process may have created it a moment ago: then open theirs.
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        return
-    if not os.access(path, os.R_OK | os.W_OK):
+    elif not os.access(path, os.R_OK | os.W_OK):
         raise StoreError(
             f"{path}: the store is read-only or unreadable for this user; loopdeck needs to "
             "read and write it (its mode is left as it is)"
         )
+    else:
+        store_folder(path)
+    # SQLite gives a new -wal and -shm the store's own mode; those already there are ours.
+    private_store_files(path)
 
 
 class SqliteStore(Store):
@@ -100,12 +117,13 @@ class SqliteStore(Store):
     async def connect(cls, path: Path, *, create: bool = True) -> SqliteStore:
         try:
             _check_path(path, create=create)
-            db = await aiosqlite.connect(path, timeout=5.0, isolation_level=None)
+            busy_s = busy_timeout_s()
+            db = await aiosqlite.connect(path, timeout=busy_s, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"{path}: cannot open: {exc}") from exc
         store = cls(path, db)
         try:
-            await store._prepare()
+            await store._prepare(busy_s)
         except BaseException:
             await db.close()
             raise
@@ -115,9 +133,9 @@ class SqliteStore(Store):
         rows = await self.db.execute_fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {str(row[0]) for row in rows}
 
-    async def _prepare(self) -> None:
+    async def _prepare(self, busy_s: float) -> None:
         try:
-            await self.db.execute("PRAGMA busy_timeout = 5000")
+            await self.db.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
             tables = await self._tables()
             if not tables:
                 tables = await self._create_schema()

@@ -22,6 +22,7 @@ from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from loopdeck import collector, lock_switching
+from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import Location, shown_location
 from loopdeck.tui import strip_caches, textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
@@ -108,6 +109,8 @@ class LoopdeckApp(App[int]):
         self.local_runs: dict[str, RunScreen] = {}
         self._quitting_all = False
         self._prepared_runs: list[PreparedRun] = []
+        # SIGTERM and SIGINT kill this console's live runs, then leave as `q` does.
+        self.stop_signals = StopSignals()
 
     @property
     def queue(self) -> ApprovalQueue:
@@ -129,6 +132,8 @@ class LoopdeckApp(App[int]):
         return dict(APP_VARIABLES)
 
     def on_mount(self) -> None:
+        self.stop_signals.install()
+        self.stop_signals.aim(self._stop_by_signal, self._signal_again)
         requested = self.requested_theme
         as_file = Path(requested).expanduser() if requested and is_theme_path(requested) else None
         loaded = load_themes(self.themes_folder)
@@ -257,6 +262,7 @@ class LoopdeckApp(App[int]):
             self.push_screen(InboxScreen(self.db_path, self.now))
 
     def on_unmount(self) -> None:
+        self.stop_signals.remove()
         if self.prepared is not None:
             self.prepared.cleanup()
         for prepared in self._prepared_runs:
@@ -315,6 +321,34 @@ class LoopdeckApp(App[int]):
             ),
             confirmed,
         )
+
+    def _stop_by_signal(self, by: str) -> None:
+        """A stop signal: this console's live runs are killed, recorded as killed by it, and
+        the console leaves once each has recorded its stop, with the farewell line."""
+        own = [s for s in self._own_runs() if s.running]
+        run = self._run_screen()
+        if not own and run is not None and not self.fleet_home:
+            run.leave()  # its run had ended: the farewell says how
+        elif isinstance(self.screen, PreparingScreen) or not own:
+            self.exit(0)
+        elif self.fleet_home:
+            self._quitting_all = True
+            for screen in own:
+                screen.link.kill(by=by)
+            self.set_interval(0.05, self._exit_when_stopped)
+        else:
+            own[0].quit_killed(by)
+
+    def _signal_again(self, by: str) -> None:
+        toast(self, f"{by}: stopping; each run is recording its stop", severity="warning")
+
+    def _own_runs(self) -> list[RunScreen]:
+        """The run screens of this process's own runs (not another process's, attached)."""
+        screens: list[RunScreen] = [*self.local_runs.values()]
+        screens += [
+            cast("RunScreen", s) for s in self.screen_stack if getattr(s, "is_run_screen", False)
+        ]
+        return [s for s in dict.fromkeys(screens) if s.link.runtime is not None]
 
     def _exit_when_stopped(self) -> None:
         if not any(screen.running for screen in self.local_runs.values()):
