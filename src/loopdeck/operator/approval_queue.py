@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
-from loopdeck.store import queries
+from loopdeck.store import deciding
 from loopdeck.store.approver import answer_from_store, decision_from_store
 from loopdeck.store.base import Store
 from loopdeck.store.writer import EventWriter
 
 Listener = Callable[[], None]
+Tell = deciding.Tell
 T = TypeVar("T")
 
 
@@ -109,10 +110,22 @@ class ApprovalQueue:
         )
         return self._resolve(call_id, decision)
 
+    async def settle(self, call_id: str, approved: bool, reason: str, by: str, tell: Tell) -> bool:
+        """The operator's decision from this console (its dialog)."""
+        return self.approve(call_id, by=by) if approved else self.reject(call_id, reason, by=by)
+
+    async def settle_question(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
+        """The operator's answer from this console (its question dialog)."""
+        return self.reply(question_id, text, by=by)
+
 
 class StoreBackedQueue(ApprovalQueue):
     """The console's queue when the run is recorded: a local key press and a remote command
-    race, and the store's atomic update decides which one wins."""
+    race, and the store's atomic update decides which one wins.
+
+    A key press is taken by the store first (`settle`, in the console's worker: a held lock is
+    waited out there, with the operator told, never in the runtime) and only then resolves the
+    runtime's wait; a store error leaves the request pending."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -123,40 +136,47 @@ class StoreBackedQueue(ApprovalQueue):
         if self.store is None or self.writer is None:
             return await super().decide(request)
         store = self.store
-
-        async def claim(mine: ApprovalDecision) -> bool:
-            return await queries.decide(
-                store, request.run_id, request.call_id,
-                approved=mine.approved, by=mine.by, reason=mine.reason,
-            )  # fmt: skip
-
         return await self._race(
-            super().decide(request), lambda: decision_from_store(store, request), claim
+            super().decide(request), lambda: decision_from_store(store, request)
         )
+
+    async def settle(self, call_id: str, approved: bool, reason: str, by: str, tell: Tell) -> bool:
+        item = self._pending.get(call_id)
+        if self.store is None or item is None or item.future.done():
+            return await super().settle(call_id, approved, reason, by, tell)
+        reason = reason or ("" if approved else "rejected by the operator")
+        won = await deciding.decide(
+            self.store, item.request.run_id, call_id,
+            approved=approved, by=by, reason=reason, tell=tell,
+        )  # fmt: skip
+        if won:  # the runtime's own wait on the store may have seen it first: either is this
+            self._resolve(call_id, ApprovalDecision(approved=approved, reason=reason, by=by))
+        return won  # lost: the winner reaches the runtime through that wait
+
+    async def settle_question(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
+        item = self._questions.get(question_id)
+        if self.store is None or item is None or item.future.done():
+            return await super().settle_question(question_id, text, by, tell)
+        won = await deciding.answer(
+            self.store, item.run_id, text, by, question_id=question_id, tell=tell
+        )
+        if won:
+            self.reply(question_id, text, by=by)
+        return won
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
         """The console's dialog and `loopdeck answer` race; the store decides the winner."""
         if self.store is None or self.writer is None:
             return await super().answer(run_id, question_id, question)
         store = self.store
-
-        async def claim(mine: Answer) -> bool:
-            return await queries.answer(store, run_id, mine.text, mine.by, question_id=question_id)
-
         return await self._race(
             super().answer(run_id, question_id, question),
             lambda: answer_from_store(store, run_id, question_id),
-            claim,
         )
 
-    async def _race(
-        self,
-        local: Awaitable[T],
-        from_store: Callable[[], Awaitable[T]],
-        claim: Callable[[T], Awaitable[bool]],
-    ) -> T:
-        """This console's answer and one recorded in the store by anyone race: a remote one
-        wins as it is; a local one wins only if the store's atomic update takes it."""
+    async def _race(self, local: Awaitable[T], from_store: Callable[[], Awaitable[T]]) -> T:
+        """This console's answer and one recorded in the store by anyone race: either is
+        already the store's (a local one resolves only once `settle` had the store take it)."""
         assert self.writer is not None
         await self.writer.flush()  # the pending row is visible to other processes from here
         mine_task = asyncio.ensure_future(local)
@@ -167,9 +187,4 @@ class StoreBackedQueue(ApprovalQueue):
             for task in (mine_task, remote):
                 if not task.done():
                     task.cancel()
-        if remote in done:
-            return remote.result()
-        mine = mine_task.result()
-        if await claim(mine):
-            return mine
-        return await from_store()
+        return remote.result() if remote in done else mine_task.result()

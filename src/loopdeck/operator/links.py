@@ -21,13 +21,14 @@ from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun
 from loopdeck.operator.outage import Outage
-from loopdeck.store import queries
+from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
 
 Listener = Callable[[], None]
+Tell = deciding.Tell
 EventSink = Callable[[EventBase], None]
 
 
@@ -40,9 +41,15 @@ class RunLink(Protocol):
     def on_approvals(self, listener: Listener) -> Callable[[], None]: ...
     async def drive(self) -> RunOutcome | None: ...
     def pending(self) -> list[ApprovalRequest]: ...
-    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool: ...
+    async def decide(
+        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = ...
+    ) -> bool:
+        """Through the store when recorded (`store/deciding.py`): a held lock is waited out,
+        `tell` hearing of it; a StoreError (a dead runner, the wait's bound) leaves it pending."""
+        ...
+
     def questions(self) -> list[tuple[str, str]]: ...
-    async def answer(self, question_id: str, text: str, by: str) -> bool: ...
+    async def answer(self, question_id: str, text: str, by: str, tell: Tell = ...) -> bool: ...
     def stop(self, by: str) -> None: ...
     def kill(self, by: str) -> None: ...
     def pause(self, by: str) -> None: ...
@@ -93,16 +100,18 @@ class LocalLink:
     def pending(self) -> list[ApprovalRequest]:
         return [item.request for item in self.queue.pending()]
 
-    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
-        if approved:
-            return self.queue.approve(call_id, by=by)
-        return self.queue.reject(call_id, reason, by=by)
+    async def decide(
+        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
+        return await self.queue.settle(call_id, approved, reason, by, tell)
 
     def questions(self) -> list[tuple[str, str]]:
         return [(q.question_id, q.question) for q in self.queue.questions()]
 
-    async def answer(self, question_id: str, text: str, by: str) -> bool:
-        return self.queue.reply(question_id, text, by=by)
+    async def answer(
+        self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
+        return await self.queue.settle_question(question_id, text, by, tell)
 
     def stop(self, by: str) -> None:
         self._rt.cancel(after_current_tools=True, by=by)
@@ -292,16 +301,22 @@ class StoreLink:
     def questions(self) -> list[tuple[str, str]]:
         return list(self._questions.items())
 
-    async def answer(self, question_id: str, text: str, by: str) -> bool:
+    async def answer(
+        self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
         if self.store is None:
             return False
-        return await queries.answer(self.store, self.run_id, text, by, question_id=question_id)
+        return await deciding.answer(
+            self.store, self.run_id, text, by, question_id=question_id, tell=tell
+        )
 
-    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
+    async def decide(
+        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
         if self.store is None:
             return False
-        won = await queries.decide(
-            self.store, self.run_id, call_id, approved=approved, by=by, reason=reason
+        won = await deciding.decide(
+            self.store, self.run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
         )
         await self._refresh_pending()
         return won
@@ -381,13 +396,17 @@ class ReplayLink:
     def pending(self) -> list[ApprovalRequest]:
         return []
 
-    async def decide(self, call_id: str, approved: bool, reason: str, by: str) -> bool:
+    async def decide(
+        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
         return False
 
     def questions(self) -> list[tuple[str, str]]:
         return []
 
-    async def answer(self, question_id: str, text: str, by: str) -> bool:
+    async def answer(
+        self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
         return False
 
     def stop(self, by: str) -> None: ...

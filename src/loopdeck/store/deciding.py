@@ -1,0 +1,149 @@
+"""An operator's decision (approve, reject, answer) taken by the store, whichever front end
+made it: the inbox, a run's own dialog, `loopdeck approve/reject/answer`.
+
+A store that cannot take the write for now (another process holds SQLite's write lock, a
+backup, an unreachable server, a full disk: `StoreUnavailable`) is waited out: each attempt
+waits the store's own busy timeout, then the next comes after a pause that doubles up to
+LONGEST_PAUSE_S, for up to RETRY_FOR_S. The operator is told once when the waiting begins
+and again when the decision lands; past the bound the last `StoreUnavailable` is raised,
+saying how long it waited, and the request is still pending.
+
+A decision for a live run whose runner is gone is refused (`RunnerGone`) and the run marked
+crashed: nothing would act on it, and an approval would read later as a write whose outcome
+is unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+from loopdeck.store import queries
+from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
+from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
+
+RETRY_FOR_S = 60.0
+FIRST_PAUSE_S = 0.1
+LONGEST_PAUSE_S = 2.0
+
+# What the operator is told while a decision waits for the store, and when it lands.
+Tell = Callable[[str], None]
+WHY = {
+    StoreUnavailable.LOCKED: "store locked by another process",
+    StoreUnavailable.UNREACHABLE: "store unreachable",
+    StoreUnavailable.DISK_FULL: "the store's disk is full",
+}
+
+
+class RunnerGone(StoreError):
+    """The run is live in the store but its runner process is gone: a decision is refused."""
+
+
+def untold(_: str) -> None:
+    """Nobody to tell (a caller that reports the outcome itself)."""
+
+
+async def decide(
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    by: str,
+    reason: str = "",
+    tell: Tell = untold,
+    retry_for_s: float = RETRY_FOR_S,
+) -> bool:
+    """Exactly one decision wins: False if the call was already decided or is not pending."""
+    what = f"{'approval' if approved else 'rejection'} of {call_id}"
+
+    async def once(tx: Tx) -> bool:
+        return await queries.decide(tx, run_id, call_id, approved=approved, by=by, reason=reason)
+
+    return await _taken(store, run_id, what, once, tell, retry_for_s)
+
+
+async def answer(
+    store: Store,
+    run_id: str,
+    text: str,
+    by: str,
+    *,
+    question_id: str | None = None,
+    tell: Tell = untold,
+    retry_for_s: float = RETRY_FOR_S,
+) -> bool:
+    """The run's waiting question (or the one named) gets this answer; one answer wins."""
+    what = f"answer to {question_id}" if question_id else f"answer to run {run_id}'s question"
+
+    async def once(tx: Tx) -> bool:
+        return await queries.answer(tx, run_id, text, by, question_id=question_id)
+
+    return await _taken(store, run_id, what, once, tell, retry_for_s)
+
+
+async def _taken(
+    store: Store,
+    run_id: str,
+    what: str,
+    once: Callable[[Tx], Awaitable[bool]],
+    tell: Tell,
+    retry_for_s: float,
+) -> bool:
+    started = time.monotonic()
+    pause = FIRST_PAUSE_S
+    told = False
+    while True:
+        try:
+            won = await _while_runner_alive(store, run_id, once)
+        except StoreUnavailable as exc:
+            waited = time.monotonic() - started
+            if waited >= retry_for_s:
+                raise StoreUnavailable(
+                    f"{exc}; gave up on your {what} after {waited:.0f}s of retrying:"
+                    " it is still pending, decide again",
+                    exc.cause,
+                ) from exc
+            if not told:
+                why = WHY.get(exc.cause, exc.cause)
+                tell(f"{why}, retrying your {what} (for up to {retry_for_s:.0f}s)…")
+                told = True
+            await asyncio.sleep(min(pause, retry_for_s - waited))
+            pause = min(pause * 2, LONGEST_PAUSE_S)
+            continue
+        if told and won:
+            tell(f"your {what} landed after {time.monotonic() - started:.1f}s")
+        return won
+
+
+async def _while_runner_alive(
+    store: Store, run_id: str, once: Callable[[Tx], Awaitable[bool]]
+) -> bool:
+    """The runner's liveness is checked inside the decision's own write transaction, so no
+    other writer (a reader marking the run crashed, the runner recording its stop) lands
+    between the check and the update. The window left: the runner may die after the check,
+    before it reads the decision; a reader then marks the run crashed and an approval shows
+    as a write whose outcome is unknown, which it truly is (nobody can tell from the store
+    whether the runner began it)."""
+    gone: str | None = None
+    async with store.transaction(run_id) as tx:
+        rows = await tx.fetchall(
+            "SELECT state, pid, host, heartbeat_at, pid_started FROM runs WHERE run_id = ?",
+            (run_id,),
+        )
+        if rows and rows[0]["state"] in queries.LIVE_STATES:
+            gone = runner_gone(
+                rows[0], here=this_host(), now=time.time(), silence_s=crash_silence_s()
+            )
+        if gone is None:
+            return await once(tx)
+    # Marked as any reader would (its pending requests withdrawn); a store too busy for the
+    # mark leaves it to the next reader: the refusal stands either way.
+    with contextlib.suppress(StoreUnavailable):
+        await queries.mark_crashed(store, run_id, gone)
+    raise RunnerGone(
+        f"run {run_id}'s runner is gone ({gone}): nothing will act on this decision;"
+        " the run is marked crashed"
+    )
