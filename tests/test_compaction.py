@@ -263,7 +263,7 @@ async def test_an_unknown_window_is_said_in_the_view_and_the_summary() -> None:
     view = RunView()
     for event in rec.events:
         view.apply(event)
-    assert view.context_note == "context window unknown: no compaction"
+    assert view.context_note == "window unknown: no compaction"
     console = Console(record=True, width=200)
     print_summary(outcome, console)
     assert "context window unknown: no compaction" in console.export_text()
@@ -278,4 +278,4 @@ def test_the_view_says_what_compaction_did_in_a_known_window() -> None:
     assert view.context_note == ""
     compacted = {"round": 1, "tokens_before": 16100, "tokens_after": 11000, "reason": "x"}
     view.apply(ContextCompacted(run_id="r", **compacted))
-    assert view.context_note == "context compacted x1: 16,100→11,000 tokens (window 32,000)"
+    assert view.context_note == "compacted x1: 16,100→11,000 tokens (window 32,000)"

@@ -104,10 +104,12 @@ class RunView:
 
     @property
     def context_note(self) -> str:
-        """The model's window in a line: unknown (so no compaction), or what compaction did."""
+        """The model's window in a line short enough for the budgets panel: unknown (so no
+        compaction), or what compaction did."""
         if self.started_at is None:
             return ""
-        return context_text(self.context_window, self.compactions, self.last_compaction)
+        text = context_text(self.context_window, self.compactions, self.last_compaction)
+        return text.removeprefix("context ")
 
     def waiting_for(self) -> str:
         """What the run is waiting on right now, in words."""
