@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.core.text import plural
+from loopdeck.core.text import plural, visible
 
 
 def run_env_command(args: argparse.Namespace) -> int:
@@ -31,13 +31,14 @@ def _envs(args: argparse.Namespace) -> int:
         print(json.dumps(found))
         return 0
     console = Console()
-    console.print(f"[dim]sample envs in {escape(str(sample_envs_root()))}[/]")
+    console.print(Text(f"sample envs in {visible(str(sample_envs_root()))}", style="dim"))
     if not found:
         console.print("no envs there (LOOPDECK_SAMPLE_ENVS names the folder to read)")
     for env in found:
-        console.print(f"[bold]{env['env']}[/]  {escape(env.get('goal', env.get('error', '')))}")
+        about = env.get("goal", env.get("error", ""))
+        console.print(Text.assemble((visible(env["env"]), "bold"), "  ", visible(about)))
         for name, description in env["scripts"].items():
-            console.print(f"    --script {name:<16} {escape(description)}")
+            console.print(Text(f"    --script {visible(name):<16} {visible(description)}"))
     console.print("[dim]run one by name (loopdeck run NAME) or by path (loopdeck run ./FOLDER)[/]")
     return 0
 
@@ -52,8 +53,9 @@ def _init_env(args: argparse.Namespace) -> int:
     if dest.exists():
         raise ScenarioError(f"{dest} already exists; choose another folder")
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    print(f"created {dest} from the sample env {args.name}")
-    print(f"edit {dest / 'scenario.toml'} and {dest / 'env.py'}, then: loopdeck check {dest}")
+    shown = visible(str(dest))
+    print(f"created {shown} from the sample env {visible(args.name)}")
+    print(f"edit {shown}/scenario.toml and {shown}/env.py, then: loopdeck check {shown}")
     return 0
 
 
@@ -63,11 +65,11 @@ async def _check(args: argparse.Namespace) -> int:
 
     env_dir = resolve_env_dir(args.env, args.settings)
     failed = 0
-    print(f"checking {env_dir.name} ({env_dir.path})")
+    print(f"checking {visible(env_dir.name)} ({visible(str(env_dir.path))})")
     for name, script in sorted(env_dir.scenario.scripts.items()):
         expect = script.expect
         if expect is None:
-            print(f"NOTE  {name}: declares no expect = {{ stop_reason = ... }}; not run")
+            print(f"NOTE  {visible(name)}: declares no expect = {{ stop_reason = ... }}; not run")
             continue
         options = RunOptions(
             env=str(env_dir.path),
@@ -88,6 +90,6 @@ async def _check(args: argparse.Namespace) -> int:
             f"{got.value}" if verdict == "PASS" else f"{got.value}, expected {expect.stop_reason}"
         )
         calls = plural(outcome.tool_calls, "tool call")
-        print(f"{verdict}  {name}: {said} ({calls}) — {outcome.detail}")
+        print(f"{verdict}  {visible(name)}: {said} ({calls}) — {visible(outcome.detail)}")
     print(f"{failed} failed" if failed else "all expectations met")
     return 1 if failed else 0

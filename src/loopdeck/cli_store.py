@@ -14,11 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from loopdeck.core.outcome import RunOutcome
-from loopdeck.core.text import visible
+from loopdeck.core.text import capped, visible
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.store import deciding, queries
 from loopdeck.store.approver import StoreAnswerer, StoreApprover
-from loopdeck.store.base import Location, Store, StoreError
+from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.writer import EventWriter
@@ -119,7 +119,8 @@ def _tell(message: str) -> None:
 async def _known_run(store: Store, run_id: str) -> dict[str, Any]:
     row = await queries.run_row(store, run_id)
     if row is None:
-        raise StoreError(f"{store.path}: no run {run_id!r} (see `loopdeck runs`)")
+        shown = capped(run_id, RUN_ID_SHOWN)  # a mistyped id may be a pasted page
+        raise StoreError(f"{store.path}: no run {shown!r} (see `loopdeck runs`)")
     return row
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 import tempfile
@@ -12,6 +13,7 @@ from types import ModuleType
 
 from loopdeck.core.environment import Environment
 from loopdeck.core.scenario import Scenario, ScenarioError, Script, load_scenario
+from loopdeck.core.text import capped
 
 WORKSPACE_DIR = "workspace"
 
@@ -48,10 +50,18 @@ class EnvDir:
         return env
 
     def prepare_workdir(self) -> Path:
-        workdir = Path(tempfile.mkdtemp(prefix=f"loopdeck-{self.name}-"))
+        # The name is the env's own text: a `/` or a NUL in it is no part of a folder's name.
+        safe = re.sub(r"[^\w.-]", "_", self.name)[:40]
+        workdir = Path(tempfile.mkdtemp(prefix=f"loopdeck-{safe}-"))
         seed = self.path / WORKSPACE_DIR
         if seed.is_dir():
-            shutil.copytree(seed, workdir, dirs_exist_ok=True)
+            try:
+                shutil.copytree(seed, workdir, dirs_exist_ok=True)
+            except (OSError, shutil.Error) as exc:  # shutil.Error lists every file that failed
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise ScenarioError(
+                    f"{seed}: cannot be copied into the run's workspace: {capped(str(exc), 400)}"
+                ) from exc
         return workdir
 
 

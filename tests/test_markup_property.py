@@ -1,0 +1,383 @@
+"""Text from outside is never markup and never steers the terminal (issue 24, items 4 and 5).
+
+Every place that shows a string the model, a tool, an env or a user supplied is fed generated
+hostile strings (an unclosed `[0`, Rich/Textual tags, a trailing backslash, ANSI CSI, OSC 52
+and OSC 0 with BEL and ST, bidi overrides, lone surrogates, NUL): none raises, and what
+reaches the screen or stdout carries no raw control character. One shared app per test: the
+examples run on a worker thread and hand each paint to the app's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import shutil
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLES
+from console_helpers import wait_until
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+from textual.app import App, ComposeResult
+
+from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.events import CallStatus, ModelCalled
+from loopdeck.core.outcome import CallRecord
+from loopdeck.operator.fleet import FleetRow
+from loopdeck.operator.runview import RoundVerdict, RunView
+from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
+from loopdeck.tui.inbox import InboxScreen
+from loopdeck.tui.panels import (
+    BudgetPanel,
+    CallDetail,
+    FindingsPanel,
+    GoalLine,
+    OutcomePanel,
+    PlanPanel,
+    RunHeader,
+)
+from loopdeck.tui.shown import toast
+from loopdeck.tui.transcript_view import TranscriptLog
+
+SIZE = (160, 48)
+
+# What a terminal obeys rather than shows: C0 but for newline and tab (tab only moves to the
+# next stop, and `visible` keeps it on purpose), DEL and C1, and the bidi controls.
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+HOSTILE = [
+    "[0", "items[0", "[5n", "[2J", "a[0]b", "[1;31m", "[bold]", "[b]x", "[/]", "[/b]", "[ ]",
+    "[@click=app.quit]q[/]", "[link=https://x]y", "x\\", "\\[b]", "[", "]", "$goal", "${x}",
+    "\x1b[31mred", "\x1b[2J", "\x1b]52;c;aGVsbG8=\x07", "\x1b]0;owned\x1b\\", "\x9b2J",
+    "\x9d0;t\x9c", "\u202eevil", "\u2066x\u2069", "\ud800", "\udfff", "\x00", "\x07", "\r",
+    "\x7f", "\ufeff", "\t", "\n",
+]  # fmt: skip
+pieces = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=6))
+hostile = st.one_of(st.sampled_from(HOSTILE), st.lists(pieces, min_size=1, max_size=6).map("".join))
+ALL_AT_ONCE = " ".join(HOSTILE)  # every form, tried first in each place
+# Generated examples per place: a few in `make test` (each paints a whole screen), many in
+# `make stress`.
+COUNTS = [pytest.param(6, id="few"), pytest.param(120, id="many", marks=pytest.mark.slow)]
+
+
+def raw_controls(text: str) -> list[str]:
+    return sorted(set(RAW.findall(text)))
+
+
+def screen_text(app: App[Any]) -> str:
+    """Every cell the top screen sends to the terminal, as text (borders, titles, toasts)."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
+
+
+def for_each_example(
+    app: App[Any], check: Callable[..., Coroutine[Any, Any, None]], *strategies: Any, n: int
+) -> Callable[[], None]:
+    """A Hypothesis test, run on a thread, whose examples each run `check` on the app's loop."""
+    loop = asyncio.get_running_loop()
+
+    @settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.tuples(*strategies))
+    @example((ALL_AT_ONCE,) * len(strategies))
+    def examples(values: tuple[Any, ...]) -> None:
+        asyncio.run_coroutine_threadsafe(check(*values), loop).result()
+
+    return examples
+
+
+def assert_clean(app: App[Any], where: str) -> None:
+    assert app.is_running, f"{where}: the console exited"
+    shown = screen_text(app)
+    assert not raw_controls(shown), f"{where}: raw {raw_controls(shown)!r} on screen"
+
+
+# -- the run screen's panels, fed a RunView ---------------------------------------------------
+class PanelsApp(App[None]):
+    CSS = "Static, CallDetail, FindingsPanel, OutcomePanel { height: auto; max-height: 12; }"
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="run-header")
+        yield GoalLine()
+        yield PlanPanel()
+        yield BudgetPanel()
+        yield FindingsPanel()
+        yield OutcomePanel()
+        yield CallDetail()
+        yield CallsTable(id="calls")
+        yield TranscriptLog(id="transcript-panel")
+
+
+def hostile_view(text: str) -> tuple[RunView, CallRecord]:
+    row = CallRecord(
+        call_id="c1", round=1, tool=text, args={text: text, "key": "items[0"}, risk="write",
+        fingerprint="f" * 8, state_hash="s" * 8, status=CallStatus.FAILED,
+        result={"error": {"message": text}},
+    )  # fmt: skip
+    view = RunView(run_id="run1", env=text, script=text, model=text, goal=text)
+    view.started_at = datetime(2026, 1, 1, tzinfo=UTC)
+    view.plans = {1: [text, f"2. {text}"]}
+    view.plan_step = 1
+    view.model_retries, view.last_model_error = 1, text
+    view.verdicts = [RoundVerdict(1, "fail", [text, "[/]"])]
+    view.stop_reason, view.stop_detail = "tool_failure", text
+    view.calls["c1"] = row
+    view.calls_seen = 1
+    view.changed_calls.add("c1")
+    view.decided["c1"] = f"rejected by {text}"
+    view.budget = {"turns": (1.0, 10.0)}
+    return view, row
+
+
+@pytest.mark.parametrize("n", COUNTS)
+async def test_the_panels_show_hostile_text_as_written(n: int) -> None:
+    app = PanelsApp()
+    async with app.run_test(size=SIZE) as pilot:
+
+        async def check(text: str) -> None:
+            view, row = hostile_view(text)
+            app.query_one(RunHeader).show(view, 1.0, 0.0, pending=1)
+            app.query_one(GoalLine).show(view)
+            app.query_one(PlanPanel).show(view)
+            app.query_one(BudgetPanel).show(view, 1.0)
+            app.query_one(FindingsPanel).show(view)
+            app.query_one(OutcomePanel).show(view)
+            app.query_one(CallDetail).show(row, decided=view.decided["c1"])
+            app.query_one(CallsTable).fit(view)
+            app.query_one(CallsTable).sync(view)
+            log = app.query_one(TranscriptLog)
+            log.clear()
+            log.add([_entry(text)])
+            await pilot.pause()
+            assert_clean(app, "panels")
+            if not RAW.search(text) and "\\u" not in text and "\t" not in text:
+                goal = app.query_one(GoalLine)._painted  # type: ignore[attr-defined]
+                assert goal == f"goal {text}"  # as written: no tag taken, none dropped
+
+        await asyncio.to_thread(for_each_example(app, check, hostile, n=n))
+
+
+def _entry(text: str) -> Entry:
+    event = ModelCalled(
+        run_id="run1", role=text, round=1, model=text, prompt_tokens=1, completion_tokens=1,
+        cost_usd=None, latency_ms=1.0, content=text,
+    )  # fmt: skip
+    entry = Transcript().apply(event)
+    assert entry is not None
+    return entry
+
+
+# -- dialogs, toasts, the launcher --------------------------------------------------------------
+class BareApp(App[None]):
+    pass
+
+
+def hostile_request(text: str) -> ApprovalRequest:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return ApprovalRequest(
+        run_id=text, call_id=text, tool=text, args={text: [text]}, args_sha256="a" * 64,
+        state_hash=text, fingerprint=text, plan_step=text, requested_at=at,
+        expires_at=at + timedelta(seconds=60), rationale=text, asked_again=text,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("n", COUNTS)
+async def test_dialogs_and_toasts_show_hostile_text_as_written(n: int) -> None:
+    app = BareApp()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    async with app.run_test(size=SIZE) as pilot:
+
+        async def check(text: str, risk: str) -> None:
+            app.clear_notifications()
+            toast(app, text, title=text, severity="error")
+            dialog = ApprovalDialog(hostile_request(text), 2, risk, lambda: now)
+            await app.push_screen(dialog)
+            dialog.action_reject()  # the keys line names the tool
+            await pilot.pause()
+            assert_clean(app, "approval dialog and toast")
+            dialog.dismiss(None)
+            answer = AnswerDialog(text, text)
+            await app.push_screen(answer)
+            await pilot.pause()
+            assert_clean(app, "answer dialog")
+            answer.dismiss(None)
+            await pilot.pause()
+
+        await asyncio.to_thread(for_each_example(app, check, hostile, hostile, n=n))
+
+
+async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopdeck.tui import launcher
+    from loopdeck.tui.fleet_screen import FleetScreen
+
+    monkeypatch.setattr(launcher, "litellm_module", lambda: None)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    db = tmp_path / "s.db"
+    app = BareApp()
+    async with app.run_test(size=SIZE) as pilot:
+        inbox = InboxScreen(db, lambda: now)
+        await app.push_screen(inbox)
+        await wait_until(pilot, lambda: inbox._counter != -1)
+
+        async def in_inbox(text: str) -> None:
+            write = {
+                "run_id": text, "call_id": text, "tool": text, "args": {text: text},
+                "env": f"{text}/{text}", "rationale": text, "plan_step": text,
+                "asked_again": text, "expires": now + timedelta(seconds=30),
+            }  # fmt: skip
+            question = {"run_id": text, "call_id": text, "tool": "ask_user", "question": text,
+                        "env": text, "plan_step": "", "expires": None}  # fmt: skip
+            for entry in (write, question):
+                inbox.entries = [entry]
+                inbox.render_inbox()
+                await pilot.pause()
+                assert_clean(app, "inbox")
+
+        await asyncio.to_thread(for_each_example(app, in_inbox, hostile, n=6))
+        inbox.dismiss(None)
+
+        fleet = FleetScreen(db, lambda: now)
+        await app.push_screen(fleet)
+
+        async def in_fleet(text: str) -> None:
+            row = FleetRow(
+                run_id=text, env=text, script=text, model=text, state="awaiting_approval",
+                stop_reason=text, started_at=now, pending=1, last_finding=text, runner=text,
+                closest=text, closest_fraction=0.9,
+            )  # fmt: skip
+            fleet.fleet.rows = {text: row}
+            fleet.alerts = type(fleet.alerts)()  # each example's run is new to the alerts
+            fleet.filter_text = text
+            fleet.render_fleet()
+            fleet._alert()
+            await pilot.pause()
+            assert_clean(app, "fleet")
+
+        await asyncio.to_thread(for_each_example(app, in_fleet, hostile, n=6))
+        fleet.dismiss(None)
+
+        async def in_launcher(text: str) -> None:
+            envs = [
+                {"env": text, "error": text, "path": text, "scripts": {}},
+                {"env": text, "path": text, "scripts": {text: text}},
+            ]
+            monkeypatch.setattr(launcher, "list_envs", lambda: envs)
+            screen = launcher.LauncherScreen()
+            await app.push_screen(screen)
+            await pilot.pause()
+            assert_clean(app, "launcher")
+            screen.dismiss(None)
+
+        await asyncio.to_thread(for_each_example(app, in_launcher, hostile, n=6))
+
+
+# -- the headless summary, `check`, `runs` and the CLI's error messages -----------------------
+def _outcome(text: str) -> Any:
+    from loopdeck.core.outcome import RunOutcome
+    from loopdeck.core.states import RunState, StopReason
+
+    row = CallRecord(
+        call_id=text, round=1, tool=text, args={text: text}, risk="read", fingerprint=text,
+        state_hash=text, status=CallStatus.EXECUTED, result={text: text}, duration_ms=1.0,
+    )  # fmt: skip
+    return RunOutcome(
+        run_id=text, env=text, script=text, model=text, mode="rounds", state=RunState.STOPPED,
+        stop_reason=StopReason.TOOL_FAILURE, detail=text, rounds=1, model_calls=1,
+        tool_calls=1, tokens=1, cost_usd=None, cost_unknown_calls=1, elapsed_s=1.0,
+        findings=[text], calls=[row], stray=text,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "n", [pytest.param(50, id="few"), pytest.param(1000, id="many", marks=pytest.mark.slow)]
+)
+def test_the_headless_summary_prints_hostile_text_as_written(n: int) -> None:
+    from loopdeck.headless import print_summary
+
+    @settings(max_examples=n, deadline=None)
+    @given(hostile)
+    @example(ALL_AT_ONCE)
+    def printed(text: str) -> None:
+        out = io.StringIO()
+        print_summary(_outcome(text), Console(file=out, width=120, color_system=None))
+        assert not raw_controls(out.getvalue()), out.getvalue()
+        if text == "items[0":
+            assert out.getvalue().count("items[0") >= 6  # shown, not taken for a tag
+
+    printed()
+
+
+def _toml(text: str) -> str:
+    """A TOML basic string of `text` (see `_kept`)."""
+    inner = "".join(
+        c if " " <= c <= "~" and c not in '"\\' else f"\\U{ord(c):08x}" for c in _kept(text)
+    )
+    return f'"{inner}"'
+
+
+def _kept(text: str) -> str:
+    """What TOML can hold of `text`: no lone surrogate."""
+    return "".join(c for c in text if not 0xD800 <= ord(c) <= 0xDFFF)
+
+
+def _hostile_env(folder: Path, text: str) -> Path:
+    """service_outage's env under a scenario whose name, script, plan and reply are `text`."""
+    env = folder / "env"
+    shutil.rmtree(env, ignore_errors=True)
+    env.mkdir(parents=True)
+    shutil.copy(SAMPLES / "service_outage" / "env.py", env / "env.py")
+    name = _toml(text)
+    (env / "scenario.toml").write_text(
+        f'name = {name}\ngoal = {name}\nmodel = "scripted"\n'
+        '[budgets]\nmax_rounds = 1\n[data]\ninitial_db_url = "a"\nlive_db_url = "b"\n'
+        "initial_replicas = 1\n"
+        f'[scripts.{name}]\ndescription = {name}\nexpect = {{ stop_reason = "goal_met" }}\n'
+        f"planner = [{name}]\n[[scripts.{name}.executor]]\nfinal = {name}\n",
+        encoding="utf-8",
+    )
+    return env
+
+
+@pytest.mark.parametrize(
+    "n", [pytest.param(0, id="every-form"), pytest.param(60, id="many", marks=pytest.mark.slow)]
+)
+def test_check_runs_and_the_cli_errors_print_hostile_text_as_written(
+    n: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopdeck.cli import main
+
+    phases = [Phase.explicit] if n == 0 else list(Phase)  # in `make test`: every form at once
+
+    @settings(max_examples=max(n, 1), deadline=None, suppress_health_check=list(HealthCheck),
+              phases=phases)  # fmt: skip
+    @given(hostile.filter(lambda t: t.strip() and not t.startswith("-")))
+    @example(ALL_AT_ONCE)
+    def printed(text: str) -> None:
+        env = _hostile_env(tmp_path, text)
+        script = _kept(text)
+        outputs = []
+        for argv in (
+            ("check", str(env)),
+            ("run", str(env), "--script", script, "--headless"),
+            ("runs",),
+            ("run", str(env), "--script", f"{script}-not-there", "--headless"),
+            ("run", str(tmp_path / f"no-{script}"), "--headless"),
+            ("runs", "--db", str(tmp_path / f"no-{script}" / "s.db")),
+        ):
+            main(list(argv))
+            out, err = capsys.readouterr()
+            outputs.append(out + err)
+            assert not raw_controls(out + err), f"{argv}: {raw_controls(out + err)!r}"
+        if text == ALL_AT_ONCE:  # shown, not taken for tags
+            assert "items[0 [5n [2J" in outputs[0] and "env [0 items[0" in outputs[1]
+
+    printed()
