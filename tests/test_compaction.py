@@ -19,6 +19,7 @@ from loopdeck.llm import scripted_provider
 from loopdeck.llm.script_player import prompt_tokens
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.operator.runview import RunView
+from loopdeck.operator.transcript import Transcript
 
 Message = dict[str, Any]
 HEAD: list[Message] = [
@@ -276,6 +277,10 @@ def test_the_view_says_what_compaction_did_in_a_known_window() -> None:
     start = {"env": "e", "script": None, "model": "m", "mode": "react", "goal": "g", "budget": {}}
     view.apply(RunStarted(run_id="r", context_window=32000, **start))
     assert view.context_note == ""
-    compacted = {"round": 1, "tokens_before": 16100, "tokens_after": 11000, "reason": "x"}
-    view.apply(ContextCompacted(run_id="r", **compacted))
+    compacted = {"round": 1, "tokens_before": 16100, "tokens_after": 11000, "reason": "past half"}
+    event = ContextCompacted(run_id="r", results_shortened=40, turns_dropped=115, **compacted)
+    view.apply(event)
     assert view.context_note == "compacted x1: 16,100→11,000 tokens (window 32,000)"
+    entry = Transcript().apply(event)
+    assert entry is not None and "16,100 → 11,000 tokens" in entry.title
+    assert entry.body == "past half: 40 results shortened, 115 turns dropped"

@@ -200,7 +200,8 @@ class Transcript:
     @staticmethod
     def _on_context_compacted(e: Any) -> tuple[str, str, str]:
         title = f"context compacted · {e.tokens_before:,} → {e.tokens_after:,} tokens"
-        return "note", title, e.reason
+        done = f"{e.results_shortened:,} results shortened, {e.turns_dropped:,} turns dropped"
+        return "note", title, f"{e.reason}: {done}"
 
     @staticmethod
     def _on_operator_command(e: Any) -> tuple[str, str, str]:
