@@ -115,6 +115,28 @@ def test_a_stop_signal_kills_a_runaway_headless_run_and_records_it(tmp_path, sig
 
 
 @pytest.mark.slow
+def test_a_second_signal_while_stopping_loses_no_recorded_event(tmp_path) -> None:
+    runner = Runner(tmp_path, "runaway")
+    try:
+        wait_until("the runaway run records events", lambda: runner.events() > 50)
+        runner.proc.send_signal(signal.SIGTERM)
+        runner.proc.send_signal(signal.SIGTERM)
+        code, out, err = runner.finish()
+    finally:
+        runner.close()
+    assert code == -signal.SIGTERM and "Traceback" not in err, err
+    seqs = [seq for (seq,) in stored(runner.db, "SELECT seq FROM events ORDER BY seq")]
+    assert seqs == list(range(1, len(seqs) + 1))
+    ((kind,),) = stored(runner.db, "SELECT kind FROM events ORDER BY seq DESC LIMIT 1")
+    # Either the kill was recorded before the second signal came, or the run was abandoned
+    # (cancelled before its stop) with every event it had emitted committed.
+    if "abandoned by signal SIGTERM before it recorded its stop" in err:
+        assert kind != "run_stopped" and "stopped: killed" not in out
+    else:
+        assert_recorded_killed_by(runner.db, signal.SIGTERM)
+
+
+@pytest.mark.slow
 def test_sigterm_during_a_tool_ends_its_child_process_too(tmp_path) -> None:
     runner = Runner(tmp_path, "child")
     try:

@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopdeck.core.states import StopReason
+from loopdeck.core.text import number
 
 
 class Cap(StrEnum):
@@ -72,7 +73,8 @@ USED_FIELD: dict[Cap, str] = {
 
 class BudgetExhausted(Exception):
     def __init__(self, cap: Cap, used: float, limit: float) -> None:
-        super().__init__(f"{cap.value} budget exhausted: {used:g} of {limit:g}")
+        # Counts whole with separators (`2,621,570 of 60,000`), never `2.62157e+06`.
+        super().__init__(f"{cap.value} budget exhausted: {number(used)} of {number(limit)}")
         self.cap = cap
         self.used = used
         self.limit = limit

@@ -164,8 +164,14 @@ def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ScenarioError(f"{path}: file not found") from exc
+    except OSError as exc:  # unreadable: permissions, a folder, an I/O error
+        raise ScenarioError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise ScenarioError(f"{path}: not readable TOML: nested too deeply") from exc
     raw = apply_settings(raw, settings or [])
     try:
         return Scenario.model_validate(raw)

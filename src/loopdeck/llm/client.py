@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
 from loopdeck import collector
 from loopdeck.core.model import ModelReply, ModelRequest, ProviderError, RawToolCall
 from loopdeck.core.scenario import Script, ScriptedPrice
+from loopdeck.core.text import capped
 from loopdeck.llm.loader import litellm_module
 from loopdeck.llm.profile import ModelProfile, profile_for
 from loopdeck.llm.prompt_program import check_layers, compile_request
@@ -27,18 +29,50 @@ _RETRYABLE = (
 )
 
 
+# The provider's words, not LiteLLM's traceback of where it failed to read them.
+PROVIDER_TEXT_CAP = 1000
+_TRACEBACK = "Traceback (most recent call last)"
+
+
 def classify(exc: Exception) -> ProviderError:
     """Map a LiteLLM exception to retryable or not, keeping the provider's message."""
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
-    if name == "ContextWindowExceededError":
+    if _nested_too_deep(exc):
+        # LiteLLM's reading of the reply (`json.loads` of its tool arguments) hit Python's
+        # recursion limit; what it says then is a page of traceback.
         return ProviderError(
-            f"{name}: {exc}", retryable=False, status=status, context_overflow=True
+            f"{name}: the model's reply is nested deeper than about "
+            f"{sys.getrecursionlimit():,} levels, too deep to read",
+            retryable=False,
+            status=status,
         )
+    text = f"{name}: {_provider_text(exc)}"
+    if name == "ContextWindowExceededError":
+        return ProviderError(text, retryable=False, status=status, context_overflow=True)
     retryable = name in _RETRYABLE or (isinstance(status, int) and status >= 500)
     if name in ("BadRequestError", "AuthenticationError", "PermissionDeniedError", "NotFoundError"):
         retryable = False
-    return ProviderError(f"{name}: {exc}", retryable=retryable, status=status)
+    return ProviderError(text, retryable=retryable, status=status)
+
+
+def _nested_too_deep(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(20):  # a chain of causes, bounded
+        if seen is None:
+            break
+        if isinstance(seen, RecursionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "maximum recursion depth exceeded" in str(exc)
+
+
+def _provider_text(exc: Exception) -> str:
+    text = str(exc)
+    cut = text.find(_TRACEBACK)
+    if cut >= 0:
+        text = text[:cut].rstrip() + " (LiteLLM's traceback left out)"
+    return capped(text, PROVIDER_TEXT_CAP)
 
 
 class MissingCredentials(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 from loopdeck.core.scenario import Script
@@ -43,7 +43,7 @@ def _handler_class() -> type:
                 reply, error = self.completion(*args, **kwargs), None
             except Exception as exc:  # raised where an async provider raises: when awaited
                 reply, error = None, exc
-            return _handed_over(reply, error)
+            return _HandedOver(reply, error)
 
         def completion(
             self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any
@@ -89,10 +89,32 @@ def _handler_class() -> type:
     return ScriptedLLM
 
 
-async def _handed_over(reply: Any, error: Exception | None) -> Any:
-    if error is not None:
-        raise error
-    return reply
+class _HandedOver(Coroutine[Any, Any, Any]):
+    """What `acompletion` returns: the reply made in LiteLLM's pool (or its error, raised
+    where an async provider raises it), handed over when awaited. A coroutine to LiteLLM
+    (`asyncio.iscoroutine`), but not a native one: when a deadline or a kill cuts the call
+    before LiteLLM awaits it, it is dropped without "coroutine was never awaited"."""
+
+    def __init__(self, reply: Any, error: Exception | None) -> None:
+        self._reply = reply
+        self._error = error
+
+    def send(self, value: Any) -> Any:
+        if self._error is not None:
+            raise self._error
+        raise StopIteration(self._reply)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise val if val is not None else typ
+
+    def close(self) -> None:
+        self._reply = self._error = None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self._error is not None:
+            raise self._error
+        return self._reply
+        yield  # a generator that never suspends: the reply is already here
 
 
 _registered = False

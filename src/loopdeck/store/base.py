@@ -39,6 +39,10 @@ class StoreError(Exception):
     """The store cannot be used; the message names the file and the problem."""
 
 
+# How much of a run id a message repeats (one that is not there may be a pasted page).
+RUN_ID_SHOWN = 100
+
+
 class StoreUnavailable(StoreError):
     """The store is there but cannot take a write for now: its server is unreachable, another
     process holds its write lock, or its disk is full. Waited out and retried, never a crash;

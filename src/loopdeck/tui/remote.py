@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from loopdeck.core.text import capped
 from loopdeck.store import queries
-from loopdeck.store.base import StoreError
+from loopdeck.store.base import RUN_ID_SHOWN, StoreError
 from loopdeck.store.opening import open_store
 
 
@@ -18,7 +19,8 @@ async def _check(args: argparse.Namespace) -> dict[str, object]:
     finally:
         await store.close()
     if row is None:
-        raise StoreError(f"{store.path}: no run {args.run_id!r} (see `loopdeck runs`)")
+        shown = capped(args.run_id, RUN_ID_SHOWN)
+        raise StoreError(f"{store.path}: no run {shown!r} (see `loopdeck runs`)")
     return row
 
 
