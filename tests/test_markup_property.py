@@ -93,9 +93,12 @@ def for_each_example(
     return examples
 
 
-def assert_clean(app: App[Any], where: str) -> None:
+def assert_clean(app: App[Any], where: str, *expected: str) -> None:
+    """The console still runs, shows what it should, and no raw control reaches the screen."""
     assert app.is_running, f"{where}: the console exited"
     shown = screen_text(app)
+    for words in expected:
+        assert words in shown, f"{where}: {words!r} not on screen"
     assert not raw_controls(shown), f"{where}: raw {raw_controls(shown)!r} on screen"
 
 
@@ -156,7 +159,7 @@ async def test_the_panels_show_hostile_text_as_written(n: int) -> None:
             log.clear()
             log.add([_entry(text)])
             await pilot.pause()
-            assert_clean(app, "panels")
+            assert_clean(app, "panels", "goal ", "round 1  FAIL")
             if not RAW.search(text) and "\\u" not in text and "\t" not in text:
                 goal = app.query_one(GoalLine)._painted  # type: ignore[attr-defined]
                 assert goal == f"goal {text}"  # as written: no tag taken, none dropped
@@ -192,7 +195,7 @@ def hostile_request(text: str) -> ApprovalRequest:
 async def test_dialogs_and_toasts_show_hostile_text_as_written(n: int) -> None:
     app = BareApp()
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
 
         async def check(text: str, risk: str) -> None:
             app.clear_notifications()
@@ -200,13 +203,14 @@ async def test_dialogs_and_toasts_show_hostile_text_as_written(n: int) -> None:
             dialog = ApprovalDialog(hostile_request(text), 2, risk, lambda: now)
             await app.push_screen(dialog)
             dialog.action_reject()  # the keys line names the tool
+            await wait_until(pilot, lambda: bool(dialog.query("Toast")))
             await pilot.pause()
-            assert_clean(app, "approval dialog and toast")
+            assert_clean(app, "approval dialog and toast", "Approve this write?", "Reject ")
             dialog.dismiss(None)
             answer = AnswerDialog(text, text)
             await app.push_screen(answer)
             await pilot.pause()
-            assert_clean(app, "answer dialog")
+            assert_clean(app, "answer dialog", "The agent asks you")
             answer.dismiss(None)
             await pilot.pause()
 
@@ -223,7 +227,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
     now = datetime(2026, 1, 1, tzinfo=UTC)
     db = tmp_path / "s.db"
     app = BareApp()
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
         inbox = InboxScreen(db, lambda: now)
         await app.push_screen(inbox)
         await wait_until(pilot, lambda: inbox._counter != -1)
@@ -240,7 +244,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
                 inbox.entries = [entry]
                 inbox.render_inbox()
                 await pilot.pause()
-                assert_clean(app, "inbox")
+                assert_clean(app, "inbox", "Approvals inbox", "run ")
 
         await asyncio.to_thread(for_each_example(app, in_inbox, hostile, n=6))
         inbox.dismiss(None)
@@ -254,13 +258,15 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
                 stop_reason=text, started_at=now, pending=1, last_finding=text, runner=text,
                 closest=text, closest_fraction=0.9,
             )  # fmt: skip
+            app.clear_notifications()
             fleet.fleet.rows = {text: row}
             fleet.alerts = type(fleet.alerts)()  # each example's run is new to the alerts
             fleet.filter_text = text
             fleet.render_fleet()
             fleet._alert()
+            await wait_until(pilot, lambda: bool(fleet.query("Toast")))
             await pilot.pause()
-            assert_clean(app, "fleet")
+            assert_clean(app, "fleet", "fleet · 1 run", "waits for")
 
         await asyncio.to_thread(for_each_example(app, in_fleet, hostile, n=6))
         fleet.dismiss(None)
@@ -274,7 +280,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
             screen = launcher.LauncherScreen()
             await app.push_screen(screen)
             await pilot.pause()
-            assert_clean(app, "launcher")
+            assert_clean(app, "launcher", "choose an env and a script")
             screen.dismiss(None)
 
         await asyncio.to_thread(for_each_example(app, in_launcher, hostile, n=6))
@@ -381,3 +387,80 @@ def test_check_runs_and_the_cli_errors_print_hostile_text_as_written(
             assert "items[0 [5n [2J" in outputs[0] and "env [0 items[0" in outputs[1]
 
     printed()
+
+
+# -- the regression: a call argument `items[0` seen in the console ----------------------------
+def _items_env(folder: Path) -> Path:
+    """service_outage whose solve script sets the key `items[0` (the env says no such key)."""
+    env = folder / "items_env"
+    shutil.copytree(SAMPLES / "service_outage", env, ignore=shutil.ignore_patterns("__py*"))
+    toml = env / "scenario.toml"
+    text = toml.read_text(encoding="utf-8")
+    live = 'args = { key = "db_url", value = "postgres://orders-db-v2:5432/orders" }'
+    toml.write_text(text.replace(live, live.replace('"db_url"', '"items[0"'), 1), "utf-8")
+    return env
+
+
+async def approve_until(pilot: Any, app: App[Any], done: Callable[[], bool]) -> None:
+    """Approve each write the run asks for (the later steps write too) until `done`."""
+    for _ in range(400):
+        if done():
+            return
+        if isinstance(app.screen, ApprovalDialog):
+            await pilot.press("a")
+        await pilot.pause(0.05)
+    raise AssertionError("the run did not end")
+
+
+async def test_a_call_argument_items_0_is_shown_in_the_call_panel(tmp_path: Path) -> None:
+    from console_helpers import console_app, finished, run_screen
+
+    app = console_app(_items_env(tmp_path), "solve")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.pause()
+        assert app.screen.request.args["key"] == "items[0"
+        assert '"key": "items[0"' in screen_text(app)  # the dialog's arguments
+        await approve_until(pilot, app, lambda: finished(app))
+        screen = run_screen(app)
+        assert screen is not None
+        call = next(c for c in screen.view.calls.values() if c.args.get("key") == "items[0")
+        screen._show_detail(call.call_id)
+        await pilot.pause()
+        detail = str(screen.query_one("#detail-body").render())
+        assert '"key": "items[0"' in detail and "no config key 'items[0'" in detail
+        assert app.is_running
+
+
+async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path: Path) -> None:
+    from store_helpers import start_runner, wait_for_pending
+
+    from loopdeck.operator.links import StoreLink
+    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.run_screen import RunScreen
+
+    db = tmp_path / "s.db"
+    runner = start_runner(_items_env(tmp_path), "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        assert pending["args"]["key"] == "items[0"
+        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]), db_path=db)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            await pilot.press("escape")
+            await pilot.press("i")
+            await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
+            inbox = app.screen
+            await wait_until(pilot, lambda: bool(inbox.entries))
+            await pilot.pause()
+            assert '"key": "items[0"' in str(inbox.query_one("#inbox-body").render())
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, InboxScreen))
+            screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
+            call = next(c for c in screen.view.calls.values() if c.args.get("key") == "items[0")
+            screen._show_detail(call.call_id)
+            await pilot.pause()
+            assert '"key": "items[0"' in str(screen.query_one("#detail-body").render())
+            assert app.is_running
+    finally:
+        runner.kill()
