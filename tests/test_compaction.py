@@ -284,3 +284,46 @@ def test_the_view_says_what_compaction_did_in_a_known_window() -> None:
     entry = Transcript().apply(event)
     assert entry is not None and "16,100 → 11,000 tokens" in entry.title
     assert entry.body == "past half: 40 results shortened, 115 turns dropped"
+
+
+async def test_a_nudge_after_a_repeat_in_a_reply_of_several_calls_keeps_the_pairs() -> None:
+    """A reply's results follow it together; the operator's word comes after all of them."""
+    from loopdeck.core.approvals import Answer, AutoApprover
+
+    class Operator:
+        async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
+            return Answer(text="nudge try another text", by="test")
+
+    turns = (
+        '[{calls = [{tool = "echo", args = {text = "a"}}]}, '
+        '{calls = [{tool = "echo", args = {text = "a"}}, {tool = "echo", args = {text = "b"}}]}, '
+        '{final = "done"}]'
+    )
+    options = RunOptions(
+        env=str(HARNESS),
+        script="twice",
+        approve="auto",
+        settings=[
+            'scripts.twice.planner=["1. Echo a, then b."]',
+            f"scripts.twice.executor={turns}",
+        ],
+    )
+    prepared = prepare_run(options, approver=AutoApprover(), answerer=Operator())
+    sent: list[list[Message]] = []
+    complete = prepared.runtime.model.complete
+
+    async def recording(request: Any) -> Any:
+        if request.role == "executor":
+            sent.append([dict(m) for m in request.messages])
+        return await complete(request)
+
+    prepared.runtime.model.complete = recording  # type: ignore[method-assign]
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    statuses = [c.status.value for c in outcome.calls]
+    assert statuses == ["executed", "blocked_repeat", "executed"], outcome.detail
+    last = sent[-1]
+    assert last[-1] == {"role": "user", "content": "The operator says: try another text"}
+    assert [pairing_problems(request) for request in sent] == [[]] * len(sent)

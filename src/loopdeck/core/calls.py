@@ -133,6 +133,7 @@ class CallHandler:
         """Run the decision's calls one at a time; True if the guard tripped on any of them.
         After a trip the rest of the reply is not executed."""
         tripped = False
+        said: list[str] = []
         for call in decision.calls:
             if tripped:
                 record, result = self._skip_after_trip(call)
@@ -141,12 +142,12 @@ class CallHandler:
                 tripped = record.status is CallStatus.BLOCKED_REPEAT
             conversation.append(tool_result_message(call.provider_id, result.for_model()))
             if self._nudge is not None:  # the operator's word on the loop: go on with it
-                conversation.append(
-                    {"role": "user", "content": f"The operator says: {self._nudge}"}
-                )
+                said.append(self._nudge)
                 self._nudge, tripped = None, False
             if record.status in (CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN):
                 await self.rt.check_goal_after(record)
+        # After the reply's last result: a message with tool calls is followed by its results.
+        conversation.extend({"role": "user", "content": f"The operator says: {s}"} for s in said)
         return tripped
 
     def _step_text(self, decision: Decision) -> str | None:
