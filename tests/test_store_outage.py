@@ -1,0 +1,385 @@
+"""A store that cannot take writes (unreachable, locked, disk full): the writer keeps the
+events in order and spills them outside the store's folder, the run holds instead of acting
+unrecorded, and the events land once the store is back (issue 24)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import stat
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HARNESS, prepare
+from store_helpers import loopdeck
+
+from loopdeck.core.events import EventBus, OperatorCommand
+from loopdeck.core.recording import JournalOutage
+from loopdeck.core.states import StopReason
+from loopdeck.store import queries
+from loopdeck.store.base import Store, StoreUnavailable
+from loopdeck.store.liveness import this_host
+from loopdeck.store.opening import open_store
+from loopdeck.store.runner import RecordedRun
+from loopdeck.store.writer import EventWriter
+
+
+async def until(condition: Any, timeout: float = 120.0) -> None:
+    """Wait on a condition, never on a fixed sleep; the timeout only ends a broken test."""
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "condition never became true"
+        await asyncio.sleep(0.01)
+
+
+class _FakeTx:
+    def __init__(self, stored: list[tuple[Any, ...]]) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.stored = stored
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return 1
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self.rows.extend(rows)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        if "MAX(seq)" in sql:
+            return [(max((row[1] for row in self.stored), default=None),)]
+        return []  # no run row: nothing for the writer to correct
+
+
+class FlakyStore(Store):
+    """Fails the next `failures` commits with StoreUnavailable, after the inserts (as a full
+    disk fails a commit): a failed transaction lands nothing."""
+
+    backend = "fake"
+
+    def __init__(self, path: Path, failures: int, cause: str = StoreUnavailable.DISK_FULL):
+        self.path = path
+        self.failures = failures
+        self.cause = cause
+        self.attempts = 0
+        self.events: list[tuple[Any, ...]] = []
+        self.lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, run_id: str | None = None) -> AsyncIterator[_FakeTx]:
+        tx = _FakeTx(self.events)
+        yield tx
+        self.attempts += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise StoreUnavailable(f"{self.path}: {self.cause} (test)", self.cause)
+        self.events.extend(tx.rows)
+
+
+def _publish(bus: EventBus, count: int) -> None:
+    for _ in range(count):
+        bus.publish(OperatorCommand(run_id="r1", command="pause", by="t"))
+
+
+async def test_the_writer_keeps_order_spills_outside_and_recovers(tmp_path) -> None:
+    store = FlakyStore(tmp_path / "store" / "s.db", failures=3)
+    bus = EventBus()
+    writer = EventWriter(store)
+    bus.subscribe(writer)
+    writer.start()
+    _publish(bus, 5)
+    await until(lambda: writer.outage is not None)
+    outage = writer.outage
+    assert outage is not None and outage.cause == "disk full" and "(test)" in outage.detail
+    assert outage.spill is not None
+    spill = Path(outage.spill)
+    assert store.path.parent not in spill.parents  # not on the store's (full) disk
+    assert stat.S_IMODE(spill.stat().st_mode) == 0o600
+    assert stat.S_IMODE(spill.parent.stat().st_mode) == 0o700
+    lines = spill.read_text().splitlines()
+    assert json.loads(lines[0])["store"] == str(store.path.resolve())
+    assert [json.loads(line)["seq"] for line in lines[1:]] == [1, 2, 3, 4, 5]
+    _publish(bus, 3)  # while the store is down: queued behind the others
+    await asyncio.wait_for(writer.recovered(), 60)
+    assert writer.outage is None and store.attempts == 4
+    await writer.close()
+    assert [row[1] for row in store.events] == list(range(1, 9))  # in order, once each
+    assert not spill.exists()  # everything it held is in the store
+
+
+async def test_a_spill_falls_back_when_the_user_data_dir_cannot_take_it(
+    tmp_path, monkeypatch
+) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_DATA_HOME", str(blocked))  # its spill folder cannot be made
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    store = FlakyStore(tmp_path / "s.db", failures=10**6, cause=StoreUnavailable.UNREACHABLE)
+    writer = EventWriter(store)
+    writer(OperatorCommand(run_id="r1", seq=1, command="pause", by="t"))
+    with pytest.raises(StoreUnavailable):
+        await writer.flush()
+    assert writer.outage is not None
+    assert writer.outage.spill == str(tmp_path / "run" / "loopdeck-spill" / "unsaved-r1.jsonl")
+    writer.close_retry_s = 0.0
+    with pytest.raises(StoreUnavailable):
+        await writer.close()
+    assert writer.spill() == Path(writer.outage.spill)
+
+
+class FakeJournal:
+    """A journal whose store can be taken down and brought back by the test."""
+
+    def __init__(self, down: bool = False) -> None:
+        self.outage: JournalOutage | None = None
+        self.back = asyncio.Event()
+        self.flushes = 0
+        if down:
+            self.go_down()
+
+    def go_down(self) -> None:
+        self.outage = JournalOutage(
+            cause="unreachable", since=_now(), detail="server closed the connection", spill=None
+        )
+        self.back.clear()
+
+    def come_back(self) -> None:
+        self.outage = None
+        self.back.set()
+
+    async def flush(self) -> None:
+        self.flushes += 1
+        if self.outage is not None:
+            raise StoreUnavailable("test: unreachable", StoreUnavailable.UNREACHABLE)
+
+    async def recovered(self) -> None:
+        await self.back.wait()
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+async def test_a_write_waits_while_the_journal_cannot_record_and_runs_once_it_can() -> None:
+    prepared, rec = prepare(HARNESS, "note")
+    runtime = prepared.runtime
+    journal = FakeJournal()
+    runtime.journal = journal
+
+    def down_before_the_write(event: Any) -> None:
+        if getattr(event, "kind", "") == "approval_decided":
+            journal.go_down()  # the approval cannot be made durable: the write must wait
+
+    runtime.bus.subscribe(down_before_the_write)
+    try:
+        task = asyncio.create_task(runtime.run())
+        await until(lambda: rec.kinds("recording_held"))
+        for _ in range(20):
+            await asyncio.sleep(0)  # the run has every chance to go on: it must not
+        assert not rec.kinds("tool_finished") and prepared.runtime.env.notes == []
+        models = len(rec.kinds("model_called"))
+        assert rec.kinds("budget_updated")[-1].held == "store"  # on the operator's clock
+        journal.come_back()
+        outcome = await task
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    assert rec.kinds("recording_resumed") and len(rec.kinds("model_called")) >= models
+    assert [e.status.value for e in rec.kinds("tool_finished")] == ["executed"]
+    assert any("store unreachable" in held for held in outcome.recording_held)
+
+
+async def test_no_model_call_while_the_journal_cannot_record_and_the_bound_stops_it() -> None:
+    prepared, rec = prepare(HARNESS, "note")
+    runtime = prepared.runtime
+    runtime.config = runtime.config.model_copy(update={"store_hold_s": 0.3})
+    runtime.journal = FakeJournal(down=True)
+    try:
+        outcome = await runtime.run()
+    finally:
+        prepared.cleanup()
+    assert not rec.kinds("model_called") and not rec.kinds("tool_finished")
+    assert outcome.stop_reason is StopReason.POLICY_BLOCK
+    assert outcome.detail.startswith("store unreachable for 0.3 s (server closed the connection)")
+    assert outcome.detail.endswith("stopped rather than act unrecorded")
+    held = rec.kinds("recording_held")
+    assert len(held) == 1 and held[0].cause == "unreachable" and held[0].bound_s == 0.3
+
+
+async def test_a_kill_ends_a_hold_at_once() -> None:
+    prepared, rec = prepare(HARNESS, "note")
+    runtime = prepared.runtime
+    runtime.journal = FakeJournal(down=True)
+    try:
+        task = asyncio.create_task(runtime.run())
+        await until(lambda: rec.kinds("recording_held"))
+        runtime.kill(by="test")
+        outcome = await task
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.KILLED and not rec.kinds("model_called")
+
+
+class _Switch:
+    """Takes a real store's writes down (StoreUnavailable before BEGIN) and back up."""
+
+    def __init__(self, store: Store) -> None:
+        self.down = False
+        self._transaction = store.transaction
+        store.transaction = self.transaction  # type: ignore[method-assign]
+
+    def transaction(self, run_id: str | None = None) -> Any:
+        if self.down:
+            raise StoreUnavailable("test: the server went away", StoreUnavailable.UNREACHABLE)
+        return self._transaction(run_id)
+
+
+async def test_a_recorded_run_holds_through_an_outage_and_loses_nothing(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    switch = _Switch(store)
+    prepared, rec = prepare(HARNESS, "note")
+    writer = EventWriter(store)
+
+    def down_at_the_approval(event: Any) -> None:
+        if getattr(event, "kind", "") == "approval_requested":
+            switch.down = True
+
+    prepared.runtime.bus.subscribe(down_at_the_approval)
+    try:
+        task = asyncio.create_task(RecordedRun(store, prepared.runtime, writer).run())
+        await until(lambda: rec.kinds("recording_held"))
+        assert not rec.kinds("tool_finished")  # the approval is not durable: no write
+        switch.down = False
+        outcome = await task
+        rows = await store.fetchall("SELECT seq, kind FROM events ORDER BY seq")
+    finally:
+        prepared.cleanup()
+        await store.close()
+    assert outcome.stop_reason is StopReason.GOAL_MET
+    assert [row[0] for row in rows] == list(range(1, rec.events[-1].seq + 1))  # none lost
+    kinds = [row[1] for row in rows]
+    assert kinds.count("run_stopped") == 1 and "recording_held" in kinds
+    assert kinds.index("recording_held") < kinds.index("tool_finished")
+
+
+async def test_a_runner_gone_in_an_outage_has_its_spill_brought_back(tmp_path) -> None:
+    """The store stayed down past the runner's exit: its events went to a spill, a reader then
+    marked the run crashed; the next process to open the store writes them back."""
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    switch = _Switch(store)
+    prepared, rec = prepare(HARNESS, "note")
+    writer = EventWriter(store)
+    writer.close_retry_s = 0.0
+
+    def down_once_the_write_runs(event: Any) -> None:
+        # The approval is durable by then (flushed before the dispatch): the run row is in.
+        if getattr(event, "kind", "") == "state_changed" and event.target.value == "executing":
+            switch.down = True
+
+    prepared.runtime.bus.subscribe(down_once_the_write_runs)
+    recorded = RecordedRun(store, prepared.runtime, writer)
+    try:
+        outcome = await recorded.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.GOAL_MET  # the write met the goal: no hold
+    assert recorded.persist_error and "the unsaved events are in" in recorded.persist_error
+    switch.down = False
+    # The runner is gone (a pid no process has); a reader marks its run crashed.
+    await store.execute("UPDATE runs SET pid = ?, pid_started = NULL", (2**22 + 1,))
+    assert await queries.mark_crashed_runners(store) == [prepared.runtime.config.run_id]
+    await store.close()
+    reopened = await open_store(db, create=False)
+    try:
+        assert any("brought back" in note for note in reopened.notes)
+        rows = await reopened.fetchall("SELECT seq, kind, origin FROM events ORDER BY seq")
+        run = await queries.run_row(reopened, prepared.runtime.config.run_id)
+    finally:
+        await reopened.close()
+    last = rec.events[-1].seq
+    assert [row[0] for row in rows] == list(range(1, last + 2))  # every event, then the note
+    assert [row[1] for row in rows].count("run_stopped") == 1
+    assert rows[-1][1] == "run_corrected" and all(row[2] is None for row in rows)
+    assert run is not None and run["stop_reason"] == "goal_met"
+    assert not list(Path(os.environ["XDG_DATA_HOME"]).glob("**/unsaved-*"))
+
+
+def _mount_small_disk(where: Path) -> None:
+    where.mkdir()
+    done = os.system(f"mount -t tmpfs -o size=2M tmpfs {where} 2>/dev/null")
+    if done != 0:
+        pytest.skip("mounting a 2 MB tmpfs is not permitted here (needs root)")
+
+
+@pytest.mark.slow
+async def test_a_full_disk_holds_the_run_spills_elsewhere_and_records_the_stop(tmp_path) -> None:
+    disk = tmp_path / "disk"
+    _mount_small_disk(disk)
+    try:
+        await _full_disk(disk)
+    finally:
+        os.system(f"umount {disk}")
+
+
+async def _full_disk(disk: Path) -> None:
+    ballast = disk / "ballast"
+    ballast.write_bytes(b"\0" * 512 * 1024)
+    db = disk / "s.db"
+    store = await open_store(db)
+    # A run whose runner is gone, for `loopdeck runs` to try (and fail) to mark crashed.
+    await store.execute(
+        "INSERT INTO runs (run_id, env, state, started_at, pid, host)"
+        " VALUES ('gone', 'harness', 'deciding', '2026-01-01T00:00:00+00:00', ?, ?)",
+        (2**22 + 1, this_host()),
+    )
+    big = 10**9
+    prepared, rec = prepare(
+        HARNESS, "poll", max_turns=big, max_tool_calls=big, max_tokens=big, max_cost=big,
+        deadline=3600,
+    )  # fmt: skip
+    writer = EventWriter(store)
+    recorded = RecordedRun(store, prepared.runtime, writer)
+    try:
+        task = asyncio.create_task(recorded.run())
+        await until(lambda: rec.kinds("recording_held"), timeout=300)
+        held = rec.kinds("recording_held")[0]
+        assert held.cause == "disk full" and held.spill is not None
+        assert disk not in Path(held.spill).parents and Path(held.spill).exists()
+        # Readers read a full store.
+        listed = await asyncio.to_thread(loopdeck, "runs", "--json", db=db)
+        assert listed.returncode == 0, listed.stderr
+        assert "Traceback" not in listed.stderr
+        assert {r["run_id"] for r in json.loads(listed.stdout)} >= {"gone"}
+        prepared.runtime.kill(by="test")
+        await until(lambda: rec.kinds("run_stopped") and writer.outage is not None)
+        freed = time.monotonic()
+        ballast.unlink()
+        await until(lambda: writer.outage is None)
+        recovered_s = time.monotonic() - freed
+        outcome = await task
+        rows = await store.fetchall(
+            "SELECT seq, kind FROM events WHERE run_id = ? ORDER BY seq",
+            (prepared.runtime.config.run_id,),
+        )
+        run = await queries.run_row(store, prepared.runtime.config.run_id)
+    finally:
+        prepared.cleanup()
+        await store.close()
+    emitted = rec.events[-1].seq
+    print(f"emitted {emitted}, in store {len(rows)}, recovered {recovered_s:.2f} s after freeing")
+    assert outcome.stop_reason is StopReason.KILLED and recorded.persist_error is None
+    assert [row[0] for row in rows] == list(range(1, emitted + 1))  # nothing lost, once each
+    kinds = [row[1] for row in rows]
+    assert kinds.count("run_stopped") == 1 and "recording_held" in kinds
+    after_hold = kinds[kinds.index("recording_held") :]
+    assert "model_called" not in after_hold and "tool_finished" not in after_hold
+    assert run is not None and run["stop_reason"] == "killed"
+    assert not Path(held.spill).exists()
+    assert any("disk full" in line for line in outcome.recording_held)
