@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import prepare
 from test_tmux_console import Terminal
 
+from loopdeck.core.states import StopReason
 from loopdeck.stop_signals import descendants
+from loopdeck.store.opening import open_store
+from loopdeck.store.runner import RecordedRun
+from loopdeck.store.writer import EventWriter
 
 LOOPDECK = Path(sys.executable).with_name("loopdeck")
 SIGNALS_ENV = Path(__file__).parent / "envs" / "signals"
@@ -112,6 +117,34 @@ def test_a_stop_signal_kills_a_runaway_headless_run_and_records_it(tmp_path, sig
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert_recorded_killed_by(runner.db, sig)
     assert group_gone(runner.proc.pid)
+
+
+async def test_a_kill_while_the_model_loads_still_records_the_start() -> None:
+    prepared, recorder = prepare(SIGNALS_ENV, "runaway")
+    try:
+        prepared.runtime.kill(by="console")
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    kinds = [event.kind for event in recorder.events]
+    assert outcome.stop_reason is StopReason.KILLED
+    assert kinds.count("run_started") == 1 and kinds[-1] == "run_stopped"
+
+
+async def test_a_signal_before_the_run_started_kills_it_as_it_starts(tmp_path) -> None:
+    """The signal came while the run was prepared (its model loading): the store holds its
+    start, the kill and its stop, numbered from 1."""
+    store = await open_store(tmp_path / "s.db")
+    prepared, _ = prepare(SIGNALS_ENV, "runaway")
+    recorded = RecordedRun(store, prepared.runtime, EventWriter(store))
+    try:
+        recorded.kill("signal SIGTERM")
+        outcome = await recorded.run()
+    finally:
+        prepared.cleanup()
+        await store.close()
+    assert outcome.stop_reason is StopReason.KILLED and outcome.model_calls == 0
+    assert_recorded_killed_by(tmp_path / "s.db", signal.SIGTERM)
 
 
 @pytest.mark.slow

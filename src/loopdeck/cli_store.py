@@ -75,7 +75,7 @@ async def run_recorded_headless(
             )
         recorded = RecordedRun(store, prepared.runtime, writer)
         if signals is not None:
-            signals.aim(lambda by: prepared.runtime.kill(by=by), lambda by: _harder(recorded, by))
+            signals.aim(recorded.kill, lambda by: _harder(recorded, by))
         try:
             return await recorded.run()
         finally:

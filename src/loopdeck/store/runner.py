@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
-from loopdeck.core.events import RunCorrected
+from loopdeck.core.events import EventBase, RunCorrected, RunStarted
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.store import queries
@@ -55,6 +56,25 @@ class RecordedRun:
         self.persist_error: str | None = None
         self.abandoned_by: str | None = None
         self._running: asyncio.Task[RunOutcome] | None = None
+        self._started = False
+        self._kill_at_start: str | None = None
+        self._unsubscribe_start: Callable[[], None] = lambda: None
+
+    def kill(self, by: str) -> None:
+        """Kill the run now; one whose start is not recorded yet (its model still loading) is
+        killed as it starts, so its record begins with its start and holds the kill."""
+        if self._started:
+            self.runtime.kill(by=by)
+        else:
+            self._kill_at_start = by
+
+    def _on_start(self, event: EventBase) -> None:
+        if isinstance(event, RunStarted) and not self._started:
+            self._started = True
+            self._unsubscribe_start()  # the events after it do not pass here
+            if self._kill_at_start is not None:
+                # Not from inside the bus's hand-out: at the run's first checkpoint.
+                asyncio.get_running_loop().call_soon(self.runtime.kill, self._kill_at_start)
 
     def abandon(self, by: str) -> bool:
         """Harder than a kill (a second stop signal): the runtime is cancelled where it is,
@@ -70,6 +90,7 @@ class RecordedRun:
         runtime = self.runtime
         run_id = runtime.config.run_id
         unsubscribe = runtime.bus.subscribe(self.writer)
+        self._unsubscribe_start = runtime.bus.subscribe(self._on_start)
         runtime.journal = self.writer
         self.writer.on_correction = lambda detail: runtime.emit(
             RunCorrected(run_id=run_id, detail=detail)
@@ -102,6 +123,7 @@ class RecordedRun:
             except StoreError as exc:
                 self.persist_error = self._spilled(exc)
             unsubscribe()
+            self._unsubscribe_start()
 
     def _spilled(self, exc: StoreError) -> str:
         spilled = self.writer.spill()
