@@ -3,9 +3,10 @@ store's folder, so a full disk under the store does not also swallow the spill.
 
 The first folder that takes the whole file is used: the user data dir's `spill` folder, else
 `$XDG_RUNTIME_DIR/loopdeck-spill`, else the temp dir's `loopdeck-spill-UID` (each 0700, files
-0600). The file's first line names the store (`store_key`), so its events are only ever
-brought back into that store (`store/replay.py`). While its writer lives it holds an
-exclusive `flock` on the file: a reader never replays what a live runner still writes."""
+0600, through `store/files.py`: a folder of another user's is passed over). The file's first
+line names the store (`store_key`), so its events are only ever brought back into that store
+(`store/replay.py`). While its writer lives it holds an exclusive `flock` on the file: a reader
+never replays what a live runner still writes."""
 
 from __future__ import annotations
 
@@ -18,15 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
-from loopdeck.store.base import Location, is_postgres, shown_location
+from loopdeck.store.base import Location, StoreError, data_folder, is_postgres, shown_location
+from loopdeck.store.files import private_file, private_folder
 
 FORMAT = "loopdeck-spill"
 
 
 def spill_folders() -> list[Path]:
-    folders = [Path(platformdirs.user_data_dir("loopdeck")) / "spill"]
+    folders = [data_folder() / "spill"]
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         folders.append(Path(runtime_dir) / "loopdeck-spill")
@@ -40,12 +40,6 @@ def store_key(location: Location) -> str:
     if is_postgres(location):
         return shown_location(location)
     return str(Path(location).resolve())
-
-
-def _private_folder(folder: Path) -> None:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if folder.stat().st_mode & 0o077:
-        folder.chmod(0o700)
 
 
 class Spill:
@@ -71,8 +65,12 @@ class Spill:
             if path == self.path:
                 continue  # just failed above
             try:
-                _private_folder(folder)
+                private_folder(folder)  # another user's folder is refused, never written
+                private_file(path)
                 fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+            except StoreError as exc:
+                self.problems.append(str(exc))
+                continue
             except OSError as exc:
                 self.problems.append(f"{folder}: {exc.strerror or exc}")
                 continue
