@@ -57,7 +57,8 @@ class ApprovalQueue:
             listener()
 
     def pending(self) -> list[PendingApproval]:
-        return list(self._pending.values())
+        """Requests not yet decided (a decided one is gone once the runtime takes it)."""
+        return [item for item in self._pending.values() if not item.future.done()]
 
     def get(self, call_id: str) -> PendingApproval | None:
         return self._pending.get(call_id)
@@ -84,7 +85,7 @@ class ApprovalQueue:
         return self._resolve(call_id, ApprovalDecision(approved=True, by=by))
 
     def questions(self) -> list[PendingQuestion]:
-        return list(self._questions.values())
+        return [item for item in self._questions.values() if not item.future.done()]
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
         """The Answerer side: waits for `reply` (the console's question dialog)."""

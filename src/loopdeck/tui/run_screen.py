@@ -105,6 +105,7 @@ class RunScreen(Screen[None]):
         self._dialog: ApprovalDialog | AnswerDialog | None = None
         self._transcript_screen: TranscriptScreen | None = None
         self._later: set[str] = set()
+        self._sending: set[str] = set()  # decided here, on their way to the store: not offered
         self._frame = 0
         self._next_frame_at = 0.0
         self._frame_timer_set = False  # a one-shot timer for a frame due between two ticks
@@ -389,9 +390,10 @@ class RunScreen(Screen[None]):
         if self._dialog is not None or self.app.screen is not self or self.quitting:
             return
         pending = self.link.pending()
-        waiting = [p for p in pending if p.call_id not in self._later]
+        held = self._later | self._sending
+        waiting = [p for p in pending if p.call_id not in held]
         if not waiting:
-            asked = [(q, text) for q, text in self.link.questions() if q not in self._later]
+            asked = [(q, text) for q, text in self.link.questions() if q not in held]
             if asked:
                 self._dialog = AnswerDialog(*asked[0])
                 self.app.push_screen(self._dialog, self._answered_question)
@@ -410,6 +412,7 @@ class RunScreen(Screen[None]):
                 self._later.add(dialog.request.call_id)
                 self._render_header()
             return
+        self._sending.add(answer.call_id)
         self._decide(answer)
 
     def _answered_question(self, answer: AnswerText | None) -> None:
@@ -419,6 +422,7 @@ class RunScreen(Screen[None]):
                 self._later.add(dialog.question_id)
                 self._render_header()
             return
+        self._sending.add(answer.question_id)
         self._send_answer(answer)
 
     def _tell(self, message: str) -> None:
@@ -434,6 +438,8 @@ class RunScreen(Screen[None]):
         else:
             if not won:
                 toast(self, f"{answer.question_id} was already answered", severity="warning")
+        finally:
+            self._sending.discard(answer.question_id)
         self._offer_next()
 
     @work(group="decisions", exit_on_error=False, description="record an approval decision")
@@ -449,6 +455,8 @@ class RunScreen(Screen[None]):
         else:
             if not won:
                 toast(self, f"{answer.call_id} was already decided", severity="warning")
+        finally:
+            self._sending.discard(answer.call_id)
         self._offer_next()
 
     def action_approvals(self) -> None:
