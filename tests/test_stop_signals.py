@@ -20,6 +20,8 @@ from conftest import prepare
 from test_tmux_console import Terminal
 
 from loopdeck.core.states import StopReason
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.links import LocalLink
 from loopdeck.stop_signals import descendants
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
@@ -144,6 +146,18 @@ async def test_a_signal_before_the_run_started_kills_it_as_it_starts(tmp_path) -
         prepared.cleanup()
         await store.close()
     assert outcome.stop_reason is StopReason.KILLED and outcome.model_calls == 0
+    assert_recorded_killed_by(tmp_path / "s.db", signal.SIGTERM)
+
+
+async def test_a_console_kill_while_litellm_loads_is_recorded_with_every_event(tmp_path) -> None:
+    prepared, _ = prepare(SIGNALS_ENV, "runaway")
+    link = LocalLink(prepared, ApprovalQueue(), tmp_path / "s.db")
+    try:
+        link.kill("signal SIGTERM")  # before `drive`: the screen is not painted yet
+        outcome = await link.drive()
+    finally:
+        prepared.cleanup()
+    assert outcome is not None and outcome.stop_reason is StopReason.KILLED
     assert_recorded_killed_by(tmp_path / "s.db", signal.SIGTERM)
 
 

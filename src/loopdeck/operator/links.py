@@ -68,6 +68,10 @@ class LocalLink:
         self.queue = queue
         self.db_path = db_path
         self.phase = "the model library (LiteLLM) to load"
+        self._recorded: RecordedRun | None = None
+        # A kill before the recording began (LiteLLM still loading): handed to the recording,
+        # so the store holds the kill and the run's every event.
+        self._kill_before_recording: str | None = None
 
     @property
     def _rt(self) -> Runtime:
@@ -93,7 +97,10 @@ class LocalLink:
             writer = EventWriter(store, approve_mode="console")
             if isinstance(self.queue, StoreBackedQueue):
                 self.queue.store, self.queue.writer = store, writer
-            return await RecordedRun(store, self._rt, writer).run()
+            self._recorded = RecordedRun(store, self._rt, writer)
+            if self._kill_before_recording is not None:
+                self._recorded.kill(self._kill_before_recording)
+            return await self._recorded.run()
         finally:
             await store.close()
 
@@ -117,7 +124,12 @@ class LocalLink:
         self._rt.cancel(after_current_tools=True, by=by)
 
     def kill(self, by: str) -> None:
-        self._rt.kill(by=by)
+        if self._recorded is not None:
+            self._recorded.kill(by)
+        elif self.db_path is not None:
+            self._kill_before_recording = by
+        else:
+            self._rt.kill(by=by)
 
     def pause(self, by: str) -> None:
         self._rt.pause(by=by)
