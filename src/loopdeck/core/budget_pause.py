@@ -11,6 +11,7 @@ from loopdeck.core.budgets import BudgetLedger, Cap
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.states import StopReason
+from loopdeck.core.text import number
 
 CHOICES = "answer `continue`, `raise N` (a new cap for this run) or `stop`"
 MAX_ASKS = 3
@@ -57,9 +58,9 @@ class BudgetPause:
             cap, used, limit = crossed
             self.asked.add(cap)
             question = (
-                f"The {cap.value} budget is at {used / limit:.0%} of its cap ({used:g} of "
-                f"{limit:g}), past the pause point {fraction:.0%}. Continue, raise the cap for "
-                f"this run, or stop? ({CHOICES})"
+                f"The {cap.value} budget is at {used / limit:.0%} of its cap ({number(used)} of "
+                f"{number(limit)}), past the pause point {fraction:.0%}. Continue, raise the cap "
+                f"for this run, or stop? ({CHOICES})"
             )
             await self._decide(cap, used, question)
 
@@ -87,6 +88,6 @@ class BudgetPause:
                     self.asked.discard(cap)  # it may pause again near the new cap
                 return
             question = (
-                f"Not understood: {answer.text!r}. {CHOICES}; the cap must be above {used:g}."
+                f"Not understood: {answer.text!r}. {CHOICES}; the cap must be above {number(used)}."
             )
         # No usable answer after the asks: go on, the cap itself still stops the run.
