@@ -265,3 +265,40 @@ async def test_a_batch_that_landed_as_its_connection_was_lost_is_not_written_twi
         assert writer.acknowledged_seq == 3 and writer.outage is None
     finally:
         await store.close()
+
+
+@pytest.mark.slow
+async def test_the_fleet_and_an_attached_run_say_so_on_screen(cluster, url) -> None:
+    """What the operator sees: the fleet's header and the attached run's header name the
+    outage while the server is down, and drop it once it is back."""
+    from console_helpers import wait_until
+
+    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.fleet_screen import FleetScreen
+    from loopdeck.tui.panels import RunHeader
+
+    await (await open_store(url)).close()
+    _add_run(url, "r1", state="executing")
+    fleet_app = LoopdeckApp(db_path=url)
+    attached = LoopdeckApp(link=StoreLink(url, "r1"))
+    async with (
+        fleet_app.run_test(size=(160, 48)) as fleet_pilot,
+        attached.run_test(size=(160, 48)) as run_pilot,
+    ):
+        await wait_until(fleet_pilot, lambda: isinstance(fleet_app.screen, FleetScreen))
+        header = fleet_app.screen.query_one("#fleet-header")
+        await wait_until(fleet_pilot, lambda: "1 run" in str(header.render()))
+        await wait_until(run_pilot, lambda: bool(attached.screen.query(RunHeader)))
+        run_header = attached.screen.query_one(RunHeader)
+        await asyncio.to_thread(_down, cluster)
+        try:
+            await wait_until(
+                fleet_pilot, lambda: "store unreachable since" in str(header.render()), 30
+            )
+            await wait_until(
+                run_pilot, lambda: "store unreachable since" in str(run_header.render()), 30
+            )
+        finally:
+            await asyncio.to_thread(cluster.start_server)
+        await wait_until(fleet_pilot, lambda: "unreachable" not in str(header.render()), 60)
+        await wait_until(run_pilot, lambda: "unreachable" not in str(run_header.render()), 60)

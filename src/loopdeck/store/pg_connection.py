@@ -182,7 +182,7 @@ class PgBeats:
         self.path = path
         self.options = connect_options(url) | {
             "connect_timeout": max(2, int(timeout_s)),
-            "tcp_user_timeout": max(2000, int(timeout_s * 2000)),
+            "tcp_user_timeout": max(5000, int(timeout_s * 5000)),
         }
         self.conn: psycopg.Connection[Any] | None = None
         self.backoff = Backoff()
