@@ -117,7 +117,7 @@ def _tool_names(turn: list[Message]) -> list[str]:
         for call in message.get("tool_calls") or []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
-                names.append(str(function.get("name", "?")))
+                names.append(str(function.get("name", "?"))[:64])
     return names
 
 
