@@ -208,10 +208,18 @@ async def test_an_attached_console_says_the_store_is_unreachable_and_follows_on(
                 "the link saying the store is unreachable",
             )
             assert not driving.done()  # it waits the outage out
+            link.kill(by="operator")  # given while the store cannot take it
         finally:
             await asyncio.to_thread(cluster.start_server)
         await _until(lambda: _has(not link.store_outage), "the link reading again")
         assert link.pending() and link.pending()[0].call_id == "c1"
+
+        async def kill_sent() -> bool:
+            with psycopg.connect(url) as conn:
+                rows = conn.execute('SELECT command, "by" FROM commands').fetchall()
+            return rows == [("kill", "operator")]
+
+        await _until(kill_sent, "the kill given during the outage, sent once the store is back")
     finally:
         await link.close()
         await driving

@@ -173,12 +173,13 @@ class StoreLink:
         self.phase = "the run's first events from the store"
         # The store cannot be read for now (its server restarted, say): the header says so.
         self.outage = Outage()
+        self._sending: set[asyncio.Task[None]] = set()  # commands on their way to the store
         # True while full batches come back: the console draws progress, not every batch.
         self.reading_history = False
 
     @property
     def store_outage(self) -> str:
-        """"store unreachable since 21:04:10, retrying" while the store cannot be read."""
+        """While the store cannot be read: "store unreachable since 21:04:10, retrying"."""
         return self.outage.text
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
@@ -335,9 +336,20 @@ class StoreLink:
 
     def _send(self, command: str, by: str) -> None:
         if self.store is not None:
-            asyncio.get_running_loop().create_task(
-                queries.send_command(self.store, self.run_id, command, by)
-            )
+            task = asyncio.get_running_loop().create_task(self._deliver(self.store, command, by))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _deliver(self, store: Store, command: str, by: str) -> None:
+        """A command given while the store cannot be reached is sent once it can (the header
+        says it is unreachable meanwhile), unless the console leaves first."""
+        while self._closing is not None and not self._closing.is_set():
+            try:
+                await queries.send_command(store, self.run_id, command, by)
+                return
+            except StoreUnavailable as exc:
+                self.outage.failed(exc)
+                await self._wait(store)
 
     def stop(self, by: str) -> None:
         self._send("cancel", by)

@@ -238,6 +238,8 @@ class PgStore(Store):
         conn = self.conn
         if conn is not None and not (conn.closed or conn.broken or self._suspect):
             return conn
+        if self._closing:  # never opened again once closed
+            raise StoreError(f"{self.path}: the store is closed")
         self._suspect, self.conn = False, None
         if conn is not None:
             await _close(conn)
