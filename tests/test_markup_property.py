@@ -29,6 +29,7 @@ from textual.app import App, ComposeResult
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import CallStatus, ModelCalled
 from loopdeck.core.outcome import CallRecord
+from loopdeck.core.text import visible
 from loopdeck.operator.fleet import FleetRow
 from loopdeck.operator.runview import RoundVerdict, RunView
 from loopdeck.operator.transcript import Entry, Transcript
@@ -44,8 +45,8 @@ from loopdeck.tui.panels import (
     PlanPanel,
     RunHeader,
 )
-from loopdeck.tui.shown import toast
-from loopdeck.tui.transcript_view import TranscriptLog
+from loopdeck.tui.shown import markup, toast
+from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 SIZE = (160, 48)
 
@@ -65,7 +66,7 @@ hostile = st.one_of(st.sampled_from(HOSTILE), st.lists(pieces, min_size=1, max_s
 ALL_AT_ONCE = " ".join(HOSTILE)  # every form, tried first in each place
 # Generated examples per place: a few in `make test` (each paints a whole screen), many in
 # `make stress`.
-COUNTS = [pytest.param(6, id="few"), pytest.param(120, id="many", marks=pytest.mark.slow)]
+COUNTS = [pytest.param(5, id="few"), pytest.param(100, id="many", marks=pytest.mark.slow)]
 
 
 def raw_controls(text: str) -> list[str]:
@@ -139,7 +140,9 @@ def hostile_view(text: str) -> tuple[RunView, CallRecord]:
     return view, row
 
 
-@pytest.mark.parametrize("n", COUNTS)
+@pytest.mark.parametrize(
+    "n", [pytest.param(20, id="few"), pytest.param(300, id="many", marks=pytest.mark.slow)]
+)
 async def test_the_panels_show_hostile_text_as_written(n: int) -> None:
     app = PanelsApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -160,9 +163,8 @@ async def test_the_panels_show_hostile_text_as_written(n: int) -> None:
             log.add([_entry(text)])
             await pilot.pause()
             assert_clean(app, "panels", "goal ", "round 1  FAIL")
-            if not RAW.search(text) and "\\u" not in text and "\t" not in text:
-                goal = app.query_one(GoalLine)._painted  # type: ignore[attr-defined]
-                assert goal == f"goal {text}"  # as written: no tag taken, none dropped
+            goal = app.query_one(GoalLine)._painted  # type: ignore[attr-defined]
+            assert goal == f"goal {visible(text)}"  # as written: no tag taken, none dropped
 
         await asyncio.to_thread(for_each_example(app, check, hostile, n=n))
 
@@ -179,7 +181,7 @@ def _entry(text: str) -> Entry:
 
 # -- dialogs, toasts, the launcher --------------------------------------------------------------
 class BareApp(App[None]):
-    pass
+    CSS = "TranscriptLog, #approval-box { border: round white; }"  # their titles are drawn
 
 
 def hostile_request(text: str) -> ApprovalRequest:
@@ -191,7 +193,9 @@ def hostile_request(text: str) -> ApprovalRequest:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("n", COUNTS)
+@pytest.mark.parametrize(
+    "n", [pytest.param(3, id="few"), pytest.param(100, id="many", marks=pytest.mark.slow)]
+)
 async def test_dialogs_and_toasts_show_hostile_text_as_written(n: int) -> None:
     app = BareApp()
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -212,13 +216,21 @@ async def test_dialogs_and_toasts_show_hostile_text_as_written(n: int) -> None:
             await pilot.pause()
             assert_clean(app, "answer dialog", "The agent asks you")
             answer.dismiss(None)
+            app.clear_notifications()  # the toast would cover the subtitle
+            found = TranscriptScreen(Transcript(), markup("[b]Transcript[/] · run $run", run=text))
+            await app.push_screen(found)
+            found._say(1, text)  # the search's subtitle quotes what was typed
+            await pilot.pause()
+            assert_clean(app, "transcript screen", "Transcript · run ", "“")
+            found.dismiss(None)
             await pilot.pause()
 
         await asyncio.to_thread(for_each_example(app, check, hostile, hostile, n=n))
 
 
+@pytest.mark.parametrize("n", COUNTS)
 async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from loopdeck.tui import launcher
     from loopdeck.tui.fleet_screen import FleetScreen
@@ -246,7 +258,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
                 await pilot.pause()
                 assert_clean(app, "inbox", "Approvals inbox", "run ")
 
-        await asyncio.to_thread(for_each_example(app, in_inbox, hostile, n=6))
+        await asyncio.to_thread(for_each_example(app, in_inbox, hostile, n=n))
         inbox.dismiss(None)
 
         fleet = FleetScreen(db, lambda: now)
@@ -268,7 +280,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
             await pilot.pause()
             assert_clean(app, "fleet", "fleet · 1 run", "waits for")
 
-        await asyncio.to_thread(for_each_example(app, in_fleet, hostile, n=6))
+        await asyncio.to_thread(for_each_example(app, in_fleet, hostile, n=n))
         fleet.dismiss(None)
 
         async def in_launcher(text: str) -> None:
@@ -283,7 +295,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
             assert_clean(app, "launcher", "choose an env and a script")
             screen.dismiss(None)
 
-        await asyncio.to_thread(for_each_example(app, in_launcher, hostile, n=6))
+        await asyncio.to_thread(for_each_example(app, in_launcher, hostile, n=n))
 
 
 # -- the headless summary, `check`, `runs` and the CLI's error messages -----------------------
@@ -432,6 +444,7 @@ async def test_a_call_argument_items_0_is_shown_in_the_call_panel(tmp_path: Path
         assert app.is_running
 
 
+@pytest.mark.slow  # a runner in another process: some seconds
 async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path: Path) -> None:
     from store_helpers import start_runner, wait_for_pending
 
@@ -464,3 +477,55 @@ async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path
             assert app.is_running
     finally:
         runner.kill()
+
+
+# -- a real console on a scripted run whose every word is hostile -----------------------------
+def _hostile_run_env(folder: Path, text: str) -> Path:
+    """The env's name, goal, plan, a write's arguments and the model's last words: `text`."""
+    env = _hostile_env(folder, text)
+    name = _toml(text)
+    (env / "scenario.toml").write_text(
+        f'name = {name}\ngoal = {name}\nmodel = "scripted"\n'
+        '[budgets]\nmax_rounds = 1\n[data]\ninitial_db_url = "a"\nlive_db_url = "b"\n'
+        "initial_replicas = 1\n"
+        f"[scripts.hostile]\nplanner = [{name}]\n"
+        f'[[scripts.hostile.executor]]\nstep = 1\ntool = "set_config"\n'
+        f"args = {{ key = {name}, value = {name} }}\n"
+        f"[[scripts.hostile.executor]]\nfinal = {name}\nreason_code = {name}\n",
+        encoding="utf-8",
+    )
+    return env
+
+
+@pytest.mark.parametrize(
+    "n", [pytest.param(0, id="every-form"), pytest.param(15, id="many", marks=pytest.mark.slow)]
+)
+def test_a_console_on_a_hostile_run_shows_it_as_written(n: int, tmp_path: Path) -> None:
+    from console_helpers import console_app, finished, run_screen
+
+    async def watched(text: str) -> None:
+        app = console_app(_hostile_run_env(tmp_path, text), "hostile")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            await pilot.pause()
+            assert_clean(app, "console: the write's approval", "Approve this write?")
+            await approve_until(pilot, app, lambda: finished(app))
+            await pilot.pause()
+            screen = run_screen(app)
+            assert screen is not None and app.screen is screen
+            assert_clean(app, "console: the finished run", "goal ", "Stopped · ")
+            await pilot.press("t")
+            await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
+            await pilot.pause()
+            assert_clean(app, "console: the transcript", "Transcript · run ")
+
+    phases = [Phase.explicit] if n == 0 else list(Phase)
+
+    @settings(max_examples=max(n, 1), deadline=None, phases=phases,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(hostile.filter(str.strip))
+    @example(ALL_AT_ONCE)
+    def runs(text: str) -> None:
+        asyncio.run(watched(text))
+
+    runs()
