@@ -383,3 +383,61 @@ async def _full_disk(disk: Path) -> None:
     assert run is not None and run["stop_reason"] == "killed"
     assert not Path(held.spill).exists()
     assert any("disk full" in line for line in outcome.recording_held)
+
+
+def test_the_console_and_the_summary_say_the_run_holds_for_its_store() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from loopdeck.core.events import RecordingHeld, RecordingResumed
+    from loopdeck.core.outcome import RunOutcome
+    from loopdeck.core.states import RunState
+    from loopdeck.headless import print_summary
+    from loopdeck.operator.runview import RunView
+    from loopdeck.operator.transcript import Transcript
+
+    since = _now()
+    held = RecordingHeld(
+        run_id="r1", cause="disk full", since=since, detail="d", spill="/x/s.jsonl", bound_s=120
+    )
+    view, transcript = RunView(), Transcript()
+    view.apply(held)
+    transcript.apply(held)
+    shown = f"disk full since {since.astimezone():%H:%M:%S}, spilling to /x/s.jsonl"
+    assert view.store_outage == shown and shown in view.waiting_for()
+    assert shown in transcript.entries[-1].title
+    view.apply(RecordingResumed(run_id="r1", cause="disk full", held_s=2.5))
+    assert view.store_outage == "" and "disk full: held 2.5 s, resumed" in view.notes
+    outcome = RunOutcome(
+        run_id="r1", env="e", script=None, model="m", mode="rounds", state=RunState.STOPPED,
+        stop_reason=StopReason.POLICY_BLOCK, detail="disk full for 120 s", rounds=1,
+        model_calls=0, tool_calls=0, tokens=0, cost_usd=0.0, cost_unknown_calls=0,
+        elapsed_s=0.0, findings=[], recording_held=["disk full since 21:00:00: held 120.0 s"],
+    )  # fmt: skip
+    out = StringIO()
+    print_summary(outcome, Console(file=out, width=200))
+    assert "store disk full since 21:00:00: held 120.0 s" in out.getvalue()
+
+
+@pytest.mark.slow
+async def test_the_cli_on_a_full_disk_prints_its_summary_naming_it(tmp_path) -> None:
+    disk = tmp_path / "disk"
+    _mount_small_disk(disk)
+    try:
+        big = "1000000000"
+        done = await asyncio.to_thread(
+            loopdeck, "run", str(HARNESS), "--script", "poll", "--headless",
+            "--max-turns", big, "--max-tool-calls", big, "--max-tokens", big,
+            "--max-cost", big, "--deadline", "3600", "--set", "store_hold_s=1",
+            db=disk / "s.db", timeout=300,
+        )  # fmt: skip
+    finally:
+        os.system(f"umount {disk}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "policy_block — disk full for 1 s" in " ".join(done.stdout.split())
+    assert "store disk full since" in done.stdout
+    assert (
+        "the unsaved events are in" in done.stderr
+        and str(disk) not in done.stderr.split("the unsaved events are in")[1]
+    )

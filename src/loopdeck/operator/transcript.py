@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.text import short_args, visible, visible_json
 
 MAX_ENTRIES = 5000
@@ -210,6 +211,15 @@ class Transcript:
     @staticmethod
     def _on_run_corrected(e: Any) -> tuple[str, str, str]:
         return "note", "record corrected", e.detail
+
+    @staticmethod
+    def _on_recording_held(e: Any) -> tuple[str, str, str]:
+        title = f"held · {outage_text(e.cause, e.since, e.spill)}"
+        return "note", title, f"{e.detail}; stops after {e.bound_s:g} s"
+
+    @staticmethod
+    def _on_recording_resumed(e: Any) -> tuple[str, str, str]:
+        return "note", f"resumed · {outage_words(e.cause)} for {e.held_s:.1f} s", ""
 
     @staticmethod
     def _on_run_stopped(e: Any) -> tuple[str, str, str]:
