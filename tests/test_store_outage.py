@@ -239,8 +239,7 @@ class _Switch:
         return self._transaction(run_id)
 
 
-async def test_a_recorded_run_holds_through_an_outage_and_loses_nothing(tmp_path) -> None:
-    db = tmp_path / "s.db"
+async def test_a_recorded_run_holds_through_an_outage_and_loses_nothing(db) -> None:
     store = await open_store(db)
     switch = _Switch(store)
     prepared, rec = prepare(HARNESS, "note")
@@ -268,10 +267,9 @@ async def test_a_recorded_run_holds_through_an_outage_and_loses_nothing(tmp_path
     assert kinds.index("recording_held") < kinds.index("tool_finished")
 
 
-async def test_a_runner_gone_in_an_outage_has_its_spill_brought_back(tmp_path) -> None:
+async def test_a_runner_gone_in_an_outage_has_its_spill_brought_back(db) -> None:
     """The store stayed down past the runner's exit: its events went to a spill, a reader then
     marked the run crashed; the next process to open the store writes them back."""
-    db = tmp_path / "s.db"
     store = await open_store(db)
     switch = _Switch(store)
     prepared, rec = prepare(HARNESS, "note")
