@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -199,6 +200,7 @@ def test_sigterm_during_a_tool_ends_its_child_process_too(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_sigterm_kills_the_console_s_live_run_and_says_farewell(tmp_path) -> None:
     db = tmp_path / "s.db"
     command = [str(LOOPDECK), "run", str(SIGNALS_ENV), "--script", "runaway", "--db", str(db)]
