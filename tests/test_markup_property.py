@@ -369,9 +369,11 @@ def _hostile_env(folder: Path, text: str) -> Path:
     "n", [pytest.param(0, id="every-form"), pytest.param(60, id="many", marks=pytest.mark.slow)]
 )
 def test_check_runs_and_the_cli_errors_print_hostile_text_as_written(
-    n: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    n: int, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from loopdeck.cli import main
+
+    monkeypatch.setenv("LOOPDECK_SAMPLE_ENVS", str(tmp_path))  # `envs` lists the hostile env
 
     phases = [Phase.explicit] if n == 0 else list(Phase)  # in `make test`: every form at once
 
@@ -385,6 +387,7 @@ def test_check_runs_and_the_cli_errors_print_hostile_text_as_written(
         outputs = []
         for argv in (
             ("check", str(env)),
+            ("envs",),
             ("run", str(env), "--script", script, "--headless"),
             ("runs",),
             ("run", str(env), "--script", f"{script}-not-there", "--headless"),
@@ -396,7 +399,8 @@ def test_check_runs_and_the_cli_errors_print_hostile_text_as_written(
             outputs.append(out + err)
             assert not raw_controls(out + err), f"{argv}: {raw_controls(out + err)!r}"
         if text == ALL_AT_ONCE:  # shown, not taken for tags
-            assert "items[0 [5n [2J" in outputs[0] and "env [0 items[0" in outputs[1]
+            assert "items[0 [5n [2J" in outputs[0] and "env [0 items[0" in outputs[2]
+            assert "[bold] [b]x [/]" in outputs[1]  # `envs`: the goal as written
 
     printed()
 

@@ -113,7 +113,7 @@ def _after_console(app: LoopdeckApp, code: int | None) -> int:
     for problem in app.theme_problems:
         print(f"loopdeck: {_said(problem)}", file=sys.stderr)
     if app.farewell:
-        print(app.farewell)
+        print(_said(app.farewell))
     return 0 if code is None else code
 
 

@@ -35,5 +35,7 @@ def open_remote_console(args: argparse.Namespace) -> int:
         app = LoopdeckApp(theme_name=args.theme, link=ReplayLink(args.db, args.run_id))
     code = app.run()
     if app.farewell:
-        print(app.farewell)
+        from loopdeck.core.text import visible
+
+        print(visible(app.farewell))
     return 0 if code is None else code
