@@ -143,3 +143,39 @@ def test_a_run_waiting_for_an_answer_is_live_and_not_announced_as_stopped() -> N
     assert row.live and alerts.check(fleet, now) == []
     row.state, row.stop_reason = "stopped", "cancelled"
     assert [a.text for a in alerts.check(fleet, now)] == ["run r1 stopped: cancelled"]
+
+
+async def test_a_runner_that_dies_silently_is_shown_crashed_without_any_change(tmp_path) -> None:
+    """Its runner gone, a run commits nothing more: the fleet still looks (once a second)
+    and shows it crashed, not waiting for ever."""
+    import asyncio
+    import subprocess
+    import time
+
+    from loopdeck.operator.fleet import Fleet
+    from loopdeck.store.liveness import process_started, this_host
+    from loopdeck.store.opening import open_store
+
+    store = await open_store(tmp_path / "s.db")
+    runner = subprocess.Popen(["sleep", "600"])
+    try:
+        await store.execute(
+            "INSERT INTO runs (run_id, env, script, model, state, started_at, pid, host,"
+            " heartbeat_at, pid_started) VALUES ('r1', 'e', 's', 'm', 'awaiting_approval',"
+            " '2026-01-01T00:00:00+00:00', ?, ?, ?, ?)",
+            (runner.pid, this_host(), time.time(), process_started(runner.pid)),
+        )
+        fleet = Fleet()
+        await fleet.refresh(store)
+        assert fleet.rows["r1"].live
+        runner.kill()
+        runner.wait()
+        end = time.monotonic() + 30
+        while fleet.rows["r1"].live:
+            assert time.monotonic() < end, "the dead runner's run still shown live"
+            await fleet.refresh(store)
+            await asyncio.sleep(0.1)
+        assert fleet.rows["r1"].stop_reason == "crashed"
+    finally:
+        runner.kill()
+        await store.close()

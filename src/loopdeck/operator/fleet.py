@@ -4,11 +4,13 @@
 it read the runs table, and only runs whose newest event changed are read further. No
 Textual: the console renders rows, tests read them. A store that cannot be read for now
 (`StoreUnavailable`) is an `outage` the console shows; the first refresh that works after it
-reads every run again: nothing seen before it is trusted.
+reads every run again: nothing seen before it is trusted. A runner that died commits nothing,
+so each second without a change the live runs are looked at for one (marked crashed).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +19,7 @@ from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreUnavailable
 
+CRASH_CHECK_S = 1.0
 CAP_LABELS = {
     "turns": "turns",
     "tool_calls": "tool calls",
@@ -87,6 +90,7 @@ class Fleet:
     rows: dict[str, FleetRow] = field(default_factory=dict)
     counter: int = -1
     outage: Outage = field(default_factory=Outage)
+    crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
 
     @property
     def waiting(self) -> int:
@@ -123,7 +127,12 @@ class Fleet:
     async def _refresh(self, store: Store) -> bool:
         counter = await queries.change_counter(store)
         if counter == self.counter:
-            return False
+            # Nothing committed: only a runner that died says nothing. Looked for each second.
+            if time.monotonic() - self.crash_checked < CRASH_CHECK_S:
+                return False
+            self.crash_checked = time.monotonic()
+            if not await queries.mark_crashed_runners(store):
+                return False
         self.counter = counter
         await queries.mark_crashed_runners(store)
         seqs = await queries.last_seqs(store)
