@@ -439,3 +439,47 @@ async def test_the_cli_on_a_full_disk_prints_its_summary_naming_it(tmp_path) -> 
         "the unsaved events are in" in done.stderr
         and str(disk) not in done.stderr.split("the unsaved events are in")[1]
     )
+
+
+@pytest.mark.slow
+async def test_a_runaway_holds_through_a_postgresql_outage_and_loses_nothing(monkeypatch) -> None:
+    from conftest import fresh_pg_database, pg_cluster
+
+    url = fresh_pg_database(monkeypatch)
+    cluster = pg_cluster()
+    store = await open_store(url)
+    big = 10**9
+    prepared, rec = prepare(
+        HARNESS, "poll", max_turns=big, max_tool_calls=big, max_tokens=big, max_cost=big,
+        deadline=3600,
+    )  # fmt: skip
+    writer = EventWriter(store)
+    try:
+        task = asyncio.create_task(RecordedRun(store, prepared.runtime, writer).run())
+        await until(lambda: len(rec.kinds("tool_finished")) >= 50)
+        await asyncio.to_thread(cluster.stop_server)
+        try:
+            await until(lambda: rec.kinds("recording_held"))
+            assert rec.kinds("recording_held")[0].cause == "unreachable"
+        finally:
+            await asyncio.to_thread(cluster.start_server)
+        started = time.monotonic()
+        await until(lambda: rec.kinds("recording_resumed"))
+        resumed_s = time.monotonic() - started
+        await until(lambda: len(rec.kinds("tool_finished")) >= 100)  # the run goes on
+        prepared.runtime.kill(by="test")
+        outcome = await task
+        rows = await store.fetchall(
+            "SELECT seq, kind FROM events WHERE run_id = ? ORDER BY seq",
+            (prepared.runtime.config.run_id,),
+        )
+    finally:
+        prepared.cleanup()
+        await store.close()
+    emitted = rec.events[-1].seq
+    print(f"emitted {emitted}, in store {len(rows)}, resumed {resumed_s:.2f} s after the start")
+    assert outcome.stop_reason is StopReason.KILLED
+    assert [row[0] for row in rows] == list(range(1, emitted + 1))  # nothing lost, once each
+    kinds = [row[1] for row in rows]
+    held, resumed = kinds.index("recording_held"), kinds.index("recording_resumed")
+    assert not {"model_called", "tool_finished"} & set(kinds[held:resumed])
