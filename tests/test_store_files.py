@@ -79,7 +79,7 @@ def test_a_store_of_another_user_is_refused_by_name(tmp_path) -> None:
     db.touch()
     db.chmod(0o644)
     os.chown(db, 65534, -1)  # nobody
-    with pytest.raises(StoreError, match="belongs to .*uid 65534") as raised:
+    with pytest.raises(StoreError, match=r"belongs to .*uid 65534") as raised:
         opened(db)
     assert str(db) in str(raised.value)
     assert mode(db) == 0o644 and db.stat().st_uid == 65534
@@ -94,7 +94,7 @@ def test_a_store_whose_mode_cannot_change_is_refused_by_name(tmp_path, monkeypat
         raise PermissionError(1, "Operation not permitted", str(path))
 
     monkeypatch.setattr(os, "chmod", refuse)
-    with pytest.raises(StoreError, match="open to other users .*0644.* cannot be made private"):
+    with pytest.raises(StoreError, match=r"open to other users .*0644.* cannot be made private"):
         opened(db)
 
 
