@@ -483,3 +483,39 @@ async def test_a_runaway_holds_through_a_postgresql_outage_and_loses_nothing(mon
     kinds = [row[1] for row in rows]
     held, resumed = kinds.index("recording_held"), kinds.index("recording_resumed")
     assert not {"model_called", "tool_finished"} & set(kinds[held:resumed])
+
+
+async def test_a_runner_recovering_brings_back_what_another_runner_spilled(tmp_path) -> None:
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    switch = _Switch(store)
+
+    def down_once_the_write_runs(event: Any) -> None:
+        if getattr(event, "kind", "") == "state_changed" and event.target.value == "executing":
+            switch.down = True
+
+    first, first_rec = prepare(HARNESS, "note")  # leaves before the store is back: a spill
+    first.runtime.bus.subscribe(down_once_the_write_runs)
+    writer = EventWriter(store)
+    writer.close_retry_s = 0.0
+    try:
+        gone = RecordedRun(store, first.runtime, writer)
+        await gone.run()
+    finally:
+        first.cleanup()
+    assert gone.persist_error is not None
+    second, second_rec = prepare(HARNESS, "note")  # in the same outage; it holds, then goes on
+    recorded = RecordedRun(store, second.runtime, EventWriter(store))
+    try:
+        task = asyncio.create_task(recorded.run())
+        await until(lambda: second_rec.kinds("recording_held"))
+        switch.down = False
+        await task
+        rows = await store.fetchall(
+            "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (first.runtime.config.run_id,)
+        )
+    finally:
+        second.cleanup()
+        await store.close()
+    assert [row[0] for row in rows] == list(range(1, first_rec.events[-1].seq + 1))
+    assert any("brought back" in note for note in recorded.notes)

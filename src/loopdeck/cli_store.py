@@ -80,6 +80,8 @@ async def run_recorded_headless(
             return await recorded.run()
         finally:
             prepared.cleanup()
+            for note in recorded.notes:  # other runners' spills brought back
+                print(f"loopdeck: {note}", file=sys.stderr)
             if recorded.persist_error:
                 print(f"loopdeck: {recorded.persist_error}", file=sys.stderr)
     finally:

@@ -12,6 +12,7 @@ from loopdeck.core.runtime import Runtime
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.liveness import Heartbeat
+from loopdeck.store.replay import bring_back_spills
 from loopdeck.store.writer import EventWriter
 
 COMMAND_POLL_S = 0.1
@@ -59,6 +60,9 @@ class RecordedRun:
         self._started = False
         self._kill_at_start: str | None = None
         self._unsubscribe_start: Callable[[], None] = lambda: None
+        # Other runners' spills of this store, brought back when an outage of its ends.
+        self.notes: list[str] = []
+        self._bringing_back: asyncio.Task[None] | None = None
 
     def kill(self, by: str) -> None:
         """Kill the run now; one whose start is not recorded yet (its model still loading) is
@@ -95,6 +99,7 @@ class RecordedRun:
         self.writer.on_correction = lambda detail: runtime.emit(
             RunCorrected(run_id=run_id, detail=detail)
         )
+        self.writer.on_recovery = self._bring_back_spills
         self.writer.start()
         heartbeat = Heartbeat(self.store, run_id)
         heartbeat.start()
@@ -122,8 +127,19 @@ class RecordedRun:
                 await self.writer.close()
             except StoreError as exc:
                 self.persist_error = self._spilled(exc)
+            if self._bringing_back is not None:
+                await self._bringing_back
             unsubscribe()
             self._unsubscribe_start()
+
+    def _bring_back_spills(self) -> None:
+        """The store takes writes again: what other runners spilled into it meanwhile (they
+        left before it was back) goes in now, not only when a process next opens it."""
+        if self._bringing_back is None or self._bringing_back.done():
+            self._bringing_back = asyncio.create_task(self._bring_back())
+
+    async def _bring_back(self) -> None:
+        self.notes += await bring_back_spills(self.store)
 
     def _spilled(self, exc: StoreError) -> str:
         spilled = self.writer.spill()

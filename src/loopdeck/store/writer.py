@@ -64,6 +64,8 @@ class EventWriter:
         self.error: StoreError | None = None
         # Told when a reader had marked this live run crashed and the writer undid it.
         self.on_correction: Callable[[str], None] | None = None
+        # Told when an outage ended (the runner brings back other processes' spills then).
+        self.on_recovery: Callable[[], None] | None = None
         self._state = "ready"
         self._stopped = False
         # Each event with its row, serialized as it is published: the next batch is made
@@ -159,6 +161,8 @@ class EventWriter:
     def _end_outage(self) -> None:
         self.outage = None
         self._available.set()
+        if self.on_recovery is not None:
+            self.on_recovery()
         if self._spill is not None:
             self._spill.release(remove=True)  # everything it held is committed now
             self._spilled_through = 0
