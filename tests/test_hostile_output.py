@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -242,7 +243,7 @@ async def test_surrogates_in_content_reach_the_store_and_the_run_stops_cleanly(t
     assert outcome.stop_reason is StopReason.ASK_USER
     assert "\\udfff" in outcome.detail
     assert rows[-1]["kind"] == "run_stopped"
-    assert not list(tmp_path.glob("*.unsaved-*"))
+    assert not list(Path(os.environ["XDG_DATA_HOME"]).glob("**/unsaved-*"))
 
 
 async def test_a_writer_failure_of_any_kind_is_spilled_and_the_run_still_stops(tmp_path) -> None:
@@ -262,7 +263,9 @@ async def test_a_writer_failure_of_any_kind_is_spilled_and_the_run_still_stops(t
         await store.close()
     assert outcome.stop_reason is StopReason.GOAL_MET  # the poll needs no approval to be durable
     assert recorded.persist_error and "disk on fire" in recorded.persist_error
-    [spill] = list(tmp_path.glob("*.unsaved-*.jsonl"))
+    [spill] = list(Path(os.environ["XDG_DATA_HOME"]).glob("loopdeck/spill/unsaved-*.jsonl"))
     assert stat.S_IMODE(spill.stat().st_mode) == 0o600
-    kinds = [json.loads(line)["kind"] for line in spill.read_text().splitlines()]
+    header, *events = spill.read_text().splitlines()
+    assert json.loads(header)["store"] == str((tmp_path / "s.db").resolve())
+    kinds = [json.loads(line)["kind"] for line in events]
     assert kinds[0] == "run_started" and kinds[-1] == "run_stopped"
