@@ -286,3 +286,18 @@ async def test_the_runs_own_dialog_waits_out_a_lock(tmp_path, monkeypatch, held_
         await store.close()
     assert [tuple(r) for r in rows] == [("approved", "console")]
     assert [json.loads(e["body"])["by"] for e in events] == ["console"]
+
+
+async def test_an_inbox_worker_that_fails_is_said(tmp_path) -> None:
+    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.fleet_screen import FleetScreen
+    from loopdeck.tui.inbox import InboxScreen
+
+    app = LoopdeckApp(db_path=tmp_path / "s.db")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        # a store the inbox cannot open: its follower fails, and the operator hears of it
+        app.push_screen(InboxScreen(tmp_path, lambda: datetime.now(UTC)))
+        await wait_until(pilot, lambda: any("is a directory" in t for t in _toasts(app)))
+        [said] = [t for t in _toasts(app) if "is a directory" in t]
+        assert said.startswith("pending approvals failed: StoreError:")
