@@ -110,6 +110,37 @@ async def test_a_decision_waits_out_a_held_lock_and_lands_once(tmp_path, quick_b
     assert told[1].startswith("your approval of call-1 landed after")
 
 
+async def test_an_answer_waits_out_a_held_lock(tmp_path, quick_busy) -> None:
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    lock: HeldLock | None = None
+    try:
+        await _waiting_run(store, os.getpid())
+        await store.execute(
+            "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state)"
+            " VALUES (?, 'q-1', 'ask_user', ?, '2026-01-01', ?, 'pending')",
+            (RUN, json.dumps({"question": "which address?"}), queries.QUESTION_NEVER_EXPIRES),
+        )
+        lock = HeldLock(db)
+        told: list[str] = []
+
+        def tell(message: str) -> None:
+            told.append(message)
+            assert lock is not None
+            lock.release()
+
+        won = await deciding.answer(store, RUN, "the new one", "ops", tell=tell)
+        state = await queries.approval_state(store, RUN, "q-1")
+    finally:
+        if lock is not None:
+            lock.close()
+        await store.close()
+    assert won and state == {"state": "answered", "decided_by": "ops", "reason": "the new one"}
+    assert [t.split(",")[0] for t in told[:1]] == ["store locked by another process"]
+    assert "retrying your answer to run run0locks001's question" in told[0]
+    assert told[1].startswith("your answer to run run0locks001's question landed after")
+
+
 async def test_a_lock_held_past_the_bound_is_named_and_the_request_stays_pending(
     tmp_path, quick_busy
 ) -> None:
