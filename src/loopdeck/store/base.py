@@ -159,10 +159,6 @@ class Store:
     def open_beats(self, timeout_s: float) -> Beats:
         raise NotImplementedError
 
-    def spill_path(self, run_id: str) -> Path:
-        """Where events that could not be committed are written, so nothing is lost."""
-        raise NotImplementedError
-
     def explain(self, exc: Exception) -> StoreError:
         return StoreError(f"{self.path}: {exc}")
 

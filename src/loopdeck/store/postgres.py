@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,10 +34,8 @@ from loopdeck.store.base import (
     StoreError,
     StoreUnavailable,
     Tx,
-    data_folder,
     redact,
 )
-from loopdeck.store.files import private_folder
 from loopdeck.store.pg_connection import (
     Backoff,
     PgBeats,
@@ -330,9 +327,6 @@ class PgStore(Store):
 
     def open_beats(self, timeout_s: float) -> Beats:
         return PgBeats(self._url, str(self.path), timeout_s)
-
-    def spill_path(self, run_id: str) -> Path:
-        return private_folder(data_folder()) / f"unsaved-{run_id}.jsonl"
 
     async def close(self) -> None:
         self._closing = True

@@ -293,8 +293,5 @@ class SqliteStore(Store):
     def open_beats(self, timeout_s: float) -> Beats:
         return _SqliteBeats(self.file, timeout_s)
 
-    def spill_path(self, run_id: str) -> Path:
-        return self.file.with_name(f"{self.file.name}.unsaved-{run_id}.jsonl")
-
     async def close(self) -> None:
         await self.db.close()
