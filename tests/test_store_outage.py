@@ -519,3 +519,19 @@ async def test_a_runner_recovering_brings_back_what_another_runner_spilled(tmp_p
         await store.close()
     assert [row[0] for row in rows] == list(range(1, first_rec.events[-1].seq + 1))
     assert any("brought back" in note for note in recorded.notes)
+
+
+async def test_an_approval_waits_out_the_outage_before_it_is_asked(tmp_path) -> None:
+    """`--approve wait` and the console flush the pending row first: a store that cannot take
+    it for now is waited for (the run holds), never a crash."""
+    from loopdeck.store.approver import flush_when_available
+
+    store = FlakyStore(tmp_path / "s.db", failures=2, cause=StoreUnavailable.LOCKED)
+    writer = EventWriter(store)
+    writer(OperatorCommand(run_id="r1", seq=1, command="pause", by="t"))
+    writer.start()
+    try:
+        await asyncio.wait_for(flush_when_available(writer), 60)
+    finally:
+        await writer.close()
+    assert [row[1] for row in store.events] == [1] and store.attempts == 3

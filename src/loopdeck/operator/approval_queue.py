@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import deciding
-from loopdeck.store.approver import answer_from_store, decision_from_store
+from loopdeck.store.approver import answer_from_store, decision_from_store, flush_when_available
 from loopdeck.store.base import Store
 from loopdeck.store.writer import EventWriter
 
@@ -179,7 +179,9 @@ class StoreBackedQueue(ApprovalQueue):
         """This console's answer and one recorded in the store by anyone race: either is
         already the store's (a local one resolves only once `settle` had the store take it)."""
         assert self.writer is not None
-        await self.writer.flush()  # the pending row is visible to other processes from here
+        # The pending row is visible to other processes from here (a store that cannot take
+        # writes for now is waited for: the run holds meanwhile).
+        await flush_when_available(self.writer)
         mine_task = asyncio.ensure_future(local)
         remote = asyncio.ensure_future(from_store())
         try:
