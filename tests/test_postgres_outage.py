@@ -284,6 +284,7 @@ async def test_the_fleet_and_an_attached_run_say_so_on_screen(cluster, url) -> N
     from loopdeck.tui.app import LoopdeckApp
     from loopdeck.tui.fleet_screen import FleetScreen
     from loopdeck.tui.panels import RunHeader
+    from loopdeck.tui.run_screen import RunScreen
 
     await (await open_store(url)).close()
     _add_run(url, "r1", state="executing")
@@ -296,8 +297,12 @@ async def test_the_fleet_and_an_attached_run_say_so_on_screen(cluster, url) -> N
         await wait_until(fleet_pilot, lambda: isinstance(fleet_app.screen, FleetScreen))
         header = fleet_app.screen.query_one("#fleet-header")
         await wait_until(fleet_pilot, lambda: "1 run" in str(header.render()))
-        await wait_until(run_pilot, lambda: bool(attached.screen.query(RunHeader)))
-        run_header = attached.screen.query_one(RunHeader)
+        # The run's screen, under the approval dialog its pending write opens.
+        await wait_until(
+            run_pilot, lambda: any(isinstance(s, RunScreen) for s in attached.screen_stack)
+        )
+        run_screen = next(s for s in attached.screen_stack if isinstance(s, RunScreen))
+        run_header = run_screen.query_one(RunHeader)
         await asyncio.to_thread(_down, cluster)
         try:
             await wait_until(
