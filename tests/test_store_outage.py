@@ -535,3 +535,27 @@ async def test_an_approval_waits_out_the_outage_before_it_is_asked(tmp_path) -> 
     finally:
         await writer.close()
     assert [row[1] for row in store.events] == [1] and store.attempts == 3
+
+
+async def test_a_spill_another_user_could_have_written_is_never_brought_back(
+    tmp_path, monkeypatch
+) -> None:
+    from loopdeck.store.spill import store_key
+
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    db = tmp_path / "s.db"
+    await (await open_store(db)).close()
+    folder = tmp_path / "run" / "loopdeck-spill"
+    folder.mkdir(parents=True)
+    event = OperatorCommand(run_id="r1", seq=1, command="pause", by="mallory")
+    header = {"format": "loopdeck-spill", "store": store_key(db), "run_id": "r1"}
+    (folder / "unsaved-r1.jsonl").write_text(f"{json.dumps(header)}\n{event.model_dump_json()}\n")
+    os.chown(folder, 12345, 12345)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    store = await open_store(db)
+    try:
+        rows = await store.fetchall("SELECT seq FROM events")
+    finally:
+        await store.close()
+    assert rows == [] and store.notes == [] and (folder / "unsaved-r1.jsonl").exists()

@@ -122,11 +122,15 @@ def spills_of(location: Location) -> Iterator[tuple[Path, dict[str, Any]]]:
     they name no store)."""
     key = store_key(location)
     for folder in spill_folders():
+        if not _mine(folder):
+            continue  # missing, or another user's: nothing in it is brought into a store
         try:
             paths = sorted(folder.glob("unsaved-*.jsonl"))
         except OSError:
             continue
         for path in paths:
+            if not _mine(path):
+                continue
             try:
                 with path.open(encoding="utf-8") as file:
                     header = json.loads(file.readline() or "null")
@@ -138,3 +142,13 @@ def spills_of(location: Location) -> Iterator[tuple[Path, dict[str, Any]]]:
                 and (header.get("store") == key)
             ):
                 yield path, header
+
+
+def _mine(path: Path) -> bool:
+    """Owned by this user and closed to others: a spill another user could have written is
+    never replayed (the temp dir's folder can be made by anyone)."""
+    try:
+        found = path.lstat()
+    except OSError:
+        return False
+    return found.st_uid == os.geteuid() and not found.st_mode & 0o022
