@@ -1,4 +1,5 @@
-"""What a RunScreen is attached to: a run in this process, or one living in the store."""
+"""What a RunScreen is attached to: a run in this process, or one living in the store (a
+finished one: `ReplayLink`, in `operator/replay_link.py`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from pydantic import TypeAdapter
-
 from loopdeck import collector
 from loopdeck.core.approvals import ApprovalRequest
-from loopdeck.core.events import EVENT_ADAPTER, Event, EventBase
+from loopdeck.core.events import EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.timeouts import bounded
@@ -21,6 +20,9 @@ from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.launch import PreparedRun
 from loopdeck.operator.outage import Outage
+from loopdeck.operator.replay_link import ReplayLink as ReplayLink
+from loopdeck.operator.replay_link import load_events as load_events
+from loopdeck.operator.replay_link import parse_rows
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreUnavailable
 from loopdeck.store.opening import open_store
@@ -365,78 +367,3 @@ class StoreLink:
 
     def risk_of(self, tool: str) -> str:
         return self._risks.get(tool, "write")
-
-
-EVENTS_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
-
-
-async def load_events(store: Store, run_id: str) -> list[EventBase]:
-    events: list[EventBase] = []
-    seq = 0
-    while batch := await queries.events_after(store, run_id, seq, limit=20_000):
-        events.extend(parse_rows(batch))
-        seq = batch[-1]["seq"]
-    return events
-
-
-BODY = 2  # events_after's rows: (seq, kind, body)
-
-
-def parse_rows(rows: list[Any]) -> list[EventBase]:
-    """Stored rows as events: one validation for the whole batch (a fifth faster than one per
-    row), with the collector paused. Parsing makes only acyclic objects, yet each one counts
-    towards a collection that walks everything alive: 70 % of a 100,000-event load."""
-    with collector.held():
-        try:
-            return list(EVENTS_ADAPTER.validate_json(f"[{','.join(r[BODY] for r in rows)}]"))
-        except ValueError:  # a row that does not parse: parse row by row, to name it
-            return [EVENT_ADAPTER.validate_json(row[BODY]) for row in rows]
-
-
-class ReplayLink:
-    """A run that is over: nothing to command, everything to read."""
-
-    def __init__(self, db_path: Location | None, run_id: str) -> None:
-        self.db_path = db_path
-        self.run_id = run_id
-        self.runtime: Runtime | None = None
-        self.events: list[EventBase] = []
-
-    def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        return lambda: None
-
-    def on_approvals(self, listener: Listener) -> Callable[[], None]:
-        return lambda: None
-
-    async def drive(self) -> RunOutcome | None:
-        store = await open_store(self.db_path, create=False)
-        try:
-            await queries.mark_crashed_runners(store)
-            self.events = await load_events(store, self.run_id)
-        finally:
-            await store.close()
-        return None
-
-    def pending(self) -> list[ApprovalRequest]:
-        return []
-
-    async def decide(
-        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
-    ) -> bool:
-        return False
-
-    def questions(self) -> list[tuple[str, str]]:
-        return []
-
-    async def answer(
-        self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
-    ) -> bool:
-        return False
-
-    def stop(self, by: str) -> None: ...
-    def kill(self, by: str) -> None: ...
-    def pause(self, by: str) -> None: ...
-    def resume(self, by: str) -> None: ...
-
-    def risk_of(self, tool: str) -> str:
-        return "write"
