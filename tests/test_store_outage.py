@@ -572,3 +572,27 @@ async def test_a_spill_another_user_could_have_written_is_never_brought_back(
     finally:
         await store.close()
     assert rows == [] and store.notes == [] and (folder / "unsaved-r1.jsonl").exists()
+
+
+async def test_the_console_header_says_the_run_holds_for_its_store() -> None:
+    from console_helpers import console_app, run_screen, wait_until
+
+    from loopdeck.core.approvals import AutoApprover
+    from loopdeck.tui.panels import RunHeader
+
+    app = console_app(HARNESS, "note", approver=AutoApprover())
+    journal = FakeJournal(down=True)
+    app.prepared.runtime.journal = journal  # type: ignore[union-attr]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: run_screen(app) is not None)
+        screen = run_screen(app)
+        assert screen is not None
+
+        def header() -> str:
+            return str(screen.query_one(RunHeader).render())
+
+        await wait_until(pilot, lambda: "store unreachable since" in header())
+        assert "retrying" in header()
+        journal.come_back()
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        assert "store unreachable" not in header()
