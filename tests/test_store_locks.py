@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import SAMPLES
 from console_helpers import wait_until
-from store_helpers import last_json, start_runner
+from store_helpers import last_json, start_runner, wait_for_pending
 
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Store, StoreUnavailable
@@ -229,6 +229,9 @@ async def _release_when(pilot: Any, app: Any, lock: HeldLock, held_s: float) -> 
     return time.monotonic() - lock.taken
 
 
+# A console's connections give up on a held lock after 0.5 s: the lock is waited out by
+# retrying soon, and the console's writer and its heartbeat's commits still wait each other out.
+QUICK_BUSY_S = "0.5"
 LOCKS = [
     pytest.param(0.0, id="released-once-told"),
     pytest.param(15.0, id="held-15s", marks=pytest.mark.slow),
@@ -243,10 +246,11 @@ async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) ->
 
     db = tmp_path / "s.db"
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
-    if not held_s:  # the inbox's connection only; the runner keeps SQLite's 5 s
-        monkeypatch.setenv("LOOPDECK_BUSY_TIMEOUT_S", "0.05")
     lock = None
     try:
+        await wait_for_pending(db)  # the store is made: opening it races nobody from here
+        if not held_s:  # this console's connections only; the runner keeps SQLite's 5 s
+            monkeypatch.setenv("LOOPDECK_BUSY_TIMEOUT_S", QUICK_BUSY_S)
         app = LoopdeckApp(db_path=db)
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
@@ -285,7 +289,7 @@ async def test_the_runs_own_dialog_waits_out_a_lock(tmp_path, monkeypatch, held_
 
     db = tmp_path / "s.db"
     if not held_s:
-        monkeypatch.setenv("LOOPDECK_BUSY_TIMEOUT_S", "0.05")
+        monkeypatch.setenv("LOOPDECK_BUSY_TIMEOUT_S", QUICK_BUSY_S)
     queue = StoreBackedQueue()
     prepared = prepare_run(
         RunOptions(env=str(SAMPLES / "order_support"), script="solve"), approver=queue

@@ -16,7 +16,6 @@ is unknown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
@@ -141,9 +140,11 @@ async def _while_runner_alive(
             return await once(tx)
     # Marked as any reader would (its pending requests withdrawn); a store too busy for the
     # mark leaves it to the next reader: the refusal stands either way.
-    with contextlib.suppress(StoreUnavailable):
+    try:
         await queries.mark_crashed(store, run_id, gone)
+        marked = "; the run is marked crashed"
+    except StoreUnavailable:
+        marked = ""
     raise RunnerGone(
-        f"run {run_id}'s runner is gone ({gone}): nothing will act on this decision;"
-        " the run is marked crashed"
+        f"run {run_id}'s runner is gone ({gone}): nothing will act on this decision{marked}"
     )
