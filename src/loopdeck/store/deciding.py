@@ -4,9 +4,9 @@ made it: the inbox, a run's own dialog, `loopdeck approve/reject/answer`.
 A store that cannot take the write for now (another process holds SQLite's write lock, a
 backup, an unreachable server, a full disk: `StoreUnavailable`) is waited out: each attempt
 waits the store's own busy timeout, then the next comes after a pause that doubles up to
-LONGEST_PAUSE_S, for up to RETRY_FOR_S. The operator is told once when the waiting begins
-and again when the decision lands; past the bound the last `StoreUnavailable` is raised,
-saying how long it waited, and the request is still pending.
+LONGEST_PAUSE_S, for up to RETRY_FOR_S. The operator is told when the waiting begins, every
+TELL_EVERY_S while it lasts, and when the decision lands; past the bound the last
+`StoreUnavailable` is raised, saying how long it waited, and the request is still pending.
 
 A decision for a live run whose runner is gone is refused (`RunnerGone`) and the run marked
 crashed: nothing would act on it, and an approval would read later as a write whose outcome
@@ -26,6 +26,7 @@ from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 RETRY_FOR_S = 60.0
 FIRST_PAUSE_S = 0.1
 LONGEST_PAUSE_S = 2.0
+TELL_EVERY_S = 10.0  # a long wait is said again (a toast lasts about as long)
 
 # What the operator is told while a decision waits for the store, and when it lands.
 Tell = Callable[[str], None]
@@ -93,7 +94,7 @@ async def _taken(
 ) -> bool:
     started = time.monotonic()
     pause = FIRST_PAUSE_S
-    told = False
+    told: float | None = None  # when the operator was last told, into the wait
     while True:
         try:
             won = await _while_runner_alive(store, run_id, once)
@@ -105,14 +106,17 @@ async def _taken(
                     " it is still pending, decide again",
                     exc.cause,
                 ) from exc
-            if not told:
-                why = WHY.get(exc.cause, exc.cause)
+            why = WHY.get(exc.cause, exc.cause)
+            if told is None:
                 tell(f"{why}, retrying your {what} (for up to {retry_for_s:.0f}s)…")
-                told = True
+                told = waited
+            elif waited - told >= TELL_EVERY_S:
+                tell(f"{why}, still retrying your {what} ({waited:.0f}s of {retry_for_s:.0f}s)…")
+                told = waited
             await asyncio.sleep(min(pause, retry_for_s - waited))
             pause = min(pause * 2, LONGEST_PAUSE_S)
             continue
-        if told and won:
+        if told is not None and won:
             tell(f"your {what} landed after {time.monotonic() - started:.1f}s")
         return won
 
