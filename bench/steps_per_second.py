@@ -84,7 +84,7 @@ def bare(runtime: Runtime) -> Runtime:
     async def no_review(before: object) -> Verdict:
         return Verdict(kind="fail", reasons=("off",))
 
-    runtime._review = no_review  # type: ignore[method-assign,assignment]
+    runtime.review_round = no_review  # type: ignore[method-assign,assignment]
     return runtime
 
 

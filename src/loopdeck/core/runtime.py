@@ -1,4 +1,6 @@
-"""The supervised loop: planner / executor / reviewer rounds (or one ReAct loop) under budgets.
+"""One supervised run under budgets: its start, its stop and outcome, the review at the end
+of each round and the goal check after each change; the turns themselves are the agent's loop
+(`core/agent_loop.py`), the questions to the operator `core/questions.py`'s.
 
 The runtime owns the state machine, the ledger, the guard and the conversation. Operators
 reach it only through `cancel`, `kill`, `pause` and `resume`; observers only through events.
@@ -11,6 +13,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+from loopdeck.core.agent_loop import AgentLoop
 from loopdeck.core.approvals import Answer, Answerer, Approver
 from loopdeck.core.budget_pause import BudgetPause
 from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
@@ -18,45 +21,30 @@ from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, RunControl, StopRun
-from loopdeck.core.decisions import Decision, InvalidDecision, decide
 from loopdeck.core.dispatcher import Dispatcher
 from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
-    DecisionInvalid,
-    DecisionMade,
     EventBase,
     EventBus,
-    PlanWritten,
-    QuestionAnswered,
-    QuestionAsked,
     ReviewVerdict,
     RunStarted,
     RunStopped,
     StateChanged,
 )
-from loopdeck.core.model import ModelClient, ModelRequest
+from loopdeck.core.model import ModelClient
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.outcome import CallRecord, RunOutcome
-from loopdeck.core.prompts import (
-    answer_message,
-    executor_messages,
-    findings_message,
-    parse_plan,
-    planner_messages,
-    react_messages,
-)
+from loopdeck.core.questions import Questions
 from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
-from loopdeck.core.timeouts import bounded
 
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
 T = TypeVar("T")
-ANSWER_CAP = 4000
 
 
 class Runtime:
@@ -81,7 +69,7 @@ class Runtime:
         self._deadline: asyncio.TimerHandle | None = None
         # Who answers the model's questions; None: `ask_user` stops the run, as headless.
         self.answerer = answerer
-        self._questions = 0
+        self.questions = Questions(self)
         self.budget_pause = BudgetPause(self)
         self.tools = {spec.name: spec for spec in env.tools()}
         self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
@@ -89,6 +77,7 @@ class Runtime:
         dispatcher = dispatcher or Dispatcher()
         dispatcher.env_thread = self.env_thread
         self.calls = CallHandler(self, approver, dispatcher)
+        self.agent = AgentLoop(self)
         self._checked_hash: str | None = None
         self.findings: list[str] = []
         self.round = 0
@@ -160,6 +149,27 @@ class Runtime:
             StopReason.GOAL_MET, f"the goal check passed after {record.tool} ({record.call_id})"
         )
 
+    async def review_round(self, before: dict[str, Any]) -> Verdict:
+        """The end of a round: the goal checked, the state's change judged (`review`)."""
+        if self.machine.state is not RunState.REVIEWING:
+            self.move(RunState.REVIEWING)
+        after = await self.snapshot()
+        unmet = await self.env_call("goal check", self.env.unmet, after)
+        self._checked_hash = short_hash(after)
+        verdict = review(before, after, lambda _: unmet)
+        self.emit(
+            ReviewVerdict(
+                run_id=self.config.run_id,
+                round=self.round,
+                verdict=verdict.kind,
+                reasons=list(verdict.reasons),
+                before_hash=short_hash(before),
+                after_hash=short_hash(after),
+            )
+        )
+        self.findings.extend(f"round {self.round}: {reason}" for reason in verdict.reasons)
+        return verdict
+
     def move(self, target: RunState) -> None:
         source = self.machine.move(target)
         self.emit(StateChanged(run_id=self.config.run_id, source=source, target=target))
@@ -213,12 +223,17 @@ class Runtime:
         if self.journal is not None and self.journal.outage is not None:
             await self.recording.wait()
 
+    async def ask_operator(
+        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+    ) -> Answer | None:
+        """`awaiting_answer`: the run waits for the operator's answer (`Questions.ask`)."""
+        return await self.questions.ask(question, topic, timeout_s)
+
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         return await self.control.interruptible(awaitable, by_cancel=by_cancel)
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
-        cfg = self.config
         try:
             await self._prepare_model()
         except Interrupted as interrupted:
@@ -232,10 +247,7 @@ class Runtime:
         self.publish_budget()
         self._arm_deadline()
         try:
-            if cfg.mode == "rounds":
-                await self._rounds()
-            else:
-                await self._react()
+            await self.agent.run()
         except StopRun as stop:
             self._stop = stop
         except BudgetExhausted as exhausted:
@@ -326,175 +338,3 @@ class Runtime:
             recording_held=list(self.recording.held),
         )
         return self.outcome
-
-    async def _rounds(self) -> None:
-        last_findings: list[str] = []
-        while True:
-            self.ledger.start_round()
-            self.round = self.ledger.rounds
-            self.move(RunState.PLANNING)
-            await self._plan(last_findings)
-            before = await self.snapshot()
-            self.move(RunState.DECIDING)
-            conversation = executor_messages(
-                "\n".join(f"{i}. {s}" for i, s in enumerate(self.plan, 1))
-            )
-            await self._executor_turns(conversation)
-            verdict = await self._review(before)
-            if verdict.kind == "pass":
-                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
-            if verdict.kind == "stalled":
-                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
-            last_findings = list(verdict.reasons)
-
-    async def _react(self) -> None:
-        conversation = react_messages(self.config.goal, await self.snapshot())
-        while True:
-            self.ledger.start_round()
-            self.round = self.ledger.rounds
-            before = await self.snapshot()
-            self.move(RunState.DECIDING)
-            tripped = await self._executor_turns(conversation)
-            if tripped:
-                self.move(RunState.REVIEWING)
-                raise StopRun(StopReason.NO_PROGRESS, "a call repeated with no state change")
-            verdict = await self._review(before)
-            if verdict.kind == "pass":
-                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
-            if verdict.kind == "stalled":
-                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
-            conversation.append(findings_message(list(verdict.reasons)))
-
-    async def _plan(self, findings: list[str]) -> None:
-        messages = planner_messages(self.config.goal, await self.snapshot(), findings)
-        reply = await self.model_calls.call(
-            ModelRequest(role="planner", round=self.round, messages=messages)
-        )
-        steps = parse_plan(reply.content or "")
-        if not steps:
-            raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
-        self.plan = steps
-        self.emit(PlanWritten(run_id=self.config.run_id, round=self.round, steps=steps))
-
-    async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
-        """Run model turns until a final decision or a guard trip; True if the guard tripped."""
-        while True:
-            await self.control.checkpoint()
-            await self.budget_pause.check()
-            decision = await self._decide(conversation)
-            if decision.type == "final":
-                return False
-            if decision.type == "ask_user":
-                if self.answerer is None:
-                    raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
-                question = capped(decision.message, ANSWER_CAP)
-                answer = await self.ask_operator(question)
-                conversation.append(answer_message(question, answer.text if answer else ""))
-                continue
-            if decision.type == "handoff":
-                raise StopRun(StopReason.HANDOFF, capped(decision.message, MESSAGE_EVENT_CAP))
-            await self.control.checkpoint()
-            tripped = await self.calls.run_batch(conversation, decision)
-            if tripped:
-                return True
-
-    async def ask_operator(
-        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
-    ) -> Answer | None:
-        """`awaiting_answer`: the run waits for the operator's answer, on the operator's time.
-        None when `timeout_s` passed first (recorded as answered by `timeout`, no text)."""
-        assert self.answerer is not None
-        self._questions += 1
-        question_id = f"q{self._questions}"
-        self.move(RunState.AWAITING_ANSWER)
-        self.emit(
-            QuestionAsked(
-                run_id=self.config.run_id, question_id=question_id, question=question, topic=topic
-            )
-        )
-        await self.flush_journal()  # the question is visible to other processes from here
-        waiting = self.answerer.answer(self.config.run_id, question_id, question)
-        with self.operator_time("answer"):
-            try:
-                answer: Answer | None = await self.interruptible(
-                    bounded(waiting, timeout_s), by_cancel=True
-                )
-            except TimeoutError:
-                answer = None
-        if answer is None:
-            self.emit(
-                QuestionAnswered(
-                    run_id=self.config.run_id, question_id=question_id, answer="", by="timeout"
-                )
-            )
-            self.move(RunState.DECIDING)
-            return None
-        text = capped(answer.text, ANSWER_CAP)
-        self.emit(
-            QuestionAnswered(
-                run_id=self.config.run_id, question_id=question_id, answer=text, by=answer.by
-            )
-        )
-        self.move(RunState.DECIDING)
-        return Answer(text=text, by=answer.by)
-
-    async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
-        while True:
-            self.model_calls.keep_in_window(conversation)
-            # Built unvalidated: the conversation is ours and grows every turn.
-            request = ModelRequest.model_construct(
-                role="executor",
-                round=self.round,
-                messages=conversation,
-                tools=self.tool_schemas,
-                timeout_s=self.config.model_timeout_s,
-                examples=self.config.examples,
-            )
-            reply = await self.model_calls.call(request)
-            conversation.append(reply.as_message())
-            try:
-                decision = decide(reply, self.tools)
-            except InvalidDecision as invalid:
-                self.emit(
-                    DecisionInvalid(
-                        run_id=self.config.run_id,
-                        round=self.round,
-                        error=str(invalid),
-                        corrections_used=self.ledger.corrections + 1,
-                    )
-                )
-                self.ledger.record_correction()
-                conversation.extend(self.calls.corrections_for(reply, str(invalid)))
-                continue
-            self.emit(
-                DecisionMade(
-                    run_id=self.config.run_id,
-                    round=self.round,
-                    decision=decision.type,
-                    reason_code=capped(decision.reason_code, 200),
-                    message=capped(decision.message, MESSAGE_EVENT_CAP),
-                    via=decision.via,
-                    plan_step=decision.plan_step,
-                )
-            )
-            return decision
-
-    async def _review(self, before: dict[str, Any]) -> Verdict:
-        if self.machine.state is not RunState.REVIEWING:
-            self.move(RunState.REVIEWING)
-        after = await self.snapshot()
-        unmet = await self.env_call("goal check", self.env.unmet, after)
-        self._checked_hash = short_hash(after)
-        verdict = review(before, after, lambda _: unmet)
-        self.emit(
-            ReviewVerdict(
-                run_id=self.config.run_id,
-                round=self.round,
-                verdict=verdict.kind,
-                reasons=list(verdict.reasons),
-                before_hash=short_hash(before),
-                after_hash=short_hash(after),
-            )
-        )
-        self.findings.extend(f"round {self.round}: {reason}" for reason in verdict.reasons)
-        return verdict

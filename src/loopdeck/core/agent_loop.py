@@ -1,0 +1,185 @@
+"""The agent's loop, in its mode: planner / executor / reviewer rounds, or one ReAct loop.
+Each executor turn is one model call turned into one decision: a batch of calls, a question
+to the operator, a handoff or the final answer. The run around it (budgets, stops, review,
+the outcome) is the `Runtime`'s, reached through `AgentHost`."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from loopdeck.core.approvals import Answer, Answerer
+from loopdeck.core.budget_pause import BudgetPause
+from loopdeck.core.budgets import BudgetLedger
+from loopdeck.core.calls import CallHandler
+from loopdeck.core.config import RunConfig
+from loopdeck.core.control import RunControl, StopRun
+from loopdeck.core.decisions import Decision, InvalidDecision, decide
+from loopdeck.core.events import DecisionInvalid, DecisionMade, EventBase, PlanWritten
+from loopdeck.core.model import ModelRequest
+from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
+from loopdeck.core.prompts import (
+    answer_message,
+    executor_messages,
+    findings_message,
+    parse_plan,
+    planner_messages,
+    react_messages,
+)
+from loopdeck.core.questions import ANSWER_CAP
+from loopdeck.core.review import Verdict
+from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.text import capped
+from loopdeck.core.tools import ToolSpec
+
+
+class AgentHost(Protocol):
+    """What the agent's loop needs from the run it drives."""
+
+    config: RunConfig
+    round: int
+    plan: list[str]
+    tools: dict[str, ToolSpec]
+    tool_schemas: list[dict[str, Any]]
+    ledger: BudgetLedger
+    control: RunControl
+    budget_pause: BudgetPause
+    model_calls: ModelCaller
+    calls: CallHandler
+    answerer: Answerer | None
+
+    def move(self, target: RunState) -> None: ...
+    def emit(self, event: EventBase) -> None: ...
+    async def snapshot(self) -> dict[str, Any]: ...
+    async def review_round(self, before: dict[str, Any]) -> Verdict: ...
+    async def ask_operator(
+        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+    ) -> Answer | None: ...
+
+
+class AgentLoop:
+    def __init__(self, host: AgentHost) -> None:
+        self.rt = host
+
+    async def run(self) -> None:
+        """Turns until a stop (`StopRun`, a budget, an interruption) ends the loop."""
+        if self.rt.config.mode == "rounds":
+            await self._rounds()
+        else:
+            await self._react()
+
+    async def _rounds(self) -> None:
+        rt = self.rt
+        last_findings: list[str] = []
+        while True:
+            rt.ledger.start_round()
+            rt.round = rt.ledger.rounds
+            rt.move(RunState.PLANNING)
+            await self._plan(last_findings)
+            before = await rt.snapshot()
+            rt.move(RunState.DECIDING)
+            conversation = executor_messages(
+                "\n".join(f"{i}. {s}" for i, s in enumerate(rt.plan, 1))
+            )
+            await self._executor_turns(conversation)
+            verdict = await rt.review_round(before)
+            if verdict.kind == "pass":
+                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
+            if verdict.kind == "stalled":
+                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
+            last_findings = list(verdict.reasons)
+
+    async def _react(self) -> None:
+        rt = self.rt
+        conversation = react_messages(rt.config.goal, await rt.snapshot())
+        while True:
+            rt.ledger.start_round()
+            rt.round = rt.ledger.rounds
+            before = await rt.snapshot()
+            rt.move(RunState.DECIDING)
+            tripped = await self._executor_turns(conversation)
+            if tripped:
+                rt.move(RunState.REVIEWING)
+                raise StopRun(StopReason.NO_PROGRESS, "a call repeated with no state change")
+            verdict = await rt.review_round(before)
+            if verdict.kind == "pass":
+                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
+            if verdict.kind == "stalled":
+                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
+            conversation.append(findings_message(list(verdict.reasons)))
+
+    async def _plan(self, findings: list[str]) -> None:
+        rt = self.rt
+        messages = planner_messages(rt.config.goal, await rt.snapshot(), findings)
+        reply = await rt.model_calls.call(
+            ModelRequest(role="planner", round=rt.round, messages=messages)
+        )
+        steps = parse_plan(reply.content or "")
+        if not steps:
+            raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
+        rt.plan = steps
+        rt.emit(PlanWritten(run_id=rt.config.run_id, round=rt.round, steps=steps))
+
+    async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
+        """Run model turns until a final decision or a guard trip; True if the guard tripped."""
+        rt = self.rt
+        while True:
+            await rt.control.checkpoint()
+            await rt.budget_pause.check()
+            decision = await self._decide(conversation)
+            if decision.type == "final":
+                return False
+            if decision.type == "ask_user":
+                if rt.answerer is None:
+                    raise StopRun(StopReason.ASK_USER, capped(decision.message, MESSAGE_EVENT_CAP))
+                question = capped(decision.message, ANSWER_CAP)
+                answer = await rt.ask_operator(question)
+                conversation.append(answer_message(question, answer.text if answer else ""))
+                continue
+            if decision.type == "handoff":
+                raise StopRun(StopReason.HANDOFF, capped(decision.message, MESSAGE_EVENT_CAP))
+            await rt.control.checkpoint()
+            tripped = await rt.calls.run_batch(conversation, decision)
+            if tripped:
+                return True
+
+    async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
+        rt = self.rt
+        while True:
+            rt.model_calls.keep_in_window(conversation)
+            # Built unvalidated: the conversation is ours and grows every turn.
+            request = ModelRequest.model_construct(
+                role="executor",
+                round=rt.round,
+                messages=conversation,
+                tools=rt.tool_schemas,
+                timeout_s=rt.config.model_timeout_s,
+                examples=rt.config.examples,
+            )
+            reply = await rt.model_calls.call(request)
+            conversation.append(reply.as_message())
+            try:
+                decision = decide(reply, rt.tools)
+            except InvalidDecision as invalid:
+                rt.emit(
+                    DecisionInvalid(
+                        run_id=rt.config.run_id,
+                        round=rt.round,
+                        error=str(invalid),
+                        corrections_used=rt.ledger.corrections + 1,
+                    )
+                )
+                rt.ledger.record_correction()
+                conversation.extend(rt.calls.corrections_for(reply, str(invalid)))
+                continue
+            rt.emit(
+                DecisionMade(
+                    run_id=rt.config.run_id,
+                    round=rt.round,
+                    decision=decision.type,
+                    reason_code=capped(decision.reason_code, 200),
+                    message=capped(decision.message, MESSAGE_EVENT_CAP),
+                    via=decision.via,
+                    plan_step=decision.plan_step,
+                )
+            )
+            return decision
