@@ -22,8 +22,12 @@ from loopdeck.tui.shown import markup, plain
 @dataclass(frozen=True)
 class ApprovalAnswer:
     call_id: str
+    requested_at: datetime  # which asking of the call it decides (a call can be asked again)
     approved: bool
     reason: str = ""
+
+
+KEYS = "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later"
 
 
 class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
@@ -44,12 +48,25 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
         self.waiting = waiting
         self.risk = risk
         self._now = now
+        # Made whole here, never looked up on mount: a dialog withdrawn before its mount ran
+        # (its request decided elsewhere) has no children left to find by then.
+        self._box, self._title = Vertical(id="approval-box"), Static(id="approval-title")
+        self._expiry, self._keys = Static(id="approval-expiry"), Static(KEYS, id="approval-keys")
+        self._args = VerticalScroll(id="approval-args")
+        self._args.border_title = "arguments"
+        self._reason = Input(
+            placeholder="reason for the model (optional), enter rejects, esc goes back",
+            id="reject-reason",
+        )
+        self._reason.display = False
+        self.set_title(self.waiting)
+        self._tick()
 
     def compose(self) -> ComposeResult:
         r = self.request
         risk_var = "read" if self.risk == "read" else "write"  # a theme variable's name
-        with Vertical(id="approval-box"):
-            yield Static(id="approval-title")
+        with self._box:
+            yield self._title
             if r.asked_again:
                 yield Static(
                     markup(
@@ -72,7 +89,7 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
                 ),
                 id="approval-meta",
             )
-            with VerticalScroll(id="approval-args"):
+            with self._args:
                 yield Static(plain(visible_json(r.args)))
             yield Static(
                 markup(
@@ -82,29 +99,17 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
                 ),
                 id="approval-ids",
             )
-            yield Static(id="approval-expiry")
-            yield Input(
-                placeholder="reason for the model (optional), enter rejects, esc goes back",
-                id="reject-reason",
-            )
-            yield Static(
-                "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later",
-                id="approval-keys",
-            )
+            yield self._expiry
+            yield self._reason
+            yield self._keys
 
     def on_mount(self) -> None:
-        self.query_one("#reject-reason").display = False
-        self.query_one("#approval-args").border_title = "arguments"
-        self.set_title(self.waiting)
-        self._tick()
         self.set_interval(1.0, self._tick)
 
     def set_title(self, waiting: int) -> None:
         self.waiting = waiting
-        self.query_one("#approval-title", Static).update(
-            f"[b]Approve this write?[/]  ({waiting} waiting)"
-        )
-        self.query_one("#approval-box").border_title = f"Approval · {waiting} waiting"
+        self._title.update(f"[b]Approve this write?[/]  ({waiting} waiting)")
+        self._box.border_title = f"Approval · {waiting} waiting"
 
     def _tick(self) -> None:
         left = (self.request.expires_at - self._now()).total_seconds()
@@ -115,7 +120,7 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
             )
         else:
             text = f"[b]receipt valid for[/] {countdown_text(left)}"
-        self.query_one("#approval-expiry", Static).update(text)
+        self._expiry.update(text)
 
     @property
     def typing(self) -> bool:
@@ -125,31 +130,29 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
         return not (action in ("approve", "reject") and self.typing)
 
     def action_approve(self) -> None:
-        self.dismiss(ApprovalAnswer(self.request.call_id, approved=True))
+        r = self.request
+        self.dismiss(ApprovalAnswer(r.call_id, r.requested_at, approved=True))
 
     def action_reject(self) -> None:
-        reason = self.query_one("#reject-reason", Input)
-        reason.display = True
-        self.query_one("#approval-keys", Static).update(
+        self._reason.display = True
+        self._keys.update(
             markup(
                 "Reject [b]$tool[/]: [b]enter[/] reject   [b]esc[/] back", tool=self.request.tool
             )
         )
-        reason.focus()
+        self._reason.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        r = self.request
         self.dismiss(
-            ApprovalAnswer(self.request.call_id, approved=False, reason=event.value.strip())
+            ApprovalAnswer(r.call_id, r.requested_at, approved=False, reason=event.value.strip())
         )
 
     def action_close(self) -> None:
-        reason = self.query_one("#reject-reason", Input)
-        if reason.display:
-            reason.display = False
-            self.query_one("#approval-keys", Static).update(
-                "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later"
-            )
-            self.query_one("#approval-args").focus()
+        if self._reason.display:
+            self._reason.display = False
+            self._keys.update(KEYS)
+            self._args.focus()
             return
         self.dismiss(None)
 
@@ -204,6 +207,7 @@ class AnswerDialog(ModalScreen[AnswerText | None]):
     """The model asks the operator: the answer goes back to it and the run goes on."""
 
     BINDINGS = [Binding("escape", "close", "Later", id="answer.close")]
+    AUTO_FOCUS = "#answer-text"  # focused once shown: nothing to look up should it go first
 
     def __init__(self, question_id: str, question: str) -> None:
         super().__init__(classes="dialog")
@@ -211,16 +215,14 @@ class AnswerDialog(ModalScreen[AnswerText | None]):
         self.question = question
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="approval-box"):
+        box = Vertical(id="approval-box")
+        box.border_title = plain(f"Question {self.question_id}")
+        with box:
             yield Static("[b]The agent asks you[/]", id="answer-title")
             with VerticalScroll(id="approval-args"):
                 yield Static(plain(self.question), id="answer-question")
             yield Input(placeholder="your answer, enter sends it to the model", id="answer-text")
             yield Static("[b]enter[/] answer   [b]esc[/] later (the run keeps waiting)")
-
-    def on_mount(self) -> None:
-        self.query_one("#approval-box").border_title = plain(f"Question {self.question_id}")
-        self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.value.strip():

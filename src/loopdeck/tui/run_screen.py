@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
+from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import CallStatus, EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
@@ -79,6 +80,11 @@ def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
     return shown
 
 
+def asking(request: ApprovalRequest) -> tuple[str, datetime]:
+    """One asking of a call: a call asked again (its receipt no longer covers it) is new."""
+    return request.call_id, request.requested_at
+
+
 class RunScreen(Screen[None]):
     is_run_screen = True  # how the app finds a run's screen without importing this module
 
@@ -106,6 +112,10 @@ class RunScreen(Screen[None]):
         self._transcript_screen: TranscriptScreen | None = None
         self._later: set[str] = set()
         self._sending: set[str] = set()  # decided here, on their way to the store: not offered
+        # Decided here (won, or lost to another decider) but still listed until the runtime
+        # takes the decision: never offered again. A request asked again is a new one.
+        self._settled: set[tuple[str, datetime]] = set()
+        self._settled_questions: set[str] = set()
         self._frame = 0
         self._next_frame_at = 0.0
         self._frame_timer_set = False  # a one-shot timer for a frame due between two ticks
@@ -390,10 +400,14 @@ class RunScreen(Screen[None]):
         if self._dialog is not None or self.app.screen is not self or self.quitting:
             return
         pending = self.link.pending()
+        questions = self.link.questions()
+        self._settled &= {asking(p) for p in pending}
+        self._settled_questions &= {q for q, _ in questions}
         held = self._later | self._sending
-        waiting = [p for p in pending if p.call_id not in held]
+        waiting = [p for p in pending if p.call_id not in held and asking(p) not in self._settled]
         if not waiting:
-            asked = [(q, text) for q, text in self.link.questions() if q not in held]
+            held |= self._settled_questions
+            asked = [(q, text) for q, text in questions if q not in held]
             if asked:
                 self._dialog = AnswerDialog(*asked[0])
                 self.app.push_screen(self._dialog, self._answered_question)
@@ -436,6 +450,7 @@ class RunScreen(Screen[None]):
         except StoreError as exc:  # still waiting: its dialog comes back
             toast(self, str(exc), title="answer not recorded", severity="error", timeout=30)
         else:
+            self._settled_questions.add(answer.question_id)
             if not won:
                 toast(self, f"{answer.question_id} was already answered", severity="warning")
         finally:
@@ -453,6 +468,7 @@ class RunScreen(Screen[None]):
         except StoreError as exc:
             toast(self, str(exc), title="decision not recorded", severity="error", timeout=30)
         else:
+            self._settled.add((answer.call_id, answer.requested_at))
             if not won:
                 toast(self, f"{answer.call_id} was already decided", severity="warning")
         finally:
