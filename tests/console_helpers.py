@@ -22,28 +22,20 @@ def console_app(
     *,
     approver: Approver | None = None,
     theme: str | None = None,
-    frozen: bool = False,
+    frozen: datetime | None = None,
     answers: bool = False,
     **budget: Any,
 ) -> LoopdeckApp:
+    """`frozen`: the instant the console's clock stands at (the countdowns it shows)."""
     queue = ApprovalQueue()
     options = RunOptions(
         env=str(env), script=script, budget_overrides=budget, run_id="run0test0001"
     )
     prepared = prepare_run(options, approver=approver or queue, answerer=queue if answers else None)
     now: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731
-    if frozen:
-        app_holder: list[LoopdeckApp] = []
-
-        def frozen_now() -> datetime:
-            screen = run_screen(app_holder[0]) if app_holder else None
-            started = screen.view.started_at if screen else None
-            return started or datetime(2026, 1, 1, tzinfo=UTC)
-
-        now = frozen_now
-        app = LoopdeckApp(prepared, queue, theme_name=theme, now=now)
-        app_holder.append(app)
-        return app
+    if frozen is not None:
+        at = frozen
+        now = lambda: at  # noqa: E731
     return LoopdeckApp(prepared, queue, theme_name=theme, now=now)
 
 

@@ -1,14 +1,18 @@
 """Snapshots of the run screen (mid-run, the approval dialog, the final screen at four sizes)
 and of the transcript, per theme.
 
-The clock is frozen at the run's start; durations, times of day and the spinner are masked:
-they differ per run.
+The console's clock is frozen at one instant, and every approval request is issued at that
+instant (its receipt's countdown reads the full 5:00, however late the request came on a loaded
+machine); durations, times of day and the spinner are masked: they differ per run.
 """
+
+from datetime import UTC, datetime
 
 import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, finished, wait_until
 
+from loopdeck.core import calls
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui import calls_table, panels
@@ -30,13 +34,28 @@ def _masked(monkeypatch):
     monkeypatch.setattr(RunView, "times", lambda self, now: (0.0, 0.0))
 
 
-def _app(theme):
-    return console_app(SAMPLES / "order_support", "solve", theme=theme, frozen=True)
+@pytest.fixture
+def frozen_at(monkeypatch) -> datetime:
+    """The instant the console's clock stands at, and that every request is issued at."""
+    at = datetime.now(UTC)
+    issue = calls.request_for
+
+    def issued_at_the_frozen_instant(**fields):
+        request = issue(**fields)
+        valid = request.expires_at - request.requested_at
+        return request.model_copy(update={"requested_at": at, "expires_at": at + valid})
+
+    monkeypatch.setattr(calls, "request_for", issued_at_the_frozen_instant)
+    return at
+
+
+def _app(theme, frozen_at):
+    return console_app(SAMPLES / "order_support", "solve", theme=theme, frozen=frozen_at)
 
 
 @pytest.mark.parametrize("theme", THEMES)
-def test_approval_dialog(snap_compare, theme) -> None:
-    app = _app(theme)
+def test_approval_dialog(snap_compare, theme, frozen_at) -> None:
+    app = _app(theme, frozen_at)
 
     async def run_before(pilot) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
@@ -46,8 +65,8 @@ def test_approval_dialog(snap_compare, theme) -> None:
 
 
 @pytest.mark.parametrize("theme", THEMES)
-def test_main_screen_mid_run_with_a_pending_write(snap_compare, theme) -> None:
-    app = _app(theme)
+def test_main_screen_mid_run_with_a_pending_write(snap_compare, theme, frozen_at) -> None:
+    app = _app(theme, frozen_at)
 
     async def run_before(pilot) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
@@ -71,10 +90,10 @@ SIZED = [
 
 
 @pytest.mark.parametrize(("theme", "size"), SIZED)
-def test_final_screen_at_every_size(snap_compare, theme, size) -> None:
+def test_final_screen_at_every_size(snap_compare, theme, size, frozen_at) -> None:
     """80x24 keeps every panel; 100x30 keeps the state and the badge in the header; large
     sizes give the extra room to the Call panel, Findings and the transcript."""
-    app = _app(theme)
+    app = _app(theme, frozen_at)
 
     async def run_before(pilot) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
@@ -86,8 +105,8 @@ def test_final_screen_at_every_size(snap_compare, theme, size) -> None:
 
 
 @pytest.mark.parametrize("theme", THEMES)
-def test_transcript(snap_compare, theme) -> None:
-    app = _app(theme)
+def test_transcript(snap_compare, theme, frozen_at) -> None:
+    app = _app(theme, frozen_at)
 
     async def run_before(pilot) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
