@@ -1,0 +1,198 @@
+"""A run's events as rows: each event's row of the `events` table (`event_row`, serialized
+once), and the `runs` and `approvals` rows its events keep up to date (`RunRows`), applied in
+the transaction that appends them. A reader's false crash mark is undone here too: the
+runner's record wins."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from loopdeck.core.events import EventBase
+from loopdeck.store.base import Tx
+from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
+
+EventRow = tuple[str, int, str, str, str]
+
+# A call asked again (its receipt expired) replaces its row: pending again, undecided.
+ASKED_AGAIN = (
+    "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
+    " requested_at = excluded.requested_at, expires_at = excluded.expires_at, state = 'pending',"
+    " decided_by = NULL, reason = NULL, decided_at = NULL, outcome = NULL"
+)
+
+# Events that change the runs or approvals tables (the rest are only appended): the last of
+# each batch for the first set, every one for the second; a tool_finished event only when its
+# call asked for approval (its outcome goes on the approval's row).
+LAST_VALUE_KINDS = frozenset({"state_changed", "budget_updated"})
+ROW_KINDS = frozenset(
+    {"run_started", "run_stopped", "approval_requested", "approval_decided", "question_asked",
+     "question_answered", "approval_withdrawn"}
+)  # fmt: skip
+
+
+class Runner(Protocol):
+    """The process whose events these are, as the run's row names it."""
+
+    pid: int
+    pid_started: str | None
+    host: str
+    approve_mode: str
+
+
+class RunRows:
+    """The rows of one run's events, and what they need to remember between batches: the
+    run's last state, whether it stopped, and the calls that asked for approval (only their
+    results touch the approvals table, so a read-only runaway's batch is one INSERT, not one
+    statement per event)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.state = "ready"
+        self.stopped = False
+        self.asked: set[str] = set()
+
+    async def apply_batch(self, tx: Tx, events: Iterable[EventBase]) -> None:
+        """The runs and approvals rows a batch of appended events changes."""
+        # Run-row fields only keep their last value: apply the last event of each kind.
+        last: dict[str, EventBase] = {}
+        for event in events:
+            kind = getattr(event, "kind", "")
+            if kind in LAST_VALUE_KINDS:
+                last[kind] = event
+            elif kind in ROW_KINDS or (
+                kind == "tool_finished" and getattr(event, "call_id", "") in self.asked
+            ):
+                await self.apply(tx, event)
+        for event in last.values():
+            await self.apply(tx, event)
+
+    async def undo_a_false_crash(self, tx: Tx, run_id: str) -> str | None:
+        """A reader marked this run crashed while its runner (this process) is alive: the
+        runner's record wins. The reader's stop event goes, the row and the approvals the
+        reader withdrew come back; the correction's words, or None when there was none."""
+        if self.stopped:
+            return None
+        rows = await tx.fetchall("SELECT stop_reason, detail FROM runs WHERE run_id = ?", (run_id,))
+        row = next(iter(rows), None)
+        if row is None or row[0] != "crashed":
+            return None
+        await tx.execute("DELETE FROM events WHERE run_id = ? AND origin = 'reader'", (run_id,))
+        await tx.execute(
+            "UPDATE runs SET state = ?, stop_reason = NULL, detail = NULL, ended_at = NULL,"
+            " heartbeat_at = ? WHERE run_id = ?",
+            (self.state, time.time(), run_id),
+        )
+        await tx.execute(
+            "UPDATE approvals SET state = 'pending', decided_by = NULL"
+            " WHERE run_id = ? AND state = 'withdrawn' AND decided_by = ?",
+            (run_id, CRASH_DETECTOR),
+        )
+        return f"a reader marked this run crashed ({row[1]}); its runner is alive"
+
+    async def apply(self, db: Tx, e: Any) -> None:
+        kind = e.kind
+        runner = self.runner
+        if kind == "run_started":
+            await db.execute(
+                "INSERT INTO runs (run_id, env, script, model, mode, goal, state,"
+                " started_at, pid, host, heartbeat_at, approve_mode, pid_started)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (run_id) DO UPDATE SET env = excluded.env,"
+                " script = excluded.script, model = excluded.model, mode = excluded.mode,"
+                " goal = excluded.goal, state = excluded.state, started_at = excluded.started_at,"
+                " pid = excluded.pid, host = excluded.host, heartbeat_at = excluded.heartbeat_at,"
+                " approve_mode = excluded.approve_mode, pid_started = excluded.pid_started",
+                (e.run_id, e.env, e.script, e.model, e.mode, e.goal, e.at.isoformat(),
+                 runner.pid, runner.host, time.time(), runner.approve_mode, runner.pid_started),
+            )  # fmt: skip
+        elif kind == "state_changed":
+            self.state = e.target.value
+            await db.execute(
+                "UPDATE runs SET state = ? WHERE run_id = ?", (e.target.value, e.run_id)
+            )
+        elif kind == "budget_updated":
+            tokens = int(e.usage["tokens"][0])
+            cost = None if e.cost_unknown_calls else float(e.usage["cost_usd"][0])
+            await db.execute(
+                "UPDATE runs SET tokens = ?, cost_usd = ?, cost_unknown_calls = ? WHERE run_id = ?",
+                (tokens, cost, e.cost_unknown_calls, e.run_id),
+            )
+        elif kind == "run_stopped":
+            self.stopped = True
+            await db.execute(
+                "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND tool = 'ask_user'"
+                " AND state = 'pending'",
+                (e.run_id,),
+            )
+            await db.execute(
+                "UPDATE runs SET state = ?, stop_reason = ?, detail = ?, ended_at = ?"
+                " WHERE run_id = ?",
+                (e.state.value, e.stop_reason.value, e.detail, e.at.isoformat(), e.run_id),
+            )
+        elif kind == "approval_requested":
+            self.asked.add(e.call_id)  # its outcome goes on the approval's row
+            await db.execute(
+                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+                f" expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending') {ASKED_AGAIN}",
+                (e.run_id, e.call_id, e.tool, json.dumps(e.args), e.requested_at.isoformat(),
+                 e.expires_at.isoformat()),
+            )  # fmt: skip
+        elif kind == "approval_decided":
+            await db.execute(
+                "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
+                " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+                ("approved" if e.approved else "rejected", e.by, e.reason, e.at.isoformat(),
+                 e.run_id, e.call_id),
+            )  # fmt: skip
+        elif kind == "question_asked":
+            await db.execute(
+                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+                f" expires_at, state) VALUES (?, ?, 'ask_user', ?, ?, ?, 'pending') {ASKED_AGAIN}",
+                (e.run_id, e.question_id, json.dumps({"question": e.question}),
+                 e.at.isoformat(), QUESTION_NEVER_EXPIRES),
+            )  # fmt: skip
+        elif kind == "question_answered":
+            await db.execute(
+                "UPDATE approvals SET state = 'answered', decided_by = ?, reason = ?,"
+                " decided_at = ? WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+                (e.by, e.answer, e.at.isoformat(), e.run_id, e.question_id),
+            )
+        elif kind == "approval_withdrawn":
+            await db.execute(
+                "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND call_id = ?"
+                " AND state = 'pending'",
+                (e.run_id, e.call_id),
+            )
+        elif kind == "tool_finished" and e.call_id in self.asked:
+            await db.execute(
+                "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
+                (e.status.value, e.run_id, e.call_id),
+            )
+
+
+def event_row(event: EventBase) -> EventRow:
+    """An event's row: (run_id, seq, kind, at, body). `at` is read off the body the event was
+    just serialized to (its third field, after run_id and seq: `,"at":"` cannot occur inside a
+    JSON string), in `datetime.isoformat()`'s form; formatting the time again was a sixth of
+    the cost of an append."""
+    body = event_json(event)
+    start = body.find(',"at":"') + 7
+    end = body.find('"', start)
+    if start < 7 or end < 0:
+        return event.run_id, event.seq, getattr(event, "kind", ""), event.at.isoformat(), body
+    at = body[start:end]
+    if at.endswith("Z"):
+        at = at[:-1] + "+00:00"
+    return event.run_id, event.seq, getattr(event, "kind", ""), at, body
+
+
+def event_json(event: EventBase) -> str:
+    """An event as stored. Text that UTF-8 cannot carry is escaped, never fatal."""
+    try:
+        # The model's own serializer, without model_dump_json's argument handling per call.
+        return type(event).__pydantic_serializer__.to_json(event).decode()
+    except ValueError:  # pydantic's serialization error for lone surrogates is a ValueError
+        return json.dumps(event.model_dump(mode="json"), default=str)
