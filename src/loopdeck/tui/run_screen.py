@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -10,12 +9,10 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import CallStatus, EventBase
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
@@ -23,16 +20,10 @@ from loopdeck.core.text import plural
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Entry, Transcript
-from loopdeck.store.base import StoreError
+from loopdeck.tui.approval_offers import ApprovalOffers, ApprovalsChanged
 from loopdeck.tui.calls_table import CallsTable
-from loopdeck.tui.dialogs import (
-    AnswerDialog,
-    AnswerText,
-    ApprovalAnswer,
-    ApprovalDialog,
-    ConfirmKillDialog,
-    ConfirmQuitDialog,
-)
+from loopdeck.tui.dialogs import ConfirmKillDialog, ConfirmQuitDialog
+from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer, tail_that_fits
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import (
     BudgetPanel,
@@ -48,41 +39,10 @@ from loopdeck.tui.panels import (
 from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
-FRAME_INTERVAL_S = 1 / 20
-FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
-MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
-MIN_FRAME_WAIT_S = 0.04  # ... and never less: cheap frames come at ~25 a second, not ~100
 RUNNING = (CallStatus.PROPOSED, CallStatus.RUNNING)  # the Call panel holds its height
-HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
 PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
 SPIN_INTERVAL_S = 0.2
 MIN_SIZE = (80, 24)
-
-
-class ApprovalsChanged(Message):
-    """The queue of pending approvals changed; many in a row collapse into one."""
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ApprovalsChanged)
-
-
-def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
-    """The newest entries whose lines fill `height` (a title and its body's lines each, before
-    wrapping): a burst's older entries would be drawn only to scroll out of sight."""
-    shown: list[Entry] = []
-    lines = 0
-    for entry in reversed(entries):
-        shown.append(entry)
-        lines += 1 + (entry.body.count("\n") + 1 if entry.body else 0)
-        if lines >= max(1, height):
-            break
-    shown.reverse()
-    return shown
-
-
-def asking(request: ApprovalRequest) -> tuple[str, datetime]:
-    """One asking of a call: a call asked again (its receipt no longer covers it) is new."""
-    return request.call_id, request.requested_at
 
 
 class RunScreen(Screen[None]):
@@ -108,17 +68,11 @@ class RunScreen(Screen[None]):
         self.driven = False
         self.quitting = False
         self._buffer: list[EventBase] = []
-        self._dialog: ApprovalDialog | AnswerDialog | None = None
+        # `flush` looked up at each frame, not bound here: the screen's own, as it is then
+        self._pacer = FramePacer(self, link, self._buffer, lambda: self.flush())
+        self.offers = ApprovalOffers(self, link, now, put_off=self._render_header)
         self._transcript_screen: TranscriptScreen | None = None
-        self._later: set[str] = set()
-        self._sending: set[str] = set()  # decided here, on their way to the store: not offered
-        # Decided here (won, or lost to another decider) but still listed until the runtime
-        # takes the decision: never offered again. A request asked again is a new one.
-        self._settled: set[tuple[str, datetime]] = set()
-        self._settled_questions: set[str] = set()
         self._frame = 0
-        self._next_frame_at = 0.0
-        self._frame_timer_set = False  # a one-shot timer for a frame due between two ticks
         self._unsubscribe: list[Callable[[], None]] = []
 
     @property
@@ -153,7 +107,7 @@ class RunScreen(Screen[None]):
         self.app.theme_changed_signal.subscribe(
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
-        self.set_interval(FRAME_INTERVAL_S, self._frame_due)
+        self.set_interval(FRAME_INTERVAL_S, self._pacer.due)
         self.set_interval(SPIN_INTERVAL_S, self._tick)
         self._check_size(self.size.width, self.size.height)
         self.render_view()
@@ -221,49 +175,11 @@ class RunScreen(Screen[None]):
         """Called once the link's drive finished; a replay starts stepping from here."""
 
     # -- rendering, coalesced ------------------------------------------------------------
-    def _frame_due(self) -> None:
-        """The frame timer: draw what arrived, unless the last frame is still being paid for.
-
-        The runtime shares this event loop. After a frame that took T seconds from folding the
-        events to the painted screen, the next waits at least FRAME_SHARE x T more, so a
-        runaway keeps most of the loop; the wait is capped (MAX_FRAME_WAIT_S) so the screen
-        never falls far behind. While the link reads a long history (`reading_history`),
-        frames come every HISTORY_FRAME_S: the folding gets the loop. Stops, approvals and
-        keys flush at once, never waiting for this.
-        """
-        if not self._buffer:
-            return
-        wait = self._next_frame_at - time.monotonic()
-        if wait <= 0:
-            self.flush()
-        elif wait < FRAME_INTERVAL_S and not self._frame_timer_set:
-            # Due before the next tick (after a slow frame): drawn then, not a tick later.
-            self._frame_timer_set = True
-            self.set_timer(wait, self._frame_on_time)
-
-    def _frame_on_time(self) -> None:
-        self._frame_timer_set = False
-        self._frame_due()
-
-    def _painted(self, started: float) -> None:
-        now = time.monotonic()
-        if getattr(self.link, "reading_history", False):
-            self._next_frame_at = now + HISTORY_FRAME_S
-        else:
-            wait = max(FRAME_SHARE * (now - started), MIN_FRAME_WAIT_S)
-            self._next_frame_at = now + min(wait, MAX_FRAME_WAIT_S)
-            if not self._frame_timer_set:
-                # The next frame is armed for when it is due, not left to the next tick of the
-                # frame timer: up to a tick later, or two when a busy loop makes it skip one.
-                self._frame_timer_set = True
-                self.set_timer(self._next_frame_at - now, self._frame_on_time)
-
     def flush(self) -> None:
+        """Fold what arrived into the view and the transcript, and draw it (`FramePacer`)."""
         if not self._buffer:
             return
-        started = time.monotonic()
-        self._next_frame_at = float("inf")  # until this frame is on screen
-        self.call_after_refresh(self._painted, started)
+        self._pacer.begun()
         events, self._buffer[:] = list(self._buffer), []
         entries: list[Entry] = []
         for event in events:
@@ -301,7 +217,7 @@ class RunScreen(Screen[None]):
         self._render_header()
         if not self.view.plans:
             self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
-        if self._dialog is None and not self.view.finished:
+        if self.offers.dialog is None and not self.view.finished:
             self._render_budgets()
 
     def waiting_for(self) -> str:
@@ -374,110 +290,10 @@ class RunScreen(Screen[None]):
         self.flush()
         self._render_header()
         self.refresh_bindings()
-        pending = self.link.pending()
-        dialog = self._dialog
-        if isinstance(dialog, ApprovalDialog):
-            if dialog.request not in pending:
-                self._close_dialog()
-            else:
-                dialog.set_title(len(pending))
-        elif isinstance(dialog, AnswerDialog) and dialog.question_id not in dict(
-            self.link.questions()
-        ):
-            self._close_dialog()
-        self._offer_next()
-
-    def _close_dialog(self) -> None:
-        dialog, self._dialog = self._dialog, None
-        if dialog is None:
-            return
-        while self.app.screen is not dialog and dialog in self.app.screen_stack:
-            self.app.pop_screen()
-        if self.app.screen is dialog:
-            self.app.pop_screen()
-
-    def _offer_next(self) -> None:
-        if self._dialog is not None or self.app.screen is not self or self.quitting:
-            return
-        pending = self.link.pending()
-        questions = self.link.questions()
-        self._settled &= {asking(p) for p in pending}
-        self._settled_questions &= {q for q, _ in questions}
-        held = self._later | self._sending
-        waiting = [p for p in pending if p.call_id not in held and asking(p) not in self._settled]
-        if not waiting:
-            held |= self._settled_questions
-            asked = [(q, text) for q, text in questions if q not in held]
-            if asked:
-                self._dialog = AnswerDialog(*asked[0])
-                self.app.push_screen(self._dialog, self._answered_question)
-            return
-        request = waiting[0]
-        self._dialog = ApprovalDialog(
-            request, len(pending), self.link.risk_of(request.tool), self.now
-        )
-        self.app.push_screen(self._dialog, self._answered)
-
-    def _answered(self, answer: ApprovalAnswer | None) -> None:
-        dialog, self._dialog = self._dialog, None
-        if answer is None:
-            pending = {p.call_id for p in self.link.pending()}
-            if isinstance(dialog, ApprovalDialog) and dialog.request.call_id in pending:
-                self._later.add(dialog.request.call_id)
-                self._render_header()
-            return
-        self._sending.add(answer.call_id)
-        self._decide(answer)
-
-    def _answered_question(self, answer: AnswerText | None) -> None:
-        dialog, self._dialog = self._dialog, None
-        if answer is None:
-            if isinstance(dialog, AnswerDialog):
-                self._later.add(dialog.question_id)
-                self._render_header()
-            return
-        self._sending.add(answer.question_id)
-        self._send_answer(answer)
-
-    def _tell(self, message: str) -> None:
-        """A decision waiting for the store (a lock held elsewhere), and when it lands."""
-        toast(self, message, title="store", severity="warning", timeout=10)
-
-    @work(group="decisions", exit_on_error=False, description="answer the agent")
-    async def _send_answer(self, answer: AnswerText) -> None:
-        try:
-            won = await self.link.answer(answer.question_id, answer.text, "console", self._tell)
-        except StoreError as exc:  # still waiting: its dialog comes back
-            toast(self, str(exc), title="answer not recorded", severity="error", timeout=30)
-        else:
-            self._settled_questions.add(answer.question_id)
-            if not won:
-                toast(self, f"{answer.question_id} was already answered", severity="warning")
-        finally:
-            self._sending.discard(answer.question_id)
-        self._offer_next()
-
-    @work(group="decisions", exit_on_error=False, description="record an approval decision")
-    async def _decide(self, answer: ApprovalAnswer) -> None:
-        """The store takes it here, off the runtime: a store error is shown and the request
-        stays pending (its dialog comes back), the run goes on waiting."""
-        try:
-            won = await self.link.decide(
-                answer.call_id, answer.approved, answer.reason, "console", self._tell
-            )
-        except StoreError as exc:
-            toast(self, str(exc), title="decision not recorded", severity="error", timeout=30)
-        else:
-            self._settled.add((answer.call_id, answer.requested_at))
-            if not won:
-                toast(self, f"{answer.call_id} was already decided", severity="warning")
-        finally:
-            self._sending.discard(answer.call_id)
-        self._offer_next()
+        self.offers.changed()
 
     def action_approvals(self) -> None:
-        self._later.clear()
-        self._offer_next()
+        self.offers.reopen()
 
     # -- the kill switch, and leaving ------------------------------------------------------
     @property
@@ -528,7 +344,7 @@ class RunScreen(Screen[None]):
         def confirmed(yes: bool | None) -> None:
             if yes and self.running:
                 self.quitting = True
-                self._close_dialog()
+                self.offers.shut_down()
                 self.link.kill(by="console (quit)")
             elif yes:
                 self.leave()
@@ -540,7 +356,7 @@ class RunScreen(Screen[None]):
         if self.quitting or not self.running:
             return
         self.quitting = True
-        self._close_dialog()
+        self.offers.shut_down()
         self.link.kill(by=by)
 
     def leave(self) -> None:

@@ -1,0 +1,175 @@
+"""A run's pending writes and questions, offered to the operator one dialog at a time, and the
+decisions taken to the store off the runtime (a lock held elsewhere is waited out there)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from functools import partial
+
+from textual.message import Message
+from textual.screen import Screen
+
+from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.operator.links import RunLink
+from loopdeck.store.base import StoreError
+from loopdeck.tui.dialogs import AnswerDialog, AnswerText, ApprovalAnswer, ApprovalDialog
+from loopdeck.tui.shown import toast
+
+
+class ApprovalsChanged(Message):
+    """The queue of pending approvals changed; many in a row collapse into one."""
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, ApprovalsChanged)
+
+
+def asking(request: ApprovalRequest) -> tuple[str, datetime]:
+    """One asking of a call: a call asked again (its receipt no longer covers it) is new."""
+    return request.call_id, request.requested_at
+
+
+class ApprovalOffers:
+    """The dialog of the run's screen: the first write waiting (or, with none, the first
+    question) unless the operator put it off (esc: `later`) or decided it here. The decision's
+    worker belongs to the screen, whose handler shows a worker's failure."""
+
+    def __init__(
+        self,
+        screen: Screen[None],
+        link: RunLink,
+        now: Callable[[], datetime],
+        put_off: Callable[[], None],
+    ) -> None:
+        self.screen = screen
+        self.link = link
+        self.now = now
+        self.put_off = put_off  # called when the operator leaves one for later (the header)
+        self.dialog: ApprovalDialog | AnswerDialog | None = None
+        self.shut = False  # the screen is leaving: nothing more is offered
+        self._later: set[str] = set()
+        self._sending: set[str] = set()  # decided here, on their way to the store: not offered
+        # Decided here (won, or lost to another decider) but still listed until the runtime
+        # takes the decision: never offered again. A request asked again is a new one.
+        self._settled: set[tuple[str, datetime]] = set()
+        self._settled_questions: set[str] = set()
+
+    def changed(self) -> None:
+        """The queue changed: a dialog whose request went is closed, the next one offered."""
+        pending = self.link.pending()
+        dialog = self.dialog
+        if isinstance(dialog, ApprovalDialog):
+            if dialog.request not in pending:
+                self.close()
+            else:
+                dialog.set_title(len(pending))
+        elif isinstance(dialog, AnswerDialog) and dialog.question_id not in dict(
+            self.link.questions()
+        ):
+            self.close()
+        self.offer_next()
+
+    def reopen(self) -> None:
+        """`w`: what was put off is offered again."""
+        self._later.clear()
+        self.offer_next()
+
+    def shut_down(self) -> None:
+        """The screen is leaving (quit, a stop signal): its dialog goes, none comes back."""
+        self.shut = True
+        self.close()
+
+    def close(self) -> None:
+        dialog, self.dialog = self.dialog, None
+        if dialog is None:
+            return
+        app = self.screen.app
+        while app.screen is not dialog and dialog in app.screen_stack:
+            app.pop_screen()
+        if app.screen is dialog:
+            app.pop_screen()
+
+    def offer_next(self) -> None:
+        if self.dialog is not None or self.screen.app.screen is not self.screen or self.shut:
+            return
+        pending = self.link.pending()
+        questions = self.link.questions()
+        self._settled &= {asking(p) for p in pending}
+        self._settled_questions &= {q for q, _ in questions}
+        held = self._later | self._sending
+        waiting = [p for p in pending if p.call_id not in held and asking(p) not in self._settled]
+        if not waiting:
+            held |= self._settled_questions
+            asked = [(q, text) for q, text in questions if q not in held]
+            if asked:
+                self.dialog = AnswerDialog(*asked[0])
+                self.screen.app.push_screen(self.dialog, self._answered_question)
+            return
+        request = waiting[0]
+        self.dialog = ApprovalDialog(
+            request, len(pending), self.link.risk_of(request.tool), self.now
+        )
+        self.screen.app.push_screen(self.dialog, self._answered)
+
+    def _answered(self, answer: ApprovalAnswer | None) -> None:
+        dialog, self.dialog = self.dialog, None
+        if answer is None:
+            pending = {p.call_id for p in self.link.pending()}
+            if isinstance(dialog, ApprovalDialog) and dialog.request.call_id in pending:
+                self._later.add(dialog.request.call_id)
+                self.put_off()
+            return
+        self._sending.add(answer.call_id)
+        self._work(partial(self._decide, answer), "record an approval decision")
+
+    def _answered_question(self, answer: AnswerText | None) -> None:
+        dialog, self.dialog = self.dialog, None
+        if answer is None:
+            if isinstance(dialog, AnswerDialog):
+                self._later.add(dialog.question_id)
+                self.put_off()
+            return
+        self._sending.add(answer.question_id)
+        self._work(partial(self._send_answer, answer), "answer the agent")
+
+    def _work(self, decision: Callable[[], Awaitable[None]], description: str) -> None:
+        """The screen's worker: its failure is a toast (the screen's worker handler)."""
+        self.screen.run_worker(
+            decision, group="decisions", exit_on_error=False, description=description
+        )
+
+    def _tell(self, message: str) -> None:
+        """A decision waiting for the store (a lock held elsewhere), and when it lands."""
+        toast(self.screen, message, title="store", severity="warning", timeout=10)
+
+    async def _send_answer(self, answer: AnswerText) -> None:
+        try:
+            won = await self.link.answer(answer.question_id, answer.text, "console", self._tell)
+        except StoreError as exc:  # still waiting: its dialog comes back
+            toast(self.screen, str(exc), title="answer not recorded", severity="error", timeout=30)
+        else:
+            self._settled_questions.add(answer.question_id)
+            if not won:
+                toast(self.screen, f"{answer.question_id} was already answered", severity="warning")
+        finally:
+            self._sending.discard(answer.question_id)
+        self.offer_next()
+
+    async def _decide(self, answer: ApprovalAnswer) -> None:
+        """The store takes it here, off the runtime: a store error is shown and the request
+        stays pending (its dialog comes back), the run goes on waiting."""
+        try:
+            won = await self.link.decide(
+                answer.call_id, answer.approved, answer.reason, "console", self._tell
+            )
+        except StoreError as exc:
+            toast(
+                self.screen, str(exc), title="decision not recorded", severity="error", timeout=30
+            )
+        else:
+            self._settled.add((answer.call_id, answer.requested_at))
+            if not won:
+                toast(self.screen, f"{answer.call_id} was already decided", severity="warning")
+        finally:
+            self._sending.discard(answer.call_id)
+        self.offer_next()

@@ -1,0 +1,95 @@
+"""A run's events coalesced into frames: when the next frame may be drawn (the runtime shares
+the event loop), and which entries of a burst the transcript panel is given."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.screen import Screen
+
+from loopdeck.core.events import EventBase
+from loopdeck.operator.links import RunLink
+from loopdeck.operator.transcript import Entry
+
+FRAME_INTERVAL_S = 1 / 20
+FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
+MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
+MIN_FRAME_WAIT_S = 0.04  # ... and never less: cheap frames come at ~25 a second, not ~100
+HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
+
+
+def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
+    """The newest entries whose lines fill `height` (a title and its body's lines each, before
+    wrapping): a burst's older entries would be drawn only to scroll out of sight."""
+    shown: list[Entry] = []
+    lines = 0
+    for entry in reversed(entries):
+        shown.append(entry)
+        lines += 1 + (entry.body.count("\n") + 1 if entry.body else 0)
+        if lines >= max(1, height):
+            break
+    shown.reverse()
+    return shown
+
+
+class FramePacer:
+    """The frame timer of a run's screen: `due` draws what arrived (`flush`, which calls
+    `begun` first), unless the last frame is still being paid for.
+
+    The runtime shares this event loop. After a frame that took T seconds from folding the
+    events to the painted screen, the next waits at least FRAME_SHARE x T more, so a runaway
+    keeps most of the loop; the wait is capped (MAX_FRAME_WAIT_S) so the screen never falls far
+    behind. While the link reads a long history (`reading_history`), frames come every
+    HISTORY_FRAME_S: the folding gets the loop. Stops, approvals and keys flush at once, never
+    waiting for this.
+    """
+
+    def __init__(
+        self,
+        screen: Screen[None],
+        link: RunLink,
+        buffer: list[EventBase],
+        flush: Callable[[], None],
+    ) -> None:
+        self.screen = screen
+        self.link = link
+        self.buffer = buffer  # the events that arrived since the last frame
+        self.flush = flush
+        self._next_frame_at = 0.0
+        self._timer_set = False  # a one-shot timer for a frame due between two ticks
+
+    def due(self) -> None:
+        """A tick of the frame timer (every FRAME_INTERVAL_S)."""
+        if not self.buffer:
+            return
+        wait = self._next_frame_at - time.monotonic()
+        if wait <= 0:
+            self.flush()
+        elif wait < FRAME_INTERVAL_S and not self._timer_set:
+            # Due before the next tick (after a slow frame): drawn then, not a tick later.
+            self._timer_set = True
+            self.screen.set_timer(wait, self._on_time)
+
+    def _on_time(self) -> None:
+        self._timer_set = False
+        self.due()
+
+    def begun(self) -> None:
+        """A frame is being drawn: the next is not due before this one is painted."""
+        started = time.monotonic()
+        self._next_frame_at = float("inf")  # until this frame is on screen
+        self.screen.call_after_refresh(self._painted, started)
+
+    def _painted(self, started: float) -> None:
+        now = time.monotonic()
+        if getattr(self.link, "reading_history", False):
+            self._next_frame_at = now + HISTORY_FRAME_S
+        else:
+            wait = max(FRAME_SHARE * (now - started), MIN_FRAME_WAIT_S)
+            self._next_frame_at = now + min(wait, MAX_FRAME_WAIT_S)
+            if not self._timer_set:
+                # The next frame is armed for when it is due, not left to the next tick of the
+                # frame timer: up to a tick later, or two when a busy loop makes it skip one.
+                self._timer_set = True
+                self.screen.set_timer(self._next_frame_at - now, self._on_time)
