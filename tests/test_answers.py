@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from conftest import SAMPLES, Recorder
 from console_helpers import console_app, finished, run_screen, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
@@ -97,6 +98,7 @@ async def test_the_console_asks_the_operator_and_sends_the_answer() -> None:
         assert any("answered · q1 · by console" in e.title for e in screen.transcript.entries)
 
 
+@pytest.mark.slow
 def test_loopdeck_answer_releases_a_waiting_headless_run(tmp_path, cli) -> None:
     db = tmp_path / "s.db"
     runner = start_runner(ENV, "ask-then-act", db, "--approve", "wait")

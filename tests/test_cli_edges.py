@@ -90,6 +90,7 @@ def test_runs_lists_a_write_whose_outcome_is_unknown(cli) -> None:
     assert run["outcome_unknown"] == ["c1"]
 
 
+@pytest.mark.slow
 def test_a_headless_run_names_itself_as_it_starts(tmp_path) -> None:
     """Another terminal can attach, approve or stop it by id while it runs."""
     db = tmp_path / "s.db"

@@ -143,6 +143,7 @@ async def console_run_garbage() -> Counter[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_console_run_leaves_no_strips_for_the_collector() -> None:
     # In a fresh process: an app an earlier test left alive can be freed inside the window,
     # whole screens of strips that are not this run's.

@@ -1,5 +1,6 @@
 """Consoles on runs that live in the store: attach to a live one, replay a finished one."""
 
+import pytest
 from conftest import SAMPLES
 from console_helpers import wait_until
 from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
@@ -58,6 +59,7 @@ async def test_attach_stop_key_cancels_the_remote_run(tmp_path) -> None:
         runner.kill()
 
 
+@pytest.mark.slow
 async def test_replay_steps_back_and_forth(db) -> None:
     done = loopdeck(
         "run", "service_outage", "--script", "wrong-guess", "--headless", "--json", db=db
@@ -95,6 +97,7 @@ async def test_replay_steps_back_and_forth(db) -> None:
         assert "approved by auto" in str(screen.query_one("#detail-body").render())
 
 
+@pytest.mark.slow
 async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> None:
     import os
     import signal
@@ -149,6 +152,7 @@ async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> N
     assert runs[0]["run_id"] == request.run_id and runs[0]["stop_reason"] == "goal_met"
 
 
+@pytest.mark.slow
 async def test_the_fleet_lists_stored_runs_and_replays_one(db) -> None:
     from loopdeck.tui.fleet_screen import FleetScreen
 

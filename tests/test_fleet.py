@@ -3,6 +3,7 @@ approvals inbox across runs, and escape back to the fleet without stopping anyth
 
 from __future__ import annotations
 
+import pytest
 from conftest import SAMPLES
 from console_helpers import start_from_fleet, wait_until
 from store_helpers import last_json, start_runner
@@ -19,6 +20,7 @@ def _fleet(app: LoopdeckApp) -> FleetScreen:
     return next(screen for screen in app.screen_stack if isinstance(screen, FleetScreen))
 
 
+@pytest.mark.slow
 async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
     db = tmp_path / "s.db"
     runners = [

@@ -280,6 +280,7 @@ def test_the_ledgers_usage_table_names_every_cap_with_its_use_and_limit() -> Non
             assert used == ledger.used(cap)
 
 
+@pytest.mark.slow
 def test_importing_litellm_leaves_the_collector_on_tuned_and_an_embedders_choice_alone() -> None:
     probe = (
         "import gc, sys; from loopdeck.llm.loader import litellm_module; {before}"

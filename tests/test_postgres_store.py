@@ -27,6 +27,7 @@ def _with_password(url: str) -> str:
     return url.replace(f"{cluster.user}@", f"{cluster.user}:{cluster.password}@")
 
 
+@pytest.mark.slow
 def test_a_password_in_the_url_is_used_but_never_printed_or_stored(url, monkeypatch) -> None:
     monkeypatch.delenv("PGPASSWORD")
     secret = pg_cluster().password
@@ -86,6 +87,7 @@ async def test_a_decision_wakes_a_waiter_by_notify(url) -> None:
         await decider.close()
 
 
+@pytest.mark.slow
 async def test_export_and_replay_read_back_every_event_in_order(url) -> None:
     done = loopdeck("run", "order_support", "--headless", "--json", db=url)
     run_id = last_json(done.stdout)["run_id"]
@@ -101,6 +103,7 @@ async def test_export_and_replay_read_back_every_event_in_order(url) -> None:
     assert exported[-1]["kind"] == "run_stopped"
 
 
+@pytest.mark.slow
 def test_a_service_file_supplies_the_connection(url, tmp_path, monkeypatch) -> None:
     cluster = pg_cluster()
     service = tmp_path / "pg_service.conf"

@@ -105,6 +105,7 @@ def test_repo_triage_solve_and_runaway(cli) -> None:
     assert _executed(out, "run_pytest") == 1
 
 
+@pytest.mark.slow
 def test_sample_folders_never_change(cli) -> None:
     source = (SAMPLES / "repo_triage" / "workspace" / "calculator.py").read_text()
     cli("run", "repo_triage", "--script", "solve", "--headless", "--json")

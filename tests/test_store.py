@@ -37,6 +37,7 @@ async def test_waiting_run_is_released_by_approve_from_another_process(db) -> No
     assert again.returncode == 1 and "already decided" in again.stderr
 
 
+@pytest.mark.slow
 async def test_reject_with_reason_reaches_the_model(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
@@ -83,6 +84,7 @@ async def test_two_simultaneous_approvers_exactly_one_wins(db) -> None:
     assert last_json(out)["stop_reason"] == ("goal_met" if results[0] else "stalled")
 
 
+@pytest.mark.slow
 async def test_cancel_and_kill_from_another_process(db) -> None:
     budgets = ("--max-tool-calls", "100000", "--max-turns", "100000", "--max-tokens", "1000000000")
     budgets += ("--max-cost", "100000", "--deadline", "120")
@@ -145,6 +147,7 @@ async def test_pause_and_resume_from_another_process(tmp_path) -> None:
     assert last_json(out)["stop_reason"] == "cancelled"
 
 
+@pytest.mark.slow
 async def test_kill_9_of_a_runner_is_crashed_and_nothing_acknowledged_is_lost(db) -> None:
     """SQLite: the runner's pid on this host is gone. PostgreSQL: the runner says it is on
     another host, so only its heartbeat's silence (2 s here) can tell."""

@@ -85,6 +85,7 @@ def test_order_support_approved_in_a_real_terminal(tmp_path) -> None:
         terminal.close()
 
 
+@pytest.mark.slow
 def test_wrong_guess_read_in_the_transcript_then_approved(tmp_path) -> None:
     """The operator finds the live database's name in get_status's full result, approves
     both writes, reads the whole stop detail, and `q` prints the run id."""
