@@ -41,6 +41,7 @@ async def test_attach_approves_a_headless_run_and_sees_it_finish(db) -> None:
     assert last_json(out)["stop_reason"] == "goal_met"
 
 
+@pytest.mark.slow
 async def test_attach_stop_key_cancels_the_remote_run(tmp_path) -> None:
     db = tmp_path / "s.db"
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")

@@ -175,6 +175,7 @@ async def test_context_overflow_compacts_and_retries_once() -> None:
     assert compactions and compactions[0].tokens_after < compactions[0].tokens_before
 
 
+@pytest.mark.slow
 def test_cli_against_the_loopback_server(monkeypatch) -> None:
     with FakeOpenAI(SOLVE) as server:
         proc = subprocess.run(
