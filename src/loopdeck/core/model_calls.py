@@ -66,7 +66,7 @@ class ModelCaller:
         return self._emit(context.fit(conversation, force=True), reason)
 
     def keep_in_window(self, conversation: list[dict[str, Any]]) -> None:
-        """Before a call: past half of the window, compact the conversation down to a third."""
+        """Before a call: past half of the window, compact down to `TARGET` (35 %)."""
         context = self._context()
         if context is not None and (done := context.fit(conversation)):
             self._emit(done, f"prompt above half of the {context.window:,}-token window")

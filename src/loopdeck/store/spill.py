@@ -44,7 +44,8 @@ def store_key(location: Location) -> str:
 
 class Spill:
     """One run's spill file: rewritten whole with every event not yet in the store, held
-    (flock) until the events are committed after all (`discard`) or the writer lets go."""
+    (flock) until the events are committed after all (`release(remove=True)`) or the writer
+    lets go."""
 
     def __init__(self, location: Location, header: dict[str, Any]) -> None:
         self.header = {"format": FORMAT, "store": store_key(location), **header}
