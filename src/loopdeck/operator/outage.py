@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from loopdeck.core.recording import outage_words
 from loopdeck.store.base import StoreUnavailable
 
 
@@ -37,4 +38,4 @@ class Outage:
     def text(self) -> str:
         if self.since is None:
             return ""
-        return f"store {self.cause} since {self.since:%H:%M:%S}, retrying"
+        return f"{outage_words(self.cause)} since {self.since:%H:%M:%S}, retrying"
