@@ -150,7 +150,7 @@ def fuzz(examples: int) -> None:
 
 
 def test_generated_replies_never_raise() -> None:
-    fuzz(int(os.environ.get("LOOPDECK_FUZZ_EXAMPLES", "500")))
+    fuzz(int(os.environ.get("LOOPDECK_FUZZ_EXAMPLES", "2000")))
 
 
 @pytest.mark.slow
