@@ -75,7 +75,8 @@ class Runner:
             )  # fmt: skip
 
     def events(self) -> int:
-        return int(stored(self.db, "SELECT count(*) FROM events")[0][0]) if self.db.exists() else 0
+        rows = stored(self.db, "SELECT count(*) FROM events")  # empty while the schema is made
+        return int(rows[0][0]) if rows else 0
 
     def finish(self, timeout: float = 60) -> tuple[int, str, str]:
         code = self.proc.wait(timeout=timeout)
