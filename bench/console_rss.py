@@ -53,7 +53,7 @@ def first_run_id(db: Path) -> str | None:
 
 
 async def follow(db: Path, calls: int) -> tuple[float, bool]:
-    from loopdeck.operator.links import StoreLink
+    from loopdeck.operator.store_link import StoreLink
     from loopdeck.tui.app import LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
 

@@ -117,7 +117,7 @@ def stopped(run_id: str) -> RunStopped:
 async def console_load_time(db: Path, run_id: str) -> tuple[float, float]:
     """`loopdeck attach` on a stopped run: from the link's first read until its stop is drawn
     (the load), and from the console's start (the load plus the console's own start)."""
-    from loopdeck.operator.links import StoreLink
+    from loopdeck.operator.store_link import StoreLink
     from loopdeck.tui.app import LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
 

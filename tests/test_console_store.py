@@ -5,7 +5,8 @@ from conftest import SAMPLES
 from console_helpers import wait_until
 from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
 
-from loopdeck.operator.links import ReplayLink, StoreLink
+from loopdeck.operator.links import ReplayLink
+from loopdeck.operator.store_link import StoreLink
 from loopdeck.tui.app import LoopdeckApp
 from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.replay import ReplayScreen

@@ -457,7 +457,7 @@ async def test_a_call_argument_items_0_is_shown_in_the_call_panel(tmp_path: Path
 async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path: Path) -> None:
     from store_helpers import start_runner, wait_for_pending
 
-    from loopdeck.operator.links import StoreLink
+    from loopdeck.operator.store_link import StoreLink
     from loopdeck.tui.app import LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
 

@@ -153,7 +153,7 @@ async def test_a_long_stored_history_reaches_the_console_whole_with_the_collecto
 
     from loopdeck.core.events import EventBus, RunStarted, RunStopped, StateChanged
     from loopdeck.core.states import RunState, StopReason
-    from loopdeck.operator.links import StoreLink
+    from loopdeck.operator.store_link import StoreLink
     from loopdeck.store.opening import open_store
     from loopdeck.store.writer import EventWriter
 

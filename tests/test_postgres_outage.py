@@ -19,7 +19,7 @@ from conftest import fresh_pg_database, pg_cluster
 from loopdeck.core.events import EventBus, RunStarted, StateChanged
 from loopdeck.core.states import RunState
 from loopdeck.operator.fleet import Fleet
-from loopdeck.operator.links import StoreLink
+from loopdeck.operator.store_link import StoreLink
 from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.liveness import Heartbeat, process_started, this_host
 from loopdeck.store.opening import open_store

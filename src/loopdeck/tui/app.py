@@ -239,7 +239,8 @@ class LoopdeckApp(App[int]):
 
     def open_run(self, run_id: str, live: bool) -> None:
         """From the fleet: a run of this console, another process's live run, or a replay."""
-        from loopdeck.operator.links import ReplayLink, StoreLink
+        from loopdeck.operator.links import ReplayLink
+        from loopdeck.operator.store_link import StoreLink
         from loopdeck.tui.replay import ReplayScreen
         from loopdeck.tui.run_screen import RunScreen
 

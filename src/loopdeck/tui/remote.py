@@ -25,7 +25,8 @@ async def _check(args: argparse.Namespace) -> dict[str, object]:
 
 
 def open_remote_console(args: argparse.Namespace) -> int:
-    from loopdeck.operator.links import ReplayLink, StoreLink
+    from loopdeck.operator.links import ReplayLink
+    from loopdeck.operator.store_link import StoreLink
     from loopdeck.tui.app import LoopdeckApp
 
     asyncio.run(_check(args))

@@ -1,0 +1,246 @@
+"""`StoreLink`: the console's link to a run living in another process, through the store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from loopdeck import collector
+from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.runtime import Runtime
+from loopdeck.core.timeouts import bounded
+from loopdeck.operator.links import EventSink, Listener, Tell
+from loopdeck.operator.outage import Outage
+from loopdeck.operator.replay_link import parse_rows
+from loopdeck.store import deciding, queries
+from loopdeck.store.base import Location, Store, StoreUnavailable
+from loopdeck.store.opening import open_store
+
+NOTED = frozenset(
+    {"call_proposed", "question_asked", "question_answered", "run_stopped", "approval_requested"}
+)
+
+
+class StoreLink:
+    """A run living in another process: its events tailed from the store, commands sent there."""
+
+    POLL_S = 0.1
+    CRASH_CHECK_S = 1.0
+    BATCH = 5000  # events read at once; a full batch means more are there already
+    # The collector waits this many full batches in a row at most: a runaway's runner may
+    # write faster than the console reads, and the collector must not wait for good.
+    HOLD_BATCHES = 40
+
+    def __init__(self, db_path: Location | None, run_id: str) -> None:
+        self.db_path = db_path
+        self.run_id = run_id
+        self.runtime: Runtime | None = None
+        self.store: Store | None = None
+        self._sinks: list[EventSink] = []
+        self._listeners: list[Listener] = []
+        self._pending: list[ApprovalRequest] = []
+        self._risks: dict[str, str] = {}
+        self._requested: dict[str, ApprovalRequest] = {}
+        self._questions: dict[str, str] = {}
+        self._closing: asyncio.Event | None = None
+        self._closed: asyncio.Event | None = None
+        self.phase = "the run's first events from the store"
+        # The store cannot be read for now (its server restarted, say): the header says so.
+        self.outage = Outage()
+        self._sending: set[asyncio.Task[None]] = set()  # commands on their way to the store
+        # True while full batches come back: the console draws progress, not every batch.
+        self.reading_history = False
+
+    @property
+    def store_outage(self) -> str:
+        """While the store cannot be read: "store unreachable since 21:04:10, retrying"."""
+        return self.outage.text
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        self._sinks.append(sink)
+        return lambda: self._sinks.remove(sink) if sink in self._sinks else None
+
+    def on_approvals(self, listener: Listener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def drive(self) -> RunOutcome | None:
+        self._closing, self._closed = asyncio.Event(), asyncio.Event()
+        self.store = await open_store(self.db_path, create=False)
+        history = collector.Hold()
+        try:
+            seq, crash_checked, stopped, full = 0, time.monotonic(), False, 0
+            while not stopped and not self._closing.is_set():
+                try:
+                    rows = await queries.events_after(self.store, self.run_id, seq, self.BATCH)
+                    seq = rows[-1]["seq"] if rows else seq
+                    # A long history is read in full batches: the collector waits until the
+                    # console caught up (each parsed event dies once folded, never examined).
+                    full = full + 1 if len(rows) == self.BATCH else 0
+                    self.reading_history = full > 0
+                    if 0 < full <= self.HOLD_BATCHES:
+                        history.hold()
+                    else:
+                        history.release()
+                    sinks = list(self._sinks)
+                    for event in parse_rows(rows):
+                        kind = getattr(event, "kind", "")
+                        if kind in NOTED:
+                            self._note(event)
+                        stopped = stopped or kind == "run_stopped"
+                        for sink in sinks:
+                            sink(event)
+                    await self._refresh_pending()
+                    if time.monotonic() - crash_checked >= self.CRASH_CHECK_S and not stopped:
+                        crash_checked = time.monotonic()
+                        await queries.mark_crashed_runners(self.store)
+                except StoreUnavailable as exc:  # said in the header; read again soon
+                    self.outage.failed(exc)
+                    history.release()
+                    await self._wait(self.store)
+                    continue
+                self.outage.recovered()
+                if not stopped and len(rows) < self.BATCH:  # caught up: wait for more
+                    await self._wait(self.store)
+            with contextlib.suppress(StoreUnavailable):
+                await self._refresh_pending()
+            return None
+        finally:
+            history.release()
+            store, self.store = self.store, None
+            await asyncio.shield(store.close())
+            self._closed.set()
+
+    async def _wait(self, store: Store) -> None:
+        """Until the store changed (PostgreSQL's NOTIFY; SQLite: the next poll) or closing."""
+        assert self._closing is not None
+        waits = [
+            asyncio.ensure_future(self._closing.wait()),
+            asyncio.ensure_future(store.wait_for_change(self.POLL_S)),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def close(self) -> None:
+        """Stop following and wait for the store to close: a query still running when the
+        loop ends would answer into a closed loop."""
+        if self._closing is None or self._closed is None:
+            return
+        self._closing.set()
+        with contextlib.suppress(TimeoutError):
+            await bounded(self._closed.wait(), 2.0)
+
+    def _note(self, event: Any) -> None:  # for the kinds in NOTED
+        """What the console asks the link about, kept from the events as they pass."""
+        if event.kind == "call_proposed":
+            self._risks[event.tool] = event.risk
+        elif event.kind == "question_asked":
+            self._questions[event.question_id] = event.question
+            self._notify()
+        elif event.kind in ("question_answered", "run_stopped") and self._questions:
+            self._questions.pop(getattr(event, "question_id", ""), None)
+            if event.kind == "run_stopped":
+                self._questions.clear()
+            self._notify()
+        elif event.kind == "approval_requested":
+            self._requested[event.call_id] = ApprovalRequest(
+                **event.model_dump(exclude={"kind", "seq", "at"})
+            )
+
+    async def _refresh_pending(self) -> None:
+        assert self.store is not None
+        rows = await queries.pending_approvals(self.store, self.run_id)
+        pending = [
+            self._requested.get(row["call_id"])
+            or ApprovalRequest(
+                run_id=row["run_id"],
+                call_id=row["call_id"],
+                tool=row["tool"],
+                args=row["args"],
+                args_sha256="",
+                state_hash="",
+                fingerprint="",
+                plan_step=None,
+                requested_at=datetime.fromisoformat(row["requested_at"]),
+                expires_at=datetime.fromisoformat(row["expires_at"]),
+            )
+            for row in rows
+        ]
+
+        def identity(items: list[ApprovalRequest]) -> list[tuple[str, datetime]]:
+            return [(p.call_id, p.requested_at) for p in items]
+
+        if identity(pending) != identity(self._pending):
+            self._pending = pending
+            for listener in list(self._listeners):
+                listener()
+
+    def pending(self) -> list[ApprovalRequest]:
+        return list(self._pending)
+
+    def _notify(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def questions(self) -> list[tuple[str, str]]:
+        return list(self._questions.items())
+
+    async def answer(
+        self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
+        if self.store is None:
+            return False
+        return await deciding.answer(
+            self.store, self.run_id, text, by, question_id=question_id, tell=tell
+        )
+
+    async def decide(
+        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
+    ) -> bool:
+        if self.store is None:
+            return False
+        won = await deciding.decide(
+            self.store, self.run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
+        )
+        await self._refresh_pending()
+        return won
+
+    def _send(self, command: str, by: str) -> None:
+        if self.store is not None:
+            task = asyncio.get_running_loop().create_task(self._deliver(self.store, command, by))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _deliver(self, store: Store, command: str, by: str) -> None:
+        """A command given while the store cannot be reached is sent once it can (the header
+        says it is unreachable meanwhile), unless the console leaves first."""
+        while self._closing is not None and not self._closing.is_set():
+            try:
+                await queries.send_command(store, self.run_id, command, by)
+                return
+            except StoreUnavailable as exc:
+                self.outage.failed(exc)
+                await self._wait(store)
+
+    def stop(self, by: str) -> None:
+        self._send("cancel", by)
+
+    def kill(self, by: str) -> None:
+        self._send("kill", by)
+
+    def pause(self, by: str) -> None:
+        self._send("pause", by)
+
+    def resume(self, by: str) -> None:
+        self._send("resume", by)
+
+    def risk_of(self, tool: str) -> str:
+        return self._risks.get(tool, "write")
