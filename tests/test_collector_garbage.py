@@ -30,7 +30,7 @@ from textual.strip import Strip
 
 from loopdeck.core import AutoApprover
 from loopdeck.core.text import indented_json
-from loopdeck.tui import strip_caches, textual_cycles
+from loopdeck.tuning import strip_caches, textual_cycles
 
 
 @contextmanager
@@ -217,7 +217,7 @@ def test_a_strip_makes_a_cache_when_it_first_uses_it_at_textuals_size() -> None:
 
 def test_a_textual_whose_strips_differ_keeps_its_own() -> None:
     code = (
-        "from textual.strip import Strip; from loopdeck.tui import strip_caches as s; "
+        "from textual.strip import Strip; from loopdeck.tuning import strip_caches as s; "
         "init = Strip.__init__; s.WRITTEN_AGAINST = '0' * 64; "
         "print(s.install(), Strip.__init__ is init, type(Strip.__dict__['_crop_cache']).__name__)"
     )

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from loopdeck import lock_switching
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.scenario import Script, ScriptedPrice, ScriptTurn
 from loopdeck.llm.client import LiteLLMModel
 from loopdeck.llm.loader import litellm_module
+from loopdeck.tuning import lock_switching
 
 
 @pytest.fixture

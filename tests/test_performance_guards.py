@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from loopdeck import collector, lock_switching
 from loopdeck.core.budgets import Budget, BudgetLedger, Cap
 from loopdeck.core.events import CallStatus
 from loopdeck.core.model import ModelRequest, ProviderError
@@ -29,6 +28,7 @@ from loopdeck.llm.loader import litellm_module
 from loopdeck.llm.script_player import count_tokens, prompt_text, prompt_tokens
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tuning import collector, lock_switching
 
 text = st.text(max_size=40)
 call = st.fixed_dictionaries(

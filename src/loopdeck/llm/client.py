@@ -8,7 +8,6 @@ import sys
 import time
 from typing import Any
 
-from loopdeck import collector
 from loopdeck.core.model import ModelReply, ModelRequest, ProviderError, RawToolCall
 from loopdeck.core.scenario import Script, ScriptedPrice
 from loopdeck.core.text import capped
@@ -17,6 +16,7 @@ from loopdeck.llm.profile import ModelProfile, profile_for
 from loopdeck.llm.prompt_program import check_layers, compile_request
 from loopdeck.llm.script_player import prompt_tokens
 from loopdeck.llm.scripted_provider import PROVIDER, ensure_registered, register_script
+from loopdeck.tuning import collector
 
 SCRIPTED = "scripted"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from loopdeck.lock_switching import give_way
+from loopdeck.tuning.lock_switching import give_way
 
 Pass = Callable[..., Any]
 

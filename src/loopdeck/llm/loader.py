@@ -8,7 +8,7 @@ import os
 from functools import cache
 from typing import Any
 
-from loopdeck import collector
+from loopdeck.tuning import collector
 
 
 @cache

@@ -9,7 +9,7 @@ from typing import Any
 from loopdeck.core.scenario import Script
 from loopdeck.llm.loader import litellm_module
 from loopdeck.llm.script_player import play
-from loopdeck.lock_switching import give_way
+from loopdeck.tuning.lock_switching import give_way
 
 PROVIDER = "loopdeck-scripted"
 

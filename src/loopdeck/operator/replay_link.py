@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from loopdeck import collector
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.events import EVENT_ADAPTER, Event, EventBase
 from loopdeck.core.outcome import RunOutcome
@@ -16,6 +15,7 @@ from loopdeck.core.runtime import Runtime
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
+from loopdeck.tuning import collector
 
 Listener = Callable[[], None]  # as in links.py (which imports this module)
 EventSink = Callable[[EventBase], None]

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from loopdeck import collector
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
@@ -20,6 +19,7 @@ from loopdeck.operator.replay_link import parse_rows
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreUnavailable
 from loopdeck.store.opening import open_store
+from loopdeck.tuning import collector
 
 NOTED = frozenset(
     {"call_proposed", "question_asked", "question_answered", "run_stopped", "approval_requested"}

@@ -21,10 +21,8 @@ from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from loopdeck import collector, lock_switching
 from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import Location, shown_location
-from loopdeck.tui import strip_caches, textual_cycles
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.shown import toast
 from loopdeck.tui.themes import (
@@ -35,6 +33,7 @@ from loopdeck.tui.themes import (
     load_themes,
     theme_folders,
 )
+from loopdeck.tuning import collector, lock_switching, strip_caches, textual_cycles
 
 if TYPE_CHECKING:
     from loopdeck.operator.approval_queue import ApprovalQueue

@@ -1,0 +1,1 @@
+"""Interpreter tuning for the console, fenced off in one place."""
