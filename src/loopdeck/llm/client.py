@@ -118,7 +118,7 @@ class LiteLLMModel:
         if model == SCRIPTED:
             if script is None:
                 raise ValueError("the scripted model needs a script (--script NAME)")
-            self._script_key = register_script(script)
+            self._script_key = register_script(script, owner=self)
             self.profile = ModelProfile(model=model, tool_calling=True, **(profile_overrides or {}))
         else:
             self.profile = profile_for(model, profile_overrides)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any
 
@@ -17,15 +18,24 @@ _scripts: dict[str, Script] = {}
 _keys = itertools.count(1)
 
 
-def register_script(script: Script) -> str:
-    """Hand a script to the provider; the key travels in the call's LiteLLM metadata."""
+def register_script(script: Script, owner: object | None = None) -> str:
+    """Hand a script to the provider; the key travels in the call's LiteLLM metadata. The
+    entry is released with `owner` (the run's model): the registry holds only the scripts of
+    runs still there, however many ran."""
     key = f"script-{next(_keys)}"
     _scripts[key] = script
+    if owner is not None:
+        weakref.finalize(owner, release_script, key)
     return key
 
 
 def release_script(key: str) -> None:
     _scripts.pop(key, None)
+
+
+def registered() -> int:
+    """How many scripts the provider holds now."""
+    return len(_scripts)
 
 
 def _handler_class() -> type:

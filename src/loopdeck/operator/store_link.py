@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from loopdeck.core.approvals import ApprovalRequest
@@ -17,9 +19,17 @@ from loopdeck.operator.links import EventSink, Listener, Tell
 from loopdeck.operator.outage import Outage
 from loopdeck.operator.replay_link import parse_rows
 from loopdeck.store import deciding, queries
-from loopdeck.store.base import Location, Store, StoreUnavailable
+from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.tuning import collector
+
+# A command in the operator's words, and what its failure means for the run.
+COMMAND_WORDS = {"cancel": "stop", "kill": "kill", "pause": "pause", "resume": "resume"}
+UNSENT_MEANS = {"resume": "the run stays paused"}
+# Told of a command that was not sent: what failed ("stop not sent: …"), what it means.
+FailureListener = Callable[[str, str], None]
+log = logging.getLogger(__name__)
+NOT_FOLLOWING = "this console no longer follows the store"  # its drive ended
 
 NOTED = frozenset(
     {"call_proposed", "question_asked", "question_answered", "run_stopped", "approval_requested"}
@@ -53,6 +63,7 @@ class StoreLink:
         # The store cannot be read for now (its server restarted, say): the header says so.
         self.outage = Outage()
         self._sending: set[asyncio.Task[None]] = set()  # commands on their way to the store
+        self._failure_listeners: list[FailureListener] = []
         # True while full batches come back: the console draws progress, not every batch.
         self.reading_history = False
 
@@ -197,7 +208,7 @@ class StoreLink:
         self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
         if self.store is None:
-            return False
+            raise StoreError(f"{NOT_FOLLOWING}: your answer is not recorded, it is still pending")
         return await deciding.answer(
             self.store, self.run_id, text, by, question_id=question_id, tell=tell
         )
@@ -206,18 +217,45 @@ class StoreLink:
         self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
         if self.store is None:
-            return False
+            raise StoreError(f"{NOT_FOLLOWING}: your decision is not recorded, it is still pending")
         won = await deciding.decide(
             self.store, self.run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
         )
         await self._refresh_pending()
         return won
 
+    def on_failure(self, listener: FailureListener) -> Callable[[], None]:
+        """Told of each command that could not be sent (the console shows it)."""
+        listeners = self._failure_listeners
+        listeners.append(listener)
+        return lambda: listeners.remove(listener) if listener in listeners else None
+
+    def _failed(self, command: str, why: str, live: str = "") -> None:
+        failed = f"{COMMAND_WORDS.get(command, command)} not sent: {why}"
+        means = live + UNSENT_MEANS.get(command, "the run goes on")
+        if not self._failure_listeners:
+            log.warning("%s — %s", failed, means)
+        for listener in list(self._failure_listeners):
+            listener(failed, means)
+
     def _send(self, command: str, by: str) -> None:
-        if self.store is not None:
-            task = asyncio.get_running_loop().create_task(self._deliver(self.store, command, by))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+        """On its way in a task of its own, kept until it ends; its failure is told."""
+        if self.store is None:  # the link stopped following the store (its drive ended)
+            self._failed(command, NOT_FOLLOWING, live="if it is still live, ")
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._deliver(self.store, command, by), name=f"loopdeck-{command}-{self.run_id}"
+        )
+        self._sending.add(task)
+        task.add_done_callback(partial(self._sent, command))
+
+    def _sent(self, command: str, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        if task.cancelled():  # the console is leaving
+            return
+        error = task.exception()
+        if error is not None:
+            self._failed(command, f"{type(error).__name__}: {error}")
 
     async def _deliver(self, store: Store, command: str, by: str) -> None:
         """A command given while the store cannot be reached is sent once it can (the header

@@ -14,7 +14,10 @@ from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.operator.links import RunLink
 from loopdeck.store.base import StoreError
 from loopdeck.tui.dialogs import AnswerDialog, AnswerText, ApprovalAnswer, ApprovalDialog
+from loopdeck.tui.failures import say
 from loopdeck.tui.shown import toast
+
+STILL_PENDING = "it is still pending: its dialog comes back"
 
 
 class ApprovalsChanged(Message):
@@ -133,7 +136,7 @@ class ApprovalOffers:
         self._work(partial(self._send_answer, answer), "answer the agent")
 
     def _work(self, decision: Callable[[], Awaitable[None]], description: str) -> None:
-        """The screen's worker: its failure is a toast (the screen's worker handler)."""
+        """The screen's worker: its failure reaches `failures` (the screen's handler)."""
         self.screen.run_worker(
             decision, group="decisions", exit_on_error=False, description=description
         )
@@ -146,7 +149,7 @@ class ApprovalOffers:
         try:
             won = await self.link.answer(answer.question_id, answer.text, "console", self._tell)
         except StoreError as exc:  # still waiting: its dialog comes back
-            toast(self.screen, str(exc), title="answer not recorded", severity="error", timeout=30)
+            say(self.screen, f"answer not recorded: {exc}", STILL_PENDING, title="answer")
         else:
             self._settled_questions.add(answer.question_id)
             if not won:
@@ -163,9 +166,8 @@ class ApprovalOffers:
                 answer.call_id, answer.approved, answer.reason, "console", self._tell
             )
         except StoreError as exc:
-            toast(
-                self.screen, str(exc), title="decision not recorded", severity="error", timeout=30
-            )
+            what = "approval" if answer.approved else "rejection"
+            say(self.screen, f"{what} not recorded: {exc}", STILL_PENDING, title="decision")
         else:
             self._settled.add((answer.call_id, answer.requested_at))
             if not won:

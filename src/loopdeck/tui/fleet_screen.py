@@ -14,12 +14,14 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
+from textual.worker import Worker
 
 from loopdeck.core.text import plural
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
 from loopdeck.store.base import Location, shown_location
 from loopdeck.store.opening import open_store
+from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import elapsed_text
 from loopdeck.tui.shown import cell, markup, toast
@@ -83,6 +85,10 @@ class FleetScreen(Screen[None]):
             # The close outlives a cancelled worker, so no query is left in flight at exit.
             await asyncio.shield(store.close())
             self._store_closed.set()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker_failed(self, event, title="fleet")
 
     async def on_unmount(self) -> None:
         """Leave with the store closed: a query still running when the loop ends would

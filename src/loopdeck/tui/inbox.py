@@ -15,13 +15,14 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker
 
 from loopdeck.core.text import plural, visible_json
 from loopdeck.core.timeouts import bounded
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
+from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import cell, markup, toast
@@ -316,10 +317,7 @@ class InboxScreen(Screen[None]):
     def _worker_changed(self, event: Worker.StateChanged) -> None:
         """A worker of the inbox that failed (the store would not open, a decision broke) is
         said, never silent."""
-        if event.state is WorkerState.ERROR:
-            error = event.worker.error
-            failed = f"{event.worker.description} failed: {type(error).__name__}: {error}"
-            toast(self, failed, title="inbox", severity="error", timeout=30)
+        worker_failed(self, event, title="inbox")
 
     def action_close(self) -> None:
         box = self.query_one("#inbox-reason", Input)

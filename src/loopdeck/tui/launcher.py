@@ -8,9 +8,11 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
+from textual.worker import Worker
 
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.launch import list_envs
+from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shown import markup
 
@@ -55,6 +57,10 @@ class LauncherScreen(Screen[tuple[str, str]]):
     def _load_model_library(self) -> None:
         """While the operator chooses, so a run starts without waiting for the import."""
         litellm_module()
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker_failed(self, event, title="launcher")
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:

@@ -1,0 +1,57 @@
+"""The one place a background failure of the console is said: a worker that raised, a
+command an attached console could not send. Each is a notification naming what failed, why,
+and what it means for the run; a cancelled worker (the screen left, a newer one replaced it)
+is no failure and stays quiet.
+
+Every node that runs workers routes its `Worker.StateChanged` here (Textual does not bubble
+that message); a link's asyncio tasks report through the link's `on_failure` listeners,
+which the run's screen points here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import App
+from textual.widget import Widget
+from textual.worker import Worker, WorkerState
+
+from loopdeck.tui.shown import toast
+
+# What a failed worker of each group means for the run, said after the error.
+MEANING = {
+    "decisions": "it is still pending: decide again",
+    "inbox": "the inbox no longer follows the store: close it and open it again",
+    "inbox-decide": "it is still pending: decide again",
+    "fleet": "the fleet no longer follows the store: restart the console to see new runs",
+    "litellm": "a run on a real model loads LiteLLM again when it starts",
+    "prepare": "the run was not started",
+}
+FAILED_FOR_S = 30  # a failure stays on screen long enough to be read
+
+
+def said(error: BaseException | None) -> str:
+    """An error in words: its type (the reader's clue) and its message."""
+    if error is None:
+        return "no error was given"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def say(node: App[Any] | Widget, failed: str, meaning: str = "", title: str = "") -> None:
+    """`failed` ("stop not sent: StoreError: …"), then what it means for the run."""
+    message = f"{failed} — {meaning}" if meaning else failed
+    toast(node, message, title=title or "failed", severity="error", timeout=FAILED_FOR_S)
+
+
+def worker_failed(
+    node: App[Any] | Widget, event: Worker.StateChanged, meaning: str = "", title: str = ""
+) -> bool:
+    """Say a worker that ended in error; True if it did (the caller's own state may follow).
+    Any other state, a cancellation included, is left alone."""
+    if event.state is not WorkerState.ERROR:
+        return False
+    worker = event.worker
+    what = worker.description or worker.name or "a background task"
+    meaning = meaning or MEANING.get(worker.group, "")
+    say(node, f"{what} failed: {said(worker.error)}", meaning, title)
+    return True
