@@ -208,7 +208,7 @@ class StoreLink:
         self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
         if self.store is None:
-            raise StoreError(f"{NOT_FOLLOWING}: your answer is not recorded, it is still pending")
+            raise StoreError(NOT_FOLLOWING)
         return await deciding.answer(
             self.store, self.run_id, text, by, question_id=question_id, tell=tell
         )
@@ -217,7 +217,7 @@ class StoreLink:
         self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
         if self.store is None:
-            raise StoreError(f"{NOT_FOLLOWING}: your decision is not recorded, it is still pending")
+            raise StoreError(NOT_FOLLOWING)
         won = await deciding.decide(
             self.store, self.run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
         )
