@@ -48,7 +48,7 @@ def test_the_store_interface_imports_no_backend() -> None:
         "loopdeck.store.sqlite",
         "loopdeck.store.postgres",
     )
-    assert loaded("loopdeck.store.base, loopdeck.cli_parser", engines) == []
+    assert loaded("loopdeck.store.base, loopdeck.cli.parser", engines) == []
     assert loaded("loopdeck.store.opening", engines) == [
         "sqlite3",
         "aiosqlite",

@@ -319,7 +319,7 @@ def _outcome(text: str) -> Any:
     "n", [pytest.param(50, id="few"), pytest.param(1000, id="many", marks=pytest.mark.slow)]
 )
 def test_the_headless_summary_prints_hostile_text_as_written(n: int) -> None:
-    from loopdeck.headless import print_summary
+    from loopdeck.cli.summary import print_summary
 
     @settings(max_examples=n, deadline=None)
     @given(hostile)

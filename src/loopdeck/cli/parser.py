@@ -1,4 +1,4 @@
-"""The command line's shape: every command, flag and check of its values.
+"""The command line's shape: every command, flag and check of its values, and its exit codes.
 
 Light on purpose: it imports no pydantic model, no env and no console, so `loopdeck run`
 paints its first frame before the heavy imports (they happen behind it).
@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.store.base import DB_HELP, store_location
+
+EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 
 ENV_COMMANDS = ("envs", "init-env", "check")
 STORE_COMMANDS = (

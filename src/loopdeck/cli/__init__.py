@@ -1,0 +1,86 @@
+"""`loopdeck`: the command line. `main` routes a command to the module that runs it (each
+imported only then) and turns what stopped it into one line and an exit code.
+
+Light on purpose: it imports no pydantic model, no operator layer and no console, so
+`loopdeck run` paints its first frame before the heavy imports (they happen behind it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from loopdeck import stop_signals
+from loopdeck.cli.parser import ENV_COMMANDS, EXIT_BAD_INPUT, STORE_COMMANDS, build_parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _command(args)(args)
+    except BrokenPipeError:
+        # A reader like `head` went away: nothing more to say, and nothing was lost.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:  # Ctrl-C where no run was there to stop (an import, a read)
+        print("loopdeck: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Exception as exc:
+        if not isinstance(exc, _bad_input()):
+            raise
+        print(f"loopdeck: {_said(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    """The function that runs `args.command`, from the module that holds it."""
+    if args.command in ENV_COMMANDS:
+        from loopdeck.cli.env_commands import run_env_command
+
+        return run_env_command
+    if args.command in STORE_COMMANDS:
+        from loopdeck.cli.store_commands import run_store_command
+
+        return run_store_command
+    from loopdeck.cli import runs
+
+    if args.command == "console":
+        return runs.launcher
+    return runs.run_headless if args.headless or args.json else runs.run_console
+
+
+def _said(problem: object) -> str:
+    """A message naming outside text (a path, an env's or a script's name): its controls and
+    bidi characters shown as escapes, never obeyed by the terminal."""
+    from loopdeck.core.text import visible
+
+    return visible(str(problem))
+
+
+def _bad_input() -> tuple[type[Exception], ...]:
+    """What the CLI reports in one line with exit 2 (imported only when something failed)."""
+    from loopdeck.core.scenario import ScenarioError
+    from loopdeck.llm.client import MissingCredentials
+    from loopdeck.store.base import StoreError
+
+    return (ScenarioError, ValueError, StoreError, MissingCredentials)
+
+
+def entry() -> None:
+    """The `loopdeck` command. Everything is recorded and closed when `main` returns; the
+    interpreter's own teardown of LiteLLM's modules takes over a second, so it is skipped."""
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    if stop_signals.ended_by is not None:
+        # Stopped by a signal, its runs recorded killed: the env's subprocesses go too, and
+        # the process ends by that signal, as its sender expects.
+        stop_signals.end_children()
+        stop_signals.exit_by_signal(stop_signals.ended_by)
+    os._exit(code)

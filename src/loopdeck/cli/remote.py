@@ -1,0 +1,24 @@
+"""`loopdeck attach` and `loopdeck replay`: the console on a run recorded in the store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+
+def open_remote_console(args: argparse.Namespace) -> int:
+    """The run is looked up first (a dead runner marked crashed), so a wrong id or store is
+    named here, before any console opens."""
+    from loopdeck.core.text import visible
+    from loopdeck.operator.links import ReplayLink
+    from loopdeck.operator.records import check_run
+    from loopdeck.operator.store_link import StoreLink
+    from loopdeck.tui.app import LoopdeckApp
+
+    asyncio.run(check_run(args.db, args.run_id))
+    link = (StoreLink if args.command == "attach" else ReplayLink)(args.db, args.run_id)
+    app = LoopdeckApp(theme_name=args.theme, link=link)
+    code = app.run()
+    if app.farewell:
+        print(visible(app.farewell))
+    return 0 if code is None else code

@@ -1,0 +1,186 @@
+"""`loopdeck run` headless or in the console, and `loopdeck console`, the launcher.
+
+Light at import, like the package: the console paints its first frame before the run's
+heavy imports, which each function makes when it needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED
+from loopdeck.stop_signals import StopSignals
+from loopdeck.store.base import Location, default_db_path
+
+if TYPE_CHECKING:
+    from loopdeck.core.outcome import RunOutcome
+    from loopdeck.operator.approval_queue import ApprovalQueue
+    from loopdeck.operator.launch import PreparedRun, RunOptions
+    from loopdeck.store.runner import RecordedRun
+    from loopdeck.tui.app import LoopdeckApp
+
+
+def options(args: argparse.Namespace) -> RunOptions:
+    """`loopdeck run`'s flags as the run's options."""
+    from loopdeck.operator.launch import RunOptions
+
+    return RunOptions(
+        env=args.env,
+        script=args.script,
+        model=args.model,
+        api_base=args.api_base,
+        mode=args.mode,
+        approve=args.approve,
+        budget_overrides={
+            "max_turns": args.max_turns,
+            "max_tool_calls": args.max_tool_calls,
+            "max_tokens": args.max_tokens,
+            "max_cost": args.max_cost,
+            "deadline": args.deadline,
+            "max_rounds": args.max_rounds,
+        },
+        model_timeout_s=args.model_timeout,
+        pause_at=args.pause_at,
+        settings=list(args.settings),
+    )
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    from loopdeck.cli.summary import print_json, print_summary
+    from loopdeck.core.states import StopReason
+    from loopdeck.store.runner import RunAbandoned
+
+    signals = StopSignals()
+
+    async def recorded() -> RunOutcome:
+        signals.install()
+        try:
+            return await run_recorded_headless(options(args), args.db, signals)
+        finally:
+            signals.remove()
+
+    try:
+        outcome = asyncio.run(recorded())
+    except RunAbandoned as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
+    if args.json:
+        print_json(outcome)
+    else:
+        print_summary(outcome)
+    return EXIT_GOAL_MET if outcome.stop_reason is StopReason.GOAL_MET else EXIT_STOPPED
+
+
+async def run_recorded_headless(
+    options: RunOptions, db: Location | None, signals: StopSignals | None = None
+) -> RunOutcome:
+    """One run recorded to the store; a stop signal (`signals`, installed by the caller)
+    kills it, and a second one abandons it (`RecordedRun.abandon`)."""
+    from loopdeck.operator.launch import RunOptions, prepare_run
+    from loopdeck.store.approver import StoreAnswerer, StoreApprover
+    from loopdeck.store.opening import open_store
+    from loopdeck.store.runner import RecordedRun
+    from loopdeck.store.writer import EventWriter
+
+    store = await open_store(db)
+    for note in store.notes:  # spilled events brought back, or kept for later
+        print(f"loopdeck: {note}", file=sys.stderr)
+    try:
+        writer = EventWriter(store, approve_mode=options.approve or "auto")
+        wait = options.approve == "wait"
+        if wait:
+            options = RunOptions(**{**options.__dict__, "approve": None})
+        prepared = prepare_run(
+            options,
+            approver=StoreApprover(store, writer) if wait else None,
+            answerer=StoreAnswerer(store, writer) if wait else None,
+        )
+        run_id = prepared.runtime.config.run_id
+        # Said as it starts, so another terminal can attach, approve or stop it by id.
+        print(
+            f"run {run_id} started · watch: loopdeck attach {run_id} --db {store.path}",
+            file=sys.stderr,
+        )
+        if wait:
+            print(
+                f"run {run_id}: writes wait for `loopdeck approve {run_id} CALL_ID` "
+                f"(db {store.path})",
+                file=sys.stderr,
+            )
+        recorded = RecordedRun(store, prepared.runtime, writer)
+        if signals is not None:
+            signals.aim(recorded.kill, lambda by: _harder(recorded, by))
+        try:
+            return await recorded.run()
+        finally:
+            prepared.cleanup()
+            for note in recorded.notes:  # other runners' spills brought back
+                print(f"loopdeck: {note}", file=sys.stderr)
+            if recorded.persist_error:
+                print(f"loopdeck: {recorded.persist_error}", file=sys.stderr)
+    finally:
+        await store.close()
+
+
+def _harder(recorded: RecordedRun, by: str) -> None:
+    if not recorded.abandon(by):
+        print(f"loopdeck: {by}: the run has stopped; its last events are being written",
+              file=sys.stderr)  # fmt: skip
+
+
+def run_console(args: argparse.Namespace) -> int:
+    """The console paints first; the run is prepared behind that frame (`LoopdeckApp`'s
+    `prepare`). What stops the preparation is reported here once the console is gone."""
+    from loopdeck.tui.app import LoopdeckApp
+
+    if args.approve == "wait":
+        print("loopdeck: --approve wait is for --headless runs; the console decides itself",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+
+    def prepare() -> tuple[PreparedRun, ApprovalQueue]:
+        from loopdeck.operator.approval_queue import StoreBackedQueue
+        from loopdeck.operator.launch import prepare_run
+        from loopdeck.operator.records import check_store
+
+        asyncio.run(check_store(args.db))
+        queue = StoreBackedQueue()
+        approver = None if args.approve else queue
+        return prepare_run(options(args), approver=approver, answerer=queue), queue
+
+    about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
+    app = LoopdeckApp(
+        theme_name=args.theme,
+        db_path=args.db or default_db_path(),
+        prepare=prepare,
+        preparing=about,
+    )
+    code = app.run()
+    if app.launch_error is not None:
+        raise app.launch_error
+    return after_console(app, code)
+
+
+def launcher(args: argparse.Namespace) -> int:
+    from loopdeck.operator.records import check_store
+    from loopdeck.tui.app import LoopdeckApp
+
+    asyncio.run(check_store(args.db))
+    app = LoopdeckApp(theme_name=args.theme, db_path=args.db or default_db_path())
+    app.bell_enabled = not args.no_bell
+    return after_console(app, app.run())
+
+
+def after_console(app: LoopdeckApp, code: int | None) -> int:
+    """The console is gone: say what became of the run, in one line, and exit 0 on a quit.
+    What is said names outside text (a theme's path, the run's words): shown `visible`."""
+    from loopdeck.core.text import visible
+
+    for problem in app.theme_problems:
+        print(f"loopdeck: {visible(str(problem))}", file=sys.stderr)
+    if app.farewell:
+        print(visible(str(app.farewell)))
+    return 0 if code is None else code

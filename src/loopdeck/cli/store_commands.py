@@ -1,0 +1,187 @@
+"""`loopdeck runs`, `pending`, `approve`, `reject`, `answer`, `cancel`, `pause`, `resume`,
+`export`, `attach` and `replay`: supervising recorded runs from another process, one function
+a command, each reaching the store through `operator/records.py`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from loopdeck.core.text import visible
+from loopdeck.operator import records
+from loopdeck.operator.records import Store, check_store
+
+__all__ = ["check_store", "operator", "run_store_command"]
+
+Command = Callable[[Store, argparse.Namespace], Awaitable[int]]
+RUN_COLUMNS = (
+    "run_id", "env", "script", "model", "state", "stop_reason", "started_at", "tokens",
+    "cost_usd", "runner",
+)  # fmt: skip
+
+
+def operator() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except OSError:
+        return "cli"
+
+
+def run_store_command(args: argparse.Namespace) -> int:
+    if args.command in ("attach", "replay"):
+        from loopdeck.cli.remote import open_remote_console
+
+        return open_remote_console(args)
+    return asyncio.run(_store_command(args))
+
+
+async def _store_command(args: argparse.Namespace) -> int:
+    async with records.opened(args.db, notes=_tell) as store:
+        return await COMMANDS[args.command](store, args)
+
+
+def _tell(message: str) -> None:
+    """The store's notes, and a decision waiting for it (said again when it lands)."""
+    print(f"loopdeck: {message}", file=sys.stderr, flush=True)
+
+
+def _print(value: Any, as_json: bool, table: Table | None = None, text: str = "") -> None:
+    if as_json:
+        print(json.dumps(value, default=str))
+    elif table is not None:
+        Console().print(table)
+    elif text:
+        print(text)
+
+
+async def _runs(store: Store, args: argparse.Namespace) -> int:
+    runs = await records.runs(store)
+    table = Table(title=f"runs in {store.path}")
+    for column in (*RUN_COLUMNS, "outcome unknown"):
+        table.add_column(column)
+    for run in runs:
+        cells = [_cell(run, column) for column in RUN_COLUMNS]
+        cells.append(", ".join(run["outcome_unknown"]) or "-")
+        table.add_row(*(Text(visible(cell)) for cell in cells))  # never markup
+    _print(runs, args.json, table)
+    return 0
+
+
+def _cell(run: dict[str, Any], column: str) -> str:
+    """One cell of `loopdeck runs`' table, "-" where the store has nothing."""
+    if column == "state" and run["paused"]:
+        return f"paused ({run['state']})"
+    if column == "started_at":
+        return records.local_time(run["started_at"])
+    if column == "runner":
+        return f"{run['host']}:{run['pid']}" if run["host"] else "-"
+    value = run[column]
+    if value is None:
+        return "-"
+    if column == "cost_usd":
+        return f"{value:.4f}"
+    if column == "tokens":
+        return f"{value:,}"
+    return str(value)
+
+
+async def _pending(store: Store, args: argparse.Namespace) -> int:
+    pending = await records.pending_approvals(store)
+    for question in await records.pending_questions(store):
+        run_id = visible(question["run_id"])
+        print(
+            f"{run_id} asks ({visible(question['question_id'])}): "
+            f"{visible(question['question'])}  → loopdeck answer {run_id} TEXT",
+            file=sys.stderr,
+        )
+    table = Table(title="writes waiting for approval")
+    for column in ("run_id", "call_id", "tool", "args", "expires_at"):
+        table.add_column(column)
+    for item in pending:
+        said = (item["run_id"], item["call_id"], item["tool"], json.dumps(item["args"]))
+        table.add_row(*(Text(visible(cell)) for cell in (*said, item["expires_at"])))
+    _print(pending, args.json, table)
+    return 0
+
+
+async def _decide(store: Store, args: argparse.Namespace) -> int:
+    """`approve` or `reject`: exit 1 if another decision came first or nothing was pending."""
+    await records.known_run(store, args.run_id)
+    approved = args.command == "approve"
+    reason = "" if approved else args.reason
+    decision = await records.decide(
+        store, args.run_id, args.call_id, approved=approved, by=operator(), reason=reason,
+        tell=_tell,
+    )  # fmt: skip
+    result: dict[str, Any] = {
+        "run_id": args.run_id,
+        "call_id": args.call_id,
+        "decided": decision.won,
+        "state": decision.state,
+    }
+    if not decision.won:
+        result["message"] = (
+            "no such pending call"
+            if decision.state is None
+            else f"already decided: {decision.state} by {decision.by}"
+        )
+        print(f"loopdeck: {args.call_id}: {result['message']}", file=sys.stderr)
+    done = f"{args.call_id}: {args.command.rstrip('e')}ed" if decision.won else ""
+    _print(result, args.json, text=done)
+    return 0 if decision.won else 1
+
+
+async def _answer(store: Store, args: argparse.Namespace) -> int:
+    await records.known_run(store, args.run_id)
+    won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)
+    if not won:
+        print(f"loopdeck: run {args.run_id} has no question waiting", file=sys.stderr)
+    done = f"{args.run_id}: answered" if won else ""
+    _print({"run_id": args.run_id, "answered": won}, args.json, text=done)
+    return 0 if won else 1
+
+
+async def _send(store: Store, args: argparse.Namespace) -> int:
+    """`cancel` (`--now`: kill), `pause` or `resume`: exit 1 if the run already ended."""
+    run = await records.known_run(store, args.run_id)
+    if run["state"] not in records.LIVE_STATES:
+        message = (
+            f"run {args.run_id} already ended ({run['stop_reason']}): nothing to {args.command}"
+        )
+        print(f"loopdeck: {message}", file=sys.stderr)
+        _print({"run_id": args.run_id, "command": None, "message": message}, args.json)
+        return 1
+    verb = args.command if args.command != "cancel" else ("kill" if args.now else "cancel")
+    await records.send_command(store, args.run_id, verb, operator())
+    done = f"{args.run_id}: {verb} sent"
+    _print({"run_id": args.run_id, "command": verb}, args.json, text=done)
+    return 0
+
+
+async def _export(store: Store, args: argparse.Namespace) -> int:
+    await records.known_run(store, args.run_id)
+    async for body in records.event_bodies(store, args.run_id):
+        sys.stdout.write(body + "\n")
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "runs": _runs,
+    "pending": _pending,
+    "approve": _decide,
+    "reject": _decide,
+    "answer": _answer,
+    "cancel": _send,
+    "pause": _send,
+    "resume": _send,
+    "export": _export,
+}

@@ -1,0 +1,153 @@
+"""The door from the command line (and a console's check before it opens) to the runs
+recorded in a store: opening it, naming a run that is not there, the runs and what waits for
+the operator, deciding and answering, commands to a live run, and a run's events.
+
+Reading and deciding never create a store: a mistyped path is named, not made empty. A
+decision goes through `store/deciding.py`, the one path that waits out a locked store and
+refuses a dead runner's call. Runs whose runner is gone are marked crashed here, in their
+own transactions, before a listing is read, so the list says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from loopdeck.core.text import capped
+from loopdeck.store import deciding, queries
+from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
+from loopdeck.store.opening import open_store
+
+__all__ = [
+    "LIVE_STATES",
+    "Decision",
+    "Location",
+    "Store",
+    "StoreError",
+    "Tell",
+    "answer",
+    "approval_state",
+    "check_run",
+    "check_store",
+    "decide",
+    "event_bodies",
+    "known_run",
+    "local_time",
+    "no_run",
+    "open_store",
+    "opened",
+    "pending_approvals",
+    "pending_questions",
+    "runs",
+    "send_command",
+    "shown_location",
+]
+
+Tell = Callable[[str], None]
+LIVE_STATES = queries.LIVE_STATES
+local_time = queries.local_time
+
+
+@asynccontextmanager
+async def opened(
+    location: Location | None, *, create: bool = False, notes: Tell = deciding.untold
+) -> AsyncIterator[Store]:
+    """The store at `location` (the default one if None), its notes (spilled events brought
+    back, or kept for later) told first, closed on the way out."""
+    store = await open_store(location, create=create)
+    try:
+        for note in store.notes:
+            notes(note)
+        yield store
+    finally:
+        await store.close()
+
+
+async def check_store(location: Location | None) -> None:
+    """A store opens there (made if missing): raises `StoreError` naming why not."""
+    store = await open_store(location)
+    await store.close()
+
+
+def no_run(store: Store, run_id: str) -> StoreError:
+    shown = capped(run_id, RUN_ID_SHOWN)  # a mistyped id may be a pasted page
+    return StoreError(f"{store.path}: no run {shown!r} (see `loopdeck runs`)")
+
+
+async def known_run(store: Store, run_id: str) -> dict[str, Any]:
+    """The run's row; `StoreError` naming the store if there is no such run."""
+    row = await queries.run_row(store, run_id)
+    if row is None:
+        raise no_run(store, run_id)
+    return row
+
+
+async def check_run(location: Location | None, run_id: str) -> dict[str, Any]:
+    """The run's row, its runner's death first marked: what a console on it opens with."""
+    async with opened(location) as store:
+        await queries.mark_crashed_runners(store)
+        return await known_run(store, run_id)
+
+
+async def runs(store: Store) -> list[dict[str, Any]]:
+    """Every run, oldest first, with its unknown outcomes and whether it is paused."""
+    await queries.mark_crashed_runners(store)
+    return await queries.list_runs(store)
+
+
+async def pending_approvals(store: Store) -> list[dict[str, Any]]:
+    await queries.mark_crashed_runners(store)
+    return await queries.pending_approvals(store)
+
+
+async def pending_questions(store: Store) -> list[dict[str, Any]]:
+    await queries.mark_crashed_runners(store)
+    return await queries.pending_questions(store)
+
+
+async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
+    return await queries.approval_state(store, run_id, call_id)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What became of an operator's decision: `won` if it was the one recorded; `state` and
+    `by` as the store has the call now (None if there is no such call)."""
+
+    won: bool
+    state: str | None
+    by: str | None
+
+
+async def decide(
+    store: Store, run_id: str, call_id: str, *, approved: bool, by: str, reason: str, tell: Tell
+) -> Decision:
+    """Approve or reject a pending write; a wait for a locked store is told (`tell`)."""
+    won = await deciding.decide(
+        store, run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
+    )
+    state = await queries.approval_state(store, run_id, call_id)
+    if state is None:
+        return Decision(won, None, None)
+    return Decision(won, state["state"], state["decided_by"])
+
+
+async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -> bool:
+    """The run's waiting question gets this answer: False if none was waiting."""
+    return await deciding.answer(store, run_id, text, by, tell=tell)
+
+
+async def send_command(store: Store, run_id: str, command: str, by: str) -> None:
+    """`cancel`, `kill`, `pause` or `resume`, read by the run's runner."""
+    await queries.send_command(store, run_id, command, by)
+
+
+async def event_bodies(store: Store, run_id: str) -> AsyncIterator[str]:
+    """Every stored event of the run, in order, as its JSON body."""
+    seq = 0
+    while batch := await queries.events_after(store, run_id, seq):
+        for row in batch:
+            yield row["body"]
+        seq = batch[-1]["seq"]
