@@ -34,7 +34,8 @@ from loopdeck.llm.client import LiteLLMModel
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import PreparedRun
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.operator.session import RunSession
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.run_screen import RunScreen
 
 
@@ -111,7 +112,7 @@ class Watch:
 async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]:
     runtime = runaway(calls, model)
     prepared = PreparedRun(env_dir=None, runtime=runtime, workdir=Path("/nonexistent"))  # type: ignore[arg-type]
-    app = LoopdeckApp(prepared, ApprovalQueue())
+    app = LoopdeckApp(ConsoleStart.for_run(RunSession.adopted(prepared, ApprovalQueue())))
     watch = Watch()
     async with app.run_test(size=(160, 48)) as pilot:
         screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))

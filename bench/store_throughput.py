@@ -118,7 +118,7 @@ async def console_load_time(db: Path, run_id: str) -> tuple[float, float]:
     """`loopdeck attach` on a stopped run: from the link's first read until its stop is drawn
     (the load), and from the console's start (the load plus the console's own start)."""
     from loopdeck.operator.store_link import StoreLink
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
 
     began: list[float] = []
@@ -129,7 +129,7 @@ async def console_load_time(db: Path, run_id: str) -> tuple[float, float]:
             return await super().drive()
 
     start = time.perf_counter()
-    app = LoopdeckApp(link=TimedLink(db, run_id))
+    app = LoopdeckApp(ConsoleStart.for_link(TimedLink(db, run_id)))
     async with app.run_test(size=(160, 48)) as pilot:
         screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
         while screen.view.stop_reason is None or screen._buffer:

@@ -12,7 +12,8 @@ from textual.pilot import Pilot
 from loopdeck.core.approvals import Approver
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import RunOptions, prepare_run
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.operator.session import RunSession
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.run_screen import RunScreen
 
 
@@ -36,7 +37,8 @@ def console_app(
     if frozen is not None:
         at = frozen
         now = lambda: at  # noqa: E731
-    return LoopdeckApp(prepared, queue, theme_name=theme, now=now)
+    session = RunSession.adopted(prepared, queue)
+    return LoopdeckApp(ConsoleStart.for_run(session), theme_name=theme, now=now)
 
 
 def run_screen(app: LoopdeckApp) -> RunScreen | None:

@@ -24,7 +24,8 @@ from loopdeck.core.model import ModelReply, ModelRequest
 from loopdeck.core.outcome import CallRecord
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import PreparedRun
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.operator.session import RunSession
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.panels import CallDetail
 from loopdeck.tui.run_screen import RunScreen
@@ -72,7 +73,7 @@ def runaway_app() -> tuple[LoopdeckApp, Runtime]:
     config = RunConfig(env="test", model="fake", goal="the job finishes", budget=budget)
     runtime = Runtime(config, PollingEnv(Path("."), {}), Polling(), AutoApprover())
     prepared = PreparedRun(env_dir=None, runtime=runtime, workdir=Path("/nonexistent"))  # type: ignore[arg-type]
-    return LoopdeckApp(prepared, ApprovalQueue()), runtime
+    return LoopdeckApp(ConsoleStart.for_run(RunSession.adopted(prepared, ApprovalQueue()))), runtime
 
 
 async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> None:

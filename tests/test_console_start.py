@@ -11,20 +11,20 @@ from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import RunOptions, prepare_run
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.operator.session import RunSession
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.preparing import PreparingScreen
 
 
 async def test_the_first_screen_is_up_while_the_run_is_prepared() -> None:
     release = threading.Event()
-    queue = ApprovalQueue()
 
     def prepare():
         assert release.wait(30)
         options = RunOptions(env=str(SAMPLES / "service_outage"), script="solve")
-        return prepare_run(options, approver=AutoApprover()), queue
+        return RunSession.adopted(prepare_run(options, approver=AutoApprover()), ApprovalQueue())
 
-    app = LoopdeckApp(prepare=prepare, preparing="run service_outage")
+    app = LoopdeckApp(ConsoleStart.for_preparing(prepare, "run service_outage"))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, PreparingScreen))
         shown = str(app.screen.query_one("#preparing").render())
@@ -41,7 +41,7 @@ async def test_a_run_that_cannot_be_prepared_closes_the_console_with_its_error()
     def prepare():
         raise ScenarioError("scenario.toml: no script named 'nope'")
 
-    app = LoopdeckApp(prepare=prepare, preparing="run service_outage --script nope")
+    app = LoopdeckApp(ConsoleStart.for_preparing(prepare, "run service_outage --script nope"))
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: app.launch_error is not None)
     assert isinstance(app.launch_error, ScenarioError)
@@ -55,7 +55,7 @@ async def test_q_while_preparing_leaves_at_once() -> None:
         release.wait(30)
         raise ScenarioError("never used")
 
-    app = LoopdeckApp(prepare=prepare, preparing="run service_outage")
+    app = LoopdeckApp(ConsoleStart.for_preparing(prepare, "run service_outage"))
     try:
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, PreparingScreen))

@@ -7,7 +7,7 @@ from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
 
 from loopdeck.operator.links import ReplayLink
 from loopdeck.operator.store_link import StoreLink
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.replay import ReplayScreen
 from loopdeck.tui.run_screen import RunScreen
@@ -23,7 +23,7 @@ async def test_attach_approves_a_headless_run_and_sees_it_finish(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
-        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
+        app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, pending["run_id"])))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
             request = app.screen.request
@@ -48,7 +48,7 @@ async def test_attach_stop_key_cancels_the_remote_run(tmp_path) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
-        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
+        app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, pending["run_id"])))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
             await pilot.press("s")
@@ -68,7 +68,7 @@ async def test_replay_steps_back_and_forth(db) -> None:
     )
     assert done.stdout, done.stderr
     run_id = last_json(done.stdout)["run_id"]
-    app = LoopdeckApp(link=ReplayLink(db, run_id))
+    app = LoopdeckApp(ConsoleStart.for_link(ReplayLink(db, run_id)))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: _screen(app, ReplayScreen) is not None)
         screen = _screen(app, ReplayScreen)
@@ -108,7 +108,7 @@ async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> No
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db)
-        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]))
+        app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, pending["run_id"])))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
             os.kill(runner.pid, signal.SIGKILL)
@@ -122,17 +122,15 @@ async def test_attached_console_shows_a_killed_runner_as_crashed(tmp_path) -> No
 
 
 async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> None:
-    from loopdeck.operator.approval_queue import StoreBackedQueue
-    from loopdeck.operator.launch import RunOptions, prepare_run
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.session import RunSession
     from loopdeck.store import queries
     from loopdeck.store.opening import open_store
 
     db = tmp_path / "s.db"
-    queue = StoreBackedQueue()
-    prepared = prepare_run(
-        RunOptions(env=str(SAMPLES / "order_support"), script="solve"), approver=queue
-    )
-    app = LoopdeckApp(prepared, queue, db_path=db)
+    session = RunSession(db, console=True)
+    session.prepare(RunOptions(env=str(SAMPLES / "order_support"), script="solve"))
+    app = LoopdeckApp(ConsoleStart.for_run(session))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         request = app.screen.request
@@ -160,7 +158,7 @@ async def test_the_fleet_lists_stored_runs_and_replays_one(db) -> None:
 
     done = loopdeck("run", "service_outage", "--script", "loop", "--headless", "--json", db=db)
     run_id = last_json(done.stdout)["run_id"]
-    app = LoopdeckApp(db_path=db)
+    app = LoopdeckApp(ConsoleStart.for_fleet(db))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         fleet = app.screen

@@ -9,7 +9,7 @@ from console_helpers import start_from_fleet, wait_until
 from store_helpers import last_json, start_runner
 from textual.widgets import Input
 
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.inbox import InboxScreen
 
@@ -27,7 +27,7 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
         start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait") for _ in range(2)
     ]
     try:
-        app = LoopdeckApp(db_path=db)
+        app = LoopdeckApp(ConsoleStart.for_fleet(db))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
             fleet = _fleet(app)
@@ -41,12 +41,12 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
             inbox = app.screen
             await wait_until(pilot, lambda: len(inbox.entries) == 2)
             first = inbox.selected()
-            assert first["rationale"] and first["plan_step"].startswith("3.")
+            assert first.rationale and first.plan_step.startswith("3.")
             await pilot.press("a")
             # the inbox stays open with the next entry selected
             await wait_until(pilot, lambda: len(inbox.entries) == 1 and inbox.selected())
             second = inbox.selected()
-            assert second["run_id"] != first["run_id"] and app.screen is inbox
+            assert second.run_id != first.run_id and app.screen is inbox
             await pilot.press("r")
             await wait_until(pilot, lambda: isinstance(inbox.focused, Input))
             await pilot.press(*"wrong address", "enter")
@@ -65,8 +65,8 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
             out, _ = runner.communicate(timeout=60)
             summary = last_json(out)
             outcomes[summary["run_id"]] = summary
-        assert outcomes[first["run_id"]]["stop_reason"] == "goal_met"
-        rejected = outcomes[second["run_id"]]
+        assert outcomes[first.run_id]["stop_reason"] == "goal_met"
+        rejected = outcomes[second.run_id]
         assert rejected["stop_reason"] != "goal_met"
         assert "rejected" in [c["status"] for c in rejected["calls"]]
     finally:
@@ -77,7 +77,7 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
 
 async def test_a_run_of_this_console_keeps_running_behind_the_fleet(tmp_path) -> None:
     db = tmp_path / "s.db"
-    app = LoopdeckApp(db_path=db)
+    app = LoopdeckApp(ConsoleStart.for_fleet(db))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         fleet = app.screen

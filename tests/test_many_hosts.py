@@ -9,7 +9,7 @@ from console_helpers import wait_until
 from store_helpers import last_json, loopdeck, start_runner
 
 from loopdeck.store.opening import open_store
-from loopdeck.tui.app import LoopdeckApp
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
 
 RUNNERS = 10
@@ -30,7 +30,7 @@ async def test_ten_hosts_one_console_approvals_from_the_cli(monkeypatch) -> None
         for i in range(RUNNERS)
     ]
     try:
-        app = LoopdeckApp(db_path=url)
+        app = LoopdeckApp(ConsoleStart.for_fleet(url))
         async with app.run_test(size=(200, 60)) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
             fleet = app.screen

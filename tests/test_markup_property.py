@@ -31,6 +31,7 @@ from loopdeck.core.events import CallStatus, ModelCalled
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import visible
 from loopdeck.operator.fleet import FleetRow
+from loopdeck.operator.inbox import PendingQuestion, PendingWrite
 from loopdeck.operator.runview import RoundVerdict, RunView
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.calls_table import CallsTable
@@ -242,18 +243,17 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         inbox = InboxScreen(db, lambda: now)
         await app.push_screen(inbox)
-        await wait_until(pilot, lambda: inbox._counter != -1)
+        await wait_until(pilot, lambda: inbox.inbox.counter != -1)
 
         async def in_inbox(text: str) -> None:
-            write = {
-                "run_id": text, "call_id": text, "tool": text, "args": {text: text},
-                "env": f"{text}/{text}", "rationale": text, "plan_step": text,
-                "asked_again": text, "expires": now + timedelta(seconds=30),
-            }  # fmt: skip
-            question = {"run_id": text, "call_id": text, "tool": "ask_user", "question": text,
-                        "env": text, "plan_step": "", "expires": None}  # fmt: skip
+            write = PendingWrite(
+                run_id=text, call_id=text, tool=text, args={text: text}, env=f"{text}/{text}",
+                expires=now + timedelta(seconds=30), rationale=text, plan_step=text,
+                asked_again=text,
+            )  # fmt: skip
+            question = PendingQuestion(run_id=text, call_id=text, question=text, env=text)
             for entry in (write, question):
-                inbox.entries = [entry]
+                inbox.inbox.entries = [entry]
                 inbox.render_inbox()
                 await pilot.pause()
                 assert_clean(app, "inbox", "Approvals inbox", "run ")
@@ -458,7 +458,7 @@ async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path
     from store_helpers import start_runner, wait_for_pending
 
     from loopdeck.operator.store_link import StoreLink
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
 
     db = tmp_path / "s.db"
@@ -466,7 +466,7 @@ async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path
     try:
         pending = await wait_for_pending(db)
         assert pending["args"]["key"] == "items[0"
-        app = LoopdeckApp(link=StoreLink(db, pending["run_id"]), db_path=db)
+        app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, pending["run_id"]), db))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
             await pilot.press("escape")

@@ -281,15 +281,15 @@ async def test_the_fleet_and_an_attached_run_say_so_on_screen(cluster, url) -> N
     outage while the server is down, and drop it once it is back."""
     from console_helpers import wait_until
 
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.fleet_screen import FleetScreen
     from loopdeck.tui.panels import RunHeader
     from loopdeck.tui.run_screen import RunScreen
 
     await (await open_store(url)).close()
     _add_run(url, "r1", state="executing")
-    fleet_app = LoopdeckApp(db_path=url)
-    attached = LoopdeckApp(link=StoreLink(url, "r1"))
+    fleet_app = LoopdeckApp(ConsoleStart.for_fleet(url))
+    attached = LoopdeckApp(ConsoleStart.for_link(StoreLink(url, "r1")))
     async with (
         fleet_app.run_test(size=(160, 48)) as fleet_pilot,
         attached.run_test(size=(160, 48)) as run_pilot,

@@ -19,6 +19,7 @@ from conftest import SAMPLES
 from console_helpers import wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
 
+from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.liveness import process_started, this_host
@@ -26,6 +27,14 @@ from loopdeck.store.opening import open_store
 
 SIZE = (160, 48)
 RUN, CALL = "run0locks001", "call-1"
+
+
+def _yes(call_id: str, by: str) -> ApprovalDecision:
+    return ApprovalDecision(call_id=call_id, approved=True, by=by)
+
+
+def _no(call_id: str, by: str) -> ApprovalDecision:
+    return ApprovalDecision(call_id=call_id, approved=False, by=by)
 
 
 class HeldLock:
@@ -96,8 +105,8 @@ async def test_a_decision_waits_out_a_held_lock_and_lands_once(tmp_path, quick_b
             assert lock is not None
             lock.release()  # the retry was told: the other process lets go
 
-        won = await deciding.decide(store, RUN, CALL, approved=True, by="ops", tell=tell)
-        again = await deciding.decide(store, RUN, CALL, approved=False, by="late", tell=tell)
+        won = await deciding.decide(store, RUN, _yes(CALL, "ops"), tell=tell)
+        again = await deciding.decide(store, RUN, _no(CALL, "late"), tell=tell)
         state = await queries.approval_state(store, RUN, CALL)
     finally:
         if lock is not None:
@@ -153,9 +162,7 @@ async def test_a_lock_held_past_the_bound_is_named_and_the_request_stays_pending
         lock = HeldLock(db)
         told: list[str] = []
         with pytest.raises(StoreUnavailable) as raised:
-            await deciding.decide(
-                store, RUN, CALL, approved=True, by="ops", tell=told.append, retry_for_s=0.3
-            )
+            await deciding.decide(store, RUN, _yes(CALL, "ops"), tell=told.append, retry_for_s=0.3)
         lock.release()
         state = await queries.approval_state(store, RUN, CALL)
     finally:
@@ -237,7 +244,7 @@ LOCKS = [
 
 @pytest.mark.parametrize("held_s", LOCKS)
 async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) -> None:
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.fleet_screen import FleetScreen
     from loopdeck.tui.inbox import InboxScreen
 
@@ -248,7 +255,7 @@ async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) ->
         await wait_for_pending(db)  # the store is made: opening it races nobody from here
         if not held_s:  # this console's connections only; the runner keeps SQLite's 5 s
             monkeypatch.setenv("LOOPDECK_BUSY_TIMEOUT_S", QUICK_BUSY_S)
-        app = LoopdeckApp(db_path=db)
+        app = LoopdeckApp(ConsoleStart.for_fleet(db))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
             await pilot.press("i")
@@ -278,20 +285,18 @@ async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) ->
 
 @pytest.mark.parametrize("held_s", LOCKS)
 async def test_the_runs_own_dialog_waits_out_a_lock(tmp_path, monkeypatch, held_s) -> None:
-    from loopdeck.operator.approval_queue import StoreBackedQueue
-    from loopdeck.operator.launch import RunOptions, prepare_run
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.session import RunSession
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.dialogs import ApprovalDialog
     from loopdeck.tui.run_screen import RunScreen
 
     db = tmp_path / "s.db"
     if not held_s:
         monkeypatch.setenv("LOOPDECK_BUSY_TIMEOUT_S", QUICK_BUSY_S)
-    queue = StoreBackedQueue()
-    prepared = prepare_run(
-        RunOptions(env=str(SAMPLES / "order_support"), script="solve"), approver=queue
-    )
-    app = LoopdeckApp(prepared, queue, db_path=db)
+    session = RunSession(db, console=True)
+    session.prepare(RunOptions(env=str(SAMPLES / "order_support"), script="solve"))
+    app = LoopdeckApp(ConsoleStart.for_run(session))
     lock = None
     try:
         async with app.run_test(size=SIZE) as pilot:
@@ -321,11 +326,11 @@ async def test_the_runs_own_dialog_waits_out_a_lock(tmp_path, monkeypatch, held_
 
 
 async def test_an_inbox_worker_that_fails_is_said(tmp_path) -> None:
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.fleet_screen import FleetScreen
     from loopdeck.tui.inbox import InboxScreen
 
-    app = LoopdeckApp(db_path=tmp_path / "s.db")
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         # a store the inbox cannot open: its follower fails, and the operator hears of it

@@ -13,11 +13,11 @@ def open_remote_console(args: argparse.Namespace) -> int:
     from loopdeck.operator.links import ReplayLink
     from loopdeck.operator.records import check_run
     from loopdeck.operator.store_link import StoreLink
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
     asyncio.run(check_run(args.db, args.run_id))
     link = (StoreLink if args.command == "attach" else ReplayLink)(args.db, args.run_id)
-    app = LoopdeckApp(theme_name=args.theme, link=link)
+    app = LoopdeckApp(ConsoleStart.for_link(link), theme_name=args.theme)
     code = app.run()
     if app.farewell:
         print(visible(app.farewell))

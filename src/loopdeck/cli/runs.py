@@ -17,9 +17,8 @@ from loopdeck.store.base import Location, default_db_path
 
 if TYPE_CHECKING:
     from loopdeck.core.outcome import RunOutcome
-    from loopdeck.operator.approval_queue import ApprovalQueue
-    from loopdeck.operator.launch import PreparedRun, RunOptions
-    from loopdeck.store.runner import RecordedRun
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.session import RunSession
     from loopdeck.tui.app import LoopdeckApp
 
 
@@ -79,54 +78,38 @@ async def run_recorded_headless(
 ) -> RunOutcome:
     """One run recorded to the store; a stop signal (`signals`, installed by the caller)
     kills it, and a second one abandons it (`RecordedRun.abandon`)."""
-    from loopdeck.operator.launch import RunOptions, prepare_run
-    from loopdeck.store.approver import StoreAnswerer, StoreApprover
-    from loopdeck.store.opening import open_store
-    from loopdeck.store.runner import RecordedRun
-    from loopdeck.store.writer import EventWriter
+    from loopdeck.operator.session import RunSession
 
-    store = await open_store(db)
-    for note in store.notes:  # spilled events brought back, or kept for later
-        print(f"loopdeck: {note}", file=sys.stderr)
-    try:
-        writer = EventWriter(store, approve_mode=options.approve or "auto")
-        wait = options.approve == "wait"
-        if wait:
-            options = RunOptions(**{**options.__dict__, "approve": None})
-        prepared = prepare_run(
-            options,
-            approver=StoreApprover(store, writer) if wait else None,
-            answerer=StoreAnswerer(store, writer) if wait else None,
-        )
-        run_id = prepared.runtime.config.run_id
-        # Said as it starts, so another terminal can attach, approve or stop it by id.
-        print(
-            f"run {run_id} started · watch: loopdeck attach {run_id} --db {store.path}",
-            file=sys.stderr,
-        )
-        if wait:
+    session = RunSession(db or default_db_path(), say=_say)
+    async with session.opened() as store:
+        prepared = session.prepare(options)
+        try:
+            run_id = prepared.runtime.config.run_id
+            # Said as it starts, so another terminal can attach, approve or stop it by id.
             print(
-                f"run {run_id}: writes wait for `loopdeck approve {run_id} CALL_ID` "
-                f"(db {store.path})",
+                f"run {run_id} started · watch: loopdeck attach {run_id} --db {store.path}",
                 file=sys.stderr,
             )
-        recorded = RecordedRun(store, prepared.runtime, writer)
-        if signals is not None:
-            signals.aim(recorded.kill, lambda by: _harder(recorded, by))
-        try:
-            return await recorded.run()
+            if options.approve == "wait":
+                print(
+                    f"run {run_id}: writes wait for `loopdeck approve {run_id} CALL_ID` "
+                    f"(db {store.path})",
+                    file=sys.stderr,
+                )
+            if signals is not None:
+                signals.aim(session.kill, lambda by: _harder(session, by))
+            return await session.record()
         finally:
-            prepared.cleanup()
-            for note in recorded.notes:  # other runners' spills brought back
-                print(f"loopdeck: {note}", file=sys.stderr)
-            if recorded.persist_error:
-                print(f"loopdeck: {recorded.persist_error}", file=sys.stderr)
-    finally:
-        await store.close()
+            session.cleanup()
 
 
-def _harder(recorded: RecordedRun, by: str) -> None:
-    if not recorded.abandon(by):
+def _say(message: str) -> None:
+    """What the recording has to say (spills brought back, events it could not save)."""
+    print(f"loopdeck: {message}", file=sys.stderr)
+
+
+def _harder(session: RunSession, by: str) -> None:
+    if not session.abandon(by):
         print(f"loopdeck: {by}: the run has stopped; its last events are being written",
               file=sys.stderr)  # fmt: skip
 
@@ -134,29 +117,26 @@ def _harder(recorded: RecordedRun, by: str) -> None:
 def run_console(args: argparse.Namespace) -> int:
     """The console paints first; the run is prepared behind that frame (`LoopdeckApp`'s
     `prepare`). What stops the preparation is reported here once the console is gone."""
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.operator.approving import refusal
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
-    if args.approve == "wait":
-        print("loopdeck: --approve wait is for --headless runs; the console decides itself",
-              file=sys.stderr)  # fmt: skip
+    if (refused := refusal(args.approve, console=True)) is not None:
+        print(f"loopdeck: {refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    def prepare() -> tuple[PreparedRun, ApprovalQueue]:
-        from loopdeck.operator.approval_queue import StoreBackedQueue
-        from loopdeck.operator.launch import prepare_run
+    def prepare() -> RunSession:
         from loopdeck.operator.records import check_store
+        from loopdeck.operator.session import RunSession
 
         asyncio.run(check_store(args.db))
-        queue = StoreBackedQueue()
-        approver = None if args.approve else queue
-        return prepare_run(options(args), approver=approver, answerer=queue), queue
+        session = RunSession(args.db or default_db_path(), console=True)
+        session.prepare(options(args))
+        return session
 
     about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
     app = LoopdeckApp(
+        ConsoleStart.for_preparing(prepare, about, args.db or default_db_path()),
         theme_name=args.theme,
-        db_path=args.db or default_db_path(),
-        prepare=prepare,
-        preparing=about,
     )
     code = app.run()
     if app.launch_error is not None:
@@ -166,10 +146,10 @@ def run_console(args: argparse.Namespace) -> int:
 
 def launcher(args: argparse.Namespace) -> int:
     from loopdeck.operator.records import check_store
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
     asyncio.run(check_store(args.db))
-    app = LoopdeckApp(theme_name=args.theme, db_path=args.db or default_db_path())
+    app = LoopdeckApp(ConsoleStart.for_fleet(args.db or default_db_path()), theme_name=args.theme)
     app.bell_enabled = not args.no_bell
     return after_console(app, app.run())
 

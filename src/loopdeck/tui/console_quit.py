@@ -1,0 +1,115 @@
+"""How the console is left: `q` (asked first when a run is live), a stop signal, and the
+farewell line the terminal shows once the console is gone."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from loopdeck.store.base import shown_location
+from loopdeck.tui.preparing import PreparingScreen
+from loopdeck.tui.shown import toast
+
+if TYPE_CHECKING:
+    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.run_screen import RunScreen
+
+
+def run_screen_of(app: LoopdeckApp) -> RunScreen | None:
+    """The topmost run screen. A duck-typed test: asked for every key's bindings, it must not
+    import the run's screen (and all it needs) before the first frame."""
+    for screen in reversed(app.screen_stack):
+        if getattr(screen, "is_run_screen", False):
+            return cast("RunScreen", screen)
+    return None
+
+
+def leave_run(app: LoopdeckApp, screen: RunScreen) -> None:
+    """A run screen is done with: back to the fleet it came from, or out."""
+    view = screen.view
+    if view.run_id:
+        how = view.stop_reason or f"still {view.shown_state} (detached)"
+        db = f" --db {shown_location(app.db_path)}" if app.db_path else ""
+        app.farewell = f"run {view.run_id} · {how} · replay: loopdeck replay {view.run_id}{db}"
+    if app.fleet_home:
+        while app.screen is not screen and len(app.screen_stack) > 2:
+            app.pop_screen()
+        if app.screen is screen:
+            app.pop_screen()
+        return
+    app.exit(0)
+
+
+def quit_run(app: LoopdeckApp) -> None:
+    """`q`: the run's own quit on a run screen; from the fleet, this console's live runs are
+    killed once the operator says yes."""
+    if isinstance(app.screen, PreparingScreen):
+        app.exit(0)  # nothing started yet: nothing to stop or record
+        return
+    from loopdeck.core.text import plural
+    from loopdeck.tui.dialogs import ConfirmDialog
+
+    run = run_screen_of(app)
+    if isinstance(app.screen, ConfirmDialog) or app.quitting_all:
+        return
+    if run is not None:
+        run.action_quit_run()
+        return
+    live = [screen for screen in app.local_runs.values() if screen.running]
+    if not live:
+        app.exit(0)
+        return
+
+    def confirmed(yes: bool | None) -> None:
+        if yes:
+            _kill_all_then_exit(app, live, by="console (quit)")
+
+    app.push_screen(
+        ConfirmDialog(
+            f"[b $error]Quit and kill {plural(len(live), 'live run')} of this console?[/]\n"
+            "Each ends [b]killed[/], recorded as killed by you.\n\n"
+            "[b]y[/] kill and quit   [b]n[/] keep them running"
+        ),
+        confirmed,
+    )
+
+
+def stop_by_signal(app: LoopdeckApp, by: str) -> None:
+    """A stop signal: this console's live runs are killed, recorded as killed by it, and
+    the console leaves once each has recorded its stop, with the farewell line."""
+    own = [s for s in _own_runs(app) if s.running]
+    run = run_screen_of(app)
+    if not own and run is not None and not app.fleet_home:
+        run.leave()  # its run had ended: the farewell says how
+    elif isinstance(app.screen, PreparingScreen) or not own:
+        app.exit(0)
+    elif app.fleet_home:
+        _kill_all_then_exit(app, own, by=by)
+    else:
+        own[0].quit_killed(by)
+
+
+def signal_again(app: LoopdeckApp, by: str) -> None:
+    toast(app, f"{by}: stopping; each run is recording its stop", severity="warning")
+
+
+def _kill_all_then_exit(app: LoopdeckApp, screens: list[RunScreen], by: str) -> None:
+    app.quitting_all = True
+    for screen in screens:
+        screen.link.kill(by=by)
+    app.set_interval(0.05, lambda: _exit_when_stopped(app))
+
+
+def _own_runs(app: LoopdeckApp) -> list[RunScreen]:
+    """The run screens of this process's own runs (not another process's, attached)."""
+    screens: list[RunScreen] = [*app.local_runs.values()]
+    screens += [
+        cast("RunScreen", s) for s in app.screen_stack if getattr(s, "is_run_screen", False)
+    ]
+    return [s for s in dict.fromkeys(screens) if s.link.runtime is not None]
+
+
+def _exit_when_stopped(app: LoopdeckApp) -> None:
+    if not any(screen.running for screen in app.local_runs.values()):
+        killed = ", ".join(app.local_runs)
+        app.farewell = f"runs killed: {killed} · replay: loopdeck replay RUN_ID"
+        app.exit(0)
