@@ -23,7 +23,9 @@ def _receipt(args=None, state="s1", ttl=60.0):
         plan_step=None,
         ttl_s=ttl,
     )
-    return ApprovalReceipt.issue(request, ApprovalDecision(approved=True, by="op"))
+    return ApprovalReceipt.issue(
+        request, ApprovalDecision(call_id=request.call_id, approved=True, by="op")
+    )
 
 
 def test_receipt_covers_exactly_its_call() -> None:
@@ -71,11 +73,11 @@ class ChangesStateWhileDeciding:
         self.times = times
         self.asked = 0
 
-    async def decide(self, request):
+    async def ask(self, request):
         self.asked += 1
         if self.asked <= self.times:
             self.env_holder[0].notes.append(f"drift {self.asked}")
-        return ApprovalDecision(approved=True, by="slow-operator")
+        return ApprovalDecision(call_id=request.call_id, approved=True, by="slow-operator")
 
 
 async def test_changed_state_means_asked_again() -> None:
@@ -112,11 +114,11 @@ async def test_expired_approval_is_asked_again() -> None:
     class LateThenPrompt:
         asked = 0
 
-        async def decide(self, request):
+        async def ask(self, request):
             self.asked += 1
             if self.asked == 1:
                 await asyncio.sleep(0.15)
-            return ApprovalDecision(approved=True, by="op")
+            return ApprovalDecision(call_id=request.call_id, approved=True, by="op")
 
     from conftest import prepare
 
@@ -130,8 +132,10 @@ async def test_expired_approval_is_asked_again() -> None:
 
 async def test_rejection_reason_reaches_the_model() -> None:
     class Rejects:
-        async def decide(self, request):
-            return ApprovalDecision(approved=False, reason="not on a Friday", by="op")
+        async def ask(self, request):
+            return ApprovalDecision(
+                call_id=request.call_id, approved=False, reason="not on a Friday", by="op"
+            )
 
     seen = []
     outcome, _ = await run_env(

@@ -8,7 +8,7 @@ from conftest import SAMPLES
 from console_helpers import console_app, finished, run_screen, wait_until
 from textual.app import App
 
-from loopdeck.core.approvals import request_for
+from loopdeck.core.approvals import ApprovalDecision, request_for
 from loopdeck.core.states import StopReason
 from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
 
@@ -45,11 +45,11 @@ async def test_a_decision_that_lost_the_race_is_not_offered_again() -> None:
     app = console_app(SAMPLES / "order_support", "solve")
     lost: list[str] = []
 
-    async def settle_lost(call_id, approved, reason, by, tell) -> bool:
-        lost.append(call_id)
+    async def decide_lost(decision, tell) -> bool:
+        lost.append(decision.call_id)
         return False  # decided by someone else; not yet reached the runtime
 
-    app.queue.settle = settle_lost
+    app.session.queue.decide = decide_lost
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         call_id = app.screen.request.call_id
@@ -60,6 +60,7 @@ async def test_a_decision_that_lost_the_race_is_not_offered_again() -> None:
         screen = run_screen(app)
         assert lost == [call_id] and [p.call_id for p in screen.link.pending()] == [call_id]
         assert app.screen is screen  # the worker offered what is left: nothing
-        app.queue.approve(call_id, by="elsewhere")  # the winner reaches the runtime
+        winner = ApprovalDecision(call_id=call_id, approved=True, by="elsewhere")
+        app.session.queue.resolve(winner)  # the winner reaches the runtime
         await wait_until(pilot, lambda: finished(app))
         assert screen.outcome.stop_reason is StopReason.GOAL_MET

@@ -39,7 +39,7 @@ async def test_kill_cancels_the_inflight_tool() -> None:
 
 async def test_kill_withdraws_a_pending_approval() -> None:
     class NeverAnswers:
-        async def decide(self, request):
+        async def ask(self, request):
             await asyncio.Event().wait()
 
     def on_event(prepared, event):
@@ -54,7 +54,7 @@ async def test_kill_withdraws_a_pending_approval() -> None:
 
 async def test_stop_while_awaiting_approval_is_cancelled_not_executed() -> None:
     class NeverAnswers:
-        async def decide(self, request):
+        async def ask(self, request):
             await asyncio.Event().wait()
 
     def on_event(prepared, event):
@@ -95,11 +95,11 @@ async def test_time_waiting_on_the_operator_is_not_charged_to_the_deadline() -> 
     runs = []
 
     class AnswersAfterTheDeadline:
-        async def decide(self, request):
+        async def ask(self, request):
             ledger = runs[0].runtime.ledger
             while ledger.operator_s() <= ledger.budget.deadline_s:
                 await asyncio.sleep(0.01)  # waits on a condition: the operator's time passing
-            return ApprovalDecision(approved=True, by="test")
+            return ApprovalDecision(call_id=request.call_id, approved=True, by="test")
 
     outcome, rec = await run_env(
         HARNESS,

@@ -142,11 +142,11 @@ async def test_a_state_change_at_dispatch_asks_again() -> None:
             self.asked = 0
             self.env = None
 
-        async def decide(self, request):
+        async def ask(self, request):
             self.asked += 1
             if self.asked == 1:
                 self.env.replicas = 7  # the world moves between the approval and the dispatch
-            return ApprovalDecision(approved=True, by="test")
+            return ApprovalDecision(call_id=request.call_id, approved=True, by="test")
 
     approver = ChangesStateThenApproves()
     prepared, rec = prepare(EDGES, "double-note", approver=approver)

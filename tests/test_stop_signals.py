@@ -22,7 +22,7 @@ from test_tmux_console import Terminal
 
 from loopdeck.core.states import StopReason
 from loopdeck.operator.approval_queue import ApprovalQueue
-from loopdeck.operator.links import LocalLink
+from loopdeck.operator.session import RunSession
 from loopdeck.stop_signals import descendants
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
@@ -153,7 +153,7 @@ async def test_a_signal_before_the_run_started_kills_it_as_it_starts(tmp_path) -
 
 async def test_a_console_kill_while_litellm_loads_is_recorded_with_every_event(tmp_path) -> None:
     prepared, _ = prepare(SIGNALS_ENV, "runaway")
-    link = LocalLink(prepared, ApprovalQueue(), tmp_path / "s.db")
+    link = RunSession.adopted(prepared, ApprovalQueue(), tmp_path / "s.db").link()
     try:
         link.kill("signal SIGTERM")  # before `drive`: the screen is not painted yet
         outcome = await link.drive()

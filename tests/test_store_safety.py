@@ -130,9 +130,9 @@ async def test_a_reader_that_marks_a_live_run_crashed_is_corrected_by_the_runner
     approved = asyncio.Event()
 
     class WaitsForTheTest:
-        async def decide(self, request):
+        async def ask(self, request):
             await approved.wait()
-            return ApprovalDecision(approved=True, by="test")
+            return ApprovalDecision(call_id=request.call_id, approved=True, by="test")
 
     prepared, _ = prepare(EDGES, "double-note", approver=WaitsForTheTest())
     writer = EventWriter(store)

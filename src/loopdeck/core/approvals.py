@@ -1,4 +1,10 @@
-"""Approval receipts for writes, and the approvers that issue decisions."""
+"""Approval receipts for writes, the one decision type, and the approvers asked for it.
+
+The approval path, one word a step: the model *proposes* a call; a write is *asked*
+(`Approver.ask`, an `ApprovalRequest`); the operator or an approver *decides* (one
+`ApprovalDecision`, the same object from the console's dialog through the link, the queue
+and the store to the `approval_decided` event); the call is *dispatched* under its receipt.
+"""
 
 from __future__ import annotations
 
@@ -33,12 +39,24 @@ class ApprovalRequest(BaseModel):
     asked_again: str = ""
 
 
+REJECTED = "rejected by the operator"  # a rejection's reason when the operator gave none
+
+
 class ApprovalDecision(BaseModel):
+    """The one decision on one asked call, whoever made it (a person, `--approve auto`)."""
+
     model_config = ConfigDict(frozen=True)
 
+    call_id: str
     approved: bool
     reason: str = ""
     by: str = "operator"
+
+    def with_reason(self) -> ApprovalDecision:
+        """A rejection without a reason says it was the operator's."""
+        if self.approved or self.reason:
+            return self
+        return self.model_copy(update={"reason": REJECTED})
 
 
 class ApprovalReceipt(BaseModel):
@@ -119,22 +137,24 @@ def request_for(
 
 
 class Approver(Protocol):
-    """Decides on a write. Cancelling the awaiting task withdraws the request."""
+    """Asked for the decision on a write. Cancelling the awaiting task withdraws the request."""
 
-    async def decide(self, request: ApprovalRequest) -> ApprovalDecision: ...
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision: ...
 
 
 class AutoApprover:
-    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        return ApprovalDecision(approved=True, by="auto")
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(call_id=request.call_id, approved=True, by="auto")
 
 
 class DenyApprover:
     def __init__(self, reason: str = "writes are denied in this run (--approve deny)") -> None:
         self.reason = reason
 
-    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        return ApprovalDecision(approved=False, reason=self.reason, by="deny")
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(
+            call_id=request.call_id, approved=False, reason=self.reason, by="deny"
+        )
 
 
 class Answer(BaseModel):

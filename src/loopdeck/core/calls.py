@@ -29,7 +29,7 @@ from loopdeck.core.events import (
     ApprovalWithdrawn,
     CallProposed,
     CallStatus,
-    EventBase,
+    Event,
     GuardTripped,
     ToolFinished,
     ToolRetry,
@@ -61,7 +61,7 @@ class RunHost(Protocol):
     machine: StateMachine
 
     def move(self, target: RunState) -> None: ...
-    def emit(self, event: EventBase) -> None: ...
+    def emit(self, event: Event) -> None: ...
     def publish_budget(self) -> None: ...
     async def flush_journal(self) -> None: ...
     def operator_time(self, why: str) -> AbstractContextManager[None]: ...
@@ -319,7 +319,7 @@ class CallHandler:
         self._record_of(request.call_id).status = CallStatus.PENDING_APPROVAL
         rt.emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
         with rt.operator_time("approval"):
-            decided = await rt.interruptible(self.approver.decide(request), by_cancel=True)
+            decided = await rt.interruptible(self.approver.ask(request), by_cancel=True)
         self.pending = None
         rt.emit(
             ApprovalDecided(

@@ -14,9 +14,12 @@ from typing import TypeVar
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import deciding
-from loopdeck.store.approver import answer_from_store, decision_from_store, flush_when_available
-from loopdeck.store.base import Store
-from loopdeck.store.writer import EventWriter
+from loopdeck.store.approver import (
+    Recording,
+    answer_from_store,
+    decision_from_store,
+    flush_when_available,
+)
 
 Listener = Callable[[], None]
 Tell = deciding.Tell
@@ -38,6 +41,8 @@ class PendingQuestion:
 
 
 class ApprovalQueue:
+    """The console's queue of a run not recorded: its dialog's decision reaches the runtime."""
+
     def __init__(self) -> None:
         self._pending: OrderedDict[str, PendingApproval] = OrderedDict()
         self._questions: OrderedDict[str, PendingQuestion] = OrderedDict()
@@ -63,7 +68,13 @@ class ApprovalQueue:
     def get(self, call_id: str) -> PendingApproval | None:
         return self._pending.get(call_id)
 
-    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
+    def _open(self, call_id: str) -> PendingApproval | None:
+        """The request still waiting for its decision, if it is."""
+        item = self._pending.get(call_id)
+        return None if item is None or item.future.done() else item
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        """The Approver side: the runtime waits here for the operator's decision."""
         future: asyncio.Future[ApprovalDecision] = asyncio.get_running_loop().create_future()
         self._pending[request.call_id] = PendingApproval(request, future)
         self._notify()
@@ -73,19 +84,25 @@ class ApprovalQueue:
             self._pending.pop(request.call_id, None)
             self._notify()
 
-    def _resolve(self, call_id: str, decision: ApprovalDecision) -> bool:
-        """False when the request is gone or already decided: exactly one decision wins."""
-        item = self._pending.get(call_id)
-        if item is None or item.future.done():
+    def resolve(self, decision: ApprovalDecision) -> bool:
+        """The decision reaches the runtime's wait. False when the request is gone or already
+        decided: exactly one decision wins."""
+        item = self._open(decision.call_id)
+        if item is None:
             return False
         item.future.set_result(decision)
         return True
 
-    def approve(self, call_id: str, by: str = "console") -> bool:
-        return self._resolve(call_id, ApprovalDecision(approved=True, by=by))
+    async def decide(self, decision: ApprovalDecision, tell: Tell) -> bool:
+        """The operator's decision from this console (its dialog)."""
+        return self.resolve(decision.with_reason())
 
     def questions(self) -> list[PendingQuestion]:
         return [item for item in self._questions.values() if not item.future.done()]
+
+    def _open_question(self, question_id: str) -> PendingQuestion | None:
+        item = self._questions.get(question_id)
+        return None if item is None or item.future.done() else item
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
         """The Answerer side: waits for `reply` (the console's question dialog)."""
@@ -98,78 +115,59 @@ class ApprovalQueue:
             self._questions.pop(question_id, None)
             self._notify()
 
-    def reply(self, question_id: str, text: str, by: str = "console") -> bool:
-        item = self._questions.get(question_id)
-        if item is None or item.future.done():
+    def _resolve_question(self, question_id: str, answer: Answer) -> bool:
+        item = self._open_question(question_id)
+        if item is None:
             return False
-        item.future.set_result(Answer(text=text, by=by))
+        item.future.set_result(answer)
         return True
 
-    def reject(self, call_id: str, reason: str = "", by: str = "console") -> bool:
-        decision = ApprovalDecision(
-            approved=False, reason=reason or "rejected by the operator", by=by
-        )
-        return self._resolve(call_id, decision)
-
-    async def settle(self, call_id: str, approved: bool, reason: str, by: str, tell: Tell) -> bool:
-        """The operator's decision from this console (its dialog)."""
-        return self.approve(call_id, by=by) if approved else self.reject(call_id, reason, by=by)
-
-    async def settle_question(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
+    async def reply(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
         """The operator's answer from this console (its question dialog)."""
-        return self.reply(question_id, text, by=by)
+        return self._resolve_question(question_id, Answer(text=text, by=by))
 
 
 class StoreBackedQueue(ApprovalQueue):
-    """The console's queue when the run is recorded: a local key press and a remote command
-    race, and the store's atomic update decides which one wins.
+    """The console's queue when the run is recorded (`recording`, given at construction):
+    a local key press and a remote command race, and the store's atomic update decides which
+    one wins.
 
-    A key press is taken by the store first (`settle`, in the console's worker: a held lock is
+    A key press is taken by the store first (`decide`, in the console's worker: a held lock is
     waited out there, with the operator told, never in the runtime) and only then resolves the
     runtime's wait; a store error leaves the request pending."""
 
-    def __init__(self) -> None:
+    def __init__(self, recording: Recording) -> None:
         super().__init__()
-        self.store: Store | None = None
-        self.writer: EventWriter | None = None
+        self.recording = recording
 
-    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        if self.store is None or self.writer is None:
-            return await super().decide(request)
-        store = self.store
-        return await self._race(
-            super().decide(request), lambda: decision_from_store(store, request)
-        )
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        store = self.recording.store
+        return await self._race(super().ask(request), lambda: decision_from_store(store, request))
 
-    async def settle(self, call_id: str, approved: bool, reason: str, by: str, tell: Tell) -> bool:
-        item = self._pending.get(call_id)
-        if self.store is None or item is None or item.future.done():
-            return await super().settle(call_id, approved, reason, by, tell)
-        reason = reason or ("" if approved else "rejected by the operator")
-        won = await deciding.decide(
-            self.store, item.request.run_id, call_id,
-            approved=approved, by=by, reason=reason, tell=tell,
-        )  # fmt: skip
+    async def decide(self, decision: ApprovalDecision, tell: Tell) -> bool:
+        item = self._open(decision.call_id)
+        if item is None:
+            return False
+        decision = decision.with_reason()
+        won = await deciding.decide(self.recording.store, item.request.run_id, decision, tell=tell)
         if won:  # the runtime's own wait on the store may have seen it first: either is this
-            self._resolve(call_id, ApprovalDecision(approved=approved, reason=reason, by=by))
+            self.resolve(decision)
         return won  # lost: the winner reaches the runtime through that wait
 
-    async def settle_question(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
-        item = self._questions.get(question_id)
-        if self.store is None or item is None or item.future.done():
-            return await super().settle_question(question_id, text, by, tell)
+    async def reply(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
+        item = self._open_question(question_id)
+        if item is None:
+            return False
         won = await deciding.answer(
-            self.store, item.run_id, text, by, question_id=question_id, tell=tell
+            self.recording.store, item.run_id, text, by, question_id=question_id, tell=tell
         )
         if won:
-            self.reply(question_id, text, by=by)
+            self._resolve_question(question_id, Answer(text=text, by=by))
         return won
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
         """The console's dialog and `loopdeck answer` race; the store decides the winner."""
-        if self.store is None or self.writer is None:
-            return await super().answer(run_id, question_id, question)
-        store = self.store
+        store = self.recording.store
         return await self._race(
             super().answer(run_id, question_id, question),
             lambda: answer_from_store(store, run_id, question_id),
@@ -177,11 +175,10 @@ class StoreBackedQueue(ApprovalQueue):
 
     async def _race(self, local: Awaitable[T], from_store: Callable[[], Awaitable[T]]) -> T:
         """This console's answer and one recorded in the store by anyone race: either is
-        already the store's (a local one resolves only once `settle` had the store take it)."""
-        assert self.writer is not None
+        already the store's (a local one resolves only once `decide` had the store take it)."""
         # The pending row is visible to other processes from here (a store that cannot take
         # writes for now is waited for: the run holds meanwhile).
-        await flush_when_available(self.writer)
+        await flush_when_available(self.recording.writer)
         mine_task = asyncio.ensure_future(local)
         remote = asyncio.ensure_future(from_store())
         try:

@@ -11,16 +11,17 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from loopdeck.bundled import bundled_folder
-from loopdeck.core.approvals import Answerer, Approver, AutoApprover, DenyApprover
+from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
 from loopdeck.core.events import EventBus
 from loopdeck.core.runtime import RunConfig, Runtime
-from loopdeck.core.scenario import ScenarioError
+from loopdeck.core.scenario import ScenarioError, Script
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
 from loopdeck.llm.profile import UnsupportedLayer
-
-ApproveMode = Literal["auto", "deny", "wait"]
+from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.approving import ApproveMode, deciders
+from loopdeck.store.approver import Recording
 
 BUDGET_FLAGS = {
     "max_turns": "max_turns",
@@ -67,19 +68,10 @@ class PreparedRun:
     env_dir: EnvDir
     runtime: Runtime
     workdir: Path
+    queue: ApprovalQueue | None = None  # the console's, when it decides (`approving.deciders`)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-
-def default_approve_mode(model: str) -> ApproveMode:
-    """Offline scripted runs touch only a temporary copy, so they may auto-approve."""
-    if model == SCRIPTED:
-        return "auto"
-    raise ScenarioError(
-        f"--approve is required with a real model ({model}): choose auto or deny, "
-        "or run without --headless to approve in the console"
-    )
 
 
 def prepare_run(
@@ -87,25 +79,25 @@ def prepare_run(
     approver: Approver | None = None,
     bus: EventBus | None = None,
     answerer: Answerer | None = None,
+    *,
+    console: bool = False,
+    recording: Recording | None = None,
 ) -> PreparedRun:
+    """The run `options` name, on a fresh copy of its env's workspace. Its approver (unless
+    given) is chosen by `operator.approving.deciders`: the console's queue when `console`,
+    raced with the store when `recording`."""
     env_dir = resolve_env_dir(options.env, options.settings)
     scenario = env_dir.scenario
     model_name = options.model or scenario.model
-    script_name = options.script
-    if model_name == SCRIPTED and script_name is None:
-        if "solve" not in scenario.scripts:
-            known = ", ".join(sorted(scenario.scripts)) or "(none)"
-            raise ScenarioError(f"{env_dir.path}: choose a script with --script; scripts: {known}")
-        script_name = "solve"
+    script_name = _script_name(options, env_dir, model_name)
     script = env_dir.script(script_name) if model_name == SCRIPTED and script_name else None
     mode = options.mode or scenario.mode
     overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
     budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
+    queue = None
     if approver is None:
-        approve = options.approve or default_approve_mode(model_name)
-        if approve == "wait":
-            raise ScenarioError("--approve wait needs the event store (a headless recorded run)")
-        approver = AutoApprover() if approve == "auto" else DenyApprover()
+        chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
+        approver, answerer, queue = chosen.approver, answerer or chosen.answerer, chosen.queue
     identity = {"run_id": options.run_id} if options.run_id else {}
     config = RunConfig(
         **identity,
@@ -122,19 +114,7 @@ def prepare_run(
         model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
         examples=scenario.examples,
     )
-    check_credentials(model_name, options.api_base)
-    try:
-        model = LiteLLMModel(
-            model_name,
-            api_base=options.api_base,
-            script=script,
-            price=scenario.scripted_price,
-            react=mode == "react",
-            profile_overrides=scenario.model_profile,
-            temperature=scenario.temperature,
-        )
-    except (UnsupportedLayer, ValidationError) as exc:
-        raise ScenarioError(f"{env_dir.path / 'scenario.toml'}: {exc}") from exc
+    model = _model(options, env_dir, config, script)
     workdir = env_dir.prepare_workdir()
     try:
         env = env_dir.create(workdir)
@@ -142,7 +122,37 @@ def prepare_run(
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     runtime = Runtime(config, env, model, approver, bus=bus, answerer=answerer)
-    return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir)
+    return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
+
+
+def _script_name(options: RunOptions, env_dir: EnvDir, model_name: str) -> str | None:
+    """The scripted model plays `--script`, else the env's `solve`."""
+    if model_name != SCRIPTED or options.script is not None:
+        return options.script
+    if "solve" not in env_dir.scenario.scripts:
+        known = ", ".join(sorted(env_dir.scenario.scripts)) or "(none)"
+        raise ScenarioError(f"{env_dir.path}: choose a script with --script; scripts: {known}")
+    return "solve"
+
+
+def _model(
+    options: RunOptions, env_dir: EnvDir, config: RunConfig, script: Script | None
+) -> LiteLLMModel:
+    """The run's model, its credentials checked first; a bad profile names scenario.toml."""
+    scenario = env_dir.scenario
+    check_credentials(config.model, options.api_base)
+    try:
+        return LiteLLMModel(
+            config.model,
+            api_base=options.api_base,
+            script=script,
+            price=scenario.scripted_price,
+            react=config.mode == "react",
+            profile_overrides=scenario.model_profile,
+            temperature=scenario.temperature,
+        )
+    except (UnsupportedLayer, ValidationError) as exc:
+        raise ScenarioError(f"{env_dir.path / 'scenario.toml'}: {exc}") from exc
 
 
 def list_envs() -> list[dict[str, Any]]:

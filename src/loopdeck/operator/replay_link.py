@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import TypeAdapter
-
-from loopdeck.core.approvals import ApprovalRequest
-from loopdeck.core.events import EVENT_ADAPTER, Event, EventBase
+from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.events import EVENT_ADAPTER, EVENTS_ADAPTER, Event
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.store import deciding, queries
@@ -18,15 +16,12 @@ from loopdeck.store.opening import open_store
 from loopdeck.tuning import collector
 
 Listener = Callable[[], None]  # as in links.py (which imports this module)
-EventSink = Callable[[EventBase], None]
+EventSink = Callable[[Event], None]
 Tell = deciding.Tell
 
 
-EVENTS_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
-
-
-async def load_events(store: Store, run_id: str) -> list[EventBase]:
-    events: list[EventBase] = []
+async def load_events(store: Store, run_id: str) -> list[Event]:
+    events: list[Event] = []
     seq = 0
     while batch := await queries.events_after(store, run_id, seq, limit=20_000):
         events.extend(parse_rows(batch))
@@ -37,7 +32,7 @@ async def load_events(store: Store, run_id: str) -> list[EventBase]:
 BODY = 2  # events_after's rows: (seq, kind, body)
 
 
-def parse_rows(rows: list[Any]) -> list[EventBase]:
+def parse_rows(rows: list[Any]) -> list[Event]:
     """Stored rows as events: one validation for the whole batch (a fifth faster than one per
     row), with the collector paused. Parsing makes only acyclic objects, yet each one counts
     towards a collection that walks everything alive: 70 % of a 100,000-event load."""
@@ -55,7 +50,7 @@ class ReplayLink:
         self.db_path = db_path
         self.run_id = run_id
         self.runtime: Runtime | None = None
-        self.events: list[EventBase] = []
+        self.events: list[Event] = []
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         return lambda: None
@@ -75,9 +70,7 @@ class ReplayLink:
     def pending(self) -> list[ApprovalRequest]:
         return []
 
-    async def decide(
-        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
-    ) -> bool:
+    async def decide(self, decision: ApprovalDecision, tell: Tell = deciding.untold) -> bool:
         return False
 
     def questions(self) -> list[tuple[str, str]]:

@@ -9,9 +9,17 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import Any
 
-from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.events import (
+    ApprovalRequested,
+    CallProposed,
+    Event,
+    EventBase,
+    QuestionAnswered,
+    QuestionAsked,
+    RunStopped,
+)
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.timeouts import bounded
@@ -31,8 +39,9 @@ FailureListener = Callable[[str, str], None]
 log = logging.getLogger(__name__)
 NOT_FOLLOWING = "this console no longer follows the store"  # its drive ended
 
-NOTED = frozenset(
-    {"call_proposed", "question_asked", "question_answered", "run_stopped", "approval_requested"}
+# The events whose words the console asks the link about (`_note`).
+NOTED: frozenset[type[EventBase]] = frozenset(
+    {CallProposed, QuestionAsked, QuestionAnswered, RunStopped, ApprovalRequested}
 )
 
 
@@ -100,10 +109,9 @@ class StoreLink:
                         history.release()
                     sinks = list(self._sinks)
                     for event in parse_rows(rows):
-                        kind = getattr(event, "kind", "")
-                        if kind in NOTED:
+                        if type(event) in NOTED:
                             self._note(event)
-                        stopped = stopped or kind == "run_stopped"
+                        stopped = stopped or type(event) is RunStopped
                         for sink in sinks:
                             sink(event)
                     await self._refresh_pending()
@@ -149,22 +157,24 @@ class StoreLink:
         with contextlib.suppress(TimeoutError):
             await bounded(self._closed.wait(), 2.0)
 
-    def _note(self, event: Any) -> None:  # for the kinds in NOTED
+    def _note(self, event: Event) -> None:  # for the classes in NOTED
         """What the console asks the link about, kept from the events as they pass."""
-        if event.kind == "call_proposed":
-            self._risks[event.tool] = event.risk
-        elif event.kind == "question_asked":
-            self._questions[event.question_id] = event.question
-            self._notify()
-        elif event.kind in ("question_answered", "run_stopped") and self._questions:
-            self._questions.pop(getattr(event, "question_id", ""), None)
-            if event.kind == "run_stopped":
+        match event:
+            case CallProposed():
+                self._risks[event.tool] = event.risk
+            case QuestionAsked():
+                self._questions[event.question_id] = event.question
+                self._notify()
+            case QuestionAnswered() if self._questions:
+                self._questions.pop(event.question_id, None)
+                self._notify()
+            case RunStopped() if self._questions:
                 self._questions.clear()
-            self._notify()
-        elif event.kind == "approval_requested":
-            self._requested[event.call_id] = ApprovalRequest(
-                **event.model_dump(exclude={"kind", "seq", "at"})
-            )
+                self._notify()
+            case ApprovalRequested():
+                self._requested[event.call_id] = ApprovalRequest(
+                    **event.model_dump(exclude={"kind", "seq", "at"})
+                )
 
     async def _refresh_pending(self) -> None:
         assert self.store is not None
@@ -213,14 +223,10 @@ class StoreLink:
             self.store, self.run_id, text, by, question_id=question_id, tell=tell
         )
 
-    async def decide(
-        self, call_id: str, approved: bool, reason: str, by: str, tell: Tell = deciding.untold
-    ) -> bool:
+    async def decide(self, decision: ApprovalDecision, tell: Tell = deciding.untold) -> bool:
         if self.store is None:
             raise StoreError(NOT_FOLLOWING)
-        won = await deciding.decide(
-            self.store, self.run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
-        )
+        won = await deciding.decide(self.store, self.run_id, decision, tell=tell)
         await self._refresh_pending()
         return won
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.store import queries
@@ -10,6 +10,18 @@ from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.writer import EventWriter
 
 POLL_S = 0.1
+
+
+class Recording(Protocol):
+    """Where a run is recorded: its store and that store's writer. Whoever asks the store
+    (an approver, the console's queue) is given this at construction; both are open by the
+    time the run asks (a console opens its store as the run starts, after the queue is made)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def writer(self) -> EventWriter: ...
 
 
 async def _approval_row(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
@@ -37,6 +49,7 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
         row = await _approval_row(store, request.run_id, request.call_id)
         if row is not None and row["state"] in ("approved", "rejected"):
             return ApprovalDecision(
+                call_id=request.call_id,
                 approved=row["state"] == "approved",
                 reason=row["reason"] or "",
                 by=row["decided_by"] or "store",
@@ -47,15 +60,13 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
 class StoreApprover:
     """`--approve wait`: block until `loopdeck approve/reject` or a console decides."""
 
-    def __init__(self, store: Store, writer: EventWriter) -> None:
-        self.store = store
-        self.writer = writer
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
 
-    async def decide(self, request: ApprovalRequest) -> ApprovalDecision:
-        await flush_when_available(
-            self.writer
-        )  # the pending row is visible to other processes from here on
-        return await decision_from_store(self.store, request)
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        # The pending row is visible to other processes from here on.
+        await flush_when_available(self.recording.writer)
+        return await decision_from_store(self.recording.store, request)
 
 
 async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answer:
@@ -69,10 +80,9 @@ async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answ
 class StoreAnswerer:
     """`--approve wait`: the model's question waits for `loopdeck answer` or a console."""
 
-    def __init__(self, store: Store, writer: EventWriter) -> None:
-        self.store = store
-        self.writer = writer
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
-        await flush_when_available(self.writer)
-        return await answer_from_store(self.store, run_id, question_id)
+        await flush_when_available(self.recording.writer)
+        return await answer_from_store(self.recording.store, run_id, question_id)

@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
@@ -48,19 +49,19 @@ def untold(_: str) -> None:
 async def decide(
     store: Store,
     run_id: str,
-    call_id: str,
+    decision: ApprovalDecision,
     *,
-    approved: bool,
-    by: str,
-    reason: str = "",
     tell: Tell = untold,
     retry_for_s: float = RETRY_FOR_S,
 ) -> bool:
     """Exactly one decision wins: False if the call was already decided or is not pending."""
-    what = f"{'approval' if approved else 'rejection'} of {call_id}"
+    d = decision
+    what = f"{'approval' if d.approved else 'rejection'} of {d.call_id}"
 
     async def once(tx: Tx) -> bool:
-        return await queries.decide(tx, run_id, call_id, approved=approved, by=by, reason=reason)
+        return await queries.decide(
+            tx, run_id, d.call_id, approved=d.approved, by=d.by, reason=d.reason
+        )
 
     return await _taken(store, run_id, what, once, tell, retry_for_s)
 

@@ -10,10 +10,10 @@ from functools import partial
 from textual.message import Message
 from textual.screen import Screen
 
-from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.operator.links import RunLink
-from loopdeck.store.base import StoreError
-from loopdeck.tui.dialogs import AnswerDialog, AnswerText, ApprovalAnswer, ApprovalDialog
+from loopdeck.operator.records import StoreError
+from loopdeck.tui.dialogs import AnswerDialog, AnswerText, ApprovalDialog
 from loopdeck.tui.failures import say
 from loopdeck.tui.shown import toast
 
@@ -114,16 +114,18 @@ class ApprovalOffers:
         )
         self.screen.app.push_screen(self.dialog, self._answered)
 
-    def _answered(self, answer: ApprovalAnswer | None) -> None:
+    def _answered(self, decision: ApprovalDecision | None) -> None:
         dialog, self.dialog = self.dialog, None
-        if answer is None:
+        if decision is None:
             pending = {p.call_id for p in self.link.pending()}
             if isinstance(dialog, ApprovalDialog) and dialog.request.call_id in pending:
                 self._later.add(dialog.request.call_id)
                 self.put_off()
             return
-        self._sending.add(answer.call_id)
-        self._work(partial(self._decide, answer), "record an approval decision")
+        assert isinstance(dialog, ApprovalDialog)  # only its dialog decides a write
+        self._sending.add(decision.call_id)
+        asked = asking(dialog.request)
+        self._work(partial(self._decide, decision, asked), "record an approval decision")
 
     def _answered_question(self, answer: AnswerText | None) -> None:
         dialog, self.dialog = self.dialog, None
@@ -158,20 +160,18 @@ class ApprovalOffers:
             self._sending.discard(answer.question_id)
         self.offer_next()
 
-    async def _decide(self, answer: ApprovalAnswer) -> None:
+    async def _decide(self, decision: ApprovalDecision, asked: tuple[str, datetime]) -> None:
         """The store takes it here, off the runtime: a store error is shown and the request
         stays pending (its dialog comes back), the run goes on waiting."""
         try:
-            won = await self.link.decide(
-                answer.call_id, answer.approved, answer.reason, "console", self._tell
-            )
+            won = await self.link.decide(decision, self._tell)
         except StoreError as exc:
-            what = "approval" if answer.approved else "rejection"
+            what = "approval" if decision.approved else "rejection"
             say(self.screen, f"{what} not recorded: {exc}", STILL_PENDING, title="decision")
         else:
-            self._settled.add((answer.call_id, answer.requested_at))
+            self._settled.add(asked)
             if not won:
-                toast(self.screen, f"{answer.call_id} was already decided", severity="warning")
+                toast(self.screen, f"{decision.call_id} was already decided", severity="warning")
         finally:
-            self._sending.discard(answer.call_id)
+            self._sending.discard(decision.call_id)
         self.offer_next()

@@ -13,26 +13,19 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from loopdeck.core.approvals import ApprovalRequest
+from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.text import visible_json
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
 
-
-@dataclass(frozen=True)
-class ApprovalAnswer:
-    call_id: str
-    requested_at: datetime  # which asking of the call it decides (a call can be asked again)
-    approved: bool
-    reason: str = ""
-
-
+BY = "console"  # who decided, as the store and the events have it
 KEYS = "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later"
 
 
-class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
+class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     """One write waiting for the operator: what, why, from which plan step. Esc leaves it
-    pending. `r` opens the reason box below the arguments, never over them."""
+    pending. `r` opens the reason box below the arguments, never over them. The decision is
+    the console's (`by`), on this asking of the call (`request`: a call can be asked again)."""
 
     BINDINGS = [
         Binding("a", "approve", "Approve", id="approval.approve"),
@@ -130,8 +123,7 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
         return not (action in ("approve", "reject") and self.typing)
 
     def action_approve(self) -> None:
-        r = self.request
-        self.dismiss(ApprovalAnswer(r.call_id, r.requested_at, approved=True))
+        self.dismiss(ApprovalDecision(call_id=self.request.call_id, approved=True, by=BY))
 
     def action_reject(self) -> None:
         self._reason.display = True
@@ -143,10 +135,9 @@ class ApprovalDialog(ModalScreen[ApprovalAnswer | None]):
         self._reason.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        r = self.request
-        self.dismiss(
-            ApprovalAnswer(r.call_id, r.requested_at, approved=False, reason=event.value.strip())
-        )
+        reason = event.value.strip()
+        call_id = self.request.call_id
+        self.dismiss(ApprovalDecision(call_id=call_id, approved=False, reason=reason, by=BY))
 
     def action_close(self) -> None:
         if self._reason.display:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -19,15 +19,15 @@ from textual.worker import Worker
 
 from loopdeck.core.text import plural, visible_json
 from loopdeck.core.timeouts import bounded
-from loopdeck.store import deciding, queries
-from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
-from loopdeck.store.opening import open_store
+from loopdeck.operator.inbox import Inbox, InboxEntry, PendingQuestion, PendingWrite, Tell
+from loopdeck.operator.records import StoreError
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import cell, markup, toast
 
-POLL_S = 0.1
+if TYPE_CHECKING:
+    from loopdeck.operator.records import Location
 
 
 class InboxChanged(Message):
@@ -49,9 +49,7 @@ class InboxScreen(Screen[None]):
         super().__init__()
         self.db_path = db_path
         self.now = now
-        self.entries: list[dict[str, Any]] = []
-        self.store: Store | None = None
-        self._counter = -1
+        self.inbox = Inbox()
         # Decisions on their way to the store, by call key: shown in place of the countdown.
         self._deciding: dict[str, str] = {}
         self._stop_following = asyncio.Event()
@@ -77,60 +75,23 @@ class InboxScreen(Screen[None]):
 
     @work(group="inbox", exclusive=True, exit_on_error=False, description="pending approvals")
     async def follow(self) -> None:
-        self.store = await open_store(self.db_path)
         try:
-            while not self._stop_following.is_set():
-                counter = await queries.change_counter(self.store)
-                # A store that cannot be read for now keeps the entries; the next tick reads.
-                if counter != self._counter:
-                    with contextlib.suppress(StoreUnavailable):
-                        self.entries = await self._load(self.store)
-                        self._counter = counter
-                        self.post_message(InboxChanged())
-                with contextlib.suppress(TimeoutError):
-                    await bounded(self._stop_following.wait(), POLL_S)
+            await self.inbox.follow(
+                self.db_path, self._stop_following, lambda: self.post_message(InboxChanged())
+            )
         finally:
-            store, self.store = self.store, None
-            await asyncio.shield(store.close())
             self._store_closed.set()
+
+    @property
+    def entries(self) -> list[InboxEntry]:
+        """What waits, as last read: writes soonest to expire first, then questions."""
+        return self.inbox.entries
 
     async def on_unmount(self) -> None:
         """Leave with the store closed (see FleetScreen.on_unmount)."""
         self._stop_following.set()
         with contextlib.suppress(TimeoutError):
             await bounded(self._store_closed.wait(), 2.0)
-
-    async def _load(self, store: Store) -> list[dict[str, Any]]:
-        runs = {run["run_id"]: run for run in await queries.all_runs(store)}
-        entries = []
-        for item in await queries.pending_approvals(store):
-            request = await queries.approval_request(store, item["run_id"], item["call_id"])
-            run = runs.get(item["run_id"], {})
-            entries.append(
-                {
-                    **item,
-                    "env": f"{run.get('env') or ''}/{run.get('script') or ''}",
-                    "rationale": (request or {}).get("rationale", ""),
-                    "plan_step": (request or {}).get("plan_step") or "",
-                    "asked_again": (request or {}).get("asked_again", ""),
-                    "expires": datetime.fromisoformat(item["expires_at"]),
-                }
-            )
-        entries.sort(key=lambda entry: entry["expires"])
-        for question in await queries.pending_questions(store):
-            run = runs.get(question["run_id"], {})
-            entries.append(
-                {
-                    "run_id": question["run_id"],
-                    "call_id": question["question_id"],
-                    "tool": "ask_user",
-                    "question": question["question"],
-                    "env": f"{run.get('env') or ''}/{run.get('script') or ''}",
-                    "plan_step": "",
-                    "expires": None,
-                }
-            )
-        return entries
 
     @on(InboxChanged)
     def _changed(self) -> None:
@@ -142,32 +103,31 @@ class InboxScreen(Screen[None]):
     def render_inbox(self) -> None:
         table = self.query_one("#inbox-table", DataTable)
         selected = self.selected()
-        chosen = selected["call_key"] if selected else None
+        chosen = selected.key if selected else None
         index = table.cursor_row
         table.clear()
         now = self.now()
         for entry in self.entries:
-            entry["call_key"] = f"{entry['run_id']}/{entry['call_id']}"
-            if entry["expires"] is None:
+            if isinstance(entry, PendingQuestion):
                 when = "question"
             else:
-                left = (entry["expires"] - now).total_seconds()
+                left = (entry.expires - now).total_seconds()
                 when = "expired" if left <= 0 else countdown_text(left)
-            when = self._deciding.get(entry["call_key"], when)
+            when = self._deciding.get(entry.key, when)
             table.add_row(
                 when,
-                cell(entry["run_id"]),
-                cell(entry["env"]),
-                cell(entry["call_id"]),
-                cell(entry["tool"]),
-                cell(entry["plan_step"][:40]),
-                key=entry["call_key"],
+                cell(entry.run_id),
+                cell(entry.env),
+                cell(entry.call_id),
+                cell(entry.tool),
+                cell(entry.plan_step[:40]),
+                key=entry.key,
             )
-        if chosen in table.rows:
+        if chosen is not None and chosen in table.rows:
             table.move_cursor(row=table.get_row_index(chosen), animate=False)
         elif table.row_count:
             table.move_cursor(row=min(index, table.row_count - 1), animate=False)
-        questions = sum(1 for e in self.entries if "question" in e)
+        questions = sum(1 for e in self.entries if isinstance(e, PendingQuestion))
         asked = f" and {plural(questions, 'question')}" if questions else ""
         waiting = len(self.entries) - questions
         self.query_one("#inbox-header", Static).update(
@@ -176,45 +136,45 @@ class InboxScreen(Screen[None]):
         )
         self._show(self.selected())
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> InboxEntry | None:
         table = self.query_one("#inbox-table", DataTable)
         if not table.row_count or not self.entries:
             return None
         key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        return next((e for e in self.entries if e.get("call_key") == key), None)
+        return next((e for e in self.entries if e.key == key), None)
 
     @on(DataTable.RowHighlighted, "#inbox-table")
     def _highlighted(self) -> None:
         self._show(self.selected())
 
-    def _show(self, entry: dict[str, Any] | None) -> None:
+    def _show(self, entry: InboxEntry | None) -> None:
         body = self.query_one("#inbox-body", Static)
         if entry is None:
             body.update("[dim]nothing waiting for you[/dim]")
             return
-        ids = {"run": entry["run_id"], "env": entry["env"], "call": entry["call_id"]}
-        if "question" in entry:
+        ids = {"run": entry.run_id, "env": entry.env, "call": entry.call_id}
+        if isinstance(entry, PendingQuestion):
             body.update(
                 markup(
                     "[b]run[/] $run · $env   [b]question[/] $call\n[b]the agent asks you[/]\n"
                     "$question\n\n[b]a[/] answer it",
-                    question=entry["question"],
+                    question=entry.question,
                     **ids,
                 )
             )
             return
-        again = "[b $warning]asked again:[/] $again\n" if entry["asked_again"] else ""
-        why = "$why" if entry["rationale"] else "[dim]no text[/]"
+        again = "[b $warning]asked again:[/] $again\n" if entry.asked_again else ""
+        why = "$why" if entry.rationale else "[dim]no text[/]"
         body.update(
             markup(
                 "[b]run[/] $run · $env   [b]call[/] $call   [b]tool[/] $tool   "
                 "risk [b $risk-write]write[/]\n"
                 f"[b]plan step[/] $step\n[b]why[/] {why}\n{again}[b]arguments[/]\n$args",
-                tool=entry["tool"],
-                step=entry["plan_step"] or "—",
-                why=entry["rationale"],
-                again=entry["asked_again"],
-                args=visible_json(entry["args"]),
+                tool=entry.tool,
+                step=entry.plan_step or "—",
+                why=entry.rationale,
+                again=entry.asked_again,
+                args=visible_json(entry.args),
                 **ids,
             )
         )
@@ -224,7 +184,7 @@ class InboxScreen(Screen[None]):
 
     def action_approve(self) -> None:
         entry = self.selected()
-        if entry is not None and "question" in entry:
+        if isinstance(entry, PendingQuestion):
             box = self.query_one("#inbox-reason", Input)
             box.placeholder = "your answer, enter sends it to the model"
             box.display = True
@@ -233,8 +193,7 @@ class InboxScreen(Screen[None]):
             self._decide(entry, True, "")
 
     def action_reject(self) -> None:
-        entry = self.selected()
-        if entry is None or "question" in entry:
+        if not isinstance(self.selected(), PendingWrite):
             return
         box = self.query_one("#inbox-reason", Input)
         box.placeholder = "reason for the model (optional), enter rejects"
@@ -247,50 +206,34 @@ class InboxScreen(Screen[None]):
         event.input.display = False
         event.input.value = ""
         self.query_one("#inbox-table").focus()
-        if entry is not None and "question" in entry:
+        if isinstance(entry, PendingQuestion):
             self._answer(entry, event.value.strip())
         elif entry is not None:
             self._decide(entry, False, event.value.strip())
 
     @work(group="inbox-decide", exit_on_error=False, description="answer from the inbox")
-    async def _answer(self, entry: dict[str, Any], text: str) -> None:
-        store = self.store
-        if store is None or not text:
-            return
-
-        async def record(tell: deciding.Tell) -> bool:
-            return await deciding.answer(
-                store, entry["run_id"], text, "console inbox", question_id=entry["call_id"],
-                tell=tell,
-            )  # fmt: skip
-
-        await self._record(entry, record, "was already answered")
+    async def _answer(self, entry: PendingQuestion, text: str) -> None:
+        if text:
+            await self._record(
+                entry, lambda tell: self.inbox.answer(entry, text, tell), "was already answered"
+            )
 
     @work(group="inbox-decide", exit_on_error=False, description="decide from the inbox")
-    async def _decide(self, entry: dict[str, Any], approved: bool, reason: str) -> None:
-        store = self.store
-        if store is None:
-            return
-
-        async def record(tell: deciding.Tell) -> bool:
-            return await deciding.decide(
-                store, entry["run_id"], entry["call_id"], approved=approved, by="console inbox",
-                reason=reason or ("" if approved else "rejected by the operator"), tell=tell,
-            )  # fmt: skip
-
-        await self._record(entry, record, "was already decided")
+    async def _decide(self, entry: PendingWrite, approved: bool, reason: str) -> None:
+        await self._record(
+            entry,
+            lambda tell: self.inbox.decide(entry, approved, reason, tell),
+            "was already decided",
+        )
 
     async def _record(
-        self,
-        entry: dict[str, Any],
-        record: Callable[[deciding.Tell], Awaitable[bool]],
-        lost: str,
+        self, entry: InboxEntry, record: Callable[[Tell], Awaitable[bool]], lost: str
     ) -> None:
         """One decision to the store: its entry says so while it waits (a held lock is
         retried, the operator told); a store error is shown and the entry stays pending."""
-        key = f"{entry['run_id']}/{entry['call_id']}"
+        key = entry.key
         if key in self._deciding:
-            toast(self, f"{entry['call_id']}: your decision is on its way to the store")
+            toast(self, f"{entry.call_id}: your decision is on its way to the store")
             return
         self._deciding[key] = "sending…"
         self.render_inbox()
@@ -309,8 +252,8 @@ class InboxScreen(Screen[None]):
             self._deciding.pop(key, None)
             self.render_inbox()
         if not won:
-            toast(self, f"{entry['call_id']} {lost}", severity="warning")
-        self.entries = [e for e in self.entries if e.get("call_key") != key]
+            toast(self, f"{entry.call_id} {lost}", severity="warning")
+        self.inbox.drop(entry)
         self.render_inbox()
 
     @on(Worker.StateChanged)
