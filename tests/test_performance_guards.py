@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rich.text import Text
 from textual.app import App, ComposeResult
 
+from loopdeck import tuning
 from loopdeck.core.budgets import Budget, BudgetLedger, Cap
 from loopdeck.core.events import CallStatus
 from loopdeck.core.model import ModelRequest, ProviderError
@@ -102,7 +103,7 @@ async def test_calls_table_cells_are_plain_text_never_markup() -> None:
         assert "[b]poll[/b]" in shown and "[red]x[/red]" in shown
 
 
-def test_a_fresh_event_is_numbered_in_place_and_a_numbered_one_is_copied() -> None:
+def test_the_bus_numbers_a_copy_and_leaves_the_frozen_event_as_it_was() -> None:
     from loopdeck.core.events import EventBus, StateChanged
     from loopdeck.core.states import RunState
 
@@ -110,9 +111,10 @@ def test_a_fresh_event_is_numbered_in_place_and_a_numbered_one_is_copied() -> No
     bus.subscribe(seen.append)
     event = StateChanged(run_id="r", source=RunState.READY, target=RunState.PLANNING)
     first = bus.publish(event)
-    again = bus.publish(event)  # published twice: the second is a copy with its own number
-    assert (first.seq, again.seq) == (1, 2) and first is event and again is not event
-    assert [e.seq for e in seen] == [1, 2]
+    again = bus.publish(event)  # published twice: two numbers, two events
+    assert (first.seq, again.seq) == (1, 2) and event.seq == 0
+    assert seen == [first, again] and seen[0] is first and first is not event
+    assert first.model_copy(update={"seq": 0}) == event
 
 
 def test_transcript_entries_made_late_read_as_if_made_at_once() -> None:
@@ -281,30 +283,37 @@ def test_the_ledgers_usage_table_names_every_cap_with_its_use_and_limit() -> Non
 
 
 @pytest.mark.slow
-def test_importing_litellm_leaves_the_collector_on_tuned_and_an_embedders_choice_alone() -> None:
+def test_importing_litellm_headless_tunes_the_collector_and_keeps_an_embedders_choice() -> None:
+    """`loopdeck run --headless` (`tuning.for_headless`): Python's thresholds become loopdeck's
+    once LiteLLM is imported, an embedder's own are kept, and LiteLLM's modules are frozen.
+    Without an entry point's tuning (an embedder), the import changes nothing."""
     probe = (
-        "import gc, sys; from loopdeck.llm.loader import litellm_module; {before}"
-        "litellm_module(); print(gc.isenabled(), *gc.get_threshold(), gc.get_freeze_count())"
+        "import gc, sys; from loopdeck import tuning; "
+        "from loopdeck.llm.loader import litellm_module; {before}litellm_module(); "
+        "print(gc.isenabled(), *gc.get_threshold(), gc.get_freeze_count())"
     )
+    headless = "tuning.for_headless(); "
     cases = {
-        "": ("True", (20_000, 5, 100)),  # Python's defaults: loopdeck's thresholds
-        "gc.set_threshold(1000, 20, 20); ": ("True", (1000, 20, 20)),  # the embedder's, kept
-        "gc.disable(); ": ("False", (20_000, 5, 100)),  # held by the embedder: still held
+        headless: ("True", (20_000, 5, 100), True),  # Python's defaults: loopdeck's thresholds
+        f"gc.set_threshold(1000, 20, 20); {headless}": ("True", (1000, 20, 20), True),  # kept
+        f"gc.disable(); {headless}": ("False", (20_000, 5, 100), True),  # still held
+        "": ("True", (700, 10, 10), False),  # an embedder: nothing changed, nothing frozen
     }
-    for before, (enabled, thresholds) in cases.items():
+    for before, (enabled, thresholds, frozen) in cases.items():
         out = subprocess.run(
             [sys.executable, "-c", probe.format(before=before)],
             capture_output=True, text=True, check=True,
         ).stdout.split()  # fmt: skip
         assert out[0] == enabled, before
         assert tuple(map(int, out[1:4])) == thresholds, before
-        assert int(out[4]) > 100_000, before  # LiteLLM's modules frozen out of the walks
+        # LiteLLM's modules frozen out of the walks, or nothing frozen
+        assert (int(out[4]) > 100_000) is frozen, before
 
 
 async def test_only_the_console_holds_the_interpreters_lock_longer() -> None:
-    """A headless run (and an embedder) keeps the process's switch interval; the console sets
-    its own, so a paint and LiteLLM's request building do not cut into each other (see
-    `loopdeck.lock_switching`)."""
+    """A headless run (and an embedder) keeps the process's switch interval; the console's
+    tuning sets its own, so a paint and LiteLLM's request building do not cut into each other
+    (see `loopdeck.tuning.lock_switching`); building the console's app changes nothing."""
     from loopdeck.tui.app import LoopdeckApp
 
     before = sys.getswitchinterval()
@@ -318,6 +327,8 @@ async def test_only_the_console_holds_the_interpreters_lock_longer() -> None:
         assert outcome.stop_reason.value == "goal_met"
         assert sys.getswitchinterval() == 0.005
         LoopdeckApp()
+        assert sys.getswitchinterval() == 0.005
+        assert "switch interval" not in " ".join(tuning.for_console())  # measured on 3.11
         assert sys.getswitchinterval() == lock_switching.CONSOLE_SWITCH_INTERVAL_S
     finally:
         sys.setswitchinterval(before)

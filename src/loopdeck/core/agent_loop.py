@@ -14,7 +14,7 @@ from loopdeck.core.calls import CallHandler
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, decide
-from loopdeck.core.events import DecisionInvalid, DecisionMade, EventBase, PlanWritten
+from loopdeck.core.events import DecisionInvalid, DecisionMade, Event, PlanWritten
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.prompts import (
@@ -48,7 +48,7 @@ class AgentHost(Protocol):
     answerer: Answerer | None
 
     def move(self, target: RunState) -> None: ...
-    def emit(self, event: EventBase) -> None: ...
+    def emit(self, event: Event) -> None: ...
     async def snapshot(self) -> dict[str, Any]: ...
     async def review_round(self, before: dict[str, Any]) -> Verdict: ...
     async def ask_operator(

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
-from loopdeck.core.events import EventBase, OperatorCommand
+from loopdeck.core.events import Event, OperatorCommand
 from loopdeck.core.states import StopReason
 
 T = TypeVar("T")
@@ -43,9 +43,7 @@ def _no_hold(why: str) -> AbstractContextManager[None]:
 
 
 class RunControl:
-    def __init__(
-        self, emit: Callable[[EventBase], None], run_id: str, hold: Hold = _no_hold
-    ) -> None:
+    def __init__(self, emit: Callable[[Event], None], run_id: str, hold: Hold = _no_hold) -> None:
         self._emit = emit
         self._run_id = run_id
         self.hold = hold  # the agent's clock stops while a pause holds the run

@@ -11,7 +11,7 @@ from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
 from loopdeck.core.compaction import Compaction, ContextWindow
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, StopRun
-from loopdeck.core.events import ContextCompacted, EventBase, ModelCalled, ModelRetry
+from loopdeck.core.events import ContextCompacted, Event, ModelCalled, ModelRetry
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest, ProviderError
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
@@ -30,7 +30,7 @@ class ModelHost(Protocol):
     model: ModelClient
     ledger: BudgetLedger
 
-    def emit(self, event: EventBase) -> None: ...
+    def emit(self, event: Event) -> None: ...
     def publish_budget(self) -> None: ...
     async def hold_while_unavailable(self) -> None: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...

@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
-from loopdeck.core.events import EventBase, RecordingHeld, RecordingResumed
+from loopdeck.core.events import Event, RecordingHeld, RecordingResumed
 from loopdeck.core.states import StopReason
 from loopdeck.core.timeouts import bounded
 
@@ -70,7 +70,7 @@ class HoldHost(Protocol):
     config: RunConfig
     journal: Journal | None
 
-    def emit(self, event: EventBase) -> None: ...
+    def emit(self, event: Event) -> None: ...
     def operator_time(self, why: str) -> AbstractContextManager[None]: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
 

@@ -26,7 +26,7 @@ from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
-    EventBase,
+    Event,
     EventBus,
     ReviewVerdict,
     RunStarted,
@@ -104,7 +104,7 @@ class Runtime:
         self.control.resume(by)
 
     # -- plumbing ----------------------------------------------------------------------
-    def emit(self, event: EventBase) -> None:
+    def emit(self, event: Event) -> None:
         self.bus.publish(event)
 
     async def env_call(self, label: str, fn: Callable[..., T], *args: Any) -> T:

@@ -9,16 +9,56 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TypeVar, cast
 
 from loopdeck.core.budgets import CAP_STOP_REASON
-from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    BudgetUpdated,
+    CallProposed,
+    CallStatus,
+    ContextCompacted,
+    DecisionMade,
+    Event,
+    EventBase,
+    ModelRetry,
+    OperatorCommand,
+    PlanWritten,
+    RecordingHeld,
+    RecordingResumed,
+    ReviewVerdict,
+    RunCorrected,
+    RunStarted,
+    RunStopped,
+    StateChanged,
+    ToolFinished,
+    ToolRetry,
+)
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
 
 MAX_CALL_ROWS = 500
+
+E = TypeVar("E", bound=EventBase)
+Handler = Callable[["RunView", E], None]  # what one class's events do to the view
+
+# One handler per event class, looked up by the event's class once per event (a long run's
+# load folds 100,000): cheaper than trying the classes in turn.
+VIEW_HANDLERS: dict[type[EventBase], Handler[Event]] = {}
+
+
+def _handles(cls: type[E]) -> Callable[[Handler[E]], Handler[E]]:
+    """Makes a `RunView` method the handler of `cls`'s events (typed for that class)."""
+
+    def register(handler: Handler[E]) -> Handler[E]:
+        VIEW_HANDLERS[cls] = cast(Handler[Event], handler)  # called only with a `cls` event
+        return handler
+
+    return register
 
 
 @dataclass
@@ -129,19 +169,21 @@ class RunView:
             RunState.REVIEWING: "the goal check",
         }.get(self.state, "")
 
-    def apply(self, event: EventBase) -> None:
+    def apply(self, event: Event) -> None:
         self.events_seen += 1
-        handler = VIEW_HANDLERS.get(getattr(event, "kind", ""))
+        handler = VIEW_HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
 
-    def _on_run_started(self, e: Any) -> None:
+    @_handles(RunStarted)
+    def _on_run_started(self, e: RunStarted) -> None:
         self.run_id, self.env, self.script, self.model = e.run_id, e.env, e.script, e.model
         self.mode, self.goal, self.started_at = e.mode, e.goal, e.at
         self.budget = {k: (0.0, float(v)) for k, v in e.budget.items()}
         self.context_window = e.context_window
 
-    def _on_state_changed(self, e: Any) -> None:
+    @_handles(StateChanged)
+    def _on_state_changed(self, e: StateChanged) -> None:
         self.state = e.target
         self.entries[e.target] = self.entries.get(e.target, 0) + 1
         self.transitions += 1
@@ -149,17 +191,20 @@ class RunView:
             self.round += 1
             self.plan_step = None
 
-    def _on_plan_written(self, e: Any) -> None:
+    @_handles(PlanWritten)
+    def _on_plan_written(self, e: PlanWritten) -> None:
         self.plans[e.round] = list(e.steps)
         self.round = e.round
 
-    def _on_decision_made(self, e: Any) -> None:
+    @_handles(DecisionMade)
+    def _on_decision_made(self, e: DecisionMade) -> None:
         if e.plan_step is not None:
             self.plan_step = e.plan_step
         if self.mode == "react":
             self.round = e.round
 
-    def _on_call_proposed(self, e: Any) -> None:
+    @_handles(CallProposed)
+    def _on_call_proposed(self, e: CallProposed) -> None:
         self.calls_seen += 1
         self.tool_running = e.tool
         self.calls[e.call_id] = CallRecord(
@@ -177,26 +222,31 @@ class RunView:
             self.changed_calls.add(call_id)
         return row
 
-    def _on_approval_requested(self, e: Any) -> None:
+    @_handles(ApprovalRequested)
+    def _on_approval_requested(self, e: ApprovalRequested) -> None:
         if row := self._row(e.call_id):
             row.status = CallStatus.PENDING_APPROVAL
 
-    def _on_approval_decided(self, e: Any) -> None:
+    @_handles(ApprovalDecided)
+    def _on_approval_decided(self, e: ApprovalDecided) -> None:
         verb = "approved" if e.approved else "rejected"
         when = transcript.clock_text(e.at)
         reason = f": {e.reason}" if not e.approved and e.reason else ""
         self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}"
         self.changed_calls.add(e.call_id)
 
-    def _on_approval_withdrawn(self, e: Any) -> None:
+    @_handles(ApprovalWithdrawn)
+    def _on_approval_withdrawn(self, e: ApprovalWithdrawn) -> None:
         if row := self._row(e.call_id):
             row.status = CallStatus.WITHDRAWN
 
-    def _on_tool_retry(self, e: Any) -> None:
+    @_handles(ToolRetry)
+    def _on_tool_retry(self, e: ToolRetry) -> None:
         if row := self._row(e.call_id):
             row.retries = e.attempt
 
-    def _on_tool_finished(self, e: Any) -> None:
+    @_handles(ToolFinished)
+    def _on_tool_finished(self, e: ToolFinished) -> None:
         if row := self._row(e.call_id):
             row.status = e.status
             if e.result:
@@ -205,45 +255,54 @@ class RunView:
         if e.status is CallStatus.BLOCKED_REPEAT:
             self.repeats += 1
 
-    def _on_budget_updated(self, e: Any) -> None:
+    @_handles(BudgetUpdated)
+    def _on_budget_updated(self, e: BudgetUpdated) -> None:
         self.budget = {k: (float(u), float(limit)) for k, (u, limit) in e.usage.items()}
         self.cost_unknown_calls = e.cost_unknown_calls
         self.agent_s = self.budget.get("deadline_s", (0.0, 0.0))[0]
         self.operator_s, self.held, self.clock_at = e.operator_s, e.held, e.at
 
-    def _on_review_verdict(self, e: Any) -> None:
+    @_handles(ReviewVerdict)
+    def _on_review_verdict(self, e: ReviewVerdict) -> None:
         self.verdicts.append(RoundVerdict(e.round, e.verdict, list(e.reasons)))
 
-    def _on_model_retry(self, e: Any) -> None:
+    @_handles(ModelRetry)
+    def _on_model_retry(self, e: ModelRetry) -> None:
         self.model_retries += 1
         self.last_model_error = e.error
 
-    def _on_context_compacted(self, e: Any) -> None:
+    @_handles(ContextCompacted)
+    def _on_context_compacted(self, e: ContextCompacted) -> None:
         self.compactions += 1
         self.last_compaction = (e.tokens_before, e.tokens_after)
 
-    def _on_operator_command(self, e: Any) -> None:
+    @_handles(OperatorCommand)
+    def _on_operator_command(self, e: OperatorCommand) -> None:
         if e.command == "pause":
             self.paused = True
         elif e.command == "resume":
             self.paused = False
         self.notes.append(f"{e.command} by {e.by}")
 
-    def _on_run_corrected(self, e: Any) -> None:
+    @_handles(RunCorrected)
+    def _on_run_corrected(self, e: RunCorrected) -> None:
         # A crash a reader recorded for this live run was undone by its runner.
         if self.stop_reason == "crashed":
             self.state, self.stop_reason, self.stop_detail = self._live_state, None, ""
             self.stopped_at = None
         self.notes.append(e.detail)
 
-    def _on_recording_held(self, e: Any) -> None:
+    @_handles(RecordingHeld)
+    def _on_recording_held(self, e: RecordingHeld) -> None:
         self.store_outage = outage_text(e.cause, e.since, e.spill)
 
-    def _on_recording_resumed(self, e: Any) -> None:
+    @_handles(RecordingResumed)
+    def _on_recording_resumed(self, e: RecordingResumed) -> None:
         self.store_outage = ""
         self.notes.append(f"{outage_words(e.cause)}: held {e.held_s:.1f} s, resumed")
 
-    def _on_run_stopped(self, e: Any) -> None:
+    @_handles(RunStopped)
+    def _on_run_stopped(self, e: RunStopped) -> None:
         self.store_outage = ""
         self._live_state = self.state
         self.state = e.state
@@ -266,11 +325,3 @@ def context_text(window: int | None, compactions: int, last: tuple[int, int] | N
     if not compactions:
         return ""
     return f"context compacted x{compactions:,}{shrunk} (window {window:,})"
-
-
-# One handler per event kind, looked up once per event (a long run's load folds 100,000).
-VIEW_HANDLERS: dict[str, Callable[[RunView, Any], None]] = {
-    name.removeprefix("_on_"): handler
-    for name, handler in vars(RunView).items()
-    if name.startswith("_on_")
-}

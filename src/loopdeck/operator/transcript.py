@@ -11,9 +11,35 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TypeVar, cast
 
-from loopdeck.core.events import CallStatus, EventBase
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalInvalidated,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    CallProposed,
+    ContextCompacted,
+    DecisionInvalid,
+    DecisionMade,
+    Event,
+    EventBase,
+    GuardTripped,
+    ModelCalled,
+    ModelRetry,
+    OperatorCommand,
+    PlanWritten,
+    QuestionAnswered,
+    QuestionAsked,
+    RecordingHeld,
+    RecordingResumed,
+    ReviewVerdict,
+    RunCorrected,
+    RunStarted,
+    RunStopped,
+    ToolFinished,
+    ToolRetry,
+)
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.text import short_args, visible, visible_json
 
@@ -31,6 +57,22 @@ def ms_text(ms: float) -> str:
 
 Body = str | Callable[[], str]
 Made = tuple[str, str, Body]
+E = TypeVar("E", bound=EventBase)
+Maker = Callable[[E], Made]  # one class's events' entry
+
+# One entry maker per event class the operator reads (they read only the event), looked up
+# by the event's class.
+ENTRY_MAKERS: dict[type[EventBase], Maker[Event]] = {}
+
+
+def _makes(cls: type[E]) -> Callable[[Maker[E]], Maker[E]]:
+    """Makes a function the entry maker of `cls`'s events (typed for that class)."""
+
+    def register(maker: Maker[E]) -> Maker[E]:
+        ENTRY_MAKERS[cls] = cast(Maker[Event], maker)  # called only with a `cls` event
+        return maker
+
+    return register
 
 
 class Entry:
@@ -39,7 +81,7 @@ class Entry:
 
     __slots__ = ("_event", "_handler", "_made")
 
-    def __init__(self, event: EventBase, handler: Callable[[Any], Made]) -> None:
+    def __init__(self, event: Event, handler: Maker[Event]) -> None:
         self._event = event
         self._handler = handler
         self._made: tuple[str, str, str] | None = None
@@ -86,10 +128,10 @@ class Transcript:
         self.entries: deque[Entry] = deque(maxlen=max_entries)
         self.dropped = 0
 
-    def apply(self, event: EventBase) -> Entry | None:
+    def apply(self, event: Event) -> Entry | None:
         """The event's entry, if the operator reads this kind of event. Its words are made
         when first read: the makers read only the (frozen) event, so the words are the same."""
-        handler = ENTRY_MAKERS.get(getattr(event, "kind", ""))
+        handler = ENTRY_MAKERS.get(type(event))
         if handler is None:
             return None
         entry = Entry(event, handler)
@@ -98,139 +140,151 @@ class Transcript:
         self.entries.append(entry)
         return entry
 
-    # -- one entry maker per event kind that the operator reads ------------------------------
-    @staticmethod
-    def _on_run_started(e: Any) -> tuple[str, str, str]:
-        script = f"/{e.script}" if e.script else ""
-        return "goal", f"goal · run {e.run_id} · {e.env}{script} · {e.model} · {e.mode}", e.goal
 
-    @staticmethod
-    def _on_plan_written(e: Any) -> tuple[str, str, str]:
-        steps = "\n".join(f"{i}. {step}" for i, step in enumerate(e.steps, 1))
-        return "plan", f"plan · round {e.round}", steps
-
-    @staticmethod
-    def _on_model_called(e: Any) -> tuple[str, str, str]:
-        tokens = e.prompt_tokens + e.completion_tokens
-        title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {ms_text(e.latency_ms)}"
-        return "model", title, e.content or "(no text)"
-
-    @staticmethod
-    def _on_decision_made(e: Any) -> tuple[str, str, str]:
-        step = f" · plan step {e.plan_step}" if e.plan_step is not None else ""
-        return "decision", f"decision · {e.decision} · {e.reason_code or '-'}{step}", e.message
-
-    @staticmethod
-    def _on_decision_invalid(e: Any) -> tuple[str, str, str]:
-        title = f"reply not usable · correction {e.corrections_used}"
-        return "guard", title, e.error
-
-    @staticmethod
-    def _on_call_proposed(e: Any) -> Made:
-        title = (
-            f"call {e.call_id} · {e.tool}({short_args(e.args, 60)}) · {e.risk} · "
-            f"fingerprint {e.fingerprint[:12]} · state {e.state_hash[:12]}"
-        )
-        return "call", title, lambda: visible_json(e.args)
-
-    @staticmethod
-    def _on_approval_requested(e: Any) -> tuple[str, str, str]:
-        lines = [f"rationale: {e.rationale or 'no text'}"]
-        if e.plan_step:
-            lines.append(f"plan step: {e.plan_step}")
-        if e.asked_again:
-            lines.append(f"asked again: {e.asked_again}")
-        expires = clock_text(e.expires_at)
-        return (
-            "approval",
-            f"approval asked · {e.call_id} · {e.tool} · expires {expires}",
-            ("\n".join(lines)),
-        )
-
-    @staticmethod
-    def _on_approval_decided(e: Any) -> tuple[str, str, str]:
-        verb = "approved" if e.approved else "rejected"
-        when = clock_text(e.at)
-        return (
-            "approval",
-            f"{verb} · {e.call_id} · by {e.by} at {when}",
-            ("" if e.approved else f"reason: {e.reason or '(none)'}"),
-        )
-
-    @staticmethod
-    def _on_approval_invalidated(e: Any) -> tuple[str, str, str]:
-        return "approval", f"approval no longer valid · {e.call_id} · asked again", e.problem
-
-    @staticmethod
-    def _on_approval_withdrawn(e: Any) -> tuple[str, str, str]:
-        return "approval", f"approval withdrawn · {e.call_id} · the run stopped", ""
-
-    @staticmethod
-    def _on_question_asked(e: Any) -> tuple[str, str, str]:
-        return "approval", f"the agent asks you · {e.question_id}", e.question
-
-    @staticmethod
-    def _on_question_answered(e: Any) -> tuple[str, str, str]:
-        when = clock_text(e.at)
-        return "approval", f"answered · {e.question_id} · by {e.by} at {when}", e.answer
-
-    @staticmethod
-    def _on_tool_retry(e: Any) -> tuple[str, str, str]:
-        return "note", f"retry {e.attempt} · {e.call_id} · {e.tool} in {e.delay_s:g} s", e.error
-
-    @staticmethod
-    def _on_tool_finished(e: Any) -> Made:
-        status = e.status.value if isinstance(e.status, CallStatus) else str(e.status)
-        title = f"result {e.call_id} · {e.tool} · {status} · {ms_text(e.duration_ms)}"
-        return "result", title, (lambda: visible_json(e.result)) if e.result else "(no result)"
-
-    @staticmethod
-    def _on_guard_tripped(e: Any) -> tuple[str, str, str]:
-        title = f"guard · {e.call_id} · {e.tool} repeated from the same state · not executed"
-        return "guard", title, f"fingerprint {e.fingerprint}"
-
-    @staticmethod
-    def _on_review_verdict(e: Any) -> tuple[str, str, str]:
-        reasons = "\n".join(f"· {reason}" for reason in e.reasons)
-        return "review", f"review · round {e.round} · {e.verdict.upper()}", reasons
-
-    @staticmethod
-    def _on_model_retry(e: Any) -> tuple[str, str, str]:
-        return "note", f"model retry {e.attempt} in {e.delay_s:g} s", e.error
-
-    @staticmethod
-    def _on_context_compacted(e: Any) -> tuple[str, str, str]:
-        title = f"context compacted · {e.tokens_before:,} → {e.tokens_after:,} tokens"
-        done = f"{e.results_shortened:,} results shortened, {e.turns_dropped:,} turns dropped"
-        return "note", title, f"{e.reason}: {done}"
-
-    @staticmethod
-    def _on_operator_command(e: Any) -> tuple[str, str, str]:
-        return "note", f"operator · {e.command} · by {e.by}", ""
-
-    @staticmethod
-    def _on_run_corrected(e: Any) -> tuple[str, str, str]:
-        return "note", "record corrected", e.detail
-
-    @staticmethod
-    def _on_recording_held(e: Any) -> tuple[str, str, str]:
-        title = f"held · {outage_text(e.cause, e.since, e.spill)}"
-        return "note", title, f"{e.detail}; stops after {e.bound_s:g} s"
-
-    @staticmethod
-    def _on_recording_resumed(e: Any) -> tuple[str, str, str]:
-        return "note", f"resumed · {outage_words(e.cause)} for {e.held_s:.1f} s", ""
-
-    @staticmethod
-    def _on_run_stopped(e: Any) -> tuple[str, str, str]:
-        reason = e.stop_reason.value if hasattr(e.stop_reason, "value") else str(e.stop_reason)
-        state = e.state.value if hasattr(e.state, "value") else str(e.state)
-        return "stop", f"stop · {reason.upper()} · {state}", e.detail
+# -- one entry maker per event class that the operator reads ---------------------------------
+@_makes(RunStarted)
+def _run_started(e: RunStarted) -> Made:
+    script = f"/{e.script}" if e.script else ""
+    return "goal", f"goal · run {e.run_id} · {e.env}{script} · {e.model} · {e.mode}", e.goal
 
 
-# One entry maker per event kind the operator reads (they read only the event).
-ENTRY_MAKERS: dict[str, Callable[[Any], Made]] = {
-    name.removeprefix("_on_"): getattr(Transcript, name)
-    for name in vars(Transcript)
-    if name.startswith("_on_")
-}
+@_makes(PlanWritten)
+def _plan_written(e: PlanWritten) -> Made:
+    steps = "\n".join(f"{i}. {step}" for i, step in enumerate(e.steps, 1))
+    return "plan", f"plan · round {e.round}", steps
+
+
+@_makes(ModelCalled)
+def _model_called(e: ModelCalled) -> Made:
+    tokens = e.prompt_tokens + e.completion_tokens
+    title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {ms_text(e.latency_ms)}"
+    return "model", title, e.content or "(no text)"
+
+
+@_makes(DecisionMade)
+def _decision_made(e: DecisionMade) -> Made:
+    step = f" · plan step {e.plan_step}" if e.plan_step is not None else ""
+    return "decision", f"decision · {e.decision} · {e.reason_code or '-'}{step}", e.message
+
+
+@_makes(DecisionInvalid)
+def _decision_invalid(e: DecisionInvalid) -> Made:
+    title = f"reply not usable · correction {e.corrections_used}"
+    return "guard", title, e.error
+
+
+@_makes(CallProposed)
+def _call_proposed(e: CallProposed) -> Made:
+    title = (
+        f"call {e.call_id} · {e.tool}({short_args(e.args, 60)}) · {e.risk} · "
+        f"fingerprint {e.fingerprint[:12]} · state {e.state_hash[:12]}"
+    )
+    return "call", title, lambda: visible_json(e.args)
+
+
+@_makes(ApprovalRequested)
+def _approval_requested(e: ApprovalRequested) -> Made:
+    lines = [f"rationale: {e.rationale or 'no text'}"]
+    if e.plan_step:
+        lines.append(f"plan step: {e.plan_step}")
+    if e.asked_again:
+        lines.append(f"asked again: {e.asked_again}")
+    expires = clock_text(e.expires_at)
+    return (
+        "approval",
+        f"approval asked · {e.call_id} · {e.tool} · expires {expires}",
+        ("\n".join(lines)),
+    )
+
+
+@_makes(ApprovalDecided)
+def _approval_decided(e: ApprovalDecided) -> Made:
+    verb = "approved" if e.approved else "rejected"
+    when = clock_text(e.at)
+    return (
+        "approval",
+        f"{verb} · {e.call_id} · by {e.by} at {when}",
+        ("" if e.approved else f"reason: {e.reason or '(none)'}"),
+    )
+
+
+@_makes(ApprovalInvalidated)
+def _approval_invalidated(e: ApprovalInvalidated) -> Made:
+    return "approval", f"approval no longer valid · {e.call_id} · asked again", e.problem
+
+
+@_makes(ApprovalWithdrawn)
+def _approval_withdrawn(e: ApprovalWithdrawn) -> Made:
+    return "approval", f"approval withdrawn · {e.call_id} · the run stopped", ""
+
+
+@_makes(QuestionAsked)
+def _question_asked(e: QuestionAsked) -> Made:
+    return "approval", f"the agent asks you · {e.question_id}", e.question
+
+
+@_makes(QuestionAnswered)
+def _question_answered(e: QuestionAnswered) -> Made:
+    when = clock_text(e.at)
+    return "approval", f"answered · {e.question_id} · by {e.by} at {when}", e.answer
+
+
+@_makes(ToolRetry)
+def _tool_retry(e: ToolRetry) -> Made:
+    return "note", f"retry {e.attempt} · {e.call_id} · {e.tool} in {e.delay_s:g} s", e.error
+
+
+@_makes(ToolFinished)
+def _tool_finished(e: ToolFinished) -> Made:
+    title = f"result {e.call_id} · {e.tool} · {e.status.value} · {ms_text(e.duration_ms)}"
+    return "result", title, (lambda: visible_json(e.result)) if e.result else "(no result)"
+
+
+@_makes(GuardTripped)
+def _guard_tripped(e: GuardTripped) -> Made:
+    title = f"guard · {e.call_id} · {e.tool} repeated from the same state · not executed"
+    return "guard", title, f"fingerprint {e.fingerprint}"
+
+
+@_makes(ReviewVerdict)
+def _review_verdict(e: ReviewVerdict) -> Made:
+    reasons = "\n".join(f"· {reason}" for reason in e.reasons)
+    return "review", f"review · round {e.round} · {e.verdict.upper()}", reasons
+
+
+@_makes(ModelRetry)
+def _model_retry(e: ModelRetry) -> Made:
+    return "note", f"model retry {e.attempt} in {e.delay_s:g} s", e.error
+
+
+@_makes(ContextCompacted)
+def _context_compacted(e: ContextCompacted) -> Made:
+    title = f"context compacted · {e.tokens_before:,} → {e.tokens_after:,} tokens"
+    done = f"{e.results_shortened:,} results shortened, {e.turns_dropped:,} turns dropped"
+    return "note", title, f"{e.reason}: {done}"
+
+
+@_makes(OperatorCommand)
+def _operator_command(e: OperatorCommand) -> Made:
+    return "note", f"operator · {e.command} · by {e.by}", ""
+
+
+@_makes(RunCorrected)
+def _run_corrected(e: RunCorrected) -> Made:
+    return "note", "record corrected", e.detail
+
+
+@_makes(RecordingHeld)
+def _recording_held(e: RecordingHeld) -> Made:
+    title = f"held · {outage_text(e.cause, e.since, e.spill)}"
+    return "note", title, f"{e.detail}; stops after {e.bound_s:g} s"
+
+
+@_makes(RecordingResumed)
+def _recording_resumed(e: RecordingResumed) -> Made:
+    return "note", f"resumed · {outage_words(e.cause)} for {e.held_s:.1f} s", ""
+
+
+@_makes(RunStopped)
+def _run_stopped(e: RunStopped) -> Made:
+    return "stop", f"stop · {e.stop_reason.value.upper()} · {e.state.value}", e.detail

@@ -7,10 +7,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol, TypeVar, cast
 
-from loopdeck.core.events import EventBase
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    BudgetUpdated,
+    Event,
+    EventBase,
+    QuestionAnswered,
+    QuestionAsked,
+    RunStarted,
+    RunStopped,
+    StateChanged,
+    ToolFinished,
+)
 from loopdeck.store.base import Tx
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 
@@ -22,15 +35,6 @@ ASKED_AGAIN = (
     " requested_at = excluded.requested_at, expires_at = excluded.expires_at, state = 'pending',"
     " decided_by = NULL, reason = NULL, decided_at = NULL, outcome = NULL"
 )
-
-# Events that change the runs or approvals tables (the rest are only appended): the last of
-# each batch for the first set, every one for the second; a tool_finished event only when its
-# call asked for approval (its outcome goes on the approval's row).
-LAST_VALUE_KINDS = frozenset({"state_changed", "budget_updated"})
-ROW_KINDS = frozenset(
-    {"run_started", "run_stopped", "approval_requested", "approval_decided", "question_asked",
-     "question_answered", "approval_withdrawn"}
-)  # fmt: skip
 
 
 class Runner(Protocol):
@@ -54,20 +58,20 @@ class RunRows:
         self.stopped = False
         self.asked: set[str] = set()
 
-    async def apply_batch(self, tx: Tx, events: Iterable[EventBase]) -> None:
+    async def apply_batch(self, tx: Tx, events: Iterable[Event]) -> None:
         """The runs and approvals rows a batch of appended events changes."""
-        # Run-row fields only keep their last value: apply the last event of each kind.
-        last: dict[str, EventBase] = {}
+        # Run-row fields only keep their last value: apply the last event of each class.
+        last: dict[type[EventBase], Event] = {}
         for event in events:
-            kind = getattr(event, "kind", "")
-            if kind in LAST_VALUE_KINDS:
-                last[kind] = event
-            elif kind in ROW_KINDS or (
-                kind == "tool_finished" and getattr(event, "call_id", "") in self.asked
-            ):
-                await self.apply(tx, event)
+            cls = type(event)
+            if cls in LAST_VALUE:
+                last[cls] = event
+            elif (write := ROW_WRITERS.get(cls)) is not None:
+                await write(self, tx, event)
+            elif type(event) is ToolFinished and event.call_id in self.asked:
+                await _tool_finished(self, tx, event)
         for event in last.values():
-            await self.apply(tx, event)
+            await ROW_WRITERS[type(event)](self, tx, event)
 
     async def undo_a_false_crash(self, tx: Tx, run_id: str) -> str | None:
         """A reader marked this run crashed while its runner (this process) is alive: the
@@ -92,88 +96,132 @@ class RunRows:
         )
         return f"a reader marked this run crashed ({row[1]}); its runner is alive"
 
-    async def apply(self, db: Tx, e: Any) -> None:
-        kind = e.kind
-        runner = self.runner
-        if kind == "run_started":
-            await db.execute(
-                "INSERT INTO runs (run_id, env, script, model, mode, goal, state,"
-                " started_at, pid, host, heartbeat_at, approve_mode, pid_started)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (run_id) DO UPDATE SET env = excluded.env,"
-                " script = excluded.script, model = excluded.model, mode = excluded.mode,"
-                " goal = excluded.goal, state = excluded.state, started_at = excluded.started_at,"
-                " pid = excluded.pid, host = excluded.host, heartbeat_at = excluded.heartbeat_at,"
-                " approve_mode = excluded.approve_mode, pid_started = excluded.pid_started",
-                (e.run_id, e.env, e.script, e.model, e.mode, e.goal, e.at.isoformat(),
-                 runner.pid, runner.host, time.time(), runner.approve_mode, runner.pid_started),
-            )  # fmt: skip
-        elif kind == "state_changed":
-            self.state = e.target.value
-            await db.execute(
-                "UPDATE runs SET state = ? WHERE run_id = ?", (e.target.value, e.run_id)
-            )
-        elif kind == "budget_updated":
-            tokens = int(e.usage["tokens"][0])
-            cost = None if e.cost_unknown_calls else float(e.usage["cost_usd"][0])
-            await db.execute(
-                "UPDATE runs SET tokens = ?, cost_usd = ?, cost_unknown_calls = ? WHERE run_id = ?",
-                (tokens, cost, e.cost_unknown_calls, e.run_id),
-            )
-        elif kind == "run_stopped":
-            self.stopped = True
-            await db.execute(
-                "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND tool = 'ask_user'"
-                " AND state = 'pending'",
-                (e.run_id,),
-            )
-            await db.execute(
-                "UPDATE runs SET state = ?, stop_reason = ?, detail = ?, ended_at = ?"
-                " WHERE run_id = ?",
-                (e.state.value, e.stop_reason.value, e.detail, e.at.isoformat(), e.run_id),
-            )
-        elif kind == "approval_requested":
-            self.asked.add(e.call_id)  # its outcome goes on the approval's row
-            await db.execute(
-                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
-                f" expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending') {ASKED_AGAIN}",
-                (e.run_id, e.call_id, e.tool, json.dumps(e.args), e.requested_at.isoformat(),
-                 e.expires_at.isoformat()),
-            )  # fmt: skip
-        elif kind == "approval_decided":
-            await db.execute(
-                "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
-                " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
-                ("approved" if e.approved else "rejected", e.by, e.reason, e.at.isoformat(),
-                 e.run_id, e.call_id),
-            )  # fmt: skip
-        elif kind == "question_asked":
-            await db.execute(
-                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
-                f" expires_at, state) VALUES (?, ?, 'ask_user', ?, ?, ?, 'pending') {ASKED_AGAIN}",
-                (e.run_id, e.question_id, json.dumps({"question": e.question}),
-                 e.at.isoformat(), QUESTION_NEVER_EXPIRES),
-            )  # fmt: skip
-        elif kind == "question_answered":
-            await db.execute(
-                "UPDATE approvals SET state = 'answered', decided_by = ?, reason = ?,"
-                " decided_at = ? WHERE run_id = ? AND call_id = ? AND state = 'pending'",
-                (e.by, e.answer, e.at.isoformat(), e.run_id, e.question_id),
-            )
-        elif kind == "approval_withdrawn":
-            await db.execute(
-                "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND call_id = ?"
-                " AND state = 'pending'",
-                (e.run_id, e.call_id),
-            )
-        elif kind == "tool_finished" and e.call_id in self.asked:
-            await db.execute(
-                "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
-                (e.status.value, e.run_id, e.call_id),
-            )
+
+E = TypeVar("E", bound=EventBase)
+Writer = Callable[[RunRows, Tx, E], Awaitable[None]]  # the rows of one class's events
+RowWriter = Writer[Event]
+# The events that change the runs or approvals tables (the rest are only appended), by class:
+# the last of each batch for the run-row fields in `LAST_VALUE`, every one for the others; a
+# ToolFinished only when its call asked for approval (its outcome goes on the approval's row).
+ROW_WRITERS: dict[type[EventBase], RowWriter] = {}
+LAST_VALUE: frozenset[type[EventBase]] = frozenset({StateChanged, BudgetUpdated})
 
 
-def event_row(event: EventBase) -> EventRow:
+def _writes(cls: type[E]) -> Callable[[Writer[E]], Writer[E]]:
+    """Makes a function the row writer of `cls`'s events (typed for that class)."""
+
+    def register(write: Writer[E]) -> Writer[E]:
+        ROW_WRITERS[cls] = cast(RowWriter, write)  # called only with a `cls` event
+        return write
+
+    return register
+
+
+@_writes(RunStarted)
+async def _run_started(rows: RunRows, db: Tx, e: RunStarted) -> None:
+    runner = rows.runner
+    await db.execute(
+        "INSERT INTO runs (run_id, env, script, model, mode, goal, state,"
+        " started_at, pid, host, heartbeat_at, approve_mode, pid_started)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (run_id) DO UPDATE SET env = excluded.env,"
+        " script = excluded.script, model = excluded.model, mode = excluded.mode,"
+        " goal = excluded.goal, state = excluded.state, started_at = excluded.started_at,"
+        " pid = excluded.pid, host = excluded.host, heartbeat_at = excluded.heartbeat_at,"
+        " approve_mode = excluded.approve_mode, pid_started = excluded.pid_started",
+        (e.run_id, e.env, e.script, e.model, e.mode, e.goal, e.at.isoformat(),
+         runner.pid, runner.host, time.time(), runner.approve_mode, runner.pid_started),
+    )  # fmt: skip
+
+
+@_writes(StateChanged)
+async def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
+    rows.state = e.target.value
+    await db.execute("UPDATE runs SET state = ? WHERE run_id = ?", (e.target.value, e.run_id))
+
+
+@_writes(BudgetUpdated)
+async def _budget_updated(rows: RunRows, db: Tx, e: BudgetUpdated) -> None:
+    tokens = int(e.usage["tokens"][0])
+    cost = None if e.cost_unknown_calls else float(e.usage["cost_usd"][0])
+    await db.execute(
+        "UPDATE runs SET tokens = ?, cost_usd = ?, cost_unknown_calls = ? WHERE run_id = ?",
+        (tokens, cost, e.cost_unknown_calls, e.run_id),
+    )
+
+
+@_writes(RunStopped)
+async def _run_stopped(rows: RunRows, db: Tx, e: RunStopped) -> None:
+    rows.stopped = True
+    await db.execute(
+        "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND tool = 'ask_user'"
+        " AND state = 'pending'",
+        (e.run_id,),
+    )
+    await db.execute(
+        "UPDATE runs SET state = ?, stop_reason = ?, detail = ?, ended_at = ? WHERE run_id = ?",
+        (e.state.value, e.stop_reason.value, e.detail, e.at.isoformat(), e.run_id),
+    )
+
+
+@_writes(ApprovalRequested)
+async def _approval_requested(rows: RunRows, db: Tx, e: ApprovalRequested) -> None:
+    rows.asked.add(e.call_id)  # its outcome goes on the approval's row
+    await db.execute(
+        "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+        f" expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending') {ASKED_AGAIN}",
+        (e.run_id, e.call_id, e.tool, json.dumps(e.args), e.requested_at.isoformat(),
+         e.expires_at.isoformat()),
+    )  # fmt: skip
+
+
+@_writes(ApprovalDecided)
+async def _approval_decided(rows: RunRows, db: Tx, e: ApprovalDecided) -> None:
+    await db.execute(
+        "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
+        " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+        ("approved" if e.approved else "rejected", e.by, e.reason, e.at.isoformat(),
+         e.run_id, e.call_id),
+    )  # fmt: skip
+
+
+@_writes(QuestionAsked)
+async def _question_asked(rows: RunRows, db: Tx, e: QuestionAsked) -> None:
+    await db.execute(
+        "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+        f" expires_at, state) VALUES (?, ?, 'ask_user', ?, ?, ?, 'pending') {ASKED_AGAIN}",
+        (e.run_id, e.question_id, json.dumps({"question": e.question}),
+         e.at.isoformat(), QUESTION_NEVER_EXPIRES),
+    )  # fmt: skip
+
+
+@_writes(QuestionAnswered)
+async def _question_answered(rows: RunRows, db: Tx, e: QuestionAnswered) -> None:
+    await db.execute(
+        "UPDATE approvals SET state = 'answered', decided_by = ?, reason = ?,"
+        " decided_at = ? WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+        (e.by, e.answer, e.at.isoformat(), e.run_id, e.question_id),
+    )
+
+
+@_writes(ApprovalWithdrawn)
+async def _approval_withdrawn(rows: RunRows, db: Tx, e: ApprovalWithdrawn) -> None:
+    await db.execute(
+        "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND call_id = ?"
+        " AND state = 'pending'",
+        (e.run_id, e.call_id),
+    )
+
+
+async def _tool_finished(rows: RunRows, db: Tx, e: ToolFinished) -> None:
+    """Only for a call that asked for approval (`RunRows.asked`)."""
+    await db.execute(
+        "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
+        (e.status.value, e.run_id, e.call_id),
+    )
+
+
+def event_row(event: Event) -> EventRow:
     """An event's row: (run_id, seq, kind, at, body). `at` is read off the body the event was
     just serialized to (its third field, after run_id and seq: `,"at":"` cannot occur inside a
     JSON string), in `datetime.isoformat()`'s form; formatting the time again was a sixth of
@@ -182,11 +230,11 @@ def event_row(event: EventBase) -> EventRow:
     start = body.find(',"at":"') + 7
     end = body.find('"', start)
     if start < 7 or end < 0:
-        return event.run_id, event.seq, getattr(event, "kind", ""), event.at.isoformat(), body
+        return event.run_id, event.seq, event.kind, event.at.isoformat(), body
     at = body[start:end]
     if at.endswith("Z"):
         at = at[:-1] + "+00:00"
-    return event.run_id, event.seq, getattr(event, "kind", ""), at, body
+    return event.run_id, event.seq, event.kind, at, body
 
 
 def event_json(event: EventBase) -> str:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from loopdeck.core.events import EVENT_ADAPTER, EventBase, RunCorrected
+from loopdeck.core.events import EVENT_ADAPTER, Event, RunCorrected
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.spill import FORMAT, spills_of
 from loopdeck.store.writer import EventWriter
@@ -51,8 +51,8 @@ async def bring_back_spills(store: Store) -> list[str]:
     return notes
 
 
-def _spilled_events(path: Path, run_id: str) -> list[EventBase]:
-    events: dict[int, EventBase] = {}
+def _spilled_events(path: Path, run_id: str) -> list[Event]:
+    events: dict[int, Event] = {}
     with path.open(encoding="utf-8") as file:
         for line in file:
             if not line.strip() or line.startswith('{"format": "' + FORMAT):

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from loopdeck.core.events import EventBase, RunCorrected, RunStarted
+from loopdeck.core.events import Event, RunCorrected, RunStarted
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.store import queries
@@ -72,7 +72,7 @@ class RecordedRun:
         else:
             self._kill_at_start = by
 
-    def _on_start(self, event: EventBase) -> None:
+    def _on_start(self, event: Event) -> None:
         if isinstance(event, RunStarted) and not self._started:
             self._started = True
             self._unsubscribe_start()  # the events after it do not pass here

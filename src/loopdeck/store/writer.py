@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from loopdeck.core.events import EventBase
+from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
@@ -51,7 +51,7 @@ class EventWriter:
         # Each event with its row, serialized as it is published: the next batch is made
         # while the previous one is being inserted on the store's thread. None: serializing
         # failed, and is tried again (and reported) when the batch is committed.
-        self._queue: list[tuple[EventBase, EventRow | None]] = []
+        self._queue: list[tuple[Event, EventRow | None]] = []
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -65,7 +65,7 @@ class EventWriter:
         self._spilled_through = 0  # the last seq the spill file holds
         self.close_retry_s = CLOSE_RETRY_S
 
-    def __call__(self, event: EventBase) -> None:
+    def __call__(self, event: Event) -> None:
         try:
             row: EventRow | None = event_row(event)
         except Exception:  # never the publisher's problem: the commit reports it
@@ -206,12 +206,12 @@ class EventWriter:
         self.rows.state = state or self.rows.state
         self.rows.asked |= asked
 
-    async def write_back(self, events: list[EventBase]) -> None:
+    async def write_back(self, events: list[Event]) -> None:
         """Events made by another process, committed as that process would have, in one
         transaction."""
         await self._commit([(event, None) for event in events])
 
-    async def _commit(self, batch: list[tuple[EventBase, EventRow | None]]) -> None:
+    async def _commit(self, batch: list[tuple[Event, EventRow | None]]) -> None:
         run_id = batch[0][0].run_id
         async with self.store.transaction(run_id) as tx:
             correction = await self.rows.undo_a_false_crash(tx, run_id)
@@ -231,8 +231,8 @@ class EventWriter:
 
 
 async def _not_stored(
-    tx: Tx, run_id: str, batch: list[tuple[EventBase, EventRow | None]]
-) -> list[tuple[EventBase, EventRow | None]]:
+    tx: Tx, run_id: str, batch: list[tuple[Event, EventRow | None]]
+) -> list[tuple[Event, EventRow | None]]:
     """What of a batch the store does not hold yet. A connection lost while its COMMIT was
     on the way (a PostgreSQL server restarting) raises StoreUnavailable though the batch may
     have landed: retried whole, its first row would clash with itself."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from textual.screen import Screen
 
-from loopdeck.core.events import EventBase
+from loopdeck.core.events import Event
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.transcript import Entry
 
@@ -49,7 +49,7 @@ class FramePacer:
         self,
         screen: Screen[None],
         link: RunLink,
-        buffer: list[EventBase],
+        buffer: list[Event],
         flush: Callable[[], None],
     ) -> None:
         self.screen = screen

@@ -65,8 +65,7 @@ class ReplayScreen(RunScreen):
         if position:
             event = events[position - 1]
             stamp = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
-            kind = getattr(event, "kind", "?")
-            subtitle = f"replay · event {position} of {len(events)} · {kind} · {stamp}"
+            subtitle = f"replay · event {position} of {len(events)} · {event.kind} · {stamp}"
         self.query_one("#calls").border_subtitle = subtitle
 
     def action_step(self, delta: int) -> None:
