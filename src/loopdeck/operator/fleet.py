@@ -10,14 +10,17 @@ so each second without a change the live runs are looked at for one (marked cras
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from loopdeck.operator import following
 from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
-from loopdeck.store.base import Store, StoreUnavailable
+from loopdeck.store.base import Location, Store, StoreUnavailable
 
 CRASH_CHECK_S = 1.0
 CAP_LABELS = {
@@ -110,6 +113,14 @@ class Fleet:
         rows.sort(key=lambda row: row.started_at or epoch, reverse=True)
         rows.sort(key=lambda row: (not row.needs_operator, not row.live))
         return rows
+
+    async def follow(
+        self, location: Location | None, stop: asyncio.Event, changed: Callable[[], object]
+    ) -> None:
+        """Open the store and keep the rows current until `stop` is set; `changed` after
+        each refresh that changed something."""
+        async with following.reading(location) as store:
+            await following.poll(self, store, stop, changed)
 
     async def refresh(self, store: Store) -> bool:
         """True when anything changed since the last refresh (an outage starting or ending

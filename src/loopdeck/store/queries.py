@@ -1,4 +1,10 @@
-"""Reading and deciding through the store: runs, pending approvals, commands, events."""
+"""Reading and deciding through the store: runs, pending approvals, commands, events.
+
+Reading never writes: a listing shows a run whose runner died as the store has it (live)
+until someone marks it. `mark_crashed_runners` is the one function that does, each run in its
+own transaction, called explicitly by the followers that look for dead runners (the fleet,
+an attached console, `loopdeck runs` and `pending`, a console's check before it opens).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +31,9 @@ QUESTION_NEVER_EXPIRES = "9999-12-31T23:59:59+00:00"
 
 
 async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> list[str]:
-    """Runs whose runner is known to be gone become `crashed`, with one `run_stopped` event."""
+    """Runs whose runner is known to be gone become `crashed`, with one `run_stopped` event;
+    the ones marked by this call. A store that cannot take the write leaves the rest to the
+    next call."""
     silence = crash_silence_s() if silence_s is None else silence_s
     here, now = this_host(), time.time()
     rows = await store.fetchall(
@@ -105,7 +113,6 @@ async def is_paused(store: Store, run_id: str) -> bool:
 
 
 async def list_runs(store: Store) -> list[dict[str, Any]]:
-    await mark_crashed_runners(store)
     rows = await store.fetchall(
         "SELECT run_id, env, script, model, state, stop_reason, started_at, ended_at, tokens,"
         " cost_usd, host, pid FROM runs ORDER BY started_at"
@@ -130,7 +137,6 @@ async def outcome_unknown(store: Store, run_id: str) -> list[str]:
 
 
 async def pending_approvals(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
-    await mark_crashed_runners(store)
     sql = (
         "SELECT run_id, call_id, tool, args, requested_at, expires_at FROM approvals"
         f" WHERE state = 'pending' AND tool != '{QUESTION}'"
@@ -160,7 +166,6 @@ async def decide(
 
 async def pending_questions(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
     """Questions the model asked that wait for the operator's answer."""
-    await mark_crashed_runners(store)
     sql = (
         "SELECT run_id, call_id, args, requested_at FROM approvals"
         f" WHERE state = 'pending' AND tool = '{QUESTION}'"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from loopdeck.store.base import shown_location
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.shown import toast
 
@@ -27,6 +26,8 @@ def leave_run(app: LoopdeckApp, screen: RunScreen) -> None:
     """A run screen is done with: back to the fleet it came from, or out."""
     view = screen.view
     if view.run_id:
+        from loopdeck.operator.records import shown_location
+
         how = view.stop_reason or f"still {view.shown_state} (detached)"
         db = f" --db {shown_location(app.db_path)}" if app.db_path else ""
         app.farewell = f"run {view.run_id} · {how} · replay: loopdeck replay {view.run_id}{db}"

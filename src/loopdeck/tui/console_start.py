@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from textual.screen import Screen
 
-from loopdeck.store.base import Location
 from loopdeck.tui.shown import toast
 from loopdeck.tui.themes import DEFAULT_THEME, is_theme_path, load_theme, load_themes, theme_folders
 
 if TYPE_CHECKING:
     from loopdeck.operator.launch import RunOptions
     from loopdeck.operator.links import RunLink
+    from loopdeck.operator.records import Location
     from loopdeck.operator.session import RunSession
     from loopdeck.tui.app import LoopdeckApp
 

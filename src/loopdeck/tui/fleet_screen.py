@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import on, work
@@ -19,14 +20,15 @@ from textual.worker import Worker
 from loopdeck.core.text import plural
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
-from loopdeck.store.base import Location, shown_location
-from loopdeck.store.opening import open_store
+from loopdeck.operator.records import shown_location
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import elapsed_text
 from loopdeck.tui.shown import cell, markup, toast
 
-POLL_S = 0.1
+if TYPE_CHECKING:
+    from loopdeck.operator.records import Location
+
 COLUMNS = ("", "run", "env/script", "model", "state", "waiting", "closest budget",
            "last finding", "age", "stop", "runner")  # fmt: skip
 
@@ -74,16 +76,11 @@ class FleetScreen(Screen[None]):
 
     @work(group="fleet", exclusive=True, exit_on_error=False, description="follow the store")
     async def follow(self) -> None:
-        store = await open_store(self.db_path)
         try:
-            while not self._stop_following.is_set():
-                if await self.fleet.refresh(store):
-                    self.post_message(FleetChanged())
-                with contextlib.suppress(TimeoutError):
-                    await bounded(self._stop_following.wait(), POLL_S)
+            await self.fleet.follow(
+                self.db_path, self._stop_following, lambda: self.post_message(FleetChanged())
+            )
         finally:
-            # The close outlives a cancelled worker, so no query is left in flight at exit.
-            await asyncio.shield(store.close())
             self._store_closed.set()
 
     @on(Worker.StateChanged)

@@ -1,0 +1,155 @@
+"""What waits for the operator across every run in a store: writes waiting for approval
+(soonest to expire first) and the model's questions, as typed entries, and the operator's
+decisions on them.
+
+`Inbox.refresh` reads again only when the store's change counter moved; a store that cannot
+be read for now keeps the entries as last read (the next refresh tries again). Reading never
+writes: a dead runner's requests stay listed until a follower that looks for crashed runs
+(the fleet, an attached console) marks it, and a decision on one is refused meanwhile
+(`store/deciding.py`). Every decision goes through `store/deciding.py`, the one path that
+waits out a locked store (telling the operator through `tell`) and lets one decision win.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.operator import following
+from loopdeck.store import deciding, queries
+from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
+
+BY = "console inbox"  # who decided, as the store records it
+Tell = deciding.Tell
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """A write of a run that waits for the operator's approval."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    env: str  # "env/script" of its run
+    expires: datetime
+    rationale: str = ""
+    plan_step: str = ""
+    asked_again: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.run_id}/{self.call_id}"
+
+
+@dataclass(frozen=True)
+class PendingQuestion:
+    """A question the model asked the operator (`ask_user`); it never expires."""
+
+    run_id: str
+    call_id: str  # the question's id
+    question: str
+    env: str  # "env/script" of its run
+    tool: ClassVar[str] = queries.QUESTION
+    plan_step: ClassVar[str] = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.run_id}/{self.call_id}"
+
+
+InboxEntry = PendingWrite | PendingQuestion
+
+
+async def read_entries(store: Store) -> list[InboxEntry]:
+    """Every pending write, soonest to expire first, then every question, oldest first."""
+    runs = {run["run_id"]: run for run in await queries.all_runs(store)}
+
+    def env(run_id: str) -> str:
+        run = runs.get(run_id, {})
+        return f"{run.get('env') or ''}/{run.get('script') or ''}"
+
+    writes = []
+    for item in await queries.pending_approvals(store):
+        request = await queries.approval_request(store, item["run_id"], item["call_id"]) or {}
+        writes.append(
+            PendingWrite(
+                run_id=item["run_id"],
+                call_id=item["call_id"],
+                tool=item["tool"] or "",
+                args=item["args"],
+                env=env(item["run_id"]),
+                expires=datetime.fromisoformat(item["expires_at"]),
+                rationale=request.get("rationale") or "",
+                plan_step=request.get("plan_step") or "",
+                asked_again=request.get("asked_again") or "",
+            )
+        )
+    writes.sort(key=lambda write: write.expires)
+    questions = [
+        PendingQuestion(
+            run_id=q["run_id"],
+            call_id=q["question_id"],
+            question=q["question"],
+            env=env(q["run_id"]),
+        )
+        for q in await queries.pending_questions(store)
+    ]
+    return [*writes, *questions]
+
+
+@dataclass
+class Inbox:
+    entries: list[InboxEntry] = field(default_factory=list)
+    counter: int = -1  # the store's change counter when the entries were read
+    store: Store | None = None  # open while followed
+
+    async def follow(
+        self, location: Location | None, stop: asyncio.Event, changed: Callable[[], object]
+    ) -> None:
+        """Open the store and keep the entries current until `stop` is set; `changed` after
+        each read that found something new."""
+        async with following.reading(location) as store:
+            self.store = store
+            try:
+                await following.poll(self, store, stop, changed)
+            finally:
+                self.store = None
+
+    async def refresh(self, store: Store) -> bool:
+        counter = await queries.change_counter(store)
+        if counter == self.counter:
+            return False
+        try:
+            self.entries = await read_entries(store)
+        except StoreUnavailable:
+            return False  # kept as last read; the next refresh reads
+        self.counter = counter
+        return True
+
+    def drop(self, entry: InboxEntry) -> None:
+        """A decided entry leaves the inbox before the next read says so."""
+        self.entries = [e for e in self.entries if e.key != entry.key]
+
+    async def decide(
+        self, entry: PendingWrite, approved: bool, reason: str = "", tell: Tell = deciding.untold
+    ) -> bool:
+        """True if this decision was the one recorded, False if another came first. A
+        rejection's `reason` is what the model reads (the operator's, if none is given)."""
+        decision = ApprovalDecision(call_id=entry.call_id, approved=approved, reason=reason, by=BY)
+        return await deciding.decide(self._store(), entry.run_id, decision.with_reason(), tell=tell)
+
+    async def answer(self, entry: PendingQuestion, text: str, tell: Tell = deciding.untold) -> bool:
+        """True if this answer was the one recorded, False if the question was answered."""
+        return await deciding.answer(
+            self._store(), entry.run_id, text, BY, question_id=entry.call_id, tell=tell
+        )
+
+    def _store(self) -> Store:
+        if self.store is None:
+            raise StoreError("the inbox is not following a store: nothing was recorded")
+        return self.store

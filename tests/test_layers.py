@@ -1,0 +1,199 @@
+"""The layers, read from the source: every import of every module under src/loopdeck (at the
+top, inside functions, under TYPE_CHECKING), checked against what its layer may import.
+
+Read with `ast`, not by importing: an import made only inside a function, or only for the type
+checker, is an edge all the same, and nothing has to be installed or reachable to check.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = SRC / "loopdeck"
+LAYERS = ("core", "store", "llm", "operator", "tui", "cli", "tuning")
+
+# What each layer must not import (a layer or a third-party top-level package).
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "core": frozenset({"store", "llm", "operator", "tui", "cli", "tuning"}),
+    "store": frozenset({"operator", "tui", "cli", "tuning"}),
+    "llm": frozenset({"store", "operator", "tui", "cli"}),
+    "operator": frozenset({"tui", "cli", "textual"}),
+    "tui": frozenset({"store", "cli"}),
+}
+
+# Edges that are still there because their move is another part of the work, as
+# (importing module, imported module). Green while they remain; any edge not listed fails.
+# Remove a pair once its move lands (the test says so when a listed edge is gone).
+STILL_TO_MOVE: frozenset[tuple[str, str]] = frozenset()
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module, dotted
+    file: Path  # relative to src/
+    line: int
+    imported: str  # the imported module, dotted ("loopdeck.store.queries", "textual.app")
+
+    def __str__(self) -> str:
+        return f"src/{self.file}:{self.line}: {self.module} imports {self.imported}"
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    dotted = ".".join(path.relative_to(root).with_suffix("").parts)
+    return dotted.removesuffix(".__init__")
+
+
+def imports_of(path: Path, root: Path = SRC) -> list[Import]:
+    """Every import statement in the file, wherever it stands."""
+    module = module_name(path, root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing package
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            # `from loopdeck.store import queries` imports the module: name it, not the package.
+            names = [_submodule(root, base, alias.name) for alias in node.names]
+        else:
+            continue
+        found.extend(Import(module, path.relative_to(root), node.lineno, name) for name in names)
+    return list(dict.fromkeys(found))  # `from x import a, b` of one module: said once
+
+
+def _submodule(root: Path, base: str, name: str) -> str:
+    """`base.name` when that is a module or package under root, else `base` (a name in it)."""
+    path = root.joinpath(*base.split("."), name)
+    return f"{base}.{name}" if path.with_suffix(".py").exists() or path.is_dir() else base
+
+
+def every_import() -> list[Import]:
+    return [i for path in sorted(PACKAGE.rglob("*.py")) for i in imports_of(path)]
+
+
+def room(dotted: str) -> str:
+    """The part of the package a module belongs to: a layer ("store"), a module at the
+    package's root ("loopdeck.collector"), the package itself ("loopdeck"), or, outside
+    loopdeck, the top-level package ("textual")."""
+    parts = dotted.split(".")
+    if parts[0] != "loopdeck":
+        return parts[0]
+    if len(parts) == 1:
+        return "loopdeck"
+    return parts[1] if parts[1] in LAYERS else f"loopdeck.{parts[1]}"
+
+
+def violations(imports: list[Import]) -> list[Import]:
+    return [i for i in imports if room(i.imported) in FORBIDDEN.get(room(i.module), ())]
+
+
+def cycles(imports: list[Import]) -> list[list[str]]:
+    """Circles between the rooms of loopdeck (layers and root modules), each as the rooms
+    along it; found by a depth-first search over the room graph."""
+    graph: dict[str, set[str]] = {}
+    for i in imports:
+        src, dst = room(i.module), room(i.imported)
+        if i.imported.startswith("loopdeck") and src != dst:
+            graph.setdefault(src, set()).add(dst)
+    found: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            circle = path[path.index(node) :]
+            if not any(set(circle) == set(seen) for seen in found):
+                found.append([*circle, node])
+            return
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        done.add(node)
+
+    for start in sorted(graph):
+        visit(start, [])
+    return found
+
+
+def test_no_layer_imports_what_it_must_not() -> None:
+    imports = every_import()
+    bad = [i for i in violations(imports) if (i.module, i.imported) not in STILL_TO_MOVE]
+    if bad:
+        pytest.fail("imports across a layer boundary:\n" + "\n".join(map(str, bad)))
+
+
+def test_the_edges_still_to_move_are_still_there() -> None:
+    """A pair in STILL_TO_MOVE whose import is gone is taken off the list, so it cannot come
+    back unnoticed."""
+    present = {(i.module, i.imported) for i in violations(every_import())}
+    gone = sorted(STILL_TO_MOVE - present)
+    if gone:
+        pytest.fail(f"no longer imported, remove from STILL_TO_MOVE: {gone}")
+
+
+def test_no_circles_between_the_rooms() -> None:
+    imports = every_import()
+    found = cycles(imports)
+    lines = []
+    for circle in found:
+        lines.append(" -> ".join(circle))
+        for a, b in itertools.pairwise(circle):
+            lines += [f"    {i}" for i in imports if (room(i.module), room(i.imported)) == (a, b)]
+    if found:
+        pytest.fail("import circles:\n" + "\n".join(lines))
+
+
+# The checker itself: each rule catches what it is there for.
+
+
+def _write(root: Path, files: dict[str, str]) -> list[Import]:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return [i for path in sorted(root.rglob("*.py")) for i in imports_of(path, root)]
+
+
+@pytest.mark.parametrize(
+    ("source", "imported"),
+    [
+        ("from loopdeck.store.base import Store\n", "loopdeck.store.base"),
+        ("def f():\n    import loopdeck.store.queries\n", "loopdeck.store.queries"),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from loopdeck.store import deciding\n",
+            "loopdeck.store.deciding",
+        ),
+        ("from loopdeck import store\n", "loopdeck.store"),
+        ("from ..store import queries\n", "loopdeck.store.queries"),
+    ],
+    ids=["top", "in-a-function", "type-checking", "from-the-package", "relative"],
+)
+def test_the_checker_sees_every_kind_of_import(tmp_path: Path, source: str, imported: str) -> None:
+    store = {f"loopdeck/store/{name}.py": "" for name in ("__init__", "queries", "deciding")}
+    imports = _write(tmp_path, {**store, "loopdeck/tui/screen.py": source})
+    [bad] = violations(imports)
+    assert bad.imported == imported and bad.module == "loopdeck.tui.screen"
+    assert "loopdeck/tui/screen.py:" in str(bad) and f"imports {imported}" in str(bad)
+
+
+def test_the_checker_finds_a_circle_through_a_root_module(tmp_path: Path) -> None:
+    imports = _write(
+        tmp_path,
+        {
+            "loopdeck/operator/a.py": "from loopdeck import helpers\n",
+            "loopdeck/helpers.py": "def f():\n    from loopdeck.operator import a\n",
+            "loopdeck/core/b.py": "import json\n",
+        },
+    )
+    assert cycles(imports) == [["loopdeck.helpers", "operator", "loopdeck.helpers"]]
+    assert not violations(imports)
