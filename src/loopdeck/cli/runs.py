@@ -50,7 +50,7 @@ def options(args: argparse.Namespace) -> RunOptions:
 def run_headless(args: argparse.Namespace) -> int:
     from loopdeck.cli.summary import print_json, print_summary
     from loopdeck.core.states import StopReason
-    from loopdeck.store.runner import RunAbandoned
+    from loopdeck.operator.session import RunAbandoned
 
     signals = StopSignals()
 

@@ -18,9 +18,7 @@ from rich.text import Text
 
 from loopdeck.core.text import visible
 from loopdeck.operator import records
-from loopdeck.operator.records import Store, check_store
-
-__all__ = ["check_store", "operator", "run_store_command"]
+from loopdeck.operator.records import Store
 
 Command = Callable[[Store, argparse.Namespace], Awaitable[int]]
 RUN_COLUMNS = (
@@ -95,8 +93,8 @@ def _cell(run: dict[str, Any], column: str) -> str:
 
 
 async def _pending(store: Store, args: argparse.Namespace) -> int:
-    pending = await records.pending_approvals(store)
-    for question in await records.pending_questions(store):
+    pending, questions = await records.pending(store)
+    for question in questions:
         run_id = visible(question["run_id"])
         print(
             f"{run_id} asks ({visible(question['question_id'])}): "

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.text import capped
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
@@ -38,8 +39,7 @@ __all__ = [
     "no_run",
     "open_store",
     "opened",
-    "pending_approvals",
-    "pending_questions",
+    "pending",
     "runs",
     "send_command",
     "shown_location",
@@ -97,14 +97,10 @@ async def runs(store: Store) -> list[dict[str, Any]]:
     return await queries.list_runs(store)
 
 
-async def pending_approvals(store: Store) -> list[dict[str, Any]]:
+async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What waits for the operator in every live run: writes to approve, questions to answer."""
     await queries.mark_crashed_runners(store)
-    return await queries.pending_approvals(store)
-
-
-async def pending_questions(store: Store) -> list[dict[str, Any]]:
-    await queries.mark_crashed_runners(store)
-    return await queries.pending_questions(store)
+    return await queries.pending_approvals(store), await queries.pending_questions(store)
 
 
 async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
@@ -125,9 +121,8 @@ async def decide(
     store: Store, run_id: str, call_id: str, *, approved: bool, by: str, reason: str, tell: Tell
 ) -> Decision:
     """Approve or reject a pending write; a wait for a locked store is told (`tell`)."""
-    won = await deciding.decide(
-        store, run_id, call_id, approved=approved, by=by, reason=reason, tell=tell
-    )
+    decision = ApprovalDecision(call_id=call_id, approved=approved, by=by, reason=reason)
+    won = await deciding.decide(store, run_id, decision, tell=tell)
     state = await queries.approval_state(store, run_id, call_id)
     if state is None:
         return Decision(won, None, None)

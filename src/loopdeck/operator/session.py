@@ -20,6 +20,7 @@ from loopdeck.operator.links import LocalLink
 from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
+from loopdeck.store.runner import RunAbandoned as RunAbandoned  # what `record` raises
 from loopdeck.store.writer import EventWriter
 
 Say = Callable[[str], None]

@@ -1,0 +1,88 @@
+"""The command line reaches the store through `operator/records.py` only, and a command read
+from the store still says what became of a run whose runner died."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from loopdeck.cli import main
+from loopdeck.cli.parser import STORE_COMMANDS
+from loopdeck.cli.store_commands import COMMANDS
+from loopdeck.store.liveness import this_host
+from loopdeck.store.opening import open_store
+
+CLI = Path(__file__).resolve().parents[1] / "src" / "loopdeck" / "cli"
+
+
+def _store_imports(path: Path) -> list[str]:
+    """The `loopdeck.store` modules a module imports, at its top or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found += [name for name in names if name.split(".")[:2] == ["loopdeck", "store"]]
+    return found
+
+
+def test_the_cli_imports_no_store_module_but_its_light_names() -> None:
+    """`loopdeck.store.base` holds the store's location rules and its error (no engine);
+    everything else the CLI needs of the store it gets from `loopdeck.operator`."""
+    beyond = {}
+    for path in sorted(CLI.glob("*.py")):
+        if modules := [m for m in _store_imports(path) if m != "loopdeck.store.base"]:
+            beyond[path.name] = modules
+    assert beyond == {}
+
+
+def test_every_store_command_has_its_function() -> None:
+    consoles = {"attach", "replay"}  # open the console, not a store command's function
+    assert set(COMMANDS) == set(STORE_COMMANDS) - consoles
+
+
+async def _a_run_whose_runner_died(db: Path) -> str:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store = await open_store(db)
+    try:
+        await store.execute(
+            "INSERT INTO runs (run_id, env, script, model, mode, goal, state, started_at, pid,"
+            " host, heartbeat_at, approve_mode) VALUES (?, 'e', 's', 'scripted', 'rounds', 'g',"
+            " 'awaiting_approval', '2026-01-01T00:00:00+00:00', ?, ?, ?, 'wait')",
+            ("r-dead", dead.pid, this_host(), time.time()),
+        )
+        await store.execute(
+            "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state)"
+            " VALUES ('r-dead', 'c1', 'write', '{}', '2026-01-01T00:00:01+00:00',"
+            " '2999-01-01T00:00:00+00:00', 'pending')"
+        )
+    finally:
+        await store.close()
+    return "r-dead"
+
+
+@pytest.mark.parametrize("command", ["runs", "pending"])
+def test_a_listing_says_a_dead_runners_run_crashed(tmp_path, capsys, command) -> None:
+    """Readers of the store do not write; the CLI marks such a run crashed, in its own
+    transaction, before it lists runs or what waits for the operator."""
+    db = tmp_path / "store.db"
+    run_id = asyncio.run(_a_run_whose_runner_died(db))
+    assert main([command, "--json", "--db", str(db)]) == 0
+    listed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    if command == "pending":
+        assert listed == []  # the crash withdrew the write that waited
+        assert main(["runs", "--json", "--db", str(db)]) == 0
+        listed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [(r["run_id"], r["state"], r["stop_reason"]) for r in listed] == [
+        (run_id, "stopped", "crashed")
+    ]
