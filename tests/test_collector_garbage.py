@@ -28,6 +28,7 @@ from rich.style import Style
 from textual.cache import LRUCache
 from textual.strip import Strip
 
+from loopdeck import tuning
 from loopdeck.core import AutoApprover
 from loopdeck.core.text import indented_json
 from loopdeck.tuning import strip_caches, textual_cycles
@@ -134,7 +135,9 @@ def test_uncut_strips_and_cleared_lru_caches_are_freed_without_the_collector() -
 
 
 async def console_run_garbage() -> Counter[str]:
-    """What the collector frees while a console runs `service_outage/solve`."""
+    """What the collector frees while a console runs `service_outage/solve`, tuned as
+    `loopdeck run` tunes it."""
+    tuning.for_console()
     app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
     async with app.run_test(size=(160, 48)) as pilot:
         with garbage_kinds() as found:

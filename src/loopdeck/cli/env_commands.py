@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
+from loopdeck import tuning
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.text import plural, visible
 
@@ -63,6 +64,7 @@ async def _check(args: argparse.Namespace) -> int:
     """Each script of the env, headless and unrecorded, against what it declares it ends with."""
     from loopdeck.operator.launch import RunOptions, prepare_run, resolve_env_dir
 
+    tuning.for_headless()  # a headless run's tuning, as `loopdeck run --headless`
     env_dir = resolve_env_dir(args.env, args.settings)
     failed = 0
     print(f"checking {visible(env_dir.name)} ({visible(str(env_dir.path))})")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from loopdeck import tuning
+
 
 def open_remote_console(args: argparse.Namespace) -> int:
     """The run is looked up first (a dead runner marked crashed), so a wrong id or store is
@@ -16,6 +18,7 @@ def open_remote_console(args: argparse.Namespace) -> int:
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
     asyncio.run(check_run(args.db, args.run_id))
+    tuning.for_console()
     link = (StoreLink if args.command == "attach" else ReplayLink)(args.db, args.run_id)
     app = LoopdeckApp(ConsoleStart.for_link(link), theme_name=args.theme)
     code = app.run()

@@ -11,6 +11,7 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING
 
+from loopdeck import tuning
 from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED
 from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import Location, default_db_path
@@ -52,6 +53,7 @@ def run_headless(args: argparse.Namespace) -> int:
     from loopdeck.core.states import StopReason
     from loopdeck.operator.session import RunAbandoned
 
+    tuning.for_headless()
     signals = StopSignals()
 
     async def recorded() -> RunOutcome:
@@ -123,6 +125,7 @@ def run_console(args: argparse.Namespace) -> int:
     if (refused := refusal(args.approve, console=True)) is not None:
         print(f"loopdeck: {refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    tuning.for_console()
 
     def prepare() -> RunSession:
         from loopdeck.operator.records import check_store
@@ -149,6 +152,7 @@ def launcher(args: argparse.Namespace) -> int:
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
     asyncio.run(check_store(args.db))
+    tuning.for_console()
     app = LoopdeckApp(ConsoleStart.for_fleet(args.db or default_db_path()), theme_name=args.theme)
     app.bell_enabled = not args.no_bell
     return after_console(app, app.run())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from functools import cache
@@ -22,16 +21,15 @@ def litellm_module() -> Any:
     os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
     # The import makes ~400,000 objects that live as long as the process, and the collector
     # walked them all five times over while it ran (full collections of 50-180 ms: 0.7 s of a
-    # 2.2 s import). It is held until they are frozen below; the import leaves next to no
-    # garbage (a few hundred objects, kept).
+    # 2.2 s import). It is held until the import is over, and the hold undone after it; the
+    # import leaves next to no garbage (a few hundred objects, kept). What an entry point
+    # asked for then (the console: freeze them out of every walk) is done under the same
+    # hold (`loopdeck.tuning.collector.imported`); an embedder asked for nothing.
     with collector.held():
         try:
             litellm = _import_litellm()
         finally:
-            gc.freeze()
-    # Each call copies the conversation twice: young collections every 700 allocations
-    # made its cost grow with the conversation (see loopdeck.collector).
-    collector.tune()
+            collector.imported()
     return litellm
 
 
@@ -48,7 +46,4 @@ def _import_litellm() -> Any:
     from loopdeck.llm import litellm_passes
 
     litellm_passes.install()
-    # Frozen above (LiteLLM, pydantic and Textual: ~400,000 objects), they are skipped by every
-    # full collection (~165 ms each idle, over a second loaded, on the console's loop); a run's
-    # own objects are not.
     return litellm

@@ -9,7 +9,6 @@ as `ConsoleStart.prepare` is prepared on a thread behind that frame. How the con
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,9 +31,9 @@ from loopdeck.tui.console_start import (
     first_screen,
     start_local,
 )
+from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.themes import APP_VARIABLES
-from loopdeck.tuning import collector, lock_switching, strip_caches, textual_cycles
 
 if TYPE_CHECKING:
     from loopdeck.operator.launch import PreparedRun, RunOptions
@@ -71,15 +70,6 @@ class LoopdeckApp(App[int]):
         """`start` is what the console opens on (the fleet of the default store if none);
         the theme (a name or a file) and the clock are how it looks and tells time."""
         super().__init__()
-        # The console owns its process: it sets the collector's thresholds whatever they were
-        # (small young collections, see `loopdeck.collector`), model calls hold the collector,
-        # threads hold the interpreter's lock a little longer (`loopdeck.lock_switching`), and
-        # Textual's strips are made lighter for it.
-        gc.set_threshold(*collector.CONSOLE_THRESHOLDS)
-        collector.hold_during_model_calls()
-        lock_switching.for_console()
-        textual_cycles.install()
-        strip_caches.install()
         start = start or ConsoleStart()
         self.session = start.session
         self.prepare = start.prepare
@@ -141,7 +131,8 @@ class LoopdeckApp(App[int]):
         return first_screen(self)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "prepare":
+        if event.worker.group != "prepare":  # any other worker of the app: said if it fails
+            worker_failed(self, event)
             return
         if event.state is WorkerState.SUCCESS:
             self.switch_screen(cast(Screen[Any], event.worker.result))

@@ -7,14 +7,17 @@ console frame allocates about 100,000 (strips, segments). Collected every 700 al
 promoted them, and their cost grew with the conversation: 0.2 ms of a 2 ms call at 500
 messages. Every 20,000 allocations they die young instead; the older generations are collected
 less often (a full collection every 10,000,000 allocations at most). Modules are frozen once
-LiteLLM is imported (`llm.loader`), so a full collection walks only what a run holds.
+LiteLLM is imported (`llm.loader` says when, `imported`), so a full collection walks only what
+a run holds. None of this is done unless an entry point asks (`loopdeck.tuning`): an embedder's
+process keeps Python's thresholds and freezes nothing.
 
 The collector can also be held off for a while (`held`, `hold`/`release`): during a model call
 when a console watches (`during_model_call`), while a link reads a long history. Holds nest
 and overlap (a fleet's runs, a link's batches), from any thread: the collector is given back
 when the last one ends, and only if it was on when the first began. While holds overlap for
 longer than `MAX_HELD_S`, the next hold or release collects the young generations itself, so
-cyclic garbage never waits longer than the slowest single hold.
+cyclic garbage never waits longer than the slowest single hold. A hold changes nothing once
+it is over; with `LOOPDECK_TUNING=off` there are none (`never_hold`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import contextlib
 import gc
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 THRESHOLDS = (20_000, 5, 100)
 # The console's: its pauses are what an operator sees (a frame late, a key slow). With model
@@ -43,8 +46,29 @@ def tune() -> bool:
     return True
 
 
+# What an entry point asked to be done once LiteLLM is imported (by name: asked once each).
+_after_import: dict[str, Callable[[], object]] = {}
+_imported = False
+
+
+def when_imported(name: str, step: Callable[[], object]) -> None:
+    """Do `step` once LiteLLM is imported (`imported`), or now if it is."""
+    _after_import[name] = step
+    if _imported:
+        step()
+
+
+def imported() -> None:
+    """Said by `llm.loader` once LiteLLM's import is over (under its hold): the steps asked."""
+    global _imported
+    _imported = True
+    for step in list(_after_import.values()):
+        step()
+
+
 MAX_HELD_S = 2.0
 _model_calls_hold = False
+_holding = True
 
 _lock = threading.Lock()
 _holds = 0
@@ -52,8 +76,16 @@ _give_back = False
 _held_since = 0.0
 
 
+def never_hold() -> None:
+    """No hold holds the collector from now on (`LOOPDECK_TUNING=off`)."""
+    global _holding
+    _holding = False
+
+
 def hold() -> None:
     global _holds, _give_back, _held_since
+    if not _holding:
+        return
     with _lock:
         if _holds == 0:
             _give_back = gc.isenabled()
@@ -67,6 +99,8 @@ def hold() -> None:
 def release() -> None:
     global _holds
     with _lock:
+        if _holds == 0 and not _holding:
+            return  # held by nobody since `never_hold`
         if _holds == 0:
             raise RuntimeError("the collector was released more often than held")
         _holds -= 1

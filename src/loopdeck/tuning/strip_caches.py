@@ -10,20 +10,22 @@ and seven allocations a strip that brought the next collection closer.
 `install` replaces each cache slot of `Strip` with a descriptor that makes the cache the first
 time it is read, with the size Textual gives it, and `Strip.__init__` with one that leaves them
 unmade. The caches are only ever read and written by `Strip`'s own methods, through these
-attributes, so nothing else changes. It is installed only over the `Strip.__init__` it was
-written against (the sha256 of its source): a Textual whose strips differ keeps its own.
+attributes, so nothing else changes. It is installed only over the Textual it was written
+against (`refusal`: its version, the sha256 of `Strip.__init__`'s source, each cache a slot of
+`Strip`): a Textual whose strips differ keeps its own.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 from collections.abc import Iterable
 from typing import Any
 
 from rich.segment import Segment
 from textual.cache import FIFOCache
 from textual.strip import Strip
+
+from loopdeck.tuning.guards import source_digest as digest_of
+from loopdeck.tuning.guards import textual_refusal
 
 # The sizes Textual's `Strip.__init__` gives each cache.
 CACHE_SIZES = {
@@ -36,6 +38,7 @@ CACHE_SIZES = {
     "_offsets_cache": 4,
 }
 WRITTEN_AGAINST = "ce1d8154dca8cfd78cd46aa14a40b23436c94696447efbe74eb17f0e0a4a550d"
+TEXTUAL_VERSIONS = ((8, 2), (9, 0))
 _INSTALLED = "_loopdeck_lazy_caches"
 
 
@@ -69,18 +72,27 @@ def _init(self: Strip, segments: Iterable[Segment], cell_length: int | None = No
 
 
 def source_digest() -> str:
-    init = getattr(Strip.__init__, "__wrapped__", Strip.__init__)
-    return hashlib.sha256(inspect.getsource(init).encode()).hexdigest()
+    return digest_of(Strip.__init__)
+
+
+def refusal() -> str | None:
+    """Why the caches must stay Textual's own in this Textual, if they must (asked of
+    Textual's own `Strip`, installed or not)."""
+    for name in CACHE_SIZES:
+        slot = Strip.__dict__.get(name)
+        if isinstance(slot, _MadeOnFirstUse):
+            slot = slot.slot
+        if type(slot).__name__ != "member_descriptor":
+            return f"Strip.{name} is not a slot of Strip (Textual's strips differ)"
+    return textual_refusal(TEXTUAL_VERSIONS, {"Strip.__init__": (Strip.__init__, WRITTEN_AGAINST)})
 
 
 def install() -> bool:
-    """True if the caches are made on first use (now or already)."""
+    """True if the caches are made on first use (now or already); False (Textual's own
+    kept) if `refusal` gives a reason."""
     if getattr(Strip.__init__, _INSTALLED, False):
         return True
-    try:
-        if source_digest() != WRITTEN_AGAINST:
-            return False
-    except (OSError, TypeError):  # no source to compare: leave Textual's own
+    if refusal() is not None:
         return False
     for name, size in CACHE_SIZES.items():
         setattr(Strip, name, _MadeOnFirstUse(Strip.__dict__[name], size))

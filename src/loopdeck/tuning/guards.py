@@ -1,0 +1,68 @@
+"""What each tuning was measured on or written for, and the words of a refusal.
+
+A tuning is applied only where it is known to help: the collector's and the switch interval's
+on the Python they were measured on; a patch of Textual over the Textual it was written for,
+its version in range and each replaced function's source the one it was read from. Each check
+returns None when the tuning may go ahead, or why not, in a few words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from typing import Any
+
+# The Python the collector's thresholds and the switch interval were measured on
+# (PERFORMANCE.md: bench/console_load.py, bench/model_path.py, A/B pairs on 3.11.7).
+MEASURED_ON = (3, 11)
+
+
+def python_refusal(measured_on: tuple[int, int] = MEASURED_ON) -> str | None:
+    running = tuple(sys.version_info[:2])
+    if running == measured_on:
+        return None
+    shown = ".".join(map(str, sys.version_info[:3]))
+    return (
+        f"measured on Python {'.'.join(map(str, measured_on))} only, this is Python {shown}: "
+        "left as Python sets it"
+    )
+
+
+def source_digest(function: Callable[..., Any]) -> str:
+    """The sha256 of a function's source, as written (a patched one: the original's)."""
+    original = getattr(function, "__wrapped__", function)
+    return hashlib.sha256(inspect.getsource(original).encode()).hexdigest()
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def textual_refusal(
+    versions: tuple[tuple[int, int], tuple[int, int]],
+    written_against: Mapping[str, tuple[Callable[..., Any], str]],
+) -> str | None:
+    """None if the installed Textual is in `versions` (from, up to but not including) and
+    each replaced function (by name: the function and its source's digest) is unchanged."""
+    try:
+        installed = metadata.version("textual")
+    except metadata.PackageNotFoundError:
+        return "Textual's version cannot be read (no distribution metadata)"
+    low, high = versions
+    release = _major_minor(installed)
+    if release is None or not low <= release < high:
+        shown = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+        return f"written for Textual {shown}, this is Textual {installed}"
+    for name, (function, digest) in written_against.items():
+        try:
+            found = source_digest(function)
+        except (OSError, TypeError) as exc:
+            return f"the source of {name} cannot be read to compare ({exc})"
+        if found != digest:
+            return f"{name} is not the code this was written against (Textual {installed})"
+    return None
