@@ -1,0 +1,61 @@
+"""What the run screen's keys do: stop, pause, browse the plan, back to the fleet, leave.
+The kill switch itself (`s`, `k`, `p`, `q`) is bound on the app, over any dialog, and lands
+here; what asks first is in `run_dialogs`."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+from loopdeck.tui.panels import PlanPanel
+from loopdeck.tui.run_panels import RunPanelsPart
+
+
+class RunKeysPart(RunPanelsPart):
+    BINDINGS = [
+        Binding("w", "approvals", "Approvals", id="run.approvals"),
+        Binding("t", "transcript", "Transcript", id="run.transcript"),
+        Binding("escape", "back", "Fleet", id="run.back"),
+        Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
+        Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
+    ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "approvals":
+            return bool(self.link.pending() or self.link.questions())
+        if action == "back":
+            return bool(getattr(self.app, "fleet_home", False))
+        return True
+
+    def action_back(self) -> None:
+        back = getattr(self.app, "back_to_fleet", None)
+        if back is not None:
+            back()
+
+    def action_stop(self) -> None:
+        self.link.stop(by="console")
+        self.notify("stopping after the current tools")
+
+    def action_pause(self) -> None:
+        if self.view.paused:
+            self.link.resume(by="console")
+        else:
+            self.link.pause(by="console")
+
+    def action_plan(self, delta: int) -> None:
+        self.query_one(PlanPanel).browse(self.view, delta)
+
+    def quit_killed(self, by: str) -> None:
+        """Kill the live run without asking (a stop signal), and leave once it recorded it."""
+        if self.quitting or not self.running:
+            return
+        self.quitting = True
+        self.offers.shut_down()
+        self.link.kill(by=by)
+
+    def leave(self) -> None:
+        self.flush()
+        leave = getattr(self.app, "leave_run", None)
+        if leave is not None:
+            leave(self)
+        else:
+            self.app.exit(0)
