@@ -15,7 +15,7 @@ from datetime import datetime
 from textual.screen import Screen
 from textual.widgets import Static
 
-from loopdeck.core.events import EventBase
+from loopdeck.core.events import Event
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.runview import RunView
@@ -39,7 +39,7 @@ class RunScreenState(Screen[None]):
     driven: bool  # the link's drive has returned (or failed)
     quitting: bool  # leaving once the run has recorded its stop
     offers: ApprovalOffers
-    _buffer: list[EventBase]  # events not yet folded into the view (`flush`)
+    _buffer: list[Event]  # events not yet folded into the view (`flush`)
     _pacer: FramePacer
     _transcript_screen: TranscriptScreen | None
     _frame: int  # the spinner's step

@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from loopdeck.core.events import EventBase
+from loopdeck.core.events import Event
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.operator.links import RunLink
@@ -63,7 +63,7 @@ class RunScreen(RunDialogsPart):
         self.outcome: RunOutcome | None = None
         self.driven = False
         self.quitting = False
-        self._buffer: list[EventBase] = []
+        self._buffer: list[Event] = []
         # `flush` looked up at each frame, not bound here: the screen's own, as it is then
         self._pacer = FramePacer(self, link, self._buffer, lambda: self.flush())
         self.offers = ApprovalOffers(self, link, now, put_off=self._render_header)
