@@ -28,6 +28,7 @@ from steps_per_second import ZeroLatencyModel
 from targets_table import Row, print_table
 from textual import events
 
+from loopdeck import tuning
 from loopdeck.core import AutoApprover, Budget, RunConfig, Runtime
 from loopdeck.core.events import EventBase
 from loopdeck.llm.client import LiteLLMModel
@@ -112,6 +113,7 @@ class Watch:
 async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]:
     runtime = runaway(calls, model)
     prepared = PreparedRun(env_dir=None, runtime=runtime, workdir=Path("/nonexistent"))  # type: ignore[arg-type]
+    tuning.for_console()  # as `loopdeck run` tunes the process before its console opens
     app = LoopdeckApp(ConsoleStart.for_run(RunSession.adopted(prepared, ApprovalQueue())))
     watch = Watch()
     async with app.run_test(size=(160, 48)) as pilot:
@@ -144,6 +146,7 @@ def in_fresh_process(*args: str) -> list[str]:
 
 async def zero_latency(calls: int) -> str:
     """Headless (best of 3) and then with the console open, side by side in one process."""
+    tuning.for_headless()  # as `loopdeck run --headless` tunes it
     litellm_module()
     await headless_rate(200)  # warm up
     headless = max([await headless_rate(calls) for _ in range(3)])
@@ -184,6 +187,7 @@ async def measure(calls: int) -> list[Row]:
 
 
 async def litellm_runaway() -> str:
+    tuning.for_console()  # before LiteLLM's import, as `loopdeck run`
     litellm_module()
     rate, watch = await console_run(2000, LiteLLMModel("scripted", script=SCRIPT), keys=True)
     return f"{rate} {watch.worst_stall_s} {watch.worst_key_s} {watch.keys}"

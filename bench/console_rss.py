@@ -53,6 +53,7 @@ def first_run_id(db: Path) -> str | None:
 
 
 async def follow(db: Path, calls: int) -> tuple[float, bool]:
+    from loopdeck import tuning
     from loopdeck.operator.store_link import StoreLink
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
@@ -65,6 +66,7 @@ async def follow(db: Path, calls: int) -> tuple[float, bool]:
             if runner.poll() is not None:
                 raise SystemExit(f"the runner exited {runner.returncode} before its run began")
             await asyncio.sleep(0.05)
+        tuning.for_console()  # as `loopdeck attach` tunes the process
         app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, run_id)))
         async with app.run_test(size=(160, 48)) as pilot:
             screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))

@@ -27,6 +27,7 @@ from typing import Any
 from steps_per_second import StepArgs
 from targets_table import Row, print_table
 
+from loopdeck import tuning
 from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
 from loopdeck.core.env_thread import EnvThread
 from loopdeck.core.model import ModelRequest
@@ -260,7 +261,7 @@ def stock_call_costs() -> tuple[float, float]:
     Python's collector thresholds: LiteLLM as it ships, for comparison."""
     here = Path(__file__).parent
     code = (
-        "import asyncio, gc; import model_path as m; m.litellm_module(); "
+        "import asyncio, gc; import model_path as m; m.tuning.for_headless(); m.litellm_module(); "
         "gc.set_threshold(700, 10, 10); print(*asyncio.run(m.call_costs()))"
     )
     out = subprocess.run(
@@ -271,6 +272,7 @@ def stock_call_costs() -> tuple[float, float]:
 
 
 async def measure() -> list[Row]:
+    tuning.for_headless()  # what these runs measure is `loopdeck run --headless`'s process
     short_ms, long_ms = await call_costs()
     print(f"LiteLLMModel call: {short_ms:.2f} ms at 20 messages, {long_ms:.2f} ms at 500")
     stock_short, stock_long = stock_call_costs()

@@ -67,6 +67,7 @@ def litellm_import_s(through_loader: bool = False) -> float:
     (the target's reference), or through loopdeck's loader, which holds the collector until
     LiteLLM's modules are frozen (printed beside it)."""
     timed = (
+        "from loopdeck import tuning; tuning.for_headless(); "
         "from loopdeck.llm.loader import litellm_module; litellm_module()"
         if through_loader
         else "import litellm"

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from loopdeck import tuning
 from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
 from loopdeck.core.model import ModelReply, ModelRequest, RawToolCall
 from loopdeck.core.review import Verdict
@@ -97,6 +98,7 @@ async def measure(runtime: Runtime, steps: int) -> float:
 
 
 def main() -> None:
+    tuning.for_headless()  # `loopdeck run --headless`'s process: tuned once LiteLLM is imported
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     full = asyncio.run(measure(runtime_for(steps, ZeroLatencyModel()), steps))
     off = asyncio.run(measure(bare(runtime_for(steps, ZeroLatencyModel())), steps))

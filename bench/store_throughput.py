@@ -117,6 +117,7 @@ def stopped(run_id: str) -> RunStopped:
 async def console_load_time(db: Path, run_id: str) -> tuple[float, float]:
     """`loopdeck attach` on a stopped run: from the link's first read until its stop is drawn
     (the load), and from the console's start (the load plus the console's own start)."""
+    from loopdeck import tuning
     from loopdeck.operator.store_link import StoreLink
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.run_screen import RunScreen
@@ -128,6 +129,7 @@ async def console_load_time(db: Path, run_id: str) -> tuple[float, float]:
             began.append(time.perf_counter())
             return await super().drive()
 
+    tuning.for_console()  # as `loopdeck attach` tunes the process
     start = time.perf_counter()
     app = LoopdeckApp(ConsoleStart.for_link(TimedLink(db, run_id)))
     async with app.run_test(size=(160, 48)) as pilot:

@@ -52,7 +52,9 @@ _imported = False
 
 
 def when_imported(name: str, step: Callable[[], object]) -> None:
-    """Do `step` once LiteLLM is imported (`imported`), or now if it is."""
+    """Do `step` once LiteLLM is imported (`imported`), or now if it is; once per name."""
+    if name in _after_import:
+        return
     _after_import[name] = step
     if _imported:
         step()
