@@ -144,8 +144,9 @@ class Fleet:
             self.crash_checked = time.monotonic()
             if not await queries.mark_crashed_runners(store):
                 return False
+        else:
+            await queries.mark_crashed_runners(store)  # listings never mark: the fleet does
         self.counter = counter
-        await queries.mark_crashed_runners(store)
         seqs = await queries.last_seqs(store)
         pending = await queries.pending_counts(store)
         for run in await queries.all_runs(store):
