@@ -20,7 +20,7 @@ from loopdeck.tui.shown import toast
 
 # What a failed worker of each group means for the run, said after the error.
 MEANING = {
-    "decisions": "it is still pending: decide again",
+    "decisions": "it is still pending: w offers it again",
     "inbox": "the inbox no longer follows the store: close it and open it again",
     "inbox-decide": "it is still pending: decide again",
     "fleet": "the fleet no longer follows the store: restart the console to see new runs",
