@@ -3,7 +3,7 @@
 import pytest
 from conftest import SAMPLES, prepare
 
-from loopdeck.core.decisions import InvalidDecision, decide
+from loopdeck.core.decisions import InvalidDecision, read_decision
 from loopdeck.core.model import ModelReply, ProviderError, RawToolCall
 from loopdeck.core.states import StopReason
 
@@ -20,7 +20,7 @@ def test_native_tool_call_becomes_a_decision() -> None:
         content="Step 2: checking",
         tool_calls=[RawToolCall(id="x", name="get_order", arguments='{"order_id": "ORD-1"}')],
     )
-    decision = decide(reply, _tools())
+    decision = read_decision(reply, _tools())
     assert decision.type == "tool_call" and decision.via == "native"
     assert decision.calls[0].args == {"order_id": "ORD-1"} and decision.plan_step == 2
 
@@ -53,12 +53,12 @@ def test_native_tool_call_becomes_a_decision() -> None:
 )
 def test_invalid_output_names_the_problem(reply, message) -> None:
     with pytest.raises(InvalidDecision, match=message):
-        decide(reply, _tools())
+        read_decision(reply, _tools())
 
 
 def test_envelope_decisions() -> None:
     tools = _tools()
-    final = decide(
+    final = read_decision(
         ModelReply(model="m", content='{"type":"final","message":"ok","reason_code":"D"}'), tools
     )
     assert final.type == "final" and final.message == "ok"
@@ -67,7 +67,7 @@ def test_envelope_decisions() -> None:
         '"arguments":{"order_id":"ORD-7"},"reason_code":"R"}'
     )
     fenced = f"```json\n{envelope}\n```"
-    call = decide(ModelReply(model="m", content=fenced), tools)
+    call = read_decision(ModelReply(model="m", content=fenced), tools)
     assert call.calls[0].tool == "get_order" and call.via == "envelope"
 
 

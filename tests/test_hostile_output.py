@@ -16,7 +16,7 @@ from fake_models import ReplayModel, calls
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopdeck.core.decisions import InvalidDecision, decide
+from loopdeck.core.decisions import InvalidDecision, read_decision
 from loopdeck.core.events import CallProposed, DecisionInvalid, DecisionMade, EventBase
 from loopdeck.core.model import ModelReply, ProviderError, RawToolCall
 from loopdeck.core.states import StopReason
@@ -96,7 +96,7 @@ def _store_row(db: sqlite3.Connection, event: EventBase) -> None:
 
 def _through_decision_path(reply: ModelReply, db: sqlite3.Connection) -> str:
     try:
-        decision = decide(reply, TOOL_SPECS)
+        decision = read_decision(reply, TOOL_SPECS)
     except InvalidDecision as invalid:
         _store_row(db, DecisionInvalid(run_id="r", round=1, error=str(invalid), corrections_used=1))
         return "correction"
@@ -172,19 +172,19 @@ def test_arguments_the_parser_cannot_read_are_corrections(arguments: str, proble
         model="m", tool_calls=[RawToolCall(id="1", name="write_note", arguments=arguments)]
     )
     with pytest.raises(InvalidDecision, match=problem):
-        decide(reply, TOOL_SPECS)
+        read_decision(reply, TOOL_SPECS)
 
 
 def test_a_huge_step_number_is_no_step_and_megabyte_arguments_pass() -> None:
     big = "x" * 1_100_000
     reply = calls(("write_note", {"text": big}), content="Step " + "9" * 5000)
-    decision = decide(reply, TOOL_SPECS)
+    decision = read_decision(reply, TOOL_SPECS)
     assert decision.plan_step is None and decision.calls[0].args["text"] == big
 
 
 def test_lone_surrogates_are_escaped_not_fatal() -> None:
     reply = calls(("write_note", '{"text": "a\\ud800b"}'), content="Step 1 \ud800")
-    decision = decide(reply, TOOL_SPECS)
+    decision = read_decision(reply, TOOL_SPECS)
     assert decision.calls[0].args == {"text": "a\\ud800b"}
     assert "\\ud800" in decision.message
     json.dumps(decision.model_dump()).encode("utf-8")

@@ -13,7 +13,7 @@ from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import RunControl, StopRun
-from loopdeck.core.decisions import Decision, InvalidDecision, decide
+from loopdeck.core.decisions import Decision, InvalidDecision, read_decision
 from loopdeck.core.events import DecisionInvalid, DecisionMade, Event, PlanWritten
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
@@ -125,7 +125,7 @@ class AgentLoop:
         while True:
             await rt.control.checkpoint()
             await rt.budget_pause.check()
-            decision = await self._decide(conversation)
+            decision = await self._next_decision(conversation)
             if decision.type == "final":
                 return False
             if decision.type == "ask_user":
@@ -142,7 +142,7 @@ class AgentLoop:
             if tripped:
                 return True
 
-    async def _decide(self, conversation: list[dict[str, Any]]) -> Decision:
+    async def _next_decision(self, conversation: list[dict[str, Any]]) -> Decision:
         rt = self.rt
         while True:
             rt.model_calls.keep_in_window(conversation)
@@ -158,7 +158,7 @@ class AgentLoop:
             reply = await rt.model_calls.call(request)
             conversation.append(reply.as_message())
             try:
-                decision = decide(reply, rt.tools)
+                decision = read_decision(reply, rt.tools)
             except InvalidDecision as invalid:
                 rt.emit(
                     DecisionInvalid(

@@ -1,4 +1,5 @@
-"""Turning one model reply into one validated Decision, or a message the model can fix."""
+"""Turning one model reply into one validated Decision (what the model proposes: tool calls,
+a question, a final answer or a handoff), or a message the model can fix."""
 
 from __future__ import annotations
 
@@ -117,10 +118,12 @@ def _validated_args(tools: dict[str, ToolSpec], name: str, raw: Any) -> dict[str
         raise InvalidDecision(f"arguments of {name} are invalid: {exc}") from None
 
 
-def decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
+def read_decision(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
     """One decision from one reply. Raises InvalidDecision and nothing else, whatever the reply."""
     try:
-        return _decide(reply, tools)
+        if reply.tool_calls:
+            return _native(reply, tools)
+        return _enveloped((reply.content or "").strip(), tools)
     except InvalidDecision as invalid:
         raise InvalidDecision(capped(escape_surrogates(str(invalid)), PROBLEM_CAP)) from None
     except (RecursionError, MemoryError, ValueError, TypeError, ArithmeticError) as exc:
@@ -131,29 +134,32 @@ def decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
         ) from None
 
 
-def _decide(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
+def _native(reply: ModelReply, tools: dict[str, ToolSpec]) -> Decision:
+    """The provider's own tool calls, each checked against its tool's arguments."""
     if len(reply.tool_calls) > MAX_TOOL_CALLS:
         raise InvalidDecision(
             f"{len(reply.tool_calls)} tool calls in one reply; at most {MAX_TOOL_CALLS}"
         )
-    if reply.tool_calls:
-        calls = [
-            ToolCall(
-                provider_id=raw.id,
-                tool=raw.name,
-                args=_validated_args(tools, raw.name, raw.arguments),
-            )
-            for raw in reply.tool_calls
-        ]
-        return Decision(
-            type="tool_call",
-            calls=calls,
-            message=reply.content or "",
-            reason_code="TOOL_CALL",
-            via="native",
-            plan_step=_declared_step(reply.content),
+    calls = [
+        ToolCall(
+            provider_id=raw.id,
+            tool=raw.name,
+            args=_validated_args(tools, raw.name, raw.arguments),
         )
-    text = (reply.content or "").strip()
+        for raw in reply.tool_calls
+    ]
+    return Decision(
+        type="tool_call",
+        calls=calls,
+        message=reply.content or "",
+        reason_code="TOOL_CALL",
+        via="native",
+        plan_step=_declared_step(reply.content),
+    )
+
+
+def _enveloped(text: str, tools: dict[str, ToolSpec]) -> Decision:
+    """The JSON envelope a model without native tool calls returns (`DecisionEnvelope`)."""
     if len(text) > MAX_ENVELOPE_CHARS:
         raise InvalidDecision(f"output is {len(text)} characters; at most {MAX_ENVELOPE_CHARS}")
     if text.startswith("```"):
