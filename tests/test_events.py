@@ -137,3 +137,17 @@ def test_the_readers_tables_are_keyed_by_event_classes_of_their_annotation(
     for cls, handler in table.items():
         hints = typing.get_type_hints(handler)
         assert hints["e"] is cls, (cls, handler)
+
+
+def test_an_emitted_event_is_made_with_its_number_and_a_failed_one_takes_none() -> None:
+    bus = EventBus()
+    seen: list[Event] = []
+    bus.subscribe(seen.append)
+    first = bus.emit(StateChanged, run_id="r", source=RunState.READY, target=RunState.PLANNING)
+    with pytest.raises(ValidationError):
+        bus.emit(StateChanged, run_id="r", source="nowhere", target=RunState.PLANNING)
+    made = StateChanged(run_id="r", seq=2, source=RunState.PLANNING, target=RunState.DECIDING)
+    second = bus.publish(made)  # made elsewhere with the next number: goes out as it is
+    third = bus.emit(StateChanged, run_id="r", source=RunState.DECIDING, target=RunState.EXECUTING)
+    assert [e.seq for e in seen] == [1, 2, 3] and seen == [first, second, third]
+    assert second is made and seen[0] is first
