@@ -33,46 +33,17 @@ STATUS_STYLE = {
 
 
 def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
+    """The run's names, its calls, its findings, its figures, how it stopped, and what it
+    left (a store that held it, a tool still running). Outside text (the env's names, the
+    model's words) goes in as `Text`, never as markup."""
     console = console or Console()
-    ok = outcome.stop_reason is StopReason.GOAL_MET
-    style = "bold green" if ok else "bold red"
-    # Outside text (the env's names, the model's words) goes in as `Text`, never as markup.
-    head = Text()
-    for label, value in (("run", outcome.run_id), ("env", outcome.env),
-                         ("script", outcome.script or "-"), ("model", outcome.model),
-                         ("mode", outcome.mode)):  # fmt: skip
-        head.append(label, "bold").append(f" {visible(value)}  ")
-    head.rstrip()
-    console.print(head)
-    table = Table(title="calls", show_lines=False, expand=False)
-    for column in ("#", "round", "tool", "arguments", "fingerprint", "status", "ms"):
-        table.add_column(column)
-    for call in outcome.calls:
-        status = Text(call.status.value, style=STATUS_STYLE[call.status])
-        table.add_row(
-            Text(visible(call.call_id)),
-            str(call.round),
-            Text(visible(call.tool)),
-            Text(short_args(call.args, 48)),
-            Text(visible(call.fingerprint)),
-            status,
-            "" if call.duration_ms is None else f"{call.duration_ms:.0f}",
-        )
+    console.print(_head(outcome))
     if outcome.calls:
-        console.print(table)
+        console.print(_calls(outcome))
     for finding in outcome.findings:
         console.print(Text.assemble(("finding", "yellow"), " ", visible(finding)))
-    cost = "unknown" if outcome.cost_usd is None else f"${outcome.cost_usd:.6f}"
-    waited = (
-        f" · waiting on you {outcome.operator_wait_s:.2f}s (not charged)"
-        if outcome.operator_wait_s >= 0.01
-        else ""
-    )
-    console.print(
-        f"rounds {outcome.rounds:,} · model calls {outcome.model_calls:,} · tool calls "
-        f"{outcome.tool_calls:,} · tokens {outcome.tokens:,} · cost {cost} · "
-        f"agent time {outcome.elapsed_s:.2f}s{waited}"
-    )
+    console.print(_figures(outcome))
+    style = "bold green" if outcome.stop_reason is StopReason.GOAL_MET else "bold red"
     console.print(
         Text.assemble(
             (f"{outcome.state.value}: {outcome.stop_reason.value}", style),
@@ -92,6 +63,48 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
                 "process",
             )
         )
+
+
+def _head(outcome: RunOutcome) -> Text:
+    head = Text()
+    for label, value in (("run", outcome.run_id), ("env", outcome.env),
+                         ("script", outcome.script or "-"), ("model", outcome.model),
+                         ("mode", outcome.mode)):  # fmt: skip
+        head.append(label, "bold").append(f" {visible(value)}  ")
+    head.rstrip()
+    return head
+
+
+def _calls(outcome: RunOutcome) -> Table:
+    table = Table(title="calls", show_lines=False, expand=False)
+    for column in ("#", "round", "tool", "arguments", "fingerprint", "status", "ms"):
+        table.add_column(column)
+    for call in outcome.calls:
+        status = Text(call.status.value, style=STATUS_STYLE[call.status])
+        table.add_row(
+            Text(visible(call.call_id)),
+            str(call.round),
+            Text(visible(call.tool)),
+            Text(short_args(call.args, 48)),
+            Text(visible(call.fingerprint)),
+            status,
+            "" if call.duration_ms is None else f"{call.duration_ms:.0f}",
+        )
+    return table
+
+
+def _figures(outcome: RunOutcome) -> str:
+    cost = "unknown" if outcome.cost_usd is None else f"${outcome.cost_usd:.6f}"
+    waited = (
+        f" · waiting on you {outcome.operator_wait_s:.2f}s (not charged)"
+        if outcome.operator_wait_s >= 0.01
+        else ""
+    )
+    return (
+        f"rounds {outcome.rounds:,} · model calls {outcome.model_calls:,} · tool calls "
+        f"{outcome.tool_calls:,} · tokens {outcome.tokens:,} · cost {cost} · "
+        f"agent time {outcome.elapsed_s:.2f}s{waited}"
+    )
 
 
 def print_json(outcome: RunOutcome) -> None:
