@@ -29,15 +29,12 @@ __all__ = [
     "StoreError",
     "Tell",
     "answer",
-    "approval_state",
     "check_run",
     "check_store",
     "decide",
     "event_bodies",
     "known_run",
     "local_time",
-    "no_run",
-    "open_store",
     "opened",
     "pending",
     "runs",
@@ -71,7 +68,7 @@ async def check_store(location: Location | None) -> None:
     await store.close()
 
 
-def no_run(store: Store, run_id: str) -> StoreError:
+def _no_run(store: Store, run_id: str) -> StoreError:
     shown = capped(run_id, RUN_ID_SHOWN)  # a mistyped id may be a pasted page
     return StoreError(f"{store.path}: no run {shown!r} (see `loopdeck runs`)")
 
@@ -80,7 +77,7 @@ async def known_run(store: Store, run_id: str) -> dict[str, Any]:
     """The run's row; `StoreError` naming the store if there is no such run."""
     row = await queries.run_row(store, run_id)
     if row is None:
-        raise no_run(store, run_id)
+        raise _no_run(store, run_id)
     return row
 
 
@@ -101,10 +98,6 @@ async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, An
     """What waits for the operator in every live run: writes to approve, questions to answer."""
     await queries.mark_crashed_runners(store)
     return await queries.pending_approvals(store), await queries.pending_questions(store)
-
-
-async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
-    return await queries.approval_state(store, run_id, call_id)
 
 
 @dataclass(frozen=True)
