@@ -109,6 +109,32 @@ async def test_a_failing_worker_of_the_app_is_said_and_a_cancelled_one_is_not(tm
     assert said == ["a chore failed: RuntimeError: nobody was listening"]
 
 
+async def test_a_decision_worker_that_breaks_is_said_and_the_request_stays_pending(
+    monkeypatch,
+) -> None:
+    from console_helpers import console_app
+
+    from loopdeck.operator.links import LocalLink
+    from loopdeck.tui.dialogs import ApprovalDialog
+
+    async def broken(self: LocalLink, decision: Any, tell: Any = None) -> bool:
+        raise RuntimeError("the queue broke")
+
+    monkeypatch.setattr(LocalLink, "decide", broken)
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: _said(app, "failed"))
+        [said] = [t for t in _toasts(app) if "failed" in t]
+        await pilot.press("w")  # still pending: offered again
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+    assert said == (
+        "record an approval decision failed: RuntimeError: the queue broke"
+        " — it is still pending: w offers it again"
+    )
+
+
 async def test_a_launcher_whose_model_library_fails_to_load_says_so(tmp_path, monkeypatch) -> None:
     from loopdeck.tui import launcher
 
@@ -123,6 +149,30 @@ async def test_a_launcher_whose_model_library_fails_to_load_says_so(tmp_path, mo
         await wait_until(pilot, lambda: _said(app, "import LiteLLM failed"))
         [said] = [t for t in _toasts(app) if "import LiteLLM failed" in t]
     assert said.startswith("import LiteLLM failed: ImportError: no LiteLLM in this environment — ")
+
+
+async def test_a_stop_an_attached_console_cannot_send_is_said(tmp_path, monkeypatch) -> None:
+    from loopdeck.operator.store_link import StoreLink
+    from loopdeck.tui.run_screen import RunScreen
+
+    db = tmp_path / "s.db"
+    await _live_run(db)
+
+    async def refused(store: Any, run_id: str, command: str, by: str) -> None:
+        raise StoreError(f"{db}: the commands table is gone")
+
+    monkeypatch.setattr(queries, "send_command", refused)
+    link = StoreLink(db, RUN)
+    app = LoopdeckApp(ConsoleStart.for_link(link))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, RunScreen) and link.store is not None
+        )
+        await pilot.press("s")
+        await wait_until(pilot, lambda: _said(app, "stop not sent"))
+        [said] = [t for t in _toasts(app) if "stop not sent" in t]
+        assert not link._sending  # the task was kept until it ended, then let go
+    assert said == f"stop not sent: StoreError: {db}: the commands table is gone — the run goes on"
 
 
 async def test_a_link_tells_each_command_it_could_not_send(tmp_path, monkeypatch) -> None:

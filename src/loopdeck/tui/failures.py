@@ -27,6 +27,12 @@ MEANING = {
     "litellm": "a run on a real model loads LiteLLM again when it starts",
     "prepare": "the run was not started",
 }
+# What a run screen's drive that raised means: its own run is over; a run of another
+# process (attached) is only no longer followed.
+DRIVE_FAILED = {
+    False: "the run is over",
+    True: "this console no longer follows the run, which may go on in its own process",
+}
 FAILED_FOR_S = 30  # a failure stays on screen long enough to be read
 
 

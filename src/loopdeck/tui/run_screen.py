@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,6 +25,7 @@ from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
 from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import (
@@ -40,7 +42,6 @@ from loopdeck.tui.panels import (
 from loopdeck.tui.run_dialogs import RunDialogsPart
 from loopdeck.tui.run_header import MIN_SIZE
 from loopdeck.tui.run_panels import PANEL_KEPT, RUNNING
-from loopdeck.tui.shown import toast
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 __all__ = ["MIN_SIZE", "PANEL_KEPT", "RUNNING", "RunScreen"]
@@ -100,6 +101,9 @@ class RunScreen(RunDialogsPart):
             title(self.query_one(f"#{widget_id}"), text)
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
         self._unsubscribe.append(self.link.on_approvals(self._queue_changed))
+        on_failure = getattr(self.link, "on_failure", None)  # an attached run's commands
+        if on_failure is not None:
+            self._unsubscribe.append(on_failure(partial(say, self, title="run")))
         self.app.theme_changed_signal.subscribe(
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
@@ -125,11 +129,8 @@ class RunScreen(RunDialogsPart):
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "runtime":
-            if event.state is WorkerState.ERROR:  # a decision's worker: said, never silent
-                error = event.worker.error
-                failed = f"{event.worker.description} failed: {type(error).__name__}: {error}"
-                toast(self, failed, severity="error", timeout=30)
+        if event.worker.group != "runtime":  # a decision's worker: said, never silent
+            worker_failed(self, event, title="run")
             return
         if event.state is WorkerState.SUCCESS:
             self.outcome = event.worker.result
@@ -141,8 +142,8 @@ class RunScreen(RunDialogsPart):
             self.driven = True
             self.flush()
             self.view.stop_reason = "crashed"
-            self.view.stop_detail = f"{type(event.worker.error).__name__}: {event.worker.error}"
-            toast(self, self.view.stop_detail, title="run crashed", severity="error", timeout=30)
+            self.view.stop_detail = said(event.worker.error)
+            say(self, self.view.stop_detail, DRIVE_FAILED[self.link.runtime is None], "run crashed")
             self.render_view()
             self.refresh_bindings()
         else:
