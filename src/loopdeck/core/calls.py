@@ -1,32 +1,19 @@
-"""One batch of proposed calls: guard, idempotency, approval receipts, dispatch, results."""
+"""One batch of proposed calls: guard, idempotency, dispatch, results. Asking for a write
+is `core/write_approvals.py`'s; the operator's say on a loop, `core/loop_say.py`'s."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from loopdeck.core.approvals import (
-    Answer,
-    Answerer,
-    ApprovalDecision,
-    ApprovalReceipt,
-    ApprovalRequest,
-    Approver,
-    request_for,
-)
+from loopdeck.core.approvals import ApprovalReceipt
 from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.canonical import sha256_hex
-from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import MAX_TOOL_CALLS, Decision, ToolCall
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
 from loopdeck.core.env_thread import Then
 from loopdeck.core.events import (
-    ApprovalDecided,
-    ApprovalInvalidated,
-    ApprovalRequested,
-    ApprovalWithdrawn,
     CallProposed,
     CallStatus,
     Event,
@@ -34,59 +21,54 @@ from loopdeck.core.events import (
     ToolFinished,
     ToolRetry,
 )
-from loopdeck.core.guard import NoProgressGuard, guard_key
-from loopdeck.core.loop_say import operator_on_loop
+from loopdeck.core.guard import GuardKey, NoProgressGuard, guard_key
+from loopdeck.core.loop_say import LoopHost, operator_on_loop
 from loopdeck.core.model import ModelReply
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.prompts import correction_message, tool_result_message
-from loopdeck.core.states import RunState, StateMachine, StopReason
-from loopdeck.core.text import capped, short_args
+from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.text import short_args
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
+from loopdeck.core.write_approvals import (
+    MAX_APPROVAL_ASKS,
+    Approved,
+    AskAgain,
+    Rejected,
+    WriteApprovals,
+)
 
 T = TypeVar("T")
-MAX_APPROVAL_ASKS = 3
-REASON_CAP = 2000
 # A write that got this far ran, or may have: it never runs again in this run.
 RAN_OR_MAY_HAVE = frozenset({CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN})
 
 
-class RunHost(Protocol):
-    """What a batch of calls needs from the run it belongs to."""
+class CallHost(LoopHost, Protocol):
+    """What a batch of calls needs from the run it belongs to: the operator's say on a loop
+    (`LoopHost`) and the members below. Asking for a write is `WriteApprovals`', with its own
+    `ApprovalHost`."""
 
-    config: RunConfig
     round: int
-    plan: list[str]
     tools: dict[str, ToolSpec]
     ledger: BudgetLedger
-    machine: StateMachine
 
     def move(self, target: RunState) -> None: ...
     def emit(self, event: Event) -> None: ...
     def publish_budget(self) -> None: ...
-    async def flush_journal(self) -> None: ...
-    def operator_time(self, why: str) -> AbstractContextManager[None]: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
     async def state_hash(self) -> str: ...
     async def check_goal_after(self, record: CallRecord) -> None: ...
     @property
     def snapshot_after_tool(self) -> Then: ...
 
-    answerer: Answerer | None
-
-    async def ask_operator(
-        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
-    ) -> Answer | None: ...
-
 
 class CallHandler:
-    def __init__(self, host: RunHost, approver: Approver, dispatcher: Dispatcher) -> None:
+    def __init__(self, host: CallHost, approvals: WriteApprovals, dispatcher: Dispatcher) -> None:
         self.rt = host
-        self.approver = approver
+        self.approvals = approvals
         self.dispatcher = dispatcher
         self.guard = NoProgressGuard()
         self.records: list[CallRecord] = []
         self.executed_writes: set[str] = set()
-        self.pending: ApprovalRequest | None = None
         self._next_id = 0
         self._failures_in_a_row = 0
         self._first_call: dict[str, str] = {}  # fingerprint -> the call that first had it
@@ -103,10 +85,7 @@ class CallHandler:
 
     def withdraw_pending(self) -> None:
         """At the stop: a pending approval is withdrawn; calls cut short are marked so."""
-        if self.pending is not None:
-            call_id = self.pending.call_id
-            self.pending = None
-            self.rt.emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
+        self.approvals.withdraw()
         cut_short = {
             CallStatus.RUNNING: CallStatus.INTERRUPTED,
             CallStatus.PROPOSED: CallStatus.SKIPPED,
@@ -149,12 +128,6 @@ class CallHandler:
         # After the reply's last result: a message with tool calls is followed by its results.
         conversation.extend({"role": "user", "content": f"The operator says: {s}"} for s in said)
         return tripped
-
-    def _step_text(self, decision: Decision) -> str | None:
-        step = decision.plan_step
-        if step is None or not 1 <= step <= len(self.rt.plan):
-            return None
-        return f"{step}. {self.rt.plan[step - 1]}"
 
     def _propose(self, call: ToolCall, state_hash: str) -> CallRecord:
         self._next_id += 1
@@ -199,39 +172,9 @@ class CallHandler:
         key = guard_key(call.tool, call.args, state_hash)
         record = self._propose(call, state_hash)
         if not self.guard.admit(key, exempt=spec.exempt_from_guard):
-            rt.emit(
-                GuardTripped(
-                    run_id=self.run_id,
-                    call_id=record.call_id,
-                    tool=call.tool,
-                    fingerprint=key.fingerprint,
-                )
-            )
-            say, nudge, by = await operator_on_loop(
-                rt,
-                f"{record.call_id} {call.tool}({short_args(call.args, 60)})",
-                key.fingerprint,
-                state_hash,
-                self._first_call.get(key.fingerprint),
-            )
-            if say == "stop":
-                raise StopRun(
-                    StopReason.NO_PROGRESS,
-                    f"{call.tool} repeated with the same arguments from the same state "
-                    f"({record.call_id}); stopped by {by}",
-                )
-            if say != "allow":
-                if say == "nudge":
-                    self._nudge = nudge
-                message = (
-                    f"{call.tool} repeated with the same arguments from the same state; "
-                    "not executed"
-                )
-                return self._finish(
-                    record,
-                    CallStatus.BLOCKED_REPEAT,
-                    self._refusal(spec, record.call_id, ErrorCode.REPEATED_CALL, message),
-                )
+            blocked = await self._tripped(record, call, spec, key)
+            if blocked is not None:
+                return blocked
             # allowed once by the operator (recorded with who in question_answered)
         else:
             self._first_call.setdefault(key.fingerprint, record.call_id)
@@ -239,64 +182,73 @@ class CallHandler:
             return await self._run_write(record, spec, call, decision)
         rt.ledger.before_tool_call()
         rt.move(RunState.EXECUTING)
-        result = await self._dispatch(spec, record.call_id, call.args, None, state_hash)
+        result = await self._dispatch(spec, record.call_id, call.args, None)
         return self._executed(record, result)
+
+    async def _tripped(
+        self, record: CallRecord, call: ToolCall, spec: ToolSpec, key: GuardKey
+    ) -> tuple[CallRecord, ToolResult] | None:
+        """The guard saw this call before, from the same state: the operator has a say
+        (`loop_say`); None when they allow it once."""
+        rt = self.rt
+        rt.emit(
+            GuardTripped(
+                run_id=self.run_id,
+                call_id=record.call_id,
+                tool=call.tool,
+                fingerprint=key.fingerprint,
+            )
+        )
+        say, nudge, by = await operator_on_loop(
+            rt,
+            f"{record.call_id} {call.tool}({short_args(call.args, 60)})",
+            key.fingerprint,
+            record.state_hash,
+            self._first_call.get(key.fingerprint),
+        )
+        if say == "stop":
+            raise StopRun(
+                StopReason.NO_PROGRESS,
+                f"{call.tool} repeated with the same arguments from the same state "
+                f"({record.call_id}); stopped by {by}",
+            )
+        if say == "allow":
+            return None
+        if say == "nudge":
+            self._nudge = nudge
+        message = f"{call.tool} repeated with the same arguments from the same state; not executed"
+        return self._finish(
+            record,
+            CallStatus.BLOCKED_REPEAT,
+            self._refusal(spec, record.call_id, ErrorCode.REPEATED_CALL, message),
+        )
 
     async def _run_write(
         self, record: CallRecord, spec: ToolSpec, call: ToolCall, decision: Decision
     ) -> tuple[CallRecord, ToolResult]:
-        rt = self.rt
+        """Asked until an approval covers the call as it runs; never run twice."""
         idempotency = self._idempotency_key(spec, call.args)
         if idempotency in self.executed_writes:
             message = f"{call.tool} with these arguments already ran in this run; refused"
             result = self._refusal(spec, record.call_id, ErrorCode.DUPLICATE_WRITE, message)
             return self._finish(record, CallStatus.REFUSED_DUPLICATE, result)
-        state_hash = record.state_hash
-        asked_again = ""
+        again: AskAgain | None = None
         for _ in range(MAX_APPROVAL_ASKS):
-            request = request_for(
-                run_id=self.run_id,
-                call_id=record.call_id,
-                tool=call.tool,
-                args=call.args,
-                state_hash=state_hash,
-                fingerprint=record.fingerprint,
-                plan_step=self._step_text(decision),
-                ttl_s=rt.config.approval_ttl_s,
-                rationale=capped(decision.message, REASON_CAP),
-                asked_again=asked_again,
-            )
-            decided = await self._ask(request)
-            if not decided.approved:
-                rt.move(RunState.DECIDING)
-                reason = capped(decided.reason or "rejected by the operator", REASON_CAP)
-                result = self._refusal(spec, record.call_id, ErrorCode.REJECTED, reason)
+            got = await self.approvals.ask_once(record, call, decision, again)
+            if isinstance(got, Rejected):
+                result = self._refusal(spec, record.call_id, ErrorCode.REJECTED, got.reason)
                 return self._finish(record, CallStatus.REJECTED, result)
-            receipt = ApprovalReceipt.issue(request, decided)
-            # The approval is durable before the write runs: a crash in between leaves an
-            # approved write with no recorded outcome, which is shown and never re-run.
-            await rt.flush_journal()
-            # Checked at dispatch time: a state that changed since the request asks again.
-            state_hash = await rt.state_hash()
-            problem = self._receipt_problem(receipt, call.args, state_hash)
-            if problem is not None:
-                rt.emit(
-                    ApprovalInvalidated(run_id=self.run_id, call_id=record.call_id, problem=problem)
-                )
-                asked_again = problem
+            if isinstance(got, AskAgain):
+                again = got
                 continue
-            rt.ledger.before_tool_call()
-            rt.move(RunState.EXECUTING)
+            self.rt.ledger.before_tool_call()
+            self.rt.move(RunState.EXECUTING)
             try:
-                result = await self._dispatch(spec, record.call_id, call.args, receipt, state_hash)
+                result = await self._dispatch(spec, record.call_id, call.args, got)
             except ReceiptRefused as refused:
-                rt.move(RunState.DECIDING)
-                rt.emit(
-                    ApprovalInvalidated(
-                        run_id=self.run_id, call_id=record.call_id, problem=str(refused)
-                    )
-                )
-                asked_again = str(refused)
+                self.rt.move(RunState.DECIDING)
+                self.approvals.invalidated(record.call_id, str(refused))
+                again = AskAgain(str(refused), got.state_hash)
                 continue
             self._after_write(result, idempotency)
             return self._executed(record, result)
@@ -311,34 +263,6 @@ class CallHandler:
         if result.ok or code in (ErrorCode.OUTCOME_UNKNOWN, ErrorCode.INVALID_RESULT):
             self.executed_writes.add(idempotency)
 
-    async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
-        rt = self.rt
-        if rt.machine.state is not RunState.AWAITING_APPROVAL:
-            rt.move(RunState.AWAITING_APPROVAL)
-        self.pending = request
-        self._record_of(request.call_id).status = CallStatus.PENDING_APPROVAL
-        rt.emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
-        with rt.operator_time("approval"):
-            decided = await rt.interruptible(self.approver.ask(request), by_cancel=True)
-        self.pending = None
-        rt.emit(
-            ApprovalDecided(
-                run_id=self.run_id,
-                call_id=request.call_id,
-                approved=decided.approved,
-                reason=capped(decided.reason, REASON_CAP),
-                by=decided.by,
-            )
-        )
-        return decided
-
-    def _receipt_problem(
-        self, receipt: ApprovalReceipt, args: dict[str, Any], state_hash: str
-    ) -> str | None:
-        return receipt.problem(
-            run_id=self.run_id, call_id=receipt.call_id, args=args, state_hash=state_hash
-        )
-
     @staticmethod
     def _idempotency_key(spec: ToolSpec, args: dict[str, Any]) -> str:
         if spec.idempotency_fields:
@@ -350,8 +274,7 @@ class CallHandler:
         spec: ToolSpec,
         call_id: str,
         args: dict[str, Any],
-        receipt: ApprovalReceipt | None,
-        state_hash: str,
+        approved: Approved | None,
     ) -> ToolResult:
         def on_retry(attempt: int, error: str, delay: float) -> None:
             self.rt.emit(
@@ -371,12 +294,18 @@ class CallHandler:
                 spec,
                 call_id,
                 args,
-                receipt=receipt,
-                receipt_problem=lambda r: self._receipt_problem(r, args, state_hash),
+                receipt=approved.receipt if approved else None,
+                receipt_problem=None if approved is None else self._problem_of(args, approved),
                 on_retry=on_retry,
                 then=self.rt.snapshot_after_tool,
             )
         )
+
+    def _problem_of(
+        self, args: dict[str, Any], approved: Approved
+    ) -> Callable[[ApprovalReceipt], str | None]:
+        """The receipt checked once more as the write is dispatched."""
+        return lambda receipt: self.approvals.receipt_problem(receipt, args, approved.state_hash)
 
     def _record_of(self, call_id: str) -> CallRecord:
         return next(r for r in reversed(self.records) if r.call_id == call_id)

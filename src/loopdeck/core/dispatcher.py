@@ -99,8 +99,7 @@ class Dispatcher:
         on_retry: RetryHook | None = None,
         then: Then | None = None,
     ) -> ToolResult:
-        write = spec.risk == "write"
-        if write:
+        if spec.risk == "write":
             if receipt is None or receipt_problem is None:
                 raise ReceiptRefused(f"{spec.name} is a write and has no approval receipt")
             problem = receipt_problem(receipt)
@@ -109,15 +108,30 @@ class Dispatcher:
         parsed = spec.args_model.model_validate(args)
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
-        failure: ToolFailure | None = None
+        data, failure, attempts = await self._attempts(spec, parsed, on_retry, then)
+        provenance = Provenance(
+            tool=spec.name,
+            call_id=call_id,
+            started_at=started_at,
+            duration_ms=(time.perf_counter() - t0) * 1000,
+            attempts=attempts,
+        )
+        if failure is not None:
+            return ToolResult(ok=False, error=failure, provenance=provenance)
+        capped_data, truncated = _capped(data, self.result_char_cap)
+        return ToolResult(ok=True, data=capped_data, truncated=truncated, provenance=provenance)
+
+    async def _attempts(
+        self, spec: ToolSpec, parsed: BaseModel, on_retry: RetryHook | None, then: Then | None
+    ) -> tuple[Any, ToolFailure | None, int]:
+        """The call, and its retries for a read that failed transiently: (its data, its
+        failure, how many attempts)."""
+        write = spec.risk == "write"
         attempt = 0
-        data: Any = None
         while True:
             attempt += 1
             try:
-                data = _jsonable(await self._invoke(spec, parsed, then))
-                failure = None
-                break
+                return _jsonable(await self._invoke(spec, parsed, then)), None, attempt
             except ToolError as exc:
                 failure = self._failure(exc.code, exc.message)
             except TimeoutError:
@@ -127,11 +141,8 @@ class Dispatcher:
             except EnvBusy:
                 raise  # the runtime stops the run: env code it abandoned is still running
             except UnserializableResult as exc:
-                failure = self._failure(
-                    ErrorCode.INVALID_RESULT,
-                    f"{spec.name} returned a result that is not JSON: {exc}",
-                )
-                break
+                message = f"{spec.name} returned a result that is not JSON: {exc}"
+                return None, self._failure(ErrorCode.INVALID_RESULT, message), attempt
             except Exception as exc:  # a crashing tool is reported to the model, not swallowed
                 failure = self._failure(ErrorCode.TOOL_CRASHED, f"{type(exc).__name__}: {exc}")
             if write and failure.code in UNKNOWN_OUTCOME_CODES:
@@ -140,21 +151,10 @@ class Dispatcher:
                     f"{spec.name} may or may not have taken effect ({failure.code.value}: "
                     f"{failure.message}); it is not retried. Check the state before acting on it.",
                 )
-                break
+                return None, failure, attempt
             if write or failure.code not in TRANSIENT_CODES or attempt > MAX_RETRIES:
-                break
+                return None, failure, attempt
             delay = self.backoff_s * 2 ** (attempt - 1)
             if on_retry is not None:
                 on_retry(attempt, f"{failure.code.value}: {failure.message}", delay)
             await asyncio.sleep(delay)
-        provenance = Provenance(
-            tool=spec.name,
-            call_id=call_id,
-            started_at=started_at,
-            duration_ms=(time.perf_counter() - t0) * 1000,
-            attempts=attempt,
-        )
-        if failure is not None:
-            return ToolResult(ok=False, error=failure, provenance=provenance)
-        capped_data, truncated = _capped(data, self.result_char_cap)
-        return ToolResult(ok=True, data=capped_data, truncated=truncated, provenance=provenance)

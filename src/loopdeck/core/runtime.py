@@ -41,6 +41,7 @@ from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
+from loopdeck.core.write_approvals import WriteApprovals
 
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
@@ -76,7 +77,7 @@ class Runtime:
         self.env_thread = EnvThread(config.env_stray_wait_s)
         dispatcher = dispatcher or Dispatcher()
         dispatcher.env_thread = self.env_thread
-        self.calls = CallHandler(self, approver, dispatcher)
+        self.calls = CallHandler(self, WriteApprovals(self, approver), dispatcher)
         self.agent = AgentLoop(self)
         self._checked_hash: str | None = None
         self.findings: list[str] = []

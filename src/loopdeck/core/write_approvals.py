@@ -1,0 +1,158 @@
+"""Asking for a write: the request put to the approver, its decision recorded, and a receipt
+that still covers the call once the decision is durable and the state read again.
+
+`CallHandler` asks (`ask_once`) up to `MAX_APPROVAL_ASKS` times; each ask ends in one of
+`Approved`, `Rejected` or `AskAgain` (the approval no longer covers the call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from loopdeck.core.approvals import (
+    ApprovalDecision,
+    ApprovalReceipt,
+    ApprovalRequest,
+    Approver,
+    request_for,
+)
+from loopdeck.core.config import RunConfig
+from loopdeck.core.decisions import Decision, ToolCall
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalInvalidated,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    CallStatus,
+    Event,
+)
+from loopdeck.core.outcome import CallRecord
+from loopdeck.core.states import RunState, StateMachine
+from loopdeck.core.text import capped
+
+T = TypeVar("T")
+MAX_APPROVAL_ASKS = 3
+REASON_CAP = 2000
+
+
+class ApprovalHost(Protocol):
+    """What asking for a write needs from its run."""
+
+    config: RunConfig
+    plan: list[str]
+    machine: StateMachine
+
+    def move(self, target: RunState) -> None: ...
+    def emit(self, event: Event) -> None: ...
+    async def flush_journal(self) -> None: ...
+    def operator_time(self, why: str) -> AbstractContextManager[None]: ...
+    async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
+    async def state_hash(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Approved:
+    receipt: ApprovalReceipt
+    state_hash: str  # the state the receipt was checked against, just now
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+
+
+@dataclass(frozen=True)
+class AskAgain:
+    problem: str  # why the approval no longer covers the call, said in the next ask
+    state_hash: str  # the state the next ask is about
+
+
+class WriteApprovals:
+    def __init__(self, host: ApprovalHost, approver: Approver) -> None:
+        self.rt = host
+        self.approver = approver
+        self.pending: ApprovalRequest | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.rt.config.run_id
+
+    async def ask_once(
+        self, record: CallRecord, call: ToolCall, decision: Decision, again: AskAgain | None
+    ) -> Approved | Rejected | AskAgain:
+        """One ask: the first about the state the call was proposed in, the next (`again`)
+        about the state it found changed."""
+        request = request_for(
+            run_id=self.run_id,
+            call_id=record.call_id,
+            tool=call.tool,
+            args=call.args,
+            state_hash=again.state_hash if again else record.state_hash,
+            fingerprint=record.fingerprint,
+            plan_step=self._step_text(decision),
+            ttl_s=self.rt.config.approval_ttl_s,
+            rationale=capped(decision.message, REASON_CAP),
+            asked_again=again.problem if again else "",
+        )
+        decided = await self._ask(request, record)
+        if not decided.approved:
+            self.rt.move(RunState.DECIDING)
+            return Rejected(capped(decided.reason or "rejected by the operator", REASON_CAP))
+        receipt = ApprovalReceipt.issue(request, decided)
+        # The approval is durable before the write runs: a crash in between leaves an
+        # approved write with no recorded outcome, which is shown and never re-run.
+        await self.rt.flush_journal()
+        # Checked at dispatch time: a state that changed since the request asks again.
+        state_hash = await self.rt.state_hash()
+        problem = self.receipt_problem(receipt, call.args, state_hash)
+        if problem is not None:
+            self.invalidated(record.call_id, problem)
+            return AskAgain(problem, state_hash)
+        return Approved(receipt, state_hash)
+
+    def invalidated(self, call_id: str, problem: str) -> None:
+        self.rt.emit(ApprovalInvalidated(run_id=self.run_id, call_id=call_id, problem=problem))
+
+    def receipt_problem(
+        self, receipt: ApprovalReceipt, args: dict[str, Any], state_hash: str
+    ) -> str | None:
+        return receipt.problem(
+            run_id=self.run_id, call_id=receipt.call_id, args=args, state_hash=state_hash
+        )
+
+    def withdraw(self) -> None:
+        """At the stop: a pending approval is withdrawn."""
+        if self.pending is not None:
+            call_id = self.pending.call_id
+            self.pending = None
+            self.rt.emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
+
+    def _step_text(self, decision: Decision) -> str | None:
+        step = decision.plan_step
+        if step is None or not 1 <= step <= len(self.rt.plan):
+            return None
+        return f"{step}. {self.rt.plan[step - 1]}"
+
+    async def _ask(self, request: ApprovalRequest, record: CallRecord) -> ApprovalDecision:
+        rt = self.rt
+        if rt.machine.state is not RunState.AWAITING_APPROVAL:
+            rt.move(RunState.AWAITING_APPROVAL)
+        self.pending = request
+        record.status = CallStatus.PENDING_APPROVAL
+        rt.emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
+        with rt.operator_time("approval"):
+            decided = await rt.interruptible(self.approver.ask(request), by_cancel=True)
+        self.pending = None
+        rt.emit(
+            ApprovalDecided(
+                run_id=self.run_id,
+                call_id=request.call_id,
+                approved=decided.approved,
+                reason=capped(decided.reason, REASON_CAP),
+                by=decided.by,
+            )
+        )
+        return decided
