@@ -330,3 +330,38 @@ async def test_scripted_runs_release_their_scripts() -> None:
     del outcome
     gc.collect()
     assert scripted_provider.registered() == before
+
+
+def test_every_console_worker_has_its_failure_said() -> None:
+    """A class of the console that runs workers handles `Worker.StateChanged` (Textual does
+    not bubble it) by handing it to `tui/failures.worker_failed`; a worker started on another
+    node (`run_worker`) is started on one that does."""
+    import ast
+
+    import loopdeck.tui
+
+    folder = Path(loopdeck.tui.__file__).parent
+    handled: set[str] = set()
+    running: dict[str, str] = {}  # class -> its module
+    started_elsewhere: list[str] = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "run_worker":
+                started_elsewhere.append(path.stem)
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for item in cls.body:
+                if not isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                decorators = [ast.unparse(d) for d in item.decorator_list]
+                if any(d.startswith("work(") for d in decorators):
+                    running[cls.name] = path.stem
+                on_state = item.name == "on_worker_state_changed" or any(
+                    d == "on(Worker.StateChanged)" for d in decorators
+                )
+                if on_state and "worker_failed(" in ast.unparse(item):
+                    handled.add(cls.name)
+    assert running, "no worker found: the test reads the wrong folder"
+    assert {c: m for c, m in running.items() if c not in handled} == {}
+    # the dialogs' decisions run on the run's screen, which says their failures
+    assert started_elsewhere == ["approval_offers"] and "RunScreen" in handled
