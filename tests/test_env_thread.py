@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from loopdeck.core import env_thread
 from loopdeck.core.env_thread import EnvBusy, EnvThread
+from loopdeck.tuning.loop_idle import nothing_else_due
 
 
 class Boom(Exception):
@@ -154,7 +155,7 @@ async def test_a_consoles_loop_waits_for_env_code_only_when_it_has_nothing_else_
     blocks on env code: the result comes through the loop. An idle loop takes it itself."""
     made = settled
     thread = EnvThread()
-    thread.only_when_idle = True
+    thread.only_when_idle = nothing_else_due
     thread.quick_wait_s = 30.0  # long enough for any loaded machine, when it is waited
     loop = asyncio.get_running_loop()
     try:

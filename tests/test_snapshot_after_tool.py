@@ -20,6 +20,7 @@ from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime,
 from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.model import ModelReply, ModelRequest, RawToolCall
 from loopdeck.core.states import StopReason
+from loopdeck.tuning.loop_idle import nothing_else_due
 
 
 class Boom(Exception):
@@ -234,7 +235,7 @@ def test_the_goal_check_always_sees_the_state_as_it_is(
 
         try:
             for kind, seconds, idle_only in steps:
-                thread.only_when_idle = idle_only
+                thread.only_when_idle = nothing_else_due if idle_only else None
                 if kind == "after":
                     assert await thread.after("snapshot", env.snapshot) == {"value": env.value}
                 elif kind == "crash":

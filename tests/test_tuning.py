@@ -4,12 +4,15 @@ nothing, and each tuning refuses, saying why, where it was not measured or writt
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+import logging
 import os
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
@@ -17,7 +20,14 @@ from textual.cache import LRUCache
 from textual.strip import Strip
 
 from loopdeck import tuning
-from loopdeck.tuning import collector, guards, lock_switching, strip_caches, textual_cycles
+from loopdeck.tuning import (
+    collector,
+    guards,
+    lock_switching,
+    loop_idle,
+    strip_caches,
+    textual_cycles,
+)
 
 # The interpreter's state as a probe prints it: thresholds, freeze count, switch interval,
 # whether Textual's strips are patched.
@@ -169,3 +179,30 @@ def test_loading_the_tuning_package_imports_no_textual() -> None:
     code = "import sys, loopdeck.tuning, loopdeck.tuning.collector; print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]
+
+
+async def test_a_loop_whose_queues_are_not_asyncios_is_never_blocked_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only `tuning.loop_idle` reads asyncio's private queues (core reads none), and only
+    where they have asyncio's shape; another loop implementation is never waited on."""
+    loop = asyncio.get_running_loop()
+    assert loop_idle.refusal(loop) is None
+    assert loop_idle.nothing_else_due(loop, 30.0)  # nothing ready here, no timer due
+
+    class OtherLoop(asyncio.BaseEventLoop):
+        def __init__(self) -> None:  # no `_ready` deque, no `_scheduled` heap
+            pass
+
+    other = OtherLoop()
+    caplog.set_level(logging.INFO, logger="loopdeck.tuning.loop_idle")
+    assert not loop_idle.nothing_else_due(other, 30.0)
+    assert not loop_idle.nothing_else_due(other, 30.0)
+    said = [r.getMessage() for r in caplog.records if r.name == "loopdeck.tuning.loop_idle"]
+    assert said == [
+        "env code is never waited for on this loop: "
+        f"{OtherLoop.__qualname__} keeps no ready deque and timer heap as asyncio's do"
+    ]
+    core = Path(__file__).parent.parent / "src" / "loopdeck" / "core"
+    readers = [p.name for p in core.glob("*.py") if "._ready" in p.read_text()]
+    assert readers == []

@@ -12,7 +12,8 @@ first waits for the env thread itself, off the interpreter's lock, for at most `
 env code done by then hands its result straight over; anything slower is awaited as before.
 Headless, the loop waits so whatever else is ready (LiteLLM's logging tasks, the store's
 writer: nobody is kept waiting by half a millisecond). Under a console (`only_when_idle`, set by
-its link) it waits only when it has nothing else to do, no callback ready and no timer due:
+its link to a test of its loop: `loopdeck.tuning.loop_idle`, as asyncio has no public one) it
+waits only when it has nothing else to do, no callback ready and no timer due:
 blocking regardless made frames and keys wait for the interpreter's lock to come back from
 LiteLLM's threads (loop stall worse in 8 of 8 A/B pairs, 20-28 -> 26-38 ms); blocking only
 when idle left the stall where it was (ten pairs).
@@ -124,22 +125,16 @@ def _end_wait(over: asyncio.Future[None]) -> None:
 _Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Ahead | None]
 
 
-def _nothing_else_due(loop: asyncio.AbstractEventLoop, seconds: float) -> bool:
-    """True if the loop has no callback ready and no timer due within `seconds`: it would
-    sleep in its selector anyway. Read off asyncio's own queues; a loop without them (another
-    implementation) is never blocked on."""
-    ready = getattr(loop, "_ready", None)
-    timers = getattr(loop, "_scheduled", None)
-    if ready is None or timers is None or ready:
-        return False
-    return not timers or timers[0].when() > loop.time() + seconds
+# True if the loop has nothing else to do within so many seconds (a console's: see above).
+IdleTest = Callable[[asyncio.AbstractEventLoop, float], bool]
 
 
 class EnvThread:
     def __init__(self, stray_wait_s: float = 10.0) -> None:
         self.stray_wait_s = stray_wait_s
         self.quick_wait_s = QUICK_WAIT_S  # 0: the loop never blocks for env code
-        self.only_when_idle = False  # a console's loop: block only if nothing else is due
+        # A console's loop blocks only if this says nothing else is due within the wait.
+        self.only_when_idle: IdleTest | None = None
         self._jobs: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
@@ -265,7 +260,8 @@ class EnvThread:
 
     async def _wait(self, job: _Job, future: asyncio.Future[T]) -> T:
         quick = self.quick_wait_s
-        if self.only_when_idle and not _nothing_else_due(asyncio.get_running_loop(), quick):
+        idle = self.only_when_idle
+        if idle is not None and not idle(asyncio.get_running_loop(), quick):
             quick = 0.0
         if job.take_quickly(quick):
             result: T = job.result()

@@ -15,6 +15,7 @@ from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.replay_link import ReplayLink as ReplayLink
 from loopdeck.operator.replay_link import load_events as load_events
 from loopdeck.store import deciding
+from loopdeck.tuning.loop_idle import nothing_else_due
 
 if TYPE_CHECKING:
     from loopdeck.operator.session import RunSession
@@ -72,7 +73,7 @@ class LocalLink:
     async def drive(self) -> RunOutcome | None:
         await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
         self.phase = "the run to start"
-        self._rt.env_thread.only_when_idle = True  # frames and keys come first
+        self._rt.env_thread.only_when_idle = nothing_else_due  # frames and keys come first
         if not self.session.recorded:
             return await self.session.run()
         self.phase = "the event store to open"
