@@ -55,12 +55,16 @@ async def decide(
     retry_for_s: float = RETRY_FOR_S,
 ) -> bool:
     """Exactly one decision wins: False if the call was already decided or is not pending."""
-    d = decision
-    what = f"{'approval' if d.approved else 'rejection'} of {d.call_id}"
+    what = f"{'approval' if decision.approved else 'rejection'} of {decision.call_id}"
 
     async def once(tx: Tx) -> bool:
         return await queries.decide(
-            tx, run_id, d.call_id, approved=d.approved, by=d.by, reason=d.reason
+            tx,
+            run_id,
+            decision.call_id,
+            approved=decision.approved,
+            by=decision.by,
+            reason=decision.reason,
         )
 
     return await _taken(store, run_id, what, once, tell, retry_for_s)
