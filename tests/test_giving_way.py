@@ -1,5 +1,5 @@
 """With a console open, LiteLLM's pool gives the interpreter's lock way to the console's loop
-before each pass over a long conversation (`loopdeck.lock_switching.give_way`). Headless
+before each pass over a long conversation (`loopdeck.tuning.lock_switching.give_way`). Headless
 nothing gives way, the console's own thread never does, and a call returns the same."""
 
 from __future__ import annotations

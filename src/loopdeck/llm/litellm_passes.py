@@ -21,7 +21,7 @@ which. `LOOPDECK_STOCK_LITELLM=1` keeps all of LiteLLM's own.
 
 The validation runs in LiteLLM's thread pool, in the `completion` that `acompletion` hands
 there: over a long conversation it first gives the interpreter's lock way to the console
-(`loopdeck.lock_switching.give_way`).
+(`loopdeck.tuning.lock_switching.give_way`).
 """
 
 from __future__ import annotations
