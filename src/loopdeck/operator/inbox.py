@@ -104,6 +104,9 @@ async def read_entries(store: Store) -> list[InboxEntry]:
 
 @dataclass
 class Inbox:
+    """The inbox of one console: what waits, as last read, and the store it follows (the
+    one its decisions are recorded in)."""
+
     entries: list[InboxEntry] = field(default_factory=list)
     counter: int = -1  # the store's change counter when the entries were read
     store: Store | None = None  # open while followed
