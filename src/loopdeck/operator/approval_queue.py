@@ -65,9 +65,6 @@ class ApprovalQueue:
         """Requests not yet decided (a decided one is gone once the runtime takes it)."""
         return [item for item in self._pending.values() if not item.future.done()]
 
-    def get(self, call_id: str) -> PendingApproval | None:
-        return self._pending.get(call_id)
-
     def _open(self, call_id: str) -> PendingApproval | None:
         """The request still waiting for its decision, if it is."""
         item = self._pending.get(call_id)
