@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import Event
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.llm.loader import litellm_module
+from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.replay_link import ReplayLink as ReplayLink
 from loopdeck.operator.replay_link import load_events as load_events
 from loopdeck.store import deciding
 from loopdeck.tuning.loop_idle import nothing_else_due
-
-if TYPE_CHECKING:
-    from loopdeck.operator.session import RunSession
 
 Listener = Callable[[], None]
 Tell = deciding.Tell
@@ -49,11 +47,22 @@ class RunLink(Protocol):
     def risk_of(self, tool: str) -> str: ...
 
 
-class LocalLink:
-    """A run driven by this process (its `RunSession`): recorded to the store when the
-    session has a location, decided in this console's queue."""
+class LocalRun(Protocol):
+    """A run of this process, as its console drives it (`operator.session.RunSession`)."""
 
-    def __init__(self, session: RunSession) -> None:
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def queue(self) -> ApprovalQueue: ...
+    async def run(self, phase: Callable[[str], None]) -> RunOutcome: ...
+    def kill(self, by: str) -> None: ...
+
+
+class LocalLink:
+    """A run driven by this process (its session): recorded to the store when the session
+    has a location, decided in this console's queue."""
+
+    def __init__(self, session: LocalRun) -> None:
         self.session = session
         self.runtime: Runtime | None = session.runtime
         self.queue = session.queue
@@ -74,12 +83,10 @@ class LocalLink:
         await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
         self.phase = "the run to start"
         self._rt.env_thread.only_when_idle = nothing_else_due  # frames and keys come first
-        if not self.session.recorded:
-            return await self.session.run()
-        self.phase = "the event store to open"
-        async with self.session.opened():
-            self.phase = "the run to start"
-            return await self.session.record()
+        return await self.session.run(self._waiting_for)
+
+    def _waiting_for(self, phase: str) -> None:
+        self.phase = phase
 
     def pending(self) -> list[ApprovalRequest]:
         return [item.request for item in self.queue.pending()]

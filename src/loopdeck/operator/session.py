@@ -132,11 +132,16 @@ class RunSession:
             if recorded.persist_error:
                 self.say(recorded.persist_error)
 
-    async def run(self) -> RunOutcome:
-        """Open the store, record the run, close it (or, not recorded, just run it)."""
+    async def run(self, phase: Say | None = None) -> RunOutcome:
+        """Open the store, record the run, close it (or, not recorded, just run it); `phase`
+        hears what the run waits for meanwhile."""
         if not self.recorded:
             return await self.runtime.run()
+        if phase is not None:
+            phase("the event store to open")
         async with self.opened():
+            if phase is not None:
+                phase("the run to start")
             return await self.record()
 
     def kill(self, by: str) -> None:
