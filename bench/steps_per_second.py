@@ -80,7 +80,7 @@ def runtime_for(steps: int, model: Any) -> Runtime:
 
 def bare(runtime: Runtime) -> Runtime:
     runtime.calls.guard = AdmitAll()  # type: ignore[assignment]
-    runtime.emit = lambda event: None  # type: ignore[method-assign]
+    runtime.emit = lambda make, *args, **fields: None  # type: ignore[method-assign]
 
     async def no_review(before: object) -> Verdict:
         return Verdict(kind="fail", reasons=("off",))

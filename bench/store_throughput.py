@@ -36,10 +36,12 @@ from loopdeck.store.writer import BATCH_MAX, EventWriter, event_json
 
 
 def synthetic_run(run_id: str, count: int) -> list[EventBase]:
-    """A runaway's shape: per call a proposal, two state moves, a result and a budget update."""
+    """A runaway's shape: per call a proposal, two state moves, a result and a budget update,
+    each made with its number as the runtime makes it (`EventBus.emit`), so publishing it
+    hands it out as it is."""
     events: list[EventBase] = [
         RunStarted(
-            run_id=run_id, env="bench", script="poll", model="m", mode="rounds", goal="g",
+            run_id=run_id, seq=1, env="bench", script="poll", model="m", mode="rounds", goal="g",
             budget={"max_turns": 1e9},
         )
     ]  # fmt: skip
@@ -47,20 +49,25 @@ def synthetic_run(run_id: str, count: int) -> list[EventBase]:
     while len(events) < count:
         call += 1
         call_id = f"c{call}"
+        n = len(events)
         events += [
             CallProposed(
-                run_id=run_id, call_id=call_id, round=1, tool="poll", args={"job": "j1"},
+                run_id=run_id, seq=n + 1, call_id=call_id, round=1, tool="poll", args={"job": "j1"},
                 risk="read", fingerprint="abc123abc123", state_hash="def456def456",
             ),
-            StateChanged(run_id=run_id, source=RunState.DECIDING, target=RunState.EXECUTING),
+            StateChanged(
+                run_id=run_id, seq=n + 2, source=RunState.DECIDING, target=RunState.EXECUTING
+            ),
             ToolFinished(
-                run_id=run_id, call_id=call_id, tool="poll", status=CallStatus.EXECUTED,
+                run_id=run_id, seq=n + 3, call_id=call_id, tool="poll", status=CallStatus.EXECUTED,
                 result={"ok": True, "data": {"status": "running"}, "error": None}, duration_ms=0.1,
             ),
-            StateChanged(run_id=run_id, source=RunState.EXECUTING, target=RunState.DECIDING),
+            StateChanged(
+                run_id=run_id, seq=n + 4, source=RunState.EXECUTING, target=RunState.DECIDING
+            ),
             BudgetUpdated(
-                run_id=run_id, usage={"tokens": (call * 10.0, 1e9), "cost_usd": (0.0, 1.0)},
-                cost_unknown_calls=0,
+                run_id=run_id, seq=n + 5, usage={"tokens": (call * 10.0, 1e9),
+                "cost_usd": (0.0, 1.0)}, cost_unknown_calls=0,
             ),
         ]  # fmt: skip
     return events[:count]

@@ -36,7 +36,7 @@ async def test_bounded_times_out_and_returns_in_time() -> None:
 
 
 def _control() -> RunControl:
-    return RunControl(emit=lambda event: None, run_id="r1")
+    return RunControl(emit=lambda make, *args, **fields: None, run_id="r1")
 
 
 async def _then_next_wait(

@@ -14,7 +14,7 @@ from loopdeck.core.calls import CallHandler
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import RunControl, StopRun
 from loopdeck.core.decisions import Decision, InvalidDecision, read_decision
-from loopdeck.core.events import DecisionInvalid, DecisionMade, Event, PlanWritten
+from loopdeck.core.events import DecisionInvalid, DecisionMade, Emit, PlanWritten
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.prompts import (
@@ -48,7 +48,8 @@ class AgentHost(Protocol):
     answerer: Answerer | None
 
     def move(self, target: RunState) -> None: ...
-    def emit(self, event: Event) -> None: ...
+    @property
+    def emit(self) -> Emit: ...
     async def snapshot(self) -> dict[str, Any]: ...
     async def review_round(self, before: dict[str, Any]) -> Verdict: ...
     async def ask_operator(
@@ -117,7 +118,7 @@ class AgentLoop:
         if not steps:
             raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
         rt.plan = steps
-        rt.emit(PlanWritten(run_id=rt.config.run_id, round=rt.round, steps=steps))
+        rt.emit(PlanWritten, run_id=rt.config.run_id, round=rt.round, steps=steps)
 
     async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
         """Run model turns until a final decision or a guard trip; True if the guard tripped."""
@@ -161,25 +162,23 @@ class AgentLoop:
                 decision = read_decision(reply, rt.tools)
             except InvalidDecision as invalid:
                 rt.emit(
-                    DecisionInvalid(
-                        run_id=rt.config.run_id,
-                        round=rt.round,
-                        error=str(invalid),
-                        corrections_used=rt.ledger.corrections + 1,
-                    )
+                    DecisionInvalid,
+                    run_id=rt.config.run_id,
+                    round=rt.round,
+                    error=str(invalid),
+                    corrections_used=rt.ledger.corrections + 1,
                 )
                 rt.ledger.record_correction()
                 conversation.extend(rt.calls.corrections_for(reply, str(invalid)))
                 continue
             rt.emit(
-                DecisionMade(
-                    run_id=rt.config.run_id,
-                    round=rt.round,
-                    decision=decision.type,
-                    reason_code=capped(decision.reason_code, 200),
-                    message=capped(decision.message, MESSAGE_EVENT_CAP),
-                    via=decision.via,
-                    plan_step=decision.plan_step,
-                )
+                DecisionMade,
+                run_id=rt.config.run_id,
+                round=rt.round,
+                decision=decision.type,
+                reason_code=capped(decision.reason_code, 200),
+                message=capped(decision.message, MESSAGE_EVENT_CAP),
+                via=decision.via,
+                plan_step=decision.plan_step,
             )
             return decision

@@ -16,7 +16,7 @@ from loopdeck.core.env_thread import Then
 from loopdeck.core.events import (
     CallProposed,
     CallStatus,
-    Event,
+    Emit,
     GuardTripped,
     ToolFinished,
     ToolRetry,
@@ -52,7 +52,8 @@ class CallHost(LoopHost, Protocol):
     ledger: BudgetLedger
 
     def move(self, target: RunState) -> None: ...
-    def emit(self, event: Event) -> None: ...
+    @property
+    def emit(self) -> Emit: ...
     def publish_budget(self) -> None: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
     async def state_hash(self) -> str: ...
@@ -98,14 +99,13 @@ class CallHandler:
                     status = CallStatus.OUTCOME_UNKNOWN  # a write cut short may have happened
                 record.status = status
                 self.rt.emit(
-                    ToolFinished(
-                        run_id=self.run_id,
-                        call_id=record.call_id,
-                        tool=record.tool,
-                        status=record.status,
-                        result={},
-                        duration_ms=0.0,
-                    )
+                    ToolFinished,
+                    run_id=self.run_id,
+                    call_id=record.call_id,
+                    tool=record.tool,
+                    status=record.status,
+                    result={},
+                    duration_ms=0.0,
                 )
 
     async def run_batch(self, conversation: list[dict[str, Any]], decision: Decision) -> bool:
@@ -144,16 +144,15 @@ class CallHandler:
         )
         self.records.append(record)
         self.rt.emit(
-            CallProposed(
-                run_id=self.run_id,
-                call_id=record.call_id,
-                round=record.round,
-                tool=record.tool,
-                args=record.args,
-                risk=record.risk,
-                fingerprint=record.fingerprint,
-                state_hash=record.state_hash,
-            )
+            CallProposed,
+            run_id=self.run_id,
+            call_id=record.call_id,
+            round=record.round,
+            tool=record.tool,
+            args=record.args,
+            risk=record.risk,
+            fingerprint=record.fingerprint,
+            state_hash=record.state_hash,
         )
         return record
 
@@ -192,12 +191,11 @@ class CallHandler:
         (`loop_say`); None when they allow it once."""
         rt = self.rt
         rt.emit(
-            GuardTripped(
-                run_id=self.run_id,
-                call_id=record.call_id,
-                tool=call.tool,
-                fingerprint=key.fingerprint,
-            )
+            GuardTripped,
+            run_id=self.run_id,
+            call_id=record.call_id,
+            tool=call.tool,
+            fingerprint=key.fingerprint,
         )
         say, nudge, by = await operator_on_loop(
             rt,
@@ -278,14 +276,13 @@ class CallHandler:
     ) -> ToolResult:
         def on_retry(attempt: int, error: str, delay: float) -> None:
             self.rt.emit(
-                ToolRetry(
-                    run_id=self.run_id,
-                    call_id=call_id,
-                    tool=spec.name,
-                    attempt=attempt,
-                    error=error,
-                    delay_s=delay,
-                )
+                ToolRetry,
+                run_id=self.run_id,
+                call_id=call_id,
+                tool=spec.name,
+                attempt=attempt,
+                error=error,
+                delay_s=delay,
             )
 
         self._record_of(call_id).status = CallStatus.RUNNING
@@ -343,13 +340,12 @@ class CallHandler:
         record.duration_ms = result.provenance.duration_ms
         record.retries = max(result.provenance.attempts - 1, 0)
         self.rt.emit(
-            ToolFinished(
-                run_id=self.run_id,
-                call_id=record.call_id,
-                tool=record.tool,
-                status=status,
-                result=record.result,
-                duration_ms=result.provenance.duration_ms,
-            )
+            ToolFinished,
+            run_id=self.run_id,
+            call_id=record.call_id,
+            tool=record.tool,
+            status=status,
+            result=record.result,
+            duration_ms=result.provenance.duration_ms,
         )
         return record, result

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Literal, TypeVar
 
-from loopdeck.core.events import Event, OperatorCommand
+from loopdeck.core.events import Emit, OperatorCommand
 from loopdeck.core.states import StopReason
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def _no_hold(why: str) -> AbstractContextManager[None]:
 
 
 class RunControl:
-    def __init__(self, emit: Callable[[Event], None], run_id: str, hold: Hold = _no_hold) -> None:
+    def __init__(self, emit: Emit, run_id: str, hold: Hold = _no_hold) -> None:
         self._emit = emit
         self._run_id = run_id
         self.hold = hold  # the agent's clock stops while a pause holds the run
@@ -60,7 +60,7 @@ class RunControl:
         return self._resumed is not None and not self._resumed.is_set()
 
     def _record(self, command: Literal["cancel", "kill", "pause", "resume"], by: str) -> None:
-        self._emit(OperatorCommand(run_id=self._run_id, command=command, by=by))
+        self._emit(OperatorCommand, run_id=self._run_id, command=command, by=by)
 
     def _interrupt_now(self, reason: StopReason, detail: str, *, cancel_only: bool = False) -> None:
         if self._interrupt is None:

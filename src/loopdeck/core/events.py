@@ -324,7 +324,7 @@ class Emit(Protocol):
     """How the runtime emits an event: its class and its fields (`emit(StateChanged,
     run_id=…, source=…, target=…)`); the bus makes it with its number."""
 
-    def __call__(self, make: Callable[P, E], /, *args: P.args, **kwargs: P.kwargs) -> E: ...
+    def __call__(self, make: Callable[P, E], /, *args: P.args, **kwargs: P.kwargs) -> None: ...
 
 
 class EventBus:

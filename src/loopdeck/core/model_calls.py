@@ -11,7 +11,7 @@ from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
 from loopdeck.core.compaction import Compaction, ContextWindow
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, StopRun
-from loopdeck.core.events import ContextCompacted, Event, ModelCalled, ModelRetry
+from loopdeck.core.events import ContextCompacted, Emit, ModelCalled, ModelRetry
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest, ProviderError
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
@@ -30,7 +30,8 @@ class ModelHost(Protocol):
     model: ModelClient
     ledger: BudgetLedger
 
-    def emit(self, event: Event) -> None: ...
+    @property
+    def emit(self) -> Emit: ...
     def publish_budget(self) -> None: ...
     async def hold_while_unavailable(self) -> None: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
@@ -77,15 +78,14 @@ class ModelCaller:
         rt = self.rt
         self.compactions += 1
         rt.emit(
-            ContextCompacted(
-                run_id=rt.config.run_id,
-                round=rt.round,
-                tokens_before=done.tokens_before,
-                tokens_after=done.tokens_after,
-                reason=reason,
-                results_shortened=done.results_shortened,
-                turns_dropped=done.turns_dropped,
-            )
+            ContextCompacted,
+            run_id=rt.config.run_id,
+            round=rt.round,
+            tokens_before=done.tokens_before,
+            tokens_after=done.tokens_after,
+            reason=reason,
+            results_shortened=done.results_shortened,
+            turns_dropped=done.turns_dropped,
         )
         return True
 
@@ -120,26 +120,27 @@ class ModelCaller:
                 raise StopRun(StopReason.PROVIDER_FAILURE, str(error))
             delay = rt.config.model_backoff_s * 2 ** (attempt - 1)
             rt.emit(
-                ModelRetry(
-                    run_id=rt.config.run_id, attempt=attempt, error=str(error), delay_s=delay
-                )
+                ModelRetry,
+                run_id=rt.config.run_id,
+                attempt=attempt,
+                error=str(error),
+                delay_s=delay,
             )
             await rt.interruptible(asyncio.sleep(delay))
         if self._window is not None:
             self._window.observe(request.messages, reply.prompt_tokens)
         rt.ledger.record_model_call(reply.total_tokens, reply.cost_usd)
         rt.emit(
-            ModelCalled(
-                run_id=rt.config.run_id,
-                role=request.role,
-                round=rt.round,
-                model=reply.model,
-                prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens,
-                cost_usd=reply.cost_usd,
-                latency_ms=reply.latency_ms,
-                content=capped(reply.content or "", MESSAGE_EVENT_CAP),
-            )
+            ModelCalled,
+            run_id=rt.config.run_id,
+            role=request.role,
+            round=rt.round,
+            model=reply.model,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            cost_usd=reply.cost_usd,
+            latency_ms=reply.latency_ms,
+            content=capped(reply.content or "", MESSAGE_EVENT_CAP),
         )
         rt.publish_budget()
         rt.ledger.after_model_call()

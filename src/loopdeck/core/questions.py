@@ -10,7 +10,7 @@ from typing import Protocol, TypeVar
 
 from loopdeck.core.approvals import Answer, Answerer
 from loopdeck.core.config import RunConfig
-from loopdeck.core.events import Event, QuestionAnswered, QuestionAsked
+from loopdeck.core.events import Emit, QuestionAnswered, QuestionAsked
 from loopdeck.core.states import RunState
 from loopdeck.core.text import capped
 from loopdeck.core.timeouts import bounded
@@ -26,7 +26,8 @@ class QuestionHost(Protocol):
     answerer: Answerer | None
 
     def move(self, target: RunState) -> None: ...
-    def emit(self, event: Event) -> None: ...
+    @property
+    def emit(self) -> Emit: ...
     async def flush_journal(self) -> None: ...
     def operator_time(self, why: str) -> AbstractContextManager[None]: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
@@ -50,9 +51,11 @@ class Questions:
         question_id = f"q{self.asked}"
         rt.move(RunState.AWAITING_ANSWER)
         rt.emit(
-            QuestionAsked(
-                run_id=rt.config.run_id, question_id=question_id, question=question, topic=topic
-            )
+            QuestionAsked,
+            run_id=rt.config.run_id,
+            question_id=question_id,
+            question=question,
+            topic=topic,
         )
         await rt.flush_journal()  # the question is visible to other processes from here
         waiting = rt.answerer.answer(rt.config.run_id, question_id, question)
@@ -65,17 +68,21 @@ class Questions:
                 answer = None
         if answer is None:
             rt.emit(
-                QuestionAnswered(
-                    run_id=rt.config.run_id, question_id=question_id, answer="", by="timeout"
-                )
+                QuestionAnswered,
+                run_id=rt.config.run_id,
+                question_id=question_id,
+                answer="",
+                by="timeout",
             )
             rt.move(RunState.DECIDING)
             return None
         text = capped(answer.text, ANSWER_CAP)
         rt.emit(
-            QuestionAnswered(
-                run_id=rt.config.run_id, question_id=question_id, answer=text, by=answer.by
-            )
+            QuestionAnswered,
+            run_id=rt.config.run_id,
+            question_id=question_id,
+            answer=text,
+            by=answer.by,
         )
         rt.move(RunState.DECIDING)
         return Answer(text=text, by=answer.by)

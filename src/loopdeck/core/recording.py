@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
-from loopdeck.core.events import Event, RecordingHeld, RecordingResumed
+from loopdeck.core.events import Emit, RecordingHeld, RecordingResumed
 from loopdeck.core.states import StopReason
 from loopdeck.core.timeouts import bounded
 
@@ -70,7 +70,8 @@ class HoldHost(Protocol):
     config: RunConfig
     journal: Journal | None
 
-    def emit(self, event: Event) -> None: ...
+    @property
+    def emit(self) -> Emit: ...
     def operator_time(self, why: str) -> AbstractContextManager[None]: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
 
@@ -115,14 +116,13 @@ class RecordingHold:
         bound = rt.config.store_hold_s
         what = outage_words(outage.cause)
         rt.emit(
-            RecordingHeld(
-                run_id=rt.config.run_id,
-                cause=outage.cause,
-                since=outage.since,
-                detail=outage.detail,
-                spill=outage.spill,
-                bound_s=bound,
-            )
+            RecordingHeld,
+            run_id=rt.config.run_id,
+            cause=outage.cause,
+            since=outage.since,
+            detail=outage.detail,
+            spill=outage.spill,
+            bound_s=bound,
         )
         started = time.monotonic()
         ended = "stopped"
@@ -142,4 +142,4 @@ class RecordingHold:
                 f"{what} since {outage.since.astimezone():%H:%M:%S}: held {held_s:.1f} s,"
                 f" {ended}{spilled}"
             )
-        rt.emit(RecordingResumed(run_id=rt.config.run_id, cause=outage.cause, held_s=held_s))
+        rt.emit(RecordingResumed, run_id=rt.config.run_id, cause=outage.cause, held_s=held_s)

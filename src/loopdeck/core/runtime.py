@@ -26,8 +26,9 @@ from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     BudgetUpdated,
-    Event,
+    E,
     EventBus,
+    P,
     ReviewVerdict,
     RunStarted,
     RunStopped,
@@ -105,8 +106,9 @@ class Runtime:
         self.control.resume(by)
 
     # -- plumbing ----------------------------------------------------------------------
-    def emit(self, event: Event) -> None:
-        self.bus.publish(event)
+    def emit(self, make: Callable[P, E], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        """The event of class `make` with these fields, made with the bus's next number."""
+        self.bus.emit(make, *args, **kwargs)
 
     async def env_call(self, label: str, fn: Callable[..., T], *args: Any) -> T:
         """Env code on the env thread; a kill, a stop or the deadline stop the wait at once."""
@@ -137,14 +139,13 @@ class Runtime:
             return
         self.move(RunState.REVIEWING)
         self.emit(
-            ReviewVerdict(
-                run_id=self.config.run_id,
-                round=self.round,
-                verdict="pass",
-                reasons=[],
-                before_hash=record.state_hash,
-                after_hash=after_hash,
-            )
+            ReviewVerdict,
+            run_id=self.config.run_id,
+            round=self.round,
+            verdict="pass",
+            reasons=[],
+            before_hash=record.state_hash,
+            after_hash=after_hash,
         )
         raise StopRun(
             StopReason.GOAL_MET, f"the goal check passed after {record.tool} ({record.call_id})"
@@ -159,31 +160,29 @@ class Runtime:
         self._checked_hash = short_hash(after)
         verdict = review(before, after, lambda _: unmet)
         self.emit(
-            ReviewVerdict(
-                run_id=self.config.run_id,
-                round=self.round,
-                verdict=verdict.kind,
-                reasons=list(verdict.reasons),
-                before_hash=short_hash(before),
-                after_hash=short_hash(after),
-            )
+            ReviewVerdict,
+            run_id=self.config.run_id,
+            round=self.round,
+            verdict=verdict.kind,
+            reasons=list(verdict.reasons),
+            before_hash=short_hash(before),
+            after_hash=short_hash(after),
         )
         self.findings.extend(f"round {self.round}: {reason}" for reason in verdict.reasons)
         return verdict
 
     def move(self, target: RunState) -> None:
         source = self.machine.move(target)
-        self.emit(StateChanged(run_id=self.config.run_id, source=source, target=target))
+        self.emit(StateChanged, run_id=self.config.run_id, source=source, target=target)
 
     def publish_budget(self) -> None:
         self.emit(
-            BudgetUpdated(
-                run_id=self.config.run_id,
-                usage=self.ledger.usage(),
-                cost_unknown_calls=self.ledger.cost_unknown_calls,
-                operator_s=round(self.ledger.operator_s(), 3),
-                held=self.ledger.held,
-            )
+            BudgetUpdated,
+            run_id=self.config.run_id,
+            usage=self.ledger.usage(),
+            cost_unknown_calls=self.ledger.cost_unknown_calls,
+            operator_s=round(self.ledger.operator_s(), 3),
+            held=self.ledger.held,
         )
 
     def rearm_deadline(self) -> None:
@@ -271,16 +270,15 @@ class Runtime:
     def _announce(self) -> None:
         cfg = self.config
         self.emit(
-            RunStarted(
-                run_id=cfg.run_id,
-                env=cfg.env,
-                script=cfg.script,
-                model=cfg.model,
-                mode=cfg.mode,
-                goal=cfg.goal,
-                budget=cfg.budget.model_dump(),
-                context_window=getattr(self.model, "context_window", None),
-            )
+            RunStarted,
+            run_id=cfg.run_id,
+            env=cfg.env,
+            script=cfg.script,
+            model=cfg.model,
+            mode=cfg.mode,
+            goal=cfg.goal,
+            budget=cfg.budget.model_dump(),
+            context_window=getattr(self.model, "context_window", None),
         )
 
     async def _prepare_model(self) -> None:
@@ -305,12 +303,11 @@ class Runtime:
             self.move(RunState.STOPPED)
         self.publish_budget()
         self.emit(
-            RunStopped(
-                run_id=self.config.run_id,
-                state=self.machine.state,
-                stop_reason=stop.reason,
-                detail=escape_surrogates(stop.detail),
-            )
+            RunStopped,
+            run_id=self.config.run_id,
+            state=self.machine.state,
+            stop_reason=stop.reason,
+            detail=escape_surrogates(stop.detail),
         )
         # A run with any call of unknown price has an unknown cost, never a partial sum.
         cost = self.ledger.cost_usd if self.ledger.cost_unknown_calls == 0 else None

@@ -27,7 +27,7 @@ from loopdeck.core.events import (
     ApprovalRequested,
     ApprovalWithdrawn,
     CallStatus,
-    Event,
+    Emit,
 )
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState, StateMachine
@@ -46,7 +46,8 @@ class ApprovalHost(Protocol):
     machine: StateMachine
 
     def move(self, target: RunState) -> None: ...
-    def emit(self, event: Event) -> None: ...
+    @property
+    def emit(self) -> Emit: ...
     async def flush_journal(self) -> None: ...
     def operator_time(self, why: str) -> AbstractContextManager[None]: ...
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T: ...
@@ -114,7 +115,7 @@ class WriteApprovals:
         return Approved(receipt, state_hash)
 
     def invalidated(self, call_id: str, problem: str) -> None:
-        self.rt.emit(ApprovalInvalidated(run_id=self.run_id, call_id=call_id, problem=problem))
+        self.rt.emit(ApprovalInvalidated, run_id=self.run_id, call_id=call_id, problem=problem)
 
     def receipt_problem(
         self, receipt: ApprovalReceipt, args: dict[str, Any], state_hash: str
@@ -128,7 +129,7 @@ class WriteApprovals:
         if self.pending is not None:
             call_id = self.pending.call_id
             self.pending = None
-            self.rt.emit(ApprovalWithdrawn(run_id=self.run_id, call_id=call_id))
+            self.rt.emit(ApprovalWithdrawn, run_id=self.run_id, call_id=call_id)
 
     def _step_text(self, decision: Decision) -> str | None:
         step = decision.plan_step
@@ -142,17 +143,16 @@ class WriteApprovals:
             rt.move(RunState.AWAITING_APPROVAL)
         self.pending = request
         record.status = CallStatus.PENDING_APPROVAL
-        rt.emit(ApprovalRequested(run_id=self.run_id, **request.model_dump(exclude={"run_id"})))
+        rt.emit(ApprovalRequested, run_id=self.run_id, **request.model_dump(exclude={"run_id"}))
         with rt.operator_time("approval"):
             decided = await rt.interruptible(self.approver.ask(request), by_cancel=True)
         self.pending = None
         rt.emit(
-            ApprovalDecided(
-                run_id=self.run_id,
-                call_id=request.call_id,
-                approved=decided.approved,
-                reason=capped(decided.reason, REASON_CAP),
-                by=decided.by,
-            )
+            ApprovalDecided,
+            run_id=self.run_id,
+            call_id=request.call_id,
+            approved=decided.approved,
+            reason=capped(decided.reason, REASON_CAP),
+            by=decided.by,
         )
         return decided

@@ -97,7 +97,7 @@ class RecordedRun:
         self._unsubscribe_start = runtime.bus.subscribe(self._on_start)
         runtime.journal = self.writer
         self.writer.on_correction = lambda detail: runtime.emit(
-            RunCorrected(run_id=run_id, detail=detail)
+            RunCorrected, run_id=run_id, detail=detail
         )
         self.writer.on_recovery = self._bring_back_spills
         self.writer.start()
