@@ -24,8 +24,7 @@ MEANING = {
     "inbox": "the inbox no longer follows the store: close it and open it again",
     "inbox-decide": "it is still pending: decide again",
     "fleet": "the fleet no longer follows the store: restart the console to see new runs",
-    "litellm": "a run on a real model loads LiteLLM again when it starts",
-    "prepare": "the run was not started",
+    "litellm": "a run tries to load it again as it starts, and says so if it fails",
 }
 # What a run screen's drive that raised means: its own run is over; a run of another
 # process (attached) is only no longer followed.
