@@ -12,7 +12,7 @@ import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, finished, wait_until
 
-from loopdeck.core import calls
+from loopdeck.core import write_approvals
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui import calls_table, panels
@@ -38,14 +38,14 @@ def _masked(monkeypatch):
 def frozen_at(monkeypatch) -> datetime:
     """The instant the console's clock stands at, and that every request is issued at."""
     at = datetime.now(UTC)
-    issue = calls.request_for
+    issue = write_approvals.request_for
 
     def issued_at_the_frozen_instant(**fields):
         request = issue(**fields)
         valid = request.expires_at - request.requested_at
         return request.model_copy(update={"requested_at": at, "expires_at": at + valid})
 
-    monkeypatch.setattr(calls, "request_for", issued_at_the_frozen_instant)
+    monkeypatch.setattr(write_approvals, "request_for", issued_at_the_frozen_instant)
     return at
 
 
