@@ -351,10 +351,11 @@ class EventBus:
         """The event made with the next number (frozen, never copied: a copy per event cost
         a runaway's recording a quarter of its speed), handed to every subscriber."""
         seq = self._seq + 1
-        event: E = cast(Any, make)(*args, **kwargs, seq=seq)
+        made: Any = cast(Any, make)(*args, **kwargs, seq=seq)  # `seq`: a field of every event
         self._seq = seq  # an event that fails to be made takes no number
         for subscriber in self._subscribers:
-            subscriber(cast(Event, event))
+            subscriber(made)
+        event: E = made
         return event
 
     def publish(self, event: Event) -> Event:
