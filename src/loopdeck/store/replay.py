@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from loopdeck.core.events import EVENT_ADAPTER, Event, RunCorrected
+from loopdeck.core.events import EVENT_ADAPTER, Event, RunCorrected, StateChanged
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.spill import FORMAT, spills_of
 from loopdeck.store.writer import EventWriter
@@ -84,8 +83,9 @@ async def _write_back(store: Store, path: Path, header: dict[str, Any]) -> str:
         (run_id,),
     )
     asked = await store.fetchall("SELECT call_id FROM approvals WHERE run_id = ?", (run_id,))
+    last = EVENT_ADAPTER.validate_json(last_state[0][0]) if last_state else None
     writer.resume_from(
-        json.loads(last_state[0][0])["target"] if last_state else None,
+        last.target.value if isinstance(last, StateChanged) else None,
         {str(row[0]) for row in asked},
     )
     corrected: list[str] = []
