@@ -20,13 +20,12 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from store_throughput import synthetic_run
 
-from loopdeck.core.events import EventBus
+from loopdeck.core.events import ApprovalDecided, EventBus
 from loopdeck.store import queries
 from loopdeck.store.base import Location
 from loopdeck.store.opening import open_store
@@ -72,13 +71,13 @@ async def round_trip_s(location: Location) -> float:
             )
             committed = time.time()
             runner.communicate(timeout=120)
-            body = await queries.last_event(store, pending["run_id"], "approval_decided")
+            decided = await queries.last_event(store, pending["run_id"], ApprovalDecided)
         finally:
             await store.close()
     finally:
         runner.kill()
-    assert body is not None
-    return datetime.fromisoformat(body["at"]).timestamp() - committed
+    assert decided is not None
+    return decided.at.timestamp() - committed
 
 
 async def measure() -> dict[str, Any]:

@@ -151,3 +151,35 @@ def test_an_emitted_event_is_made_with_its_number_and_a_failed_one_takes_none() 
     third = bus.emit(StateChanged, run_id="r", source=RunState.DECIDING, target=RunState.EXECUTING)
     assert [e.seq for e in seen] == [1, 2, 3] and seen == [first, second, third]
     assert second is made and seen[0] is first
+
+
+async def test_the_fleet_reads_a_runs_last_events_by_their_class(tmp_path) -> None:
+    """The fleet's columns come from the stored events of three classes (found by the kind
+    column, read back as those classes)."""
+    from loopdeck.core.events import BudgetUpdated, GuardTripped, ReviewVerdict, RunStarted
+    from loopdeck.operator.fleet import Fleet
+    from loopdeck.store.opening import open_store
+    from loopdeck.store.writer import EventWriter
+
+    store = await open_store(tmp_path / "s.db")
+    try:
+        bus, writer = EventBus(), EventWriter(store)
+        bus.subscribe(writer)
+        bus.emit(RunStarted, run_id="r", env="e", script=None, model="m", mode="rounds",
+                 goal="g", budget={"tokens": 100.0})  # fmt: skip
+        for used in (10.0, 80.0):
+            usage = {"tokens": (used, 100.0), "cost_usd": (0.0, 1.0)}
+            bus.emit(BudgetUpdated, run_id="r", usage=usage, cost_unknown_calls=0)
+        for call_id in ("c1", "c2"):
+            bus.emit(GuardTripped, run_id="r", call_id=call_id, tool="t", fingerprint="f")
+        reasons = ["no state change this round"]
+        bus.emit(ReviewVerdict, run_id="r", round=1, verdict="stalled", reasons=reasons,
+                 before_hash="a", after_hash="a")  # fmt: skip
+        await writer.flush()
+        fleet = Fleet()
+        await fleet.refresh(store)
+        row = fleet.rows["r"]
+        assert (row.closest, row.closest_fraction) == ("tokens 80%", 0.8)
+        assert row.last_finding == "no state change this round" and row.repeats == 2
+    finally:
+        await store.close()

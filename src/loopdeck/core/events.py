@@ -310,6 +310,12 @@ Event = Annotated[
     Field(discriminator="kind"),
 ]
 
+
+def kind_of(cls: type[EventBase]) -> str:
+    """The `kind` a class's events are stored under (the events table's `kind` column)."""
+    return str(cls.model_fields["kind"].default)
+
+
 # A stored row's body read back: its `kind` picks the class. The list adapter reads a batch
 # of rows in one validation.
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from loopdeck.core.events import BudgetUpdated, GuardTripped, ReviewVerdict
 from loopdeck.operator import following
 from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
@@ -172,16 +173,16 @@ class Fleet:
         return True
 
     async def _read_events(self, store: Store, row: FleetRow) -> None:
-        budget = await queries.last_event(store, row.run_id, "budget_updated")
+        budget = await queries.last_event(store, row.run_id, BudgetUpdated)
         if budget is not None:
-            row.closest, row.closest_fraction, row.projected_s = closest_budget(budget["usage"])
-        verdict = await queries.last_event(store, row.run_id, "review_verdict")
-        if verdict is not None and verdict.get("reasons"):
-            row.last_finding = str(verdict["reasons"][0])
+            row.closest, row.closest_fraction, row.projected_s = closest_budget(budget.usage)
+        verdict = await queries.last_event(store, row.run_id, ReviewVerdict)
+        if verdict is not None and verdict.reasons:
+            row.last_finding = verdict.reasons[0]
         elif verdict is not None:
-            row.last_finding = str(verdict.get("verdict", ""))
+            row.last_finding = verdict.verdict
         row.paused = row.live and await queries.is_paused(store, row.run_id)
-        row.repeats = await queries.count_events(store, row.run_id, "guard_tripped")
+        row.repeats = await queries.count_events(store, row.run_id, GuardTripped)
 
 
 def _when(stamp: str | None) -> datetime | None:

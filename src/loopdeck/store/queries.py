@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from loopdeck.core.events import RunStopped
+from loopdeck.core.events import EventBase, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
@@ -261,17 +261,21 @@ async def pending_counts(store: Store) -> dict[str, tuple[int, str]]:
     return {row[0]: (int(row[1]), str(row[2])) for row in rows}
 
 
-async def last_event(store: Store, run_id: str, kind: str) -> dict[str, Any] | None:
+E = TypeVar("E", bound=EventBase)
+
+
+async def last_event(store: Store, run_id: str, cls: type[E]) -> E | None:
+    """The run's last stored event of class `cls`."""
     rows = await store.fetchall(
         "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
-        (run_id, kind),
+        (run_id, kind_of(cls)),
     )
-    return json.loads(rows[0]["body"]) if rows else None
+    return cls.model_validate_json(rows[0]["body"]) if rows else None
 
 
-async def count_events(store: Store, run_id: str, kind: str) -> int:
+async def count_events(store: Store, run_id: str, cls: type[EventBase]) -> int:
     rows = await store.fetchall(
-        "SELECT COUNT(*) FROM events WHERE run_id = ? AND kind = ?", (run_id, kind)
+        "SELECT COUNT(*) FROM events WHERE run_id = ? AND kind = ?", (run_id, kind_of(cls))
     )
     return int(rows[0][0])
 
