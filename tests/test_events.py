@@ -156,7 +156,13 @@ def test_an_emitted_event_is_made_with_its_number_and_a_failed_one_takes_none() 
 async def test_the_fleet_reads_a_runs_last_events_by_their_class(tmp_path) -> None:
     """The fleet's columns come from the stored events of three classes (found by the kind
     column, read back as those classes)."""
-    from loopdeck.core.events import BudgetUpdated, GuardTripped, ReviewVerdict, RunStarted
+    from loopdeck.core.events import (
+        BudgetUpdated,
+        GuardTripped,
+        OperatorCommand,
+        ReviewVerdict,
+        RunStarted,
+    )
     from loopdeck.operator.fleet import Fleet
     from loopdeck.store.opening import open_store
     from loopdeck.store.writer import EventWriter
@@ -175,11 +181,14 @@ async def test_the_fleet_reads_a_runs_last_events_by_their_class(tmp_path) -> No
         reasons = ["no state change this round"]
         bus.emit(ReviewVerdict, run_id="r", round=1, verdict="stalled", reasons=reasons,
                  before_hash="a", after_hash="a")  # fmt: skip
+        for command in ("pause", "resume", "pause"):
+            bus.emit(OperatorCommand, run_id="r", command=command, by="o")
         await writer.flush()
         fleet = Fleet()
         await fleet.refresh(store)
         row = fleet.rows["r"]
         assert (row.closest, row.closest_fraction) == ("tokens 80%", 0.8)
         assert row.last_finding == "no state change this round" and row.repeats == 2
+        assert row.live and row.paused
     finally:
         await store.close()

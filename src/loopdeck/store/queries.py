@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from loopdeck.core.events import EventBase, RunStopped, kind_of
+from loopdeck.core.events import EventBase, OperatorCommand, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
@@ -102,13 +102,13 @@ def local_time(stamp: str | None) -> str:
 async def is_paused(store: Store, run_id: str) -> bool:
     """A live run's last pause or resume was a pause."""
     rows = await store.fetchall(
-        "SELECT body FROM events WHERE run_id = ? AND kind = 'operator_command' ORDER BY seq DESC",
-        (run_id,),
+        "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC",
+        (run_id, kind_of(OperatorCommand)),
     )
     for row in rows:
-        command = json.loads(row["body"]).get("command")
+        command = OperatorCommand.model_validate_json(row["body"]).command
         if command in ("pause", "resume"):
-            return bool(command == "pause")
+            return command == "pause"
     return False
 
 
