@@ -43,12 +43,8 @@ ONLY_THROUGH: dict[tuple[str, str], frozenset[str]] = {
 STILL_TO_MOVE: frozenset[tuple[str, str]] = frozenset()
 
 # Circles between single modules that are still there, each as its set of modules; any other
-# fails. tui/app.py and the two modules split from it name LoopdeckApp back (for the type
-# checker, and `launch_options` inside a function): a protocol or the split's own types would
-# cut it.
-KNOWN_MODULE_CIRCLES: frozenset[frozenset[str]] = frozenset(
-    {frozenset({"loopdeck.tui.app", "loopdeck.tui.console_quit", "loopdeck.tui.console_start"})}
-)
+# fails. None is left.
+KNOWN_MODULE_CIRCLES: frozenset[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True)

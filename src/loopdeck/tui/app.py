@@ -9,44 +9,31 @@ as `ConsoleStart.prepare` is prepared on a thread behind that frame. How the con
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from textual import work
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from loopdeck.stop_signals import StopSignals
 from loopdeck.tui import console_quit
 from loopdeck.tui.console_quit import run_screen_of
-from loopdeck.tui.console_start import (
-    ConsoleStart,
-    Preparation,
-    apply_themes,
-    first_screen,
-    start_local,
-)
+from loopdeck.tui.console_start import apply_themes, first_screen, start_local
+from loopdeck.tui.console_state import ConsoleStart, ConsoleState, Preparation
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.themes import APP_VARIABLES
 
 if TYPE_CHECKING:
-    from loopdeck.operator.launch import PreparedRun, RunOptions
     from loopdeck.tui.run_screen import RunScreen
 
 __all__ = ["ConsoleStart", "LoopdeckApp", "Preparation"]
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class LoopdeckApp(App[int]):
+class LoopdeckApp(ConsoleState):
     CSS_PATH = "loopdeck.tcss"
     TITLE = "loopdeck"
     # The kill switch lives on the app, with priority, so it works over any dialog.
@@ -58,54 +45,6 @@ class LoopdeckApp(App[int]):
         Binding("q", "quit_run", "Quit", priority=True, id="app.quit_run"),
         Binding("i", "inbox", "Inbox", id="app.inbox"),
     ]
-
-    def __init__(
-        self,
-        start: ConsoleStart | None = None,
-        *,
-        theme_name: str | None = None,
-        themes_folder: Path | None = None,
-        now: Callable[[], datetime] = _utcnow,
-    ) -> None:
-        """`start` is what the console opens on (the fleet of the default store if none);
-        the theme (a name or a file) and the clock are how it looks and tells time."""
-        super().__init__()
-        start = start or ConsoleStart()
-        self.session = start.session
-        self.prepare = start.prepare
-        self.preparing = start.preparing
-        # Why preparing the run failed (a bad scenario, a locked store): the CLI reports it.
-        self.launch_error: BaseException | None = None
-        self.requested_theme = theme_name
-        self.themes_folder = themes_folder
-        self._launch_options = start.launch_options
-        self.now = now
-        self.db_path = start.db_path
-        self.link = start.link
-        self.theme_problems: list[str] = []
-        # One line for the terminal once the console is gone: the run, how it ended, replay.
-        self.farewell = ""
-        self.fleet_home = start.fleet_home
-        self.waiting_total = 0
-        self.bell_enabled = True
-        self.local_runs: dict[str, RunScreen] = {}
-        self.quitting_all = False  # this console's live runs are being killed, to leave
-        self.prepared_runs: list[PreparedRun] = []  # runs started from the fleet, to clean up
-        # SIGTERM and SIGINT kill this console's live runs, then leave as `q` does.
-        self.stop_signals = StopSignals()
-
-    @property
-    def prepared(self) -> PreparedRun | None:
-        """The run this console was opened on, once prepared."""
-        return None if self.session is None else self.session.prepared
-
-    @property
-    def launch_options(self) -> RunOptions:
-        if self._launch_options is None:
-            from loopdeck.operator.launch import RunOptions
-
-            self._launch_options = RunOptions(env="")
-        return self._launch_options
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)

@@ -9,11 +9,11 @@ from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.shown import toast
 
 if TYPE_CHECKING:
-    from loopdeck.tui.app import LoopdeckApp
+    from loopdeck.tui.console_state import ConsoleState
     from loopdeck.tui.run_screen import RunScreen
 
 
-def run_screen_of(app: LoopdeckApp) -> RunScreen | None:
+def run_screen_of(app: ConsoleState) -> RunScreen | None:
     """The topmost run screen. A duck-typed test: asked for every key's bindings, it must not
     import the run's screen (and all it needs) before the first frame."""
     for screen in reversed(app.screen_stack):
@@ -22,7 +22,7 @@ def run_screen_of(app: LoopdeckApp) -> RunScreen | None:
     return None
 
 
-def leave_run(app: LoopdeckApp, screen: RunScreen) -> None:
+def leave_run(app: ConsoleState, screen: RunScreen) -> None:
     """A run screen is done with: back to the fleet it came from, or out."""
     view = screen.view
     if view.run_id:
@@ -40,7 +40,7 @@ def leave_run(app: LoopdeckApp, screen: RunScreen) -> None:
     app.exit(0)
 
 
-def quit_run(app: LoopdeckApp) -> None:
+def quit_run(app: ConsoleState) -> None:
     """`q`: the run's own quit on a run screen; from the fleet, this console's live runs are
     killed once the operator says yes."""
     if isinstance(app.screen, PreparingScreen):
@@ -74,7 +74,7 @@ def quit_run(app: LoopdeckApp) -> None:
     )
 
 
-def stop_by_signal(app: LoopdeckApp, by: str) -> None:
+def stop_by_signal(app: ConsoleState, by: str) -> None:
     """A stop signal: this console's live runs are killed, recorded as killed by it, and
     the console leaves once each has recorded its stop, with the farewell line."""
     own = [s for s in _own_runs(app) if s.running]
@@ -89,18 +89,18 @@ def stop_by_signal(app: LoopdeckApp, by: str) -> None:
         own[0].quit_killed(by)
 
 
-def signal_again(app: LoopdeckApp, by: str) -> None:
+def signal_again(app: ConsoleState, by: str) -> None:
     toast(app, f"{by}: stopping; each run is recording its stop", severity="warning")
 
 
-def _kill_all_then_exit(app: LoopdeckApp, screens: list[RunScreen], by: str) -> None:
+def _kill_all_then_exit(app: ConsoleState, screens: list[RunScreen], by: str) -> None:
     app.quitting_all = True
     for screen in screens:
         screen.link.kill(by=by)
     app.set_interval(0.05, lambda: _exit_when_stopped(app))
 
 
-def _own_runs(app: LoopdeckApp) -> list[RunScreen]:
+def _own_runs(app: ConsoleState) -> list[RunScreen]:
     """The run screens of this process's own runs (not another process's, attached)."""
     screens: list[RunScreen] = [*app.local_runs.values()]
     screens += [
@@ -109,7 +109,7 @@ def _own_runs(app: LoopdeckApp) -> list[RunScreen]:
     return [s for s in dict.fromkeys(screens) if s.link.runtime is not None]
 
 
-def _exit_when_stopped(app: LoopdeckApp) -> None:
+def _exit_when_stopped(app: ConsoleState) -> None:
     if not any(screen.running for screen in app.local_runs.values()):
         killed = ", ".join(app.local_runs)
         app.farewell = f"runs killed: {killed} · replay: loopdeck replay RUN_ID"

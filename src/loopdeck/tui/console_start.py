@@ -7,8 +7,6 @@ first needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,55 +16,10 @@ from loopdeck.tui.shown import toast
 from loopdeck.tui.themes import DEFAULT_THEME, is_theme_path, load_theme, load_themes, theme_folders
 
 if TYPE_CHECKING:
-    from loopdeck.operator.launch import RunOptions
-    from loopdeck.operator.links import RunLink
-    from loopdeck.operator.records import Location
-    from loopdeck.operator.session import RunSession
-    from loopdeck.tui.app import LoopdeckApp
-
-# A run prepared behind the first frame: its session (the run, its queue, its store).
-Preparation = Callable[[], "RunSession"]
+    from loopdeck.tui.console_state import ConsoleState
 
 
-@dataclass(frozen=True)
-class ConsoleStart:
-    """What the console opens on: one prepared run, a link (attached or replayed), a run
-    prepared behind the first frame, or, with none of these, the fleet of `db_path`."""
-
-    session: RunSession | None = None
-    link: RunLink | None = None
-    prepare: Preparation | None = None
-    preparing: str = ""  # what is being prepared, in words, for the first frame
-    db_path: Location | None = None
-    launch_options: RunOptions | None = None  # what a run started from the fleet inherits
-
-    @classmethod
-    def for_run(cls, session: RunSession) -> ConsoleStart:
-        return cls(session=session, db_path=session.location)
-
-    @classmethod
-    def for_link(cls, link: RunLink, db_path: Location | None = None) -> ConsoleStart:
-        return cls(link=link, db_path=db_path)
-
-    @classmethod
-    def for_fleet(
-        cls, db_path: Location | None, launch_options: RunOptions | None = None
-    ) -> ConsoleStart:
-        return cls(db_path=db_path, launch_options=launch_options)
-
-    @classmethod
-    def for_preparing(
-        cls, prepare: Preparation, preparing: str, db_path: Location | None = None
-    ) -> ConsoleStart:
-        return cls(prepare=prepare, preparing=preparing, db_path=db_path)
-
-    @property
-    def fleet_home(self) -> bool:
-        """The fleet is home when the console was opened on a store rather than on one run."""
-        return self.session is None and self.link is None and self.prepare is None
-
-
-def apply_themes(app: LoopdeckApp) -> None:
+def apply_themes(app: ConsoleState) -> None:
     """Register the themes, choose the requested one (a name or a file), and say each
     problem once: the console opens in the default theme rather than not at all."""
     requested = app.requested_theme
@@ -98,7 +51,7 @@ def apply_themes(app: LoopdeckApp) -> None:
         toast(app, problem, title="theme", severity="error", timeout=15)
 
 
-def first_screen(app: LoopdeckApp) -> Screen[Any]:
+def first_screen(app: ConsoleState) -> Screen[Any]:
     """The screen the console opens on, once its run (if any) is prepared."""
     from loopdeck.operator.links import ReplayLink
     from loopdeck.tui.fleet_screen import FleetScreen
@@ -114,7 +67,7 @@ def first_screen(app: LoopdeckApp) -> Screen[Any]:
     return FleetScreen(app.db_path, app.now)
 
 
-def start_local(app: LoopdeckApp, path: str, script: str) -> None:
+def start_local(app: ConsoleState, path: str, script: str) -> None:
     """A new run of this console: recorded to the store, listed in the fleet, its screen
     kept while the operator looks elsewhere."""
     from loopdeck.core.scenario import ScenarioError
