@@ -190,9 +190,8 @@ async def test_a_loop_whose_queues_are_not_asyncios_is_never_blocked_on(
     assert loop_idle.refusal(loop) is None
     assert loop_idle.nothing_else_due(loop, 30.0)  # nothing ready here, no timer due
 
-    class OtherLoop(asyncio.BaseEventLoop):
-        def __init__(self) -> None:  # no `_ready` deque, no `_scheduled` heap
-            pass
+    class OtherLoop(asyncio.AbstractEventLoop):
+        """Another implementation: no `_ready` deque, no `_scheduled` heap."""
 
     other = OtherLoop()
     caplog.set_level(logging.INFO, logger="loopdeck.tuning.loop_idle")
