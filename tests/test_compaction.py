@@ -11,10 +11,10 @@ import pytest
 from conftest import HARNESS, Recorder, prepare
 from rich.console import Console
 
+from loopdeck.cli.summary import print_summary
 from loopdeck.core.compaction import ContextWindow, dropped_turns, shortened
 from loopdeck.core.events import EventBus
 from loopdeck.core.prompts import EXECUTOR_SYSTEM, tool_result_message
-from loopdeck.cli.summary import print_summary
 from loopdeck.llm import scripted_provider
 from loopdeck.llm.script_player import prompt_tokens
 from loopdeck.operator.launch import RunOptions, prepare_run

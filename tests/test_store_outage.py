@@ -388,10 +388,10 @@ def test_the_console_and_the_summary_say_the_run_holds_for_its_store() -> None:
 
     from rich.console import Console
 
+    from loopdeck.cli.summary import print_summary
     from loopdeck.core.events import RecordingHeld, RecordingResumed
     from loopdeck.core.outcome import RunOutcome
     from loopdeck.core.states import RunState
-    from loopdeck.cli.summary import print_summary
     from loopdeck.operator.runview import RunView
     from loopdeck.operator.transcript import Transcript
 
