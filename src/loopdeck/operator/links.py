@@ -56,6 +56,7 @@ class LocalRun(Protocol):
     def queue(self) -> ApprovalQueue: ...
     async def run(self, phase: Callable[[str], None]) -> RunOutcome: ...
     def kill(self, by: str) -> None: ...
+    def listen(self, listener: Callable[[str], None]) -> Callable[[], None]: ...
 
 
 class LocalLink:
@@ -78,6 +79,12 @@ class LocalLink:
 
     def on_approvals(self, listener: Listener) -> Callable[[], None]:
         return self.queue.subscribe(listener)
+
+    def on_failure(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
+        """What the run's recording says while it goes on (its commands from other terminals
+        unreadable, spilled events brought back, events it could not save), as `StoreLink`'s
+        failures are told."""
+        return self.session.listen(lambda message: listener(message, ""))
 
     async def drive(self) -> RunOutcome | None:
         await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path

@@ -106,6 +106,14 @@ class RunSession:
         if self._say is not None:
             self._say(message)
 
+    def listen(self, listener: Say) -> Callable[[], None]:
+        """`listener` hears what the recording says from now on, after what it said before
+        (the console's run screen: each a notification)."""
+        for message in self.said:
+            listener(message)
+        self._say = listener
+        return lambda: setattr(self, "_say", None) if self._say is listener else None
+
     @asynccontextmanager
     async def opened(self) -> AsyncIterator[Store]:
         """The run's store, open for the length of the block (made if missing); its notes
@@ -121,7 +129,7 @@ class RunSession:
     async def record(self) -> RunOutcome:
         """Run it recorded to the open store; what the recording could not do is said."""
         self._writer = EventWriter(self.store, approve_mode=self.approve_mode)
-        recorded = self._recorded = RecordedRun(self.store, self.runtime, self._writer)
+        recorded = self._recorded = RecordedRun(self.store, self.runtime, self._writer, self.say)
         if self._kill_before_recording is not None:
             recorded.kill(self._kill_before_recording)
         try:

@@ -18,15 +18,32 @@ from loopdeck.store.writer import EventWriter
 COMMAND_POLL_S = 0.1
 
 
-async def _serve_commands(store: Store, runtime: Runtime, done: asyncio.Event) -> None:
+async def _serve_commands(
+    store: Store, runtime: Runtime, done: asyncio.Event, say: Callable[[str], None]
+) -> None:
     """Until `done`: a cancellation alone is not enough on Python 3.11, whose `wait_for` can
     swallow one that lands as the awaited change arrives (likely with many runners notifying);
-    the poller then ran on and held its runner's exit."""
+    the poller then ran on and held its runner's exit. A poll that fails otherwise than by a
+    store it cannot reach for now is said, once, and tried again: the run must stay stoppable
+    from other terminals, and its own stop never waits on the poller."""
     run_id = runtime.config.run_id
+    failing = False
     while not done.is_set():
-        # A locked store: the next tick tries again; the runtime is not held up.
-        with contextlib.suppress(StoreError):
-            await _apply_commands(store, runtime, run_id)
+        try:
+            # A locked store: the next tick tries again; the runtime is not held up.
+            with contextlib.suppress(StoreError):
+                await _apply_commands(store, runtime, run_id)
+        except Exception as exc:  # said, not swallowed: the next tick tries again
+            if not failing:
+                say(
+                    f"run {run_id}: commands from other terminals (cancel, kill, pause) cannot"
+                    f" be read: {type(exc).__name__}: {exc} — retrying; a kill here still works"
+                )
+            failing = True
+        else:
+            if failing:
+                say(f"run {run_id}: commands from other terminals reach the run again")
+            failing = False
         await store.wait_for_change(COMMAND_POLL_S)
 
 
@@ -50,8 +67,16 @@ class RunAbandoned(Exception):
 class RecordedRun:
     """Wires a runtime to the store for the length of one run."""
 
-    def __init__(self, store: Store, runtime: Runtime, writer: EventWriter) -> None:
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime,
+        writer: EventWriter,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.store = store
+        # Told what goes wrong while the run goes on (its command poller failing).
+        self.say: Callable[[str], None] = say or self.notes_append
         self.runtime = runtime
         self.writer = writer
         self.persist_error: str | None = None
@@ -63,6 +88,9 @@ class RecordedRun:
         # Other runners' spills of this store, brought back when an outage of its ends.
         self.notes: list[str] = []
         self._bringing_back: asyncio.Task[None] | None = None
+
+    def notes_append(self, note: str) -> None:
+        self.notes.append(note)
 
     def kill(self, by: str) -> None:
         """Kill the run now; one whose start is not recorded yet (its model still loading) is
@@ -104,7 +132,7 @@ class RecordedRun:
         heartbeat = Heartbeat(self.store, run_id)
         heartbeat.start()
         done = asyncio.Event()
-        commands = asyncio.create_task(_serve_commands(self.store, runtime, done))
+        commands = asyncio.create_task(_serve_commands(self.store, runtime, done, self.say))
         # The runtime in a task of its own: `abandon` can cancel it and nothing else.
         self._running = asyncio.create_task(runtime.run(), name=f"loopdeck-run-{run_id}")
         try:
