@@ -32,9 +32,12 @@ RATE = 1000  # events per second, all runs together
 BATCH_EVERY_S = 0.01
 
 
-def _usage(tokens: int) -> str:
-    usage = {"tokens": [tokens, 1_000_000], "turns": [tokens // 100, 400], "deadline_s": [1, 300]}
-    return json.dumps({"kind": "budget_updated", "usage": usage, "cost_unknown_calls": 0})
+def _usage(run_id: str, seq: int, at: str) -> str:
+    """A `budget_updated` event's stored body, as a runner writes it (the fleet reads it back
+    as its class)."""
+    usage = {"tokens": [seq, 1_000_000], "turns": [seq // 100, 400], "deadline_s": [1, 300]}
+    event = {"run_id": run_id, "seq": seq, "at": at, "kind": "budget_updated"}
+    return json.dumps({**event, "usage": usage, "cost_unknown_calls": 0})
 
 
 def writer(db: str, seconds: float, commits: str) -> None:
@@ -63,7 +66,13 @@ def writer(db: str, seconds: float, commits: str) -> None:
             seqs[run] += 1
             conn.execute(
                 "INSERT INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
-                (f"run{run:03d}", seqs[run], "budget_updated", now, _usage(seqs[run])),
+                (
+                    f"run{run:03d}",
+                    seqs[run],
+                    "budget_updated",
+                    now,
+                    _usage(f"run{run:03d}", seqs[run], now),
+                ),
             )
             touched[f"run{run:03d}"] = seqs[run]
         # runners on another host beat a heartbeat: the follower must not think them gone
