@@ -32,6 +32,7 @@ from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime,
 from loopdeck.core.env_thread import EnvThread
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.scenario import Script, ScriptTurn
+from loopdeck.llm import scripted_provider
 from loopdeck.llm.client import LiteLLMModel
 from loopdeck.llm.loader import litellm_module
 
@@ -126,10 +127,15 @@ async def recorded_calls(steps: int) -> list[dict[str, Any]]:
         return await original(**kwargs)
 
     litellm.acompletion = recording
+    # The run's script is released with its model as the run ends; its calls are replayed
+    # after that (`floor_rate`), so this run's script is kept.
+    release = scripted_provider.release_script
+    scripted_provider.release_script = lambda key: None
     try:
         await supervised_rate(steps)
     finally:
         litellm.acompletion = original
+        scripted_provider.release_script = release
     return made
 
 
