@@ -6,13 +6,14 @@ import os
 import signal
 import sqlite3
 import stat
+import subprocess
 
 import pytest
 from conftest import HARNESS, SAMPLES
 from store_helpers import last_json, listed_runs, loopdeck, start_runner, wait_for_pending
 
 from loopdeck.store import queries
-from loopdeck.store.base import SCHEMA_VERSION, StoreError
+from loopdeck.store.base import SCHEMA_VERSION, Location, StoreError
 from loopdeck.store.opening import open_store
 
 
@@ -97,13 +98,38 @@ async def test_cancel_and_kill_from_another_process(db) -> None:
                 if live:
                     break
                 await asyncio.sleep(0.1)
-            loopdeck("cancel", live[0]["run_id"], *flag, db=db)
-            out, _ = runner.communicate(timeout=60)
+            sent = loopdeck("cancel", live[0]["run_id"], *flag, db=db)
+            assert sent.returncode == 0, f"cancel {flag} refused: {sent.stderr}"
+            out = await _ended(runner, db, live[0]["run_id"])
         finally:
             runner.kill()
         summary = last_json(out)
         assert summary["stop_reason"] == reason
         assert "cli" in summary["detail"]
+
+
+async def _ended(runner: subprocess.Popen[str], db: Location, run_id: str) -> str:
+    """The runner's stdout once it ends; if it does not within 60 s, the failure says what
+    the store holds (the command, whether it was taken, the run's last events) and what the
+    runner printed, so a rare hang names its side."""
+    try:
+        out, _ = runner.communicate(timeout=60)
+        return out
+    except subprocess.TimeoutExpired:
+        runner.kill()
+        _, err = runner.communicate()
+    store = await open_store(db)
+    try:
+        commands = await store.fetchall("SELECT * FROM commands WHERE run_id = ?", (run_id,))
+        last = await store.fetchall(
+            "SELECT seq, kind FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 8", (run_id,)
+        )
+    finally:
+        await store.close()
+    pytest.fail(
+        f"run {run_id} did not end 60 s after the command; commands {[dict(c) for c in commands]};"
+        f" last events {[tuple(e) for e in last]}; runner said: {err[-2000:]}"
+    )
 
 
 # Several seconds of subprocesses: in `make stress` (CI runs both targets).
