@@ -86,3 +86,48 @@ def test_a_listing_says_a_dead_runners_run_crashed(tmp_path, capsys, command) ->
     assert [(r["run_id"], r["state"], r["stop_reason"]) for r in listed] == [
         (run_id, "stopped", "crashed")
     ]
+
+
+def _a_zombie() -> subprocess.Popen[bytes]:
+    """A child killed and never reaped: its pid still answers kill 0, its state is `Z`."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    child.kill()
+    stat = Path(f"/proc/{child.pid}/stat")
+    deadline = time.monotonic() + 30
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the killed child never became a zombie"
+    return child  # kept: dropping it would let subprocess reap it
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_zombie_runner_is_gone_and_its_question_is_not_answered(tmp_path, capsys) -> None:
+    zombie = _a_zombie()
+    db = tmp_path / "store.db"
+
+    async def waiting_on_an_answer() -> None:
+        store = await open_store(db)
+        try:
+            await store.execute(
+                "INSERT INTO runs (run_id, env, script, model, mode, goal, state, started_at,"
+                " pid, host, heartbeat_at, approve_mode) VALUES ('r-z', 'e', 's', 'scripted',"
+                " 'rounds', 'g', 'awaiting_answer', '2026-01-01T00:00:00+00:00', ?, ?, ?,"
+                " 'wait')",
+                (zombie.pid, this_host(), time.time()),
+            )
+            await store.execute(
+                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at,"
+                " state) VALUES ('r-z', 'q1', 'ask_user', '{\"question\": \"which?\"}',"
+                " '2026-01-01T00:00:01+00:00', '9999-12-31T23:59:59+00:00', 'pending')"
+            )
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(waiting_on_an_answer())
+        assert main(["answer", "r-z", "ORD-1", "--db", str(db)]) != 0
+        assert "runner is gone" in capsys.readouterr().err
+        assert main(["runs", "--json", "--db", str(db)]) == 0
+        [run] = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert (run["state"], run["stop_reason"]) == ("stopped", "crashed")
+    finally:
+        zombie.wait()

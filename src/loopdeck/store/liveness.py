@@ -1,9 +1,9 @@
 """Is a run's runner alive? Decided so that a live run is never called crashed.
 
-On the runner's own host the answer is the process table: the pid must exist and have the
-start time recorded with the run (a reused pid is another process). From another host the
-only evidence is the heartbeat, so a run is crashed only after a silence long enough to be
-unambiguous (`LOOPDECK_CRASH_SILENCE_S`, default 30 s).
+On the runner's own host the answer is the process table: the pid must exist, not as a
+zombie, and have the start time recorded with the run (a reused pid is another process).
+From another host the only evidence is the heartbeat, so a run is crashed only after a
+silence long enough to be unambiguous (`LOOPDECK_CRASH_SILENCE_S`, default 30 s).
 """
 
 from __future__ import annotations
@@ -41,14 +41,27 @@ def process_started(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of a process (Linux: `R`, `S`, `Z`…), or None where it
+    cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    after_name = stat[stat.rfind(")") + 2 :]
+    return after_name[:1] or None
+
+
 def pid_alive(pid: int) -> bool:
+    """A zombie (killed, not yet reaped by its parent) still answers kill 0 but will never
+    read another answer: it is gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return process_state(pid) not in ("Z", "X")
 
 
 def runner_gone(row: Any, *, here: str, now: float, silence_s: float) -> str | None:
