@@ -6,12 +6,14 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from store_helpers import loopdeck
 
 from loopdeck.cli import main
 from loopdeck.cli.parser import STORE_COMMANDS
@@ -99,35 +101,58 @@ def _a_zombie() -> subprocess.Popen[bytes]:
     return child  # kept: dropping it would let subprocess reap it
 
 
+async def _a_run_waiting(db: Path, pid: int, state: str, call_id: str, tool: str) -> str:
+    """A run whose runner is `pid` on this host, waiting (`state`) on one request."""
+    args = json.dumps({"question": "which order?"} if tool == "ask_user" else {"id": 1})
+    store = await open_store(db)
+    try:
+        await store.execute(
+            "INSERT INTO runs (run_id, env, script, model, mode, goal, state, started_at, pid,"
+            " host, heartbeat_at, approve_mode) VALUES ('r-w', 'e', 's', 'scripted', 'rounds',"
+            " 'g', ?, '2026-01-01T00:00:00+00:00', ?, ?, ?, 'wait')",
+            (state, pid, this_host(), time.time()),
+        )
+        await store.execute(
+            "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state)"
+            " VALUES ('r-w', ?, ?, ?, '2026-01-01T00:00:01+00:00', '9999-12-31T23:59:59+00:00',"
+            " 'pending')",
+            (call_id, tool, args),
+        )
+    finally:
+        await store.close()
+    return "r-w"
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_zombie_runner_is_gone_and_its_question_is_not_answered(tmp_path, capsys) -> None:
     zombie = _a_zombie()
     db = tmp_path / "store.db"
-
-    async def waiting_on_an_answer() -> None:
-        store = await open_store(db)
-        try:
-            await store.execute(
-                "INSERT INTO runs (run_id, env, script, model, mode, goal, state, started_at,"
-                " pid, host, heartbeat_at, approve_mode) VALUES ('r-z', 'e', 's', 'scripted',"
-                " 'rounds', 'g', 'awaiting_answer', '2026-01-01T00:00:00+00:00', ?, ?, ?,"
-                " 'wait')",
-                (zombie.pid, this_host(), time.time()),
-            )
-            await store.execute(
-                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at,"
-                " state) VALUES ('r-z', 'q1', 'ask_user', '{\"question\": \"which?\"}',"
-                " '2026-01-01T00:00:01+00:00', '9999-12-31T23:59:59+00:00', 'pending')"
-            )
-        finally:
-            await store.close()
-
     try:
-        asyncio.run(waiting_on_an_answer())
-        assert main(["answer", "r-z", "ORD-1", "--db", str(db)]) != 0
+        run_id = asyncio.run(_a_run_waiting(db, zombie.pid, "awaiting_answer", "q1", "ask_user"))
+        assert main(["answer", run_id, "ORD-1", "--db", str(db)]) != 0
         assert "runner is gone" in capsys.readouterr().err
         assert main(["runs", "--json", "--db", str(db)]) == 0
         [run] = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert (run["state"], run["stop_reason"]) == ("stopped", "crashed")
     finally:
         zombie.wait()
+
+
+def test_approving_a_question_points_to_answer(tmp_path) -> None:
+    db = tmp_path / "store.db"
+    run_id = asyncio.run(_a_run_waiting(db, os.getpid(), "awaiting_answer", "q1", "ask_user"))
+    approved = loopdeck("approve", run_id, "q1", db=db)
+    assert approved.returncode == 1
+    assert "q1: is a question the run asked, not a write" in approved.stderr
+    assert f"loopdeck answer {run_id} TEXT" in approved.stderr
+    assert "already decided" not in approved.stderr
+
+
+def test_answering_a_run_that_waits_for_approval_points_to_approve(tmp_path) -> None:
+    db = tmp_path / "store.db"
+    run_id = asyncio.run(_a_run_waiting(db, os.getpid(), "awaiting_approval", "c1", "refund"))
+    answered = loopdeck("answer", run_id, "c1", db=db)
+    assert answered.returncode == 1
+    assert "has no question waiting; its write c1 waits for approval" in answered.stderr
+    assert f"loopdeck approve {run_id} c1" in answered.stderr
+    assert f"loopdeck reject {run_id} c1" in answered.stderr

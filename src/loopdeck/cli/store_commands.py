@@ -127,22 +127,43 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
         "state": decision.state,
     }
     if not decision.won:
-        result["message"] = (
-            "no such pending call"
-            if decision.state is None
-            else f"already decided: {decision.state} by {decision.by}"
-        )
+        result["message"] = _not_decided(args, decision)
         print(f"loopdeck: {args.call_id}: {result['message']}", file=sys.stderr)
     done = f"{args.call_id}: {args.command.rstrip('e')}ed" if decision.won else ""
     _print(result, args.json, text=done)
     return 0 if decision.won else 1
 
 
+def _not_decided(args: argparse.Namespace, decision: records.Decision) -> str:
+    if decision.state is None:
+        return "no such pending call"
+    if decision.question:
+        return (
+            f"is a question the run asked, not a write: answer it with "
+            f"`loopdeck answer {args.run_id} TEXT`"
+            if decision.state == "pending"
+            else f"is a question, already {decision.state} by {decision.by}"
+        )
+    return f"already decided: {decision.state} by {decision.by}"
+
+
 async def _answer(store: Store, args: argparse.Namespace) -> int:
     await records.known_run(store, args.run_id)
     won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)
     if not won:
-        print(f"loopdeck: run {args.run_id} has no question waiting", file=sys.stderr)
+        said = f"run {args.run_id} has no question waiting"
+        if writes := await records.waiting_writes(store, args.run_id):
+            some = (
+                f"writes {', '.join(writes)} wait"
+                if len(writes) > 1
+                else f"write {writes[0]} waits"
+            )
+            said += (
+                f"; its {some} for approval, not an answer: "
+                f"`loopdeck approve {args.run_id} {writes[0]}` or "
+                f"`loopdeck reject {args.run_id} {writes[0]} --reason TEXT`"
+            )
+        print(f"loopdeck: {visible(said)}", file=sys.stderr)
     done = f"{args.run_id}: answered" if won else ""
     _print({"run_id": args.run_id, "answered": won}, args.json, text=done)
     return 0 if won else 1

@@ -40,6 +40,7 @@ __all__ = [
     "runs",
     "send_command",
     "shown_location",
+    "waiting_writes",
 ]
 
 Tell = Callable[[str], None]
@@ -103,11 +104,13 @@ async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, An
 @dataclass(frozen=True)
 class Decision:
     """What became of an operator's decision: `won` if it was the one recorded; `state` and
-    `by` as the store has the call now (None if there is no such call)."""
+    `by` as the store has the call now (None if there is no such call); `question` if the id
+    is a question the run asked (answered, never approved)."""
 
     won: bool
     state: str | None
     by: str | None
+    question: bool = False
 
 
 async def decide(
@@ -119,12 +122,18 @@ async def decide(
     state = await queries.approval_state(store, run_id, call_id)
     if state is None:
         return Decision(won, None, None)
-    return Decision(won, state["state"], state["decided_by"])
+    question = not won and await queries.is_question(store, run_id, call_id)
+    return Decision(won, state["state"], state["decided_by"], question)
 
 
 async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -> bool:
     """The run's waiting question gets this answer: False if none was waiting."""
     return await deciding.answer(store, run_id, text, by, tell=tell)
+
+
+async def waiting_writes(store: Store, run_id: str) -> list[str]:
+    """The call ids of the run's writes waiting for approval."""
+    return [row["call_id"] for row in await queries.pending_approvals(store, run_id)]
 
 
 async def send_command(store: Store, run_id: str, command: str, by: str) -> None:

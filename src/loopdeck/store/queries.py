@@ -205,6 +205,15 @@ async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, A
     return dict(rows[0]) if rows else None
 
 
+async def is_question(store: Store, run_id: str, call_id: str) -> bool:
+    """Whether the run's request `call_id` is a question (answered, never approved)."""
+    rows = await store.fetchall(
+        f"SELECT 1 FROM approvals WHERE run_id = ? AND call_id = ? AND tool = '{QUESTION}'",
+        (run_id, call_id),
+    )
+    return bool(rows)
+
+
 async def send_command(store: Store, run_id: str, command: str, by: str) -> None:
     if command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
