@@ -164,3 +164,22 @@ def test_three_headless_runs_approved_from_the_inbox(tmp_path) -> None:
         for runner in runners:
             runner.kill()
             runner.wait()
+
+
+def test_the_attach_farewell_names_the_store_it_was_given(tmp_path) -> None:
+    """`attach ID --db X` then `q`: the replay hint carries `--db X`, or replay finds no run."""
+    from store_helpers import last_json, start_runner
+
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "auto")
+    out, _ = runner.communicate(timeout=60)
+    run_id = last_json(out)["run_id"]
+    terminal = Terminal([str(LOOPDECK), "attach", run_id, "--db", str(db)])
+    try:
+        terminal.wait_for("goal_met")
+        terminal.press("q")
+        terminal.wait_for("EXITED")
+        said = terminal.screen().replace("\n", "")  # the line may wrap at the pane's width
+        assert f"replay: loopdeck replay {run_id} --db {db}" in said
+    finally:
+        terminal.close()

@@ -20,7 +20,8 @@ def open_remote_console(args: argparse.Namespace) -> int:
     asyncio.run(check_run(args.db, args.run_id))
     tuning.for_console()
     link = (StoreLink if args.command == "attach" else ReplayLink)(args.db, args.run_id)
-    app = LoopdeckApp(ConsoleStart.for_link(link), theme_name=args.theme)
+    # The store it was given: the farewell's replay hint names it (`--db`), `i` reads it.
+    app = LoopdeckApp(ConsoleStart.for_link(link, args.db), theme_name=args.theme)
     code = app.run()
     if app.farewell:
         print(visible(app.farewell))
