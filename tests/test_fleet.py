@@ -181,3 +181,36 @@ async def test_a_runner_that_dies_silently_is_shown_crashed_without_any_change(t
     finally:
         runner.kill()
         await store.close()
+
+
+async def test_quitting_the_fleet_names_only_the_runs_it_killed(tmp_path) -> None:
+    """One run already ended goal_met, one live: `q`, `y` kills the live one, and the
+    farewell names it alone."""
+    from loopdeck.tui.dialogs import ApprovalDialog, ConfirmDialog
+
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        fleet = app.screen
+        ended = await start_from_fleet(pilot, app, "order_support", "solve")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog), timeout=60)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: not ended.running, timeout=60)
+        assert ended.view.stop_reason == "goal_met"
+        while app.screen is not fleet:
+            await pilot.press("escape")
+            await pilot.pause()
+        await start_from_fleet(pilot, app, "order_support", "solve")
+        await wait_until(pilot, lambda: len(app.local_runs) == 2)
+        live = list(app.local_runs.values())[-1]
+        await wait_until(pilot, lambda: bool(live.link.pending()), timeout=60)
+        while app.screen is not fleet:
+            await pilot.press("escape")
+            await pilot.pause()
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: not live.running, timeout=60)
+    assert live.view.stop_reason == "killed"
+    assert app.farewell.startswith(f"1 run killed: {live.view.run_id} ·")
+    assert ended.view.run_id not in app.farewell

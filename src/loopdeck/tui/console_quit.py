@@ -94,10 +94,12 @@ def signal_again(app: ConsoleState, by: str) -> None:
 
 
 def _kill_all_then_exit(app: ConsoleState, screens: list[RunScreen], by: str) -> None:
+    """Only these, live when the quit came, are said in the farewell: runs that had ended
+    before (goal met, cancelled) were not killed by it."""
     app.quitting_all = True
     for screen in screens:
         screen.link.kill(by=by)
-    app.set_interval(0.05, lambda: _exit_when_stopped(app))
+    app.set_interval(0.05, lambda: _exit_when_stopped(app, screens))
 
 
 def _own_runs(app: ConsoleState) -> list[RunScreen]:
@@ -109,8 +111,15 @@ def _own_runs(app: ConsoleState) -> list[RunScreen]:
     return [s for s in dict.fromkeys(screens) if s.link.runtime is not None]
 
 
-def _exit_when_stopped(app: ConsoleState) -> None:
+def _exit_when_stopped(app: ConsoleState, screens: list[RunScreen]) -> None:
     if not any(screen.running for screen in app.local_runs.values()):
-        killed = ", ".join(app.local_runs)
-        app.farewell = f"runs killed: {killed} · replay: loopdeck replay RUN_ID"
+        # One that reached its own stop as the kill came is not said killed.
+        killed = [s.view.run_id for s in screens if s.view.stop_reason in (None, "killed")]
+        if killed:
+            from loopdeck.core.text import plural
+
+            app.farewell = (
+                f"{plural(len(killed), 'run')} killed: {', '.join(killed)}"
+                " · replay: loopdeck replay RUN_ID"
+            )
         app.exit(0)
