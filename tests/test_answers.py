@@ -16,7 +16,8 @@ from loopdeck.core.approvals import Answer, AutoApprover
 from loopdeck.core.events import CallStatus, EventBus
 from loopdeck.core.states import StopReason
 from loopdeck.operator.launch import RunOptions, prepare_run
-from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
+from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.question_dialog import QuestionDialog
 
 ENV = SAMPLES / "order_support"
 
@@ -41,14 +42,14 @@ async def _answer(pilot, app, text: str) -> None:
     reach the console's own keys (`s` stops the run, `p` pauses it)."""
     await wait_until(
         pilot,
-        lambda: isinstance(app.screen, AnswerDialog) and isinstance(app.screen.focused, Input),
+        lambda: isinstance(app.screen, QuestionDialog) and isinstance(app.screen.focused, Input),
     )
     await pilot.press(*text, "enter")
 
 
 def _question(app) -> str:
     """The open question dialog's text, once it is on screen ("" before)."""
-    if not isinstance(app.screen, AnswerDialog):
+    if not isinstance(app.screen, QuestionDialog):
         return ""
     found = app.screen.query("#answer-question")
     return str(found.first().render()) if found else ""
@@ -201,10 +202,30 @@ async def test_a_loop_allowed_once_runs_the_call() -> None:
     assert outcome.stop_reason is StopReason.NO_PROGRESS and len(asked) == 2
 
 
-async def test_allowing_a_repeated_write_never_runs_it_twice() -> None:
-    outcome, _, _ = await _loop_run(["allow", "stop"])
+async def test_allow_is_not_offered_for_a_write_that_already_ran() -> None:
+    """Allowing it could only end refused as a duplicate: the question leaves `allow` out, an
+    `allow` typed anyway is said so and asked again, and the write never runs twice."""
+    outcome, recorder, asked = await _loop_run(["allow", "stop"])
     statuses = [(c.call_id, c.status) for c in outcome.calls]
-    assert statuses[:2] == [("c1", CallStatus.EXECUTED), ("c2", CallStatus.REFUSED_DUPLICATE)]
+    assert statuses[:2] == [("c1", CallStatus.EXECUTED), ("c2", CallStatus.SKIPPED)]
+    first, again = recorder.kinds("question_asked")
+    assert first.choices == ["stop", "nudge"] and "`allow`" not in first.question
+    assert ("allow", "not offered: this write already ran, it would be refused") in first.evidence
+    assert again.question.startswith("`allow` is not offered: this write already ran")
+    assert outcome.stop_reason is StopReason.NO_PROGRESS and len(asked) == 2
+
+
+async def test_a_loop_answer_not_understood_is_said_and_asked_again() -> None:
+    outcome, recorder, asked = await _loop_run(["maybe", "stop"])
+    assert len(asked) == 2 and asked[1].startswith("Not understood: 'maybe'.")
+    assert outcome.stop_reason is StopReason.NO_PROGRESS and "stopped by test" in outcome.detail
+    first = recorder.kinds("question_asked")[0]
+    assert first.title == "The guard stopped a repeat" and first.acts_at is not None
+    evidence = dict(first.evidence)
+    assert evidence["repeated call"].startswith("c2 restart_service(")
+    assert evidence["earlier identical call"] == "c1"
+    assert evidence["its result"].startswith("executed")
+    assert {"fingerprint", "state"} <= set(evidence)
 
 
 async def test_a_nudge_reaches_the_model_and_the_executor_goes_on() -> None:
@@ -230,7 +251,14 @@ async def test_the_console_pauses_at_a_budget_and_continues() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: "turns budget is at 50%" in _question(app))
         assert run_screen(app).view.held == "answer"  # the operator's time, not the agent's
-        await _answer(pilot, app, "continue")
+        dialog = app.screen
+        assert isinstance(dialog, QuestionDialog) and dialog.choices == (
+            "continue",
+            "raise",
+            "stop",
+        )
+        assert "Budget: 50% of turns used" in str(dialog.query_one("#answer-title").render())
+        await pilot.press("c")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         await pilot.press("a")
         await wait_until(pilot, lambda: finished(app))
@@ -246,12 +274,18 @@ async def test_the_console_puts_a_loop_to_the_operator_nudge_then_stop() -> None
         text = _question(app)
         assert "c5 get_status() repeats a call from the same state" in text
         assert "fingerprint" in text and "the same as c4" in text
-        await _answer(pilot, app, "nudge read last_error")
+        dialog = app.screen
+        assert isinstance(dialog, QuestionDialog)
+        assert "The guard stopped a repeat" in str(dialog.query_one("#answer-title").render())
+        assert "the guard acts alone in" in str(dialog.query_one("#answer-countdown").render())
+        assert not isinstance(dialog.focused, Input)  # single keys first: `s` answers stop
+        await pilot.press("n")
+        await _answer(pilot, app, "read last_error")
         await wait_until(
             pilot,
-            lambda: isinstance(app.screen, AnswerDialog) and app.screen.question_id == "q2",
+            lambda: isinstance(app.screen, QuestionDialog) and app.screen.question_id == "q2",
         )
-        await _answer(pilot, app, "stop")
+        await pilot.press("s")  # over the guard's question the stop key is its answer
         await wait_until(pilot, lambda: finished(app))
         outcome = run_screen(app).outcome
         assert outcome.stop_reason is StopReason.NO_PROGRESS

@@ -10,7 +10,8 @@ from textual.app import App
 
 from loopdeck.core.approvals import ApprovalDecision, request_for
 from loopdeck.core.states import StopReason
-from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
+from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.question_dialog import QuestionDialog
 
 SIZE = (160, 48)
 
@@ -29,7 +30,7 @@ async def test_a_dialog_removed_before_its_mount_ran_leaves_the_console_running(
     async with app.run_test() as pilot:
         for dialog in (
             ApprovalDialog(_request(), 1, "write", lambda: datetime.now(UTC)),
-            AnswerDialog("q1", "Which address?"),
+            QuestionDialog("q1", "Which address?"),
         ):
             app.push_screen(dialog)
             app.pop_screen()

@@ -35,7 +35,7 @@ from loopdeck.operator.inbox import PendingQuestion, PendingWrite
 from loopdeck.operator.runview import RoundVerdict, RunView
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.calls_table import CallsTable
-from loopdeck.tui.dialogs import AnswerDialog, ApprovalDialog
+from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.inbox import InboxScreen
 from loopdeck.tui.panels import (
     BudgetPanel,
@@ -46,6 +46,7 @@ from loopdeck.tui.panels import (
     PlanPanel,
     RunHeader,
 )
+from loopdeck.tui.question_dialog import QuestionDialog
 from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
@@ -212,10 +213,10 @@ async def test_dialogs_and_toasts_show_hostile_text_as_written(n: int) -> None:
             await pilot.pause()
             assert_clean(app, "approval dialog and toast", "Approve this write?", "Reject ")
             dialog.dismiss(None)
-            answer = AnswerDialog(text, text)
+            answer = QuestionDialog(text, text)
             await app.push_screen(answer)
             await pilot.pause()
-            assert_clean(app, "answer dialog", "The agent asks you")
+            assert_clean(app, "answer dialog", "The agent asks")
             answer.dismiss(None)
             app.clear_notifications()  # the toast would cover the subtitle
             found = TranscriptScreen(Transcript(), markup("[b]Transcript[/] · run $run", run=text))

@@ -10,6 +10,7 @@ from loopdeck.core.approvals import Answer, Answerer
 from loopdeck.core.budgets import BudgetLedger, Cap
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
+from loopdeck.core.questions import Asking
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import number
 
@@ -23,7 +24,11 @@ class PauseHost(Protocol):
     answerer: Answerer | None
 
     async def ask_operator(
-        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+        self,
+        question: str,
+        topic: str = "ask_user",
+        timeout_s: float | None = None,
+        asking: Asking = ...,
     ) -> Answer | None: ...
     def publish_budget(self) -> None: ...
     def rearm_deadline(self) -> None: ...
@@ -62,12 +67,23 @@ class BudgetPause:
                 f"{number(limit)}), past the pause point {fraction:.0%}. Continue, raise the cap "
                 f"for this run, or stop? ({CHOICES})"
             )
-            await self._decide(cap, used, question)
+            asking = Asking(
+                title=f"Budget: {used / limit:.0%} of {cap.value} used",
+                choices=("continue", "raise", "stop"),
+                evidence=(
+                    ("budget", cap.value),
+                    ("used", f"{number(used)} of {number(limit)} ({used / limit:.0%})"),
+                    ("pause point", f"{fraction:.0%}"),
+                    ("raise", f"a new cap above {number(used)}"),
+                    ("no answer", "the run waits for you, with no time limit"),
+                ),
+            )
+            await self._decide(cap, used, question, asking)
 
-    async def _decide(self, cap: Cap, used: float, question: str) -> None:
+    async def _decide(self, cap: Cap, used: float, question: str, asking: Asking) -> None:
         rt = self.rt
         for _ in range(MAX_ASKS):
-            answer = await rt.ask_operator(question, "budget")
+            answer = await rt.ask_operator(question, "budget", None, asking)
             if answer is None:
                 return
             choice, value = parse_choice(answer.text)

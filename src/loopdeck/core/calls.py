@@ -22,7 +22,7 @@ from loopdeck.core.events import (
     ToolRetry,
 )
 from loopdeck.core.guard import GuardKey, NoProgressGuard, guard_key
-from loopdeck.core.loop_say import LoopHost, operator_on_loop
+from loopdeck.core.loop_say import LoopHost, Repeat, operator_on_loop
 from loopdeck.core.model import ModelReply
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.prompts import correction_message, tool_result_message
@@ -197,13 +197,7 @@ class CallHandler:
             tool=call.tool,
             fingerprint=key.fingerprint,
         )
-        say, nudge, by = await operator_on_loop(
-            rt,
-            f"{record.call_id} {call.tool}({short_args(call.args, 60)})",
-            key.fingerprint,
-            record.state_hash,
-            self._first_call.get(key.fingerprint),
-        )
+        say, nudge, by = await operator_on_loop(rt, self._repeat(record, call, spec, key))
         if say == "stop":
             raise StopRun(
                 StopReason.NO_PROGRESS,
@@ -219,6 +213,22 @@ class CallHandler:
             record,
             CallStatus.BLOCKED_REPEAT,
             self._refusal(spec, record.call_id, ErrorCode.REPEATED_CALL, message),
+        )
+
+    def _repeat(self, record: CallRecord, call: ToolCall, spec: ToolSpec, key: GuardKey) -> Repeat:
+        """The repeated call as the operator decides on it, with the earlier one's result."""
+        earlier = self._first_call.get(key.fingerprint)
+        first = next((r for r in self.records if r.call_id == earlier), None)
+        ran = spec.risk == "write" and (
+            self._idempotency_key(spec, call.args) in self.executed_writes
+        )
+        return Repeat(
+            call=f"{record.call_id} {call.tool}({short_args(call.args, 60)})",
+            fingerprint=key.fingerprint,
+            state_hash=record.state_hash,
+            earlier=earlier,
+            earlier_result=_result_line(first),
+            can_allow=not ran,
         )
 
     async def _run_write(
@@ -349,3 +359,11 @@ class CallHandler:
             duration_ms=result.provenance.duration_ms,
         )
         return record, result
+
+
+def _result_line(record: CallRecord | None) -> str:
+    """An earlier call's status and result, short (the loop question's evidence)."""
+    if record is None:
+        return ""
+    result = "" if record.result is None else short_args(record.result, 100)
+    return f"{record.status.value} {result}".strip()

@@ -177,6 +177,10 @@ class QuestionAsked(EventBase):
     question: str
     # ask_user: the model's question; budget: a cap crossed `pause_at` (continue, raise, stop).
     topic: Literal["ask_user", "budget", "loop"] = "ask_user"
+    title: str = ""  # who asks, in words ("The guard stopped a repeat")
+    choices: list[str] = []  # the answers understood (empty: free text)
+    evidence: list[tuple[str, str]] = []  # (label, value) the operator decides on
+    acts_at: datetime | None = None  # when the run goes on alone if nobody answers
 
 
 class QuestionAnswered(EventBase):

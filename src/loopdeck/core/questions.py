@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
 from loopdeck.core.approvals import Answer, Answerer
@@ -17,6 +19,19 @@ from loopdeck.core.timeouts import bounded
 
 T = TypeVar("T")
 ANSWER_CAP = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class Asking:
+    """How a question is put to the operator: who asks (`title`), the answers understood
+    (`choices`, empty for free text) and what they decide on (`evidence`)."""
+
+    title: str = "The agent asks"
+    choices: tuple[str, ...] = ()
+    evidence: tuple[tuple[str, str], ...] = ()
+
+
+AGENT_ASKS = Asking()
 
 
 class QuestionHost(Protocol):
@@ -41,7 +56,11 @@ class Questions:
         self.asked = 0
 
     async def ask(
-        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+        self,
+        question: str,
+        topic: str = "ask_user",
+        timeout_s: float | None = None,
+        asking: Asking = AGENT_ASKS,
     ) -> Answer | None:
         """`awaiting_answer`: the run waits for the operator's answer, on the operator's time.
         None when `timeout_s` passed first (recorded as answered by `timeout`, no text)."""
@@ -50,12 +69,17 @@ class Questions:
         self.asked += 1
         question_id = f"q{self.asked}"
         rt.move(RunState.AWAITING_ANSWER)
+        acts_at = None if timeout_s is None else datetime.now(UTC) + timedelta(seconds=timeout_s)
         rt.emit(
             QuestionAsked,
             run_id=rt.config.run_id,
             question_id=question_id,
             question=question,
             topic=topic,
+            title=asking.title,
+            choices=list(asking.choices),
+            evidence=list(asking.evidence),
+            acts_at=acts_at,
         )
         await rt.flush_journal()  # the question is visible to other processes from here
         waiting = rt.answerer.answer(rt.config.run_id, question_id, question)

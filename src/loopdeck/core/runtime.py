@@ -22,6 +22,7 @@ from loopdeck.core.canonical import short_hash
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted, RunControl, StopRun
 from loopdeck.core.dispatcher import Dispatcher
+from loopdeck.core.env_faults import described, home_of
 from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
@@ -37,7 +38,7 @@ from loopdeck.core.events import (
 from loopdeck.core.model import ModelClient
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.outcome import CallRecord, RunOutcome
-from loopdeck.core.questions import Questions
+from loopdeck.core.questions import AGENT_ASKS, Asking, Questions
 from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.states import RunState, StateMachine, StopReason
@@ -224,10 +225,14 @@ class Runtime:
             await self.recording.wait()
 
     async def ask_operator(
-        self, question: str, topic: str = "ask_user", timeout_s: float | None = None
+        self,
+        question: str,
+        topic: str = "ask_user",
+        timeout_s: float | None = None,
+        asking: Asking = AGENT_ASKS,
     ) -> Answer | None:
         """`awaiting_answer`: the run waits for the operator's answer (`Questions.ask`)."""
-        return await self.questions.ask(question, topic, timeout_s)
+        return await self.questions.ask(question, topic, timeout_s, asking)
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         return await self.control.interruptible(awaitable, by_cancel=by_cancel)
@@ -259,9 +264,8 @@ class Runtime:
                 StopReason.TOOL_FAILURE, f"{busy}; no other env code may start while it runs"
             )
         except Exception as exc:  # a bug or an env that broke: the run still gets its stop
-            self._stop = StopRun(
-                StopReason.CRASHED, capped(f"{type(exc).__name__}: {exc}", MESSAGE_EVENT_CAP)
-            )
+            said = described(exc, home_of(type(self.env)), "the run")
+            self._stop = StopRun(StopReason.CRASHED, capped(said, MESSAGE_EVENT_CAP))
         finally:
             if self._deadline is not None:
                 self._deadline.cancel()

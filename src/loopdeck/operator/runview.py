@@ -23,9 +23,12 @@ from loopdeck.core.events import (
     DecisionMade,
     Event,
     EventBase,
+    GuardTripped,
     ModelRetry,
     OperatorCommand,
     PlanWritten,
+    QuestionAnswered,
+    QuestionAsked,
     RecordingHeld,
     RecordingResumed,
     ReviewVerdict,
@@ -114,6 +117,10 @@ class RunView:
     tool_running: str = ""
     # The run holds because its store cannot take writes: what the header says of it.
     store_outage: str = ""
+    # The questions waiting for the operator (how each is put), and the call the guard holds
+    # while one of them is about it.
+    questions: dict[str, QuestionAsked] = field(default_factory=dict)
+    guard_held: str | None = None
     _live_state: RunState = RunState.READY
 
     @property
@@ -164,10 +171,18 @@ class RunView:
             RunState.PLANNING: f"the planner's reply from {self.model}",
             RunState.DECIDING: f"the executor's reply from {self.model}",
             RunState.AWAITING_APPROVAL: "your approval of a write",
-            RunState.AWAITING_ANSWER: "your answer to the agent's question",
+            RunState.AWAITING_ANSWER: self._question_words(),
             RunState.EXECUTING: f"the tool {self.tool_running or '…'}",
             RunState.REVIEWING: "the goal check",
         }.get(self.state, "")
+
+    def _question_words(self) -> str:
+        topics = {q.topic for q in self.questions.values()}
+        if "loop" in topics:
+            return "your say on a repeated call (the guard holds it)"
+        if "budget" in topics:
+            return "your say on a budget past its pause point"
+        return "your answer to the agent's question"
 
     def apply(self, event: Event) -> None:
         self.events_seen += 1
@@ -224,6 +239,8 @@ class RunView:
 
     @_handles(ApprovalRequested)
     def _on_approval_requested(self, e: ApprovalRequested) -> None:
+        if e.call_id == self.guard_held:
+            self.guard_held = None
         if row := self._row(e.call_id):
             row.status = CallStatus.PENDING_APPROVAL
 
@@ -247,6 +264,8 @@ class RunView:
 
     @_handles(ToolFinished)
     def _on_tool_finished(self, e: ToolFinished) -> None:
+        if e.call_id == self.guard_held:
+            self.guard_held = None
         if row := self._row(e.call_id):
             row.status = e.status
             if e.result:
@@ -254,6 +273,19 @@ class RunView:
                 row.duration_ms = e.duration_ms
         if e.status is CallStatus.BLOCKED_REPEAT:
             self.repeats += 1
+
+    @_handles(GuardTripped)
+    def _on_guard_tripped(self, e: GuardTripped) -> None:
+        self.guard_held = e.call_id
+        self.changed_calls.add(e.call_id)
+
+    @_handles(QuestionAsked)
+    def _on_question_asked(self, e: QuestionAsked) -> None:
+        self.questions[e.question_id] = e
+
+    @_handles(QuestionAnswered)
+    def _on_question_answered(self, e: QuestionAnswered) -> None:
+        self.questions.pop(e.question_id, None)
 
     @_handles(BudgetUpdated)
     def _on_budget_updated(self, e: BudgetUpdated) -> None:
@@ -310,6 +342,10 @@ class RunView:
         self.stop_detail = e.detail
         self.stopped_at = e.at
         self.paused = False
+        self.questions.clear()
+        if self.guard_held is not None:
+            self.changed_calls.add(self.guard_held)
+            self.guard_held = None
         for cap, reason in CAP_STOP_REASON.items():
             if reason.value == self.stop_reason and cap.value in self.budget:
                 self.fired_cap = cap.value

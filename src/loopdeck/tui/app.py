@@ -44,6 +44,9 @@ class LoopdeckApp(ConsoleState):
         # Over any dialog too: quitting is always one key away, and always asked first.
         Binding("q", "quit_run", "Quit", priority=True, id="app.quit_run"),
         Binding("i", "inbox", "Inbox", id="app.inbox"),
+        # While a text box has the focus, letters are typed: stop and kill take ctrl.
+        Binding("ctrl+s", "typed_stop", "Stop", priority=True, id="run.typed_stop"),
+        Binding("ctrl+k", "typed_kill", "Kill", priority=True, id="run.typed_kill"),
     ]
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -135,16 +138,26 @@ class LoopdeckApp(ConsoleState):
         typing = isinstance(self.focused, Input)
         if action == "inbox":
             return (self.fleet_home or self.db_path is not None) and not typing
-        if action in ("run_stop", "run_kill", "run_pause"):
+        if action in ("run_stop", "run_kill", "run_pause", "typed_stop", "typed_kill"):
             run = run_screen_of(self)
-            return run is not None and run.running and not typing
+            return run is not None and run.running and typing == action.startswith("typed")
         if action == "quit_run":
             return not typing
         return True
 
     def action_run_stop(self) -> None:
-        if run := run_screen_of(self):
+        from loopdeck.tui.question_dialog import QuestionDialog
+
+        if isinstance(self.screen, QuestionDialog) and self.screen.answers_stop:
+            self.screen.answer_stop()  # the guard's or a budget's question: `s` is its answer
+        elif run := run_screen_of(self):
             run.action_stop()
+
+    def action_typed_stop(self) -> None:
+        self.action_run_stop()
+
+    def action_typed_kill(self) -> None:
+        self.action_run_kill()
 
     def action_run_kill(self) -> None:
         from loopdeck.tui.dialogs import ConfirmKillDialog

@@ -11,10 +11,12 @@ from textual.message import Message
 from textual.screen import Screen
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.events import QuestionAsked
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.records import StoreError
-from loopdeck.tui.dialogs import AnswerDialog, AnswerText, ApprovalDialog
+from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.failures import say
+from loopdeck.tui.question_dialog import AnswerText, QuestionDialog
 from loopdeck.tui.shown import toast
 
 STILL_PENDING = "it is still pending: its dialog comes back"
@@ -43,12 +45,14 @@ class ApprovalOffers:
         link: RunLink,
         now: Callable[[], datetime],
         put_off: Callable[[], None],
+        asked: Callable[[str], QuestionAsked | None] = lambda _: None,
     ) -> None:
         self.screen = screen
+        self.asked = asked  # how a question was put (its title, choices, evidence), by id
         self.link = link
         self.now = now
         self.put_off = put_off  # called when the operator leaves one for later (the header)
-        self.dialog: ApprovalDialog | AnswerDialog | None = None
+        self.dialog: ApprovalDialog | QuestionDialog | None = None
         self.shut = False  # the screen is leaving: nothing more is offered
         self._later: set[str] = set()
         self._sending: set[str] = set()  # decided here, on their way to the store: not offered
@@ -66,7 +70,7 @@ class ApprovalOffers:
                 self.close()
             else:
                 dialog.set_title(len(pending))
-        elif isinstance(dialog, AnswerDialog) and dialog.question_id not in dict(
+        elif isinstance(dialog, QuestionDialog) and dialog.question_id not in dict(
             self.link.questions()
         ):
             self.close()
@@ -105,7 +109,8 @@ class ApprovalOffers:
             held |= self._settled_questions
             asked = [(q, text) for q, text in questions if q not in held]
             if asked:
-                self.dialog = AnswerDialog(*asked[0])
+                question_id, text = asked[0]
+                self.dialog = QuestionDialog(question_id, text, self.asked(question_id), self.now)
                 self.screen.app.push_screen(self.dialog, self._answered_question)
             return
         request = waiting[0]
@@ -130,7 +135,7 @@ class ApprovalOffers:
     def _answered_question(self, answer: AnswerText | None) -> None:
         dialog, self.dialog = self.dialog, None
         if answer is None:
-            if isinstance(dialog, AnswerDialog):
+            if isinstance(dialog, QuestionDialog):
                 self._later.add(dialog.question_id)
                 self.put_off()
             return

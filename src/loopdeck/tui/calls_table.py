@@ -43,6 +43,8 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.OUTCOME_UNKNOWN: ("? outcome unknown", "error"),
 }
 
+GUARD_HELD_LOOK = ("⟳ held: guard asks", "warning")
+
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
 
 # The room each column but the arguments takes, with one space either side; the longest
@@ -126,6 +128,7 @@ class CallsTable(StylePerPaint, ScrollView, can_focus=True):
     args_width = 34
     tool_room = COLUMN_ROOM["tool"]
     columns_shown: tuple[str, ...] = COLUMNS
+    guard_held: str | None = None  # the call the guard holds while it asks the operator
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -165,6 +168,7 @@ class CallsTable(StylePerPaint, ScrollView, can_focus=True):
             self._cells.pop(call_id, None)
             self._strips.pop(call_id, None)
         view.changed_calls.clear()
+        self.guard_held = view.guard_held
         self._rows = view.calls
         self._keys = list(view.calls)
         if follow or shown is None or shown not in self._rows:
@@ -248,6 +252,8 @@ class CallsTable(StylePerPaint, ScrollView, can_focus=True):
 
     def _make_cells(self, row: CallRecord) -> list[Text]:
         label, var = STATUS_LOOK[row.status]
+        if row.call_id == self.guard_held:  # not running: the guard holds it, asking you
+            label, var = GUARD_HELD_LOOK
         duration = format_duration(row.duration_ms)
         if row.retries:
             duration += f" ↻{row.retries}"

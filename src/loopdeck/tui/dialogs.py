@@ -1,10 +1,9 @@
 """Modal dialogs: approve or reject a write (with a reason typed in place), confirm a kill or
-a quit."""
+a quit. A question to the operator is `question_dialog`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
 from textual.app import ComposeResult
@@ -186,38 +185,3 @@ class ConfirmQuitDialog(ConfirmDialog):
             "run ends [b]killed[/], recorded as killed by you.\n\n"
             "[b]y[/] kill and quit   [b]n[/] keep watching"
         )
-
-
-@dataclass(frozen=True)
-class AnswerText:
-    question_id: str
-    text: str
-
-
-class AnswerDialog(ModalScreen[AnswerText | None]):
-    """The model asks the operator: the answer goes back to it and the run goes on."""
-
-    BINDINGS = [Binding("escape", "close", "Later", id="answer.close")]
-    AUTO_FOCUS = "#answer-text"  # focused once shown: nothing to look up should it go first
-
-    def __init__(self, question_id: str, question: str) -> None:
-        super().__init__(classes="dialog")
-        self.question_id = question_id
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        box = Vertical(id="approval-box")
-        box.border_title = plain(f"Question {self.question_id}")
-        with box:
-            yield Static("[b]The agent asks you[/]", id="answer-title")
-            with VerticalScroll(id="approval-args"):
-                yield Static(plain(self.question), id="answer-question")
-            yield Input(placeholder="your answer, enter sends it to the model", id="answer-text")
-            yield Static("[b]enter[/] answer   [b]esc[/] later (the run keeps waiting)")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.value.strip():
-            self.dismiss(AnswerText(self.question_id, event.value.strip()))
-
-    def action_close(self) -> None:
-        self.dismiss(None)

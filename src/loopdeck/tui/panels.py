@@ -281,7 +281,13 @@ class CallDetail(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static(id="detail-body")
 
-    def show(self, row: CallRecord | None, decided: str = "", hold_height: bool = False) -> None:
+    def show(
+        self,
+        row: CallRecord | None,
+        decided: str = "",
+        hold_height: bool = False,
+        guard_held: bool = False,
+    ) -> None:
         """`hold_height` (the screen follows a live run's newest call while it runs): the
         text does not get shorter than what is shown, blank lines make up the difference. In
         a runaway the newest call alternates between running (one line of result) and done
@@ -304,8 +310,9 @@ class CallDetail(VerticalScroll):
         ms = (
             "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
         )
+        status = "held by the guard: it asks you" if guard_held else row.status.value
         text = (
-            f"[b]status[/] {row.status.value}{ms}  [b]risk[/] {row.risk}\n"
+            f"[b]status[/] {status}{ms}  [b]risk[/] {row.risk}\n"
             "[b]fingerprint[/] $fingerprint  [b]state[/] $state\n"
             f"{approval}[b]arguments[/]\n$args\n[b]result[/]\n$result"
         )
@@ -337,11 +344,16 @@ class RunHeader(FixedSize, Static):
         frame: int = 0,
         elsewhere: int = 0,
         outage: str = "",
+        questions: int = 0,
     ) -> None:
+        """`pending` writes and `questions` wait here for the operator; `elsewhere` in other
+        runs of the store."""
         state = view.shown_state
         badge = " [b $error]$outage[/]" if outage else ""  # the store cannot be read for now
-        if pending:
-            badge += f" [b reverse $warning] ⚠ {plural(pending, 'approval')} waiting · w [/]"
+        waiting = [plural(n, what) for n, what in ((pending, "approval"), (questions, "question"))]
+        if pending or questions:
+            said = ", ".join(w for w in waiting if not w.startswith("0 "))
+            badge += f" [b reverse $warning] ⚠ {said} waiting · w [/]"
         if elsewhere:
             badge += f" [b $warning]+{elsewhere} in other runs · i[/]"
         spin = f"{SPINNER[frame % len(SPINNER)]} " if not view.finished and view.run_id else ""

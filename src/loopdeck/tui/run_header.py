@@ -62,12 +62,12 @@ class RunHeaderPart(RunScreenState):
 
     def _render_header(self) -> None:
         agent_s, operator_s = self.view.times(self.clock_now())
-        pending = len(self.link.pending()) + len(self.link.questions())
-        elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending)
+        pending, questions = len(self.link.pending()), len(self.link.questions())
+        elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending - questions)
         outage = getattr(self.link, "store_outage", "")  # an attached run's store, unreadable
         outage = outage or self.view.store_outage  # the run holds: its store takes no writes
         self.query_one(RunHeader).show(
-            self.view, agent_s, operator_s, pending, self._frame, elsewhere, outage
+            self.view, agent_s, operator_s, pending, self._frame, elsewhere, outage, questions
         )
 
     def _check_size(self, width: int, height: int) -> None:

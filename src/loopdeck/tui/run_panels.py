@@ -97,6 +97,7 @@ class RunPanelsPart(RunHeaderPart):
             row,
             self.view.decided.get(call_id or "", ""),
             hold_height=following and row is not None and row.status in RUNNING,
+            guard_held=row is not None and row.call_id == self.view.guard_held,
         )
 
     @on(CallsTable.Highlighted, "#calls")

@@ -67,7 +67,9 @@ class RunScreen(RunDialogsPart):
         self._buffer: list[Event] = []
         # `flush` looked up at each frame, not bound here: the screen's own, as it is then
         self._pacer = FramePacer(self, link, self._buffer, lambda: self.flush())
-        self.offers = ApprovalOffers(self, link, now, put_off=self._render_header)
+        self.offers = ApprovalOffers(
+            self, link, now, put_off=self._render_header, asked=self.view.questions.get
+        )
         self._transcript_screen: TranscriptScreen | None = None
         self._frame = 0
         self._unsubscribe: list[Callable[[], None]] = []
