@@ -1,5 +1,9 @@
 """Bad input exits 2 with a message naming the problem."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from conftest import SAMPLES
 
@@ -80,3 +84,27 @@ def test_real_model_headless_needs_an_approve_choice(cli) -> None:
     code, _, err = cli("run", "service_outage", "--model", "openai/gpt-x", "--headless")
     assert code == 2
     assert "--approve" in err
+
+
+def _loopdeck(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "COLUMNS": str(columns)}
+    return subprocess.run(
+        [sys.executable, "-m", "loopdeck", *args],
+        capture_output=True, text=True, timeout=60, check=False, env=environ,
+    )  # fmt: skip
+
+
+def test_the_help_says_console_opens_the_fleet() -> None:
+    said = _loopdeck("--help")
+    assert said.returncode == 0
+    [line] = [line for line in said.stdout.splitlines() if line.strip().startswith("console ")]
+    assert "fleet" in line and "launcher" not in line and "sample envs" not in line
+
+
+def test_a_real_model_headless_without_approve_names_every_choice(tmp_path) -> None:
+    said = _loopdeck(
+        "run", "order_support", "--model", "openai/gpt-4o-mini", "--headless",
+        "--db", str(tmp_path / "s.db"),
+    )  # fmt: skip
+    assert said.returncode == 2
+    assert "choose auto, deny or wait" in said.stderr

@@ -115,6 +115,8 @@ async def test_unauthorized_stops_after_exactly_one_request() -> None:
         outcome, _ = await _run(server)
     assert outcome.stop_reason is StopReason.PROVIDER_FAILURE
     assert "invalid api key provided" in outcome.detail
+    assert outcome.detail.count("AuthenticationError") == 1  # said once, not LiteLLM's three
+    assert "litellm." not in outcome.detail
     assert len(server.requests) == 1
 
 

@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--theme", help="console theme: a name, or the path of a theme file")
 
-    console = commands.add_parser("console", help="the console's launcher over the sample envs")
+    console = commands.add_parser(
+        "console", help="the console's fleet: every run in the store, live (n starts one)"
+    )
     console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
     console.add_argument("--db", type=store_location, help=DB_HELP)
     console.add_argument(

@@ -68,7 +68,12 @@ def _nested_too_deep(exc: BaseException) -> bool:
 
 
 def _provider_text(exc: Exception) -> str:
+    """What the provider said, without LiteLLM's repeats of the class name that `classify`
+    puts first ("litellm.AuthenticationError: AuthenticationError: …")."""
     text = str(exc)
+    name = type(exc).__name__
+    while said := next((p for p in (f"litellm.{name}:", f"{name}:") if text.startswith(p)), ""):
+        text = text.removeprefix(said).lstrip()
     cut = text.find(_TRACEBACK)
     if cut >= 0:
         text = text[:cut].rstrip() + " (LiteLLM's traceback left out)"

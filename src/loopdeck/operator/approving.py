@@ -42,7 +42,8 @@ def default_approve_mode(model: str) -> ApproveMode:
     if model == SCRIPTED:
         return "auto"
     raise _bad(
-        f"--approve is required with a real model ({model}): choose auto or deny, "
+        f"--approve is required with a real model ({model}): choose auto, deny or wait "
+        "(wait: each write waits for `loopdeck approve`, the inbox or an attached console), "
         "or run without --headless to approve in the console"
     )
 
