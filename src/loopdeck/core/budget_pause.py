@@ -68,7 +68,7 @@ class BudgetPause:
                 f"for this run, or stop? ({CHOICES})"
             )
             asking = Asking(
-                title=f"Budget: {used / limit:.0%} of {cap.value} used",
+                title=f"Budget: {used / limit:.0%} of {cap.value.replace('_', ' ')} used",
                 choices=("continue", "raise", "stop"),
                 evidence=(
                     ("budget", cap.value),

@@ -1,0 +1,107 @@
+"""The run's questions as the operator meets them in the console: over the live run, titled
+by who asks, single keys for fixed choices, the kill switch reachable while typing, and
+labels that say a question (not an approval) waits and which call the guard holds."""
+
+from __future__ import annotations
+
+from conftest import SAMPLES
+from console_helpers import console_app, finished, run_screen, wait_until
+from textual.widgets import Input
+
+from loopdeck.core.approvals import AutoApprover
+from loopdeck.core.states import StopReason
+from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog
+from loopdeck.tui.panels import CallDetail, RunHeader
+from loopdeck.tui.question_dialog import QuestionDialog
+from loopdeck.tui.run_screen import RunScreen
+
+ORDERS = SAMPLES / "order_support"
+OUTAGE = SAMPLES / "service_outage"
+
+
+def _dialog(app) -> QuestionDialog | None:
+    return app.screen if isinstance(app.screen, QuestionDialog) else None
+
+
+def _text(widget) -> str:
+    return str(widget.render())
+
+
+async def test_the_agents_question_sits_over_the_live_run_also_after_a_resize() -> None:
+    app = console_app(ORDERS, "ask-then-act", answers=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: _dialog(app) is not None)
+        dialog = _dialog(app)
+        assert isinstance(app.screen_stack[-2], RunScreen)  # the run is drawn beneath it
+        assert "The agent asks" in _text(dialog.query_one("#answer-title"))
+        for size in ((160, 48), (100, 30), (80, 24)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            box = dialog.query_one("#approval-box").region
+            assert box.x > 0 and box.y > 0, f"{size}: the box is not centred: {box}"
+            assert box.right < size[0] and box.bottom < size[1]
+            keys = dialog.query_one("#answer-keys").region
+            assert keys.height > 0 and keys.bottom <= box.bottom, f"{size}: keys cut"
+
+
+async def test_typing_takes_letters_and_ctrl_k_still_kills() -> None:
+    app = console_app(ORDERS, "ask-then-act", answers=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(
+            pilot, lambda: _dialog(app) is not None and isinstance(app.screen.focused, Input)
+        )
+        await pilot.press("k", "s", "p")
+        box = app.screen.query_one("#answer-text", Input)
+        assert box.value == "ksp" and run_screen(app).running  # typed, nothing stopped
+        await pilot.press("ctrl+k")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmKillDialog))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: finished(app))
+        assert run_screen(app).outcome.stop_reason is StopReason.KILLED
+
+
+async def test_a_loop_question_says_a_question_waits_and_which_call_the_guard_holds() -> None:
+    app = console_app(OUTAGE, "wrong-guess", approver=AutoApprover(), answers=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: _dialog(app) is not None)
+        screen = run_screen(app)
+        header = _text(screen.query_one(RunHeader))
+        assert "1 question waiting" in header and "approval" not in header
+        held = screen.view.guard_held
+        assert held == "c5"
+        table = screen.query_one(CallsTable)
+        status = table.get_row(held)[table.columns_shown.index("status")]
+        assert str(status) == "⟳ held: guard asks"
+        table.move_cursor(row=table.row_count - 1)
+        await pilot.pause()
+        assert "held by the guard" in _text(screen.query_one(CallDetail).query_one("#detail-body"))
+        assert "your say on a repeated call" in screen.view.waiting_for()
+        dialog = _dialog(app)
+        assert dialog.choices == ("stop", "allow", "nudge")  # a read: allowing can run it
+        await pilot.press("a")  # allowed once: it runs
+        await wait_until(pilot, lambda: screen.view.calls["c5"].status.value == "executed")
+        assert screen.view.guard_held != "c5"
+
+
+async def test_a_budget_question_raises_the_cap_with_r_and_refuses_a_non_number() -> None:
+    app = console_app(ORDERS, "solve", answers=True, max_turns=6)
+    runtime = app.prepared.runtime
+    runtime.config = runtime.config.model_copy(update={"pause_at": 0.5})
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: _dialog(app) is not None)
+        dialog = _dialog(app)
+        assert not dialog.query_one("#answer-text").display  # keys first, no box
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(dialog.focused, Input))
+        await pilot.press("l", "o", "t", "s", "enter")
+        assert "Not a number" in _text(dialog.query_one("#answer-problem"))
+        assert app.screen is dialog  # asked again in place
+        box = dialog.query_one("#answer-text", Input)
+        box.value = ""
+        await pilot.press("4", "0", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert run_screen(app).view.budget["turns"][1] == 40
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        assert run_screen(app).outcome.stop_reason is StopReason.GOAL_MET
