@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from loopdeck.core.approvals import ApprovalReceipt
+from loopdeck.core.env_faults import described, home_of
 from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.text import capped, escape_surrogates, json_text
 from loopdeck.core.timeouts import bounded
@@ -144,7 +145,8 @@ class Dispatcher:
                 message = f"{spec.name} returned a result that is not JSON: {exc}"
                 return None, self._failure(ErrorCode.INVALID_RESULT, message), attempt
             except Exception as exc:  # a crashing tool is reported to the model, not swallowed
-                failure = self._failure(ErrorCode.TOOL_CRASHED, f"{type(exc).__name__}: {exc}")
+                said = described(exc, home_of(spec.fn), f"tool {spec.name}")
+                failure = self._failure(ErrorCode.TOOL_CRASHED, said)
             if write and failure.code in UNKNOWN_OUTCOME_CODES:
                 failure = self._failure(
                     ErrorCode.OUTCOME_UNKNOWN,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from loopdeck.core.env_faults import described
 from loopdeck.core.environment import Environment
 from loopdeck.core.scenario import Scenario, ScenarioError, Script, load_scenario
 from loopdeck.core.text import capped
@@ -42,9 +43,8 @@ class EnvDir:
         try:
             env = self.module.make_env(workdir, dict(self.scenario.data))
         except Exception as exc:  # user code: report it against the file that failed
-            raise ScenarioError(
-                f"{self.path / 'env.py'}: make_env failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            said = described(exc, self.path.resolve(), "make_env")
+            raise ScenarioError(f"{self.path / 'env.py'}: make_env failed: {said}") from exc
         if not isinstance(env, Environment):
             raise ScenarioError(f"{self.path / 'env.py'}: make_env() must return an Environment")
         return env
@@ -79,7 +79,8 @@ def _import_env_module(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
-        raise ScenarioError(f"{source}: import failed: {type(exc).__name__}: {exc}") from exc
+        said = described(exc, path.resolve(), "import env.py")
+        raise ScenarioError(f"{source}: import failed: {said}") from exc
     if not callable(getattr(module, "make_env", None)):
         raise ScenarioError(f"{source}: defines no make_env(workdir, data) function")
     return module
