@@ -44,6 +44,9 @@ class ScriptTurn(BaseModel):
     reason_code: str = "SCRIPTED"
     step: int | None = Field(default=None, ge=1)
     repeat: bool = False
+    # The turn's call is meant to be refused (unknown tool, arguments its tool's model
+    # refuses): a test of the corrections path, not a mistake in the script.
+    invalid: bool = False
 
     @model_validator(mode="after")
     def _one_action(self) -> ScriptTurn:
@@ -59,6 +62,8 @@ class ScriptTurn(BaseModel):
             )
         if self.args is not None and self.tool is None:
             raise ValueError("args given without tool")
+        if self.invalid and self.tool is None and self.calls is None:
+            raise ValueError("invalid = true marks a turn with tool or calls")
         return self
 
 

@@ -17,6 +17,7 @@ from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
 from loopdeck.core.events import EventBus
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import ScenarioError, Script
+from loopdeck.core.script_check import check_script
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
 from loopdeck.llm.profile import UnsupportedLayer
 from loopdeck.operator.approval_queue import ApprovalQueue
@@ -118,6 +119,9 @@ def prepare_run(
     workdir = env_dir.prepare_workdir()
     try:
         env = env_dir.create(workdir)
+        if script is not None and script_name is not None:
+            tools = {spec.name: spec for spec in env.tools()}
+            check_script(env_dir.path / "scenario.toml", script_name, script, tools)
     except Exception:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
