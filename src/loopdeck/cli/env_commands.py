@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import shutil
+import tomllib
 from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
 
-from loopdeck import tuning
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.core.text import plural, visible
+from loopdeck.core.text import visible
 
 
 def run_env_command(args: argparse.Namespace) -> int:
@@ -21,7 +22,9 @@ def run_env_command(args: argparse.Namespace) -> int:
         return _envs(args)
     if args.command == "init-env":
         return _init_env(args)
-    return asyncio.run(_check(args))
+    from loopdeck.cli.env_check import check
+
+    return asyncio.run(check(args))
 
 
 def _envs(args: argparse.Namespace) -> int:
@@ -53,45 +56,34 @@ def _init_env(args: argparse.Namespace) -> int:
     dest: Path = args.dest or Path.cwd() / args.name
     if dest.exists():
         raise ScenarioError(f"{dest} already exists; choose another folder")
+    name_line = _name_line(dest.resolve().name)
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _rename(dest / "scenario.toml", name_line)
     shown = visible(str(dest))
     print(f"created {shown} from the sample env {visible(args.name)}")
     print(f"edit {shown}/scenario.toml and {shown}/env.py, then: loopdeck check {shown}")
     return 0
 
 
-async def _check(args: argparse.Namespace) -> int:
-    """Each script of the env, headless and unrecorded, against what it declares it ends with."""
-    from loopdeck.operator.launch import RunOptions, prepare_run, resolve_env_dir
+_NAME = re.compile(r"^name\s*=.*$", re.MULTILINE)
 
-    tuning.for_headless()  # a headless run's tuning, as `loopdeck run --headless`
-    env_dir = resolve_env_dir(args.env, args.settings)
-    failed = 0
-    print(f"checking {visible(env_dir.name)} ({visible(str(env_dir.path))})")
-    for name, script in sorted(env_dir.scenario.scripts.items()):
-        expect = script.expect
-        if expect is None:
-            print(f"NOTE  {visible(name)}: declares no expect = {{ stop_reason = ... }}; not run")
-            continue
-        options = RunOptions(
-            env=str(env_dir.path),
-            script=name,
-            model="scripted",
-            approve=expect.approve,
-            settings=list(args.settings),
-        )
-        prepared = prepare_run(options)
-        try:
-            outcome = await prepared.runtime.run()
-        finally:
-            prepared.cleanup()
-        got = outcome.stop_reason
-        verdict = "PASS" if got is expect.stop_reason else "FAIL"
-        failed += verdict == "FAIL"
-        said = (
-            f"{got.value}" if verdict == "PASS" else f"{got.value}, expected {expect.stop_reason}"
-        )
-        calls = plural(outcome.tool_calls, "tool call")
-        print(f"{verdict}  {visible(name)}: {said} ({calls}) — {visible(outcome.detail)}")
-    print(f"{failed} failed" if failed else "all expectations met")
-    return 1 if failed else 0
+
+def _name_line(name: str) -> str:
+    """`name = "..."` naming the env after its new folder, as TOML that reads back the same."""
+    line = f"name = {json.dumps(name)}"
+    try:
+        if tomllib.loads(line)["name"] == name:
+            return line
+    except tomllib.TOMLDecodeError:
+        pass  # a lone surrogate (an undecodable byte of the path) is no TOML text
+    raise ScenarioError(f"{name!r} cannot be an env's name in scenario.toml; choose another folder")
+
+
+def _rename(scenario: Path, name_line: str) -> None:
+    """The copy's top-level `name` (above its first table) says its own folder's name."""
+    text = scenario.read_text(encoding="utf-8")
+    head_end = m.start() if (m := re.search(r"^\s*\[", text, re.MULTILINE)) else len(text)
+    head, found = _NAME.subn(name_line, text[:head_end], count=1)
+    if not found:
+        head = f"{name_line}\n{head}"
+    scenario.write_text(head + text[head_end:], encoding="utf-8")

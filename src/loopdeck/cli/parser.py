@@ -117,7 +117,7 @@ def add_store_commands(commands: Any) -> None:
             )
         return parser
 
-    with_db(commands.add_parser("runs", help="past and live runs in the store"))
+    with_db(commands.add_parser("runs", help="past and live runs in the store, newest first"))
     with_db(commands.add_parser("pending", help="writes waiting for approval"))
     approve = with_db(commands.add_parser("approve", help="approve a pending write"))
     approve.add_argument("run_id", metavar="RUN_ID")
@@ -162,3 +162,9 @@ def add_env_commands(commands: Any) -> None:
     )
     check.add_argument("env", metavar="ENV", help="env folder, or a sample env's name")
     check.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    check.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print each run's calls, refused replies and env tracebacks",
+    )
