@@ -156,3 +156,47 @@ def test_answering_a_run_that_waits_for_approval_points_to_approve(tmp_path) -> 
     assert "has no question waiting; its write c1 waits for approval" in answered.stderr
     assert f"loopdeck approve {run_id} c1" in answered.stderr
     assert f"loopdeck reject {run_id} c1" in answered.stderr
+
+
+def test_runs_at_100_columns_shows_whole_ids_newest_first(tmp_path) -> None:
+    db = tmp_path / "store.db"
+    ids = {"2026-01-01T00:00:00+00:00": "0ld3r0ld3r00", "2026-01-02T00:00:00+00:00": "n3w3rn3w3r00"}
+
+    async def two_runs() -> None:
+        store = await open_store(db)
+        try:
+            for started, run_id in ids.items():
+                await store.execute(
+                    "INSERT INTO runs (run_id, env, script, model, mode, goal, state, stop_reason,"
+                    " started_at, tokens, cost_usd) VALUES (?, 'order_support', 'wrong-guess',"
+                    " 'openai/gpt-4o-mini', 'rounds', 'g', 'stopped', 'no_progress', ?, 123456,"
+                    " 0.5)",
+                    (run_id, started),
+                )
+        finally:
+            await store.close()
+
+    asyncio.run(two_runs())
+    listed = subprocess.run(
+        [sys.executable, "-m", "loopdeck", "runs", "--db", str(db)],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "COLUMNS": "100"},
+    )  # fmt: skip
+    lines = listed.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    shown = [
+        line.split()[0]
+        for line in lines
+        if line.split()[:1] in (["0ld3r0ld3r00"], ["n3w3rn3w3r00"])
+    ]
+    assert shown == ["n3w3rn3w3r00", "0ld3r0ld3r00"]
+    assert "newest first" in listed.stdout
+    as_json = loopdeck("runs", "--json", db=db)
+    runs = json.loads(as_json.stdout.splitlines()[-1])
+    assert [run["run_id"] for run in runs] == ["n3w3rn3w3r00", "0ld3r0ld3r00"]
+    assert set(runs[0]) == {
+        "run_id", "env", "script", "model", "state", "stop_reason", "started_at", "ended_at",
+        "tokens", "cost_usd", "host", "pid", "outcome_unknown", "paused",
+    }  # fmt: skip
+    helped = loopdeck("--help", db=db)
+    assert "newest first" in " ".join(helped.stdout.split())

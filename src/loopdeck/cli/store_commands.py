@@ -12,6 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -63,8 +64,12 @@ def _print(value: Any, as_json: bool, table: Table | None = None, text: str = ""
 
 async def _runs(store: Store, args: argparse.Namespace) -> int:
     runs = await records.runs(store)
-    table = Table(title=f"runs in {store.path}")
-    for column in (*RUN_COLUMNS, "outcome unknown"):
+    title = Text(f"runs in {visible(str(store.path))}, newest first")
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    # The run id is what attach, replay and approve take: never cut; the others give way.
+    longest = max((len(visible(run["run_id"])) for run in runs), default=0)
+    table.add_column("run_id", no_wrap=True, min_width=longest)
+    for column in (*RUN_COLUMNS[1:], "outcome unknown"):
         table.add_column(column)
     for run in runs:
         cells = [_cell(run, column) for column in RUN_COLUMNS]

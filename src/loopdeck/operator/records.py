@@ -90,7 +90,7 @@ async def check_run(location: Location | None, run_id: str) -> dict[str, Any]:
 
 
 async def runs(store: Store) -> list[dict[str, Any]]:
-    """Every run, oldest first, with its unknown outcomes and whether it is paused."""
+    """Every run, newest first, with its unknown outcomes and whether it is paused."""
     await queries.mark_crashed_runners(store)
     return await queries.list_runs(store)
 

@@ -115,7 +115,7 @@ async def is_paused(store: Store, run_id: str) -> bool:
 async def list_runs(store: Store) -> list[dict[str, Any]]:
     rows = await store.fetchall(
         "SELECT run_id, env, script, model, state, stop_reason, started_at, ended_at, tokens,"
-        " cost_usd, host, pid FROM runs ORDER BY started_at"
+        " cost_usd, host, pid FROM runs ORDER BY started_at DESC"
     )
     listed = [dict(row) for row in rows]
     for run in listed:
