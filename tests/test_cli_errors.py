@@ -108,3 +108,25 @@ def test_a_real_model_headless_without_approve_names_every_choice(tmp_path) -> N
     )  # fmt: skip
     assert said.returncode == 2
     assert "choose auto, deny or wait" in said.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "instead"),
+    [
+        (("console",), "`loopdeck runs`"),
+        (("run", "order_support"), "--headless"),
+        (("attach", "r1"), "`loopdeck pending`"),
+        (("replay", "r1"), "`loopdeck export RUN_ID`"),
+    ],
+)
+def test_a_console_without_a_terminal_is_refused(tmp_path, argv, instead) -> None:
+    """Piped, the console would draw escape codes into the pipe until killed."""
+    said = subprocess.run(
+        [sys.executable, "-m", "loopdeck", *argv, "--db", str(tmp_path / "s.db")],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert said.returncode == 2
+    assert said.stdout == ""
+    assert "the console needs a terminal, and stdin, stdout and stderr are not one" in said.stderr
+    assert f"run `loopdeck {argv[0]}` in a terminal" in said.stderr and instead in said.stderr
+    assert not (tmp_path / "s.db").exists()  # refused before anything was opened

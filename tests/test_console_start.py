@@ -66,8 +66,11 @@ async def test_q_while_preparing_leaves_at_once() -> None:
         release.set()
 
 
-def test_a_console_run_of_a_bad_scenario_exits_2_naming_it(cli) -> None:
+def test_a_console_run_of_a_bad_scenario_exits_2_naming_it(cli, monkeypatch) -> None:
     """`loopdeck run` in the console: the error comes after the console closed, as before."""
+    from loopdeck.cli import runs
+
+    monkeypatch.setattr(runs, "no_terminal", lambda command: None)  # pytest's streams are not
     code, _, err = cli("run", "service_outage", "--script", "nope")
     assert code == 2
     assert "'nope'" in err and "wrong-guess" in err

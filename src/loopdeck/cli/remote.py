@@ -10,7 +10,12 @@ from loopdeck import tuning
 
 def open_remote_console(args: argparse.Namespace) -> int:
     """The run is looked up first (a dead runner marked crashed), so a wrong id or store is
-    named here, before any console opens."""
+    named here, before any console opens (and no console opens without a terminal)."""
+    from loopdeck.cli.parser import EXIT_BAD_INPUT
+    from loopdeck.cli.runs import refused_without_terminal
+
+    if refused_without_terminal(args.command):
+        return EXIT_BAD_INPUT
     from loopdeck.core.text import visible
     from loopdeck.operator.links import ReplayLink
     from loopdeck.operator.records import check_run

@@ -48,6 +48,47 @@ def options(args: argparse.Namespace) -> RunOptions:
     )
 
 
+# What each console-opening command can do instead, without a terminal.
+WITHOUT_A_TERMINAL = {
+    "run": "add --headless (and --json for one JSON object) to run without the console",
+    "console": "`loopdeck runs` and `loopdeck pending` read the store without it",
+    "attach": "`loopdeck pending`, `approve`, `answer` and `cancel` act on the run without it",
+    "replay": "`loopdeck export RUN_ID` prints the run's events without it",
+}
+
+
+def no_terminal(command: str) -> str | None:
+    """Why the console cannot open here, or None: it reads keys from stdin and draws on
+    stderr, and stdout is the terminal it leaves its last line on. Into a pipe or a file it
+    would draw escape codes, at full speed, until killed."""
+    streams = {"stdin": sys.stdin, "stdout": sys.stdout, "stderr": sys.stderr}
+    missing = [name for name, stream in streams.items() if not _is_terminal(stream)]
+    if not missing:
+        return None
+    named = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+    return (
+        f"the console needs a terminal, and {named} "
+        f"{'is' if len(missing) == 1 else 'are'} not one (piped or redirected): "
+        f"run `loopdeck {command}` in a terminal, or {WITHOUT_A_TERMINAL[command]}"
+    )
+
+
+def _is_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)  # None when Python has no such stream
+    try:
+        return isatty is not None and bool(isatty())
+    except ValueError:  # closed
+        return False
+
+
+def refused_without_terminal(command: str) -> bool:
+    """Says why and returns True when there is no terminal for the console."""
+    if (missing := no_terminal(command)) is None:
+        return False
+    print(f"loopdeck: {missing}", file=sys.stderr)
+    return True
+
+
 def run_headless(args: argparse.Namespace) -> int:
     from loopdeck.cli.summary import print_json, print_summary
     from loopdeck.core.states import StopReason
@@ -125,6 +166,8 @@ def run_console(args: argparse.Namespace) -> int:
     if (refused := refusal(args.approve, console=True)) is not None:
         print(f"loopdeck: {refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if refused_without_terminal("run"):
+        return EXIT_BAD_INPUT
     tuning.for_console()
 
     def prepare() -> RunSession:
@@ -148,6 +191,8 @@ def run_console(args: argparse.Namespace) -> int:
 
 
 def launcher(args: argparse.Namespace) -> int:
+    if refused_without_terminal("console"):
+        return EXIT_BAD_INPUT
     from loopdeck.operator.records import check_store
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
