@@ -105,3 +105,36 @@ async def test_a_budget_question_raises_the_cap_with_r_and_refuses_a_non_number(
         await pilot.press("a")
         await wait_until(pilot, lambda: finished(app))
         assert run_screen(app).outcome.stop_reason is StopReason.GOAL_MET
+
+
+async def test_a_run_console_on_a_store_counts_what_waits_in_other_runs(tmp_path) -> None:
+    """`loopdeck run … --db X` says "+N in other runs · i" as the fleet's run screen does."""
+    from datetime import UTC, datetime
+
+    from store_helpers import start_runner, wait_for_pending
+
+    from loopdeck.operator.approval_queue import ApprovalQueue
+    from loopdeck.operator.launch import RunOptions, prepare_run
+    from loopdeck.operator.session import RunSession
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+
+    db = tmp_path / "s.db"
+    other = start_runner(ORDERS, "solve", db, "--approve", "wait")
+    try:
+        await wait_for_pending(db)
+        queue = ApprovalQueue()
+        prepared = prepare_run(
+            RunOptions(env=str(ORDERS), script="ask-then-act"), approver=queue, answerer=queue
+        )
+        session = RunSession.adopted(prepared, queue, location=db)
+        app = LoopdeckApp(ConsoleStart.for_run(session), now=lambda: datetime.now(UTC))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_until(pilot, lambda: _dialog(app) is not None)
+            header = lambda: _text(run_screen(app).query_one(RunHeader))  # noqa: E731
+            await wait_until(pilot, lambda: "+1 in other runs · i" in header())
+            assert "1 question waiting" in header()  # its own, not counted as elsewhere
+            await pilot.press("ctrl+k", "y")  # the answer box has the focus: ctrl kills
+            await wait_until(pilot, lambda: finished(app))
+    finally:
+        other.kill()
+        other.wait()

@@ -59,6 +59,8 @@ class LoopdeckApp(ConsoleState):
             lambda by: console_quit.signal_again(self, by),
         )
         apply_themes(self)
+        if not self.fleet_home and self.db_path is not None:
+            self._count_waiting()
         if self.prepare is not None:
             self.push_screen(PreparingScreen(self.preparing))
             self._prepare_run()
@@ -71,6 +73,18 @@ class LoopdeckApp(ConsoleState):
         assert self.prepare is not None
         self.session = self.prepare()
         return first_screen(self)
+
+    def _count_waiting(self) -> None:
+        """`run` and `attach`: what waits in the store's other runs (the header's "+N in
+        other runs · i"), counted until the console leaves."""
+        from loopdeck.tui.waiting_elsewhere import count_waiting
+
+        self.run_worker(
+            count_waiting(self, self.stop_counting),
+            group="waiting",
+            exit_on_error=False,
+            description="counting what waits in other runs",
+        )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "prepare":  # any other worker of the app: said if it fails
@@ -117,6 +131,7 @@ class LoopdeckApp(ConsoleState):
             self.push_screen(InboxScreen(self.db_path, self.now))
 
     def on_unmount(self) -> None:
+        self.stop_counting.set()
         self.stop_signals.remove()
         if self.session is not None:
             self.session.cleanup()

@@ -7,6 +7,7 @@ Light on purpose, like `loopdeck.tui.app`: only Textual and the stop signals are
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -101,7 +102,10 @@ class ConsoleState(App[int]):
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
         self.fleet_home = start.fleet_home
-        self.waiting_total = 0
+        # What waits for the operator in each run of the store (the fleet's rows, or
+        # count_waiting): a run's header says "+N in other runs" from it.
+        self.waiting_by_run: dict[str, int] = {}
+        self.stop_counting = asyncio.Event()
         self.bell_enabled = True
         self.local_runs: dict[str, RunScreen] = {}
         self.quitting_all = False  # this console's live runs are being killed, to leave

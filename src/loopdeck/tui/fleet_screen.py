@@ -17,9 +17,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 from textual.worker import Worker
 
-from loopdeck.core.text import plural
+from loopdeck.core.text import plural, visible
 from loopdeck.core.timeouts import bounded
-from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
+from loopdeck.operator.fleet import SORTS, Alerts, Fleet, FleetRow, Sort
 from loopdeck.operator.records import shown_location
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
@@ -29,8 +29,20 @@ from loopdeck.tui.shown import cell, markup, toast
 if TYPE_CHECKING:
     from loopdeck.operator.records import Location
 
-COLUMNS = ("", "run", "env/script", "model", "state", "waiting", "closest budget",
-           "last finding", "age", "stop", "runner")  # fmt: skip
+# State and stop next to the run id: at 80 columns they are on screen, the others scroll.
+COLUMNS = ("", "run", "state", "stop", "env/script", "model", "waiting", "closest budget",
+           "last finding", "age", "runner")  # fmt: skip
+
+
+def _sort_keys() -> list[Binding]:
+    """`s`, a binding for each order, one shown at a time (`check_action`): it names the
+    order now and goes to the next."""
+    order = list(SORTS)
+    return [
+        Binding("s", f"sort('{order[(i + 1) % len(order)]}')", f"Sort: {SORTS[now]}",
+                id=f"fleet.sort.{now.replace(' ', '-')}")
+        for i, now in enumerate(order)
+    ]  # fmt: skip
 
 
 class FleetChanged(Message):
@@ -44,6 +56,7 @@ class FleetScreen(Screen[None]):
         Binding("n", "new_run", "New run", id="fleet.new"),
         Binding("i", "app.inbox", "Inbox", id="fleet.inbox"),
         Binding("slash", "filter", "Filter", id="fleet.filter"),
+        *_sort_keys(),
     ]
 
     def __init__(self, db_path: Location | None, now: Callable[[], datetime]) -> None:
@@ -53,13 +66,15 @@ class FleetScreen(Screen[None]):
         self.fleet = Fleet()
         self.alerts = Alerts()
         self.filter_text = ""
+        self.sort: Sort = "needs you"
         self.opened: set[str] = set()  # runs whose stop the operator has seen
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
-        yield Input(placeholder="filter runs: id, env, script, model or state", id="fleet-filter")
+        yield Input(placeholder="filter runs: any column shown (id, state, stop, env…)",
+                    id="fleet-filter")  # fmt: skip
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True, classes="panel")
         yield KeysBar()
 
@@ -134,29 +149,41 @@ class FleetScreen(Screen[None]):
         return [
             self._mark(row),
             cell(row.run_id),
+            cell(state),
+            cell(row.stop_reason or "", style=stop_style),
             cell(f"{row.env}/{row.script}"),
             cell(row.model),
-            cell(state),
             plural(row.pending, "approval") if row.pending else "",
             cell(closest, style=style),
             cell(row.last_finding[:60]),
             elapsed_text(row.age_s(now)),
-            cell(row.stop_reason or "", style=stop_style),
             cell(row.runner),
         ]
+
+    def _shown(self, now: datetime) -> list[tuple[FleetRow, list[object]]]:
+        """The rows in the chosen order with their cells, those the filter keeps: it matches
+        any column as shown (the state, the stop, the runner, the age…)."""
+        needle = self.filter_text.strip().lower()
+        shown = []
+        for row in self.fleet.ordered(self.sort):
+            cells = self._cells(row, now)
+            said = " ".join(c.plain if isinstance(c, Text) else str(c) for c in cells).lower()
+            if not needle or needle in said or visible(needle) in said:
+                shown.append((row, cells))
+        return shown
 
     def render_fleet(self) -> None:
         table = self.query_one("#fleet-table", DataTable)
         selected = self.selected_run()
-        rows = self.fleet.ordered(self.filter_text)
-        now = self.now()
         table.clear()
-        for row in rows:
-            table.add_row(*self._cells(row, now), key=row.run_id)
+        for row, cells in self._shown(self.now()):
+            table.add_row(*cells, key=row.run_id)
         if selected is not None and selected in table.rows:
             table.move_cursor(row=table.get_row_index(selected), animate=False)
         waiting = self.fleet.waiting
-        setattr(self.app, "waiting_total", waiting)  # noqa: B010 - read by every header
+        # Read by every run's header ("+N in other runs").
+        by_run = {row.run_id: row.pending for row in self.fleet.rows.values() if row.pending}
+        setattr(self.app, "waiting_by_run", by_run)  # noqa: B010
         badge = (
             f"  [b reverse $warning] ⚠ {plural(waiting, 'approval')} waiting · i [/]"
             if waiting
@@ -183,13 +210,25 @@ class FleetScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         typing = isinstance(self.focused, Input)
         if action == "open":
-            return True  # enter also submits the filter
+            return True  # enter also leaves the filter's box
+        if action == "sort":
+            return not typing and parameters[0] == self._next_sort()
         return not typing
+
+    def _next_sort(self) -> Sort:
+        order = list(SORTS)
+        return order[(order.index(self.sort) + 1) % len(order)]
+
+    def action_sort(self, sort: Sort) -> None:
+        self.sort = sort
+        self.refresh_bindings()
+        self.render_fleet()
 
     def action_open(self) -> None:
         box = self.query_one("#fleet-filter", Input)
         if self.focused is box:
-            self._filtered(box.value)
+            box.display = bool(box.value)
+            self.query_one("#fleet-table").focus()
             return
         run_id = self.selected_run()
         if run_id is None:
@@ -211,15 +250,17 @@ class FleetScreen(Screen[None]):
         box.display = True
         box.focus()
 
-    def _filtered(self, text: str) -> None:
-        self.filter_text = text
-        box = self.query_one("#fleet-filter", Input)
-        box.display = bool(text)
-        self.query_one("#fleet-table").focus()
+    @on(Input.Changed, "#fleet-filter")
+    def _filtered(self, event: Input.Changed) -> None:
+        """Applied as it is typed."""
+        self.filter_text = event.value
         self.render_fleet()
 
     def key_escape(self) -> None:
         box = self.query_one("#fleet-filter", Input)
         if box.display:
             box.value = ""
-            self._filtered("")
+            self.filter_text = ""
+            box.display = False
+            self.query_one("#fleet-table").focus()
+            self.render_fleet()

@@ -63,7 +63,8 @@ class RunHeaderPart(RunScreenState):
     def _render_header(self) -> None:
         agent_s, operator_s = self.view.times(self.clock_now())
         pending, questions = len(self.link.pending()), len(self.link.questions())
-        elsewhere = max(0, getattr(self.app, "waiting_total", 0) - pending - questions)
+        by_run: dict[str, int] = getattr(self.app, "waiting_by_run", {})
+        elsewhere = sum(n for run_id, n in by_run.items() if run_id != self.view.run_id)
         outage = getattr(self.link, "store_outage", "")  # an attached run's store, unreadable
         outage = outage or self.view.store_outage  # the run holds: its store takes no writes
         self.query_one(RunHeader).show(
