@@ -214,3 +214,98 @@ async def test_quitting_the_fleet_names_only_the_runs_it_killed(tmp_path) -> Non
     assert live.view.stop_reason == "killed"
     assert app.farewell.startswith(f"1 run killed: {live.view.run_id} ·")
     assert ended.view.run_id not in app.farewell
+
+
+async def _three_runs(db) -> None:
+    """zeta ended no_progress, alpha met its goal (the newest), mid waits for an approval
+    (the oldest) with this process as its runner."""
+    import os
+
+    from loopdeck.store.liveness import this_host
+    from loopdeck.store.opening import open_store
+
+    store = await open_store(db)
+    try:
+        for run_id, env, state, stop, day in (
+            ("zeta00000000", "zeta", "stopped", "no_progress", 2),
+            ("alpha0000000", "alpha", "complete", "goal_met", 3),
+            ("mid000000000", "mid", "awaiting_approval", None, 1),
+        ):
+            await store.execute(
+                "INSERT INTO runs (run_id, env, script, model, mode, goal, state, stop_reason,"
+                " started_at, pid, host, heartbeat_at, approve_mode) VALUES (?, ?, 'solve',"
+                " 'scripted', 'rounds', 'g', ?, ?, ?, ?, ?, 0, 'wait')",
+                (run_id, env, state, stop, f"2026-01-0{day}T00:00:00+00:00", os.getpid(),
+                 this_host()),
+            )  # fmt: skip
+        await store.execute(
+            "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state)"
+            " VALUES ('mid000000000', 'c1', 'refund', '{}', '2026-01-01T00:00:01+00:00',"
+            " '2999-01-01T00:00:00+00:00', 'pending')"
+        )
+    finally:
+        await store.close()
+
+
+def _listed(fleet: FleetScreen) -> list[str]:
+    table = fleet.query_one("#fleet-table")
+    return [key.value for key in table.rows]
+
+
+async def _fleet_of_three(pilot, app: LoopdeckApp) -> FleetScreen:
+    await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+    fleet = app.screen
+    await wait_until(pilot, lambda: len(_listed(fleet)) == 3)
+    return fleet
+
+
+async def test_the_filter_applies_as_typed_and_matches_every_column_shown(tmp_path) -> None:
+    await _three_runs(tmp_path / "s.db")
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = await _fleet_of_three(pilot, app)
+        await pilot.press("slash", *"no_prog")  # the stop column; no enter
+        await wait_until(pilot, lambda: _listed(fleet) == ["zeta00000000"])
+        for _ in "no_prog":
+            await pilot.press("backspace")
+        await pilot.press(*"1 approval")  # the waiting column
+        await wait_until(pilot, lambda: _listed(fleet) == ["mid000000000"])
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: len(_listed(fleet)) == 3)
+
+
+async def test_s_cycles_the_fleets_sort_and_the_keys_line_says_which(tmp_path) -> None:
+    from loopdeck.tui.keys_bar import KeysBar
+
+    await _three_runs(tmp_path / "s.db")
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = await _fleet_of_three(pilot, app)
+        keys = fleet.query_one(KeysBar)
+        expected = [
+            ("needs you first", ["mid000000000", "alpha0000000", "zeta00000000"]),
+            ("newest first", ["alpha0000000", "zeta00000000", "mid000000000"]),
+            ("by env", ["alpha0000000", "mid000000000", "zeta00000000"]),
+            ("needs you first", ["mid000000000", "alpha0000000", "zeta00000000"]),
+        ]
+        for index, (words, order) in enumerate(expected):
+            if index:
+                await pilot.press("s")
+            await wait_until(pilot, lambda order=order: _listed(fleet) == order)
+            await wait_until(pilot, lambda words=words: f"Sort: {words}" in str(keys.render()))
+        assert fleet.sort == "needs you" and app.screen is fleet
+
+
+async def test_state_and_stop_are_on_screen_at_80_columns(tmp_path) -> None:
+    await _three_runs(tmp_path / "s.db")
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        fleet = await _fleet_of_three(pilot, app)
+        table = fleet.query_one("#fleet-table")
+        ends, x = {}, 0
+        for key, column in table.columns.items():
+            x += column.get_render_width(table)
+            ends[key.value] = x
+        assert ends["stop"] <= table.scrollable_content_region.width, ends
+        assert ends["state"] <= table.scrollable_content_region.width, ends
+        assert table.scroll_x == 0

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from loopdeck.core.events import BudgetUpdated, GuardTripped, ReviewVerdict
 from loopdeck.operator import following
@@ -89,6 +89,11 @@ def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
     return best, best_fraction, projected
 
 
+# How the fleet's runs are ordered, each with its words; `s` goes to the next.
+Sort = Literal["needs you", "newest", "env"]
+SORTS: dict[Sort, str] = {"needs you": "needs you first", "newest": "newest first", "env": "by env"}
+
+
 @dataclass
 class Fleet:
     rows: dict[str, FleetRow] = field(default_factory=dict)
@@ -100,19 +105,15 @@ class Fleet:
     def waiting(self) -> int:
         return sum(row.pending for row in self.rows.values())
 
-    def ordered(self, text: str = "") -> list[FleetRow]:
-        """Runs that need the operator first (approvals, then pauses), then the live ones,
-        then the newest; `text` filters on id, env, script, model and state."""
-        needle = text.strip().lower()
-        rows = [
-            row
-            for row in self.rows.values()
-            if not needle
-            or needle in " ".join((row.run_id, row.env, row.script, row.model, row.state)).lower()
-        ]
+    def ordered(self, sort: Sort = "needs you") -> list[FleetRow]:
+        """Every run, newest first: with `needs you`, runs that need the operator come first
+        (approvals, then pauses), then the live ones; with `env`, by env and script."""
         epoch = datetime.min.replace(tzinfo=UTC)
-        rows.sort(key=lambda row: row.started_at or epoch, reverse=True)
-        rows.sort(key=lambda row: (not row.needs_operator, not row.live))
+        rows = sorted(self.rows.values(), key=lambda row: row.started_at or epoch, reverse=True)
+        if sort == "needs you":
+            rows.sort(key=lambda row: (not row.needs_operator, not row.live))
+        elif sort == "env":
+            rows.sort(key=lambda row: (row.env, row.script))
         return rows
 
     async def follow(
