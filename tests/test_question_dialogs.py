@@ -138,3 +138,39 @@ async def test_a_run_console_on_a_store_counts_what_waits_in_other_runs(tmp_path
     finally:
         other.kill()
         other.wait()
+
+
+async def test_the_budgets_panel_counts_the_wait_under_a_dialog_as_the_header_does() -> None:
+    from loopdeck.tui.panels import BudgetPanel
+
+    app = console_app(ORDERS, "ask-then-act", answers=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: _dialog(app) is not None)
+        screen = run_screen(app)
+        header = lambda: _text(screen.query_one(RunHeader))  # noqa: E731
+        await wait_until(pilot, lambda: "waiting on you" in header())
+        budgets = screen.query_one(BudgetPanel)
+        await wait_until(pilot, lambda: "waiting on you" in _text(budgets))
+        await pilot.press("ctrl+k", "y")
+        await wait_until(pilot, lambda: finished(app))
+
+
+async def test_a_run_watched_to_its_end_gets_no_unseen_stop_mark_in_the_fleet(tmp_path) -> None:
+    from console_helpers import start_from_fleet
+
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+    from loopdeck.tui.fleet_screen import FleetScreen
+
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = await start_from_fleet(pilot, app, "order_support", "escalate")
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        await pilot.pause()
+        run_id = screen.view.run_id
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        fleet = app.screen
+        await wait_until(
+            pilot, lambda: run_id in fleet.fleet.rows and not fleet.fleet.rows[run_id].live
+        )
+        assert str(fleet._mark(fleet.fleet.rows[run_id])) == ""

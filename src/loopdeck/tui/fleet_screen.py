@@ -132,7 +132,8 @@ class FleetScreen(Screen[None]):
             return Text("⚠", style=f"bold {self._var('warning')}")
         if need == "paused":
             return Text("⏸", style=f"bold {self._var('warning')}")
-        if not row.live and row.run_id not in self.opened and row.started_at is not None:
+        seen = self.opened | getattr(self.app, "seen_stops", set())
+        if not row.live and row.run_id not in seen and row.started_at is not None:
             return Text("●", style=self._var("accent"))  # stopped, not yet looked at
         return Text("")
 

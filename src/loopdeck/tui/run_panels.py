@@ -66,7 +66,7 @@ class RunPanelsPart(RunHeaderPart):
         self._render_header()
         if not self.view.plans:
             self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
-        if self.offers.dialog is None and not self.view.finished:
+        if not self.view.finished:  # under a dialog too: "waiting on you" counts there
             self._render_budgets()
 
     def _render_budgets(self) -> None:
@@ -89,6 +89,8 @@ class RunPanelsPart(RunHeaderPart):
             self._show_detail(table.cursor_key)
         if self.view.finished:
             self.refresh_bindings()
+            if self.app.screen is self:  # its stop was seen here: no ● for it in the fleet
+                getattr(self.app, "seen_stops", set()).add(self.view.run_id)
 
     def _show_detail(self, call_id: str | None) -> None:
         row = self.view.calls.get(call_id or "")
