@@ -309,3 +309,57 @@ async def test_state_and_stop_are_on_screen_at_80_columns(tmp_path) -> None:
         assert ends["stop"] <= table.scrollable_content_region.width, ends
         assert ends["state"] <= table.scrollable_content_region.width, ends
         assert table.scroll_x == 0
+
+
+async def test_n_starts_a_run_of_an_env_folder_named_in_the_path_box(tmp_path) -> None:
+    import shutil
+
+    from textual.widgets import OptionList
+
+    from loopdeck.tui.launcher import LauncherScreen
+
+    desk = tmp_path / "mydesk"
+    shutil.copytree(SAMPLES / "order_support", desk, ignore=shutil.ignore_patterns("__py*"))
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        launcher = app.screen
+        await pilot.press("slash")
+        box = launcher.query_one("#launcher-path", Input)
+        await wait_until(pilot, lambda: launcher.focused is box)
+        box.value = str(desk)
+        await pilot.press("enter")
+        listed = launcher.query_one(OptionList)
+
+        def chosen() -> str | None:
+            if listed.highlighted is None or launcher.focused is not listed:
+                return None
+            return listed.get_option_at_index(listed.highlighted).id
+
+        await wait_until(pilot, lambda: (chosen() or "").startswith(f"{desk}\n"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: bool(app.local_runs))
+        assert app.prepared_runs[-1].env_dir.path == desk
+
+
+async def test_a_folder_that_is_no_env_is_said_in_the_launcher(tmp_path) -> None:
+    from loopdeck.tui.launcher import LauncherScreen
+
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        await pilot.press("slash")
+        box = app.screen.query_one("#launcher-path", Input)
+        await wait_until(pilot, lambda: app.screen.focused is box)
+        box.value = str(tmp_path / "nowhere")
+        await pilot.press("enter")
+
+        def said() -> list[str]:
+            return [n.message for n in app._notifications]
+
+        await wait_until(pilot, lambda: any("no such env folder" in m for m in said()))
+        assert not app.local_runs

@@ -160,20 +160,20 @@ def _model(
 
 
 def list_envs() -> list[dict[str, Any]]:
-    found = []
-    for path in find_env_dirs(sample_envs_root()):
-        try:
-            env_dir = load_env_dir(path)
-        except ScenarioError as exc:
-            found.append({"env": path.name, "path": str(path), "error": str(exc), "scripts": {}})
-            continue
-        scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
-        found.append(
-            {
-                "env": env_dir.name,
-                "path": str(path),
-                "goal": env_dir.scenario.goal,
-                "scripts": scripts,
-            }
-        )
-    return found
+    return [describe_env(path) for path in find_env_dirs(sample_envs_root())]
+
+
+def describe_env(path: Path) -> dict[str, Any]:
+    """An env folder as the launcher lists it: its name, path, goal and scripts, or the
+    error that keeps it from loading."""
+    try:
+        env_dir = load_env_dir(path)
+    except ScenarioError as exc:
+        return {"env": path.name, "path": str(path), "error": str(exc), "scripts": {}}
+    scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
+    return {
+        "env": env_dir.name,
+        "path": str(path),
+        "goal": env_dir.scenario.goal,
+        "scripts": scripts,
+    }
