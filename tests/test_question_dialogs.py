@@ -133,7 +133,10 @@ async def test_a_run_console_on_a_store_counts_what_waits_in_other_runs(tmp_path
             header = lambda: _text(run_screen(app).query_one(RunHeader))  # noqa: E731
             await wait_until(pilot, lambda: "+1 in other runs · i" in header())
             assert "1 question waiting" in header()  # its own, not counted as elsewhere
-            await pilot.press("ctrl+k", "y")  # the answer box has the focus: ctrl kills
+            await wait_until(pilot, lambda: isinstance(app.screen.focused, Input))
+            await pilot.press("ctrl+k")  # the answer box has the focus: ctrl kills
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmKillDialog))
+            await pilot.press("y")
             await wait_until(pilot, lambda: finished(app))
     finally:
         other.kill()
@@ -174,3 +177,33 @@ async def test_a_run_watched_to_its_end_gets_no_unseen_stop_mark_in_the_fleet(tm
             pilot, lambda: run_id in fleet.fleet.rows and not fleet.fleet.rows[run_id].live
         )
         assert str(fleet._mark(fleet.fleet.rows[run_id])) == ""
+
+
+async def test_after_a_dialog_is_put_off_the_arrows_move_the_calls_selection() -> None:
+    app = console_app(ORDERS, "solve")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("escape", "s")
+        screen = run_screen(app)
+        table = screen.query_one(CallsTable)
+        assert screen.focused is table
+        await wait_until(pilot, lambda: finished(app))
+        assert table.row_count >= 2
+        before = table.cursor_row
+        await pilot.press("up")
+        assert table.cursor_row == before - 1
+
+
+async def test_the_footer_keeps_every_key_at_80_columns() -> None:
+    from loopdeck.tui.keys_bar import KeysBar
+
+    app = console_app(ORDERS, "solve")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("escape")
+        await pilot.pause()
+        shown = _text(run_screen(app).query_one(KeysBar))
+        for key in (" s ", " k ", " p ", " q ", " w ", " t "):
+            assert key in shown, f"{key.strip()} missing from {shown!r}"
+        await pilot.press("k", "y")
+        await wait_until(pilot, lambda: finished(app))

@@ -74,17 +74,13 @@ class LoopdeckApp(ConsoleState):
         self.session = self.prepare()
         return first_screen(self)
 
-    def _count_waiting(self) -> None:
+    @work(group="waiting", exit_on_error=False, description="counting what waits elsewhere")
+    async def _count_waiting(self) -> None:
         """`run` and `attach`: what waits in the store's other runs (the header's "+N in
         other runs · i"), counted until the console leaves."""
         from loopdeck.tui.waiting_elsewhere import count_waiting
 
-        self.run_worker(
-            count_waiting(self, self.stop_counting),
-            group="waiting",
-            exit_on_error=False,
-            description="counting what waits in other runs",
-        )
+        await count_waiting(self, self.stop_counting)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "prepare":  # any other worker of the app: said if it fails

@@ -73,10 +73,30 @@ class KeysBar(Static):
             self._shown = shown
             self._draw(keys, palette)
 
+    def _fitted(self, keys: list[Key], palette: Key | None) -> tuple[list[Key], Key | None]:
+        """Every key stays on a narrow line: the descriptions shorten to their first word,
+        then the palette's key goes, then the descriptions do."""
+        room = self.size.width or 10_000
+
+        def width(shown: list[Key], tail: Key | None) -> int:
+            keys_width = sum(len(self._display(k)) + len(d) + 3 for k, d, _ in shown)
+            tail_width = len(self._display(tail[0])) + len(tail[1]) + 4 if tail else 0
+            return keys_width + tail_width
+
+        short = [(k, d.split()[0].rstrip("…") if d else d, e) for k, d, e in keys]
+        for shown, tail in ((keys, palette), (short, palette), (short, None)):
+            if width(shown, tail) <= room:
+                return shown, tail
+        return [(k, "", e) for k, _, e in keys], None
+
+    def _display(self, key: str) -> str:
+        return self.app.get_key_display(self._keys_shown[key])
+
     def _draw(self, keys: list[Key], palette: Key | None) -> None:
         parts: list[tuple[str, str]] = []
         spans: list[tuple[int, int, str]] = []
         x = 0
+        keys, palette = self._fitted(keys, palette)
         for key, description, enabled in keys:
             display = self.app.get_key_display(self._keys_shown[key])
             label = f" {display} "

@@ -85,6 +85,9 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         self._keys = Static(id="answer-keys")
         if self.choices:
             self._answer.display = False
+        # Focused once shown (nothing looked up on mount): the box where words are the
+        # answer, else the question, whose keys then work at once.
+        self.AUTO_FOCUS = "#answer-body" if self.choices else "#answer-text"
         self._tick()
         self._show_keys()
 
@@ -102,8 +105,6 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
             yield self._keys
 
     def on_mount(self) -> None:
-        if not self.choices:
-            self._answer.focus()
         if self.asked is not None and self.asked.acts_at is not None:
             self.set_interval(1.0, self._tick)
 

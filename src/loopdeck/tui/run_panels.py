@@ -90,7 +90,8 @@ class RunPanelsPart(RunHeaderPart):
         if self.view.finished:
             self.refresh_bindings()
             if self.app.screen is self:  # its stop was seen here: no ● for it in the fleet
-                getattr(self.app, "seen_stops", set()).add(self.view.run_id)
+                seen: set[str] = getattr(self.app, "seen_stops", set())
+                seen.add(self.view.run_id)
 
     def _show_detail(self, call_id: str | None) -> None:
         row = self.view.calls.get(call_id or "")

@@ -51,6 +51,9 @@ SPIN_INTERVAL_S = 0.2
 
 class RunScreen(RunDialogsPart):
     is_run_screen = True  # how the app finds a run's screen without importing this module
+    # Back from a dialog, or at the start: the arrows move the Calls selection (the first
+    # focusable panel otherwise took it, one that is not even shown while the run is live).
+    AUTO_FOCUS = "#calls"
 
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-short"), (40, "-tall")]
