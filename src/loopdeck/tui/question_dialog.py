@@ -87,7 +87,7 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
             self._answer.display = False
         # Focused once shown (nothing looked up on mount): the box where words are the
         # answer, else the question, whose keys then work at once.
-        self.AUTO_FOCUS = "#answer-body" if self.choices else "#answer-text"
+        self.AUTO_FOCUS = "#answer-body" if self.choices else "#answer-text"  # type: ignore[misc]
         self._tick()
         self._show_keys()
 
