@@ -51,9 +51,6 @@ SPIN_INTERVAL_S = 0.2
 
 class RunScreen(RunDialogsPart):
     is_run_screen = True  # how the app finds a run's screen without importing this module
-    # Back from a dialog, or at the start: the arrows move the Calls selection (the first
-    # focusable panel otherwise took it, one that is not even shown while the run is live).
-    AUTO_FOCUS = "#calls"
 
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-short"), (40, "-tall")]
@@ -119,6 +116,13 @@ class RunScreen(RunDialogsPart):
         # The run starts once its screen is painted: the operator sees it before the agent
         # acts, and the first events do not wait behind the mount's layout.
         self.call_after_refresh(self.drive)
+
+    def on_screen_resume(self) -> None:
+        """Back from a dialog: the arrows move the Calls selection. Textual gave the focus
+        back to the first focusable panel, one that is not even shown while a run is live."""
+        focused = self.focused
+        if focused is None or not focused.display:
+            self.query_one(CallsTable).focus()
 
     async def on_unmount(self) -> None:
         for unsubscribe in self._unsubscribe:
