@@ -207,3 +207,19 @@ async def test_the_footer_keeps_every_key_at_80_columns() -> None:
             assert key in shown, f"{key.strip()} missing from {shown!r}"
         await pilot.press("k", "y")
         await wait_until(pilot, lambda: finished(app))
+
+
+async def test_a_loop_question_nobody_answers_says_the_guard_acted_alone() -> None:
+    app = console_app(OUTAGE, "wrong-guess", approver=AutoApprover(), answers=True)
+    runtime = app.prepared.runtime
+    runtime.config = runtime.config.model_copy(update={"loop_answer_s": 1.0})
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: _dialog(app) is not None)
+        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        await wait_until(pilot, lambda: any("no answer in time" in m for m in said()))
+        assert _dialog(app) is None or _dialog(app).question_id != "q1"
+        screen = run_screen(app)
+        titles = [e.title for e in screen.transcript.entries]
+        assert any(t.startswith("the guard stopped a repeat · q1") for t in titles)
+        assert any(t.startswith("no answer in time · q1") for t in titles)
+        await wait_until(pilot, lambda: finished(app))

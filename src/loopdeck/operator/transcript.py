@@ -218,14 +218,20 @@ def _approval_withdrawn(e: ApprovalWithdrawn) -> Made:
     return "approval", f"approval withdrawn · {e.call_id} · the run stopped", ""
 
 
+NO_ANSWER = "nobody answered in time: the run went on alone (the guard blocked the call)"
+
+
 @_makes(QuestionAsked)
 def _question_asked(e: QuestionAsked) -> Made:
-    return "approval", f"the agent asks you · {e.question_id}", e.question
+    who = e.title.lower() if e.title else "the agent asks you"
+    return "approval", f"{who} · {e.question_id}", e.question
 
 
 @_makes(QuestionAnswered)
 def _question_answered(e: QuestionAnswered) -> Made:
     when = clock_text(e.at)
+    if e.by == "timeout":
+        return "approval", f"no answer in time · {e.question_id} · at {when}", NO_ANSWER
     return "approval", f"answered · {e.question_id} · by {e.by} at {when}", e.answer
 
 

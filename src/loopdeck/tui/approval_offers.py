@@ -74,6 +74,15 @@ class ApprovalOffers:
             self.link.questions()
         ):
             self.close()
+            acts_at = dialog.asked.acts_at if dialog.asked else None
+            if acts_at is not None and acts_at <= self.now():  # nobody answered in time
+                toast(
+                    self.screen,
+                    f"{dialog.question_id}: no answer in time; the guard blocked the call and"
+                    " the run went on",
+                    title="question",
+                    severity="warning",
+                )
         self.offer_next()
 
     def reopen(self) -> None:
