@@ -223,3 +223,30 @@ async def test_a_loop_question_nobody_answers_says_the_guard_acted_alone() -> No
         assert any(t.startswith("the guard stopped a repeat · q1") for t in titles)
         assert any(t.startswith("no answer in time · q1") for t in titles)
         await wait_until(pilot, lambda: finished(app))
+
+
+async def test_the_count_of_other_runs_drops_a_run_whose_runner_died(tmp_path) -> None:
+    """A runner killed with its write pending would be counted forever: the count marks it
+    crashed, as the fleet does, and stops counting it."""
+    import signal
+
+    from store_helpers import start_runner, wait_for_pending
+
+    from loopdeck.operator.following import reading
+    from loopdeck.operator.inbox import WaitingCount
+
+    db = tmp_path / "s.db"
+    runner = start_runner(ORDERS, "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        count = WaitingCount()
+        async with reading(db) as store:
+            await count.refresh(store)
+            assert count.by_run == {pending["run_id"]: 1}
+            runner.send_signal(signal.SIGKILL)
+            runner.wait()
+            count.crash_checked = 0.0  # look now, not a second later
+            await count.refresh(store)
+            assert count.by_run == {}
+    finally:
+        runner.kill()

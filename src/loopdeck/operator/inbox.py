@@ -13,6 +13,9 @@ waits out a locked store (telling the operator through `tell`) and lets one deci
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,6 +26,7 @@ from loopdeck.operator import following
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 
+CRASH_CHECK_S = 1.0  # how often a count looks for runs whose runner is gone
 BY = "console inbox"  # who decided, as the store records it
 Tell = deciding.Tell
 
@@ -156,3 +160,25 @@ class Inbox:
         if self.store is None:
             raise StoreError("the inbox is not following a store: nothing was recorded")
         return self.store
+
+
+@dataclass
+class WaitingCount(Inbox):
+    """What waits in each run of a store, for a console opened on one run (its header's
+    "+N in other runs"). Like the fleet, it looks each second for runs whose runner is gone
+    and marks them crashed (their requests would otherwise be counted forever)."""
+
+    crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
+
+    async def refresh(self, store: Store) -> bool:
+        if time.monotonic() - self.crash_checked >= CRASH_CHECK_S:
+            self.crash_checked = time.monotonic()
+            # A store unreachable for now: the next second tries again.
+            with contextlib.suppress(StoreUnavailable):
+                if await queries.mark_crashed_runners(store):
+                    self.counter = -1  # its own write: the change counter may not move
+        return await super().refresh(store)
+
+    @property
+    def by_run(self) -> dict[str, int]:
+        return dict(Counter(entry.run_id for entry in self.entries))

@@ -5,11 +5,10 @@ fleet has it from the fleet, which reads every run anyway."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from typing import Protocol
 
 from loopdeck.operator import following
-from loopdeck.operator.inbox import Inbox
+from loopdeck.operator.inbox import WaitingCount
 from loopdeck.operator.records import Location
 
 COUNT_S = 1.0  # a count for a header: once a second is soon enough, and cheap
@@ -22,10 +21,10 @@ class Counted(Protocol):
 
 async def count_waiting(console: Counted, stop: asyncio.Event) -> None:
     """Keep `console.waiting_by_run` at what waits in each run of the store until `stop`."""
-    inbox = Inbox()
+    count = WaitingCount()
 
     def counted() -> None:
-        console.waiting_by_run = dict(Counter(entry.run_id for entry in inbox.entries))
+        console.waiting_by_run = count.by_run
 
     async with following.reading(console.db_path) as store:
-        await following.poll(inbox, store, stop, counted, COUNT_S)
+        await following.poll(count, store, stop, counted, COUNT_S)
