@@ -111,8 +111,8 @@ def test_wrong_guess_read_in_the_transcript_then_approved(tmp_path) -> None:
         terminal.press("a")
         # round 2 repeats get_status: the loop is put to the operator, who stops the run
         terminal.wait_for("repeats a call from the same state")
-        terminal.press("-l", "stop")
-        terminal.press("Enter")
+        terminal.wait_for("s stop the run")
+        terminal.press("s")  # over the guard's question, the stop key is its answer
         terminal.wait_for("Stopped · no_progress")
         # the whole stop detail, not its first 26 characters
         terminal.wait_for(
@@ -123,6 +123,30 @@ def test_wrong_guess_read_in_the_transcript_then_approved(tmp_path) -> None:
         screen = terminal.wait_for("EXITED")
         assert "EXITED 0" in screen
         assert "no_progress · replay: loopdeck replay" in screen
+    finally:
+        terminal.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_agents_question_answered_in_a_real_terminal(tmp_path, size) -> None:
+    """The question sits over the live run with its keys on screen at every size; a letter
+    is typed into the answer, the answer reaches the model, the run reaches its goal."""
+    command = [str(LOOPDECK), "run", str(SAMPLES / "order_support"), "--script", "ask-then-act"]
+    terminal = Terminal([*command, "--db", str(tmp_path / "s.db")], size=size)
+    try:
+        screen = terminal.wait_for("The agent asks")
+        assert "Question q1" in screen and "ORD-1042 or ORD-2001" in screen
+        assert "ctrl+k kill" in terminal.wait_for("enter answer")
+        assert "awaiting_answer" in screen and "1 question waiting" in screen
+        terminal.press("-l", "ORD-1042, keep it")
+        terminal.wait_for("ORD-1042, keep it")
+        terminal.press("Enter")
+        terminal.wait_for("Approve this write?")
+        terminal.press("a")
+        terminal.wait_for("GOAL_MET")
+        terminal.press("q")
+        assert "EXITED 0" in terminal.wait_for("EXITED")
     finally:
         terminal.close()
 
