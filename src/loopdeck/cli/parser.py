@@ -18,8 +18,8 @@ EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 
 ENV_COMMANDS = ("envs", "init-env", "check")
 STORE_COMMANDS = (
-    "runs", "pending", "approve", "reject", "answer", "cancel", "pause", "resume", "export",
-    "attach", "replay",
+    "runs", "pending", "approve", "reject", "answer", "message", "cancel", "pause", "resume",
+    "export", "attach", "replay",
 )  # fmt: skip
 
 
@@ -129,6 +129,11 @@ def add_store_commands(commands: Any) -> None:
     answer = with_db(commands.add_parser("answer", help="answer the question a run asks"))
     answer.add_argument("run_id", metavar="RUN_ID")
     answer.add_argument("text", metavar="TEXT", help="goes to the model as the operator's answer")
+    message = with_db(commands.add_parser("message", help="speak to a live run's agent"))
+    message.add_argument("run_id", metavar="RUN_ID")
+    message.add_argument(
+        "text", metavar="TEXT", help="heard by the model before its next turn (-: read stdin)"
+    )
     cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
     cancel.add_argument("run_id", metavar="RUN_ID")
     cancel.add_argument("--now", action="store_true", help="kill now instead")

@@ -1,6 +1,6 @@
-"""`loopdeck runs`, `pending`, `approve`, `reject`, `answer`, `cancel`, `pause`, `resume`,
-`export`, `attach` and `replay`: supervising recorded runs from another process, one function
-a command, each reaching the store through `operator/records.py`."""
+"""`loopdeck runs`, `pending`, `approve`, `reject`, `answer`, `message`, `cancel`, `pause`,
+`resume`, `export`, `attach` and `replay`: supervising recorded runs from another process, one
+function a command, each reaching the store through `operator/records.py`."""
 
 from __future__ import annotations
 
@@ -174,15 +174,35 @@ async def _answer(store: Store, args: argparse.Namespace) -> int:
     return 0 if won else 1
 
 
+async def _ended(store: Store, args: argparse.Namespace) -> bool:
+    """Whether the run already ended (said, as the command's refusal): nothing to send."""
+    run = await records.known_run(store, args.run_id)
+    if run["state"] in records.LIVE_STATES:
+        return False
+    message = f"run {args.run_id} already ended ({run['stop_reason']}): nothing to {args.command}"
+    print(f"loopdeck: {visible(message)}", file=sys.stderr)
+    _print({"run_id": args.run_id, "command": None, "message": message}, args.json)
+    return True
+
+
+async def _message(store: Store, args: argparse.Namespace) -> int:
+    """`message`: the operator's words, heard by the model before its next turn (TEXT `-`:
+    read from stdin); exit 1 if the run already ended, 2 if there is nothing to say."""
+    text = sys.stdin.read() if args.text == "-" else args.text
+    if not text.strip():
+        print("loopdeck: message: TEXT is empty: nothing to say to the agent", file=sys.stderr)
+        return 2
+    if await _ended(store, args):
+        return 1
+    await records.send_message(store, args.run_id, text, operator())
+    done = f"{args.run_id}: message sent ({len(text):,} characters); the model hears it next turn"
+    _print({"run_id": args.run_id, "command": "message", "chars": len(text)}, args.json, text=done)
+    return 0
+
+
 async def _send(store: Store, args: argparse.Namespace) -> int:
     """`cancel` (`--now`: kill), `pause` or `resume`: exit 1 if the run already ended."""
-    run = await records.known_run(store, args.run_id)
-    if run["state"] not in records.LIVE_STATES:
-        message = (
-            f"run {args.run_id} already ended ({run['stop_reason']}): nothing to {args.command}"
-        )
-        print(f"loopdeck: {message}", file=sys.stderr)
-        _print({"run_id": args.run_id, "command": None, "message": message}, args.json)
+    if await _ended(store, args):
         return 1
     verb = args.command if args.command != "cancel" else ("kill" if args.now else "cancel")
     await records.send_command(store, args.run_id, verb, operator())
@@ -204,6 +224,7 @@ COMMANDS: dict[str, Command] = {
     "approve": _decide,
     "reject": _decide,
     "answer": _answer,
+    "message": _message,
     "cancel": _send,
     "pause": _send,
     "resume": _send,

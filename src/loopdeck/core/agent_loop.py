@@ -17,10 +17,12 @@ from loopdeck.core.decisions import Decision, InvalidDecision, read_decision
 from loopdeck.core.events import DecisionInvalid, DecisionMade, Emit, PlanWritten
 from loopdeck.core.model import ModelRequest
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
+from loopdeck.core.operator_messages import OperatorMessages
 from loopdeck.core.prompts import (
     answer_message,
     executor_messages,
     findings_message,
+    operator_says,
     parse_plan,
     planner_messages,
     react_messages,
@@ -46,6 +48,7 @@ class AgentHost(Protocol):
     model_calls: ModelCaller
     calls: CallHandler
     answerer: Answerer | None
+    messages: OperatorMessages
 
     def move(self, target: RunState) -> None: ...
     @property
@@ -79,7 +82,7 @@ class AgentLoop:
             before = await rt.snapshot()
             rt.move(RunState.DECIDING)
             conversation = executor_messages(
-                "\n".join(f"{i}. {s}" for i, s in enumerate(rt.plan, 1))
+                "\n".join(f"{i}. {s}" for i, s in enumerate(rt.plan, 1)), rt.messages.heard
             )
             await self._executor_turns(conversation)
             verdict = await rt.review_round(before)
@@ -110,7 +113,9 @@ class AgentLoop:
 
     async def _plan(self, findings: list[str]) -> None:
         rt = self.rt
-        messages = planner_messages(rt.config.goal, await rt.snapshot(), findings)
+        snapshot = await rt.snapshot()
+        rt.messages.take()  # the planner hears every message so far, the executor the rest
+        messages = planner_messages(rt.config.goal, snapshot, findings, rt.messages.heard)
         reply = await rt.model_calls.call(
             ModelRequest(role="planner", round=rt.round, messages=messages)
         )
@@ -146,6 +151,8 @@ class AgentLoop:
     async def _next_decision(self, conversation: list[dict[str, Any]]) -> Decision:
         rt = self.rt
         while True:
+            # The operator's messages since the last turn; every tool call has its result.
+            conversation.extend(operator_says(text) for text in rt.messages.take())
             rt.model_calls.keep_in_window(conversation)
             # Built unvalidated: the conversation is ours and grows every turn.
             request = ModelRequest.model_construct(

@@ -25,7 +25,7 @@ from loopdeck.core.guard import GuardKey, NoProgressGuard, guard_key
 from loopdeck.core.loop_say import LoopHost, Repeat, operator_on_loop
 from loopdeck.core.model import ModelReply
 from loopdeck.core.outcome import CallRecord
-from loopdeck.core.prompts import correction_message, tool_result_message
+from loopdeck.core.prompts import correction_message, operator_says, tool_result_message
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import short_args
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
@@ -126,7 +126,7 @@ class CallHandler:
             if record.status in (CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN):
                 await self.rt.check_goal_after(record)
         # After the reply's last result: a message with tool calls is followed by its results.
-        conversation.extend({"role": "user", "content": f"The operator says: {s}"} for s in said)
+        conversation.extend(operator_says(s) for s in said)
         return tripped
 
     def _propose(self, call: ToolCall, state_hash: str) -> CallRecord:

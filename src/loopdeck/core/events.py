@@ -250,6 +250,15 @@ class OperatorCommand(EventBase):
     by: str
 
 
+class OperatorMessage(EventBase):
+    """The operator spoke to the agent (`loopdeck message`, `m` in the console): the text,
+    capped as the model hears it before its next turn."""
+
+    kind: Literal["operator_message"] = "operator_message"
+    text: str
+    by: str
+
+
 class RunCorrected(EventBase):
     """The record of this run was put right: a reader had marked the live run crashed."""
 
@@ -307,6 +316,7 @@ Event = Annotated[
     | ReviewVerdict
     | ContextCompacted
     | OperatorCommand
+    | OperatorMessage
     | RunCorrected
     | RecordingHeld
     | RecordingResumed

@@ -29,13 +29,15 @@ REACT_SYSTEM = (
 
 
 def planner_messages(
-    goal: str, snapshot: dict[str, Any], findings: list[str]
+    goal: str, snapshot: dict[str, Any], findings: list[str], said: list[str] | None = None
 ) -> list[dict[str, Any]]:
     lines = [f"GOAL\n{goal}", f"STATE SNAPSHOT\n{json.dumps(snapshot, sort_keys=True)}"]
     if findings:
         lines.append(
             "REVIEW FINDINGS FROM THE LAST ROUND\n" + "\n".join(f"- {f}" for f in findings)
         )
+    if said:
+        lines.append(_said(said))
     lines.append("Write the numbered plan.")
     return [
         {"role": "system", "content": PLANNER_SYSTEM},
@@ -43,11 +45,23 @@ def planner_messages(
     ]
 
 
-def executor_messages(plan_text: str) -> list[dict[str, Any]]:
+def executor_messages(plan_text: str, said: list[str] | None = None) -> list[dict[str, Any]]:
+    plan = f"PLAN\n{plan_text}" + (f"\n\n{_said(said)}" if said else "")
     return [
         {"role": "system", "content": EXECUTOR_SYSTEM},
-        {"role": "user", "content": f"PLAN\n{plan_text}"},
+        {"role": "user", "content": plan},
     ]
+
+
+def _said(said: list[str]) -> str:
+    """The operator's messages earlier in the run, for a planner or a new round's executor."""
+    return "THE OPERATOR HAS SAID, EARLIER IN THIS RUN\n" + "\n".join(f"- {s}" for s in said)
+
+
+def operator_says(text: str) -> dict[str, Any]:
+    """The operator's words to the model (a message, a nudge on a loop): the user's turn,
+    never a tool result, placed where no tool call waits for its result."""
+    return {"role": "user", "content": f"The operator says: {text}"}
 
 
 def react_messages(goal: str, snapshot: dict[str, Any]) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@ of each round and the goal check after each change; the turns themselves are the
 (`core/agent_loop.py`), the questions to the operator `core/questions.py`'s.
 
 The runtime owns the state machine, the ledger, the guard and the conversation. Operators
-reach it only through `cancel`, `kill`, `pause` and `resume`; observers only through events.
+reach it only through `cancel`, `kill`, `pause`, `resume` and `message`; observers only
+through events.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from loopdeck.core.events import (
 )
 from loopdeck.core.model import ModelClient
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
+from loopdeck.core.operator_messages import OperatorMessages
 from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.questions import AGENT_ASKS, Asking, Questions
 from loopdeck.core.recording import Journal, RecordingHold
@@ -68,6 +70,7 @@ class Runtime:
         self.machine = StateMachine()
         self.ledger = BudgetLedger(config.budget)
         self.control = RunControl(self.emit, config.run_id, self.operator_time)
+        self.messages = OperatorMessages(self.emit, config.run_id)
         self.model_calls = ModelCaller(self)
         self._deadline: asyncio.TimerHandle | None = None
         # Who answers the model's questions; None: `ask_user` stops the run, as headless.
@@ -105,6 +108,14 @@ class Runtime:
 
     def resume(self, by: str = "operator") -> None:
         self.control.resume(by)
+
+    def message(self, text: str, by: str = "operator") -> bool:
+        """The operator's message to the model, heard before its next turn; False once the
+        run has stopped (nobody is left to hear it)."""
+        if self.outcome is not None or self.machine.is_terminal:
+            return False
+        self.messages.say(text, by)
+        return True
 
     # -- plumbing ----------------------------------------------------------------------
     def emit(self, make: Callable[P, E], /, *args: P.args, **kwargs: P.kwargs) -> None:

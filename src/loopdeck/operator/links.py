@@ -44,6 +44,10 @@ class RunLink(Protocol):
     def kill(self, by: str) -> None: ...
     def pause(self, by: str) -> None: ...
     def resume(self, by: str) -> None: ...
+    def message(self, text: str, by: str) -> None:
+        """The operator's words to the agent, heard before the model's next turn."""
+        ...
+
     def risk_of(self, tool: str) -> str: ...
 
 
@@ -120,6 +124,9 @@ class LocalLink:
 
     def resume(self, by: str) -> None:
         self._rt.resume(by=by)
+
+    def message(self, text: str, by: str) -> None:
+        self._rt.message(text, by=by)
 
     def risk_of(self, tool: str) -> str:
         spec = self._rt.tools.get(tool)

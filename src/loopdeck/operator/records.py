@@ -39,6 +39,7 @@ __all__ = [
     "pending",
     "runs",
     "send_command",
+    "send_message",
     "shown_location",
     "waiting_writes",
 ]
@@ -139,6 +140,11 @@ async def waiting_writes(store: Store, run_id: str) -> list[str]:
 async def send_command(store: Store, run_id: str, command: str, by: str) -> None:
     """`cancel`, `kill`, `pause` or `resume`, read by the run's runner."""
     await queries.send_command(store, run_id, command, by)
+
+
+async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
+    """The operator's message to the run's agent, read by its runner with the commands."""
+    await queries.send_message(store, run_id, text, by)
 
 
 async def event_bodies(store: Store, run_id: str) -> AsyncIterator[str]:

@@ -26,6 +26,7 @@ from loopdeck.core.events import (
     GuardTripped,
     ModelRetry,
     OperatorCommand,
+    OperatorMessage,
     PlanWritten,
     QuestionAnswered,
     QuestionAsked,
@@ -315,6 +316,10 @@ class RunView:
         elif e.command == "resume":
             self.paused = False
         self.notes.append(f"{e.command} by {e.by}")
+
+    @_handles(OperatorMessage)
+    def _on_operator_message(self, e: OperatorMessage) -> None:
+        self.notes.append(f"message by {e.by}")
 
     @_handles(RunCorrected)
     def _on_run_corrected(self, e: RunCorrected) -> None:

@@ -33,7 +33,7 @@ from loopdeck.tuning import collector
 
 # A command in the operator's words, and what its failure means for the run.
 COMMAND_WORDS = {"cancel": "stop", "kill": "kill", "pause": "pause", "resume": "resume"}
-UNSENT_MEANS = {"resume": "the run stays paused"}
+UNSENT_MEANS = {"resume": "the run stays paused", "message": "the model does not hear it"}
 # Told of a command that was not sent: what failed ("stop not sent: …"), what it means.
 FailureListener = Callable[[str, str], None]
 log = logging.getLogger(__name__)
@@ -244,13 +244,15 @@ class StoreLink:
         for listener in list(self._failure_listeners):
             listener(failed, means)
 
-    def _send(self, command: str, by: str) -> None:
-        """On its way in a task of its own, kept until it ends; its failure is told."""
+    def _send(self, command: str, by: str, text: str | None = None) -> None:
+        """On its way in a task of its own, kept until it ends; its failure is told. A
+        message (`text`) travels as a command of its own (`queries.send_message`)."""
         if self.store is None:  # the link stopped following the store (its drive ended)
             self._failed(command, NOT_FOLLOWING, live="if it is still live, ")
             return
         task = asyncio.get_running_loop().create_task(
-            self._deliver(self.store, command, by), name=f"loopdeck-{command}-{self.run_id}"
+            self._deliver(self.store, command, by, text),
+            name=f"loopdeck-{command}-{self.run_id}",
         )
         self._sending.add(task)
         task.add_done_callback(partial(self._sent, command))
@@ -263,12 +265,15 @@ class StoreLink:
         if error is not None:
             self._failed(command, f"{type(error).__name__}: {error}")
 
-    async def _deliver(self, store: Store, command: str, by: str) -> None:
+    async def _deliver(self, store: Store, command: str, by: str, text: str | None) -> None:
         """A command given while the store cannot be reached is sent once it can (the header
         says it is unreachable meanwhile), unless the console leaves first."""
         while self._closing is not None and not self._closing.is_set():
             try:
-                await queries.send_command(store, self.run_id, command, by)
+                if text is None:
+                    await queries.send_command(store, self.run_id, command, by)
+                else:
+                    await queries.send_message(store, self.run_id, text, by)
                 return
             except StoreUnavailable as exc:
                 self.outage.failed(exc)
@@ -285,6 +290,9 @@ class StoreLink:
 
     def resume(self, by: str) -> None:
         self._send("resume", by)
+
+    def message(self, text: str, by: str) -> None:
+        self._send(queries.MESSAGE, by, text)
 
     def risk_of(self, tool: str) -> str:
         return self._risks.get(tool, "write")

@@ -28,6 +28,7 @@ from loopdeck.core.events import (
     ModelCalled,
     ModelRetry,
     OperatorCommand,
+    OperatorMessage,
     PlanWritten,
     QuestionAnswered,
     QuestionAsked,
@@ -273,6 +274,12 @@ def _context_compacted(e: ContextCompacted) -> Made:
 @_makes(OperatorCommand)
 def _operator_command(e: OperatorCommand) -> Made:
     return "note", f"operator · {e.command} · by {e.by}", ""
+
+
+@_makes(OperatorMessage)
+def _operator_message(e: OperatorMessage) -> Made:
+    """The operator's words to the model, as it hears them (capped), shown escaped."""
+    return "approval", f"the operator says · by {e.by} at {clock_text(e.at)}", e.text
 
 
 @_makes(RunCorrected)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from loopdeck.core.events import EventBase, OperatorCommand, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
+from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
@@ -23,6 +24,10 @@ from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 # and a crashed runner's run in that state was never marked crashed).
 LIVE_STATES = tuple(state.value for state in RunState if state not in TERMINAL_STATES)
 COMMANDS = ("cancel", "kill", "pause", "resume")
+# A message to the agent travels as a command: the table has no column for a command's text
+# (one would change the schema), so its `command` is this word and the text as a JSON string
+# (controls and NUL escaped: PostgreSQL's text takes no NUL). An older runner ignores it.
+MESSAGE = "message"
 # Who withdrew an approval when its run was marked crashed: the runner undoes it if alive.
 CRASH_DETECTOR = "crash-detector"
 # A question (`ask_user`) waits in the approvals table as tool 'ask_user'; it never expires.
@@ -223,7 +228,17 @@ async def send_command(store: Store, run_id: str, command: str, by: str) -> None
     )
 
 
+async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
+    """The operator's message to the run's agent, read by its runner with the commands."""
+    await store.execute(
+        'INSERT INTO commands (run_id, command, "by", created_at) VALUES (?, ?, ?, ?)',
+        (run_id, f"{MESSAGE} {json_text(escape_surrogates(text))}", by, time.time()),
+    )
+
+
 async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's commands not taken yet, in order, each marked taken; a message's row
+    has `command` "message" and its `text`."""
     rows = await store.fetchall(
         'SELECT id, command, "by" FROM commands WHERE run_id = ? AND consumed_at IS NULL'
         " ORDER BY id",
@@ -233,7 +248,14 @@ async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
         await store.execute(
             "UPDATE commands SET consumed_at = ? WHERE id = ?", (time.time(), row["id"])
         )
-    return [dict(row) for row in rows]
+    return [_command(dict(row)) for row in rows]
+
+
+def _command(row: dict[str, Any]) -> dict[str, Any]:
+    word, _, text = str(row["command"]).partition(" ")
+    if word == MESSAGE and text:
+        row.update(command=MESSAGE, text=json.loads(text))
+    return row
 
 
 async def run_row(store: Store, run_id: str) -> dict[str, Any] | None:

@@ -36,8 +36,9 @@ async def _serve_commands(
         except Exception as exc:  # said, not swallowed: the next tick tries again
             if not failing:
                 say(
-                    f"run {run_id}: commands from other terminals (cancel, kill, pause) cannot"
-                    f" be read: {type(exc).__name__}: {exc} — retrying; a kill here still works"
+                    f"run {run_id}: commands from other terminals (cancel, kill, pause,"
+                    f" message) cannot be read: {type(exc).__name__}: {exc} — retrying; a kill"
+                    " here still works"
                 )
             failing = True
         else:
@@ -58,6 +59,8 @@ async def _apply_commands(store: Store, runtime: Runtime, run_id: str) -> None:
             runtime.pause(by=by)
         elif command["command"] == "resume":
             runtime.resume(by=by)
+        elif command["command"] == queries.MESSAGE:
+            runtime.message(command["text"], by=by)
 
 
 class RunAbandoned(Exception):
