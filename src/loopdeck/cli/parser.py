@@ -48,6 +48,13 @@ def fraction(text: str) -> float:
     return value
 
 
+def said(text: str) -> str:
+    """A message's TEXT: words, or `-` (read from stdin)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: nothing to say to the agent")
+    return text
+
+
 positive_int = _positive(int, "positive integer")
 positive_float = _positive(float, "positive number")
 
@@ -132,7 +139,10 @@ def add_store_commands(commands: Any) -> None:
     message = with_db(commands.add_parser("message", help="speak to a live run's agent"))
     message.add_argument("run_id", metavar="RUN_ID")
     message.add_argument(
-        "text", metavar="TEXT", help="heard by the model before its next turn (-: read stdin)"
+        "text",
+        metavar="TEXT",
+        type=said,
+        help="heard by the model before its next turn (-: read stdin)",
     )
     cancel = with_db(commands.add_parser("cancel", help="stop a run after its current tools"))
     cancel.add_argument("run_id", metavar="RUN_ID")

@@ -190,7 +190,7 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
     read from stdin); exit 1 if the run already ended, 2 if there is nothing to say."""
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
-        print("loopdeck: message: TEXT is empty: nothing to say to the agent", file=sys.stderr)
+        print("loopdeck: message: stdin is empty: nothing to say to the agent", file=sys.stderr)
         return 2
     if await _ended(store, args):
         return 1
