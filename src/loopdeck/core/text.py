@@ -40,6 +40,16 @@ def visible(text: str) -> str:
     return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+# One line of a text box: its line breaks and tabs are not obeyed either.
+_NOT_IN_A_LINE = re.compile(f"[\t\n{_INVISIBLE.pattern[1:-1]}\ud800-\udfff]")
+
+
+def visible_in_place(text: str) -> str:
+    """For a text box being typed in: each control, bidi character or lone surrogate shown as
+    one U+FFFD, so the text keeps its length and a cursor counted in characters its place."""
+    return _NOT_IN_A_LINE.sub("\ufffd", text)
+
+
 def capped(text: str, cap: int) -> str:
     """At most `cap` characters of the text, with the visible truncation mark when cut."""
     if len(text) <= cap:

@@ -194,6 +194,9 @@ class LoopdeckApp(ConsoleState):
             yield SystemCommand(
                 "run: pause / resume", "hold before the next model call", run.action_pause
             )
+            yield SystemCommand(
+                "run: message the agent", "heard before the model's next turn", run.action_message
+            )
         if run is not None and run.link.pending():
             yield SystemCommand(
                 "approvals: open pending", "decide the waiting writes", run.action_approvals

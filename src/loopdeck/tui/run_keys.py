@@ -1,4 +1,5 @@
-"""What the run screen's keys do: stop, pause, browse the plan, back to the fleet, leave.
+"""What the run screen's keys do: stop, pause, message the agent, browse the plan, back to the
+fleet, leave.
 The kill switch itself (`s`, `k`, `p`, `q`) is bound on the app, over any dialog, and lands
 here; what asks first is in `run_dialogs`."""
 
@@ -6,14 +7,17 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
+from loopdeck.tui.dialogs import BY
 from loopdeck.tui.panels import PlanPanel
 from loopdeck.tui.run_panels import RunPanelsPart
+from loopdeck.tui.shown import toast
 
 
 class RunKeysPart(RunPanelsPart):
     BINDINGS = [
         Binding("w", "approvals", "Approvals", id="run.approvals"),
         Binding("t", "transcript", "Transcript", id="run.transcript"),
+        Binding("m", "message", "Message", id="run.message"),
         Binding("escape", "back", "Fleet", id="run.back"),
         Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
         Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
@@ -24,6 +28,8 @@ class RunKeysPart(RunPanelsPart):
             return bool(self.link.pending() or self.link.questions())
         if action == "back":
             return bool(getattr(self.app, "fleet_home", False))
+        if action == "message":
+            return self.running and not self.quitting
         return True
 
     def action_back(self) -> None:
@@ -43,6 +49,21 @@ class RunKeysPart(RunPanelsPart):
             self.link.resume(by="console")
         else:
             self.link.pause(by="console")
+
+    def action_message(self) -> None:
+        """`m`: a box for the operator's words; sent to the run, heard before its next turn."""
+        from loopdeck.tui.message_dialog import MessageDialog
+
+        def typed(text: str | None) -> None:
+            if text is None:
+                return
+            if not self.running:
+                toast(self, "the run has stopped: nobody is left to hear it", title="not sent")
+                return
+            self.link.message(text, by=BY)
+            self.notify("message sent: the model hears it before its next turn")
+
+        self.app.push_screen(MessageDialog(self.view.run_id), typed)
 
     def action_plan(self, delta: int) -> None:
         self.query_one(PlanPanel).browse(self.view, delta)

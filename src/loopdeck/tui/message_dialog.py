@@ -1,0 +1,66 @@
+"""`m` on a live run: the operator's message to the agent, typed in a box over the run. The
+model hears it before its next turn, as the operator's words; the run does not wait for it.
+While the box has the focus, letters are typed: `ctrl+s` stops, `ctrl+k` kills."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from loopdeck.core.text import visible_in_place
+from loopdeck.tui.shown import markup
+
+KEYS = (
+    "[b]enter[/] send   [b]esc[/] back without sending\n"
+    "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill"
+)
+HEARD_WHEN = (
+    "The model hears it before its next turn, as your words (a call in flight finishes "
+    "first; a batch's results come before it)."
+)
+
+
+class ShownInput(Input):
+    """An `Input` whose pasted controls and bidi characters are shown, never obeyed: each
+    drawn as one mark, so the cursor keeps its place; the value itself is sent as typed."""
+
+    @property
+    def _value(self) -> Text:
+        return Text(visible_in_place(self.value), no_wrap=True, overflow="ignore", end="")
+
+
+class MessageDialog(ModalScreen[str | None]):
+    """A box for the operator's message; dismissed with its text, or None (esc)."""
+
+    BINDINGS = [Binding("escape", "close", "Back", id="message.close")]
+    AUTO_FOCUS = "#message-text"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(classes="dialog")
+        self.run_id = run_id
+        self._box = Vertical(id="message-box")
+        self._box.border_title = markup("Message · run $run", run=run_id or "…")
+        self._text = ShownInput(placeholder="what the agent should hear", id="message-text")
+        self._problem = Static(id="message-problem")
+        self._problem.display = False
+
+    def compose(self) -> ComposeResult:
+        with self._box:
+            yield Static(markup("[b]Say to the agent[/]\n$when", when=HEARD_WHEN))
+            yield self._text
+            yield self._problem
+            yield Static(KEYS, id="message-keys")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            self._problem.update("[b $warning]Nothing typed:[/] type a message, or esc.")
+            self._problem.display = True
+            return
+        self.dismiss(event.value)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,145 @@
+"""`m` in the console (issue 27): a box for the operator's words to the agent, from a run of
+this console and from an attached one; hostile text escaped on screen, capped for the model."""
+
+from __future__ import annotations
+
+from conftest import HARNESS, SAMPLES
+from console_helpers import console_app, finished, run_screen, wait_until
+from store_helpers import last_json, start_runner, wait_for_pending
+from test_markup_property import raw_controls, screen_text
+from textual.widgets import Input
+
+from loopdeck.core.events import OperatorMessage
+from loopdeck.core.operator_messages import MESSAGE_CAP
+from loopdeck.core.states import StopReason
+from loopdeck.core.text import capped
+from loopdeck.operator.store_link import StoreLink
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.message_dialog import MessageDialog
+
+SIZE = (160, 48)
+SAID = "keep the note short"
+HOSTILE = "\x1b[2J\x00\x07\u202eevil\u2066x\u2069 [b]bold[/] [0 " + "A" * 1_000_000
+RAW = ("\x1b", "\x00", "\x07", "\u202e", "\u2066", "\u2069")
+
+
+def _said(screen) -> list[str]:
+    """The transcript's entries of the operator's messages, as drawn: title, then body."""
+    return [e.text for e in screen.transcript.entries if e.title.startswith("the operator says")]
+
+
+async def _type_message(pilot, app, text: str) -> None:
+    await pilot.press("m")
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, MessageDialog) and isinstance(app.screen.focused, Input),
+    )
+    await pilot.press(*text, "enter")
+    await wait_until(pilot, lambda: not isinstance(app.screen, MessageDialog))
+
+
+async def test_m_sends_a_message_the_model_hears_before_its_next_turn() -> None:
+    """While the slow tool runs, `m`: typed letters stay in the box (`s`, `p` and `k` do not
+    stop, pause or kill), the next model turn hears it, the transcript says who and when."""
+    events: list[OperatorMessage] = []
+    app = console_app(HARNESS, "slow-long")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = run_screen(app)
+        await wait_until(
+            pilot, lambda: screen is not None and screen.view.state.value == "executing"
+        )
+        screen.link.subscribe(
+            lambda e: events.append(e) if isinstance(e, OperatorMessage) else None
+        )
+        await _type_message(pilot, app, SAID)
+        runtime = screen.link.runtime
+        assert [(e.text, e.by) for e in events] == [(SAID, "console")]
+        assert runtime.messages.heard == []  # the slow tool is still running
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert runtime.messages.heard == [SAID]  # heard by the turn that proposed the write
+        await wait_until(pilot, lambda: bool(_said(screen)))
+        [entry] = _said(screen)
+        assert entry.startswith("the operator says · by console at ") and entry.endswith(SAID)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        assert screen.outcome.stop_reason is StopReason.GOAL_MET
+
+
+async def test_esc_sends_nothing_and_an_empty_box_is_said() -> None:
+    app = console_app(HARNESS, "slow-long")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = run_screen(app)
+        await wait_until(
+            pilot, lambda: screen is not None and screen.view.state.value == "executing"
+        )
+        await pilot.press("m")
+        await wait_until(pilot, lambda: isinstance(app.screen, MessageDialog))
+        await pilot.press("enter")
+        assert isinstance(app.screen, MessageDialog)  # nothing typed: still open, said
+        assert "Nothing typed" in str(app.screen.query_one("#message-problem").render())
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, MessageDialog))
+        assert screen.link.runtime.messages.heard == [] and _said(screen) == []
+        await pilot.press("k", "y")
+        await wait_until(pilot, lambda: finished(app))
+        assert _said(screen) == []
+
+
+async def test_a_hostile_message_is_escaped_on_screen_and_capped_for_the_model() -> None:
+    app = console_app(HARNESS, "slow-long")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = run_screen(app)
+        await wait_until(
+            pilot, lambda: screen is not None and screen.view.state.value == "executing"
+        )
+        await pilot.press("m")
+        await wait_until(pilot, lambda: isinstance(app.screen, MessageDialog))
+        app.screen.query_one(Input).value = HOSTILE  # pasted
+        await pilot.pause(0.1)
+        assert raw_controls(screen_text(app)) == []  # the box shows it escaped
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        [heard] = screen.link.runtime.messages.heard
+        assert heard == capped(HOSTILE, MESSAGE_CAP)
+        await wait_until(pilot, lambda: bool(_said(screen)))
+        [entry] = _said(screen)
+        assert not any(raw in entry for raw in RAW)
+        assert "\\u001b[2J\\u0000\\u0007\\u202eevil\\u2066x\\u2069 [b]bold[/] [0 AAA" in entry
+        assert len(entry) < MESSAGE_CAP + 200
+        await pilot.press("escape")
+        await pilot.pause(0.1)
+        assert raw_controls(screen_text(app)) == []  # the run screen's transcript panel
+        await pilot.press("t")  # the transcript screen draws it, as text
+        await pilot.pause(0.2)
+        assert raw_controls(screen_text(app)) == []
+        await pilot.press("escape", "w", "a")
+        await wait_until(pilot, lambda: finished(app))
+        assert screen.outcome.stop_reason is StopReason.GOAL_MET
+
+
+async def test_an_attached_console_sends_a_message_through_the_store(tmp_path) -> None:
+    """`loopdeck attach`: `m` goes to the store, the runner takes it, and its event comes back
+    to the attached console's transcript."""
+    db = tmp_path / "s.db"
+    runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db)
+        app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, pending["run_id"])))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            await pilot.press("escape")
+            screen = run_screen(app)
+            await _type_message(pilot, app, SAID)
+            await wait_until(pilot, lambda: bool(_said(screen)))
+            [entry] = _said(screen)
+            assert entry.startswith("the operator says · by console at ") and entry.endswith(SAID)
+            await pilot.press("w")
+            await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+            await pilot.press("a")
+            await wait_until(pilot, lambda: screen.view.stop_reason is not None)
+            assert screen.view.stop_reason == "goal_met"
+        out, _ = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    assert last_json(out)["stop_reason"] == "goal_met"
