@@ -28,6 +28,7 @@ from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import TRUNCATION_MARK, capped
 from loopdeck.operator.launch import RunOptions, prepare_run
+from loopdeck.operator.replay_link import ReplayLink
 from loopdeck.operator.transcript import Transcript
 from loopdeck.store.base import Location
 
@@ -297,6 +298,14 @@ async def test_loopdeck_message_reaches_a_headless_run_through_the_store(db) -> 
     assert [
         json.loads(line)["text"] for line in exported.splitlines() if '"operator_message"' in line
     ] == [SAID, long]
+    replay = ReplayLink(db, run_id)  # `loopdeck replay`: the same events, the same entries
+    await replay.drive()
+    transcript = Transcript()
+    entries = [transcript.apply(e) for e in replay.events if isinstance(e, OperatorMessage)]
+    assert [e.title.split(" at ")[0] for e in entries if e] == [
+        f"the operator says · by {m['by']}" for m in recorded
+    ]
+    assert not any(raw in entries[1].body for raw in ("\x1b", "\x00", "\u202e"))
     late = loopdeck("message", run_id, "again", db=db)
     assert late.returncode == 1 and "already ended (goal_met): nothing to message" in late.stderr
 
