@@ -9,7 +9,9 @@ as `ConsoleStart.prepare` is prepared on a thread behind that frame. How the con
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
+from importlib import import_module
 from typing import TYPE_CHECKING, Any, cast
 
 from textual import work
@@ -60,7 +62,7 @@ class LoopdeckApp(ConsoleState):
         )
         apply_themes(self)
         if not self.fleet_home and self.db_path is not None:
-            self._count_waiting()
+            self.call_after_refresh(self._count_waiting)  # after the first frame
         if self.prepare is not None:
             self.push_screen(PreparingScreen(self.preparing))
             self._prepare_run()
@@ -78,9 +80,10 @@ class LoopdeckApp(ConsoleState):
     async def _count_waiting(self) -> None:
         """`run` and `attach`: what waits in the store's other runs (the header's "+N in
         other runs · i"), counted until the console leaves."""
-        from loopdeck.tui.waiting_elsewhere import count_waiting
-
-        await count_waiting(self, self.stop_counting)
+        # Its modules (the store's) are imported off the loop: the first frames and the
+        # run's preparation do not wait behind them.
+        counting = await asyncio.to_thread(import_module, "loopdeck.tui.waiting_elsewhere")
+        await counting.count_waiting(self, self.stop_counting)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "prepare":  # any other worker of the app: said if it fails
