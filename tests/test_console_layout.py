@@ -100,15 +100,20 @@ async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> 
         table = screen.query_one(CallsTable)
         # Past the first frames: the calls table has its scrollbar, every panel its content.
         await wait_until(pilot, lambda: table.row_count > 3 * table.size.height and len(frames) > 3)
-        layouts.clear()
-        frames.clear()
-        await wait_until(pilot, lambda: len(frames) >= 12)
-        grown, runtime_calls = len(layouts), runtime.ledger.tool_calls
+        # The fewest layout passes of three windows of 12 frames: a pass per frame would show
+        # in each; a one-off one (a toast, a loaded machine's late resize) in one at most.
+        passes = []
+        for _ in range(3):
+            layouts.clear()
+            frames.clear()
+            await wait_until(pilot, lambda: len(frames) >= 12)
+            passes.append(len(layouts))
+        grown, runtime_calls = min(passes), runtime.ledger.tool_calls
         runtime.kill()
         await wait_until(pilot, lambda: screen.outcome is not None)
         await pilot.pause()
         assert runtime_calls > 3 * table.size.height
-        assert grown <= 1, f"{grown} layout passes in 12 frames"
+        assert grown <= 1, f"layout passes in three windows of 12 frames: {passes}"
         # ... and what the layout passes did is still done: the table scrolls its whole
         # length, the cursor follows the newest row, the scrollbar knows the length.
         assert table.max_scroll_y == table.row_count + 1 - table.scrollable_content_region.height
