@@ -3,6 +3,7 @@ this console and from an attached one; hostile text escaped on screen, capped fo
 
 from __future__ import annotations
 
+import pytest
 from conftest import HARNESS, SAMPLES
 from console_helpers import console_app, finished, run_screen, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
@@ -86,6 +87,8 @@ async def test_esc_sends_nothing_and_an_empty_box_is_said() -> None:
         assert _said(screen) == []
 
 
+# Several seconds of subprocesses or console: in `make stress` (CI runs both).
+@pytest.mark.slow
 async def test_a_hostile_message_is_escaped_on_screen_and_capped_for_the_model() -> None:
     app = console_app(HARNESS, "slow-long")
     async with app.run_test(size=SIZE) as pilot:
@@ -118,6 +121,8 @@ async def test_a_hostile_message_is_escaped_on_screen_and_capped_for_the_model()
         assert screen.outcome.stop_reason is StopReason.GOAL_MET
 
 
+# Several seconds of subprocesses or console: in `make stress` (CI runs both).
+@pytest.mark.slow
 async def test_an_attached_console_sends_a_message_through_the_store(tmp_path) -> None:
     """`loopdeck attach`: `m` goes to the store, the runner takes it, and its event comes back
     to the attached console's transcript."""

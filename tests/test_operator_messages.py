@@ -254,6 +254,8 @@ async def _recorded_messages(db: Location, run_id: str, count: int) -> list[dict
     raise AssertionError(f"run {run_id}: {count} messages never recorded")
 
 
+# Several seconds of subprocesses or console: in `make stress` (CI runs both).
+@pytest.mark.slow
 async def test_loopdeck_message_reaches_a_headless_run_through_the_store(db) -> None:
     """`loopdeck message` from another terminal while the model call is in flight: the
     runner takes it from the store, records it, and the next request carries it (one from

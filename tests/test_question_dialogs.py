@@ -4,6 +4,7 @@ labels that say a question (not an approval) waits and which call the guard hold
 
 from __future__ import annotations
 
+import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, finished, run_screen, wait_until
 from textual.widgets import Input
@@ -225,6 +226,8 @@ async def test_a_loop_question_nobody_answers_says_the_guard_acted_alone() -> No
         await wait_until(pilot, lambda: finished(app))
 
 
+# Several seconds of subprocesses or console: in `make stress` (CI runs both).
+@pytest.mark.slow
 async def test_the_count_of_other_runs_drops_a_run_whose_runner_died(tmp_path) -> None:
     """A runner killed with its write pending would be counted forever: the count marks it
     crashed, as the fleet does, and stops counting it."""

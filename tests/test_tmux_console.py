@@ -190,6 +190,8 @@ def test_three_headless_runs_approved_from_the_inbox(tmp_path) -> None:
             runner.wait()
 
 
+# Several seconds of subprocesses or console: in `make stress` (CI runs both).
+@pytest.mark.slow
 def test_the_attach_farewell_names_the_store_it_was_given(tmp_path) -> None:
     """`attach ID --db X` then `q`: the replay hint carries `--db X`, or replay finds no run."""
     from store_helpers import last_json, start_runner
