@@ -253,3 +253,34 @@ async def test_the_count_of_other_runs_drops_a_run_whose_runner_died(tmp_path) -
             assert count.by_run == {}
     finally:
         runner.kill()
+
+
+async def test_every_text_box_shows_pasted_controls_escaped() -> None:
+    """The answer box, the reject reason: a pasted escape or bidi character is drawn as a mark,
+    never reaches the terminal, and is sent as typed."""
+    from test_markup_property import raw_controls, screen_text
+
+    hostile = "\x1b[2J\x07\u202eevil\u2066x\u2069 [b]x[/]"
+    app = console_app(ORDERS, "ask-then-act", answers=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(
+            pilot, lambda: _dialog(app) is not None and isinstance(app.screen.focused, Input)
+        )
+        app.screen.query_one("#answer-text", Input).value = hostile  # pasted
+        await pilot.pause(0.1)
+        assert raw_controls(screen_text(app)) == []
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen.focused, Input))
+        app.screen.focused.value = hostile
+        await pilot.pause(0.1)
+        assert raw_controls(screen_text(app)) == []
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: finished(app) or _dialog(app) is not None)
+        screen = run_screen(app)
+        answered = [e for e in screen.transcript.entries if e.title.startswith("answered · q1")]
+        assert answered and "\\u001b[2J" in answered[0].text  # sent as typed, shown escaped
+        if not finished(app):
+            await pilot.press("ctrl+k", "y")
+            await wait_until(pilot, lambda: finished(app))

@@ -16,6 +16,7 @@ from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.text import visible_json
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
+from loopdeck.tui.shown_input import ShownInput
 
 BY = "console"  # who decided, as the store and the events have it
 KEYS = "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later"
@@ -46,7 +47,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self._expiry, self._keys = Static(id="approval-expiry"), Static(KEYS, id="approval-keys")
         self._args = VerticalScroll(id="approval-args")
         self._args.border_title = "arguments"
-        self._reason = Input(
+        self._reason = ShownInput(
             placeholder="reason for the model (optional), enter rejects, esc goes back",
             id="reject-reason",
         )

@@ -25,6 +25,7 @@ from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import elapsed_text
 from loopdeck.tui.shown import cell, markup, toast
+from loopdeck.tui.shown_input import ShownInput
 
 if TYPE_CHECKING:
     from loopdeck.operator.records import Location
@@ -73,7 +74,7 @@ class FleetScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
-        yield Input(placeholder="filter runs: any column shown (id, state, stop, env…)",
+        yield ShownInput(placeholder="filter runs: any column shown (id, state, stop, env…)",
                     id="fleet-filter")  # fmt: skip
         yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True, classes="panel")
         yield KeysBar()

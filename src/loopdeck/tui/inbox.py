@@ -25,6 +25,7 @@ from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import cell, markup, toast
+from loopdeck.tui.shown_input import ShownInput
 
 if TYPE_CHECKING:
     from loopdeck.operator.records import Location
@@ -60,7 +61,9 @@ class InboxScreen(Screen[None]):
         yield DataTable(id="inbox-table", cursor_type="row", zebra_stripes=True, classes="panel")
         with VerticalScroll(id="inbox-detail", classes="panel"):
             yield Static(id="inbox-body")
-        yield Input(placeholder="reason for the model (optional), enter rejects", id="inbox-reason")
+        yield ShownInput(
+            placeholder="reason for the model (optional), enter rejects", id="inbox-reason"
+        )
         yield KeysBar()
 
     def on_mount(self) -> None:

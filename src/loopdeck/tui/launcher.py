@@ -20,6 +20,7 @@ from loopdeck.operator.launch import describe_env, list_envs
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shown import markup, toast
+from loopdeck.tui.shown_input import ShownInput
 
 
 class EnvFolderRead(Message):
@@ -63,7 +64,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
         )
         options = [option for env in list_envs() for option in _options(env)]
         yield OptionList(*options, id="launcher-list")
-        yield Input(
+        yield ShownInput(
             placeholder="/ an env folder of your own: its path, then enter lists its scripts",
             id="launcher-path",
         )

@@ -4,15 +4,14 @@ While the box has the focus, letters are typed: `ctrl+s` stops, `ctrl+k` kills."
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from loopdeck.core.text import visible_in_place
 from loopdeck.tui.shown import markup
+from loopdeck.tui.shown_input import ShownInput
 
 KEYS = (
     "[b]enter[/] send   [b]esc[/] back without sending\n"
@@ -22,15 +21,6 @@ HEARD_WHEN = (
     "The model hears it before its next turn, as your words (a call in flight finishes "
     "first; a batch's results come before it)."
 )
-
-
-class ShownInput(Input):
-    """An `Input` whose pasted controls and bidi characters are shown, never obeyed: each
-    drawn as one mark, so the cursor keeps its place; the value itself is sent as typed."""
-
-    @property
-    def _value(self) -> Text:
-        return Text(visible_in_place(self.value), no_wrap=True, overflow="ignore", end="")
 
 
 class MessageDialog(ModalScreen[str | None]):

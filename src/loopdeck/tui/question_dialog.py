@@ -24,6 +24,7 @@ from textual.widgets import Input, Static
 from loopdeck.core.events import QuestionAsked
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
+from loopdeck.tui.shown_input import ShownInput
 
 TYPING_KEYS = "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill  [b]ctrl+q[/] quit"
 CHOICE_KEYS = {
@@ -79,7 +80,7 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         self._box.border_title = plain(f"Question {question_id}")
         self._title = Static(plain(title), id="answer-title")
         self._countdown = Static(id="answer-countdown")
-        self._answer = Input(placeholder=BOXES[""], id="answer-text")
+        self._answer = ShownInput(placeholder=BOXES[""], id="answer-text")
         self._problem = Static(id="answer-problem")
         self._problem.display = False
         self._keys = Static(id="answer-keys")

@@ -22,6 +22,7 @@ from loopdeck.tui.in_place import grows_in_place, rescroll
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.paint_style import StylePerPaint
 from loopdeck.tui.shown import plain
+from loopdeck.tui.shown_input import ShownInput
 
 KIND_VAR = {
     "goal": "accent",
@@ -187,7 +188,7 @@ class TranscriptScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="transcript-title")
         yield TranscriptLog(id="transcript-log", classes="panel")
-        yield Input(placeholder="search the transcript, enter to find", id="transcript-search")
+        yield ShownInput(placeholder="search the transcript, enter to find", id="transcript-search")
         yield KeysBar()
 
     def on_mount(self) -> None:
