@@ -40,6 +40,13 @@ def test_an_unreadable_env_is_named_with_exit_2(tmp_path, cli, monkeypatch) -> N
     assert f"{scenario}: cannot be read: Permission denied" in err and "Traceback" not in err
 
 
+def test_a_set_value_nested_past_the_parser_is_named(cli) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    code, _, err = cli("run", str(HARNESS), "--headless", "--set", f"data.notes={deep}")
+    assert code == 2 and "Traceback" not in err
+    assert "--set 'data.notes': the value is nested too deeply" in err and len(err) < 300
+
+
 def test_a_scenario_nested_past_the_parser_is_named(tmp_path, cli) -> None:
     env = tmp_path / "deep"
     shutil.copytree(HARNESS, env)

@@ -147,6 +147,8 @@ def parse_setting(text: str) -> tuple[list[str], Any]:
         parsed = tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
+    except RecursionError as exc:  # a value of thousands of nested arrays or tables
+        raise ScenarioError(f"--set {key.strip()[:100]!r}: the value is nested too deeply") from exc
     return [p.strip() for p in parts], parsed
 
 
