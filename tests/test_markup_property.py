@@ -54,14 +54,14 @@ SIZE = (160, 48)
 
 # What a terminal obeys rather than shows: C0 but for newline and tab (tab only moves to the
 # next stop, and `visible` keeps it on purpose), DEL and C1, and the bidi controls.
-RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 HOSTILE = [
     "[0", "items[0", "[5n", "[2J", "a[0]b", "[1;31m", "[bold]", "[b]x", "[/]", "[/b]", "[ ]",
     "[@click=app.quit]q[/]", "[link=https://x]y", "x\\", "\\[b]", "[", "]", "$goal", "${x}",
     "\x1b[31mred", "\x1b[2J", "\x1b]52;c;aGVsbG8=\x07", "\x1b]0;owned\x1b\\", "\x9b2J",
-    "\x9d0;t\x9c", "\u202eevil", "\u2066x\u2069", "\ud800", "\udfff", "\x00", "\x07", "\r",
-    "\x7f", "\ufeff", "\t", "\n",
+    "\x9d0;t\x9c", "\u202eevil", "\u2066x\u2069", "a\u2028b\u2029c", "\ud800", "\udfff", "\x00",
+    "\x07", "\r", "\x7f", "\ufeff", "\t", "\n",
 ]  # fmt: skip
 pieces = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=6))
 hostile = st.one_of(st.sampled_from(HOSTILE), st.lists(pieces, min_size=1, max_size=6).map("".join))

@@ -16,7 +16,7 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # C0/C1 controls (except newline and tab), and the bidi overrides and isolates that can make
 # a terminal show text in another order than it is stored.
 _INVISIBLE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]"
 )
 
 
