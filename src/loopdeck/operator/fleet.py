@@ -23,7 +23,6 @@ from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
 from loopdeck.store.base import Location, Store, StoreUnavailable
 
-CRASH_CHECK_S = 1.0
 CAP_LABELS = {
     "turns": "turns",
     "tool_calls": "tool calls",
@@ -141,7 +140,7 @@ class Fleet:
         counter = await queries.change_counter(store)
         if counter == self.counter:
             # Nothing committed: only a runner that died says nothing. Looked for each second.
-            if time.monotonic() - self.crash_checked < CRASH_CHECK_S:
+            if time.monotonic() - self.crash_checked < following.CRASH_CHECK_S:
                 return False
             self.crash_checked = time.monotonic()
             if not await queries.mark_crashed_runners(store):

@@ -14,6 +14,8 @@ from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
 
 POLL_S = 0.1
+# How often a follower looks for runs whose runner died (a dead runner commits nothing).
+CRASH_CHECK_S = 1.0
 
 
 class Refreshing(Protocol):

@@ -26,7 +26,6 @@ from loopdeck.operator import following
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 
-CRASH_CHECK_S = 1.0  # how often a count looks for runs whose runner is gone
 BY = "console inbox"  # who decided, as the store records it
 Tell = deciding.Tell
 
@@ -171,7 +170,7 @@ class WaitingCount(Inbox):
     crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
 
     async def refresh(self, store: Store) -> bool:
-        if time.monotonic() - self.crash_checked >= CRASH_CHECK_S:
+        if time.monotonic() - self.crash_checked >= following.CRASH_CHECK_S:
             self.crash_checked = time.monotonic()
             # A store unreachable for now: the next second tries again.
             with contextlib.suppress(StoreUnavailable):

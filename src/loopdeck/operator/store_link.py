@@ -23,6 +23,7 @@ from loopdeck.core.events import (
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.timeouts import bounded
+from loopdeck.operator import following
 from loopdeck.operator.links import EventSink, Listener, Tell
 from loopdeck.operator.outage import Outage
 from loopdeck.operator.replay_link import parse_rows
@@ -49,7 +50,7 @@ class StoreLink:
     """A run living in another process: its events tailed from the store, commands sent there."""
 
     POLL_S = 0.1
-    CRASH_CHECK_S = 1.0
+    CRASH_CHECK_S = following.CRASH_CHECK_S
     BATCH = 5000  # events read at once; a full batch means more are there already
     # The collector waits this many full batches in a row at most: a runaway's runner may
     # write faster than the console reads, and the collector must not wait for good.

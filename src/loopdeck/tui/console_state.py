@@ -105,7 +105,9 @@ class ConsoleState(App[int]):
         # What waits for the operator in each run of the store (the fleet's rows, or
         # count_waiting): a run's header says "+N in other runs" from it.
         self.waiting_by_run: dict[str, int] = {}
-        self.seen_stops: set[str] = set()  # runs whose stop a run screen showed
+        # Runs the operator has looked at (opened from the fleet, or watched to their stop):
+        # the fleet marks no other stop as unseen (●).
+        self.seen_runs: set[str] = set()
         self.stop_counting = asyncio.Event()
         self.bell_enabled = True
         self.local_runs: dict[str, RunScreen] = {}

@@ -68,7 +68,6 @@ class FleetScreen(Screen[None]):
         self.alerts = Alerts()
         self.filter_text = ""
         self.sort: Sort = "needs you"
-        self.opened: set[str] = set()  # runs whose stop the operator has seen
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
 
@@ -133,7 +132,7 @@ class FleetScreen(Screen[None]):
             return Text("⚠", style=f"bold {self._var('warning')}")
         if need == "paused":
             return Text("⏸", style=f"bold {self._var('warning')}")
-        seen = self.opened | getattr(self.app, "seen_stops", set())
+        seen: set[str] = getattr(self.app, "seen_runs", set())
         if not row.live and row.run_id not in seen and row.started_at is not None:
             return Text("●", style=self._var("accent"))  # stopped, not yet looked at
         return Text("")
@@ -236,7 +235,8 @@ class FleetScreen(Screen[None]):
         if run_id is None:
             return
         row = self.fleet.rows[run_id]
-        self.opened.add(run_id)
+        seen: set[str] = getattr(self.app, "seen_runs", set())
+        seen.add(run_id)
         opener = getattr(self.app, "open_run", None)
         if opener is not None:
             opener(run_id, row.live)

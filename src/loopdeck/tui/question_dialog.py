@@ -111,10 +111,11 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
 
     def _evidence(self) -> Content:
         assert self.asked is not None
-        rows = {f"v{i}": value for i, (_, value) in enumerate(self.asked.evidence)}
-        labels = {f"l{i}": label for i, (label, _) in enumerate(self.asked.evidence)}
-        lines = [f"[b]$l{i}[/] $v{i}" for i in range(len(rows))]
-        return markup("\n".join(lines), **rows, **labels)
+        values: dict[str, str] = {}
+        for i, (label, value) in enumerate(self.asked.evidence):
+            values |= {f"l{i}": label, f"v{i}": value}
+        lines = [f"[b]$l{i}[/] $v{i}" for i in range(len(self.asked.evidence))]
+        return markup("\n".join(lines), **values)
 
     def _tick(self) -> None:
         asked = self.asked

@@ -55,6 +55,11 @@ class RunHeaderPart(RunScreenState):
         """The time the screen shows the run at: now, or a replay's current event."""
         return self.now()
 
+    def mark_seen(self) -> None:
+        """This run's stop was on screen: the fleet does not mark it unseen (●)."""
+        seen: set[str] = getattr(self.app, "seen_runs", set())
+        seen.add(self.view.run_id)
+
     def waiting_for(self) -> str:
         if self.view.run_id:
             return self.view.waiting_for()

@@ -33,9 +33,8 @@ class RunKeysPart(RunPanelsPart):
         return True
 
     def action_back(self) -> None:
-        if self.view.finished:  # left after its stop was on screen: seen
-            seen: set[str] = getattr(self.app, "seen_stops", set())
-            seen.add(self.view.run_id)
+        if self.view.finished:  # left after its stop was on screen
+            self.mark_seen()
         back = getattr(self.app, "back_to_fleet", None)
         if back is not None:
             back()

@@ -89,9 +89,8 @@ class RunPanelsPart(RunHeaderPart):
             self._show_detail(table.cursor_key)
         if self.view.finished:
             self.refresh_bindings()
-            if self.app.screen is self:  # its stop was seen here: no ● for it in the fleet
-                seen: set[str] = getattr(self.app, "seen_stops", set())
-                seen.add(self.view.run_id)
+            if self.app.screen is self:
+                self.mark_seen()
 
     def _show_detail(self, call_id: str | None) -> None:
         row = self.view.calls.get(call_id or "")
