@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from loopdeck.core.canonical import sha256_hex
+from loopdeck.core.grant_rules import GrantRule
 
 
 def args_digest(args: dict[str, Any]) -> str:
@@ -37,6 +38,8 @@ class ApprovalRequest(BaseModel):
     rationale: str = ""
     # Why this call is asked again ("" on the first ask): the last receipt's problem.
     asked_again: str = ""
+    # The tool's argument schema (JSON Schema), for an operator editing the arguments.
+    args_schema: dict[str, Any] = {}
 
 
 REJECTED = "rejected by the operator"  # a rejection's reason when the operator gave none
@@ -51,6 +54,10 @@ class ApprovalDecision(BaseModel):
     approved: bool
     reason: str = ""
     by: str = "operator"
+    # The operator's edit: the arguments the call runs with instead of the proposed ones.
+    args: dict[str, Any] | None = None
+    # Approve and grant: later calls this rule covers are approved without asking.
+    grant: GrantRule | None = None
 
     def with_reason(self) -> ApprovalDecision:
         """A rejection without a reason says it was the operator's."""
@@ -73,11 +80,17 @@ class ApprovalReceipt(BaseModel):
     approved_by: str
 
     @classmethod
-    def issue(cls, request: ApprovalRequest, decision: ApprovalDecision) -> ApprovalReceipt:
+    def issue(
+        cls,
+        request: ApprovalRequest,
+        decision: ApprovalDecision,
+        args: dict[str, Any] | None = None,
+    ) -> ApprovalReceipt:
+        """Bound to the request's arguments, or to `args`, the operator's edit of them."""
         return cls(
             run_id=request.run_id,
             call_id=request.call_id,
-            args_sha256=request.args_sha256,
+            args_sha256=request.args_sha256 if args is None else args_digest(args),
             state_hash=request.state_hash,
             issued_at=datetime.now(UTC),
             expires_at=request.expires_at,
@@ -118,6 +131,7 @@ def request_for(
     ttl_s: float,
     rationale: str = "",
     asked_again: str = "",
+    args_schema: dict[str, Any] | None = None,
 ) -> ApprovalRequest:
     now = datetime.now(UTC)
     return ApprovalRequest(
@@ -133,6 +147,7 @@ def request_for(
         expires_at=now + timedelta(seconds=ttl_s),
         rationale=rationale,
         asked_again=asked_again,
+        args_schema=args_schema or {},
     )
 
 

@@ -29,6 +29,7 @@ from loopdeck.core.prompts import correction_message, operator_says, tool_result
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import short_args
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
+from loopdeck.core.unknown_outcomes import UnknownOutcomes
 from loopdeck.core.write_approvals import (
     MAX_APPROVAL_ASKS,
     Approved,
@@ -74,6 +75,9 @@ class CallHandler:
         self._failures_in_a_row = 0
         self._first_call: dict[str, str] = {}  # fingerprint -> the call that first had it
         self._nudge: str | None = None
+        # What the operator said of this batch's calls (an edit), told after its last result.
+        self.notes: list[str] = []
+        self.unknown = UnknownOutcomes(self.guard, self.executed_writes, host.emit, self.run_id)
 
     @property
     def run_id(self) -> str:
@@ -126,6 +130,8 @@ class CallHandler:
             if record.status in (CallStatus.EXECUTED, CallStatus.OUTCOME_UNKNOWN):
                 await self.rt.check_goal_after(record)
         # After the reply's last result: a message with tool calls is followed by its results.
+        said += self.notes
+        self.notes = []
         conversation.extend(operator_says(s) for s in said)
         return tripped
 
@@ -235,11 +241,8 @@ class CallHandler:
         self, record: CallRecord, spec: ToolSpec, call: ToolCall, decision: Decision
     ) -> tuple[CallRecord, ToolResult]:
         """Asked until an approval covers the call as it runs; never run twice."""
-        idempotency = self._idempotency_key(spec, call.args)
-        if idempotency in self.executed_writes:
-            message = f"{call.tool} with these arguments already ran in this run; refused"
-            result = self._refusal(spec, record.call_id, ErrorCode.DUPLICATE_WRITE, message)
-            return self._finish(record, CallStatus.REFUSED_DUPLICATE, result)
+        if refused := self._duplicate(record, spec, call.args):
+            return refused
         again: AskAgain | None = None
         for _ in range(MAX_APPROVAL_ASKS):
             got = await self.approvals.ask_once(record, call, decision, again)
@@ -249,16 +252,20 @@ class CallHandler:
             if isinstance(got, AskAgain):
                 again = got
                 continue
+            if got.changes:  # the operator's edit: the call is now the edited one
+                self._edited(record, spec, got)
+                if refused := self._duplicate(record, spec, got.args):
+                    return refused
             self.rt.ledger.before_tool_call()
             self.rt.move(RunState.EXECUTING)
             try:
-                result = await self._dispatch(spec, record.call_id, call.args, got)
-            except ReceiptRefused as refused:
+                result = await self._dispatch(spec, record.call_id, got.args, got)
+            except ReceiptRefused as refused_receipt:
                 self.rt.move(RunState.DECIDING)
-                self.approvals.invalidated(record.call_id, str(refused))
-                again = AskAgain(str(refused), got.state_hash)
+                self.approvals.invalidated(record.call_id, str(refused_receipt))
+                again = AskAgain(str(refused_receipt), got.state_hash)
                 continue
-            self._after_write(result, idempotency)
+            self._after_write(record, result, self._idempotency_key(spec, got.args))
             return self._executed(record, result)
         raise StopRun(
             StopReason.POLICY_BLOCK,
@@ -266,10 +273,31 @@ class CallHandler:
             f"{MAX_APPROVAL_ASKS} asks",
         )
 
-    def _after_write(self, result: ToolResult, idempotency: str) -> None:
+    def _duplicate(
+        self, record: CallRecord, spec: ToolSpec, args: dict[str, Any]
+    ) -> tuple[CallRecord, ToolResult] | None:
+        if self._idempotency_key(spec, args) not in self.executed_writes:
+            return None
+        message = f"{spec.name} with these arguments already ran in this run; refused"
+        result = self._refusal(spec, record.call_id, ErrorCode.DUPLICATE_WRITE, message)
+        return self._finish(record, CallStatus.REFUSED_DUPLICATE, result)
+
+    def _edited(self, record: CallRecord, spec: ToolSpec, got: Approved) -> None:
+        """The guard sees the edited call too; the model is told what the operator changed."""
+        record.args = got.args
+        self.guard.admit(guard_key(spec.name, got.args, record.state_hash))
+        changed = "; ".join(got.changes)
+        self.notes.append(
+            f"I edited the arguments of your {spec.name} call ({record.call_id}) before"
+            f" approving it; it runs with my arguments. Changed: {changed}"
+        )
+
+    def _after_write(self, record: CallRecord, result: ToolResult, idempotency: str) -> None:
         code = result.error.code if result.error else None
         if result.ok or code in (ErrorCode.OUTCOME_UNKNOWN, ErrorCode.INVALID_RESULT):
             self.executed_writes.add(idempotency)
+        if code is ErrorCode.OUTCOME_UNKNOWN:  # the operator may say what became of it
+            self.unknown.noted(record, idempotency)
 
     @staticmethod
     def _idempotency_key(spec: ToolSpec, args: dict[str, Any]) -> str:

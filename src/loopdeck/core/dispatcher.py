@@ -135,6 +135,8 @@ class Dispatcher:
                 return _jsonable(await self._invoke(spec, parsed, then)), None, attempt
             except ToolError as exc:
                 failure = self._failure(exc.code, exc.message)
+                if write and exc.applied is False:  # definite: it did not take effect
+                    return None, failure, attempt
             except TimeoutError:
                 failure = self._failure(
                     ErrorCode.TIMEOUT, f"{spec.name} timed out after {spec.timeout_s}s"

@@ -3,64 +3,38 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
-from enum import StrEnum
-from typing import Annotated, Any, Literal, ParamSpec, Protocol, Self, TypeVar, cast
+from datetime import datetime
+from typing import Annotated, Any, Literal, ParamSpec, Protocol, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import Field, TypeAdapter
 
+from loopdeck.core.decision_events import (
+    ApprovalDecided,
+    ApprovalInvalidated,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    GrantGiven,
+    GrantRevoked,
+    OutcomeResolved,
+    QuestionAnswered,
+    QuestionAsked,
+)
+from loopdeck.core.event_base import CallStatus, EventBase
 from loopdeck.core.states import RunState, StopReason
 
-
-class CallStatus(StrEnum):
-    PROPOSED = "proposed"
-    PENDING_APPROVAL = "pending_approval"
-    RUNNING = "running"
-    INTERRUPTED = "interrupted"
-    EXECUTED = "executed"
-    FAILED = "failed"
-    BLOCKED_REPEAT = "blocked_repeat"
-    REJECTED = "rejected"
-    REFUSED_DUPLICATE = "refused_duplicate"
-    WITHDRAWN = "withdrawn"
-    SKIPPED = "skipped"
-    SKIPPED_AFTER_TRIP = "skipped_after_trip"
-    OUTCOME_UNKNOWN = "outcome_unknown"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-_new = object.__new__
-_set = object.__setattr__
-_SEQ = frozenset({"seq"})
-
-
-class EventBase(BaseModel):
-    """What every event has. The events themselves are the classes of `Event`, each with its
-    `kind` literal: readers take `Event` and tell the classes apart by class, never by `kind`
-    (which names the class in a stored row)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    run_id: str
-    seq: int = 0
-    at: datetime = Field(default_factory=_now)
-
-    def numbered(self, seq: int) -> Self:
-        """This event with the number `seq`, as a new event (this one is frozen): what
-        `model_copy(update={"seq": seq})` makes (tests/test_events.py compares them), at less
-        than half its cost: the bus numbers every event it publishes, and model_copy there
-        cost about as much as serializing the event for the store."""
-        numbered = _new(type(self))
-        fields = self.__dict__.copy()
-        fields["seq"] = seq
-        _set(numbered, "__dict__", fields)
-        _set(numbered, "__pydantic_fields_set__", self.__pydantic_fields_set__ | _SEQ)
-        _set(numbered, "__pydantic_extra__", None)
-        _set(numbered, "__pydantic_private__", None)
-        return numbered
+__all__ = [
+    "ApprovalDecided",
+    "ApprovalInvalidated",
+    "ApprovalRequested",
+    "ApprovalWithdrawn",
+    "CallStatus",
+    "EventBase",
+    "GrantGiven",
+    "GrantRevoked",
+    "OutcomeResolved",
+    "QuestionAnswered",
+    "QuestionAsked",
+]
 
 
 class RunStarted(EventBase):
@@ -133,61 +107,6 @@ class CallProposed(EventBase):
     risk: str
     fingerprint: str
     state_hash: str
-
-
-class ApprovalRequested(EventBase):
-    kind: Literal["approval_requested"] = "approval_requested"
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    args_sha256: str
-    state_hash: str
-    fingerprint: str
-    plan_step: str | None
-    requested_at: datetime
-    expires_at: datetime
-    rationale: str = ""
-    asked_again: str = ""
-
-
-class ApprovalDecided(EventBase):
-    kind: Literal["approval_decided"] = "approval_decided"
-    call_id: str
-    approved: bool
-    reason: str
-    by: str
-
-
-class ApprovalInvalidated(EventBase):
-    kind: Literal["approval_invalidated"] = "approval_invalidated"
-    call_id: str
-    problem: str
-
-
-class ApprovalWithdrawn(EventBase):
-    kind: Literal["approval_withdrawn"] = "approval_withdrawn"
-    call_id: str
-
-
-class QuestionAsked(EventBase):
-    """The model asked the operator (`ask_user`) and the run waits for the answer."""
-
-    kind: Literal["question_asked"] = "question_asked"
-    question_id: str
-    question: str
-    # ask_user: the model's question; budget: a cap crossed `pause_at` (continue, raise, stop).
-    topic: Literal["ask_user", "budget", "loop"] = "ask_user"
-    title: str = ""  # who asks, in words ("The guard stopped a repeat")
-    choices: list[str] = []  # the answers understood (empty: free text)
-    evidence: list[tuple[str, str]] = []  # (label, value) the operator decides on
-    acts_at: datetime | None = None  # when the run goes on alone if nobody answers
-
-
-class QuestionAnswered(EventBase):
-    kind: Literal["question_answered"] = "question_answered"
-    question_id: str
-    answer: str
-    by: str
 
 
 class ToolRetry(EventBase):
@@ -307,6 +226,9 @@ Event = Annotated[
     | ApprovalDecided
     | ApprovalInvalidated
     | ApprovalWithdrawn
+    | GrantGiven
+    | GrantRevoked
+    | OutcomeResolved
     | QuestionAsked
     | QuestionAnswered
     | ToolRetry

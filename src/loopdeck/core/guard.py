@@ -37,3 +37,8 @@ class NoProgressGuard:
             return False
         self._seen.add(key)
         return True
+
+    def forget(self, key: GuardKey) -> None:
+        """The call never took effect (the operator's word on an unknown outcome): the same
+        call from the same state is no repeat."""
+        self._seen.discard(key)

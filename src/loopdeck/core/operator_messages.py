@@ -29,6 +29,15 @@ class OperatorMessages:
         self._emit(OperatorMessage, run_id=self._run_id, text=text, by=by)
         self._waiting.append(text)
 
+    def note(self, text: str) -> None:
+        """Words for the model before its next turn whose record is another event's (an
+        unknown outcome resolved: `OutcomeResolved`)."""
+        self._waiting.append(text)
+
+    def unheard(self) -> list[str]:
+        """The messages the model has not heard yet (at the stop: never will)."""
+        return list(self._waiting)
+
     def take(self) -> list[str]:
         """The messages not heard yet, in order; from now on they count as heard."""
         taken, self._waiting = self._waiting, []

@@ -117,6 +117,15 @@ class Runtime:
         self.messages.say(text, by)
         return True
 
+    def resolve(self, call_id: str, applied: bool, by: str = "operator") -> None:
+        """The operator's word on a write whose outcome is unknown (`core/unknown_outcomes`);
+        raises `Unresolvable` when the call has none."""
+        self.messages.note(self.calls.unknown.resolve(call_id, applied, by))
+
+    def revoke(self, grant_id: str, by: str = "operator") -> str | None:
+        """A standing grant withdrawn: None, or why not (no such grant, already revoked)."""
+        return self.calls.approvals.grants.revoke(grant_id, by)
+
     # -- plumbing ----------------------------------------------------------------------
     def emit(self, make: Callable[P, E], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """The event of class `make` with these fields, made with the bus's next number."""

@@ -34,12 +34,17 @@ TRANSIENT_CODES = frozenset({ErrorCode.TEMPORARY_UNAVAILABLE, ErrorCode.TIMEOUT}
 
 
 class ToolError(Exception):
-    """Raised by a tool to report a failure the model can act on."""
+    """Raised by a tool to report a failure the model can act on.
 
-    def __init__(self, code: ErrorCode | str, message: str) -> None:
+    `applied=False` says the failure is definite: the write did not take effect (it is
+    recorded `failed`, its idempotency key left unspent, so it may be proposed again). A
+    write's timeout, transient failure or any other exception leaves its outcome unknown."""
+
+    def __init__(self, code: ErrorCode | str, message: str, *, applied: bool | None = None) -> None:
         super().__init__(message)
         self.code = ErrorCode(code)
         self.message = message
+        self.applied = applied
 
 
 class ToolFailure(BaseModel):

@@ -19,6 +19,7 @@ from loopdeck.core.approvals import (
     Approver,
     request_for,
 )
+from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
 from loopdeck.core.decisions import Decision, ToolCall
 from loopdeck.core.events import (
@@ -29,13 +30,16 @@ from loopdeck.core.events import (
     CallStatus,
     Emit,
 )
+from loopdeck.core.grants import Grant, Grants
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState, StateMachine
-from loopdeck.core.text import capped
+from loopdeck.core.text import capped, json_text, visible
+from loopdeck.core.tools import ToolSpec
 
 T = TypeVar("T")
 MAX_APPROVAL_ASKS = 3
 REASON_CAP = 2000
+CHANGE_WIDTH = 200  # what a changed field's value shows of itself, before and after
 
 
 class ApprovalHost(Protocol):
@@ -44,6 +48,7 @@ class ApprovalHost(Protocol):
     config: RunConfig
     plan: list[str]
     machine: StateMachine
+    tools: dict[str, ToolSpec]
 
     def move(self, target: RunState) -> None: ...
     @property
@@ -58,6 +63,8 @@ class ApprovalHost(Protocol):
 class Approved:
     receipt: ApprovalReceipt
     state_hash: str  # the state the receipt was checked against, just now
+    args: dict[str, Any]  # what the call runs with: the proposed arguments, or the edit
+    changes: tuple[str, ...] = ()  # the operator's edit, field by field ("" when none)
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ class WriteApprovals:
         self.rt = host
         self.approver = approver
         self.pending: ApprovalRequest | None = None
+        self.grants = Grants(host.emit, host.config.run_id)
 
     @property
     def run_id(self) -> str:
@@ -85,7 +93,9 @@ class WriteApprovals:
         self, record: CallRecord, call: ToolCall, decision: Decision, again: AskAgain | None
     ) -> Approved | Rejected | AskAgain:
         """One ask: the first about the state the call was proposed in, the next (`again`)
-        about the state it found changed."""
+        about the state it found changed. A grant that covers the call answers a first ask;
+        an ask again is always the operator's."""
+        spec = self.rt.tools[call.tool]
         request = request_for(
             run_id=self.run_id,
             call_id=record.call_id,
@@ -97,22 +107,47 @@ class WriteApprovals:
             ttl_s=self.rt.config.approval_ttl_s,
             rationale=capped(decision.message, REASON_CAP),
             asked_again=again.problem if again else "",
+            args_schema=spec.args_model.model_json_schema(),
         )
-        decided = await self._ask(request, record)
+        grant = None if again else self.grants.covering(call.tool, call.args)
+        decided = await self._ask(request, record, grant)
         if not decided.approved:
+            self._decided(request, decided, grant)
             self.rt.move(RunState.DECIDING)
             return Rejected(capped(decided.reason or "rejected by the operator", REASON_CAP))
-        receipt = ApprovalReceipt.issue(request, decided)
+        args, changes, refused = self._edit(spec, call.args, decided.args)
+        self._decided(request, decided, grant, args if changes else None, changes)
+        if refused:
+            self.invalidated(record.call_id, refused)
+            return AskAgain(refused, request.state_hash)
+        receipt = ApprovalReceipt.issue(request, decided, args)
+        if decided.grant is not None:
+            self.grants.give(record.call_id, call.tool, decided.grant, args, decided.by)
         # The approval is durable before the write runs: a crash in between leaves an
         # approved write with no recorded outcome, which is shown and never re-run.
         await self.rt.flush_journal()
         # Checked at dispatch time: a state that changed since the request asks again.
         state_hash = await self.rt.state_hash()
-        problem = self.receipt_problem(receipt, call.args, state_hash)
+        problem = self.receipt_problem(receipt, args, state_hash)
         if problem is not None:
             self.invalidated(record.call_id, problem)
             return AskAgain(problem, state_hash)
-        return Approved(receipt, state_hash)
+        return Approved(receipt, state_hash, args, tuple(changes))
+
+    @staticmethod
+    def _edit(
+        spec: ToolSpec, proposed: dict[str, Any], edited: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], list[str], str]:
+        """The arguments the call runs with, the operator's changes field by field, and why
+        an edit is refused ("" when it is not): validated by the tool's own model."""
+        if edited is None:
+            return proposed, [], ""
+        try:
+            args = canonical_args(spec.args_model, edited)
+        except (ValueError, TypeError) as exc:
+            said = capped(str(exc), REASON_CAP)
+            return proposed, [], f"the operator's edited arguments are refused: {said}"
+        return args, arg_changes(proposed, args), ""
 
     def invalidated(self, call_id: str, problem: str) -> None:
         self.rt.emit(ApprovalInvalidated, run_id=self.run_id, call_id=call_id, problem=problem)
@@ -137,22 +172,57 @@ class WriteApprovals:
             return None
         return f"{step}. {self.rt.plan[step - 1]}"
 
-    async def _ask(self, request: ApprovalRequest, record: CallRecord) -> ApprovalDecision:
+    async def _ask(
+        self, request: ApprovalRequest, record: CallRecord, grant: Grant | None
+    ) -> ApprovalDecision:
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
-        self.pending = request
         record.status = CallStatus.PENDING_APPROVAL
         rt.emit(ApprovalRequested, run_id=self.run_id, **request.model_dump(exclude={"run_id"}))
+        if grant is not None:  # still a recorded approval, by the grant
+            return ApprovalDecision(call_id=request.call_id, approved=True, by=grant.approver())
+        self.pending = request
         with rt.operator_time("approval"):
             decided = await rt.interruptible(self.approver.ask(request), by_cancel=True)
         self.pending = None
-        rt.emit(
+        return decided
+
+    def _decided(
+        self,
+        request: ApprovalRequest,
+        decided: ApprovalDecision,
+        grant: Grant | None,
+        args: dict[str, Any] | None = None,
+        changes: list[str] | None = None,
+    ) -> None:
+        self.rt.emit(
             ApprovalDecided,
             run_id=self.run_id,
             call_id=request.call_id,
             approved=decided.approved,
             reason=capped(decided.reason, REASON_CAP),
             by=decided.by,
+            args=args,
+            changes=changes or [],
+            grant_id=grant.grant_id if grant else None,
         )
-        return decided
+
+
+def arg_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What an edit changed, a line a field: `path: "a.txt" → "b.txt"`, `+ mode: "w"`,
+    `- force: true`."""
+    said: list[str] = []
+    for name in sorted(before.keys() | after.keys()):
+        if name not in after:
+            said.append(f"- {name}: {_shown(before[name])}")
+        elif name not in before:
+            said.append(f"+ {name}: {_shown(after[name])}")
+        elif json_text(before[name]) != json_text(after[name]):
+            said.append(f"{name}: {_shown(before[name])} → {_shown(after[name])}")
+    return said
+
+
+def _shown(value: Any) -> str:
+    text = visible(json_text(value))
+    return text if len(text) <= CHANGE_WIDTH else text[: CHANGE_WIDTH - 1] + "…"

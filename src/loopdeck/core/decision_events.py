@@ -1,0 +1,103 @@
+"""The events of the operator's decisions: a write asked and decided (edited, by a grant),
+grants given and revoked, an unknown outcome resolved, a question asked and answered."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from loopdeck.core.event_base import EventBase
+
+
+class ApprovalRequested(EventBase):
+    kind: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    args_sha256: str
+    state_hash: str
+    fingerprint: str
+    plan_step: str | None
+    requested_at: datetime
+    expires_at: datetime
+    rationale: str = ""
+    asked_again: str = ""
+    args_schema: dict[str, Any] = {}  # the tool's argument schema, for an edit
+
+
+class ApprovalDecided(EventBase):
+    kind: Literal["approval_decided"] = "approval_decided"
+    call_id: str
+    approved: bool
+    reason: str
+    by: str
+    # The operator's edit: the arguments the call runs with, and what changed, field by field.
+    args: dict[str, Any] | None = None
+    changes: list[str] = []
+    grant_id: str | None = None  # approved by this standing grant, not asked
+
+
+class GrantGiven(EventBase):
+    """The operator approved a call and granted: later calls the rule covers are approved
+    without asking, in this run only (`core/grants.py`)."""
+
+    kind: Literal["grant_given"] = "grant_given"
+    grant_id: str
+    call_id: str  # the approval it came with
+    tool: str
+    scope: str
+    fields: dict[str, str] = {}
+    args: dict[str, Any] = {}  # what an `exact` grant holds to
+    uses: int | None = None
+    expires_at: datetime | None = None
+    by: str
+
+
+class GrantRevoked(EventBase):
+    kind: Literal["grant_revoked"] = "grant_revoked"
+    grant_id: str
+    by: str
+
+
+class OutcomeResolved(EventBase):
+    """The operator's word on a write whose outcome was unknown: it took effect (recorded as
+    executed) or it did not (failed, its idempotency key freed: the model may propose it
+    again, asked again)."""
+
+    kind: Literal["outcome_resolved"] = "outcome_resolved"
+    call_id: str
+    tool: str
+    applied: bool
+    by: str
+
+
+class ApprovalInvalidated(EventBase):
+    kind: Literal["approval_invalidated"] = "approval_invalidated"
+    call_id: str
+    problem: str
+
+
+class ApprovalWithdrawn(EventBase):
+    kind: Literal["approval_withdrawn"] = "approval_withdrawn"
+    call_id: str
+
+
+class QuestionAsked(EventBase):
+    """The model asked the operator (`ask_user`) and the run waits for the answer."""
+
+    kind: Literal["question_asked"] = "question_asked"
+    question_id: str
+    question: str
+    # ask_user: the model's question; budget: a cap crossed `pause_at` (continue, raise, stop).
+    topic: Literal["ask_user", "budget", "loop"] = "ask_user"
+    title: str = ""  # who asks, in words ("The guard stopped a repeat")
+    choices: list[str] = []  # the answers understood (empty: free text)
+    evidence: list[tuple[str, str]] = []  # (label, value) the operator decides on
+    acts_at: datetime | None = None  # when the run goes on alone if nobody answers
+
+
+class QuestionAnswered(EventBase):
+    kind: Literal["question_answered"] = "question_answered"
+    question_id: str
+    answer: str
+    by: str
