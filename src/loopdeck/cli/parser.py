@@ -19,7 +19,7 @@ EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 ENV_COMMANDS = ("envs", "init-env", "check")
 STORE_COMMANDS = (
     "runs", "pending", "approve", "reject", "answer", "message", "cancel", "pause", "resume",
-    "export", "attach", "replay",
+    "export", "attach", "replay", "grants", "revoke", "resolve",
 )  # fmt: skip
 
 
@@ -129,6 +129,7 @@ def add_store_commands(commands: Any) -> None:
     approve = with_db(commands.add_parser("approve", help="approve a pending write"))
     approve.add_argument("run_id", metavar="RUN_ID")
     approve.add_argument("call_id", metavar="CALL_ID")
+    add_decision_commands(commands, approve, with_db)
     reject = with_db(commands.add_parser("reject", help="reject a pending write"))
     reject.add_argument("run_id", metavar="RUN_ID")
     reject.add_argument("call_id", metavar="CALL_ID")
@@ -162,6 +163,43 @@ def add_store_commands(commands: Any) -> None:
     replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
     replay.add_argument("run_id", metavar="RUN_ID")
     replay.add_argument("--theme")
+
+
+def add_decision_commands(
+    commands: Any, approve: argparse.ArgumentParser, with_db: Callable[..., Any]
+) -> None:
+    """`approve`'s edit and grant, and `grants`, `revoke`, `resolve`."""
+    approve.add_argument(
+        "--args",
+        metavar="JSON",
+        help="run it with these arguments instead (a JSON object, - reads stdin): the model"
+        " is told what you changed",
+    )
+    approve.add_argument(
+        "--grant",
+        metavar="exact|tool|FIELD=GLOB",
+        help="and approve later calls of this tool in this run without asking: with exactly"
+        " these arguments, any, or where FIELD matches GLOB (e.g. path=src/*)",
+    )
+    approve.add_argument("--uses", type=positive_int, metavar="N", help="the grant's uses")
+    approve.add_argument(
+        "--for", dest="for_s", type=positive_float, metavar="SECONDS", help="the grant's life"
+    )
+    grants = with_db(commands.add_parser("grants", help="standing grants, with uses left"))
+    grants.add_argument("run_id", metavar="RUN_ID", nargs="?")
+    revoke = with_db(commands.add_parser("revoke", help="withdraw a run's standing grant"))
+    revoke.add_argument("run_id", metavar="RUN_ID")
+    revoke.add_argument("grant_id", metavar="GRANT_ID")
+    resolve = with_db(
+        commands.add_parser("resolve", help="say whether a write whose outcome is unknown ran")
+    )
+    resolve.add_argument("run_id", metavar="RUN_ID")
+    resolve.add_argument("call_id", metavar="CALL_ID")
+    resolve.add_argument(
+        "outcome",
+        choices=["applied", "not-applied"],
+        help="applied: recorded as executed; not-applied: the model may try it again",
+    )
 
 
 def add_env_commands(commands: Any) -> None:

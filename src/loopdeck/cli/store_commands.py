@@ -1,5 +1,6 @@
 """`loopdeck runs`, `pending`, `approve`, `reject`, `answer`, `message`, `cancel`, `pause`,
-`resume`, `export`, `attach` and `replay`: supervising recorded runs from another process, one
+`resume`, `export`, `attach` and `replay` (and, from `cli/decision_commands.py`, `grants`,
+`revoke` and `resolve`): supervising recorded runs from another process, one
 function a command, each reaching the store through `operator/records.py`."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loopdeck.cli import decision_commands
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.records import Store
@@ -99,6 +101,7 @@ def _cell(run: dict[str, Any], column: str) -> str:
 
 async def _pending(store: Store, args: argparse.Namespace) -> int:
     pending, questions = await records.pending(store)
+    unknown = await decision_commands.print_unknown(store)
     for question in questions:
         run_id = visible(question["run_id"])
         print(
@@ -112,6 +115,8 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
     for item in pending:
         said = (item["run_id"], item["call_id"], item["tool"], json.dumps(item["args"]))
         table.add_row(*(Text(visible(cell)) for cell in (*said, item["expires_at"])))
+    if args.json and unknown:  # the writes first, as before; then what needs your word
+        pending = [*pending, *({**item, "outcome_unknown": True} for item in unknown)]
     _print(pending, args.json, table)
     return 0
 
@@ -121,9 +126,10 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     await records.known_run(store, args.run_id)
     approved = args.command == "approve"
     reason = "" if approved else args.reason
+    edited, grant = await decision_commands.approve_terms(store, args) if approved else (None, None)
     decision = await records.decide(
         store, args.run_id, args.call_id, approved=approved, by=operator(), reason=reason,
-        tell=_tell,
+        tell=_tell, args=edited, grant=grant,
     )  # fmt: skip
     result: dict[str, Any] = {
         "run_id": args.run_id,
@@ -134,7 +140,10 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     if not decision.won:
         result["message"] = _not_decided(args, decision)
         print(f"loopdeck: {args.call_id}: {result['message']}", file=sys.stderr)
-    done = f"{args.call_id}: {args.command.rstrip('e')}ed" if decision.won else ""
+    done = f"{args.call_id}: rejected"
+    if approved:
+        done = decision_commands.decided_words(args, grant)
+    done = done if decision.won else ""
     _print(result, args.json, text=done)
     return 0 if decision.won else 1
 
@@ -229,4 +238,7 @@ COMMANDS: dict[str, Command] = {
     "pause": _send,
     "resume": _send,
     "export": _export,
+    "grants": decision_commands.grants,
+    "revoke": lambda store, args: decision_commands.revoke(store, args, operator()),
+    "resolve": lambda store, args: decision_commands.resolve(store, args, operator(), _tell),
 }

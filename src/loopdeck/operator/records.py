@@ -16,31 +16,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.grant_rules import GrantRule, GrantRuleError
 from loopdeck.core.text import capped
-from loopdeck.store import deciding, queries
+from loopdeck.operator.grant_book import GrantBook, GrantRow
+from loopdeck.store import deciding, outcome_queries, queries
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
 from loopdeck.store.opening import open_store
 
 __all__ = [
     "LIVE_STATES",
     "Decision",
+    "GrantRow",
+    "GrantRule",
+    "GrantRuleError",
     "Location",
     "Store",
     "StoreError",
     "Tell",
     "answer",
+    "args_schema",
     "check_run",
     "check_store",
     "decide",
     "event_bodies",
+    "grants",
     "known_run",
     "local_time",
     "opened",
     "pending",
+    "resolve",
+    "revoke",
     "runs",
     "send_command",
     "send_message",
     "shown_location",
+    "unknown_outcomes",
     "waiting_writes",
 ]
 
@@ -115,10 +125,22 @@ class Decision:
 
 
 async def decide(
-    store: Store, run_id: str, call_id: str, *, approved: bool, by: str, reason: str, tell: Tell
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    by: str,
+    reason: str,
+    tell: Tell,
+    args: dict[str, Any] | None = None,
+    grant: GrantRule | None = None,
 ) -> Decision:
-    """Approve or reject a pending write; a wait for a locked store is told (`tell`)."""
-    decision = ApprovalDecision(call_id=call_id, approved=approved, by=by, reason=reason)
+    """Approve (with an edit of its arguments, with a grant) or reject a pending write; a
+    wait for a locked store is told (`tell`)."""
+    decision = ApprovalDecision(
+        call_id=call_id, approved=approved, by=by, reason=reason, args=args, grant=grant
+    )
     won = await deciding.decide(store, run_id, decision, tell=tell)
     state = await queries.approval_state(store, run_id, call_id)
     if state is None:
@@ -130,6 +152,53 @@ async def decide(
 async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -> bool:
     """The run's waiting question gets this answer: False if none was waiting."""
     return await deciding.answer(store, run_id, text, by, tell=tell)
+
+
+async def args_schema(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
+    """The argument schema a pending write was asked with (None: no such request)."""
+    request = await queries.approval_request(store, run_id, call_id)
+    return None if request is None else dict(request.get("args_schema") or {})
+
+
+async def resolve(
+    store: Store, run_id: str, call_id: str, *, applied: bool, by: str, tell: Tell
+) -> str | None:
+    """The operator's word on a write whose outcome is unknown: None when recorded, else
+    why not (`store/deciding.py`: one winner)."""
+    return await deciding.resolve(store, run_id, call_id, applied=applied, by=by, tell=tell)
+
+
+async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Approved writes whose outcome nobody knows (crashed runners marked first)."""
+    await queries.mark_crashed_runners(store)
+    return await outcome_queries.unknown_outcomes(store, run_id)
+
+
+async def grants(store: Store, run_id: str | None = None) -> list[GrantRow]:
+    """Every grant of the run (or of every run), with its uses and state."""
+    book = GrantBook()
+    for event in await outcome_queries.grant_events(store, run_id):
+        book.take(event)
+    ended = {
+        run["run_id"]
+        for run in await queries.all_runs(store)
+        if run["state"] not in queries.LIVE_STATES
+    }
+    for run in ended:
+        book.ended(run)
+    return list(book.rows.values())
+
+
+async def revoke(store: Store, run_id: str, grant_id: str, by: str) -> str | None:
+    """The grant withdrawn by its live run (a command it reads): None when sent, else why
+    not (no such grant, no longer active)."""
+    row = next((g for g in await grants(store, run_id) if g.grant_id == grant_id), None)
+    if row is None:
+        return f"run {run_id} has no grant {grant_id}"
+    if not row.active:
+        return f"grant {grant_id} is {row.state()}: nothing to revoke"
+    await queries.send_command(store, run_id, queries.REVOKE, by, {"grant_id": grant_id})
+    return None
 
 
 async def waiting_writes(store: Store, run_id: str) -> list[str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
+from loopdeck.core.grant_rules import GrantRule
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.writer import EventWriter
@@ -48,11 +50,14 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
     while True:
         row = await _approval_row(store, request.run_id, request.call_id)
         if row is not None and row["state"] in ("approved", "rejected"):
+            edited, grant = row["edited_args"], row["grant_rule"]
             return ApprovalDecision(
                 call_id=request.call_id,
                 approved=row["state"] == "approved",
                 reason=row["reason"] or "",
                 by=row["decided_by"] or "store",
+                args=None if edited is None else json.loads(edited),
+                grant=None if grant is None else GrantRule.model_validate_json(grant),
             )
         await store.wait_for_change(POLL_S)
 

@@ -18,8 +18,17 @@ from typing import Any, Protocol
 
 import platformdirs
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP_ID = "loopdeck"
+
+# Columns added since version 1, by the version that added them: an older store gains them
+# when it is opened (`ALTER TABLE … ADD COLUMN`), in the opening's transaction.
+ADDED_COLUMNS = (
+    ("runs", "pid_started", "TEXT"),
+    ("events", "origin", "TEXT"),
+    ("approvals", "edited_args", "TEXT"),  # v3: the operator's edit of a write's arguments
+    ("approvals", "grant_rule", "TEXT"),  # v3: the grant given with an approval (JSON)
+)
 
 # The tables both backends define alike (the others differ in number types and identity).
 SHARED_TABLES = """
@@ -30,7 +39,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS approvals (
     run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT, args TEXT, requested_at TEXT,
     expires_at TEXT, state TEXT NOT NULL, decided_by TEXT, reason TEXT, decided_at TEXT,
-    outcome TEXT, PRIMARY KEY (run_id, call_id)
+    outcome TEXT, edited_args TEXT, grant_rule TEXT, PRIMARY KEY (run_id, call_id)
 );
 """
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from loopdeck.core.approvals import ApprovalDecision
-from loopdeck.store import queries
+from loopdeck.store import outcome_queries, queries
 from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
@@ -56,6 +56,7 @@ async def decide(
 ) -> bool:
     """Exactly one decision wins: False if the call was already decided or is not pending."""
     what = f"{'approval' if decision.approved else 'rejection'} of {decision.call_id}"
+    grant = None if decision.grant is None else decision.grant.model_dump(mode="json")
 
     async def once(tx: Tx) -> bool:
         return await queries.decide(
@@ -65,6 +66,8 @@ async def decide(
             approved=decision.approved,
             by=decision.by,
             reason=decision.reason,
+            args=decision.args,
+            grant=grant,
         )
 
     return await _taken(store, run_id, what, once, tell, retry_for_s)
@@ -87,6 +90,34 @@ async def answer(
         return await queries.answer(tx, run_id, text, by, question_id=question_id)
 
     return await _taken(store, run_id, what, once, tell, retry_for_s)
+
+
+async def resolve(
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    applied: bool,
+    by: str,
+    tell: Tell = untold,
+    retry_for_s: float = RETRY_FOR_S,
+) -> str | None:
+    """The operator's word on a write whose outcome is unknown: None when it is the one
+    recorded, else why not. A run whose runner is gone is marked crashed, then resolved as a
+    run that ended (the store keeps the word)."""
+    what = f"resolution of {call_id}"
+    refused: list[str] = []
+
+    async def once(tx: Tx) -> bool:
+        why = await outcome_queries.resolve(tx, run_id, call_id, applied=applied, by=by)
+        refused[:] = [why] if why else []
+        return why is None
+
+    try:
+        await _taken(store, run_id, what, once, tell, retry_for_s)
+    except RunnerGone:
+        await _taken(store, run_id, what, once, tell, retry_for_s)
+    return refused[0] if refused else None
 
 
 async def _taken(

@@ -17,6 +17,7 @@ from loopdeck.core.events import (
     BudgetUpdated,
     Event,
     EventBase,
+    OutcomeResolved,
     QuestionAnswered,
     QuestionAsked,
     RunStarted,
@@ -33,7 +34,8 @@ EventRow = tuple[str, int, str, str, str]
 ASKED_AGAIN = (
     "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
     " requested_at = excluded.requested_at, expires_at = excluded.expires_at, state = 'pending',"
-    " decided_by = NULL, reason = NULL, decided_at = NULL, outcome = NULL"
+    " decided_by = NULL, reason = NULL, decided_at = NULL, outcome = NULL, edited_args = NULL,"
+    " grant_rule = NULL"
 )
 
 
@@ -201,6 +203,16 @@ async def _question_answered(rows: RunRows, db: Tx, e: QuestionAnswered) -> None
         "UPDATE approvals SET state = 'answered', decided_by = ?, reason = ?,"
         " decided_at = ? WHERE run_id = ? AND call_id = ? AND state = 'pending'",
         (e.by, e.answer, e.at.isoformat(), e.run_id, e.question_id),
+    )
+
+
+@_writes(OutcomeResolved)
+async def _outcome_resolved(rows: RunRows, db: Tx, e: OutcomeResolved) -> None:
+    """The operator's word on an unknown outcome (the store may have it already: the
+    resolution that won is written there first)."""
+    await db.execute(
+        "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
+        ("executed" if e.applied else "failed", e.run_id, e.call_id),
     )
 
 

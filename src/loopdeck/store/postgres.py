@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from loopdeck.store.base import (
+    ADDED_COLUMNS,
     APP_ID,
     SCHEMA_VERSION,
     SHARED_TABLES,
@@ -54,6 +55,10 @@ CLOSE_WAIT_S = 5.0  # a connection that does not close by then is left to the ex
 LISTEN_SLICE_S = 0.2  # how long close() may wait for the listener to notice
 SCHEMA_LOCK = 7_246_001  # advisory lock key: one opener creates or migrates the schema
 
+ADDED = "\n".join(
+    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {kind};"
+    for table, column, kind in ADDED_COLUMNS
+)
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -68,6 +73,7 @@ CREATE TABLE IF NOT EXISTS runs (
     consumed_at DOUBLE PRECISION
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
+{ADDED}
 CREATE OR REPLACE FUNCTION loopdeck_notify() RETURNS trigger AS $$
 BEGIN PERFORM pg_notify('{CHANNEL}', NEW.run_id); RETURN NULL; END $$ LANGUAGE plpgsql;
 CREATE OR REPLACE TRIGGER loopdeck_events AFTER INSERT ON events

@@ -24,10 +24,15 @@ from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 # and a crashed runner's run in that state was never marked crashed).
 LIVE_STATES = tuple(state.value for state in RunState if state not in TERMINAL_STATES)
 COMMANDS = ("cancel", "kill", "pause", "resume")
-# A message to the agent travels as a command: the table has no column for a command's text
-# (one would change the schema), so its `command` is this word and the text as a JSON string
-# (controls and NUL escaped: PostgreSQL's text takes no NUL). An older runner ignores it.
+# A command with words of its own travels as its word and a JSON value in the `command`
+# column (controls and NUL escaped: PostgreSQL's text takes no NUL); an older runner ignores
+# it. A message to the agent: its text; revoke: {"grant_id"}; resolve: {"call_id", "applied"}.
 MESSAGE = "message"
+REVOKE = "revoke"
+RESOLVE = "resolve"
+# An unknown outcome, as the approvals table has it: a write approved whose end was never
+# recorded (its runner died), or that ended unknown or was cut short.
+UNKNOWN_OUTCOMES = ("outcome_unknown", "interrupted")
 # Who withdrew an approval when its run was marked crashed: the runner undoes it if alive.
 CRASH_DETECTOR = "crash-detector"
 # A question (`ask_user`) waits in the approvals table as tool 'ask_user'; it never expires.
@@ -155,18 +160,32 @@ async def pending_approvals(store: Store, run_id: str | None = None) -> list[dic
 
 
 async def decide(
-    store: Store | Tx, run_id: str, call_id: str, *, approved: bool, by: str, reason: str = ""
+    store: Store | Tx,
+    run_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    by: str,
+    reason: str = "",
+    args: dict[str, Any] | None = None,
+    grant: dict[str, Any] | None = None,
 ) -> bool:
     """Exactly one decision wins: False if the call was already decided or is not pending.
     The bare update: an operator's decision goes through `store/deciding.py` (locks waited
-    out, a dead runner refused)."""
+    out, a dead runner refused). `args`: the operator's edit; `grant`: a grant rule given
+    with the approval (JSON, `core/grant_rules.py`)."""
     changed = await store.execute(
-        "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
+        "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?,"
+        " edited_args = ?, grant_rule = ?"
         f" WHERE run_id = ? AND call_id = ? AND state = 'pending' AND tool != '{QUESTION}'",
         ("approved" if approved else "rejected", by, reason, datetime.now(UTC).isoformat(),
-         run_id, call_id),
+         _json_or_none(args), _json_or_none(grant), run_id, call_id),
     )  # fmt: skip
     return changed == 1
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else escape_surrogates(json_text(value))
 
 
 async def pending_questions(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
@@ -203,8 +222,11 @@ async def answer(
 
 
 async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
+    """The call's row: state, decided_by, reason, and the decision's edit and grant (JSON
+    text or None)."""
     rows = await store.fetchall(
-        "SELECT state, decided_by, reason FROM approvals WHERE run_id = ? AND call_id = ?",
+        "SELECT state, decided_by, reason, edited_args, grant_rule, tool, outcome"
+        " FROM approvals WHERE run_id = ? AND call_id = ?",
         (run_id, call_id),
     )
     return dict(rows[0]) if rows else None
@@ -219,9 +241,15 @@ async def is_question(store: Store, run_id: str, call_id: str) -> bool:
     return bool(rows)
 
 
-async def send_command(store: Store, run_id: str, command: str, by: str) -> None:
-    if command not in COMMANDS:
+async def send_command(
+    store: Store | Tx, run_id: str, command: str, by: str, said: Any = None
+) -> None:
+    """`cancel`, `kill`, `pause`, `resume`; or `message`, `revoke`, `resolve` with what they
+    say (`said`, JSON data)."""
+    if said is None and command not in COMMANDS:
         raise ValueError(f"unknown command {command!r}")
+    if said is not None:
+        command = f"{command} {escape_surrogates(json_text(said))}"
     await store.execute(
         'INSERT INTO commands (run_id, command, "by", created_at) VALUES (?, ?, ?, ?)',
         (run_id, command, by, time.time()),
@@ -230,15 +258,12 @@ async def send_command(store: Store, run_id: str, command: str, by: str) -> None
 
 async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
     """The operator's message to the run's agent, read by its runner with the commands."""
-    await store.execute(
-        'INSERT INTO commands (run_id, command, "by", created_at) VALUES (?, ?, ?, ?)',
-        (run_id, f"{MESSAGE} {json_text(escape_surrogates(text))}", by, time.time()),
-    )
+    await send_command(store, run_id, MESSAGE, by, text)
 
 
 async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
-    """The run's commands not taken yet, in order, each marked taken; a message's row
-    has `command` "message" and its `text`."""
+    """The run's commands not taken yet, in order, each marked taken; a command with words
+    has them as `said` (a message's text as `text` too)."""
     rows = await store.fetchall(
         'SELECT id, command, "by" FROM commands WHERE run_id = ? AND consumed_at IS NULL'
         " ORDER BY id",
@@ -253,8 +278,11 @@ async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def _command(row: dict[str, Any]) -> dict[str, Any]:
     word, _, text = str(row["command"]).partition(" ")
-    if word == MESSAGE and text:
-        row.update(command=MESSAGE, text=json.loads(text))
+    if text:
+        said = json.loads(text)
+        row.update(command=word, said=said)
+        if word == MESSAGE:
+            row["text"] = said
     return row
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from loopdeck.core.events import Event, RunCorrected, RunStarted
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
+from loopdeck.core.unknown_outcomes import Unresolvable
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.liveness import Heartbeat
@@ -32,7 +33,7 @@ async def _serve_commands(
         try:
             # A locked store: the next tick tries again; the runtime is not held up.
             with contextlib.suppress(StoreError):
-                await _apply_commands(store, runtime, run_id)
+                await _apply_commands(store, runtime, run_id, say)
         except Exception as exc:  # said, not swallowed: the next tick tries again
             if not failing:
                 say(
@@ -48,7 +49,9 @@ async def _serve_commands(
         await store.wait_for_change(COMMAND_POLL_S)
 
 
-async def _apply_commands(store: Store, runtime: Runtime, run_id: str) -> None:
+async def _apply_commands(
+    store: Store, runtime: Runtime, run_id: str, say: Callable[[str], None]
+) -> None:
     for command in await queries.take_commands(store, run_id):
         by = command["by"]
         if command["command"] == "cancel":
@@ -61,6 +64,15 @@ async def _apply_commands(store: Store, runtime: Runtime, run_id: str) -> None:
             runtime.resume(by=by)
         elif command["command"] == queries.MESSAGE:
             runtime.message(command["text"], by=by)
+        elif command["command"] == queries.REVOKE:
+            if why := runtime.revoke(str(command["said"]["grant_id"]), by=by):
+                say(f"run {run_id}: revoke from {by} not done: {why}")
+        elif command["command"] == queries.RESOLVE:
+            said = command["said"]
+            try:
+                runtime.resolve(str(said["call_id"]), bool(said["applied"]), by=by)
+            except Unresolvable as exc:
+                say(f"run {run_id}: resolution from {by} not taken: {exc}")
 
 
 class RunAbandoned(Exception):

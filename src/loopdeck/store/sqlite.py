@@ -14,6 +14,7 @@ from typing import Any
 import aiosqlite
 
 from loopdeck.store.base import (
+    ADDED_COLUMNS,
     APP_ID,
     SCHEMA_VERSION,
     SHARED_TABLES,
@@ -193,16 +194,10 @@ class SqliteStore(Store):
             return
         await self.db.execute("BEGIN IMMEDIATE")
         try:
-            columns = {
-                table: {
-                    str(r[1]) for r in await self.db.execute_fetchall(f"PRAGMA table_info({table})")
-                }
-                for table in ("runs", "events")
-            }
-            if "pid_started" not in columns["runs"]:
-                await self.db.execute("ALTER TABLE runs ADD COLUMN pid_started TEXT")
-            if "origin" not in columns["events"]:
-                await self.db.execute("ALTER TABLE events ADD COLUMN origin TEXT")
+            for table, column, kind in ADDED_COLUMNS:
+                info = await self.db.execute_fetchall(f"PRAGMA table_info({table})")
+                if column not in {str(row[1]) for row in info}:
+                    await self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             await self.db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )

@@ -1,0 +1,129 @@
+"""The decisions beyond yes and no, from any terminal: `approve --args` (an edit) and
+`--grant` (a standing grant), `grants`, `revoke`, `resolve`, and the unknown outcomes
+`pending` lists. Each reaches the store through `operator/records.py`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from loopdeck.core.text import visible
+from loopdeck.operator import records
+from loopdeck.operator.arg_edits import check_edit
+from loopdeck.operator.records import GrantRule, Store
+
+
+class BadDecision(ValueError):
+    """An edit or a grant that cannot be taken as written (exit 2, nothing decided)."""
+
+
+async def approve_terms(
+    store: Store, args: argparse.Namespace
+) -> tuple[dict[str, Any] | None, GrantRule | None]:
+    """`approve`'s edit (`--args`) checked against the tool's schema, and its grant."""
+    edited: dict[str, Any] | None = None
+    if args.args is not None:
+        text = sys.stdin.read() if args.args == "-" else args.args
+        schema = await records.args_schema(store, args.run_id, args.call_id)
+        edited, problem = check_edit(text, schema or {})
+        if edited is None:
+            raise BadDecision(f"approve {args.call_id} --args: {problem}; nothing was decided")
+    if args.grant is None:
+        if args.uses is not None or args.for_s is not None:
+            raise BadDecision("--uses and --for shape a grant: give --grant with them")
+        return edited, None
+    return edited, GrantRule.parse(args.grant, uses=args.uses, for_s=args.for_s)
+
+
+def decided_words(args: argparse.Namespace, grant: GrantRule | None) -> str:
+    done = f"{args.call_id}: approved"
+    if args.args is not None:
+        done += " with your arguments"
+    if grant is not None:
+        done += f"; granted for {grant.words()} (see `loopdeck grants {args.run_id}`)"
+    return done
+
+
+async def grants(store: Store, args: argparse.Namespace) -> int:
+    if args.run_id is not None:
+        await records.known_run(store, args.run_id)
+    rows = await records.grants(store, args.run_id)
+    table = Table(title="standing grants", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("run_id", "grant", "tool", "covers", "uses", "granted by", "state"):
+        table.add_column(column)
+    listed = []
+    for row in rows:
+        cells = (row.run_id, row.grant_id, row.tool, row.rule, row.uses_text(), row.by)
+        table.add_row(*(Text(visible(c)) for c in (*cells, row.state())))
+        listed.append(
+            {
+                "run_id": row.run_id,
+                "grant_id": row.grant_id,
+                "tool": row.tool,
+                "covers": row.rule,
+                "used": row.used,
+                "uses_left": row.uses_left,
+                "expires_at": row.expires_at,
+                "by": row.by,
+                "state": row.state(),
+            }
+        )
+    if args.json:
+        print(json.dumps(listed, default=str))
+    elif rows:
+        Console().print(table)
+    else:
+        print("no grants" + (f" in run {visible(args.run_id)}" if args.run_id else ""))
+    return 0
+
+
+async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
+    """Exit 1 if the grant is not there or no longer active."""
+    await records.known_run(store, args.run_id)
+    why = await records.revoke(store, args.run_id, args.grant_id, by)
+    if why:
+        print(f"loopdeck: {visible(why)}", file=sys.stderr)
+    result = {"run_id": args.run_id, "grant_id": args.grant_id, "revoked": why is None}
+    if args.json:
+        print(json.dumps(result))
+    elif why is None:
+        print(f"{args.grant_id}: revoke sent; the run's next write it covered asks you")
+    return 0 if why is None else 1
+
+
+async def resolve(store: Store, args: argparse.Namespace, by: str, tell: records.Tell) -> int:
+    """Exit 1 if the call's outcome is not unknown (already resolved, never asked)."""
+    await records.known_run(store, args.run_id)
+    applied = args.outcome == "applied"
+    why = await records.resolve(store, args.run_id, args.call_id, applied=applied, by=by, tell=tell)
+    if why:
+        print(f"loopdeck: {visible(why)}", file=sys.stderr)
+    result = {"run_id": args.run_id, "call_id": args.call_id, "resolved": why is None}
+    if args.json:
+        print(json.dumps({**result, "outcome": args.outcome}))
+    elif why is None:
+        then = "recorded as executed" if applied else "the model may propose it again"
+        print(f"{args.call_id}: {args.outcome} ({then})")
+    return 0 if why is None else 1
+
+
+async def print_unknown(store: Store) -> list[dict[str, Any]]:
+    """`pending`'s writes whose outcome is unknown, each with the command that resolves it
+    (on stderr: stdout keeps its one table or JSON value)."""
+    unknown = await records.unknown_outcomes(store)
+    for item in unknown:
+        run_id, call_id = visible(item["run_id"]), visible(item["call_id"])
+        print(
+            f"{run_id} {call_id} {visible(item['tool'])}: outcome unknown"
+            f" ({item['outcome'] or 'never recorded'})  → loopdeck resolve {run_id} {call_id}"
+            " applied|not-applied",
+            file=sys.stderr,
+        )
+    return unknown

@@ -1,0 +1,111 @@
+"""Reading and resolving writes whose outcome is unknown, and reading a run's grants.
+
+An unknown outcome is resolved once (one winner, in the store's transaction): the approval's
+`outcome` becomes `executed` (applied) or `failed` (not applied). A live run hears of it
+through its commands (`resolve`), and records `OutcomeResolved` itself; a run that ended has
+the event written here, as a reader writes a crashed run's stop.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loopdeck.core.events import (
+    ApprovalDecided,
+    EventBase,
+    GrantGiven,
+    GrantRevoked,
+    OutcomeResolved,
+    kind_of,
+)
+from loopdeck.store.base import Store, Tx
+from loopdeck.store.queries import LIVE_STATES, QUESTION, RESOLVE, UNKNOWN_OUTCOMES, send_command
+
+_UNKNOWN = f"outcome IN {UNKNOWN_OUTCOMES}"
+
+
+async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Approved writes whose outcome nobody knows: ended unknown or cut short, or, in a run
+    that is no longer live, never recorded as ended. Oldest first."""
+    sql = (
+        "SELECT a.run_id, a.call_id, a.tool, a.args, a.decided_at, a.outcome, r.state"
+        " FROM approvals a JOIN runs r ON r.run_id = a.run_id"
+        f" WHERE a.state = 'approved' AND a.tool != '{QUESTION}' AND (a.{_UNKNOWN}"
+        f" OR (a.outcome IS NULL AND r.state NOT IN {LIVE_STATES}))"
+    )
+    params: tuple[Any, ...] = ()
+    if run_id is not None:
+        sql += " AND a.run_id = ?"
+        params = (run_id,)
+    rows = await store.fetchall(sql + " ORDER BY a.decided_at", params)
+    return [
+        {**dict(row), "args": json.loads(row["args"] or "{}"), "live": row["state"] in LIVE_STATES}
+        for row in rows
+    ]
+
+
+async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) -> str | None:
+    """The operator's word on one unknown outcome: None when it won, else why not."""
+    runs = await tx.fetchall("SELECT state FROM runs WHERE run_id = ?", (run_id,))
+    live = bool(runs) and runs[0]["state"] in LIVE_STATES
+    # A live run's write with no outcome yet is running now: only its runner can say.
+    unknown = _UNKNOWN if live else f"({_UNKNOWN} OR outcome IS NULL)"
+    rows = await tx.fetchall(
+        "SELECT tool, outcome FROM approvals WHERE run_id = ? AND call_id = ? AND state ="
+        f" 'approved' AND tool != '{QUESTION}'",
+        (run_id, call_id),
+    )
+    if not rows:
+        return f"{call_id} is not an approved write of run {run_id}"
+    outcome = "executed" if applied else "failed"
+    changed = await tx.execute(
+        f"UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ? AND {unknown}",
+        (outcome, run_id, call_id),
+    )
+    if changed != 1:
+        known = rows[0]["outcome"] or "running"
+        return f"{call_id}'s outcome is not unknown: it is {known}"
+    said = {"call_id": call_id, "applied": applied}
+    if live:
+        await send_command(tx, run_id, RESOLVE, by, said)
+        return None
+    last = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+    event = OutcomeResolved(
+        run_id=run_id,
+        seq=(last[0][0] or 0) + 1,
+        call_id=call_id,
+        tool=rows[0]["tool"],
+        applied=applied,
+        by=by,
+    )
+    await tx.execute(
+        "INSERT INTO events (run_id, seq, kind, at, body, origin) VALUES (?, ?, ?, ?, ?, 'reader')",
+        (run_id, event.seq, event.kind, event.at.isoformat(), event.model_dump_json()),
+    )
+    return None
+
+
+GRANT_CLASSES: dict[str, type[EventBase]] = {
+    kind_of(cls): cls for cls in (GrantGiven, GrantRevoked, ApprovalDecided)
+}
+
+
+async def grant_events(store: Store, run_id: str | None = None) -> list[EventBase]:
+    """The events that make runs' grants (given, used, revoked), each run's in order."""
+    kinds = tuple(GRANT_CLASSES)
+    # An approval counts only when a grant gave it (its body names the grant).
+    sql = (
+        f"SELECT body FROM events WHERE kind IN {kinds}"
+        f" AND (kind != '{kind_of(ApprovalDecided)}' OR body LIKE '%\"grant_id\":\"%')"
+    )
+    params: tuple[Any, ...] = ()
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params = (run_id,)
+    rows = await store.fetchall(sql + " ORDER BY run_id, seq", params)
+    made: list[EventBase] = []
+    for row in rows:
+        body = json.loads(row["body"])
+        made.append(GRANT_CLASSES[body["kind"]].model_validate(body))
+    return made
