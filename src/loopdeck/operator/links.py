@@ -11,8 +11,9 @@ from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import Event
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
+from loopdeck.core.unknown_outcomes import Unresolvable
 from loopdeck.llm.loader import litellm_module
-from loopdeck.operator.approval_queue import ApprovalQueue
+from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.replay_link import ReplayLink as ReplayLink
 from loopdeck.operator.replay_link import load_events as load_events
 from loopdeck.store import deciding
@@ -46,6 +47,15 @@ class RunLink(Protocol):
     def resume(self, by: str) -> None: ...
     def message(self, text: str, by: str) -> None:
         """The operator's words to the agent, heard before the model's next turn."""
+        ...
+
+    async def revoke(self, grant_id: str, by: str) -> str | None:
+        """A standing grant withdrawn: None when done or sent, else why not."""
+        ...
+
+    async def resolve(self, call_id: str, applied: bool, by: str, tell: Tell = ...) -> str | None:
+        """The operator's word on a write whose outcome is unknown, through the store when
+        recorded (one winner): None when it is the one taken, else why not."""
         ...
 
     def risk_of(self, tool: str) -> str: ...
@@ -127,6 +137,22 @@ class LocalLink:
 
     def message(self, text: str, by: str) -> None:
         self._rt.message(text, by=by)
+
+    async def revoke(self, grant_id: str, by: str) -> str | None:
+        return self._rt.revoke(grant_id, by=by)
+
+    async def resolve(
+        self, call_id: str, applied: bool, by: str, tell: Tell = deciding.untold
+    ) -> str | None:
+        if isinstance(self.queue, StoreBackedQueue):  # recorded: the store takes it first
+            store = self.queue.recording.store
+            run_id = self._rt.config.run_id
+            return await deciding.resolve(store, run_id, call_id, applied=applied, by=by, tell=tell)
+        try:
+            self._rt.resolve(call_id, applied, by=by)
+        except Unresolvable as exc:
+            return str(exc)
+        return None
 
     def risk_of(self, tool: str) -> str:
         spec = self._rt.tools.get(tool)

@@ -87,5 +87,13 @@ class ReplayLink:
     def resume(self, by: str) -> None: ...
     def message(self, text: str, by: str) -> None: ...
 
+    async def revoke(self, grant_id: str, by: str) -> str | None:
+        return "the run is over: its grants ended with it"
+
+    async def resolve(
+        self, call_id: str, applied: bool, by: str, tell: Tell = deciding.untold
+    ) -> str | None:
+        return "a replay only reads: resolve it with `loopdeck resolve`"
+
     def risk_of(self, tool: str) -> str:
         return "write"

@@ -23,10 +23,13 @@ from loopdeck.core.events import (
     DecisionMade,
     Event,
     EventBase,
+    GrantGiven,
+    GrantRevoked,
     GuardTripped,
     ModelRetry,
     OperatorCommand,
     OperatorMessage,
+    OutcomeResolved,
     PlanWritten,
     QuestionAnswered,
     QuestionAsked,
@@ -44,6 +47,7 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
+from loopdeck.operator.grant_book import GrantBook
 
 MAX_CALL_ROWS = 500
 
@@ -122,6 +126,9 @@ class RunView:
     # while one of them is about it.
     questions: dict[str, QuestionAsked] = field(default_factory=dict)
     guard_held: str | None = None
+    # The run's standing grants, and its writes whose outcome waits for the operator's word.
+    grants: GrantBook = field(default_factory=GrantBook)
+    unknown: dict[str, str] = field(default_factory=dict)  # call id -> tool
     _live_state: RunState = RunState.READY
 
     @property
@@ -250,8 +257,28 @@ class RunView:
         verb = "approved" if e.approved else "rejected"
         when = transcript.clock_text(e.at)
         reason = f": {e.reason}" if not e.approved and e.reason else ""
-        self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}"
-        self.changed_calls.add(e.call_id)
+        edited = f", edited: {'; '.join(e.changes)}" if e.changes else ""
+        self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}{edited}"
+        self.grants.take(e)
+        if (row := self._row(e.call_id)) and e.args is not None:
+            row.args = e.args
+
+    @_handles(GrantGiven)
+    def _on_grant_given(self, e: GrantGiven) -> None:
+        self.grants.take(e)
+
+    @_handles(GrantRevoked)
+    def _on_grant_revoked(self, e: GrantRevoked) -> None:
+        self.grants.take(e)
+
+    @_handles(OutcomeResolved)
+    def _on_outcome_resolved(self, e: OutcomeResolved) -> None:
+        self.unknown.pop(e.call_id, None)
+        if row := self._row(e.call_id):
+            row.status = CallStatus.EXECUTED if e.applied else CallStatus.FAILED
+        said = "applied" if e.applied else "not applied"
+        when = transcript.clock_text(e.at)
+        self.decided[e.call_id] = f"{self.decided.get(e.call_id, '')}; {said} by {e.by} at {when}"
 
     @_handles(ApprovalWithdrawn)
     def _on_approval_withdrawn(self, e: ApprovalWithdrawn) -> None:
@@ -274,6 +301,8 @@ class RunView:
                 row.duration_ms = e.duration_ms
         if e.status is CallStatus.BLOCKED_REPEAT:
             self.repeats += 1
+        if e.status is CallStatus.OUTCOME_UNKNOWN:
+            self.unknown[e.call_id] = e.tool
 
     @_handles(GuardTripped)
     def _on_guard_tripped(self, e: GuardTripped) -> None:
@@ -348,6 +377,7 @@ class RunView:
         self.stopped_at = e.at
         self.paused = False
         self.questions.clear()
+        self.grants.ended(self.run_id)
         if self.guard_held is not None:
             self.changed_calls.add(self.guard_held)
             self.guard_held = None

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import (
@@ -245,14 +246,14 @@ class StoreLink:
         for listener in list(self._failure_listeners):
             listener(failed, means)
 
-    def _send(self, command: str, by: str, text: str | None = None) -> None:
+    def _send(self, command: str, by: str, said: Any = None) -> None:
         """On its way in a task of its own, kept until it ends; its failure is told. A
-        message (`text`) travels as a command of its own (`queries.send_message`)."""
+        message or a revoke (`said`) travels as a command with its words."""
         if self.store is None:  # the link stopped following the store (its drive ended)
             self._failed(command, NOT_FOLLOWING, live="if it is still live, ")
             return
         task = asyncio.get_running_loop().create_task(
-            self._deliver(self.store, command, by, text),
+            self._deliver(self.store, command, by, said),
             name=f"loopdeck-{command}-{self.run_id}",
         )
         self._sending.add(task)
@@ -266,15 +267,12 @@ class StoreLink:
         if error is not None:
             self._failed(command, f"{type(error).__name__}: {error}")
 
-    async def _deliver(self, store: Store, command: str, by: str, text: str | None) -> None:
+    async def _deliver(self, store: Store, command: str, by: str, said: Any) -> None:
         """A command given while the store cannot be reached is sent once it can (the header
         says it is unreachable meanwhile), unless the console leaves first."""
         while self._closing is not None and not self._closing.is_set():
             try:
-                if text is None:
-                    await queries.send_command(store, self.run_id, command, by)
-                else:
-                    await queries.send_message(store, self.run_id, text, by)
+                await queries.send_command(store, self.run_id, command, by, said)
                 return
             except StoreUnavailable as exc:
                 self.outage.failed(exc)
@@ -294,6 +292,19 @@ class StoreLink:
 
     def message(self, text: str, by: str) -> None:
         self._send(queries.MESSAGE, by, text)
+
+    async def revoke(self, grant_id: str, by: str) -> str | None:
+        self._send(queries.REVOKE, by, {"grant_id": grant_id})
+        return None
+
+    async def resolve(
+        self, call_id: str, applied: bool, by: str, tell: Tell = deciding.untold
+    ) -> str | None:
+        if self.store is None:
+            raise StoreError(NOT_FOLLOWING)
+        return await deciding.resolve(
+            self.store, self.run_id, call_id, applied=applied, by=by, tell=tell
+        )
 
     def risk_of(self, tool: str) -> str:
         return self._risks.get(tool, "write")
