@@ -220,3 +220,84 @@ def test_grant_rules_read_as_written_and_refuse_a_way_out_of_their_folder() -> N
     for bad in ("everything", "=x", "path", "path=src/*,"):
         with pytest.raises(GrantRuleError):
             GrantRule.parse(bad)
+
+
+# -- what the provider is sent: checked by the strict loopback OpenAI server ----------------
+HOSTILE = "\x1b[2J\x00\x07\u202eevil\u2066x\u2069 [b]bold[/] " + "A" * 1_000_000
+
+
+def _strict_run(env: Path, replies: list[Any], operator: Operator) -> tuple[Any, Any]:
+    from test_provider_message_order import StrictOpenAI
+
+    from loopdeck.operator.launch import RunOptions, prepare_run
+
+    async def go() -> tuple[Any, Any]:
+        with StrictOpenAI(replies) as server:
+            options = RunOptions(
+                env=str(env), model="openai/gpt-4o-mini", api_base=server.url, mode="react",
+                approve="auto",
+            )  # fmt: skip
+            prepared = prepare_run(options, approver=operator)
+            operator.runtime = prepared.runtime
+            try:
+                outcome = await prepared.runtime.run()
+            finally:
+                prepared.cleanup()
+        assert not server.refused, (outcome.stop_reason, server.refused)
+        return outcome, server
+
+    return go()  # type: ignore[return-value]
+
+
+@pytest.fixture
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
+
+
+@pytest.mark.usefixtures("_key")
+async def test_an_edit_inside_a_batch_is_told_after_its_last_result_capped_and_escaped() -> None:
+    from conftest import HARNESS
+    from test_provider_message_order import calls, order_problems
+
+    batch = calls(
+        ("call_a", "echo", {"text": "a"}),
+        ("call_w", "write_note", {"text": "draft"}),
+        ("call_b", "echo", {"text": "b"}),
+    )
+    done = calls(("call_d", "write_note", {"text": "done"}))
+    operator = Operator(_approve(args={"text": HOSTILE}), None)
+    outcome, server = await _strict_run(HARNESS, [batch, done], operator)
+    assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
+    last = server.requests[-1]["messages"]
+    at = next(i for i, m in enumerate(last) if m.get("tool_calls"))
+    tail = last[at:]
+    assert [m["role"] for m in tail] == ["assistant", "tool", "tool", "tool", "user"]
+    note = tail[4]["content"]
+    assert note.startswith("The operator says: I edited the arguments of your write_note call")
+    assert len(note) < 1000 and "\x1b" not in note and "\u202e" not in note
+    assert "\\u001b" in note or "\\x1b" in note  # shown as an escape, never obeyed
+    assert all(not order_problems(r["messages"]) for r in server.requests)
+
+
+@pytest.mark.usefixtures("_key")
+async def test_a_resolution_reaches_the_next_request_as_the_operators_words() -> None:
+    from test_provider_message_order import calls, order_problems
+
+    def resolve_then_approve(request: ApprovalRequest, runtime: Any) -> ApprovalDecision:
+        runtime.resolve("c1", applied=False, by="op")
+        return ApprovalDecision(call_id=request.call_id, approved=True, by="op")
+
+    replies = [
+        calls(("call_t", "transform", {"name": "x"})),
+        calls(("call_w", "write_file", {"path": "notes.txt", "content": "between"})),
+        calls(("call_r", "transform", {"name": "x"})),
+        calls(("call_d", "write_file", {"path": "DONE", "content": "yes"})),
+    ]
+    operator = Operator(None, resolve_then_approve)
+    outcome, server = await _strict_run(DECISIONS, replies, operator)
+    assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
+    third = server.requests[2]["messages"]
+    assert [m["role"] for m in third[-3:]] == ["assistant", "tool", "user"]
+    assert "transform" in third[-1]["content"] and "did not take effect" in third[-1]["content"]
+    assert outcome.calls[2].status is CallStatus.EXECUTED
+    assert all(not order_problems(r["messages"]) for r in server.requests)
