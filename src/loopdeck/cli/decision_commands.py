@@ -9,11 +9,6 @@ import json
 import sys
 from typing import Any
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.arg_edits import check_edit
@@ -52,36 +47,34 @@ def decided_words(args: argparse.Namespace, grant: GrantRule | None) -> str:
 
 
 async def grants(store: Store, args: argparse.Namespace) -> int:
+    """Each grant in two lines (a table would cut the rule or the run id at 80 columns)."""
     if args.run_id is not None:
         await records.known_run(store, args.run_id)
     rows = await records.grants(store, args.run_id)
-    table = Table(title="standing grants", box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("run_id", "grant", "tool", "covers", "uses", "granted by", "state"):
-        table.add_column(column)
-    listed = []
-    for row in rows:
-        cells = (row.run_id, row.grant_id, row.tool, row.rule, row.uses_text(), row.by)
-        table.add_row(*(Text(visible(c)) for c in (*cells, row.state())))
-        listed.append(
-            {
-                "run_id": row.run_id,
-                "grant_id": row.grant_id,
-                "tool": row.tool,
-                "covers": row.rule,
-                "used": row.used,
-                "uses_left": row.uses_left,
-                "expires_at": row.expires_at,
-                "by": row.by,
-                "state": row.state(),
-            }
-        )
     if args.json:
-        print(json.dumps(listed, default=str))
-    elif rows:
-        Console().print(table)
-    else:
+        print(json.dumps([_grant_json(row) for row in rows], default=str))
+        return 0
+    if not rows:
         print("no grants" + (f" in run {visible(args.run_id)}" if args.run_id else ""))
+    for row in rows:
+        given = records.local_time(row.given_at.isoformat())
+        print(visible(f"{row.grant_id}  run {row.run_id}  {row.tool}: {row.rule}"))
+        print(visible(f"    {row.uses_text()} · granted by {row.by} at {given} · {row.state()}"))
     return 0
+
+
+def _grant_json(row: records.GrantRow) -> dict[str, Any]:
+    return {
+        "run_id": row.run_id,
+        "grant_id": row.grant_id,
+        "tool": row.tool,
+        "covers": row.rule,
+        "used": row.used,
+        "uses_left": row.uses_left,
+        "expires_at": row.expires_at,
+        "by": row.by,
+        "state": row.state(),
+    }
 
 
 async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
