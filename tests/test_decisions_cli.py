@@ -82,7 +82,7 @@ def _approve_at_once(db: Location, run_id: str, edits: list[dict[str, Any]]) -> 
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for edit in edits
     ]
     return [(p, *p.communicate(timeout=120)) for p in procs]
