@@ -155,7 +155,7 @@ async def test_not_applied_frees_the_key_and_the_retry_runs_exactly_once() -> No
 
     def resolve_then_approve(request: ApprovalRequest, runtime: Any) -> ApprovalDecision:
         runtime.resolve("c1", applied=False, by="op")
-        said.extend(runtime.messages.unheard())
+        said.extend(runtime.messages.waiting)
         return ApprovalDecision(call_id=request.call_id, approved=True, by="op")
 
     operator = Operator(None, resolve_then_approve)  # c2: the write after the unknown
@@ -301,3 +301,15 @@ async def test_a_resolution_reaches_the_next_request_as_the_operators_words() ->
     assert "transform" in third[-1]["content"] and "did not take effect" in third[-1]["content"]
     assert outcome.calls[2].status is CallStatus.EXECUTED
     assert all(not order_problems(r["messages"]) for r in server.requests)
+
+
+async def test_a_message_still_waiting_at_the_stop_is_recorded_unheard() -> None:
+    def speak_then_stop(request: ApprovalRequest, runtime: Any) -> ApprovalDecision:
+        runtime.message("hold off on the rest", by="op")
+        runtime.cancel(after_current_tools=True, by="op")
+        return ApprovalDecision(call_id=request.call_id, approved=True, by="op")
+
+    outcome, rec, _ = await _run("files", Operator(speak_then_stop))
+    assert outcome.stop_reason is StopReason.CANCELLED
+    [stopped] = rec.kinds("run_stopped")
+    assert stopped.unheard == ["hold off on the rest"]

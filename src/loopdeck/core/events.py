@@ -211,6 +211,8 @@ class RunStopped(EventBase):
     state: RunState
     stop_reason: StopReason
     detail: str
+    # The operator's messages still waiting for the model's next turn, which never came.
+    unheard: list[str] = []
 
 
 Event = Annotated[

@@ -21,12 +21,14 @@ class OperatorMessages:
         self._emit = emit
         self._run_id = run_id
         self._waiting: list[str] = []
+        self._said: set[int] = set()  # which of those waiting are messages (not notes)
         self.heard: list[str] = []
 
     def say(self, text: str, by: str) -> None:
         """The operator's message, recorded now; the model hears it before its next turn."""
         text = capped(escape_surrogates(text), MESSAGE_CAP)
         self._emit(OperatorMessage, run_id=self._run_id, text=text, by=by)
+        self._said.add(len(self._waiting))
         self._waiting.append(text)
 
     def note(self, text: str) -> None:
@@ -34,12 +36,18 @@ class OperatorMessages:
         unknown outcome resolved: `OutcomeResolved`)."""
         self._waiting.append(text)
 
-    def unheard(self) -> list[str]:
-        """The messages the model has not heard yet (at the stop: never will)."""
+    @property
+    def waiting(self) -> list[str]:
+        """Everything the model hears before its next turn: messages and notes, in order."""
         return list(self._waiting)
+
+    def unheard(self) -> list[str]:
+        """The operator's messages the model has not heard yet (at the stop: never will)."""
+        return [text for i, text in enumerate(self._waiting) if i in self._said]
 
     def take(self) -> list[str]:
         """The messages not heard yet, in order; from now on they count as heard."""
         taken, self._waiting = self._waiting, []
+        self._said = set()
         self.heard = (self.heard + taken)[-HEARD_KEPT:]
         return taken

@@ -332,6 +332,7 @@ class Runtime:
             state=self.machine.state,
             stop_reason=stop.reason,
             detail=escape_surrogates(stop.detail),
+            unheard=self.messages.unheard(),
         )
         # A run with any call of unknown price has an unknown cost, never a partial sum.
         cost = self.ledger.cost_usd if self.ledger.cost_unknown_calls == 0 else None
