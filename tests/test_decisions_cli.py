@@ -88,6 +88,7 @@ def _approve_at_once(db: Location, run_id: str, edits: list[dict[str, Any]]) -> 
     return [(p, *p.communicate(timeout=120)) for p in procs]
 
 
+@pytest.mark.slow  # seconds of runners in other processes: `make stress` (CI runs it)
 async def test_two_operators_edit_the_same_call_and_one_wins(db: Location) -> None:
     runner = start_runner(DECISIONS, "files", db, "--approve", "wait")
     try:
@@ -203,3 +204,24 @@ async def test_resolve_an_ended_runs_unknown_outcome_from_the_cli(db: Location) 
     assert resolved["applied"] is True
     exported = loopdeck("export", run_id, db=db).stdout.splitlines()
     assert json.loads(exported[-1])["kind"] == "outcome_resolved"
+
+
+async def test_a_version_2_store_gains_the_decision_columns_when_opened(db: Location) -> None:
+    from loopdeck.store.opening import open_store
+
+    store = await open_store(db, create=True)
+    try:
+        for column in ("edited_args", "grant_rule"):
+            await store.execute(f"ALTER TABLE approvals DROP COLUMN {column}")
+        await store.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    finally:
+        await store.close()
+    listed = loopdeck("pending", "--json", db=db)
+    assert listed.returncode == 0, listed.stderr
+    store = await open_store(db)
+    try:
+        [version] = await store.fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
+        row = await store.fetchall("SELECT edited_args, grant_rule FROM approvals")
+    finally:
+        await store.close()
+    assert version[0] == "3" and row == []
