@@ -131,6 +131,8 @@ async def test_a_grant_from_the_cli_approves_the_next_calls_and_is_listed(db: Lo
         assert given.returncode == 0, given.stderr
         assert "granted for path=src/*, 3 uses" in given.stdout
         await _pending_call(db, "c5")  # c2, c3, c4 by the grant; c5 asks
+        late = loopdeck("reject", run_id, "c3", db=db)  # a granted call is never pending
+        assert late.returncode == 1 and "already decided: approved by grant g1" in late.stderr
         listed = last_json(loopdeck("grants", run_id, "--json", db=db).stdout)
         assert [(g["grant_id"], g["used"], g["uses_left"], g["state"]) for g in listed] == [
             ("g1", ["c2", "c3", "c4"], 0, "used up")

@@ -23,6 +23,8 @@ class ApprovalRequested(EventBase):
     rationale: str = ""
     asked_again: str = ""
     args_schema: dict[str, Any] = {}  # the tool's argument schema, for an edit
+    # Approved by this standing grant as it is asked: never pending, nobody is asked.
+    grant_id: str | None = None
 
 
 class ApprovalDecided(EventBase):

@@ -179,7 +179,12 @@ class WriteApprovals:
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
         record.status = CallStatus.PENDING_APPROVAL
-        rt.emit(ApprovalRequested, run_id=self.run_id, **request.model_dump(exclude={"run_id"}))
+        rt.emit(
+            ApprovalRequested,
+            run_id=self.run_id,
+            grant_id=grant.grant_id if grant else None,
+            **request.model_dump(exclude={"run_id"}),
+        )
         if grant is not None:  # still a recorded approval, by the grant
             return ApprovalDecision(call_id=request.call_id, approved=True, by=grant.approver())
         self.pending = request

@@ -33,9 +33,9 @@ EventRow = tuple[str, int, str, str, str]
 # A call asked again (its receipt expired) replaces its row: pending again, undecided.
 ASKED_AGAIN = (
     "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
-    " requested_at = excluded.requested_at, expires_at = excluded.expires_at, state = 'pending',"
-    " decided_by = NULL, reason = NULL, decided_at = NULL, outcome = NULL, edited_args = NULL,"
-    " grant_rule = NULL"
+    " requested_at = excluded.requested_at, expires_at = excluded.expires_at,"
+    " state = excluded.state, decided_by = excluded.decided_by, reason = NULL,"
+    " decided_at = NULL, outcome = NULL, edited_args = NULL, grant_rule = NULL"
 )
 
 
@@ -169,11 +169,13 @@ async def _run_stopped(rows: RunRows, db: Tx, e: RunStopped) -> None:
 @_writes(ApprovalRequested)
 async def _approval_requested(rows: RunRows, db: Tx, e: ApprovalRequested) -> None:
     rows.asked.add(e.call_id)  # its outcome goes on the approval's row
+    # A call a grant approves is never pending: no other decider may take it.
+    state, by = ("approved", f"grant {e.grant_id}") if e.grant_id else ("pending", None)
     await db.execute(
         "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
-        f" expires_at, state) VALUES (?, ?, ?, ?, ?, ?, 'pending') {ASKED_AGAIN}",
+        f" expires_at, state, decided_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?) {ASKED_AGAIN}",
         (e.run_id, e.call_id, e.tool, json.dumps(e.args), e.requested_at.isoformat(),
-         e.expires_at.isoformat()),
+         e.expires_at.isoformat(), state, by),
     )  # fmt: skip
 
 
