@@ -69,7 +69,10 @@ def last_json(text: str) -> Any:
     return json.loads([line for line in text.splitlines() if line.strip()][-1])
 
 
-async def wait_for_pending(db: Location, timeout: float = 30.0) -> dict[str, Any]:
+async def wait_for_pending(
+    db: Location, timeout: float = 30.0, call_id: str | None = None
+) -> dict[str, Any]:
+    """The first write waiting for approval (or the one named) once there is one."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         store = await open_existing(db)
@@ -78,7 +81,8 @@ async def wait_for_pending(db: Location, timeout: float = 30.0) -> dict[str, Any
                 pending = await queries.pending_approvals(store)
             finally:
                 await store.close()
-            if pending:
-                return pending[0]
-        await asyncio.sleep(0.1)
-    raise AssertionError("no approval became pending")
+            for item in pending:
+                if call_id is None or item["call_id"] == call_id:
+                    return item
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{call_id or 'no approval'} never waited for approval")

@@ -35,10 +35,12 @@ class Operator:
         return ApprovalDecision(call_id=request.call_id, approved=True, by="op")
 
 
-async def _run(script: str, operator: Operator, **data: Any) -> tuple[Any, Any, Any]:
+async def _run(script: str, operator: Operator, on_event: Any = None) -> tuple[Any, Any, Any]:
     prepared, recorder = prepare(DECISIONS, script, approver=operator)
     operator.runtime = prepared.runtime
     env = prepared.runtime.env
+    if on_event is not None:
+        prepared.runtime.bus.subscribe(on_event)
     try:
         outcome = await prepared.runtime.run()
     finally:
@@ -94,13 +96,7 @@ async def test_a_grant_used_three_times_then_revoked_asks_the_fourth() -> None:
         if isinstance(event, ApprovalDecided) and event.grant_id and event.call_id == "c4":
             revoked.append(operator.runtime.revoke("g1", by="op2"))
 
-    prepared, rec = prepare(DECISIONS, "files", approver=operator)
-    operator.runtime = prepared.runtime
-    prepared.runtime.bus.subscribe(on_event)
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, rec, _ = await _run("files", operator, on_event)
     assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
     assert revoked == [None]
     by_grant = [e for e in rec.kinds("approval_decided") if e.grant_id]
@@ -112,7 +108,7 @@ async def test_a_grant_used_three_times_then_revoked_asks_the_fourth() -> None:
     # every granted call is still a recorded approval: requested, then decided
     requested = [e.call_id for e in rec.kinds("approval_requested")]
     assert requested == ["c1", "c2", "c3", "c4", "c5", "c6"]
-    assert prepared.runtime.revoke("g1") == "grant g1 was already revoked by op2"
+    assert operator.runtime.revoke("g1") == "grant g1 was already revoked by op2"
 
 
 async def test_a_grant_for_n_uses_asks_again_after_them() -> None:
@@ -135,13 +131,7 @@ async def test_a_granted_call_whose_state_changed_before_dispatch_asks_the_opera
         if isinstance(event, ApprovalDecided) and event.grant_id == "g1" and event.call_id == "c2":
             operator.runtime.env.files["drift"] = "moved"  # the world moves under the call
 
-    prepared, rec = prepare(DECISIONS, "files", approver=operator)
-    operator.runtime = prepared.runtime
-    prepared.runtime.bus.subscribe(on_event)
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, rec, _ = await _run("files", operator, on_event)
     assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
     assert [r.call_id for r in operator.asked] == ["c1", "c2"]
     assert operator.asked[1].asked_again == "environment state changed since approval"

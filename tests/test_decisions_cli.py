@@ -12,28 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_helpers import last_json, loopdeck, open_existing, start_runner
+from store_helpers import last_json, loopdeck, open_existing, start_runner, wait_for_pending
 
-from loopdeck.store import queries
 from loopdeck.store.base import Location
 
 DECISIONS = Path(__file__).parent / "envs" / "decisions"
 
 
-async def _pending_call(db: Location, call_id: str, timeout_polls: int = 600) -> str:
+async def _pending_call(db: Location, call_id: str) -> str:
     """The run id once `call_id` waits for approval."""
-    for _ in range(timeout_polls):
-        store = await open_existing(db)
-        if store is not None:
-            try:
-                pending = await queries.pending_approvals(store)
-            finally:
-                await store.close()
-            for item in pending:
-                if item["call_id"] == call_id:
-                    return str(item["run_id"])
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{call_id} never waited for approval")
+    return str((await wait_for_pending(db, 60.0, call_id))["run_id"])
 
 
 async def _events(db: Location, run_id: str, kind: str) -> list[dict[str, Any]]:
