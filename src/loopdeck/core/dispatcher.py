@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from loopdeck.core.approvals import ApprovalReceipt
+from loopdeck.core.control import StopRun
 from loopdeck.core.env_faults import described, home_of
 from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
 from loopdeck.core.text import capped, escape_surrogates, json_text
@@ -141,8 +142,8 @@ class Dispatcher:
                 failure = self._failure(
                     ErrorCode.TIMEOUT, f"{spec.name} timed out after {spec.timeout_s}s"
                 )
-            except EnvBusy:
-                raise  # the runtime stops the run: env code it abandoned is still running
+            except (EnvBusy, StopRun):
+                raise  # the runtime stops the run: env code still running, a server gone
             except UnserializableResult as exc:
                 message = f"{spec.name} returned a result that is not JSON: {exc}"
                 return None, self._failure(ErrorCode.INVALID_RESULT, message), attempt

@@ -23,7 +23,7 @@ WORKSPACE_DIR = "workspace"
 class EnvDir:
     path: Path
     scenario: Scenario
-    module: ModuleType
+    module: ModuleType | None  # None: an MCP env with no `env.py` (`[mcp]` says it all)
 
     @property
     def name(self) -> str:
@@ -40,6 +40,8 @@ class EnvDir:
 
     def create(self, workdir: Path) -> Environment:
         """A fresh Environment working on `workdir` (a copy, never the env folder itself)."""
+        if self.module is None:
+            raise ScenarioError(f"{self.path / 'env.py'}: file not found")
         try:
             env = self.module.make_env(workdir, dict(self.scenario.data))
         except Exception as exc:  # user code: report it against the file that failed
@@ -114,7 +116,27 @@ def load_env_dir(
             f"{path / 'scenario.toml'}: the env requires {', '.join(map(repr, missing))}, "
             f"which {sys.executable} cannot import (pip install {' '.join(missing)})"
         )
+    if scenario.mcp is not None and not (path / "env.py").is_file():
+        _check_mcp_without_code(path, scenario)
+        return EnvDir(path=path, scenario=scenario, module=None)
     return EnvDir(path=path, scenario=scenario, module=_import_env_module(path))
+
+
+def _check_mcp_without_code(path: Path, scenario: Scenario) -> None:
+    """An MCP env with no `env.py` says its state and its goal check in `scenario.toml`."""
+    assert scenario.mcp is not None
+    where = path / "scenario.toml"
+    if scenario.mcp.snapshot is None:
+        raise ScenarioError(
+            f"{where}: [mcp] has no snapshot: list the resources or read tools that hold the"
+            ' goal\'s state (or write snapshot = "none": the state is then not observed), or'
+            " give env.py with snapshot()"
+        )
+    if scenario.goal_check is None:
+        raise ScenarioError(
+            f"{where}: no goal_check: give the command that checks the goal in the working"
+            " copy (exit 0: met), or env.py with unmet()"
+        )
 
 
 def find_env_dirs(root: Path) -> list[Path]:

@@ -62,6 +62,9 @@ class Environment:
         """The reasons the goal is not met in this snapshot; empty means met."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """The run is over: release what the env holds (an MCP env stops its server)."""
+
     def fingerprint(self) -> str:
         return short_hash(self.snapshot())
 

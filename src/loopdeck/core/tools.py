@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     SKIPPED_AFTER_TRIP = "SKIPPED_AFTER_TRIP"
     ENV_BUSY = "ENV_BUSY"
+    TOOL_ERROR = "TOOL_ERROR"  # an MCP server's `isError`: the tool says it failed
 
 
 TRANSIENT_CODES = frozenset({ErrorCode.TEMPORARY_UNAVAILABLE, ErrorCode.TIMEOUT})
@@ -111,6 +112,9 @@ class ToolSpec(BaseModel):
     description: str
     args_model: type[BaseModel]
     risk: Risk = "read"
+    # Where the risk came from, for the operator ("server says read-only", "scenario
+    # override"); empty for a Python tool, whose `@tool(risk=…)` says it.
+    risk_source: str = ""
     timeout_s: float = Field(default=10.0, gt=0)
     exempt_from_guard: bool = False
     fn: Any = Field(exclude=True)

@@ -14,9 +14,10 @@ from loopdeck.bundled import bundled_folder
 from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
+from loopdeck.core.environment import Environment
 from loopdeck.core.events import EventBus
 from loopdeck.core.runtime import RunConfig, Runtime
-from loopdeck.core.scenario import ScenarioError, Script
+from loopdeck.core.scenario import ScenarioError, Script, workdir_in_script
 from loopdeck.core.script_check import check_script
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
 from loopdeck.llm.profile import UnsupportedLayer
@@ -72,6 +73,7 @@ class PreparedRun:
     queue: ApprovalQueue | None = None  # the console's, when it decides (`approving.deciders`)
 
     def cleanup(self) -> None:
+        self.runtime.env.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -115,18 +117,33 @@ def prepare_run(
         model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
         examples=scenario.examples,
     )
-    model = _model(options, env_dir, config, script)
     workdir = env_dir.prepare_workdir()
+    env: Environment | None = None
     try:
-        env = env_dir.create(workdir)
+        if script is not None and env_dir.scenario.mcp is not None:
+            script = workdir_in_script(script, workdir)
+        model = _model(options, env_dir, config, script)
+        env = _env(env_dir, workdir)
         if script is not None and script_name is not None:
             tools = {spec.name: spec for spec in env.tools()}
             check_script(env_dir.path / "scenario.toml", script_name, script, tools)
     except Exception:
+        if env is not None:
+            env.close()
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     runtime = Runtime(config, env, model, approver, bus=bus, answerer=answerer)
     return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
+
+
+def _env(env_dir: EnvDir, workdir: Path) -> Environment:
+    """The run's env: its `env.py`'s, or, for an `[mcp]` env, one on its server (started
+    here: a server that cannot start is a `ScenarioError` with its stderr's tail)."""
+    if env_dir.scenario.mcp is None:
+        return env_dir.create(workdir)
+    from loopdeck.mcp_env.opening import open_mcp_env
+
+    return open_mcp_env(env_dir, workdir)
 
 
 def _script_name(options: RunOptions, env_dir: EnvDir, model_name: str) -> str | None:

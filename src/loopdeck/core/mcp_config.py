@@ -1,0 +1,97 @@
+"""The `[mcp]` table of a `scenario.toml`: an env whose tools come from an MCP server.
+
+```toml
+[mcp]
+command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "{workdir}"]  # or url = …
+env = { SOME_VAR = "value" }
+startup_timeout_s = 30
+snapshot = [ { resource = "file:///{workdir}/notes.md" },
+             { tool = "list_directory", args = { path = "{workdir}" } } ]
+
+[mcp.tools.write_file]
+risk = "write"
+exempt = false
+timeout_s = 20
+```
+
+`{workdir}` (the run's working copy) is put in every value here, in `goal_check` and in the
+string arguments of scripted calls (`workdir_in`); so are `{envdir}` (the env folder itself,
+where a server's own code may live) and `{python}` (the interpreter loopdeck runs on, which
+has the `mcp` SDK).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from loopdeck.core.tools import Risk
+
+WORKDIR = "{workdir}"
+
+
+class SnapshotEntry(BaseModel):
+    """One part of the goal-relevant state: a resource read, or a read tool called."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    resource: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one(self) -> SnapshotEntry:
+        if (self.resource is None) == (self.tool is None):
+            raise ValueError("a snapshot entry is one of resource = URI or tool = NAME")
+        return self
+
+
+class ToolOverride(BaseModel):
+    """What the scenario says of one server tool, over what the server's annotations say."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    risk: Risk | None = None
+    exempt: bool | None = None
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+class McpConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: list[str] | None = Field(default=None, min_length=1)
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=30.0, gt=0)
+    # The state the guard keys on and receipts bind to; "none": not observed (the guard keys
+    # on the count of executed writes). Required unless `env.py` gives `snapshot()`.
+    snapshot: list[SnapshotEntry] | Literal["none"] | None = None
+    tools: dict[str, ToolOverride] = Field(default_factory=dict)
+    call_timeout_s: float = Field(default=30.0, gt=0)  # a tool's timeout when none is set
+
+    @model_validator(mode="after")
+    def _one_server(self) -> McpConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError('[mcp] needs one of command = [...] or url = "http://…"')
+        return self
+
+    def in_workdir(self, workdir: Path, envdir: Path | None = None) -> McpConfig:
+        """This config with `{workdir}`, `{envdir}` and `{python}` put in every value."""
+        data = workdir_in(self.model_dump(), workdir, envdir)
+        return McpConfig.model_validate(data)
+
+
+def workdir_in(value: Any, workdir: Path, envdir: Path | None = None) -> Any:
+    """`value` with `{workdir}` (and `{envdir}`, `{python}`) replaced in every string, at
+    any depth."""
+    if isinstance(value, str):
+        value = value.replace(WORKDIR, str(workdir)).replace("{python}", sys.executable)
+        return value if envdir is None else value.replace("{envdir}", str(envdir))
+    if isinstance(value, dict):
+        return {k: workdir_in(v, workdir, envdir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [workdir_in(v, workdir, envdir) for v in value]
+    return value

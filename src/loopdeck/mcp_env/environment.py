@@ -1,0 +1,158 @@
+"""`McpEnvironment`: an env whose tools are an MCP server's, supervised like any other.
+
+Its tools come from `tools/list`: each an async loopdeck tool whose arguments model is the
+server's JSON Schema (`schema_args.py`), whose risk is the server's annotation unless the
+scenario overrides it (`readOnlyHint: true` → read; anything else → write, asked for), and
+whose result is the server's content, normalized (`results.py`). Its state is the scenario's
+`snapshot` entries, read through the server; its goal check the scenario's `goal_check`.
+
+An `env.py` may subclass it (`make_env(workdir, data)` returning one) to write `snapshot()`
+or `unmet()` in Python; `self.read_resource(uri)` and `self.call_tool(name, args)` reach the
+server from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from loopdeck.core.control import StopRun
+from loopdeck.core.environment import Environment
+from loopdeck.core.mcp_config import McpConfig, SnapshotEntry, ToolOverride
+from loopdeck.core.states import StopReason
+from loopdeck.core.tools import Risk, ToolSpec
+from loopdeck.mcp_env.connection import McpConnection, ServerFailed, ServerTool
+from loopdeck.mcp_env.goal_check import run_goal_check
+from loopdeck.mcp_env.results import call_result, resource_value
+from loopdeck.mcp_env.schema_args import args_model_for
+
+SNAPSHOT_TIMEOUT_S = 30.0
+NOT_OBSERVED = 'not observed (snapshot = "none"): the guard keys on the writes executed'
+
+
+class McpEnvironment(Environment):
+    def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
+        super().__init__(workdir, data)
+        self.connection: McpConnection | None = None
+        self.config: McpConfig | None = None
+        self.goal_check: list[str] | None = None
+        self.goal_check_timeout_s = 60.0
+        self.writes_executed = 0
+        self._specs: list[ToolSpec] = []
+
+    # -- the run's server ------------------------------------------------------------
+    def connect(
+        self, config: McpConfig, errlog: Path, goal_check: list[str] | None, check_s: float
+    ) -> None:
+        """Start the server and take its tools; `ServerFailed` names why it could not."""
+        self.config, self.goal_check, self.goal_check_timeout_s = config, goal_check, check_s
+        self.connection = McpConnection(config, self.workdir, errlog)
+        self.connection.start()
+        self._specs = [self._spec(tool) for tool in self.connection.tools]
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+    @property
+    def _server(self) -> McpConnection:
+        if self.connection is None:
+            raise ServerFailed("the MCP server was never started")
+        return self.connection
+
+    # -- tools ---------------------------------------------------------------------------
+    def tools(self) -> list[ToolSpec]:
+        return list(self._specs)
+
+    def _spec(self, tool: ServerTool) -> ToolSpec:
+        assert self.config is not None
+        override = self.config.tools.get(tool.name, ToolOverride())
+        risk, source = risk_of(tool, override)
+        timeout_s = override.timeout_s or self.config.call_timeout_s
+        return ToolSpec(
+            name=tool.name,
+            description=tool.description,
+            args_model=args_model_for(tool.name, tool.input_schema),
+            risk=risk,
+            risk_source=source,
+            timeout_s=timeout_s,
+            exempt_from_guard=bool(override.exempt),
+            fn=self._caller(tool.name, risk, timeout_s),
+        )
+
+    def _caller(self, name: str, risk: Risk, timeout_s: float) -> Callable[[Any], Awaitable[Any]]:
+        async def call(args: Any) -> Any:
+            arguments = args.model_dump(mode="json")
+            try:
+                result = await self._server.call(name, arguments, timeout_s + 1)
+            except ServerFailed as failed:
+                raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+            except Exception as exc:
+                raise _server_error(self._server, name, exc) from None
+            data = call_result(result)  # raises ToolError when the server says isError
+            if risk == "write":
+                self.writes_executed += 1
+            return data
+
+        return call
+
+    def call_tool(self, name: str, args: dict[str, Any]) -> Any:
+        """A tool called from env code on the env thread (a Python `snapshot()`): its data."""
+        return call_result(self._server.call_sync(name, args, SNAPSHOT_TIMEOUT_S))
+
+    def read_resource(self, uri: str) -> Any:
+        """A resource read from env code on the env thread: its text (or a blob's digest)."""
+        return resource_value(self._server.read_sync(uri, SNAPSHOT_TIMEOUT_S))
+
+    # -- state and goal ------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        assert self.config is not None
+        entries = self.config.snapshot
+        if entries is None or entries == "none":
+            return {"writes_executed": self.writes_executed}
+        return {"state": [self._read(entry) for entry in entries]}
+
+    def _read(self, entry: SnapshotEntry) -> Any:
+        try:
+            if entry.resource is not None:
+                return {"resource": entry.resource, "value": self.read_resource(entry.resource)}
+            assert entry.tool is not None
+            return {"tool": entry.tool, "value": self.call_tool(entry.tool, entry.args)}
+        except ServerFailed as failed:
+            raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+
+    def unmet(self, snapshot: dict[str, Any]) -> list[str]:
+        if self.goal_check is None:
+            raise StopRun(StopReason.TOOL_FAILURE, "this MCP env has no goal_check")
+        return run_goal_check(self.goal_check, self.workdir, self.goal_check_timeout_s)
+
+    @property
+    def observed(self) -> str:
+        """How this env's state is observed, for the console's words."""
+        entries = self.config.snapshot if self.config else None
+        if entries is None or entries == "none":
+            return NOT_OBSERVED
+        return f"{len(entries)} snapshot entr{'y' if len(entries) == 1 else 'ies'}"
+
+
+def risk_of(tool: ServerTool, override: ToolOverride) -> tuple[Risk, str]:
+    """The tool's risk and where it came from, in words the console shows."""
+    if override.risk is not None:
+        return override.risk, "scenario override"
+    if tool.read_only is True:
+        return "read", "server says read-only"
+    if tool.read_only is None and tool.destructive is None:
+        return "write", "no annotation: treated as write"
+    return "write", "server says it writes"
+
+
+def _server_error(server: McpConnection, tool: str, exc: Exception) -> Exception:
+    """A protocol error: the server gone stops the run; any other is a crash of the call
+    (a write's outcome is then unknown, as for a Python tool)."""
+    code = getattr(getattr(exc, "error", None), "code", None)
+    if code == -32000:  # CONNECTION_CLOSED: the server went away
+        return StopRun(StopReason.TOOL_FAILURE, server.failure_words(f"{tool}: connection closed"))
+    if code == -32001:  # the SDK's own timeout (the dispatcher's comes first)
+        return TimeoutError(f"{tool}: the server did not answer in time")
+    return RuntimeError(f"MCP error from {tool}: {exc}")
