@@ -17,15 +17,17 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "loopdeck"
-LAYERS = ("core", "store", "llm", "operator", "tui", "cli", "tuning")
+LAYERS = ("core", "store", "llm", "operator", "tui", "cli", "tuning", "mcp_env")
 
 # What each layer must not import (a layer or a third-party top-level package).
 FORBIDDEN: dict[str, frozenset[str]] = {
-    "core": frozenset({"store", "llm", "operator", "tui", "cli", "tuning"}),
-    "store": frozenset({"operator", "tui", "cli", "tuning"}),
-    "llm": frozenset({"store", "operator", "tui", "cli"}),
+    "core": frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "mcp_env", "mcp"}),
+    # MCP servers as environments: an env like any other, below the operator's door.
+    "mcp_env": frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "textual"}),
+    "store": frozenset({"operator", "tui", "cli", "tuning", "mcp_env", "mcp"}),
+    "llm": frozenset({"store", "operator", "tui", "cli", "mcp_env", "mcp"}),
     "operator": frozenset({"tui", "cli", "textual"}),
-    "tui": frozenset({"store", "cli"}),
+    "tui": frozenset({"store", "cli", "mcp_env", "mcp"}),
     # Process tuning is a fence below the layers that apply it.
     "tuning": frozenset({"store", "operator", "tui", "cli"}),
 }
