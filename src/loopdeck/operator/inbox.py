@@ -1,6 +1,8 @@
 """What waits for the operator across every run in a store: writes waiting for approval
-(soonest to expire first) and the model's questions, as typed entries, and the operator's
-decisions on them.
+(soonest to expire first), the model's questions, and writes whose outcome is unknown (only
+the operator can say whether they took effect), as typed entries, and the operator's
+decisions on them: approve (as proposed, edited, or with a standing grant), reject, answer,
+resolve an outcome, or message the entry's run.
 
 `Inbox.refresh` reads again only when the store's change counter moved; a store that cannot
 be read for now keeps the entries as last read (the next refresh tries again). Reading never
@@ -22,8 +24,9 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.grant_rules import GrantRule
 from loopdeck.operator import following
-from loopdeck.store import deciding, queries
+from loopdeck.store import deciding, outcome_queries, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 
 BY = "console inbox"  # who decided, as the store records it
@@ -43,6 +46,8 @@ class PendingWrite:
     rationale: str = ""
     plan_step: str = ""
     asked_again: str = ""
+    # The tool's argument schema, from the request: what an edit is checked against.
+    args_schema: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -65,11 +70,30 @@ class PendingQuestion:
         return f"{self.run_id}/{self.call_id}"
 
 
-InboxEntry = PendingWrite | PendingQuestion
+@dataclass(frozen=True)
+class PendingOutcome:
+    """An approved write whose outcome nobody knows (it timed out, raised or was cut short):
+    the operator says whether it took effect. `live`: its run still goes on."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    env: str  # "env/script" of its run
+    live: bool
+    plan_step: ClassVar[str] = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.run_id}/{self.call_id}"
+
+
+InboxEntry = PendingWrite | PendingQuestion | PendingOutcome
 
 
 async def read_entries(store: Store) -> list[InboxEntry]:
-    """Every pending write, soonest to expire first, then every question, oldest first."""
+    """Every pending write, soonest to expire first, then every question, oldest first, then
+    every unknown outcome, oldest first."""
     runs = {run["run_id"]: run for run in await queries.all_runs(store)}
 
     def env(run_id: str) -> str:
@@ -90,6 +114,7 @@ async def read_entries(store: Store) -> list[InboxEntry]:
                 rationale=request.get("rationale") or "",
                 plan_step=request.get("plan_step") or "",
                 asked_again=request.get("asked_again") or "",
+                args_schema=request.get("args_schema") or {},
             )
         )
     writes.sort(key=lambda write: write.expires)
@@ -102,7 +127,18 @@ async def read_entries(store: Store) -> list[InboxEntry]:
         )
         for q in await queries.pending_questions(store)
     ]
-    return [*writes, *questions]
+    outcomes = [
+        PendingOutcome(
+            run_id=row["run_id"],
+            call_id=row["call_id"],
+            tool=row["tool"] or "",
+            args=row["args"],
+            env=env(row["run_id"]),
+            live=row["live"],
+        )
+        for row in await outcome_queries.unknown_outcomes(store)
+    ]
+    return [*writes, *questions, *outcomes]
 
 
 @dataclass
@@ -142,12 +178,36 @@ class Inbox:
         self.entries = [e for e in self.entries if e.key != entry.key]
 
     async def decide(
-        self, entry: PendingWrite, approved: bool, reason: str = "", tell: Tell = deciding.untold
+        self,
+        entry: PendingWrite,
+        approved: bool,
+        reason: str = "",
+        tell: Tell = deciding.untold,
+        *,
+        args: dict[str, Any] | None = None,
+        grant: GrantRule | None = None,
     ) -> bool:
         """True if this decision was the one recorded, False if another came first. A
-        rejection's `reason` is what the model reads (the operator's, if none is given)."""
-        decision = ApprovalDecision(call_id=entry.call_id, approved=approved, reason=reason, by=BY)
+        rejection's `reason` is what the model reads (the operator's, if none is given). An
+        approval may carry the operator's edit of the arguments (`args`) or a standing
+        `grant` for later calls."""
+        decision = ApprovalDecision(
+            call_id=entry.call_id, approved=approved, reason=reason, by=BY, args=args, grant=grant
+        )
         return await deciding.decide(self._store(), entry.run_id, decision.with_reason(), tell=tell)
+
+    async def resolve(
+        self, entry: PendingOutcome, applied: bool, tell: Tell = deciding.untold
+    ) -> str | None:
+        """The operator's word on an unknown outcome: None when it is the one recorded, else
+        why not (another operator said first, the write is not unknown any more)."""
+        return await deciding.resolve(
+            self._store(), entry.run_id, entry.call_id, applied=applied, by=BY, tell=tell
+        )
+
+    async def message(self, entry: InboxEntry, text: str) -> None:
+        """The operator's words to the entry's run, heard before its model's next turn."""
+        await queries.send_message(self._store(), entry.run_id, text, BY)
 
     async def answer(self, entry: PendingQuestion, text: str, tell: Tell = deciding.untold) -> bool:
         """True if this answer was the one recorded, False if the question was answered."""

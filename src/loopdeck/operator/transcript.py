@@ -24,11 +24,14 @@ from loopdeck.core.events import (
     DecisionMade,
     Event,
     EventBase,
+    GrantGiven,
+    GrantRevoked,
     GuardTripped,
     ModelCalled,
     ModelRetry,
     OperatorCommand,
     OperatorMessage,
+    OutcomeResolved,
     PlanWritten,
     QuestionAnswered,
     QuestionAsked,
@@ -41,6 +44,7 @@ from loopdeck.core.events import (
     ToolFinished,
     ToolRetry,
 )
+from loopdeck.core.grant_rules import GrantRule
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.text import short_args, visible, visible_json
 
@@ -200,13 +204,50 @@ def _approval_requested(e: ApprovalRequested) -> Made:
 
 @_makes(ApprovalDecided)
 def _approval_decided(e: ApprovalDecided) -> Made:
+    """Who decided (a grant says itself: "grant g1, granted by …"), and an edit field by
+    field: what the call runs with instead of what the model proposed."""
     verb = "approved" if e.approved else "rejected"
-    when = clock_text(e.at)
+    edited = " (edited)" if e.changes else ""
+    lines = [] if e.approved else [f"reason: {e.reason or '(none)'}"]
+    if e.grant_id:
+        lines.append(f"not asked: standing grant {e.grant_id} covers it")
+    if e.changes:
+        lines += ["edited by the operator:", *(f"  {change}" for change in e.changes)]
     return (
         "approval",
-        f"{verb} · {e.call_id} · by {e.by} at {when}",
-        ("" if e.approved else f"reason: {e.reason or '(none)'}"),
+        f"{verb}{edited} · {e.call_id} · by {e.by} at {clock_text(e.at)}",
+        ("\n".join(lines)),
     )
+
+
+@_makes(GrantGiven)
+def _grant_given(e: GrantGiven) -> Made:
+    rule = GrantRule.model_validate({"scope": e.scope, "fields": e.fields, "uses": e.uses})
+    until = f", until {clock_text(e.expires_at)}" if e.expires_at else ""
+    title = f"granted {e.grant_id}: {e.tool}, {rule.words()}{until}, by {e.by}"
+    body = f"given with the approval of {e.call_id}: later calls it covers are not asked"
+    if e.scope == "exact":
+        body += f"\narguments: {short_args(e.args, 200)}"
+    return "approval", title, body
+
+
+@_makes(GrantRevoked)
+def _grant_revoked(e: GrantRevoked) -> Made:
+    title = f"grant revoked · {e.grant_id} · by {e.by} at {clock_text(e.at)}"
+    return "approval", title, "later calls it covered are asked again"
+
+
+@_makes(OutcomeResolved)
+def _outcome_resolved(e: OutcomeResolved) -> Made:
+    said = "applied" if e.applied else "not applied"
+    title = f"outcome resolved · {e.call_id} · {e.tool} · {said} · by {e.by} at {clock_text(e.at)}"
+    body = (
+        "recorded as executed: it took effect"
+        if e.applied
+        else "recorded as failed: it did not take effect; the model may propose it again,"
+        " asked again"
+    )
+    return "approval", title, body
 
 
 @_makes(ApprovalInvalidated)

@@ -18,7 +18,6 @@ from textual import work
 from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from loopdeck.tui import console_quit
@@ -27,6 +26,7 @@ from loopdeck.tui.console_start import apply_themes, first_screen, start_local
 from loopdeck.tui.console_state import ConsoleStart, ConsoleState, Preparation
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.preparing import PreparingScreen
+from loopdeck.tui.shown_input import typing_into
 from loopdeck.tui.themes import APP_VARIABLES
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ class LoopdeckApp(ConsoleState):
         console_quit.quit_run(self)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        typing = isinstance(self.focused, Input)
+        typing = typing_into(self.focused)
         if action == "inbox":
             return (self.fleet_home or self.db_path is not None) and not typing
         if action in ("run_stop", "run_kill", "run_pause", "typed_stop", "typed_kill"):
@@ -203,6 +203,16 @@ class LoopdeckApp(ConsoleState):
         if run is not None and run.link.pending():
             yield SystemCommand(
                 "approvals: open pending", "decide the waiting writes", run.action_approvals
+            )
+        if run is not None and run.check_action("outcome", ()):
+            yield SystemCommand(
+                "outcome: say whether a write took effect",
+                "a write whose outcome is unknown: applied or not",
+                run.action_outcome,
+            )
+        if run is not None and run.check_action("revoke", ()):
+            yield SystemCommand(
+                "grants: revoke one", "later calls it covered are asked again", run.action_revoke
             )
         if run is not None:
             yield SystemCommand(

@@ -1,5 +1,6 @@
 """A run's pending writes and questions, offered to the operator one dialog at a time, and the
-decisions taken to the store off the runtime (a lock held elsewhere is waited out there)."""
+decisions taken to the store off the runtime (a lock held elsewhere is waited out there): a
+write's, a question's, an unknown outcome's (`resolve`) and a grant's revocation (`revoke`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import QuestionAsked
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.records import StoreError
-from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.dialogs import BY, ApprovalDialog
 from loopdeck.tui.failures import say
 from loopdeck.tui.question_dialog import AnswerText, QuestionDialog
 from loopdeck.tui.shown import toast
@@ -151,11 +152,43 @@ class ApprovalOffers:
         self._sending.add(answer.question_id)
         self._work(partial(self._send_answer, answer), "answer the agent")
 
-    def _work(self, decision: Callable[[], Awaitable[None]], description: str) -> None:
+    def _work(
+        self, decision: Callable[[], Awaitable[None]], description: str, group: str = "decisions"
+    ) -> None:
         """The screen's worker: its failure reaches `failures` (the screen's handler)."""
-        self.screen.run_worker(
-            decision, group="decisions", exit_on_error=False, description=description
+        self.screen.run_worker(decision, group=group, exit_on_error=False, description=description)
+
+    def resolve(self, call_id: str, applied: bool) -> None:
+        """The operator's word on a write whose outcome is unknown, taken to the link."""
+        self._work(
+            partial(self._resolve, call_id, applied), f"record {call_id}'s outcome", "outcomes"
         )
+
+    def revoke(self, grant_id: str) -> None:
+        self._work(partial(self._revoke, grant_id), f"revoke {grant_id}", "grants")
+
+    async def _resolve(self, call_id: str, applied: bool) -> None:
+        try:
+            why = await self.link.resolve(call_id, applied, BY, self._tell)
+        except StoreError as exc:
+            meaning = "its outcome is still unknown: o asks again"
+            say(self.screen, f"{call_id}'s outcome not recorded: {exc}", meaning, title="outcome")
+            return
+        if why is not None:
+            toast(
+                self.screen, f"{call_id}: {why}", title="outcome not recorded", severity="warning"
+            )
+            return
+        words = "applied" if applied else "not applied"
+        toast(self.screen, f"{call_id}: {words}, recorded; the model hears it", title="outcome")
+
+    async def _revoke(self, grant_id: str) -> None:
+        why = await self.link.revoke(grant_id, BY)
+        if why is not None:
+            toast(self.screen, f"{grant_id}: {why}", title="grant not revoked", severity="warning")
+            return
+        said = f"{grant_id} revoked: later calls it covered are asked again"
+        toast(self.screen, said, title="grant")
 
     def _tell(self, message: str) -> None:
         """A decision waiting for the store (a lock held elsewhere), and when it lands."""

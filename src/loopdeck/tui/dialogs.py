@@ -1,37 +1,61 @@
-"""Modal dialogs: approve or reject a write (with a reason typed in place), confirm a kill or
-a quit. A question to the operator is `question_dialog`'s."""
+"""Modal dialogs: approve or reject a write (with a reason typed in place, its arguments
+edited in place, or a standing grant chosen in place), confirm a kill or a quit. A question
+to the operator is `question_dialog`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.text import visible_json
+from loopdeck.tui.args_edit import ArgsEdit
+from loopdeck.tui.grant_chooser import GrantChooser
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
-from loopdeck.tui.shown_input import ShownInput
+from loopdeck.tui.shown_input import ShownInput, typing_into
 
 BY = "console"  # who decided, as the store and the events have it
-KEYS = "[b]a[/] approve   [b]r[/] reject with a reason   [b]esc[/] decide later"
+KEYS = (
+    "[b]a[/] approve   [b]e[/] edit   [b]g[/] grant   [b]r[/] reject with a reason   "
+    "[b]esc[/] decide later"
+)
+EDIT_KEYS = (
+    "[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n"
+    "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill"
+)
+GRANT_KEYS = (
+    "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
+    "[b]esc[/] back"
+)
 
 
 class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     """One write waiting for the operator: what, why, from which plan step. Esc leaves it
-    pending. `r` opens the reason box below the arguments, never over them. The decision is
-    the console's (`by`), on this asking of the call (`request`: a call can be asked again)."""
+    pending. `r` opens the reason box below the arguments, never over them; `e` the
+    arguments' editor (`ctrl+o` approves what it holds, only once it passes the tool's
+    schema); `g` the grant chooser (enter approves and grants). Esc from any of them comes
+    back here, nothing decided. The decision is the console's (`by`), on this asking of the
+    call (`request`: a call can be asked again)."""
 
     BINDINGS = [
         Binding("a", "approve", "Approve", id="approval.approve"),
+        Binding("e", "edit", "Edit…", id="approval.edit"),
+        Binding("g", "grant", "Grant…", id="approval.grant"),
         Binding("r", "reject", "Reject…", id="approval.reject"),
+        Binding("ctrl+o", "approve_edited", "Approve edited", id="approval.approve_edited"),
         Binding("escape", "close", "Later", id="approval.close"),
     ]
+    # Under 28 rows the grant chooser takes the arguments' place (its fields box holds one).
+    VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-roomy")]
 
     def __init__(
         self, request: ApprovalRequest, waiting: int, risk: str, now: Callable[[], datetime]
@@ -41,6 +65,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self.waiting = waiting
         self.risk = risk
         self._now = now
+        self.mode = ""  # what is open in place: "", "reason", "edit" or "grant"
         # Made whole here, never looked up on mount: a dialog withdrawn before its mount ran
         # (its request decided elsewhere) has no children left to find by then.
         self._box, self._title = Vertical(id="approval-box"), Static(id="approval-title")
@@ -52,6 +77,9 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
             id="reject-reason",
         )
         self._reason.display = False
+        # The editor and the chooser are made when first opened: most approvals need neither.
+        self.editing: ArgsEdit | None = None
+        self.granting: GrantChooser | None = None
         self.set_title(self.waiting)
         self._tick()
 
@@ -117,32 +145,96 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
 
     @property
     def typing(self) -> bool:
-        return isinstance(self.focused, Input)
+        return typing_into(self.focused)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action in ("approve", "reject") and self.typing)
+        if action in ("approve", "reject"):
+            return self.mode in ("", "reason") and not self.typing
+        if action in ("edit", "grant"):
+            return self.mode == "" and not self.typing
+        if action == "approve_edited":
+            return self.mode == "edit"
+        return True
+
+    def _set_mode(self, mode: str, keys: str | Content) -> None:
+        self.mode = mode
+        self.set_class(mode == "edit", "-editing")
+        self.set_class(mode == "grant", "-granting")
+        self._keys.update(keys)
+        self.refresh_bindings()
 
     def action_approve(self) -> None:
         self.dismiss(ApprovalDecision(call_id=self.request.call_id, approved=True, by=BY))
 
     def action_reject(self) -> None:
         self._reason.display = True
-        self._keys.update(
+        self._set_mode(
+            "reason",
             markup(
                 "Reject [b]$tool[/]: [b]enter[/] reject   [b]esc[/] back", tool=self.request.tool
-            )
+            ),
         )
         self._reason.focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    @on(Input.Submitted, "#reject-reason")
+    def _rejected(self, event: Input.Submitted) -> None:
         reason = event.value.strip()
         call_id = self.request.call_id
         self.dismiss(ApprovalDecision(call_id=call_id, approved=False, reason=reason, by=BY))
 
+    def action_edit(self) -> None:
+        r = self.request
+        if self.editing is None:
+            self.editing = ArgsEdit(r.args, r.args_schema, id="approval-edit")
+            self._box.mount(self.editing, before=self._expiry)
+            self.call_after_refresh(self.editing.editor.focus)
+        else:
+            self.editing.display = True
+            self.editing.start()
+        self._set_mode("edit", EDIT_KEYS)
+
+    def action_approve_edited(self) -> None:
+        """Only arguments that pass the tool's schema are sent; the same as proposed is a
+        plain approval."""
+        edited = self.editing.edited if self.editing is not None else None
+        if edited is None:
+            self.app.bell()  # what is wrong is said under the box
+            return
+        args = None if edited == self.request.args else edited
+        self.dismiss(
+            ApprovalDecision(call_id=self.request.call_id, approved=True, by=BY, args=args)
+        )
+
+    def action_grant(self) -> None:
+        r = self.request
+        if self.granting is None:
+            self.granting = GrantChooser(r.tool, r.args, r.args_schema, id="approval-grant")
+            self._box.mount(self.granting, before=self._expiry)
+            self.call_after_refresh(self.granting.start)
+        else:
+            self.granting.display = True
+            self.granting.start()
+        self._set_mode("grant", GRANT_KEYS)
+
+    @on(GrantChooser.Confirmed)
+    def _granted(self) -> None:
+        """A grant that cannot be read is said under the chooser and never sent."""
+        assert self.granting is not None
+        rule, _ = self.granting.rule()
+        if rule is None:
+            self.granting.show()
+            self.app.bell()
+            return
+        call_id = self.request.call_id
+        self.dismiss(ApprovalDecision(call_id=call_id, approved=True, by=BY, grant=rule))
+
     def action_close(self) -> None:
-        if self._reason.display:
-            self._reason.display = False
-            self._keys.update(KEYS)
+        """From a box opened in place: back to the dialog's keys. Else: decide later."""
+        opened = {"reason": self._reason, "edit": self.editing, "grant": self.granting}
+        widget = opened.get(self.mode)
+        if widget is not None:
+            widget.display = False
+            self._set_mode("", KEYS)
             self._args.focus()
             return
         self.dismiss(None)
@@ -156,7 +248,8 @@ class ConfirmDialog(ModalScreen[bool]):
         Binding("n,escape", "cancel", "No", id="confirm.no"),
     ]
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str | Content) -> None:
+        """`text` is loopdeck's markup, or `Content` holding outside text (`shown.markup`)."""
         super().__init__(classes="dialog")
         self.text = text
 

@@ -1,4 +1,7 @@
-"""One approvals inbox across every run in the store: `i` from anywhere, `a` / `r` decide."""
+"""One approvals inbox across every run in the store: `i` from anywhere. `a` / `r` decide a
+write (`e` edits its arguments first, `g` approves it with a standing grant), `a` answers a
+question, `o` says whether a write whose outcome is unknown took effect, `m` messages the
+selected entry's run."""
 
 from __future__ import annotations
 
@@ -17,18 +20,34 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 from textual.worker import Worker
 
-from loopdeck.core.text import plural, visible_json
+from loopdeck.core.text import plural
 from loopdeck.core.timeouts import bounded
-from loopdeck.operator.inbox import Inbox, InboxEntry, PendingQuestion, PendingWrite, Tell
+from loopdeck.operator.inbox import (
+    BY,
+    Inbox,
+    InboxEntry,
+    PendingOutcome,
+    PendingQuestion,
+    PendingWrite,
+    Tell,
+)
 from loopdeck.operator.records import StoreError
 from loopdeck.tui.failures import worker_failed
+from loopdeck.tui.inbox_detail import described
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
-from loopdeck.tui.shown import cell, markup, toast
-from loopdeck.tui.shown_input import ShownInput
+from loopdeck.tui.shown import cell, toast
+from loopdeck.tui.shown_input import ShownInput, typing_into
 
 if TYPE_CHECKING:
+    from loopdeck.core.approvals import ApprovalDecision
     from loopdeck.operator.records import Location
+
+Record = Callable[[Tell], Awaitable[str | None]]  # one decision to the store: None, or why not
+KEYS = (
+    "[b]a[/] approve (or answer)  [b]e[/] edit  [b]g[/] grant  [b]r[/] reject  "
+    "[b]o[/] outcome  [b]m[/] message  [b]esc[/] back"
+)
 
 
 class InboxChanged(Message):
@@ -37,12 +56,17 @@ class InboxChanged(Message):
 
 
 class InboxScreen(Screen[None]):
-    """Every pending write, soonest to expire first. A decision goes through the store's
-    atomic update (one winner); the inbox stays open with the next entry selected."""
+    """Every pending write, soonest to expire first, then the questions, then the unknown
+    outcomes. A decision goes through the store's atomic update (one winner); the inbox stays
+    open with the next entry selected."""
 
     BINDINGS = [
         Binding("a", "approve", "Approve", id="inbox.approve"),
+        Binding("e", "edit('edit')", "Edit…", id="inbox.edit"),
+        Binding("g", "edit('grant')", "Grant…", id="inbox.grant"),
         Binding("r", "reject", "Reject…", id="inbox.reject"),
+        Binding("o", "outcome", "Outcome?", id="inbox.outcome"),
+        Binding("m", "message", "Message", id="inbox.message"),
         Binding("escape", "close", "Back", id="inbox.close"),
     ]
 
@@ -113,6 +137,8 @@ class InboxScreen(Screen[None]):
         for entry in self.entries:
             if isinstance(entry, PendingQuestion):
                 when = "question"
+            elif isinstance(entry, PendingOutcome):
+                when = "outcome?"
             else:
                 left = (entry.expires - now).total_seconds()
                 when = "expired" if left <= 0 else countdown_text(left)
@@ -131,11 +157,13 @@ class InboxScreen(Screen[None]):
         elif table.row_count:
             table.move_cursor(row=min(index, table.row_count - 1), animate=False)
         questions = sum(1 for e in self.entries if isinstance(e, PendingQuestion))
+        unknown = sum(1 for e in self.entries if isinstance(e, PendingOutcome))
         asked = f" and {plural(questions, 'question')}" if questions else ""
-        waiting = len(self.entries) - questions
+        asked += f" and {plural(unknown, 'unknown outcome')}" if unknown else ""
+        waiting = len(self.entries) - questions - unknown
         self.query_one("#inbox-header", Static).update(
             f"[b]Approvals inbox[/] · {plural(waiting, 'write')}{asked} waiting across all runs · "
-            "[b]a[/] approve (or answer)  [b]r[/] reject  [b]esc[/] back"
+            + KEYS
         )
         self._show(self.selected())
 
@@ -151,39 +179,28 @@ class InboxScreen(Screen[None]):
         self._show(self.selected())
 
     def _show(self, entry: InboxEntry | None) -> None:
+        self.refresh_bindings()  # the keys the selected entry takes
         body = self.query_one("#inbox-body", Static)
         if entry is None:
             body.update("[dim]nothing waiting for you[/dim]")
             return
-        ids = {"run": entry.run_id, "env": entry.env, "call": entry.call_id}
-        if isinstance(entry, PendingQuestion):
-            body.update(
-                markup(
-                    "[b]run[/] $run · $env   [b]question[/] $call\n[b]the agent asks you[/]\n"
-                    "$question\n\n[b]a[/] answer it",
-                    question=entry.question,
-                    **ids,
-                )
-            )
-            return
-        again = "[b $warning]asked again:[/] $again\n" if entry.asked_again else ""
-        why = "$why" if entry.rationale else "[dim]no text[/]"
-        body.update(
-            markup(
-                "[b]run[/] $run · $env   [b]call[/] $call   [b]tool[/] $tool   "
-                "risk [b $risk-write]write[/]\n"
-                f"[b]plan step[/] $step\n[b]why[/] {why}\n{again}[b]arguments[/]\n$args",
-                tool=entry.tool,
-                step=entry.plan_step or "—",
-                why=entry.rationale,
-                again=entry.asked_again,
-                args=visible_json(entry.args),
-                **ids,
-            )
-        )
+        body.update(described(entry))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action in ("approve", "reject") and isinstance(self.focused, Input))
+        if action == "close":
+            return True
+        if typing_into(self.focused):
+            return False
+        entry = self.selected() if self.is_mounted else None
+        if action in ("reject", "edit"):
+            return isinstance(entry, PendingWrite)
+        if action == "approve":
+            return isinstance(entry, PendingWrite | PendingQuestion)
+        if action == "outcome":
+            return isinstance(entry, PendingOutcome)
+        if action == "message":  # a run that ended has nobody left to hear it
+            return entry is not None and not (isinstance(entry, PendingOutcome) and not entry.live)
+        return True
 
     def action_approve(self) -> None:
         entry = self.selected()
@@ -216,22 +233,84 @@ class InboxScreen(Screen[None]):
 
     @work(group="inbox-decide", exit_on_error=False, description="answer from the inbox")
     async def _answer(self, entry: PendingQuestion, text: str) -> None:
+        async def answer(tell: Tell) -> str | None:
+            won = await self.inbox.answer(entry, text, tell)
+            return None if won else f"{entry.call_id} was already answered"
+
         if text:
-            await self._record(
-                entry, lambda tell: self.inbox.answer(entry, text, tell), "was already answered"
-            )
+            await self._record(entry, answer)
 
     @work(group="inbox-decide", exit_on_error=False, description="decide from the inbox")
-    async def _decide(self, entry: PendingWrite, approved: bool, reason: str) -> None:
-        await self._record(
-            entry,
-            lambda tell: self.inbox.decide(entry, approved, reason, tell),
-            "was already decided",
-        )
-
-    async def _record(
-        self, entry: InboxEntry, record: Callable[[Tell], Awaitable[bool]], lost: str
+    async def _decide(
+        self, entry: PendingWrite, approved: bool, reason: str, made: ApprovalDecision | None = None
     ) -> None:
+        """`made`: the edit or the grant of `e` / `g` (an approval)."""
+        args, grant = (made.args, made.grant) if made else (None, None)
+
+        async def decide(tell: Tell) -> str | None:
+            won = await self.inbox.decide(entry, approved, reason, tell, args=args, grant=grant)
+            return None if won else f"{entry.call_id} was already decided"
+
+        await self._record(entry, decide)
+
+    def action_edit(self, how: str) -> None:
+        """`e` / `g`: the write's arguments edited, or a standing grant chosen, in a dialog;
+        the approval it makes goes to the store as `a` would."""
+        from loopdeck.tui.decision_dialogs import WriteDecisionDialog
+
+        entry = self.selected()
+        if not isinstance(entry, PendingWrite):
+            return
+
+        def made(decision: ApprovalDecision | None) -> None:
+            if decision is not None:
+                self._decide(entry, True, "", decision)
+
+        dialog = WriteDecisionDialog(
+            how, entry.call_id, entry.tool, entry.args, entry.args_schema, by=BY
+        )
+        self.app.push_screen(dialog, made)
+
+    def action_outcome(self) -> None:
+        from loopdeck.tui.decision_dialogs import OutcomeDialog
+
+        entry = self.selected()
+        if not isinstance(entry, PendingOutcome):
+            return
+
+        def said(applied: bool | None) -> None:
+            if applied is not None:
+                self._resolve(entry, applied)
+
+        self.app.push_screen(OutcomeDialog(entry.call_id, entry.tool, entry.args), said)
+
+    @work(group="inbox-decide", exit_on_error=False, description="an outcome from the inbox")
+    async def _resolve(self, entry: PendingOutcome, applied: bool) -> None:
+        await self._record(entry, lambda tell: self.inbox.resolve(entry, applied, tell))
+
+    def action_message(self) -> None:
+        from loopdeck.tui.message_dialog import MessageDialog
+
+        entry = self.selected()
+        if entry is None:
+            return
+
+        def typed(text: str | None) -> None:
+            if text is not None:
+                self._message(entry, text)
+
+        self.app.push_screen(MessageDialog(entry.run_id), typed)
+
+    @work(group="inbox-decide", exit_on_error=False, description="message from the inbox")
+    async def _message(self, entry: InboxEntry, text: str) -> None:
+        try:
+            await self.inbox.message(entry, text)
+        except StoreError as exc:
+            toast(self, str(exc), title="message not sent", severity="error", timeout=30)
+            return
+        toast(self, f"message sent to run {entry.run_id}: heard before its model's next turn")
+
+    async def _record(self, entry: InboxEntry, record: Record) -> None:
         """One decision to the store: its entry says so while it waits (a held lock is
         retried, the operator told); a store error is shown and the entry stays pending."""
         key = entry.key
@@ -247,15 +326,15 @@ class InboxScreen(Screen[None]):
             self.render_inbox()
 
         try:
-            won = await record(tell)
+            why_not = await record(tell)
         except StoreError as exc:
             toast(self, str(exc), title="not recorded", severity="error", timeout=30)
             return
         finally:
             self._deciding.pop(key, None)
             self.render_inbox()
-        if not won:
-            toast(self, f"{entry.call_id} {lost}", severity="warning")
+        if why_not is not None:
+            toast(self, why_not, severity="warning")
         self.inbox.drop(entry)
         self.render_inbox()
 

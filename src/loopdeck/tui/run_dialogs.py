@@ -7,12 +7,12 @@ from textual import on
 
 from loopdeck.tui.approval_offers import ApprovalsChanged
 from loopdeck.tui.dialogs import ConfirmKillDialog, ConfirmQuitDialog
-from loopdeck.tui.run_keys import RunKeysPart
+from loopdeck.tui.run_decisions import RunDecisionsPart
 from loopdeck.tui.shown import markup
 from loopdeck.tui.transcript_view import TranscriptScreen
 
 
-class RunDialogsPart(RunKeysPart):
+class RunDialogsPart(RunDecisionsPart):
     def _queue_changed(self) -> None:
         self.post_message(ApprovalsChanged())
 

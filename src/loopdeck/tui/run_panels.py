@@ -84,6 +84,9 @@ class RunPanelsPart(RunHeaderPart):
         table = self.query_one(CallsTable)
         table.sync(self.view)
         repeats = f" · {plural(self.view.repeats, 'repeat')} blocked" if self.view.repeats else ""
+        if self.view.unknown:  # only the operator can say whether those took effect
+            unknown = plural(len(self.view.unknown), "outcome")
+            repeats += f" · [b $warning]{unknown} unknown · o[/]"
         title(table, f"Calls · {self.view.calls_seen:,}{repeats}")
         if table.row_count:
             self._show_detail(table.cursor_key)

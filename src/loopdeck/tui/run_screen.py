@@ -27,6 +27,7 @@ from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
+from loopdeck.tui.grants_panel import GrantsPanel
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import (
     BudgetPanel,
@@ -89,6 +90,7 @@ class RunScreen(RunDialogsPart):
             yield PlanPanel(id="plan", classes="panel")
             yield BudgetPanel(id="budgets", classes="panel")
         yield OutcomePanel(id="outcome", classes="panel")
+        yield GrantsPanel(id="grants", classes="panel")
         yield CallsTable(id="calls", classes="panel")
         with Horizontal(id="bottom"):
             yield FindingsPanel(id="findings", classes="panel")

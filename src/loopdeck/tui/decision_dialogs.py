@@ -1,0 +1,179 @@
+"""The dialogs of decisions beyond yes and no, outside the approval dialog: a write whose
+outcome is unknown (`o`: did it take effect?), a standing grant revoked (`G`: which one),
+and a write of the inbox edited or granted (`e`, `g`: the approval dialog's editor and
+chooser in a dialog of their own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.text import short_args
+from loopdeck.operator.grant_book import GrantRow
+from loopdeck.tui.args_edit import ArgsEdit
+from loopdeck.tui.dialogs import EDIT_KEYS
+from loopdeck.tui.grant_chooser import GrantChooser
+from loopdeck.tui.shown import markup, plain
+
+UNKNOWN_WHY = (
+    "Its outcome is unknown: it timed out, failed midway or was cut short, so it may or may "
+    "not have taken effect. Only you can tell: look at what it writes to."
+)
+OUTCOME_KEYS = (
+    "[b]y[/] it took effect (recorded as executed)\n"
+    "[b]n[/] it did not (recorded as failed: the model may propose it again, asked again)\n"
+    "[b]esc[/] later"
+)
+
+
+class OutcomeDialog(ModalScreen[bool | None]):
+    """Did this write take effect? `y` applied, `n` not applied, esc later (nothing said)."""
+
+    BINDINGS = [
+        Binding("y", "say(True)", "Applied", id="outcome.applied"),
+        Binding("n", "say(False)", "Not applied", id="outcome.not_applied"),
+        Binding("escape", "close", "Later", id="outcome.close"),
+    ]
+
+    def __init__(self, call_id: str, tool: str, args: dict[str, Any] | None) -> None:
+        super().__init__(classes="dialog")
+        self.call_id = call_id
+        self.tool = tool
+        self.args = args
+
+    def compose(self) -> ComposeResult:
+        box = Vertical(id="outcome-box")
+        box.border_title = plain(f"Outcome unknown · {self.call_id}")
+        with box:
+            yield Static(
+                markup(
+                    "[b]Did $call $tool($args) take effect?[/]\n\n$why",
+                    call=self.call_id,
+                    tool=self.tool,
+                    args=short_args(self.args or {}, 120),
+                    why=UNKNOWN_WHY,
+                ),
+                id="outcome-question",
+            )
+            yield Static(OUTCOME_KEYS, id="outcome-keys")
+
+    def action_say(self, applied: bool) -> None:
+        self.dismiss(applied)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class GrantPicker(ModalScreen[str | None]):
+    """Several grants active: the one to revoke, chosen with the arrows and enter."""
+
+    BINDINGS = [Binding("escape", "close", "Keep them", id="grants.close")]
+    AUTO_FOCUS = "#grant-picker"
+
+    def __init__(self, rows: list[GrantRow]) -> None:
+        super().__init__(classes="dialog")
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        box = Vertical(id="picker-box")
+        box.border_title = "Revoke a grant"
+        with box:
+            yield Static("Later calls the revoked grant covered are asked again.")
+            yield OptionList(
+                *(Option(plain(grant_line(row)), id=row.grant_id) for row in self.rows),
+                id="grant-picker",
+            )
+            yield Static("[b]enter[/] revoke   [b]esc[/] keep them all", id="picker-keys")
+
+    @on(OptionList.OptionSelected, "#grant-picker")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+def grant_line(row: GrantRow) -> str:
+    """One grant in a line: `g1 update_delivery_address · any arguments, 2 uses · 1 used,
+    1 left · active · by console`."""
+    return (
+        f"{row.grant_id} {row.tool} · {row.rule} · {row.uses_text()} · {row.state()} · by {row.by}"
+    )
+
+
+class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
+    """A write of the inbox, edited (`edit`) or granted (`grant`) as in the approval dialog:
+    `ctrl+o` approves the edited arguments once they pass, enter approves and grants; esc goes
+    back with nothing decided."""
+
+    BINDINGS = [
+        Binding("ctrl+o", "approve_edited", "Approve edited", id="write.approve_edited"),
+        Binding("escape", "close", "Back", id="write.close"),
+    ]
+
+    def __init__(
+        self,
+        how: str,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        schema: dict[str, Any],
+        by: str,
+    ) -> None:
+        super().__init__(classes="dialog")
+        self.how, self.call_id, self.args, self.by = how, call_id, args, by
+        self.editing = ArgsEdit(args, schema, id="approval-edit") if how == "edit" else None
+        self.granting = (
+            None if self.editing else GrantChooser(tool, args, schema, id="approval-grant")
+        )
+        self._box = Vertical(id="write-box", classes=f"-{how}")
+        self._box.border_title = plain(f"{'Edit' if self.editing else 'Grant'} · {call_id} {tool}")
+
+    def compose(self) -> ComposeResult:
+        with self._box:
+            if self.editing is not None:
+                yield self.editing
+                yield Static(EDIT_KEYS, id="write-keys")
+            else:
+                assert self.granting is not None
+                yield self.granting
+                yield Static("[b]enter[/] approve and grant   [b]esc[/] back", id="write-keys")
+
+    def on_mount(self) -> None:
+        if self.editing is not None:
+            self.editing.editor.focus()
+        elif self.granting is not None:
+            self.granting.start()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return action != "approve_edited" or self.editing is not None
+
+    def action_approve_edited(self) -> None:
+        assert self.editing is not None
+        edited = self.editing.edited
+        if edited is None:
+            self.app.bell()  # what is wrong is said under the box
+            return
+        args = None if edited == self.args else edited
+        self.dismiss(ApprovalDecision(call_id=self.call_id, approved=True, by=self.by, args=args))
+
+    @on(GrantChooser.Confirmed)
+    def _granted(self) -> None:
+        assert self.granting is not None
+        rule, _ = self.granting.rule()
+        if rule is None:
+            self.granting.show()
+            self.app.bell()
+            return
+        self.dismiss(ApprovalDecision(call_id=self.call_id, approved=True, by=self.by, grant=rule))
+
+    def action_close(self) -> None:
+        self.dismiss(None)
