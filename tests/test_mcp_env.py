@@ -79,7 +79,7 @@ async def test_the_servers_tools_carry_their_risk_and_where_it_came_from() -> No
 
 @pytest.mark.slow  # 10 MB through the SDK: seconds
 async def test_a_tool_error_a_huge_result_and_a_goal_met_by_the_command() -> None:
-    outcome, rec, _ = await _run("huge")
+    outcome, _, _ = await _run("huge")
     assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
     huge = outcome.calls[0]
     assert huge.status is CallStatus.EXECUTED and huge.result["truncated"] is True
