@@ -13,7 +13,7 @@ from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import short_args, visible
-from loopdeck.operator.runview import context_text
+from loopdeck.operator.context_words import context_text
 
 STATUS_STYLE = {
     CallStatus.EXECUTED: "green",

@@ -40,6 +40,7 @@ class ApprovalRequest(BaseModel):
     asked_again: str = ""
     # The tool's argument schema (JSON Schema), for an operator editing the arguments.
     args_schema: dict[str, Any] = {}
+    risk_source: str = ""  # where the write's risk came from (an MCP server's annotation)
 
 
 REJECTED = "rejected by the operator"  # a rejection's reason when the operator gave none
@@ -132,6 +133,7 @@ def request_for(
     rationale: str = "",
     asked_again: str = "",
     args_schema: dict[str, Any] | None = None,
+    risk_source: str = "",
 ) -> ApprovalRequest:
     now = datetime.now(UTC)
     return ApprovalRequest(
@@ -148,6 +150,7 @@ def request_for(
         rationale=rationale,
         asked_again=asked_again,
         args_schema=args_schema or {},
+        risk_source=risk_source,
     )
 
 

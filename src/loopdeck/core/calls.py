@@ -147,6 +147,7 @@ class CallHandler:
             risk=spec.risk,
             fingerprint=key.fingerprint,
             state_hash=state_hash,
+            risk_source=spec.risk_source,
         )
         self.records.append(record)
         self.rt.emit(
@@ -159,6 +160,7 @@ class CallHandler:
             risk=record.risk,
             fingerprint=record.fingerprint,
             state_hash=record.state_hash,
+            risk_source=record.risk_source,
         )
         return record
 

@@ -23,6 +23,7 @@ class ApprovalRequested(EventBase):
     rationale: str = ""
     asked_again: str = ""
     args_schema: dict[str, Any] = {}  # the tool's argument schema, for an edit
+    risk_source: str = ""  # where the risk came from (an MCP server's annotation)
     # Approved by this standing grant as it is asked: never pending, nobody is asked.
     grant_id: str | None = None
 

@@ -107,6 +107,7 @@ class CallProposed(EventBase):
     risk: str
     fingerprint: str
     state_hash: str
+    risk_source: str = ""  # "server says read-only", "scenario override"; "" for Python tools
 
 
 class ToolRetry(EventBase):

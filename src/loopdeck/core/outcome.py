@@ -29,6 +29,7 @@ class CallRecord:
     result: dict[str, Any] | None = None
     duration_ms: float | None = None
     retries: int = 0
+    risk_source: str = ""  # where the risk came from (an MCP server's annotation, an override)
 
 
 class RunOutcome(BaseModel):

@@ -108,6 +108,7 @@ class WriteApprovals:
             rationale=capped(decision.message, REASON_CAP),
             asked_again=again.problem if again else "",
             args_schema=spec.args_model.model_json_schema(),
+            risk_source=spec.risk_source,
         )
         grant = None if again else self.grants.covering(call.tool, call.args)
         decided = await self._ask(request, record, grant)

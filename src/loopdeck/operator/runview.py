@@ -47,6 +47,7 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
+from loopdeck.operator.context_words import context_text
 from loopdeck.operator.grant_book import GrantBook
 
 MAX_CALL_ROWS = 500
@@ -231,7 +232,14 @@ class RunView:
         self.calls_seen += 1
         self.tool_running = e.tool
         self.calls[e.call_id] = CallRecord(
-            e.call_id, e.round, e.tool, e.args, e.risk, e.fingerprint, e.state_hash
+            e.call_id,
+            e.round,
+            e.tool,
+            e.args,
+            e.risk,
+            e.fingerprint,
+            e.state_hash,
+            risk_source=e.risk_source,
         )
         self.changed_calls.add(e.call_id)
         while len(self.calls) > self.max_call_rows:
@@ -384,15 +392,3 @@ class RunView:
         for cap, reason in CAP_STOP_REASON.items():
             if reason.value == self.stop_reason and cap.value in self.budget:
                 self.fired_cap = cap.value
-
-
-def context_text(window: int | None, compactions: int, last: tuple[int, int] | None = None) -> str:
-    """The line the console and the headless summary give the model's window."""
-    shrunk = f": {last[0]:,}→{last[1]:,} tokens" if last else ""
-    if window is None:
-        if compactions:  # only ever when the provider said the prompt overflowed
-            return f"context window unknown: compacted x{compactions:,} on overflow{shrunk}"
-        return "context window unknown: no compaction"
-    if not compactions:
-        return ""
-    return f"context compacted x{compactions:,}{shrunk} (window {window:,})"
