@@ -399,3 +399,75 @@ async def test_m_in_the_inbox_messages_the_entrys_run(tmp_path: Path) -> None:
         ]
     finally:
         await store.close()
+
+
+# -- without a screen: the chooser's words, the transcript's entries, the inbox's entries ----
+def test_the_grant_chooser_suggests_a_folder_and_reads_uses_and_times() -> None:
+    from loopdeck.tui.grant_chooser import seconds_of, suggested_fields, uses_of
+
+    assert suggested_fields({"n": 3, "path": "src/app/main.py"}) == "path=src/app/*"
+    assert suggested_fields({"order_id": "ORD-1042"}) == "order_id=ORD-1042"
+    assert suggested_fields({"q": "a*b?[c]"}) == "q=a[*]b[?][[]c]"  # matches only itself
+    assert suggested_fields({"addr": "7 New St, Springfield", "path": "../etc/x"}) == ""
+    assert suggested_fields({"text": HOSTILE}) == ""
+    assert [seconds_of(t) for t in ("", "90", "90s", "10m", "1.5h")] == [None, 90, 90, 600, 5400]
+    assert [uses_of(t) for t in ("", "2")] == [None, 2]
+    for bad in ("0", "-1", "two"):
+        try:
+            uses_of(bad)
+        except ValueError as exc:
+            assert "whole number" in str(exc)
+        else:
+            raise AssertionError(f"uses {bad!r} was read")
+    for bad in ("soon", "0", "10 days"):
+        try:
+            seconds_of(bad)
+        except ValueError as exc:
+            assert "90s, 10m or 1h" in str(exc)
+        else:
+            raise AssertionError(f"for {bad!r} was read")
+
+
+def test_the_transcript_says_grants_edits_and_outcomes_escaped() -> None:
+    from loopdeck.core.events import ApprovalDecided, GrantGiven, GrantRevoked, OutcomeResolved
+    from loopdeck.operator.transcript import Transcript
+
+    transcript = Transcript()
+    common = {"run_id": "r", "at": NOW}
+    made = [
+        GrantGiven(seq=1, grant_id="g1", call_id="c1", tool="update_delivery_address",
+                   scope="tool", uses=2, by=HOSTILE, **common),
+        ApprovalDecided(seq=2, call_id="c2", approved=True, reason="", grant_id="g1",
+                        by="grant g1, granted by console", **common),
+        ApprovalDecided(seq=3, call_id="c3", approved=True, reason="", by="console",
+                        args={"a": 2}, changes=["a: 1 → 2"], **common),
+        GrantRevoked(seq=4, grant_id="g1", by="console", **common),
+        OutcomeResolved(seq=5, call_id="c4", tool="w", applied=False, by="console", **common),
+    ]  # fmt: skip
+    texts = [transcript.apply(event).text for event in made]
+    assert texts[0].startswith("granted g1: update_delivery_address, any arguments, 2 uses, by ")
+    assert raw_controls("\n".join(texts)) == []
+    assert "by grant g1, granted by console" in texts[1] and "standing grant g1" in texts[1]
+    assert texts[2].startswith("approved (edited) · c3") and "a: 1 → 2" in texts[2]
+    assert texts[3].startswith("grant revoked · g1 · by console")
+    assert texts[4].startswith("outcome resolved · c4 · w · not applied · by console")
+    assert "may propose it again" in texts[4]
+
+
+async def test_the_inbox_lists_unknown_outcomes_after_writes_and_questions(tmp_path: Path) -> None:
+    from loopdeck.operator.inbox import read_entries
+
+    store = await open_store(tmp_path / "s.db")
+    try:
+        await _stored_run(store, "live", "executing")
+        await _stored_run(store, "ended", "stopped")
+        await _stored_write(store, "ended", "c9", "approved", "")  # never recorded as ended
+        await _stored_write(store, "live", "c1", "approved", "outcome_unknown")
+        await _stored_write(store, "live", "c2", "approved", "")  # running now: not listed
+        await _stored_write(store, "live", "c3", "pending", "")
+        write, *outcomes = await read_entries(store)
+        assert isinstance(write, PendingWrite) and write.key == "live/c3"
+        assert all(isinstance(e, PendingOutcome) for e in outcomes)
+        assert sorted((e.key, e.live) for e in outcomes) == [("ended/c9", False), ("live/c1", True)]
+    finally:
+        await store.close()

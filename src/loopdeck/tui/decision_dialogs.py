@@ -19,7 +19,6 @@ from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.text import short_args
 from loopdeck.operator.grant_book import GrantRow
 from loopdeck.tui.args_edit import ArgsEdit
-from loopdeck.tui.dialogs import EDIT_KEYS
 from loopdeck.tui.grant_chooser import GrantChooser
 from loopdeck.tui.shown import markup, plain
 
@@ -27,6 +26,7 @@ UNKNOWN_WHY = (
     "Its outcome is unknown: it timed out, failed midway or was cut short, so it may or may "
     "not have taken effect. Only you can tell: look at what it writes to."
 )
+EDIT_KEYS = "[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing decided"
 OUTCOME_KEYS = (
     "[b]y[/] it took effect (recorded as executed)\n"
     "[b]n[/] it did not (recorded as failed: the model may propose it again, asked again)\n"

@@ -44,10 +44,6 @@ if TYPE_CHECKING:
     from loopdeck.operator.records import Location
 
 Record = Callable[[Tell], Awaitable[str | None]]  # one decision to the store: None, or why not
-KEYS = (
-    "[b]a[/] approve (or answer)  [b]e[/] edit  [b]g[/] grant  [b]r[/] reject  "
-    "[b]o[/] outcome  [b]m[/] message  [b]esc[/] back"
-)
 
 
 class InboxChanged(Message):
@@ -61,7 +57,7 @@ class InboxScreen(Screen[None]):
     open with the next entry selected."""
 
     BINDINGS = [
-        Binding("a", "approve", "Approve", id="inbox.approve"),
+        Binding("a", "approve", "Approve/answer", id="inbox.approve"),
         Binding("e", "edit('edit')", "Edit…", id="inbox.edit"),
         Binding("g", "edit('grant')", "Grant…", id="inbox.grant"),
         Binding("r", "reject", "Reject…", id="inbox.reject"),
@@ -162,8 +158,7 @@ class InboxScreen(Screen[None]):
         asked += f" and {plural(unknown, 'unknown outcome')}" if unknown else ""
         waiting = len(self.entries) - questions - unknown
         self.query_one("#inbox-header", Static).update(
-            f"[b]Approvals inbox[/] · {plural(waiting, 'write')}{asked} waiting across all runs · "
-            + KEYS
+            f"[b]Approvals inbox[/] · {plural(waiting, 'write')}{asked} waiting across all runs"
         )
         self._show(self.selected())
 
