@@ -158,7 +158,7 @@ async def test_a_stop_an_attached_console_cannot_send_is_said(tmp_path, monkeypa
     db = tmp_path / "s.db"
     await _live_run(db)
 
-    async def refused(store: Any, run_id: str, command: str, by: str) -> None:
+    async def refused(store: Any, run_id: str, command: str, by: str, said: Any = None) -> None:
         raise StoreError(f"{db}: the commands table is gone")
 
     monkeypatch.setattr(queries, "send_command", refused)
@@ -185,7 +185,7 @@ async def test_a_link_tells_each_command_it_could_not_send(tmp_path, monkeypatch
     db = tmp_path / "s.db"
     await _live_run(db)
 
-    async def refused(store: Any, run_id: str, command: str, by: str) -> None:
+    async def refused(store: Any, run_id: str, command: str, by: str, said: Any = None) -> None:
         raise StoreError(f"no {command} today")
 
     monkeypatch.setattr(queries, "send_command", refused)

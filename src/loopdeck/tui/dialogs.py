@@ -99,11 +99,12 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                 )
             yield Static(
                 markup(
-                    f"[b]$tool[/]   risk [b $risk-{risk_var}]$risk[/]   [b]call[/] $call\n"
+                    f"[b]$tool[/]   risk [b $risk-{risk_var}]$risk[/]$source   [b]call[/] $call\n"
                     "[b]plan step[/] $step\n"
                     "[b]why[/] " + ("$why" if r.rationale else "[dim]no text[/]"),
                     tool=r.tool,
                     risk=self.risk,
+                    source=f" ({r.risk_source})" if r.risk_source else "",
                     call=r.call_id,
                     step=r.plan_step or "—",
                     why=r.rationale,

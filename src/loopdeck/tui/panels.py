@@ -305,6 +305,7 @@ class CallDetail(VerticalScroll):
             "decided": decided,
             "fingerprint": row.fingerprint,
             "state": row.state_hash,
+            "source": f" ({row.risk_source})" if row.risk_source else "",
         }
         approval = "[b]approval[/] $decided\n" if decided else ""
         ms = (
@@ -312,7 +313,7 @@ class CallDetail(VerticalScroll):
         )
         status = "held by the guard: it asks you" if guard_held else row.status.value
         text = (
-            f"[b]status[/] {status}{ms}  [b]risk[/] {row.risk}\n"
+            f"[b]status[/] {status}{ms}  [b]risk[/] {row.risk}$source\n"
             "[b]fingerprint[/] $fingerprint  [b]state[/] $state\n"
             f"{approval}[b]arguments[/]\n$args\n[b]result[/]\n$result"
         )
