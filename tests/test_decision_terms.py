@@ -303,3 +303,9 @@ async def test_a_message_still_waiting_at_the_stop_is_recorded_unheard() -> None
     assert outcome.stop_reason is StopReason.CANCELLED
     [stopped] = rec.kinds("run_stopped")
     assert stopped.unheard == ["hold off on the rest"]
+    from loopdeck.operator.transcript import Transcript
+
+    transcript = Transcript()
+    for event in rec.events:
+        transcript.apply(event)  # type: ignore[arg-type]
+    assert "never heard by the model: hold off on the rest" in transcript.entries[-1].text

@@ -341,4 +341,5 @@ def _recording_resumed(e: RecordingResumed) -> Made:
 
 @_makes(RunStopped)
 def _run_stopped(e: RunStopped) -> Made:
-    return "stop", f"stop · {e.stop_reason.value.upper()} · {e.state.value}", e.detail
+    unheard = "".join(f"\nnever heard by the model: {text}" for text in e.unheard)
+    return "stop", f"stop · {e.stop_reason.value.upper()} · {e.state.value}", e.detail + unheard
