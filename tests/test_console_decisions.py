@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from console_helpers import console_app, finished, run_screen, wait_until
 from test_markup_property import raw_controls, screen_text
 from textual import events
@@ -203,6 +204,7 @@ async def test_G_revokes_the_grant_and_the_next_write_is_asked() -> None:
         assert screen.outcome.stop_reason is StopReason.GOAL_MET
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_G_with_several_grants_offers_a_chooser() -> None:
     app = console_app(DECISIONS, "revoke")
     async with app.run_test(size=SIZE, notifications=True) as pilot:
@@ -330,6 +332,7 @@ async def test_the_inbox_resolves_an_unknown_outcome_of_an_ended_run(tmp_path: P
         await store.close()
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_the_inbox_edits_and_grants_a_write_through_the_store(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     store = await open_store(db)
@@ -376,6 +379,7 @@ async def test_the_inbox_edits_and_grants_a_write_through_the_store(tmp_path: Pa
         await store.close()
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_m_in_the_inbox_messages_the_entrys_run(tmp_path: Path) -> None:
     from loopdeck.tui.message_dialog import MessageDialog
 

@@ -176,6 +176,7 @@ async def test_resolve_not_applied_on_a_live_run_lets_the_retry_run_once(db: Loc
     assert (resolved["applied"], resolved["by"].startswith("cli")) == (False, True)
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_resolve_an_ended_runs_unknown_outcome_from_the_cli(db: Location) -> None:
     ran = loopdeck("run", str(DECISIONS), "--script", "retry", "--headless", "--json", db=db)
     run_id = last_json(ran.stdout)["run_id"]

@@ -63,6 +63,7 @@ def _servers() -> list[int]:
     return found
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_the_servers_tools_carry_their_risk_and_where_it_came_from() -> None:
     prepared, _ = _prepared("solve", "mcp.tools.touch_log.risk=write")
     try:
