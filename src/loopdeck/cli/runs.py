@@ -176,7 +176,9 @@ def run_console(args: argparse.Namespace) -> int:
 
         asyncio.run(check_store(args.db))
         session = RunSession(args.db or default_db_path(), console=True)
-        session.prepare(options(args))
+        chosen = options(args)
+        chosen.phase = lambda words: app.call_from_thread(app.preparing_phase, words)
+        session.prepare(chosen)
         return session
 
     about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,6 +64,8 @@ class RunOptions:
     model_timeout_s: float | None = None
     pause_at: float | None = None
     settings: list[str] = field(default_factory=list)  # `--set KEY=VALUE`, scenario.toml
+    # Told what the preparation waits for, in words (the console's first frame says it).
+    phase: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -123,6 +126,8 @@ def prepare_run(
         if script is not None and env_dir.scenario.mcp is not None:
             script = workdir_in_script(script, workdir)
         model = _model(options, env_dir, config, script)
+        if env_dir.scenario.mcp is not None and options.phase is not None:
+            options.phase("starting the env's MCP server and listing its tools…")
         env = _env(env_dir, workdir)
         if script is not None and script_name is not None:
             tools = {spec.name: spec for spec in env.tools()}

@@ -69,6 +69,11 @@ class LoopdeckApp(ConsoleState):
         else:
             self.push_screen(first_screen(self))
 
+    def preparing_phase(self, doing: str) -> None:
+        """The first frame says what the preparation waits for now."""
+        if isinstance(self.screen, PreparingScreen):
+            self.screen.phase(doing)
+
     @work(thread=True, group="prepare", exit_on_error=False, description="preparing the run")
     def _prepare_run(self) -> Screen[Any]:
         """Behind the first frame: the heavy imports, the store's check, the env and model."""

@@ -6,6 +6,7 @@ Light on purpose: Textual and the keys line only. `q` leaves at once; nothing ha
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -32,13 +33,17 @@ class PreparingScreen(Screen[None]):
         self.what = what
 
     def compose(self) -> ComposeResult:
-        about = " · $what" if self.what else ""
-        yield Static(
-            markup(
-                f"[b]loopdeck[/b]{about}\n"
-                "[dim]preparing the run: the env, the model, the store…[/]",
-                what=self.what,
-            ),
-            id="preparing",
-        )
+        yield Static(self._text("the env, the model, the store…"), id="preparing")
         yield KeysBar()
+
+    def _text(self, doing: str) -> Content:
+        about = " · $what" if self.what else ""
+        return markup(
+            f"[b]loopdeck[/b]{about}\n[dim]preparing the run: $doing[/]",
+            what=self.what,
+            doing=doing,
+        )
+
+    def phase(self, doing: str) -> None:
+        """What the preparation waits for now (an MCP server starting), in words."""
+        self.query_one("#preparing", Static).update(self._text(doing))
