@@ -205,3 +205,24 @@ def test_the_sample_mcp_env_solves_headless_from_the_cli(tmp_path: Path) -> None
     summary = last_json(done.stdout)
     assert summary["stop_reason"] == "goal_met"
     assert [c["tool"] for c in summary["calls"]][-2:] == ["write_note", "delete_note"]
+
+
+@pytest.mark.slow
+async def test_an_mcp_run_is_decided_from_another_terminal_on_either_store(db: Any) -> None:
+    """The store, the CLI and export work for an MCP run as for any: its writes wait, are
+    approved from another process, and its record says where each risk came from."""
+    from store_helpers import loopdeck, start_runner, wait_for_pending
+
+    runner = start_runner("notes_mcp", "solve", db, "--approve", "wait")
+    try:
+        for call in ("c5", "c6"):
+            pending = await wait_for_pending(db, 60.0, call)
+            assert loopdeck("approve", pending["run_id"], call, db=db).returncode == 0
+        out, err = runner.communicate(timeout=60)
+    finally:
+        runner.kill()
+    summary = last_json(out)
+    assert summary["stop_reason"] == "goal_met", err
+    exported = loopdeck("export", summary["run_id"], db=db).stdout
+    assert '"risk_source":"no annotation: treated as write"' in exported  # delete_note
+    assert '"risk_source":"server says read-only"' in exported
