@@ -309,3 +309,19 @@ async def test_a_message_still_waiting_at_the_stop_is_recorded_unheard() -> None
     for event in rec.events:
         transcript.apply(event)  # type: ignore[arg-type]
     assert "never heard by the model: hold off on the rest" in transcript.entries[-1].text
+
+
+async def test_an_edit_asked_again_after_the_state_moved_keeps_the_operators_arguments() -> None:
+    edited = {"path": "src/z.txt", "content": "a"}
+    operator = Operator(_approve(args=edited), None)
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, ApprovalDecided) and event.args == edited:
+            operator.runtime.env.files["drift"] = "moved"  # the world moves under the call
+
+    outcome, rec, env = await _run("files", operator, on_event)
+    assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
+    assert operator.asked[1].call_id == "c1" and operator.asked[1].args == edited
+    assert "src/z.txt" in env.files and "src/a.txt" not in env.files
+    second = [e for e in rec.kinds("approval_decided") if e.call_id == "c1"][1]
+    assert second.changes == ['path: "src/a.txt" → "src/z.txt"']  # still said to the model

@@ -265,7 +265,7 @@ class CallHandler:
             except ReceiptRefused as refused_receipt:
                 self.rt.move(RunState.DECIDING)
                 self.approvals.invalidated(record.call_id, str(refused_receipt))
-                again = AskAgain(str(refused_receipt), got.state_hash)
+                again = AskAgain(str(refused_receipt), got.state_hash, got.args)
                 continue
             self._after_write(record, result, self._idempotency_key(spec, got.args))
             return self._executed(record, result)

@@ -76,6 +76,7 @@ class Rejected:
 class AskAgain:
     problem: str  # why the approval no longer covers the call, said in the next ask
     state_hash: str  # the state the next ask is about
+    args: dict[str, Any] | None = None  # the operator's edit, kept for the next ask
 
 
 class WriteApprovals:
@@ -96,11 +97,12 @@ class WriteApprovals:
         about the state it found changed. A grant that covers the call answers a first ask;
         an ask again is always the operator's."""
         spec = self.rt.tools[call.tool]
+        proposed = again.args if again and again.args is not None else call.args
         request = request_for(
             run_id=self.run_id,
             call_id=record.call_id,
             tool=call.tool,
-            args=call.args,
+            args=proposed,
             state_hash=again.state_hash if again else record.state_hash,
             fingerprint=record.fingerprint,
             plan_step=self._step_text(decision),
@@ -116,7 +118,8 @@ class WriteApprovals:
             self._decided(request, decided, grant)
             self.rt.move(RunState.DECIDING)
             return Rejected(capped(decided.reason or "rejected by the operator", REASON_CAP))
-        args, changes, refused = self._edit(spec, call.args, decided.args)
+        args, refused = self._edit(spec, proposed, decided.args)
+        changes = arg_changes(call.args, args) if args != call.args else []
         self._decided(request, decided, grant, args if changes else None, changes)
         if refused:
             self.invalidated(record.call_id, refused)
@@ -132,23 +135,22 @@ class WriteApprovals:
         problem = self.receipt_problem(receipt, args, state_hash)
         if problem is not None:
             self.invalidated(record.call_id, problem)
-            return AskAgain(problem, state_hash)
+            return AskAgain(problem, state_hash, args if args != call.args else None)
         return Approved(receipt, state_hash, args, tuple(changes))
 
     @staticmethod
     def _edit(
         spec: ToolSpec, proposed: dict[str, Any], edited: dict[str, Any] | None
-    ) -> tuple[dict[str, Any], list[str], str]:
-        """The arguments the call runs with, the operator's changes field by field, and why
-        an edit is refused ("" when it is not): validated by the tool's own model."""
+    ) -> tuple[dict[str, Any], str]:
+        """The arguments the call runs with, and why an edit is refused ("" when it is
+        not): validated by the tool's own model."""
         if edited is None:
-            return proposed, [], ""
+            return proposed, ""
         try:
-            args = canonical_args(spec.args_model, edited)
+            return canonical_args(spec.args_model, edited), ""
         except (ValueError, TypeError) as exc:
             said = capped(str(exc), REASON_CAP)
-            return proposed, [], f"the operator's edited arguments are refused: {said}"
-        return args, arg_changes(proposed, args), ""
+            return proposed, f"the operator's edited arguments are refused: {said}"
 
     def invalidated(self, call_id: str, problem: str) -> None:
         self.rt.emit(ApprovalInvalidated, run_id=self.run_id, call_id=call_id, problem=problem)
