@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from loopdeck.core.agent_script import AgentConfig, AgentTurn
 from loopdeck.core.budgets import Budget
 from loopdeck.core.mcp_config import McpConfig, workdir_in
 from loopdeck.core.states import StopReason
@@ -83,7 +84,15 @@ class Script(BaseModel):
     description: str = ""
     expect: Expect | None = None
     planner: list[str] = Field(default_factory=list)
-    executor: list[ScriptTurn] = Field(min_length=1)
+    executor: list[ScriptTurn] = Field(default_factory=list)
+    # An ACP env's script, played by loopdeck's scripted agent (`core/agent_script.py`).
+    turns: list[AgentTurn] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _played(self) -> Script:
+        if not self.executor and not self.turns:
+            raise ValueError("a script needs executor turns (a model) or turns (an ACP agent)")
+        return self
 
     def plan_for(self, round_no: int) -> str:
         if not self.planner:
@@ -131,6 +140,7 @@ class Scenario(BaseModel):
     # An env whose tools are an MCP server's (`core/mcp_config.py`), and the command that
     # checks its goal in the working copy (exit 0: met; each stdout line an unmet reason).
     mcp: McpConfig | None = None
+    agent: AgentConfig | None = None  # an ACP agent driven instead of a model
     goal_check: list[str] | None = Field(default=None, min_length=1)
     goal_check_timeout_s: float = Field(default=60.0, gt=0)
 
