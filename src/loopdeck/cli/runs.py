@@ -57,10 +57,19 @@ WITHOUT_A_TERMINAL = {
 }
 
 
+# The driver textual-serve (`loopdeck serve`) gives each browser tab's console.
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
+
+
 def no_terminal(command: str) -> str | None:
     """Why the console cannot open here, or None: it reads keys from stdin and draws on
     stderr, and stdout is the terminal it leaves its last line on. Into a pipe or a file it
-    would draw escape codes, at full speed, until killed."""
+    would draw escape codes, at full speed, until killed. Under textual-serve's web driver the
+    pipes are the browser's terminal: keys in, frames out, in that driver's packets."""
+    import os
+
+    if os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER:
+        return None
     streams = {"stdin": sys.stdin, "stdout": sys.stdout, "stderr": sys.stderr}
     missing = [name for name, stream in streams.items() if not _is_terminal(stream)]
     if not missing:

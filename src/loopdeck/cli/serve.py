@@ -1,0 +1,165 @@
+"""`loopdeck serve`: the console in a browser, through textual-serve.
+
+Each browser tab is a `loopdeck console` process of its own on the store, so every decision
+made in a tab goes through the store's atomic update, as from a terminal. Every request needs
+the token printed at start, on loopback too: a browser lets any page it shows open a
+WebSocket to 127.0.0.1, and other users of this machine reach its loopback; the token, kept
+in a SameSite=Strict cookie, lets only the one who opened the printed URL in. `--public`
+allows listening beyond loopback.
+
+Light at import: the parser imports it for `add_serve_command`. aiohttp and textual-serve are
+imported by `run_serve` alone (`cli/serve_auth.py`). It imports nothing of the parser (the
+parser imports it): its exit code for refused input is the parser's `EXIT_BAD_INPUT`, 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import secrets
+import shlex
+import sys
+import urllib.parse
+from typing import Any
+
+from loopdeck.store.base import (
+    DB_HELP,
+    Location,
+    default_db_path,
+    is_postgres,
+    redact,
+    shown_location,
+    store_location,
+)
+
+EXIT_SERVED, EXIT_REFUSED = 0, 2
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+TOKEN_BYTES = 32  # `secrets.token_urlsafe`'s bytes: 43 characters in the URL
+
+
+def port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 to 65535 (0: any free port), got {text!r}")
+    return value
+
+
+def add_serve_command(commands: Any) -> None:
+    """`loopdeck serve`, added to the parser's subcommands."""
+    serve = commands.add_parser(
+        "serve", help="the console in a browser: each tab a console of its own on the store"
+    )
+    serve.add_argument("--db", type=store_location, help=DB_HELP)
+    serve.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default: {DEFAULT_HOST}, this machine only; "
+        "any other needs --public)",
+    )
+    serve.add_argument(
+        "--port", type=port, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: a free one"
+    )
+    serve.add_argument(
+        "--public",
+        action="store_true",
+        help="allow a --host other machines reach (the printed token is still needed)",
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine reaches it: `localhost`, 127.0.0.0/8, ::1. A name other than
+    `localhost` may resolve anywhere, so it is not taken as loopback."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def refusal(host: str, public: bool) -> str | None:
+    """Why the console is not served on `host`, or None."""
+    if public or is_loopback(host):
+        return None
+    return (
+        f"--host {host} can be reached from other machines: add --public to serve the "
+        f"console there (its printed token is still asked of every browser), or leave out "
+        f"--host to listen on {DEFAULT_HOST} only"
+    )
+
+
+def console_command(location: Location) -> tuple[str, dict[str, str]]:
+    """The shell command each tab runs, and what its environment adds. `exec`: the shell
+    becomes the console, so the server's signals and its death reach the console itself. A
+    PostgreSQL password goes in PGPASSWORD, never on a command line others can read (`ps`)."""
+    extra: dict[str, str] = {}
+    shown = str(location)
+    if is_postgres(location):
+        parts = urllib.parse.urlsplit(shown)
+        query = dict(urllib.parse.parse_qsl(parts.query))
+        password = query.get("password") or urllib.parse.unquote(parts.password or "")
+        if password:
+            extra["PGPASSWORD"] = password
+        shown = redact(shown)
+    command = shlex.join([sys.executable, "-m", "loopdeck", "console", "--db", shown])
+    return f"exec {command}", extra
+
+
+def url_of(host: str, port: int, token: str) -> str:
+    """The URL to open: the host as a browser writes it (an IPv6 address in brackets)."""
+    try:
+        bracketed = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        bracketed = False
+    netloc = f"[{host}]:{port}" if bracketed else f"{host}:{port}"
+    return f"http://{netloc}/?token={token}"
+
+
+def announcement(args: argparse.Namespace, location: Location, port: int, token: str) -> str:
+    """What the server says once, as it starts listening: where to open the console."""
+    lines = [
+        f"loopdeck serve: the console of {shown_location(location)}, one per browser tab",
+        f"open {url_of(args.host, port, token)}",
+    ]
+    if args.host in ("0.0.0.0", "::"):
+        lines.append(f"  (from another machine, with this machine's address for {args.host})")
+    if not is_loopback(args.host):
+        lines.append(
+            "plain HTTP: who sees the traffic reads the token; across a network you do not "
+            "trust, serve on loopback and reach it through an SSH tunnel"
+        )
+    lines.append("Ctrl-C stops the server; each console records its stop first")
+    return "\n".join(lines)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serves until SIGINT or SIGTERM; a second one ends the consoles at once."""
+    if (refused := refusal(args.host, args.public)) is not None:
+        print(f"loopdeck: {refused}", file=sys.stderr)
+        return EXIT_REFUSED
+    from loopdeck.operator.records import check_store
+
+    location = args.db or default_db_path()
+    asyncio.run(check_store(location))  # a store that cannot open is said once, here
+
+    from loopdeck.cli.serve_auth import CannotListen, ConsoleServer, serve_until_stopped
+
+    command, extra_env = console_command(location)
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    server = ConsoleServer(
+        command, host=args.host, port=args.port, token=token, console_env=extra_env
+    )
+
+    def announce(bound_port: int) -> None:
+        print(announcement(args, location, bound_port, token), flush=True)
+
+    try:
+        asyncio.run(serve_until_stopped(server, announce))
+    except CannotListen as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    return EXIT_SERVED
