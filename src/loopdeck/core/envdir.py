@@ -119,6 +119,13 @@ def load_env_dir(
     if scenario.mcp is not None and not (path / "env.py").is_file():
         _check_mcp_without_code(path, scenario)
         return EnvDir(path=path, scenario=scenario, module=None)
+    if scenario.agent is not None and not (path / "env.py").is_file():
+        if scenario.goal_check is None:
+            raise ScenarioError(
+                f"{path / 'scenario.toml'}: an [agent] env needs goal_check (the command"
+                " that checks the goal in the working copy, exit 0: met), or env.py with unmet()"
+            )
+        return EnvDir(path=path, scenario=scenario, module=None)
     return EnvDir(path=path, scenario=scenario, module=_import_env_module(path))
 
 

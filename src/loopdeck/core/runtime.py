@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.agent_loop import AgentLoop
 from loopdeck.core.approvals import Answer, Answerer, Approver
@@ -49,6 +49,13 @@ from loopdeck.core.write_approvals import WriteApprovals
 
 __all__ = ["Journal", "RunConfig", "Runtime"]
 
+
+class Turns(Protocol):
+    """The agent's side of a run: its turns until a stop (`AgentLoop`, or an ACP agent's)."""
+
+    async def run(self) -> None: ...
+
+
 T = TypeVar("T")
 
 
@@ -62,6 +69,7 @@ class Runtime:
         bus: EventBus | None = None,
         dispatcher: Dispatcher | None = None,
         answerer: Answerer | None = None,
+        agent_loop: Callable[[Runtime], Turns] | None = None,
     ) -> None:
         self.config = config
         self.env = env
@@ -83,7 +91,8 @@ class Runtime:
         dispatcher = dispatcher or Dispatcher()
         dispatcher.env_thread = self.env_thread
         self.calls = CallHandler(self, WriteApprovals(self, approver), dispatcher)
-        self.agent = AgentLoop(self)
+        # The agent's loop: loopdeck's own (a model's turns), or one driving an ACP agent.
+        self.agent = AgentLoop(self) if agent_loop is None else agent_loop(self)
         self._checked_hash: str | None = None
         self.findings: list[str] = []
         self.round = 0

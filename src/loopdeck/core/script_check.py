@@ -75,7 +75,7 @@ def check_env_scripts(env_dir: EnvDir) -> None:
     """Every script of the env, against the tools of an env made on a scratch workspace.
     An MCP env's tools are its server's: each script is checked as its run is prepared,
     once the server has listed them."""
-    if env_dir.scenario.mcp is not None:
+    if env_dir.scenario.mcp is not None or env_dir.scenario.agent is not None:
         return
     workdir = env_dir.prepare_workdir()
     try:

@@ -18,7 +18,7 @@ from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import EventBus
 from loopdeck.core.runtime import RunConfig, Runtime
-from loopdeck.core.scenario import ScenarioError, Script, workdir_in_script
+from loopdeck.core.scenario import Scenario, ScenarioError, Script, workdir_in_script
 from loopdeck.core.script_check import check_script
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
 from loopdeck.llm.profile import UnsupportedLayer
@@ -94,35 +94,29 @@ def prepare_run(
     raced with the store when `recording`."""
     env_dir = resolve_env_dir(options.env, options.settings)
     scenario = env_dir.scenario
+    acp = scenario.agent is not None
     model_name = options.model or scenario.model
-    script_name = _script_name(options, env_dir, model_name)
+    if scenario.agent is not None:
+        model_name = agent_name(scenario.agent.acp)
+    script_name = _script_name(options, env_dir, SCRIPTED if acp else model_name)
     script = env_dir.script(script_name) if model_name == SCRIPTED and script_name else None
-    mode = options.mode or scenario.mode
-    overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
-    budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
+    if acp and script_name:
+        env_dir.script(script_name)  # the scripted agent's script: named now if it is not there
     queue = None
     if approver is None:
         chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
         approver, answerer, queue = chosen.approver, answerer or chosen.answerer, chosen.queue
-    identity = {"run_id": options.run_id} if options.run_id else {}
-    config = RunConfig(
-        **identity,
-        env=scenario.name,
-        script=script_name,
-        model=model_name,
-        goal=scenario.goal,
-        mode=mode,
-        budget=budget,
-        approval_ttl_s=scenario.approval_ttl_s,
-        pause_at=options.pause_at if options.pause_at is not None else scenario.pause_at,
-        loop_answer_s=scenario.loop_answer_s,
-        store_hold_s=scenario.store_hold_s,
-        model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
-        examples=scenario.examples,
-    )
+    config = _config(options, scenario, script_name, model_name)
     workdir = env_dir.prepare_workdir()
     env: Environment | None = None
     try:
+        if acp:
+            from loopdeck.acp_env.opening import AgentsOwnModel, open_acp_env
+
+            env, loop = open_acp_env(env_dir, workdir, script_name)
+            runtime = Runtime(config, env, AgentsOwnModel(model_name), approver, bus=bus,
+                              answerer=answerer, agent_loop=loop)  # fmt: skip
+            return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
         if script is not None and env_dir.scenario.mcp is not None:
             script = workdir_in_script(script, workdir)
         model = _model(options, env_dir, config, script)
@@ -139,6 +133,39 @@ def prepare_run(
         raise
     runtime = Runtime(config, env, model, approver, bus=bus, answerer=answerer)
     return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
+
+
+LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-y", "-m", "--yes"})
+
+
+def agent_name(command: list[str]) -> str:
+    """An ACP agent as the run's model is named: `acp gemini-cli`, `acp scripted_agent`."""
+    named = next((part for part in command if Path(part).name not in LAUNCHERS), command[0])
+    return "acp " + named.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+
+
+def _config(
+    options: RunOptions, scenario: Scenario, script_name: str | None, model_name: str
+) -> RunConfig:
+    """The run's settings: the scenario's, with the options' overrides."""
+    overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
+    budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
+    identity = {"run_id": options.run_id} if options.run_id else {}
+    return RunConfig(
+        **identity,
+        env=scenario.name,
+        script=script_name,
+        model=model_name,
+        goal=scenario.goal,
+        mode=options.mode or scenario.mode,
+        budget=budget,
+        approval_ttl_s=scenario.approval_ttl_s,
+        pause_at=options.pause_at if options.pause_at is not None else scenario.pause_at,
+        loop_answer_s=scenario.loop_answer_s,
+        store_hold_s=scenario.store_hold_s,
+        model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
+        examples=scenario.examples,
+    )
 
 
 def _env(env_dir: EnvDir, workdir: Path) -> Environment:

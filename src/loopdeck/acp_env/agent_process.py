@@ -1,0 +1,156 @@
+"""The ACP agent's process: started in the working copy under loopdeck's guardian (a process
+group of its own, ended when the runner dies, even by SIGKILL), its stderr kept in a file whose
+tail names what went wrong, connected with the SDK (`connect_to_agent`), initialized, its
+session opened and its mode set; and stopped: stdin closed, then SIGTERM to the guardian
+(which ends the agent's whole group), then SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from loopdeck.core.agent_script import AgentConfig
+from loopdeck.mcp_env.goal_check import stderr_tail
+
+GRACE_S = 3.0
+LIMIT = 50 * 1024 * 1024  # the longest line the agent may send (a big diff)
+
+
+class AgentFailed(Exception):
+    """The agent could not start, or its protocol failed; the message names it."""
+
+
+def agent_environment(config: AgentConfig) -> dict[str, str]:
+    """loopdeck's environment with the scenario's `env`: `${VAR}` from loopdeck's own."""
+    env = dict(os.environ)
+    for name, value in config.env.items():
+        env[name] = re.sub(r"\$\{(\w+)\}", partial(_from_env, name), value)
+    return env
+
+
+def _from_env(name: str, match: re.Match[str]) -> str:
+    var = match.group(1)
+    if var not in os.environ:
+        raise AgentFailed(f"[agent] env {name}: ${{{var}}} is not set in loopdeck's environment")
+    return os.environ[var]
+
+
+class _SdkRecords(logging.Filter):
+    """The ACP SDK logs what the agent got wrong (a line that is not JSON, a failed handler)
+    on the root logger, with tracebacks: kept at DEBUG on `loopdeck.acp` rather than printed
+    over the console or a headless run's output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}acp{os.sep}" not in record.pathname:
+            return True
+        log.debug("%s", record.getMessage(), exc_info=record.exc_info)
+        return False
+
+
+log = logging.getLogger("loopdeck.acp")
+_SDK_RECORDS = _SdkRecords()
+
+
+def quiet_sdk() -> None:
+    root = logging.getLogger()
+    if _SDK_RECORDS not in root.filters:
+        root.addFilter(_SDK_RECORDS)
+
+
+class AgentProcess:
+    def __init__(self, command: list[str], workdir: Path, errlog: Path) -> None:
+        self.command = command
+        self.workdir = workdir
+        self.errlog = errlog
+        self.proc: asyncio.subprocess.Process | None = None
+        self.conn: Any = None
+        self.session_id = ""
+        self.modes: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.command)
+
+    async def start(self, client: Any, config: AgentConfig) -> None:
+        from acp import PROTOCOL_VERSION, connect_to_agent
+        from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
+        quiet_sdk()
+
+        with self.errlog.open("ab") as err:
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "loopdeck.mcp_env.guardian", *self.command,
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                    cwd=self.workdir, env=agent_environment(config), limit=LIMIT,
+                )  # fmt: skip
+            except OSError as exc:
+                raise AgentFailed(f"ACP agent `{self.name}` could not start: {exc}") from exc
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.conn = connect_to_agent(client, self.proc.stdin, self.proc.stdout)
+        capabilities = ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+        )
+        try:
+            async with asyncio.timeout(config.startup_timeout_s):
+                await self.conn.initialize(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_capabilities=capabilities,
+                    client_info=Implementation(name="loopdeck", version="0"),
+                )
+                session = await self.conn.new_session(cwd=str(self.workdir), mcp_servers=[])
+                self.session_id = session.session_id
+                if session.modes is not None:
+                    self.modes = [mode.id for mode in session.modes.available_modes]
+                if config.mode is not None:
+                    await self._set_mode(config.mode)
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            raise AgentFailed(self.said("did not start", _words(exc))) from exc
+
+    async def _set_mode(self, mode: str) -> None:
+        if self.modes and mode not in self.modes:
+            raise AgentFailed(
+                f"ACP agent `{self.name}` has no session mode {mode!r} (it has"
+                f" {', '.join(self.modes)}): [agent] mode must be one of them"
+            )
+        await self.conn.set_session_mode(session_id=self.session_id, mode_id=mode)
+
+    def said(self, what: str, why: str) -> str:
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = stderr_tail(self.errlog.read_text(encoding="utf-8", errors="replace"))
+        return f"ACP agent `{self.name}` {what}: {why}" + (f"; stderr: {tail}" if tail else "")
+
+    async def stop(self) -> None:
+        """The agent and everything it started are gone when this returns (bounded)."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError, RuntimeError):
+                proc.stdin.close()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if proc.returncode is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(GRACE_S):
+                    await proc.wait()
+        with contextlib.suppress(Exception):
+            if self.conn is not None:
+                await self.conn.close()
+
+
+def _words(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return f"{type(exc).__name__}: {exc}"

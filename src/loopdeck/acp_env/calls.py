@@ -1,0 +1,258 @@
+"""An ACP agent's tool calls as loopdeck's: each recorded as it is proposed (`CallProposed`)
+and as it ends (`ToolFinished`), keyed by the guard on (kind and title, canonical input, the
+working copy's hash); its permission asked of the operator like any write (`WriteApprovals`,
+the receipt bound to the input and the state), answered with the agent's allow-once option or
+its reject option, never allow-always; and a file the agent asks loopdeck to write, a write
+loopdeck gates (unless a permitted call named the path) and runs once per path, content and
+state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from loopdeck.acp_env.agent_process import AgentProcess
+from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, inside
+from loopdeck.acp_env.workspace import FS_WRITE
+from loopdeck.core.canonical import canonical_args
+from loopdeck.core.control import StopRun
+from loopdeck.core.decisions import Decision, ToolCall
+from loopdeck.core.events import CallProposed, CallStatus, GuardTripped, ToolFinished
+from loopdeck.core.guard import guard_key
+from loopdeck.core.outcome import CallRecord
+from loopdeck.core.runtime import Runtime
+from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.text import capped
+from loopdeck.core.tools import ErrorCode
+from loopdeck.core.write_approvals import MAX_APPROVAL_ASKS, AskAgain, Rejected
+
+REPEATED = "repeated with the same input and no change to the working copy"
+
+
+class AcpCalls:
+    def __init__(self, rt: Runtime, agent: AgentProcess, bridge: Bridge) -> None:
+        self.rt = rt
+        self.agent = agent
+        self.bridge = bridge
+        self.records: dict[str, CallRecord] = {}  # the agent's tool call id -> its record
+        self.blocked: set[str] = set()
+        self.tripped: str | None = None
+        self.permitted_paths: set[Path] = set()
+        self.written: set[str] = set()
+        self.notes: list[str] = []
+        self.unknown_updates = 0
+        self._count = 0
+
+    def take_notes(self) -> list[str]:
+        taken, self.notes = self.notes, []
+        return taken
+
+    # -- proposals and progress -----------------------------------------------------------
+    async def proposed(self, update: Any) -> CallRecord:
+        acp_id = str(update.tool_call_id)
+        if acp_id in self.records:
+            await self.progress(update)
+            return self.records[acp_id]
+        rt = self.rt
+        kind = update.kind if update.kind in rt.tools else "other"
+        title = capped(str(update.title or kind), 200)
+        args = self._input(kind, update.raw_input)
+        state_hash = await rt.state_hash()
+        key = guard_key(f"{kind} {title}", args, state_hash)
+        self._count += 1
+        record = CallRecord(
+            call_id=f"c{self._count}",
+            round=rt.round,
+            tool=f"{kind}: {title}",
+            args=args,
+            risk=rt.tools[kind].risk,
+            fingerprint=key.fingerprint,
+            state_hash=state_hash,
+            risk_source="the agent's tool kind",
+        )
+        self.records[acp_id] = record
+        rt.calls.records.append(record)
+        rt.emit(
+            CallProposed, run_id=rt.config.run_id, call_id=record.call_id, round=record.round,
+            tool=record.tool, args=args, risk=record.risk, fingerprint=record.fingerprint,
+            state_hash=state_hash, risk_source=record.risk_source,
+        )  # fmt: skip
+        if not rt.calls.guard.admit(key):
+            await self._repeat(acp_id, record)
+        return record
+
+    def _input(self, kind: str, raw: Any) -> dict[str, Any]:
+        data = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
+        try:
+            return canonical_args(self.rt.tools[kind].args_model, data)
+        except ValueError:
+            return {"input": capped(str(data), 2000)}
+
+    async def _repeat(self, acp_id: str, record: CallRecord) -> None:
+        """The guard saw this call from this state before: it is blocked, the turn cancelled
+        (a permission for it is refused), and the run stops `no_progress` after the turn."""
+        rt = self.rt
+        rt.emit(
+            GuardTripped, run_id=rt.config.run_id, call_id=record.call_id, tool=record.tool,
+            fingerprint=record.fingerprint,
+        )  # fmt: skip
+        self.blocked.add(acp_id)
+        self._finish(record, CallStatus.BLOCKED_REPEAT, _failed(ErrorCode.REPEATED_CALL, REPEATED))
+        self.tripped = f"{record.tool} {REPEATED} ({record.call_id})"
+        await self.agent.conn.cancel(session_id=self.agent.session_id)
+
+    async def progress(self, update: Any) -> None:
+        record = self.records.get(str(update.tool_call_id))
+        if record is None:
+            self.unknown_updates += 1  # an update for a call the agent never started
+            return
+        if update.status not in ("completed", "failed") or record.status in DONE:
+            return
+        ledger = self.rt.ledger
+        ledger.before_tool_call()
+        ledger.record_tool_call()
+        status = CallStatus.EXECUTED if update.status == "completed" else CallStatus.FAILED
+        self._finish(record, status, _result(update))
+        self.rt.publish_budget()
+
+    def _finish(self, record: CallRecord, status: CallStatus, result: dict[str, Any]) -> None:
+        record.status, record.result = status, result
+        self.rt.emit(
+            ToolFinished, run_id=self.rt.config.run_id, call_id=record.call_id,
+            tool=record.tool, status=status, result=result, duration_ms=0.0,
+        )  # fmt: skip
+
+    # -- permissions -----------------------------------------------------------------------
+    async def permission(self, tool_call: Any, options: list[Any]) -> Any:
+        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+        record = await self.proposed(tool_call)
+        acp_id = str(tool_call.tool_call_id)
+        reject = _option(options, "reject_once", "reject_always")
+        if acp_id in self.blocked:
+            chosen = reject
+        elif (allow := _option(options, "allow_once")) is None:
+            self.notes.append(f"{record.tool}: refused: the agent offered no allow-once option")
+            chosen = reject
+        else:
+            chosen = allow if await self._approved(record, "") else reject
+        if chosen is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if chosen is not reject:
+            self.permitted_paths |= _paths(self.rt.env.workdir, tool_call)
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
+        )
+
+    async def _approved(self, record: CallRecord, why: str) -> bool:
+        """Asked of the operator (or the run's approver) until an approval covers the call in
+        the state it runs in; a rejection's reason goes to the agent with the next prompt."""
+        rt = self.rt
+        call = ToolCall(provider_id=None, tool=record.tool.split(":")[0], args=record.args)
+        decision = Decision(type="tool_call", calls=[call], message=why or record.tool)
+        again: AskAgain | None = None
+        for _ in range(MAX_APPROVAL_ASKS):
+            got = await rt.calls.approvals.ask_once(record, call, decision, again)
+            if isinstance(got, Rejected):
+                self.notes.append(f"The operator rejected {record.tool}: {got.reason}")
+                self._finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
+                return False
+            if isinstance(got, AskAgain):
+                again = got
+                continue
+            record.status = CallStatus.RUNNING
+            rt.move(RunState.DECIDING)
+            return True
+        raise StopRun(StopReason.POLICY_BLOCK, f"approval for {record.tool} could not hold")
+
+    # -- files the agent asks loopdeck to write ---------------------------------------------
+    async def write(self, payload: dict[str, Any]) -> Any:
+        from acp import RequestError
+        from acp.schema import WriteTextFileResponse
+
+        path, content = str(payload["path"]), str(payload["content"])
+        try:
+            target = inside(self.rt.env.workdir, path)
+        except OutsideWorkdir as exc:
+            raise RequestError.invalid_params({"path": str(exc)}) from None
+        state_hash = await self.rt.state_hash()
+        once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
+        if once in self.written:
+            raise RequestError(-32000, f"{path}: this write already ran in this run")
+        if target not in self.permitted_paths:
+            record = await self._proposed_write(path, content)
+            if not await self._approved(record, f"the agent asks loopdeck to write {path}"):
+                raise RequestError(-32000, f"the operator rejected the write of {path}")
+            self._finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        self.written.add(once)
+        return WriteTextFileResponse()
+
+    async def _proposed_write(self, path: str, content: str) -> CallRecord:
+        from types import SimpleNamespace
+
+        update = SimpleNamespace(
+            tool_call_id=f"fs-write-{len(self.written) + self._count}",
+            kind=FS_WRITE,
+            title=f"write {path}",
+            raw_input={"path": path, "content": content},
+        )
+        return await self.proposed(update)
+
+
+DONE = frozenset({CallStatus.EXECUTED, CallStatus.FAILED, CallStatus.REJECTED,
+                  CallStatus.BLOCKED_REPEAT})  # fmt: skip
+
+
+def _option(options: list[Any], *kinds: str) -> Any:
+    for kind in kinds:
+        for option in options:
+            if option.kind == kind:
+                return option
+    return None
+
+
+def _paths(workdir: Path, tool_call: Any) -> set[Path]:
+    """The files a permitted call names: its locations, its diffs' paths, its input's path."""
+    named: list[str] = [str(loc.path) for loc in (tool_call.locations or [])]
+    for item in tool_call.content or []:
+        if getattr(item, "type", "") == "diff":
+            named.append(str(item.path))
+    raw = tool_call.raw_input
+    if isinstance(raw, dict) and isinstance(raw.get("path"), str):
+        named.append(raw["path"])
+    found = set()
+    for path in named:
+        try:
+            found.add(inside(workdir, path))
+        except OutsideWorkdir:
+            continue
+    return found
+
+
+def _failed(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"ok": False, "data": None, "error": {"code": code.value, "message": message}}
+
+
+def _result(update: Any) -> dict[str, Any]:
+    """What a finished call showed: its text, its diffs (paths and sizes), its locations."""
+    texts, diffs = [], []
+    for item in update.content or []:
+        kind = getattr(item, "type", "")
+        if kind == "diff":
+            diffs.append({"path": str(item.path), "new_chars": len(item.new_text or "")})
+        elif kind == "content":
+            text = getattr(item.content, "text", None)
+            if text:
+                texts.append(text)
+    data: dict[str, Any] = {"text": capped("\n".join(texts), 2000)} if texts else {}
+    if diffs:
+        data["diffs"] = diffs
+    if update.raw_output is not None:
+        data["output"] = capped(str(update.raw_output), 2000)
+    if update.status == "failed":
+        return _failed(ErrorCode.TOOL_ERROR, data.get("text") or "the agent says the call failed")
+    return {"ok": True, "data": data}

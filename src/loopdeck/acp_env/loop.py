@@ -1,0 +1,200 @@
+"""An ACP agent's run: the `Runtime`'s loop when the scenario names an `[agent]`. The goal is
+the first prompt; each prompt turn is a round: its plan, tool calls and usage become the run's
+events as they come; a tool call is keyed by the guard on (kind, title, canonical input, the
+working copy's hash); a permission the agent asks is loopdeck's approval, bound to that state;
+a file the agent asks loopdeck to write is a write loopdeck gates and runs once. When a turn
+ends the goal check runs on the working copy: met, `goal_met`; unchanged, `stalled`; else its
+findings are the next prompt, up to `max_rounds`. The agent's own claim never ends a run.
+
+Everything the agent sends is taken by the run's own task, in order (`bridge.py`), so stops,
+budgets and approvals work as in any run; a stop cancels the turn (`session/cancel`, every
+waiting request answered cancelled) and the agent is stopped at the end, whatever the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
+from loopdeck.acp_env.bridge import Bridge, Incoming
+from loopdeck.acp_env.calls import AcpCalls
+from loopdeck.core.agent_script import AgentConfig
+from loopdeck.core.control import StopRun
+from loopdeck.core.events import ModelCalled, PlanWritten
+from loopdeck.core.runtime import Runtime
+from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.text import capped
+
+TEXT_CAP = 4000
+
+
+class AcpLoop:
+    def __init__(self, rt: Runtime, agent: AgentProcess, config: AgentConfig) -> None:
+        self.rt = rt
+        self.agent = agent
+        self.config = config
+        self.bridge = Bridge(rt.env.workdir)
+        self.calls = AcpCalls(rt, agent, self.bridge)
+        self.said: list[str] = []  # the agent's words this turn
+        self.cost_seen: float | None = None
+
+    async def run(self) -> None:
+        rt = self.rt
+        try:
+            await rt.interruptible(self.agent.start(self.bridge, self.config))
+        except AgentFailed as failed:
+            raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+        prompt = rt.config.goal
+        try:
+            while True:
+                rt.ledger.start_round()
+                rt.round = rt.ledger.rounds
+                await rt.control.checkpoint()
+                await rt.budget_pause.check()
+                before = await rt.snapshot()
+                stop = await self._turn(prompt)
+                if self.calls.tripped:
+                    raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
+                if stop == "refusal":
+                    raise StopRun(StopReason.POLICY_BLOCK, "the agent refused the prompt")
+                verdict = await rt.review_round(before)
+                if verdict.kind == "pass":
+                    raise StopRun(StopReason.GOAL_MET, "the goal check passed")
+                if verdict.kind == "stalled":
+                    raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
+                prompt = self._next_prompt(list(verdict.reasons))
+        finally:
+            await self.agent.stop()
+
+    def _next_prompt(self, findings: list[str]) -> str:
+        lines = ["The goal is not met yet. The goal check says:"]
+        lines += [f"- {capped(reason, 500)}" for reason in findings[:20]]
+        lines += self.calls.take_notes()
+        lines += [f"The operator says: {text}" for text in self.rt.messages.take()]
+        return "\n".join(lines)
+
+    async def _turn(self, text: str) -> str:
+        from acp import text_block
+
+        rt = self.rt
+        rt.ledger.before_model_call()
+        rt.move(RunState.DECIDING)
+        started, self.said = time.perf_counter(), []
+        turn = asyncio.ensure_future(
+            self.agent.conn.prompt(session_id=self.agent.session_id, prompt=[text_block(text)])
+        )
+        try:
+            while (item := await rt.interruptible(self._next(turn), by_cancel=True)) is not None:
+                await self._take(item)
+            response = turn.result()
+        except (ConnectionError, OSError) as exc:
+            raise StopRun(
+                StopReason.TOOL_FAILURE, self.agent.said("went away mid-turn", str(exc))
+            ) from None
+        except BaseException:
+            await self._cancel_turn(turn)
+            raise
+        self._turn_done(started)
+        return str(response.stop_reason)
+
+    async def _next(self, turn: asyncio.Future[Any]) -> Incoming | None:
+        """The agent's next message, or None once its turn ended and all it sent is taken."""
+        queue = self.bridge.queue
+        if not queue.empty():
+            return queue.get_nowait()
+        getter = asyncio.ensure_future(queue.get())
+        try:
+            await asyncio.wait({getter, turn}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        return queue.get_nowait() if not queue.empty() else None
+
+    async def _take(self, item: Incoming) -> None:
+        if item.kind == "update":
+            await self._update(item.payload["update"])
+        elif item.kind == "permission":
+            answer = await self.calls.permission(item.payload["tool_call"], item.payload["options"])
+            self._answer(item, answer)
+        elif item.kind == "write":
+            try:
+                self._answer(item, await self.calls.write(item.payload))
+            except Exception as exc:  # a refusal, said to the agent as the request's error
+                if item.answer is not None and not item.answer.done():
+                    item.answer.set_exception(exc)
+
+    @staticmethod
+    def _answer(item: Incoming, answer: Any) -> None:
+        if item.answer is not None and not item.answer.done():
+            item.answer.set_result(answer)
+
+    async def _update(self, update: Any) -> None:
+        kind = getattr(update, "session_update", "")
+        if kind == "plan":
+            steps = [capped(str(entry.content), 500) for entry in update.entries][:50]
+            self.rt.plan = steps
+            self.rt.emit(
+                PlanWritten, run_id=self.rt.config.run_id, round=self.rt.round, steps=steps
+            )
+        elif kind == "agent_message_chunk":
+            text = getattr(update.content, "text", None)
+            if text:
+                self.said.append(text)
+        elif kind == "tool_call":
+            await self.calls.proposed(update)
+        elif kind == "tool_call_update":
+            await self.calls.progress(update)
+        elif kind == "usage_update":
+            self._usage(update)
+
+    def _usage(self, update: Any) -> None:
+        ledger = self.rt.ledger
+        ledger.tokens = max(ledger.tokens, int(update.used))
+        if update.cost is not None:
+            self.cost_seen = float(update.cost.amount)
+            ledger.cost_usd = self.cost_seen
+        self.rt.publish_budget()
+        ledger.after_model_call()  # a cap past its limit stops the run here, mid-turn
+
+    def _turn_done(self, started: float) -> None:
+        rt = self.rt
+        ledger = rt.ledger
+        ledger.turns += 1
+        if self.cost_seen is None:
+            ledger.cost_unknown_calls += 1  # never reported: unknown, not 0
+        rt.emit(
+            ModelCalled,
+            run_id=rt.config.run_id,
+            role="agent",
+            round=rt.round,
+            model=rt.config.model,
+            prompt_tokens=ledger.tokens,
+            completion_tokens=0,
+            cost_usd=self.cost_seen,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            content=capped("".join(self.said), TEXT_CAP),
+        )
+        rt.publish_budget()
+
+    async def _cancel_turn(self, turn: asyncio.Future[Any]) -> None:
+        """`session/cancel`, every waiting request answered cancelled, the turn's end waited
+        for (bounded); the agent is stopped afterwards in any case."""
+        from acp.schema import DeniedOutcome, RequestPermissionResponse
+
+        cancelled = RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        with contextlib.suppress(Exception):
+            await self.agent.conn.cancel(session_id=self.agent.session_id)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.config.cancel_wait_s):
+                while not turn.done():
+                    self.bridge.cancel_all(cancelled)
+                    await asyncio.wait({turn}, timeout=0.05)
+        if not turn.done():
+            turn.cancel()
+        with contextlib.suppress(BaseException):
+            await turn
