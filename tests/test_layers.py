@@ -17,17 +17,23 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "loopdeck"
-LAYERS = ("core", "store", "llm", "operator", "tui", "cli", "tuning", "mcp_env")
+LAYERS = ("core", "store", "llm", "operator", "tui", "cli", "tuning", "mcp_env", "acp_env")
 
 # What each layer must not import (a layer or a third-party top-level package).
 FORBIDDEN: dict[str, frozenset[str]] = {
-    "core": frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "mcp_env", "mcp"}),
+    "core": frozenset(
+        {"store", "llm", "operator", "tui", "cli", "tuning", "mcp_env", "mcp", "acp_env", "acp"}
+    ),
     # MCP servers as environments: an env like any other, below the operator's door.
-    "mcp_env": frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "textual"}),
-    "store": frozenset({"operator", "tui", "cli", "tuning", "mcp_env", "mcp"}),
-    "llm": frozenset({"store", "operator", "tui", "cli", "mcp_env", "mcp"}),
+    "mcp_env": frozenset(
+        {"store", "llm", "operator", "tui", "cli", "tuning", "textual", "acp_env", "acp"}
+    ),
+    # ACP agents as runs: beside mcp_env (whose guardian and goal check it shares).
+    "acp_env": frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "textual", "mcp"}),
+    "store": frozenset({"operator", "tui", "cli", "tuning", "mcp_env", "mcp", "acp_env", "acp"}),
+    "llm": frozenset({"store", "operator", "tui", "cli", "mcp_env", "mcp", "acp_env", "acp"}),
     "operator": frozenset({"tui", "cli", "textual"}),
-    "tui": frozenset({"store", "cli", "mcp_env", "mcp"}),
+    "tui": frozenset({"store", "cli", "mcp_env", "mcp", "acp_env", "acp"}),
     # Process tuning is a fence below the layers that apply it.
     "tuning": frozenset({"store", "operator", "tui", "cli"}),
 }
