@@ -1,0 +1,151 @@
+"""ACP agents as runs (issue 29): loopdeck's scripted ACP agent on the `calc_acp` sample env,
+driven through the runtime's own loop: its plan, calls and usage as events, a permission as a
+loopdeck approval, the guard keyed on the working copy, the cost cap mid-turn, an agent that
+dies, a stop mid-permission, and no agent process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLES, Recorder
+
+from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.events import CallStatus, EventBus
+from loopdeck.core.states import StopReason
+from loopdeck.operator.launch import RunOptions, prepare_run
+
+CALC = SAMPLES / "calc_acp"
+AGENT = "loopdeck.acp_env.scripted_agent"
+
+
+def _agents() -> list[int]:
+    """Live scripted agent processes playing the sample env's scenario (the ones runs here
+    started: other tests drive their own copies)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        mine = AGENT in cmdline and str(CALC / "scenario.toml") in cmdline
+        if mine and "guardian" not in cmdline and ") Z" not in stat:
+            found.append(int(entry.name))
+    return found
+
+
+async def _run(script: str, approve: str = "auto", approver: Any = None) -> tuple[Any, Recorder]:
+    bus, recorder = EventBus(), Recorder()
+    bus.subscribe(recorder)
+    options = RunOptions(env=str(CALC), script=script, approve=approve)  # type: ignore[arg-type]
+    prepared = prepare_run(options, approver=approver, bus=bus)
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    return outcome, recorder
+
+
+@pytest.mark.slow  # seconds: the agent, the SDK's import, pytest as the goal check
+async def test_the_agent_fixes_the_repo_under_loopdecks_approval() -> None:
+    outcome, rec = await _run("solve")
+    assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
+    assert outcome.model == "acp scripted_agent"
+    [plan] = rec.kinds("plan_written")
+    assert plan.steps == ["Read calc.py", "Fix add", "Say what changed"]
+    proposed = [(e.tool, e.risk) for e in rec.kinds("call_proposed")]
+    assert proposed == [("read: Read calc.py", "read"), ("edit: Fix add in calc.py", "write")]
+    [asked] = rec.kinds("approval_requested")
+    assert asked.tool == "edit" and asked.args == {"path": "calc.py"}
+    assert [e.status for e in rec.kinds("tool_finished")] == [CallStatus.EXECUTED] * 2
+    [turn] = rec.kinds("model_called")
+    assert turn.role == "agent" and turn.cost_usd == 0.01 and "Fixed add" in turn.content
+    assert outcome.cost_usd == 0.01 and outcome.tokens == 1800
+    assert _agents() == []
+
+
+@pytest.mark.slow
+async def test_a_rejected_write_is_never_made_and_the_run_stalls() -> None:
+    outcome, rec = await _run("reject", approve="deny")
+    assert outcome.stop_reason is StopReason.STALLED
+    assert [e.approved for e in rec.kinds("approval_decided")] == [False]
+    assert [e.status for e in rec.kinds("tool_finished")] == [CallStatus.REJECTED]
+    [verdict] = rec.kinds("review_verdict")  # the working copy never changed
+    assert verdict.before_hash == verdict.after_hash
+
+
+@pytest.mark.slow
+async def test_the_guard_stops_a_read_repeated_on_an_unchanged_working_copy() -> None:
+    outcome, rec = await _run("loop")
+    assert outcome.stop_reason is StopReason.NO_PROGRESS, outcome.detail
+    assert [e.tool for e in rec.kinds("guard_tripped")] == ["read: Read calc.py"]
+    assert _agents() == []
+
+
+@pytest.mark.slow
+async def test_the_cost_cap_stops_a_runaway_mid_turn() -> None:
+    outcome, _ = await _run("runaway")
+    assert outcome.stop_reason is StopReason.COST_LIMIT, outcome.detail
+    assert _agents() == []
+
+
+@pytest.mark.slow
+async def test_an_agent_that_dies_mid_turn_stops_the_run_naming_it() -> None:
+    outcome, _ = await _run("dies")
+    assert outcome.stop_reason is StopReason.TOOL_FAILURE
+    assert "went away mid-turn" in outcome.detail and "exiting with 3" in outcome.detail
+
+
+@pytest.mark.slow
+async def test_a_write_the_agent_makes_after_a_rejection_is_gated_and_refused() -> None:
+    outcome, rec = await _run("ignores-rejection", approve="deny")
+    assert outcome.stop_reason is StopReason.STALLED
+    decided = [(e.call_id, e.approved) for e in rec.kinds("approval_decided")]
+    assert decided == [("c1", False), ("c2", False)]  # the edit, then its write asked again
+    [verdict] = rec.kinds("review_verdict")  # the write never landed
+    assert verdict.before_hash == verdict.after_hash
+
+
+class StopsWhileAsked:
+    """Kills the run while the agent's permission waits on the operator."""
+
+    def __init__(self) -> None:
+        self.runtime: Any = None
+
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        self.runtime.kill(by="test")
+        await asyncio.Event().wait()  # the kill ends this wait
+        raise AssertionError("not reached")
+
+
+@pytest.mark.slow
+async def test_a_kill_while_a_permission_waits_cancels_the_turn_and_ends_the_agent() -> None:
+    operator = StopsWhileAsked()
+    bus, rec = EventBus(), Recorder()
+    bus.subscribe(rec)
+    prepared = prepare_run(RunOptions(env=str(CALC), script="solve"), approver=operator, bus=bus)
+    operator.runtime = prepared.runtime
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.KILLED
+    assert [e.call_id for e in rec.kinds("approval_withdrawn")] == ["c2"]
+    assert _agents() == []
+
+
+@pytest.mark.slow
+def test_the_sample_acp_env_from_the_cli(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "loopdeck", "check", str(CALC)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all expectations met" in done.stdout
