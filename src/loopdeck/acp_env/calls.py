@@ -9,6 +9,8 @@ state.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ class AcpCalls:
         self.written: set[str] = set()
         self.notes: list[str] = []
         self.unknown_updates = 0
+        self.diffs: dict[str, str] = {}  # the agent's id -> its diffs, for the operator
         self._count = 0
 
     def take_notes(self) -> list[str]:
@@ -73,6 +76,7 @@ class AcpCalls:
             risk_source="the agent's tool kind",
         )
         self.records[acp_id] = record
+        self.diffs[acp_id] = _diff_text(update, rt.env.workdir)
         rt.calls.records.append(record)
         rt.emit(
             CallProposed, run_id=rt.config.run_id, call_id=record.call_id, round=record.round,
@@ -137,7 +141,8 @@ class AcpCalls:
             self.notes.append(f"{record.tool}: refused: the agent offered no allow-once option")
             chosen = reject
         else:
-            chosen = allow if await self._approved(record, "") else reject
+            diff = self.diffs.get(acp_id) or _diff_text(tool_call, self.rt.env.workdir)
+            chosen = allow if await self._approved(record, diff) else reject
         if chosen is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         if chosen is not reject:
@@ -151,7 +156,8 @@ class AcpCalls:
         the state it runs in; a rejection's reason goes to the agent with the next prompt."""
         rt = self.rt
         call = ToolCall(provider_id=None, tool=record.tool.split(":")[0], args=record.args)
-        decision = Decision(type="tool_call", calls=[call], message=why or record.tool)
+        words = f"{record.tool}\n{why}" if why else record.tool
+        decision = Decision(type="tool_call", calls=[call], message=words)
         again: AskAgain | None = None
         for _ in range(MAX_APPROVAL_ASKS):
             got = await rt.calls.approvals.ask_once(record, call, decision, again)
@@ -231,6 +237,21 @@ def _paths(workdir: Path, tool_call: Any) -> set[Path]:
         except OutsideWorkdir:
             continue
     return found
+
+
+def _diff_text(update: Any, workdir: Path) -> str:
+    """The call's diffs as one unified diff, for the operator deciding on it."""
+    said: list[str] = []
+    for item in update.content or []:
+        if getattr(item, "type", "") != "diff":
+            continue
+        old = (item.old_text or "").splitlines(keepends=True)
+        new = (item.new_text or "").splitlines(keepends=True)
+        name = str(item.path)
+        with contextlib.suppress(ValueError):  # named inside the working copy: said relative
+            name = Path(name).resolve().relative_to(workdir.resolve()).as_posix()
+        said.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+    return capped("".join(said), 3000)
 
 
 def _failed(code: ErrorCode, message: str) -> dict[str, Any]:
