@@ -220,6 +220,7 @@ async def test_solve_reads_asks_and_writes_through_the_client(workdir: Path) -> 
     assert client.texts() == ["Fixed add in calc.py: it returned a - b."]
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_a_refused_write_is_not_done_and_ends_the_turn(workdir: Path) -> None:
     client = Client(workdir, answers=["reject"])
     async with agent(client, "reject") as run:
@@ -246,6 +247,7 @@ steps = [
 """
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 @pytest.mark.parametrize("answer", ["cancelled", "allow"])
 async def test_cancel_while_a_permission_waits_ends_the_turn_cancelled(
     workdir: Path, tmp_path: Path, answer: str
@@ -263,6 +265,7 @@ async def test_cancel_while_a_permission_waits_ends_the_turn_cancelled(
     assert client.texts() == []
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_a_turn_that_ignores_cancel_keeps_going(workdir: Path, tmp_path: Path) -> None:
     client = Client(workdir, answers=["hold"])
     async with agent(client, "stubborn", scenario_with(tmp_path, CANCEL_SCRIPTS)) as run:
@@ -275,6 +278,7 @@ async def test_a_turn_that_ignores_cancel_keeps_going(workdir: Path, tmp_path: P
     assert client.texts() == ["after the edit"]
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_turns_play_in_order_then_the_repeat_turn_again(
     workdir: Path, tmp_path: Path
 ) -> None:
@@ -298,6 +302,7 @@ async def test_turns_play_in_order_then_the_repeat_turn_again(
     assert [u.cost.amount for u in client.of(UsageUpdate)] == [0.25, 0.5]
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_modes_auto_writes_without_asking_and_an_unknown_one_is_refused(
     workdir: Path,
 ) -> None:
@@ -312,6 +317,7 @@ async def test_modes_auto_writes_without_asking_and_an_unknown_one_is_refused(
     assert (workdir / "calc.py").read_text() == FIXED
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_the_session_reports_its_modes(workdir: Path) -> None:
     client = Client(workdir)
     async with agent(client, "solve") as run:
@@ -332,6 +338,7 @@ async def test_exit_mid_turn_closes_the_connection(workdir: Path) -> None:
     assert "scripted agent: exiting with 3 mid-turn" in stderr
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_a_garbage_line_is_skipped_and_the_turn_goes_on(
     workdir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -344,6 +351,7 @@ async def test_a_garbage_line_is_skipped_and_the_turn_goes_on(
     assert client.texts() == ["Fixed add in calc.py."]
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_direct_write_never_asks_nor_uses_the_client(workdir: Path) -> None:
     client = Client(workdir)
     async with agent(client, "direct-write") as run:
@@ -353,6 +361,7 @@ async def test_direct_write_never_asks_nor_uses_the_client(workdir: Path) -> Non
     assert [u.status for u in client.tool_updates("call_1")] == ["completed"]
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_early_update_says_in_progress_before_the_answer(workdir: Path) -> None:
     client = Client(workdir, answers=["hold"])
     async with agent(client, "early-update") as run:
@@ -365,6 +374,7 @@ async def test_early_update_says_in_progress_before_the_answer(workdir: Path) ->
     assert [u.status for u in client.tool_updates("call_1")] == ["in_progress", "completed"]
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_ignore_rejection_writes_after_a_reject(workdir: Path) -> None:
     client = Client(workdir, answers=["reject"])
     async with agent(client, "ignores-rejection") as run:
@@ -374,6 +384,7 @@ async def test_ignore_rejection_writes_after_a_reject(workdir: Path) -> None:
     assert client.tool_updates("call_1")[-1].status == "completed"
 
 
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
 async def test_unknown_update_names_a_call_never_started(workdir: Path) -> None:
     client = Client(workdir, answers=["allow"])
     async with agent(client, "unknown-update") as run:
