@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from loopdeck.store.base import DB_HELP, store_location
 
@@ -52,6 +53,16 @@ def said(text: str) -> str:
     """A message's TEXT: words, or `-` (read from stdin)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty: nothing to say to the agent")
+    return text
+
+
+def otlp_url(text: str) -> str:
+    """An OTLP/HTTP endpoint: an http(s) URL with a host."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"must be an http:// or https:// URL (http://localhost:4318/v1/traces), got {text!r}"
+        )
     return text
 
 
@@ -99,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a scenario.toml value for this run (e.g. data.orders=3)",
     )
     run.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+    add_otlp_flags(
+        run,
+        "with --headless: send the run, when it stops, as one OpenTelemetry trace to this"
+        " OTLP/HTTP endpoint",
+    )
 
     console = commands.add_parser(
         "console", help="the console's fleet: every run in the store, live (n starts one)"
@@ -157,12 +173,32 @@ def add_store_commands(commands: Any) -> None:
     export = with_db(commands.add_parser("export", help="every event of a run"), json_flag=False)
     export.add_argument("run_id", metavar="RUN_ID")
     export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    add_otlp_flags(
+        export, "send the run as one OpenTelemetry trace to this OTLP/HTTP endpoint instead"
+    )
     attach = with_db(commands.add_parser("attach", help="the console on a live run"), False)
     attach.add_argument("run_id", metavar="RUN_ID")
     attach.add_argument("--theme")
     replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
     replay.add_argument("run_id", metavar="RUN_ID")
     replay.add_argument("--theme")
+
+
+def add_otlp_flags(parser: argparse.ArgumentParser, about: str) -> None:
+    """`--otlp URL` and `--otlp-content`, for `export` and `run`."""
+    parser.add_argument(
+        "--otlp",
+        metavar="URL",
+        type=otlp_url,
+        help=f"{about} (e.g. http://localhost:4318/v1/traces; auth headers from"
+        " OTEL_EXPORTER_OTLP_HEADERS)",
+    )
+    parser.add_argument(
+        "--otlp-content",
+        action="store_true",
+        help="with --otlp: the goal, the model's text, arguments, results and messages on the"
+        " spans too",
+    )
 
 
 def add_decision_commands(

@@ -19,6 +19,7 @@ from loopdeck.store.base import Location, default_db_path
 if TYPE_CHECKING:
     from loopdeck.core.outcome import RunOutcome
     from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.otel_export import LiveTrace
     from loopdeck.operator.session import RunSession
     from loopdeck.tui.app import LoopdeckApp
 
@@ -105,11 +106,14 @@ def run_headless(args: argparse.Namespace) -> int:
 
     tuning.for_headless()
     signals = StopSignals()
+    if (trace := live_trace(args)) is None and args.otlp_content:
+        print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
     async def recorded() -> RunOutcome:
         signals.install()
         try:
-            return await run_recorded_headless(options(args), args.db, signals)
+            return await run_recorded_headless(options(args), args.db, signals, trace)
         finally:
             signals.remove()
 
@@ -122,19 +126,27 @@ def run_headless(args: argparse.Namespace) -> int:
         print_json(outcome)
     else:
         print_summary(outcome)
+    if trace is not None:
+        send_trace(trace, outcome.run_id)
     return EXIT_GOAL_MET if outcome.stop_reason is StopReason.GOAL_MET else EXIT_STOPPED
 
 
 async def run_recorded_headless(
-    options: RunOptions, db: Location | None, signals: StopSignals | None = None
+    options: RunOptions,
+    db: Location | None,
+    signals: StopSignals | None = None,
+    trace: LiveTrace | None = None,
 ) -> RunOutcome:
     """One run recorded to the store; a stop signal (`signals`, installed by the caller)
-    kills it, and a second one abandons it (`RecordedRun.abandon`)."""
+    kills it, and a second one abandons it (`RecordedRun.abandon`). `trace` builds the run's
+    spans as its events come."""
     from loopdeck.operator.session import RunSession
 
     session = RunSession(db or default_db_path(), say=_say)
     async with session.opened() as store:
         prepared = session.prepare(options)
+        if trace is not None:
+            prepared.runtime.bus.subscribe(trace.take)
         try:
             run_id = prepared.runtime.config.run_id
             # Said as it starts, so another terminal can attach, approve or stop it by id.
@@ -153,6 +165,31 @@ async def run_recorded_headless(
             return await session.record()
         finally:
             session.cleanup()
+
+
+def live_trace(args: argparse.Namespace) -> LiveTrace | None:
+    """`--otlp URL`: the run's trace, built as it runs (the OpenTelemetry SDK imported only
+    then)."""
+    if not args.otlp:
+        return None
+    from loopdeck.operator.otel_export import LiveTrace
+
+    return LiveTrace(args.otlp, content=args.otlp_content)
+
+
+def send_trace(trace: LiveTrace, run_id: str) -> None:
+    """The stopped run's trace sent, said on stderr (stdout's last line stays the run's);
+    a failure is said with the command that sends it again, and the run's exit stands."""
+    from loopdeck.core.text import visible
+    from loopdeck.operator.otel_export import ExportFailed, shown
+
+    try:
+        sent = trace.send()
+    except ExportFailed as exc:
+        again = f"loopdeck export {run_id} --otlp {shown(trace.url)}"
+        print(f"loopdeck: {visible(str(exc))}; send it later with `{again}`", file=sys.stderr)
+        return
+    print(f"trace {sent.trace_id}: {sent.spans} spans sent to {sent.endpoint}", file=sys.stderr)
 
 
 def _say(message: str) -> None:
@@ -174,6 +211,13 @@ def run_console(args: argparse.Namespace) -> int:
 
     if (refused := refusal(args.approve, console=True)) is not None:
         print(f"loopdeck: {refused}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.otlp or args.otlp_content:
+        print(
+            "loopdeck: --otlp goes with --headless; a console's run is sent after it with"
+            " `loopdeck export RUN_ID --otlp URL`",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     if refused_without_terminal("run"):
         return EXIT_BAD_INPUT

@@ -221,7 +221,24 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _export(store: Store, args: argparse.Namespace) -> int:
+    """The run's events as JSON lines, or (`--otlp URL`) sent as one OpenTelemetry trace:
+    one line, its trace id and spans; exit 2 naming the URL if it was not taken."""
     await records.known_run(store, args.run_id)
+    if args.otlp_content and not args.otlp:
+        print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
+        return 2
+    if args.otlp:
+        from loopdeck.operator import otel_export  # the OpenTelemetry SDK: only for this
+
+        try:
+            sent = await otel_export.export_run(
+                store, args.run_id, args.otlp, content=args.otlp_content
+            )
+        except otel_export.ExportFailed as exc:
+            print(f"loopdeck: {visible(str(exc))}", file=sys.stderr)
+            return 2
+        print(f"trace {sent.trace_id}: {sent.spans} spans sent to {sent.endpoint}")
+        return 0
     async for body in records.event_bodies(store, args.run_id):
         sys.stdout.write(body + "\n")
     return 0

@@ -1,0 +1,309 @@
+"""A run's events as OpenTelemetry spans, in the GenAI semantic conventions' shape:
+`invoke_agent {env}` from the start to the stop; in rounds mode a `plan {env}` span a round,
+from its start to the next round's or the stop, holding the round's `chat {model}` calls (the
+planner's first) and `execute_tool {tool}` calls (from the proposal to the result, its
+approval inside); in ReAct mode those hang under the run's span. What each event says on them
+is `operator/otel_attributes.py`'s; sending them is `operator/otel_export.py`'s.
+
+Fed one event at a time, so a live run and a stored one make the same spans. Every time comes
+from the events (`at`), never from now; the ids come from the run id, so a run sent twice
+(live, then again) is one trace. A run that stopped without recording its stop (a crash) ends
+at its last event; a call without its result ends there too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from loopdeck import __version__
+from loopdeck.core.event_base import CallStatus
+from loopdeck.core.events import (
+    BudgetUpdated,
+    CallProposed,
+    DecisionMade,
+    Event,
+    ModelCalled,
+    PlanWritten,
+    RunStarted,
+    RunStopped,
+    StateChanged,
+    ToolFinished,
+)
+from loopdeck.core.states import RunState, StopReason
+from loopdeck.operator.otel_attributes import (
+    FAILED_CALLS,
+    FAILED_STOPS,
+    Attributes,
+    chat_attributes,
+    decision_attributes,
+    failure,
+    finished_attributes,
+    mark,
+    plan_attributes,
+    run_attributes,
+    stop_attributes,
+    tool_attributes,
+)
+
+MAX_EVENTS = 10_000  # span events a span keeps (the SDK's default, 128, drops a long run's)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ns(at: datetime) -> int:
+    """An event's time in nanoseconds since the epoch, exact to its microsecond."""
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return (aware - EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def _digest(text: str, size: int) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:size], "big") or 1
+
+
+class RunIds(IdGenerator):
+    """The trace id from the run id, a span's id from its place in the run (`key`, set just
+    before the span is started)."""
+
+    def __init__(self) -> None:
+        self.run_id = ""
+        self.key = "run"
+
+    def generate_trace_id(self) -> int:
+        return _digest(self.run_id, 16)
+
+    def generate_span_id(self) -> int:
+        return _digest(f"{self.run_id}\0{self.key}", 8)
+
+
+class _Ended(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+@dataclass
+class _Open:
+    span: Span
+    start: int
+    end: int | None = None  # None: the run's end
+
+
+def _resource() -> Resource:
+    """Who sends: loopdeck (or `OTEL_SERVICE_NAME`), with `OTEL_RESOURCE_ATTRIBUTES`."""
+    name = os.environ.get("OTEL_SERVICE_NAME") or "loopdeck"
+    return Resource.create({"service.name": name, "service.version": __version__})
+
+
+class TraceBuilder:
+    """One run's spans, built as its events come (`take`), ended by `finish`. Spans stay open
+    until then, so a decision that comes after a call's result still lands on its span."""
+
+    def __init__(self, *, content: bool = False) -> None:
+        self.content = content
+        self._ids = RunIds()
+        self._ended = _Ended()
+        provider = TracerProvider(
+            sampler=ALWAYS_ON,
+            resource=_resource(),
+            id_generator=self._ids,
+            span_limits=SpanLimits(max_events=MAX_EVENTS),
+            shutdown_on_exit=False,
+        )
+        provider.add_span_processor(self._ended)
+        self._tracer = provider.get_tracer("loopdeck", __version__)
+        self._open: list[_Open] = []
+        self._root: _Open | None = None
+        self._round: _Open | None = None
+        self._rounds = 0
+        self._tools: dict[str, _Open] = {}
+        self._chat: Span | None = None
+        self._env, self._model, self._mode = "", "", "rounds"
+        self._last = 0
+        self._stop: RunStopped | None = None
+        self._budget: BudgetUpdated | None = None
+        self._tokens = [0, 0]
+        self._cost = 0.0
+        self.finished = False
+
+    @property
+    def trace_id(self) -> str:
+        """32 hex digits, as backends show it ("" before the first event)."""
+        if self._root is None:
+            return ""
+        return trace.format_trace_id(self._root.span.get_span_context().trace_id)
+
+    def take(self, event: Event) -> None:
+        if self.finished:
+            return
+        at = ns(event.at)
+        if self._root is None:
+            self._start_run(event, at)
+        if not (isinstance(event, RunStopped) and event.stop_reason is StopReason.CRASHED):
+            self._last = max(self._last, at)  # a crash's mark is not the runner's last word
+        match event:
+            case StateChanged(target=RunState.PLANNING) if self._mode == "rounds":
+                self._next_round(at, self._rounds + 1)
+            case PlanWritten():
+                self._in_round(event.round, at)
+                self._scope().span.set_attributes(plan_attributes(event, self.content))
+            case ModelCalled():
+                self._model_called(event, at)
+            case DecisionMade() if self._chat is not None:
+                self._chat.set_attributes(decision_attributes(event))
+            case CallProposed():
+                self._proposed(event, at)
+            case ToolFinished():
+                self._tool_finished(event, at)
+            case BudgetUpdated():
+                self._budget = event
+            case RunStopped():
+                self._stop = event
+            case _:
+                self._mark(event, at)
+
+    def _start(
+        self,
+        name: str,
+        key: str,
+        parent: _Open | None,
+        at: int,
+        attributes: Attributes,
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> _Open:
+        self._ids.key = key
+        # The root has no parent, whatever span this process has current.
+        context = Context() if parent is None else trace.set_span_in_context(parent.span)
+        span = self._tracer.start_span(
+            name, context=context, kind=kind, attributes=attributes, start_time=at
+        )
+        opened = _Open(span, at)
+        self._open.append(opened)
+        return opened
+
+    def _start_run(self, event: Event, at: int) -> None:
+        self._ids.run_id = event.run_id
+        attributes: Attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": event.run_id,
+        }
+        if isinstance(event, RunStarted):
+            self._env, self._model, self._mode = event.env, event.model, event.mode
+            attributes = run_attributes(event, self.content)
+        self._root = self._start(f"invoke_agent {self._env}".strip(), "run", None, at, attributes)
+
+    def _scope(self) -> _Open:
+        """The span an event that names no call goes on: the round's, else the run's."""
+        scope = self._round or self._root
+        assert scope is not None  # the run's span is made by the first event
+        return scope
+
+    def _next_round(self, at: int, number: int) -> None:
+        if self._round is not None and self._round.end is None:
+            self._round.end = at
+        self._rounds = number
+        attributes: Attributes = {
+            "gen_ai.operation.name": "plan",
+            "gen_ai.agent.name": self._env,
+            "loopdeck.round": number,
+        }
+        name = f"plan {self._env}".strip()
+        self._round = self._start(name, f"round:{number}", self._root, at, attributes)
+
+    def _in_round(self, number: int, at: int) -> None:
+        """A round the record never said starting (no state change) starts at its first event."""
+        if self._mode == "rounds" and number > self._rounds:
+            self._next_round(at, number)
+
+    def _model_called(self, e: ModelCalled, at: int) -> None:
+        start = at - round(e.latency_ms * 1_000_000)
+        self._in_round(e.round, start)
+        attributes = chat_attributes(e, self._model, self.content)
+        name = f"chat {self._model or e.model}"
+        scope = self._scope()
+        opened = self._start(name, f"chat:{e.seq}", scope, max(start, scope.start), attributes,
+                             SpanKind.CLIENT)  # fmt: skip
+        opened.end = at
+        self._chat = opened.span
+        self._tokens[0] += e.prompt_tokens
+        self._tokens[1] += e.completion_tokens
+        self._cost += e.cost_usd or 0.0
+
+    def _proposed(self, e: CallProposed, at: int) -> None:
+        self._in_round(e.round, at)
+        attributes = tool_attributes(e, self.content)
+        key = f"tool:{e.call_id}"
+        self._tools[e.call_id] = self._start(
+            f"execute_tool {e.tool}", key, self._scope(), at, attributes
+        )
+
+    def _tool_finished(self, e: ToolFinished, at: int) -> None:
+        opened = self._tools.get(e.call_id)
+        if opened is None:  # its proposal is not in the record: the result alone
+            said: Attributes = {"gen_ai.tool.name": e.tool, "gen_ai.tool.call.id": e.call_id}
+            opened = self._start(f"execute_tool {e.tool}", f"tool:{e.call_id}", self._scope(),
+                                 at, {"gen_ai.operation.name": "execute_tool", **said})  # fmt: skip
+            self._tools[e.call_id] = opened
+        opened.end = at
+        opened.span.set_attributes(finished_attributes(e, self.content))
+        if e.status in FAILED_CALLS:
+            opened.span.set_status(Status(StatusCode.ERROR, failure(e)))
+
+    def _mark(self, event: Event, at: int) -> None:
+        said = mark(event, self.content)
+        if said is None:
+            return
+        call = self._tools.get(said.call_id) if said.call_id else None
+        attributes = said.attributes
+        if call is None and said.call_id:
+            attributes = {**attributes, "gen_ai.tool.call.id": said.call_id}
+        (call or self._scope()).span.add_event(said.name, attributes, timestamp=at)
+
+    def finish(self) -> list[ReadableSpan]:
+        """Every span ended at the time its events gave (an unfinished one at the run's
+        end: its stop, or its last event when it has none or crashed); the ended spans."""
+        if self.finished or self._root is None:
+            return list(self._ended.spans)
+        self.finished = True
+        stop = self._stop
+        end = self._last
+        if stop is not None and stop.stop_reason is not StopReason.CRASHED:
+            end = max(ns(stop.at), self._root.start)
+        for call in self._tools.values():
+            if call.end is None:
+                call.span.set_attribute("loopdeck.unfinished", True)
+                if stop is not None:  # the run is over: the call never will be
+                    call.span.set_attribute("loopdeck.status", CallStatus.INTERRUPTED.value)
+                    call.span.set_status(Status(StatusCode.ERROR, CallStatus.INTERRUPTED.value))
+        self._end_run(stop)
+        for opened in reversed(self._open):
+            opened.span.end(end_time=max(opened.end or end, opened.start))
+        return list(self._ended.spans)
+
+    def _end_run(self, stop: RunStopped | None) -> None:
+        root = self._root
+        assert root is not None
+        root.span.set_attributes(stop_attributes(stop, self._budget))
+        root.span.set_attributes(
+            {
+                "gen_ai.usage.input_tokens": self._tokens[0],
+                "gen_ai.usage.output_tokens": self._tokens[1],
+                "loopdeck.cost_usd": self._cost,
+            }
+        )
+        if stop is None:
+            root.span.set_attribute("loopdeck.unfinished", True)
+        elif stop.stop_reason in FAILED_STOPS:
+            root.span.set_attribute("error.type", stop.stop_reason.value)
+            root.span.set_status(Status(StatusCode.ERROR, stop.stop_reason.value))
