@@ -45,6 +45,10 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
         from loopdeck.cli.store_commands import run_store_command
 
         return run_store_command
+    if args.command == "serve":
+        from loopdeck.cli.serve import run_serve
+
+        return run_serve
     from loopdeck.cli import runs
 
     if args.command == "console":

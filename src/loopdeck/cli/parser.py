@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loopdeck.cli.serve import add_serve_command
 from loopdeck.store.base import DB_HELP, store_location
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_store_commands(commands)
+    add_serve_command(commands)
 
     add_env_commands(commands)
     return parser
