@@ -1,5 +1,6 @@
 """The console driven as a person would: keys in, the runtime's outcome asserted."""
 
+import pytest
 from conftest import HARNESS, SAMPLES
 from console_helpers import console_app, finished, run_screen, start_from_fleet, wait_until
 from textual.widgets import Input
@@ -119,6 +120,7 @@ async def test_kill_can_be_called_off() -> None:
         assert run_screen(app).outcome.stop_reason is StopReason.GOAL_MET
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_pause_holds_the_loop_and_resume_releases_it() -> None:
     app = console_app(
         HARNESS,

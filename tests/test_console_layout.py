@@ -76,6 +76,7 @@ def runaway_app() -> tuple[LoopdeckApp, Runtime]:
     return LoopdeckApp(ConsoleStart.for_run(RunSession.adopted(prepared, ApprovalQueue()))), runtime
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> None:
     layouts: list[int] = []
     frames: list[int] = []

@@ -19,6 +19,7 @@ def _screen(app, kind=RunScreen):
     return next((s for s in app.screen_stack if isinstance(s, kind)), None)
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_attach_approves_a_headless_run_and_sees_it_finish(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:

@@ -259,6 +259,7 @@ async def _fleet_of_three(pilot, app: LoopdeckApp) -> FleetScreen:
     return fleet
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_the_filter_applies_as_typed_and_matches_every_column_shown(tmp_path) -> None:
     await _three_runs(tmp_path / "s.db")
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))

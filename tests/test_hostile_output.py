@@ -149,6 +149,7 @@ def fuzz(examples: int) -> None:
     assert seen.get("correction") and len(seen) > 1, seen
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 def test_generated_replies_never_raise() -> None:
     fuzz(int(os.environ.get("LOOPDECK_FUZZ_EXAMPLES", "2000")))
 

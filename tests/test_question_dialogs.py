@@ -108,6 +108,7 @@ async def test_a_budget_question_raises_the_cap_with_r_and_refuses_a_non_number(
         assert run_screen(app).outcome.stop_reason is StopReason.GOAL_MET
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_a_run_console_on_a_store_counts_what_waits_in_other_runs(tmp_path) -> None:
     """`loopdeck run … --db X` says "+N in other runs · i" as the fleet's run screen does."""
     from datetime import UTC, datetime

@@ -108,6 +108,7 @@ def assert_recorded_killed_by(db: Path, sig: signal.Signals) -> None:
     [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
     ids=["SIGTERM", "SIGINT"],
 )
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 def test_a_stop_signal_kills_a_runaway_headless_run_and_records_it(tmp_path, sig) -> None:
     runner = Runner(tmp_path, "runaway")
     try:

@@ -17,6 +17,7 @@ from loopdeck.store.base import SCHEMA_VERSION, Location, StoreError
 from loopdeck.store.opening import open_store
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_waiting_run_is_released_by_approve_from_another_process(db) -> None:
     runner = start_runner(SAMPLES / "order_support", "solve", db, "--approve", "wait")
     try:

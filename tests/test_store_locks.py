@@ -245,6 +245,7 @@ LOCKS = [
 ]
 
 
+@pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 @pytest.mark.parametrize("held_s", LOCKS)
 async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) -> None:
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
