@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES, Recorder
+from process_helpers import live_processes
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import CallStatus, EventBus
@@ -24,21 +25,9 @@ AGENT = "loopdeck.acp_env.scripted_agent"
 
 
 def _agents() -> list[int]:
-    """Live scripted agent processes playing the sample env's scenario (the ones runs here
-    started: other tests drive their own copies)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        mine = AGENT in cmdline and str(CALC / "scenario.toml") in cmdline
-        if mine and "guardian" not in cmdline and ") Z" not in stat:
-            found.append(int(entry.name))
-    return found
+    """Live scripted agents playing the sample env's scenario (the ones runs here started:
+    other tests drive their own copies)."""
+    return live_processes(AGENT, str(CALC / "scenario.toml"))
 
 
 async def _run(script: str, approve: str = "auto", approver: Any = None) -> tuple[Any, Recorder]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import Recorder
+from process_helpers import live_processes
 from store_helpers import last_json
 
 from loopdeck.core.events import CallStatus, EventBus
@@ -49,18 +50,7 @@ async def _run(script: str, *settings: str) -> tuple[Any, Recorder, Any]:
 
 def _servers() -> list[int]:
     """Live processes running the edges server (zombies are gone already)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if SERVER in cmdline and "guardian" not in cmdline and ") Z" not in stat:
-            found.append(int(entry.name))
-    return found
+    return live_processes(SERVER)
 
 
 @pytest.mark.slow  # seconds: `make stress` runs it (CI too)

@@ -24,6 +24,7 @@ from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.events import ModelCalled, PlanWritten
+from loopdeck.core.review import findings_or_stop
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
@@ -60,12 +61,7 @@ class AcpLoop:
                     raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
                 if stop == "refusal":
                     raise StopRun(StopReason.POLICY_BLOCK, "the agent refused the prompt")
-                verdict = await rt.review_round(before)
-                if verdict.kind == "pass":
-                    raise StopRun(StopReason.GOAL_MET, "the goal check passed")
-                if verdict.kind == "stalled":
-                    raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
-                prompt = self._next_prompt(list(verdict.reasons))
+                prompt = self._next_prompt(findings_or_stop(await rt.review_round(before)))
         finally:
             await self.agent.stop()
 

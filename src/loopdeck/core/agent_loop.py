@@ -28,7 +28,7 @@ from loopdeck.core.prompts import (
     react_messages,
 )
 from loopdeck.core.questions import ANSWER_CAP
-from loopdeck.core.review import Verdict
+from loopdeck.core.review import Verdict, findings_or_stop
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ToolSpec
@@ -85,12 +85,7 @@ class AgentLoop:
                 "\n".join(f"{i}. {s}" for i, s in enumerate(rt.plan, 1)), rt.messages.heard
             )
             await self._executor_turns(conversation)
-            verdict = await rt.review_round(before)
-            if verdict.kind == "pass":
-                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
-            if verdict.kind == "stalled":
-                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
-            last_findings = list(verdict.reasons)
+            last_findings = findings_or_stop(await rt.review_round(before))
 
     async def _react(self) -> None:
         rt = self.rt
@@ -104,12 +99,8 @@ class AgentLoop:
             if tripped:
                 rt.move(RunState.REVIEWING)
                 raise StopRun(StopReason.NO_PROGRESS, "a call repeated with no state change")
-            verdict = await rt.review_round(before)
-            if verdict.kind == "pass":
-                raise StopRun(StopReason.GOAL_MET, "the goal check passed")
-            if verdict.kind == "stalled":
-                raise StopRun(StopReason.STALLED, "; ".join(verdict.reasons))
-            conversation.append(findings_message(list(verdict.reasons)))
+            findings = findings_or_stop(await rt.review_round(before))
+            conversation.append(findings_message(findings))
 
     async def _plan(self, findings: list[str]) -> None:
         rt = self.rt
