@@ -205,6 +205,9 @@ class AcpCalls:
             kind=FS_WRITE,
             title=f"write {path}",
             raw_input={"path": path, "content": content},
+            content=None,
+            locations=None,
+            status=None,
         )
         return await self.proposed(update)
 
@@ -242,7 +245,7 @@ def _paths(workdir: Path, tool_call: Any) -> set[Path]:
 def _diff_text(update: Any, workdir: Path) -> str:
     """The call's diffs as one unified diff, for the operator deciding on it."""
     said: list[str] = []
-    for item in update.content or []:
+    for item in getattr(update, "content", None) or []:
         if getattr(item, "type", "") != "diff":
             continue
         old = (item.old_text or "").splitlines(keepends=True)

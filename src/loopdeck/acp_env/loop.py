@@ -118,11 +118,13 @@ class AcpLoop:
             answer = await self.calls.permission(item.payload["tool_call"], item.payload["options"])
             self._answer(item, answer)
         elif item.kind == "write":
+            from acp import RequestError
+
             try:
                 self._answer(item, await self.calls.write(item.payload))
-            except Exception as exc:  # a refusal, said to the agent as the request's error
+            except RequestError as refused:  # said to the agent as its request's error
                 if item.answer is not None and not item.answer.done():
-                    item.answer.set_exception(exc)
+                    item.answer.set_exception(refused)
 
     @staticmethod
     def _answer(item: Incoming, answer: Any) -> None:
