@@ -138,3 +138,39 @@ def test_the_sample_acp_env_from_the_cli(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all expectations met" in done.stdout
+
+
+@pytest.mark.slow
+async def test_an_acp_permission_is_approved_from_the_inbox_of_another_console(
+    tmp_path: Path,
+) -> None:
+    """A headless ACP run that waits (`--approve wait`); a console on the same store, its
+    inbox, `a`: the agent is answered allow-once and the run meets its goal."""
+    from console_helpers import wait_until
+    from store_helpers import last_json, start_runner, wait_for_pending
+
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+    from loopdeck.tui.fleet_screen import FleetScreen
+    from loopdeck.tui.inbox import InboxScreen
+
+    db = tmp_path / "s.db"
+    runner = start_runner(CALC, "solve", db, "--approve", "wait")
+    try:
+        pending = await wait_for_pending(db, 60.0)
+        assert (pending["call_id"], pending["tool"]) == ("c2", "edit")
+        app = LoopdeckApp(ConsoleStart.for_fleet(db))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+            await pilot.press("i")
+            await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
+            inbox = app.screen
+            await wait_until(pilot, lambda: len(inbox.entries) == 1, timeout=60)
+            await pilot.press("a")
+            await wait_until(pilot, lambda: not inbox.entries, timeout=60)
+        out, err = runner.communicate(timeout=120)
+    finally:
+        runner.kill()
+    summary = last_json(out)
+    assert summary["stop_reason"] == "goal_met", err
+    assert [c["status"] for c in summary["calls"]] == ["executed", "executed"]
+    assert _agents() == []
