@@ -174,3 +174,51 @@ async def test_an_acp_permission_is_approved_from_the_inbox_of_another_console(
     assert summary["stop_reason"] == "goal_met", err
     assert [c["status"] for c in summary["calls"]] == ["executed", "executed"]
     assert _agents() == []
+
+
+class SaysOnLoops:
+    """The operator's say on each repeated call, in turn."""
+
+    def __init__(self, *says: str) -> None:
+        self.says = list(says)
+        self.asked: list[str] = []
+
+    async def answer(self, run_id: str, question_id: str, question: str) -> Any:
+        from loopdeck.core.approvals import Answer
+
+        self.asked.append(question)
+        return Answer(text=self.says.pop(0), by="test")
+
+
+@pytest.mark.slow
+async def test_the_operator_nudges_an_acp_loop_then_stops_it() -> None:
+    operator = SaysOnLoops("nudge edit calc.py instead of reading it again", "stop")
+    bus, rec = EventBus(), Recorder()
+    bus.subscribe(rec)
+    options = RunOptions(env=str(CALC), script="loop", approve="auto")
+    prepared = prepare_run(options, bus=bus, answerer=operator)
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.NO_PROGRESS, outcome.detail
+    assert outcome.detail.endswith("stopped by test")
+    assert len(rec.kinds("guard_tripped")) == 2  # nudged, the agent went on: a second round
+    assert next(e.answer for e in rec.kinds("question_answered")).startswith("nudge")
+    assert "repeats a call from the same state" in operator.asked[0]
+    assert _agents() == []
+
+
+@pytest.mark.slow
+async def test_a_repeat_the_operator_allows_runs_and_the_review_judges_the_turn() -> None:
+    operator = SaysOnLoops("allow")
+    bus, rec = EventBus(), Recorder()
+    bus.subscribe(rec)
+    options = RunOptions(env=str(CALC), script="loop", approve="auto")
+    prepared = prepare_run(options, bus=bus, answerer=operator)
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    assert outcome.stop_reason is StopReason.STALLED, outcome.detail  # read twice, no change
+    assert [e.status for e in rec.kinds("tool_finished")] == [CallStatus.EXECUTED] * 2

@@ -23,6 +23,7 @@ from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import Decision, ToolCall
 from loopdeck.core.events import CallProposed, CallStatus, GuardTripped, ToolFinished
 from loopdeck.core.guard import guard_key
+from loopdeck.core.loop_say import Repeat, operator_on_loop
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import RunState, StopReason
@@ -46,6 +47,8 @@ class AcpCalls:
         self.notes: list[str] = []
         self.unknown_updates = 0
         self.diffs: dict[str, str] = {}  # the agent's id -> its diffs, for the operator
+        self.first_of: dict[str, str] = {}  # fingerprint -> the call that first had it
+        self.nudged = False  # the operator's nudge cut this turn: the next prompt carries it
         self._count = 0
 
     def take_notes(self) -> list[str]:
@@ -85,6 +88,8 @@ class AcpCalls:
         )  # fmt: skip
         if not rt.calls.guard.admit(key):
             await self._repeat(acp_id, record)
+        else:
+            self.first_of.setdefault(record.fingerprint, record.call_id)
         return record
 
     def _input(self, kind: str, raw: Any) -> dict[str, Any]:
@@ -95,16 +100,30 @@ class AcpCalls:
             return {"input": capped(str(data), 2000)}
 
     async def _repeat(self, acp_id: str, record: CallRecord) -> None:
-        """The guard saw this call from this state before: it is blocked, the turn cancelled
-        (a permission for it is refused), and the run stops `no_progress` after the turn."""
+        """The guard saw this call from this state before. An attached operator has a say
+        (`loop_say`): `allow` lets it run once; `nudge TEXT` blocks it, cancels the turn and
+        sends TEXT with the next prompt; `stop`, or nobody answering: blocked, the turn
+        cancelled (a permission for it refused), the run stopped `no_progress` after it."""
         rt = self.rt
         rt.emit(
             GuardTripped, run_id=rt.config.run_id, call_id=record.call_id, tool=record.tool,
             fingerprint=record.fingerprint,
         )  # fmt: skip
+        repeat = Repeat(
+            call=f"{record.call_id} {record.tool}", fingerprint=record.fingerprint,
+            state_hash=record.state_hash, earlier=self.first_of.get(record.fingerprint),
+        )  # fmt: skip
+        say, nudge, by = await operator_on_loop(rt, repeat)
+        if say == "allow":
+            return  # runs once, as the operator said (recorded in question_answered)
         self.blocked.add(acp_id)
         self._finish(record, CallStatus.BLOCKED_REPEAT, _failed(ErrorCode.REPEATED_CALL, REPEATED))
-        self.tripped = f"{record.tool} {REPEATED} ({record.call_id})"
+        if say == "nudge":
+            self.notes.append(f"The operator says: {nudge}")
+            self.nudged = True
+        else:
+            stopped = f"; stopped by {by}" if say == "stop" else ""
+            self.tripped = f"{record.tool} {REPEATED} ({record.call_id}){stopped}"
         await self.agent.conn.cancel(session_id=self.agent.session_id)
 
     async def progress(self, update: Any) -> None:

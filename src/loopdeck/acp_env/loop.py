@@ -61,12 +61,16 @@ class AcpLoop:
                     raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
                 if stop == "refusal":
                     raise StopRun(StopReason.POLICY_BLOCK, "the agent refused the prompt")
+                if self.calls.nudged:  # the operator's word on a loop, not a finished turn
+                    self.calls.nudged = False
+                    prompt = self._next_prompt([])
+                    continue
                 prompt = self._next_prompt(findings_or_stop(await rt.review_round(before)))
         finally:
             await self.agent.stop()
 
     def _next_prompt(self, findings: list[str]) -> str:
-        lines = ["The goal is not met yet. The goal check says:"]
+        lines = ["The goal is not met yet. The goal check says:"] if findings else []
         lines += [f"- {capped(reason, 500)}" for reason in findings[:20]]
         lines += self.calls.take_notes()
         lines += [f"The operator says: {text}" for text in self.rt.messages.take()]
@@ -77,7 +81,8 @@ class AcpLoop:
 
         rt = self.rt
         rt.ledger.before_model_call()
-        rt.move(RunState.DECIDING)
+        if rt.machine.state is not RunState.DECIDING:  # after a nudge it already is
+            rt.move(RunState.DECIDING)
         started, self.said = time.perf_counter(), []
         turn = asyncio.ensure_future(
             self.agent.conn.prompt(session_id=self.agent.session_id, prompt=[text_block(text)])
