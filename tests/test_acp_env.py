@@ -222,3 +222,21 @@ async def test_a_repeat_the_operator_allows_runs_and_the_review_judges_the_turn(
         prepared.cleanup()
     assert outcome.stop_reason is StopReason.STALLED, outcome.detail  # read twice, no change
     assert [e.status for e in rec.kinds("tool_finished")] == [CallStatus.EXECUTED] * 2
+
+
+@pytest.mark.slow
+async def test_pause_at_asks_mid_turn_and_a_raised_cap_lets_the_agent_go_on() -> None:
+    operator = SaysOnLoops("raise 2")
+    bus, rec = EventBus(), Recorder()
+    bus.subscribe(rec)
+    options = RunOptions(env=str(CALC), script="runaway", approve="auto", pause_at=0.5)
+    prepared = prepare_run(options, bus=bus, answerer=operator)
+    try:
+        outcome = await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    # Asked mid-turn at 0.4 USD (past half of 0.5); raised to 2, the turn went on past the
+    # old cap, ended, and the review stopped the run (the agent changed nothing).
+    assert [e.topic for e in rec.kinds("question_asked")] == ["budget"]
+    assert outcome.stop_reason is StopReason.STALLED, outcome.detail
+    assert outcome.cost_usd == 0.6

@@ -153,9 +153,9 @@ class AcpLoop:
         elif kind == "tool_call_update":
             await self.calls.progress(update)
         elif kind == "usage_update":
-            self._usage(update)
+            await self._usage(update)
 
-    def _usage(self, update: Any) -> None:
+    async def _usage(self, update: Any) -> None:
         ledger = self.rt.ledger
         ledger.tokens = max(ledger.tokens, int(update.used))
         if update.cost is not None:
@@ -163,6 +163,7 @@ class AcpLoop:
             ledger.cost_usd = self.cost_seen
         self.rt.publish_budget()
         ledger.after_model_call()  # a cap past its limit stops the run here, mid-turn
+        await self.rt.budget_pause.check()  # past `--pause-at`: an attached operator says
 
     def _turn_done(self, started: float) -> None:
         rt = self.rt
