@@ -148,6 +148,7 @@ class AgentProcess:
         with contextlib.suppress(Exception):
             if self.conn is not None:
                 await self.conn.close()
+        self.errlog.unlink(missing_ok=True)  # its tail was said where it mattered
 
 
 def _words(exc: BaseException) -> str:

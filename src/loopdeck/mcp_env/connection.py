@@ -67,12 +67,13 @@ class McpConnection:
         self._thread = threading.Thread(target=self._main, name="loopdeck-mcp", daemon=True)
         self._thread.start()
         if not self._ready.wait(self.config.startup_timeout_s + 5):
+            said = self._said("did not start", "no answer in time")
             self.close()
-            raise ServerFailed(self._said("did not start", "no answer in time"))
+            raise ServerFailed(said)
         if self._failure is not None:
-            failure = self._failure
+            said = self._said("did not start", _words(self._failure))
             self.close()
-            raise ServerFailed(self._said("did not start", _words(failure))) from None
+            raise ServerFailed(said) from None
 
     def _main(self) -> None:
         asyncio.run(self._own())
@@ -131,6 +132,7 @@ class McpConnection:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(CLOSE_WAIT_S)
         self.gone = self.gone or "closed"
+        self.errlog.unlink(missing_ok=True)  # its tail was said where it mattered
 
     # -- calls -------------------------------------------------------------------------
     def _submit(
