@@ -30,11 +30,17 @@ def _agents() -> list[int]:
     return live_processes(AGENT, str(CALC / "scenario.toml"))
 
 
-async def _run(script: str, approve: str = "auto", approver: Any = None) -> tuple[Any, Recorder]:
+async def _run(
+    script: str,
+    approve: str = "auto",
+    approver: Any = None,
+    answerer: Any = None,
+    pause_at: float | None = None,
+) -> tuple[Any, Recorder]:
     bus, recorder = EventBus(), Recorder()
     bus.subscribe(recorder)
-    options = RunOptions(env=str(CALC), script=script, approve=approve)  # type: ignore[arg-type]
-    prepared = prepare_run(options, approver=approver, bus=bus)
+    options = RunOptions(env=str(CALC), script=script, approve=approve, pause_at=pause_at)  # type: ignore[arg-type]
+    prepared = prepare_run(options, approver=approver, bus=bus, answerer=answerer)
     try:
         outcome = await prepared.runtime.run()
     finally:
@@ -193,18 +199,12 @@ class SaysOnLoops:
 @pytest.mark.slow
 async def test_the_operator_nudges_an_acp_loop_then_stops_it() -> None:
     operator = SaysOnLoops("nudge edit calc.py instead of reading it again", "stop")
-    bus, rec = EventBus(), Recorder()
-    bus.subscribe(rec)
-    options = RunOptions(env=str(CALC), script="loop", approve="auto")
-    prepared = prepare_run(options, bus=bus, answerer=operator)
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, rec = await _run("loop", answerer=operator)
     assert outcome.stop_reason is StopReason.NO_PROGRESS, outcome.detail
     assert outcome.detail.endswith("stopped by test")
-    assert len(rec.kinds("guard_tripped")) == 2  # nudged, the agent went on: a second round
-    assert next(e.answer for e in rec.kinds("question_answered")).startswith("nudge")
+    # Nudged, the agent went on: a second round, whose repeat the operator stopped (a repeat
+    # the agent sends after its turn is cut is blocked without asking again).
+    assert [e.answer.split()[0] for e in rec.kinds("question_answered")] == ["nudge", "stop"]
     assert "repeats a call from the same state" in operator.asked[0]
     assert _agents() == []
 
@@ -212,14 +212,7 @@ async def test_the_operator_nudges_an_acp_loop_then_stops_it() -> None:
 @pytest.mark.slow
 async def test_a_repeat_the_operator_allows_runs_and_the_review_judges_the_turn() -> None:
     operator = SaysOnLoops("allow")
-    bus, rec = EventBus(), Recorder()
-    bus.subscribe(rec)
-    options = RunOptions(env=str(CALC), script="loop", approve="auto")
-    prepared = prepare_run(options, bus=bus, answerer=operator)
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, rec = await _run("loop", answerer=operator)
     assert outcome.stop_reason is StopReason.STALLED, outcome.detail  # read twice, no change
     assert [e.status for e in rec.kinds("tool_finished")] == [CallStatus.EXECUTED] * 2
 
@@ -227,14 +220,7 @@ async def test_a_repeat_the_operator_allows_runs_and_the_review_judges_the_turn(
 @pytest.mark.slow
 async def test_pause_at_asks_mid_turn_and_a_raised_cap_lets_the_agent_go_on() -> None:
     operator = SaysOnLoops("raise 2")
-    bus, rec = EventBus(), Recorder()
-    bus.subscribe(rec)
-    options = RunOptions(env=str(CALC), script="runaway", approve="auto", pause_at=0.5)
-    prepared = prepare_run(options, bus=bus, answerer=operator)
-    try:
-        outcome = await prepared.runtime.run()
-    finally:
-        prepared.cleanup()
+    outcome, rec = await _run("runaway", answerer=operator, pause_at=0.5)
     # Asked mid-turn at 0.4 USD (past half of 0.5); raised to 2, the turn went on past the
     # old cap, ended, and the review stopped the run (the agent changed nothing).
     assert [e.topic for e in rec.kinds("question_asked")] == ["budget"]

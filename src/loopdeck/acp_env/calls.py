@@ -49,6 +49,7 @@ class AcpCalls:
         self.diffs: dict[str, str] = {}  # the agent's id -> its diffs, for the operator
         self.first_of: dict[str, str] = {}  # fingerprint -> the call that first had it
         self.nudged = False  # the operator's nudge cut this turn: the next prompt carries it
+        self.cutting = False  # this turn is being cancelled (set back as each turn starts)
         self._count = 0
 
     def take_notes(self) -> list[str]:
@@ -113,11 +114,15 @@ class AcpCalls:
             call=f"{record.call_id} {record.tool}", fingerprint=record.fingerprint,
             state_hash=record.state_hash, earlier=self.first_of.get(record.fingerprint),
         )  # fmt: skip
-        say, nudge, by = await operator_on_loop(rt, repeat)
+        # Once this turn is being cut (a nudge, a stop), a later repeat in it is just blocked.
+        say, nudge, by = ("cut", "", "") if self.cutting else await operator_on_loop(rt, repeat)
         if say == "allow":
             return  # runs once, as the operator said (recorded in question_answered)
         self.blocked.add(acp_id)
         self._finish(record, CallStatus.BLOCKED_REPEAT, _failed(ErrorCode.REPEATED_CALL, REPEATED))
+        if say == "cut":
+            return
+        self.cutting = True
         if say == "nudge":
             self.notes.append(f"The operator says: {nudge}")
             self.nudged = True

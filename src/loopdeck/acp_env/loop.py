@@ -84,6 +84,7 @@ class AcpLoop:
         if rt.machine.state is not RunState.DECIDING:  # after a nudge it already is
             rt.move(RunState.DECIDING)
         started, self.said = time.perf_counter(), []
+        self.calls.cutting = False
         turn = asyncio.ensure_future(
             self.agent.conn.prompt(session_id=self.agent.session_id, prompt=[text_block(text)])
         )
