@@ -18,6 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import Static, TextArea
 from textual.widgets.text_area import Edit, EditResult
 
+from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.text import visible_in_place, visible_json
 from loopdeck.core.write_approvals import arg_changes
 from loopdeck.operator.arg_edits import check_edit
@@ -85,6 +86,15 @@ class ArgsEdit(Vertical):
         self.editor.load_text(visible_json(self.proposed))
         self.editor.fit_wrap()
         self.editor.focus()
+
+    def approval(self, call_id: str, by: str) -> ApprovalDecision | None:
+        """The approval with these arguments (a plain one when they are as proposed); None,
+        with the bell, while they do not pass (what is wrong is said under the box)."""
+        if self.edited is None:
+            self.app.bell()
+            return None
+        args = None if self.edited == self.proposed else self.edited
+        return ApprovalDecision(call_id=call_id, approved=True, by=by, args=args)
 
     @on(TextArea.Changed, "#args-editor")
     def _changed(self, event: TextArea.Changed) -> None:

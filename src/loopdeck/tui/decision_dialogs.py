@@ -129,7 +129,7 @@ class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
         by: str,
     ) -> None:
         super().__init__(classes="dialog")
-        self.how, self.call_id, self.args, self.by = how, call_id, args, by
+        self.how, self.call_id, self.by = how, call_id, by
         self.editing = ArgsEdit(args, schema, id="approval-edit") if how == "edit" else None
         self.granting = (
             None if self.editing else GrantChooser(tool, args, schema, id="approval-grant")
@@ -158,22 +158,14 @@ class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
 
     def action_approve_edited(self) -> None:
         assert self.editing is not None
-        edited = self.editing.edited
-        if edited is None:
-            self.app.bell()  # what is wrong is said under the box
-            return
-        args = None if edited == self.args else edited
-        self.dismiss(ApprovalDecision(call_id=self.call_id, approved=True, by=self.by, args=args))
+        if (decision := self.editing.approval(self.call_id, self.by)) is not None:
+            self.dismiss(decision)
 
     @on(GrantChooser.Confirmed)
     def _granted(self) -> None:
         assert self.granting is not None
-        rule, _ = self.granting.rule()
-        if rule is None:
-            self.granting.show()
-            self.app.bell()
-            return
-        self.dismiss(ApprovalDecision(call_id=self.call_id, approved=True, by=self.by, grant=rule))
+        if (decision := self.granting.approval(self.call_id, self.by)) is not None:
+            self.dismiss(decision)
 
     def action_close(self) -> None:
         self.dismiss(None)

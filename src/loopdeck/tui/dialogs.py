@@ -197,14 +197,10 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     def action_approve_edited(self) -> None:
         """Only arguments that pass the tool's schema are sent; the same as proposed is a
         plain approval."""
-        edited = self.editing.edited if self.editing is not None else None
-        if edited is None:
-            self.app.bell()  # what is wrong is said under the box
+        if self.editing is None:
             return
-        args = None if edited == self.request.args else edited
-        self.dismiss(
-            ApprovalDecision(call_id=self.request.call_id, approved=True, by=BY, args=args)
-        )
+        if (decision := self.editing.approval(self.request.call_id, BY)) is not None:
+            self.dismiss(decision)
 
     def action_grant(self) -> None:
         r = self.request
@@ -221,13 +217,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     def _granted(self) -> None:
         """A grant that cannot be read is said under the chooser and never sent."""
         assert self.granting is not None
-        rule, _ = self.granting.rule()
-        if rule is None:
-            self.granting.show()
-            self.app.bell()
-            return
-        call_id = self.request.call_id
-        self.dismiss(ApprovalDecision(call_id=call_id, approved=True, by=BY, grant=rule))
+        if (decision := self.granting.approval(self.request.call_id, BY)) is not None:
+            self.dismiss(decision)
 
     def action_close(self) -> None:
         """From a box opened in place: back to the dialog's keys. Else: decide later."""

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.grant_rules import SCOPES, GrantRule, GrantScope
 from loopdeck.tui.shown import markup
 from loopdeck.tui.shown_input import ShownInput
@@ -131,6 +132,16 @@ class GrantChooser(Vertical):
             known = ", ".join(self.names)
             return None, f"{unknown[0]} is not an argument of {self.tool} (it takes {known})"
         return rule, ""
+
+    def approval(self, call_id: str, by: str) -> ApprovalDecision | None:
+        """The approval with this grant; None, with the bell, while the rule cannot be read
+        (what is wrong is said under the chooser, never sent)."""
+        rule, _ = self.rule()
+        if rule is None:
+            self.show()
+            self.app.bell()
+            return None
+        return ApprovalDecision(call_id=call_id, approved=True, by=by, grant=rule)
 
     def show(self) -> None:
         rule, problem = self.rule()
