@@ -312,27 +312,78 @@ def test_a_bare_collector_address_gets_the_traces_path(tmp_path, cli, collector)
     assert collector.spans()
 
 
-def test_a_live_trace_is_the_exported_trace(tmp_path, cli, collector) -> None:
-    """`run --otlp` builds the spans from the bus as the run goes; exported again from the
-    store they are the same spans (ids, names, parents, times), so a backend keeps one."""
+@pytest.mark.parametrize("every_s", [3600.0, 0.0])
+def test_a_live_trace_is_the_exported_trace(tmp_path, cli, collector, every_s) -> None:
+    """`run --otlp` builds the spans from the bus as the run goes, and sends what has ended
+    while it runs (`every_s` 0: at each chance); exported again from the store they are the
+    same spans (ids, names, parents, times), so a backend keeps one."""
     db = tmp_path / "runs.db"
-    live = LiveTrace(collector.url)
+    live = LiveTrace(collector.url, every_s=every_s)
     run_id = recorded(db, trace=live)
     sent = live.send()
+    live_requests = len(collector.requests)
     assert sent.spans == len(collector.spans()) == 9
+    assert (live_requests > 1) == (every_s == 0.0)  # ended spans went before the stop
     assert cli("export", run_id, "--db", str(db), "--otlp", collector.url)[0] == 0
-    first, again = collector.requests
     shape = [
         sorted(
             (s.span_id, s.parent_span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano)
+            for request in requests
             for resource in request.resource_spans
             for scope in resource.scope_spans
             for s in scope.spans
         )
-        for request in (first, again)
+        for requests in (collector.requests[:live_requests], collector.requests[live_requests:])
     ]
     assert shape[0] == shape[1]
     assert sent.trace_id == collector.spans()[0].trace_id.hex()
+
+
+def _two_rounds() -> list[Event]:
+    """Round 1: a plan and a read; round 2: a plan and a write whose outcome is unknown,
+    then the model called again."""
+    run = {"run_id": "r2"}
+
+    def called(seq: int, round: int, role: str = "executor") -> ModelCalled:
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "cost_usd": 0.0, "latency_ms": 100}
+        return ModelCalled(**run, seq=seq, at=_at(seq), role=role, round=round, model="m", **usage)
+
+    def call(seq: int, round: int, call_id: str, status: CallStatus) -> list[Event]:
+        said = {"call_id": call_id, "tool": "t"}
+        return [
+            CallProposed(**run, **said, seq=seq, at=_at(seq), round=round, args={},
+                         risk="write", fingerprint=call_id, state_hash="h"),
+            ToolFinished(**run, **said, seq=seq + 1, at=_at(seq + 1), status=status,
+                         result={}, duration_ms=1.0),
+        ]  # fmt: skip
+
+    planning = {"source": RunState.DECIDING, "target": RunState.PLANNING}
+    return [
+        RunStarted(**run, seq=1, at=_at(1), env="e", script=None, model="m", mode="rounds",
+                   goal="g", budget={}),
+        StateChanged(**run, seq=2, at=_at(2), source=RunState.READY, target=RunState.PLANNING),
+        called(3, 1, "planner"),
+        *call(4, 1, "c1", CallStatus.EXECUTED),
+        called(6, 1),
+        StateChanged(**run, seq=7, at=_at(7), **planning),
+        called(8, 2, "planner"),
+        *call(9, 2, "c2", CallStatus.OUTCOME_UNKNOWN),
+        called(11, 2),
+    ]  # fmt: skip
+
+
+def test_what_can_take_nothing_more_is_ended_before_the_run_stops() -> None:
+    """A model call and a finished tool call end at the next model call, a round at the
+    next round; a write whose outcome is unknown waits for the operator's word."""
+    builder = TraceBuilder()
+    for event in _two_rounds():
+        builder.take(event)
+    ended = sorted(span.name for span in builder.ended)
+    assert ended == ["chat m", "chat m", "chat m", "execute_tool t", "plan e"]
+    spans = builder.finish()
+    unknown = next(s for s in spans if dict(s.attributes or {}).get("gen_ai.tool.call.id") == "c2")
+    assert unknown in spans[len(ended) :]  # ended only now: it could still be resolved
+    assert len(spans) == 9
 
 
 def test_run_headless_sends_its_trace_when_it_stops(tmp_path, cli, collector) -> None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import re
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +30,8 @@ from loopdeck.store import queries
 from loopdeck.store.base import Store
 
 BATCH = 512  # spans a request: far under a collector's usual 4 MiB for loopdeck's sizes
+LIVE_SEND_S = 2.0  # a live run's ended spans are sent at most this often
+CLOSE_WAIT_S = 30.0  # the live sender's batches waited for when the run stops
 ERRNO_WORDS = re.compile(r"\[Errno -?\d+\] ([^'\"()]+)")
 
 
@@ -129,13 +134,19 @@ async def export_run(store: Store, run_id: str, url: str, *, content: bool = Fal
 
 class LiveTrace:
     """`loopdeck run … --otlp URL`: the run's spans built as its events come (`take`, a bus
-    subscriber), sent once it stopped (`send`). A span the SDK refuses stops the building,
-    never the run: `send` says so."""
+    subscriber). What has ended is sent while the run goes, at most every `every_s`, by a
+    thread of its own (the run never waits for the collector); the rest once it stopped
+    (`send`), with anything a send mid-run could not deliver. A span the SDK refuses stops
+    the building, never the run: `send` says so."""
 
-    def __init__(self, url: str, *, content: bool = False) -> None:
+    def __init__(self, url: str, *, content: bool = False, every_s: float = LIVE_SEND_S) -> None:
         self.url = traces_url(url)
         self.builder = TraceBuilder(content=content)
         self.broken: str | None = None
+        self.every_s = every_s
+        self._handed = 0  # ended spans handed to the sender so far
+        self._due = time.monotonic() + every_s
+        self._sender: _Sender | None = None
 
     def take(self, event: Event) -> None:
         if self.broken is not None:
@@ -144,8 +155,50 @@ class LiveTrace:
             self.builder.take(event)
         except Exception as exc:  # the run goes on; the trace is said lost at the end
             self.broken = f"{type(exc).__name__}: {exc}"
+            return
+        ended = self.builder.ended
+        if len(ended) > self._handed and time.monotonic() >= self._due:
+            self._due = time.monotonic() + self.every_s
+            if self._sender is None:
+                self._sender = _Sender(self.url)
+            self._sender.put(ended[self._handed :])
+            self._handed = len(ended)
 
     def send(self) -> Sent:
         if self.broken is not None:
             raise ExportFailed(f"the trace was not built ({self.broken}): nothing sent")
-        return _send_built(self.builder, self.url)
+        unsent = self._sender.close() if self._sender is not None else []
+        spans = self.builder.finish()
+        if not spans:
+            raise ExportFailed("the run has no events: no trace to send")
+        send([*unsent, *spans[self._handed :]], self.url)
+        return Sent(self.builder.trace_id, len(spans), shown(self.url))
+
+
+class _Sender:
+    """Sends batches of ended spans on a thread of its own, in order; a batch that fails is
+    kept for the run's last send (which says why if it fails too)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._batches: queue.SimpleQueue[Sequence[ReadableSpan] | None] = queue.SimpleQueue()
+        self._failed: list[ReadableSpan] = []
+        self._thread = threading.Thread(target=self._run, name="loopdeck-otlp", daemon=True)
+        self._thread.start()
+
+    def put(self, spans: Sequence[ReadableSpan]) -> None:
+        self._batches.put(list(spans))
+
+    def _run(self) -> None:
+        while (batch := self._batches.get()) is not None:
+            try:
+                send(batch, self.url)
+            except ExportFailed:
+                self._failed.extend(batch)
+
+    def close(self) -> list[ReadableSpan]:
+        """Waits for the batches handed so far (bounded: a hung collector is the last
+        send's to report); what did not go."""
+        self._batches.put(None)
+        self._thread.join(CLOSE_WAIT_S)
+        return list(self._failed)

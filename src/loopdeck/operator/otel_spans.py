@@ -5,7 +5,11 @@ planner's first) and `execute_tool {tool}` calls (from the proposal to the resul
 approval inside); in ReAct mode those hang under the run's span. What each event says on them
 is `operator/otel_attributes.py`'s; sending them is `operator/otel_export.py`'s.
 
-Fed one event at a time, so a live run and a stored one make the same spans. Every time comes
+Fed one event at a time, so a live run and a stored one make the same spans. A live run's
+spans are ended as soon as nothing more can land on them (`settled`), so they can be sent
+while it runs: a round's when the next one starts, a model call's and a finished tool call's
+at the next model call (an operator's decision on a call always comes before its result),
+except a write whose outcome is unknown, which waits for the operator's word. Every time comes
 from the events (`at`), never from now; the ids come from the run id, so a run sent twice
 (live, then again) is one trace. A run that stopped without recording its stop (a crash) ends
 at its last event; a call without its result ends there too.
@@ -34,6 +38,7 @@ from loopdeck.core.events import (
     DecisionMade,
     Event,
     ModelCalled,
+    OutcomeResolved,
     PlanWritten,
     RunStarted,
     RunStopped,
@@ -98,6 +103,9 @@ class _Open:
     span: Span
     start: int
     end: int | None = None  # None: the run's end
+    children: list[_Open] | None = None  # a round's chat and tool spans
+    held: bool = False  # a write whose outcome is unknown: the operator's word may come
+    ended: bool = False
 
 
 def _resource() -> Resource:
@@ -124,6 +132,7 @@ class TraceBuilder:
         provider.add_span_processor(self._ended)
         self._tracer = provider.get_tracer("loopdeck", __version__)
         self._open: list[_Open] = []
+        self._unsettled: list[_Open] = []  # model and tool calls not ended yet
         self._root: _Open | None = None
         self._round: _Open | None = None
         self._rounds = 0
@@ -190,6 +199,10 @@ class TraceBuilder:
         )
         opened = _Open(span, at)
         self._open.append(opened)
+        if parent is not None:
+            self._unsettled.append(opened)
+            if parent.children is not None:
+                parent.children.append(opened)
         return opened
 
     def _start_run(self, event: Event, at: int) -> None:
@@ -212,6 +225,9 @@ class TraceBuilder:
     def _next_round(self, at: int, number: int) -> None:
         if self._round is not None and self._round.end is None:
             self._round.end = at
+            self._settle(self._round.children or [])
+            if not any(child.held for child in self._round.children or []):
+                self._end(self._round)
         self._rounds = number
         attributes: Attributes = {
             "gen_ai.operation.name": "plan",
@@ -220,6 +236,7 @@ class TraceBuilder:
         }
         name = f"plan {self._env}".strip()
         self._round = self._start(name, f"round:{number}", self._root, at, attributes)
+        self._round.children = []
 
     def _in_round(self, number: int, at: int) -> None:
         """A round the record never said starting (no state change) starts at its first event."""
@@ -232,6 +249,8 @@ class TraceBuilder:
         attributes = chat_attributes(e, self._model, self.content)
         name = f"chat {self._model or e.model}"
         scope = self._scope()
+        self._settle(self._unsettled)
+        self._unsettled = [opened for opened in self._unsettled if not opened.ended]
         opened = self._start(name, f"chat:{e.seq}", scope, max(start, scope.start), attributes,
                              SpanKind.CLIENT)  # fmt: skip
         opened.end = at
@@ -256,6 +275,7 @@ class TraceBuilder:
                                  at, {"gen_ai.operation.name": "execute_tool", **said})  # fmt: skip
             self._tools[e.call_id] = opened
         opened.end = at
+        opened.held = e.status is CallStatus.OUTCOME_UNKNOWN
         opened.span.set_attributes(finished_attributes(e, self.content))
         if e.status in FAILED_CALLS:
             opened.span.set_status(Status(StatusCode.ERROR, failure(e)))
@@ -265,10 +285,14 @@ class TraceBuilder:
         if said is None:
             return
         call = self._tools.get(said.call_id) if said.call_id else None
+        if call is not None and call.ended:  # sent already: the word goes on the run's span
+            call = None
         attributes = said.attributes
         if call is None and said.call_id:
             attributes = {**attributes, "gen_ai.tool.call.id": said.call_id}
         (call or self._scope()).span.add_event(said.name, attributes, timestamp=at)
+        if call is not None and isinstance(event, OutcomeResolved):
+            call.held = False
 
     def finish(self) -> list[ReadableSpan]:
         """Every span ended at the time its events gave (an unfinished one at the run's
@@ -288,8 +312,27 @@ class TraceBuilder:
                     call.span.set_status(Status(StatusCode.ERROR, CallStatus.INTERRUPTED.value))
         self._end_run(stop)
         for opened in reversed(self._open):
-            opened.span.end(end_time=max(opened.end or end, opened.start))
+            if not opened.ended:
+                opened.span.end(end_time=max(opened.end or end, opened.start))
         return list(self._ended.spans)
+
+    @property
+    def ended(self) -> list[ReadableSpan]:
+        """The spans ended so far, in the order they ended."""
+        return self._ended.spans
+
+    def _settle(self, spans: list[_Open]) -> None:
+        """End the model and tool calls among `spans` that have their end and can take
+        nothing more."""
+        for opened in spans:
+            if opened.end is not None and not opened.held and opened.children is None:
+                self._end(opened)
+
+    def _end(self, opened: _Open) -> None:
+        if opened is self._root or opened.ended:
+            return
+        opened.ended = True
+        opened.span.end(end_time=max(opened.end or opened.start, opened.start))
 
     def _end_run(self, stop: RunStopped | None) -> None:
         root = self._root
