@@ -137,11 +137,12 @@ def _call(bus: EventBus, run_id: str, n: int) -> None:
              duration_ms=0.1)  # fmt: skip
     bus.emit(StateChanged, run_id=run_id, source=RunState.EXECUTING, target=RunState.DECIDING)
     bus.emit(BudgetUpdated, run_id=run_id, cost_unknown_calls=0,
-             usage={"tokens": (n * 300.0, 1e6), "cost_usd": (n * 0.001, 5.0), "turns": (float(n), 400.0),
-                    "deadline_s": (n * 0.5, 3600.0)})  # fmt: skip
+             usage={"tokens": (n * 300.0, 1e6), "cost_usd": (n * 0.001, 5.0),
+                    "turns": (float(n), 400.0), "deadline_s": (n * 0.5, 3600.0)})  # fmt: skip
     if n % 10 == 0:
         bus.emit(ReviewVerdict, run_id=run_id, round=n // 10, verdict="fail",
-                 reasons=[f"order {n} not refunded yet"], before_hash="a", after_hash="b")  # fmt: skip
+                 reasons=[f"order {n} not refunded yet"], before_hash="a",
+                 after_hash="b")  # fmt: skip
 
 
 async def _host(args: argparse.Namespace) -> CommitLog:
@@ -159,7 +160,7 @@ async def _host(args: argparse.Namespace) -> CommitLog:
             bus.emit(StateChanged, run_id=run_id, source=RunState.READY, target=RunState.DECIDING)
             buses.append((run_id, bus, writer))
         await _play(args, store, buses)
-        for run_id, bus, writer in buses:
+        for run_id, bus, _ in buses:
             bus.emit(StateChanged, run_id=run_id, source=RunState.DECIDING,
                      target=RunState.COMPLETE)  # fmt: skip
             bus.emit(RunStopped, run_id=run_id, state=RunState.COMPLETE,
