@@ -165,7 +165,7 @@ async def test_the_fleet_lists_stored_runs_and_replays_one(db) -> None:
         fleet = app.screen
         await wait_until(pilot, lambda: run_id in fleet.fleet.rows)
         table = fleet.query_one("#fleet-table")
-        await wait_until(pilot, lambda: run_id in table.rows)
+        await wait_until(pilot, lambda: run_id in table.run_ids)
         table.move_cursor(row=table.get_row_index(run_id))
         await pilot.press("enter")
         await wait_until(pilot, lambda: _screen(app, ReplayScreen) is not None)

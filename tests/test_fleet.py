@@ -11,6 +11,7 @@ from textual.widgets import Input
 
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
+from loopdeck.tui.fleet_table import FleetTable
 from loopdeck.tui.inbox import InboxScreen
 
 SIZE = (160, 48)
@@ -248,8 +249,7 @@ async def _three_runs(db) -> None:
 
 
 def _listed(fleet: FleetScreen) -> list[str]:
-    table = fleet.query_one("#fleet-table")
-    return [key.value for key in table.rows]
+    return fleet.query_one("#fleet-table", FleetTable).run_ids
 
 
 async def _fleet_of_three(pilot, app: LoopdeckApp) -> FleetScreen:
@@ -302,11 +302,8 @@ async def test_state_and_stop_are_on_screen_at_80_columns(tmp_path) -> None:
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
     async with app.run_test(size=(80, 24)) as pilot:
         fleet = await _fleet_of_three(pilot, app)
-        table = fleet.query_one("#fleet-table")
-        ends, x = {}, 0
-        for key, column in table.columns.items():
-            x += column.get_render_width(table)
-            ends[key.value] = x
+        table = fleet.query_one("#fleet-table", FleetTable)
+        ends = table.column_ends()
         assert ends["stop"] <= table.scrollable_content_region.width, ends
         assert ends["state"] <= table.scrollable_content_region.width, ends
         assert table.scroll_x == 0

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 from textual.worker import Worker
 
 from loopdeck.core.text import plural, visible
@@ -22,17 +22,13 @@ from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import SORTS, Alerts, Fleet, FleetRow, Sort
 from loopdeck.operator.records import shown_location
 from loopdeck.tui.failures import worker_failed
+from loopdeck.tui.fleet_table import FleetTable
 from loopdeck.tui.keys_bar import KeysBar
-from loopdeck.tui.panels import elapsed_text
-from loopdeck.tui.shown import cell, markup, toast
+from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.shown_input import ShownInput
 
 if TYPE_CHECKING:
     from loopdeck.operator.records import Location
-
-# State and stop next to the run id: at 80 columns they are on screen, the others scroll.
-COLUMNS = ("", "run", "state", "stop", "env/script", "model", "waiting", "closest budget",
-           "last finding", "age", "runner")  # fmt: skip
 
 
 def _sort_keys() -> list[Binding]:
@@ -75,15 +71,13 @@ class FleetScreen(Screen[None]):
         yield Static(id="fleet-header")
         yield ShownInput(placeholder="filter runs: any column shown (id, state, stop, env…)",
                     id="fleet-filter")  # fmt: skip
-        yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True, classes="panel")
+        yield FleetTable(id="fleet-table", classes="panel")
         yield KeysBar()
 
     def on_mount(self) -> None:
         self.query_one("#fleet-filter").display = False
-        table = self.query_one("#fleet-table", DataTable)
+        table = self.query_one(FleetTable)
         table.border_title = "Runs"
-        for column in COLUMNS:
-            table.add_column(column, key=column or "mark")
         self.set_interval(1.0, self._each_second)
         table.focus()
         self.render_fleet()
@@ -127,60 +121,26 @@ class FleetScreen(Screen[None]):
         self._alert()  # receipts close to expiry are noticed without a store change
 
     def _mark(self, row: FleetRow) -> Text:
-        need = row.needs_operator
-        if need == "approval":
-            return Text("⚠", style=f"bold {self._var('warning')}")
-        if need == "paused":
-            return Text("⏸", style=f"bold {self._var('warning')}")
-        seen: set[str] = getattr(self.app, "seen_runs", set())
-        if not row.live and row.run_id not in seen and row.started_at is not None:
-            return Text("●", style=self._var("accent"))  # stopped, not yet looked at
-        return Text("")
+        return self.query_one(FleetTable).mark(row)
 
-    def _var(self, name: str) -> str:
-        return self.app.theme_variables.get(name, "")
-
-    def _cells(self, row: FleetRow, now: datetime) -> list[object]:
-        state = "paused" if row.paused and row.live else row.state
-        closest = row.closest
-        if closest and row.projected_s is not None and row.live:
-            closest += f" · cap in {elapsed_text(row.projected_s)}"
-        style = self._var("error") if row.closest_fraction >= 0.8 else ""
-        stop_style = self._var("success" if row.stop_reason == "goal_met" else "error")
-        return [
-            self._mark(row),
-            cell(row.run_id),
-            cell(state),
-            cell(row.stop_reason or "", style=stop_style),
-            cell(f"{row.env}/{row.script}"),
-            cell(row.model),
-            plural(row.pending, "approval") if row.pending else "",
-            cell(closest, style=style),
-            cell(row.last_finding[:60]),
-            elapsed_text(row.age_s(now)),
-            cell(row.runner),
-        ]
-
-    def _shown(self, now: datetime) -> list[tuple[FleetRow, list[object]]]:
-        """The rows in the chosen order with their cells, those the filter keeps: it matches
-        any column as shown (the state, the stop, the runner, the age…)."""
+    def _shown(self, now: datetime) -> list[FleetRow]:
+        """The rows in the chosen order, those the filter keeps: it matches any column as
+        shown (the state, the stop, the runner, the age…)."""
+        rows = self.fleet.ordered(self.sort)
         needle = self.filter_text.strip().lower()
+        if not needle:
+            return rows
+        table = self.query_one(FleetTable)
         shown = []
-        for row in self.fleet.ordered(self.sort):
-            cells = self._cells(row, now)
-            said = " ".join(c.plain if isinstance(c, Text) else str(c) for c in cells).lower()
-            if not needle or needle in said or visible(needle) in said:
-                shown.append((row, cells))
+        for row in rows:
+            said = table.said(row, now).lower()
+            if needle in said or visible(needle) in said:
+                shown.append(row)
         return shown
 
     def render_fleet(self) -> None:
-        table = self.query_one("#fleet-table", DataTable)
-        selected = self.selected_run()
-        table.clear()
-        for row, cells in self._shown(self.now()):
-            table.add_row(*cells, key=row.run_id)
-        if selected is not None and selected in table.rows:
-            table.move_cursor(row=table.get_row_index(selected), animate=False)
+        now = self.now()
+        self.query_one(FleetTable).show(self._shown(now), now)
         waiting = self.fleet.waiting
         # Read by every run's header ("+N in other runs").
         by_run = {row.run_id: row.pending for row in self.fleet.rows.values() if row.pending}
@@ -203,10 +163,7 @@ class FleetScreen(Screen[None]):
         )
 
     def selected_run(self) -> str | None:
-        table = self.query_one("#fleet-table", DataTable)
-        if not table.row_count:
-            return None
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.query_one(FleetTable).cursor_run
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         typing = isinstance(self.focused, Input)

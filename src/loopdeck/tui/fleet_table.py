@@ -1,0 +1,330 @@
+"""The fleet's table: every run of the store, drawn only where the screen shows it.
+
+The screen hands over the runs in their order (`show`); the table keeps that order and, for
+each row it has drawn, its cells and their segments, made again only when what the row shows
+changed (its look). A frame costs the rows on screen whatever the fleet's size, and a refresh
+costs the order. A column is as wide as its widest cell made so far, within its cap, so only
+rows that were drawn (or matched by the filter) are ever measured: a thousand live runs are
+never re-measured as a `DataTable` would.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.color import Color, ColorParseError
+from textual.geometry import Region, Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from loopdeck.core.text import plural
+from loopdeck.operator.fleet import FleetRow
+from loopdeck.tui.in_place import grows_in_place, rescroll
+from loopdeck.tui.paint_style import StylePerPaint
+from loopdeck.tui.panels import elapsed_text
+from loopdeck.tui.shown import visible
+
+# State and stop next to the run id: at 80 columns they are on screen, the others scroll.
+COLUMNS = ("", "run", "state", "stop", "env/script", "model", "waiting", "closest budget",
+           "last finding", "age", "runner")  # fmt: skip
+# The most a column takes (a longer cell ends in "…"): the longest state and stop fit theirs.
+COLUMN_CAP = {"": 1, "run": 24, "state": 17, "stop": 16, "env/script": 32, "model": 28}
+COLUMN_CAP |= {"waiting": 12, "closest budget": 32, "last finding": 60, "age": 10}
+COLUMN_CAP |= {"runner": 28}
+PADDING = 1  # a space either side of each cell, as a DataTable's
+
+Look = tuple[object, ...]
+
+
+class FleetTable(StylePerPaint, ScrollView, can_focus=True):
+    """The fleet's runs in the screen's order; the cursor stays on its run as they move."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+    ]
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "fleet-table--header",
+        "fleet-table--cursor",
+        "fleet-table--even-row",
+    }
+    DEFAULT_CSS = """
+    FleetTable {
+        background: $surface;
+        color: $foreground;
+        overflow-x: auto;
+        overflow-y: auto;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .fleet-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+        }
+        &:dark > .fleet-table--even-row {
+            background: $surface-darken-1 40%;
+        }
+        & > .fleet-table--header {
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }
+        & > .fleet-table--even-row {
+            background: $surface-lighten-1 50%;
+        }
+        & > .fleet-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+    }
+    """
+
+    virtual_size = grows_in_place()  # more runs move the scrollbar, not the screen
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._rows: list[FleetRow] = []
+        self._index: dict[str, int] = {}
+        self._cells: dict[str, tuple[Look, list[Text]]] = {}
+        self._strips: dict[str, list[Segment]] = {}
+        self._widths = {column: max(1, len(column)) for column in COLUMNS}
+        self._widths_grew = False
+        self._now: datetime | None = None
+        self.cursor_row = 0
+
+    # -- what the screen asks --------------------------------------------------------------
+    @property
+    def row_count(self) -> int:
+        return len(self._rows)
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The runs listed, in their order on screen."""
+        return [row.run_id for row in self._rows]
+
+    @property
+    def cursor_run(self) -> str | None:
+        return self._rows[self.cursor_row].run_id if self._rows else None
+
+    def get_row_index(self, run_id: str) -> int:
+        return self._index[run_id]
+
+    def get_row(self, run_id: str) -> list[Text]:
+        """The run's cells as they are drawn."""
+        return self._cells_of(self._rows[self._index[run_id]])
+
+    def said(self, row: FleetRow, now: datetime) -> str:
+        """The row's cells as of `now` in one plain text, for the filter: what the operator
+        reads."""
+        self._now = now
+        return " ".join(text.plain for text in self._cells_of(row))
+
+    def column_ends(self) -> dict[str, int]:
+        """Where each column ends, in cells from the table's left edge."""
+        ends, x = {}, 0
+        for column in COLUMNS:
+            x += self._widths[column] + 2 * PADDING
+            ends[column] = x
+        return ends
+
+    # -- the rows --------------------------------------------------------------------------
+    def show(self, rows: list[FleetRow], now: datetime) -> None:
+        """These runs, in this order, as of `now`. The cursor keeps its run when the run is
+        still listed, else its place. Nothing is drawn here: the rows on screen are, next
+        frame."""
+        kept, place = self.cursor_run, self.cursor_row
+        self._now = now
+        self._rows = rows
+        self._index = {row.run_id: i for i, row in enumerate(rows)}
+        if kept in self._index:
+            self.cursor_row = self._index[kept]
+        self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
+        self._resize()
+        if self.cursor_row != place:  # its run moved: kept in view (else the view stays put)
+            self._scroll_cursor_into_view()
+        self.refresh()
+
+    def mark(self, row: FleetRow) -> Text:
+        """Why the run wants a look: ⚠ an approval, ⏸ paused, ● stopped and not yet seen."""
+        need = row.needs_operator
+        if need == "approval":
+            return Text("⚠", style=f"bold {self._color('warning')}")
+        if need == "paused":
+            return Text("⏸", style=f"bold {self._color('warning')}")
+        if not row.live and row.run_id not in self._seen() and row.started_at is not None:
+            return Text("●", style=self._color("accent"))
+        return Text("")
+
+    def _seen(self) -> set[str]:
+        seen: set[str] = getattr(self.app, "seen_runs", set())
+        return seen
+
+    def _look(self, row: FleetRow, age: str) -> Look:
+        """Everything a row's cells are made of: the same look, the same cells."""
+        projected = None if row.projected_s is None else elapsed_text(row.projected_s)
+        return (age, row.needs_operator, row.live, row.run_id in self._seen(), row.state,
+                row.paused, row.stop_reason, row.env, row.script, row.model, row.pending,
+                row.closest, row.closest_fraction >= 0.8, projected, row.last_finding,
+                row.runner, row.started_at is None)  # fmt: skip
+
+    def _cells_of(self, row: FleetRow) -> list[Text]:
+        age = elapsed_text(row.age_s(self._now)) if self._now is not None else ""
+        look = self._look(row, age)
+        made = self._cells.get(row.run_id)
+        if made is not None and made[0] == look:
+            return made[1]
+        cells = self._make_cells(row, age)
+        self._cells[row.run_id] = (look, cells)
+        self._strips.pop(row.run_id, None)
+        for column, text in zip(COLUMNS, cells, strict=True):
+            width = min(COLUMN_CAP[column], len(text.plain))
+            if width > self._widths[column]:
+                self._widths[column] = width
+                self._widths_grew = True
+        return cells
+
+    def _make_cells(self, row: FleetRow, age: str) -> list[Text]:
+        # Plain text, never markup: a run id or a finding like "[b]" is shown as written.
+        state = "paused" if row.paused and row.live else row.state
+        closest = row.closest
+        if closest and row.projected_s is not None and row.live:
+            closest += f" · cap in {elapsed_text(row.projected_s)}"
+        budget_style = self._color("error") if row.closest_fraction >= 0.8 else ""
+        stop_style = self._color("success" if row.stop_reason == "goal_met" else "error")
+        return [
+            self.mark(row),
+            Text(visible(row.run_id)),
+            Text(visible(state)),
+            Text(visible(row.stop_reason or ""), style=stop_style),
+            Text(visible(f"{row.env}/{row.script}")),
+            Text(visible(row.model)),
+            Text(plural(row.pending, "approval") if row.pending else ""),
+            Text(visible(closest), style=budget_style),
+            Text(visible(row.last_finding[:60])),
+            Text(age),
+            Text(visible(row.runner)),
+        ]
+
+    def _resize(self) -> None:
+        width = sum(self._widths.values()) + 2 * PADDING * len(COLUMNS)
+        self.virtual_size = Size(width, len(self._rows) + 1)
+
+    def watch_virtual_size(self, size: Size) -> None:
+        rescroll(self, size)
+
+    # -- drawing ---------------------------------------------------------------------------
+    def _color(self, name: str) -> str:
+        """A theme color as Rich takes it: one with alpha is blended onto the background."""
+        try:
+            color = Color.parse(self.app.theme_variables.get(name, ""))
+        except ColorParseError:
+            return ""
+        if color.a < 1:
+            color = self.background_colors[1] + color
+        return color.hex6
+
+    def _segments(self, texts: list[Text]) -> list[Segment]:
+        segments: list[Segment] = []
+        pad = Segment(" " * PADDING)
+        for column, text in zip(COLUMNS, texts, strict=True):
+            room = self._widths[column]
+            plain = text.plain
+            if len(plain) > room:
+                plain = plain[: max(0, room - 1)] + "…"
+            cell = plain + " " * (room - len(plain))
+            style = Style.parse(str(text.style)) if text.style else None
+            segments += [pad, Segment(cell, style), pad]
+        return segments
+
+    def _row_segments(self, row: FleetRow) -> list[Segment]:
+        texts = self._cells_of(row)  # drops the row's segments when its look changed
+        segments = self._strips.get(row.run_id)
+        if segments is None:
+            segments = self._strips[row.run_id] = self._segments(texts)
+        return segments
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        lines = super().render_lines(crop)
+        if self._widths_grew:  # a wider cell came on screen: every row is drawn again
+            self._widths_grew = False
+            self._strips.clear()
+            self.call_later(self._regrow)
+        return lines
+
+    def _regrow(self) -> None:
+        self._resize()
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        if y == 0:
+            header = self.get_component_rich_style("fleet-table--header")
+            strip = Strip(self._segments([Text(column) for column in COLUMNS]))
+            return strip.apply_style(base + header).crop_extend(scroll_x, scroll_x + width, base)
+        index = scroll_y + y - 1
+        if index >= len(self._rows):
+            return Strip.blank(width, base)
+        line_style = base
+        if index == self.cursor_row:
+            line_style += self.get_component_rich_style("fleet-table--cursor")
+        elif index % 2:
+            line_style += self.get_component_rich_style("fleet-table--even-row")
+        strip = Strip(self._row_segments(self._rows[index]))
+        if index == self.cursor_row:
+            # The cursor's own colors win over a cell's (as in a DataTable's cursor row).
+            strip = Strip(Segment(text, line_style) for text, _, _ in strip)
+        else:
+            strip = Strip(Segment.apply_style(strip, line_style))
+        return strip.crop_extend(scroll_x, scroll_x + width, line_style)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cells.clear()  # the marks' and cells' colors are the theme's
+        self._strips.clear()
+
+    # -- the cursor ------------------------------------------------------------------------
+    def move_cursor(self, *, row: int, animate: bool = False) -> None:
+        if not self._rows:
+            return
+        self.cursor_row = max(0, min(row, len(self._rows) - 1))
+        self._scroll_cursor_into_view()
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._scroll_cursor_into_view)
+
+    def _scroll_cursor_into_view(self) -> None:
+        rows_shown = max(1, self.scrollable_content_region.height - 1)
+        top = int(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + rows_shown:
+            self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
+
+    def action_cursor(self, delta: int) -> None:
+        self.move_cursor(row=self.cursor_row + delta)
+
+    def action_page(self, direction: int) -> None:
+        rows_shown = max(1, self.scrollable_content_region.height - 1)
+        self.move_cursor(row=self.cursor_row + direction * rows_shown)
+
+    def action_jump(self, row: int) -> None:
+        self.move_cursor(row=row if row >= 0 else len(self._rows) - 1)
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1:
+            self.move_cursor(row=int(self.scroll_y) + event.y - 1)
