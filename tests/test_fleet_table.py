@@ -1,0 +1,179 @@
+"""The fleet's table at a thousand runs: only the rows on screen are drawn, the cursor keeps
+its run as the order moves, and outside text is shown as written."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_helpers import wait_until
+from textual.app import App, ComposeResult
+
+from loopdeck.operator.fleet import FleetRow
+from loopdeck.tui.fleet_screen import FleetScreen
+from loopdeck.tui.fleet_table import FleetTable
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+SIZE = (120, 30)
+
+
+def _row(i: int, **fields: Any) -> FleetRow:
+    values: dict[str, Any] = dict(
+        run_id=f"run{i:04d}", env=f"env{i % 7}", script="solve", model="scripted",
+        state="deciding", stop_reason=None, started_at=NOW - timedelta(seconds=i),
+        runner=f"host{i % 10}:{1000 + i}",
+    )  # fmt: skip
+    return FleetRow(**(values | fields))
+
+
+def _screen_text(app: App[Any]) -> str:
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield FleetTable(id="fleet-table")
+
+
+class FleetApp(App[None]):
+    """The fleet screen on an empty store, its rows put in by the test; `open_run` noted."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__()
+        self.db = db
+        self.opened: list[tuple[str, bool]] = []
+        self.seen_runs: set[str] = set()
+
+    def on_mount(self) -> None:
+        self.push_screen(FleetScreen(self.db, lambda: NOW))
+
+    def open_run(self, run_id: str, live: bool) -> None:
+        self.opened.append((run_id, live))
+
+
+async def _fleet_screen(pilot: Any, app: FleetApp, rows: list[FleetRow]) -> FleetScreen:
+    await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+    fleet = app.screen
+    assert isinstance(fleet, FleetScreen)
+    await wait_until(pilot, lambda: fleet.fleet.counter != -1)  # the store read once
+    fleet.fleet.rows = {row.run_id: row for row in rows}
+    fleet.render_fleet()
+    await pilot.pause()
+    return fleet
+
+
+async def test_a_thousand_runs_draw_only_the_rows_on_screen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    drawn: list[int] = []
+    make_cells, render_line = FleetTable._make_cells, FleetTable.render_line
+
+    def counted_cells(self: FleetTable, row: FleetRow, age: str) -> Any:
+        made.append(row.run_id)
+        return make_cells(self, row, age)
+
+    def counted_line(self: FleetTable, y: int) -> Any:
+        drawn.append(y)
+        return render_line(self, y)
+
+    monkeypatch.setattr(FleetTable, "_make_cells", counted_cells)
+    monkeypatch.setattr(FleetTable, "render_line", counted_line)
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        rows = [_row(i) for i in range(1000)]
+        table.show(rows, NOW)
+        await pilot.pause()
+        height = table.size.height
+        assert table.row_count == 1000 and 0 < len(set(made)) <= height
+        assert "run0000" in _screen_text(app) and "run0999" not in _screen_text(app)
+        made.clear()
+        drawn.clear()
+        table.show(list(reversed(rows)), NOW + timedelta(seconds=1))  # a refresh, a new order
+        await pilot.pause()
+        assert 0 < len(made) <= height and len(drawn) <= 2 * height
+        await pilot.press("end")
+        assert table.cursor_run == "run0000" and "run0000" in _screen_text(app)
+
+
+async def test_the_cursor_keeps_its_run_when_the_rows_reorder() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(FleetTable)
+        a, b, c = (_row(i) for i in range(3))
+        table.show([a, b, c], NOW)
+        table.focus()
+        await pilot.press("down")
+        assert table.cursor_run == b.run_id
+        table.show([c, a, b], NOW)
+        assert (table.cursor_row, table.cursor_run) == (2, b.run_id)
+        table.show([c, a], NOW)  # its run gone: the cursor keeps its place
+        assert table.cursor_run == a.run_id
+        table.show([], NOW)
+        assert table.cursor_run is None and table.row_count == 0
+
+
+async def test_a_new_run_that_needs_you_comes_first_and_the_cursor_stays(tmp_path) -> None:
+    app = FleetApp(tmp_path / "s.db")
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = await _fleet_screen(pilot, app, [_row(i) for i in range(50)])
+        table = fleet.query_one(FleetTable)
+        await pilot.press("down", "down")
+        assert table.cursor_run == "run0002"
+        waiting = _row(50, state="awaiting_approval", pending=1)
+        fleet.fleet.rows[waiting.run_id] = waiting
+        fleet.render_fleet()
+        assert table.run_ids[0] == "run0050" and table.cursor_run == "run0002"
+        await pilot.press("pagedown")
+        assert table.cursor_row > 3
+        await pilot.press("home")
+        assert table.cursor_run == "run0050"
+
+
+async def test_the_filter_and_the_sort_reorder_the_table(tmp_path) -> None:
+    rows = [_row(0, env="beta"), _row(1, env="alpha", state="stopped", stop_reason="goal_met")]
+    rows.append(_row(2, env="gamma", state="awaiting_approval", pending=1))
+    app = FleetApp(tmp_path / "s.db")
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = await _fleet_screen(pilot, app, rows)
+        table = fleet.query_one(FleetTable)
+        assert table.run_ids == ["run0002", "run0000", "run0001"]  # needs you, live, stopped
+        await pilot.press("s")
+        assert table.run_ids == ["run0000", "run0001", "run0002"]  # newest first
+        await pilot.press("s")
+        assert table.run_ids == ["run0001", "run0000", "run0002"]  # by env
+        await pilot.press("slash", *"goal_")
+        await wait_until(pilot, lambda: table.run_ids == ["run0001"])
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: table.row_count == 3)
+
+
+async def test_enter_opens_the_selected_run(tmp_path) -> None:
+    rows = [_row(i) for i in range(5)]
+    rows[3].state, rows[3].stop_reason = "stopped", "killed"
+    app = FleetApp(tmp_path / "s.db")
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = await _fleet_screen(pilot, app, rows)
+        table = fleet.query_one(FleetTable)
+        table.move_cursor(row=table.get_row_index("run0003"))
+        await pilot.press("enter")
+        assert app.opened == [("run0003", False)] and "run0003" in app.seen_runs
+        assert str(fleet._mark(rows[3])) == ""  # looked at: no more unseen-stop mark
+
+
+async def test_markup_looking_text_is_shown_as_written(tmp_path) -> None:
+    hostile = _row(0, env="[0", script="[bold]x[/bold]", model="[red]m", last_finding="a [b]")
+    hostile.run_id = "[b]run"
+    app = FleetApp(tmp_path / "s.db")
+    async with app.run_test(size=(160, 30)) as pilot:
+        fleet = await _fleet_screen(pilot, app, [hostile])
+        table = fleet.query_one(FleetTable)
+        cells = [text.plain for text in table.get_row("[b]run")]
+        assert cells[1:2] + cells[4:6] == ["[b]run", "[0/[bold]x[/bold]", "[red]m"]
+        shown = _screen_text(app)
+        for words in ("[b]run", "[0/[bold]x[/bold]", "[red]m", "a [b]"):
+            assert words in shown
