@@ -2,9 +2,10 @@
 and as it ends (`ToolFinished`), keyed by the guard on (kind and title, canonical input, the
 working copy's hash); its permission asked of the operator like any write (`WriteApprovals`,
 the receipt bound to the input and the state), answered with the agent's allow-once option or
-its reject option, never allow-always; and a file the agent asks loopdeck to write, a write
+its reject option, never allow-always; a file the agent asks loopdeck to write, a write
 loopdeck gates (unless a permitted call named the path) and runs once per path, content and
-state.
+state; and a terminal the agent asks loopdeck to run, a write loopdeck gates (unless a
+permitted call named its command) and starts once (`terminal_calls.py`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import difflib
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, inside
+from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.control import StopRun
@@ -29,7 +32,7 @@ from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.core.write_approvals import MAX_APPROVAL_ASKS, AskAgain, Rejected
+from loopdeck.core.write_approvals import MAX_APPROVAL_ASKS, Approved, AskAgain, Rejected
 
 REPEATED = "repeated with the same input and no change to the working copy"
 
@@ -51,6 +54,7 @@ class AcpCalls:
         self.nudged = False  # the operator's nudge cut this turn: the next prompt carries it
         self.cutting = False  # this turn is being cancelled (set back as each turn starts)
         self._count = 0
+        self.terminals = TerminalCalls(self)
 
     def take_notes(self) -> list[str]:
         taken, self.notes = self.notes, []
@@ -119,7 +123,7 @@ class AcpCalls:
         if say == "allow":
             return  # runs once, as the operator said (recorded in question_answered)
         self.blocked.add(acp_id)
-        self._finish(record, CallStatus.BLOCKED_REPEAT, _failed(ErrorCode.REPEATED_CALL, REPEATED))
+        self.finish(record, CallStatus.BLOCKED_REPEAT, _failed(ErrorCode.REPEATED_CALL, REPEATED))
         if say == "cut":
             return
         self.cutting = True
@@ -142,10 +146,10 @@ class AcpCalls:
         ledger.before_tool_call()
         ledger.record_tool_call()
         status = CallStatus.EXECUTED if update.status == "completed" else CallStatus.FAILED
-        self._finish(record, status, _result(update))
+        self.finish(record, status, _result(update, self.terminals.shown))
         self.rt.publish_budget()
 
-    def _finish(self, record: CallRecord, status: CallStatus, result: dict[str, Any]) -> None:
+    def finish(self, record: CallRecord, status: CallStatus, result: dict[str, Any]) -> None:
         record.status, record.result = status, result
         self.rt.emit(
             ToolFinished, run_id=self.rt.config.run_id, call_id=record.call_id,
@@ -166,18 +170,20 @@ class AcpCalls:
             chosen = reject
         else:
             diff = self.diffs.get(acp_id) or _diff_text(tool_call, self.rt.env.workdir)
-            chosen = allow if await self._approved(record, diff) else reject
+            chosen = allow if await self.approved(record, diff) is not None else reject
         if chosen is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         if chosen is not reject:
             self.permitted_paths |= _paths(self.rt.env.workdir, tool_call)
+            self.terminals.permitted(commands_named(tool_call.raw_input), record)
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
         )
 
-    async def _approved(self, record: CallRecord, why: str) -> bool:
+    async def approved(self, record: CallRecord, why: str) -> Approved | None:
         """Asked of the operator (or the run's approver) until an approval covers the call in
-        the state it runs in; a rejection's reason goes to the agent with the next prompt."""
+        the state it runs in (None: rejected); a rejection's reason goes to the agent with
+        the next prompt."""
         rt = self.rt
         call = ToolCall(provider_id=None, tool=record.tool.split(":")[0], args=record.args)
         words = f"{record.tool}\n{why}" if why else record.tool
@@ -187,14 +193,14 @@ class AcpCalls:
             got = await rt.calls.approvals.ask_once(record, call, decision, again)
             if isinstance(got, Rejected):
                 self.notes.append(f"The operator rejected {record.tool}: {got.reason}")
-                self._finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
-                return False
+                self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
+                return None
             if isinstance(got, AskAgain):
                 again = got
                 continue
             record.status = CallStatus.RUNNING
             rt.move(RunState.DECIDING)
-            return True
+            return got
         raise StopRun(StopReason.POLICY_BLOCK, f"approval for {record.tool} could not hold")
 
     # -- files the agent asks loopdeck to write ---------------------------------------------
@@ -202,6 +208,8 @@ class AcpCalls:
         from acp import RequestError
         from acp.schema import WriteTextFileResponse
 
+        if "terminal" in payload:
+            return await self.terminals.create(payload["terminal"])
         path, content = str(payload["path"]), str(payload["content"])
         try:
             target = inside(self.rt.env.workdir, path)
@@ -213,22 +221,28 @@ class AcpCalls:
             raise RequestError(-32000, f"{path}: this write already ran in this run")
         if target not in self.permitted_paths:
             record = await self._proposed_write(path, content)
-            if not await self._approved(record, f"the agent asks loopdeck to write {path}"):
+            if await self.approved(record, f"the agent asks loopdeck to write {path}") is None:
                 raise RequestError(-32000, f"the operator rejected the write of {path}")
-            self._finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
+            self.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self.written.add(once)
         return WriteTextFileResponse()
 
     async def _proposed_write(self, path: str, content: str) -> CallRecord:
+        raw = {"path": path, "content": content}
+        return await self.proposed_own(FS_WRITE, f"write {path}", raw)
+
+    async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord:
+        """A call loopdeck itself makes for the agent (a file written, a terminal), proposed
+        as the agent's own calls are."""
         from types import SimpleNamespace
 
         update = SimpleNamespace(
-            tool_call_id=f"fs-write-{len(self.written) + self._count}",
-            kind=FS_WRITE,
-            title=f"write {path}",
-            raw_input={"path": path, "content": content},
+            tool_call_id=f"{kind}-{self._count + 1}",
+            kind=kind,
+            title=title,
+            raw_input=raw,
             content=None,
             locations=None,
             status=None,
@@ -285,12 +299,16 @@ def _failed(code: ErrorCode, message: str) -> dict[str, Any]:
     return {"ok": False, "data": None, "error": {"code": code.value, "message": message}}
 
 
-def _result(update: Any) -> dict[str, Any]:
-    """What a finished call showed: its text, its diffs (paths and sizes), its locations."""
-    texts, diffs = [], []
+def _result(update: Any, terminal: Callable[[str], dict[str, Any] | None]) -> dict[str, Any]:
+    """What a finished call showed: its text, its diffs (paths and sizes), its locations, the
+    terminals it embeds (their command, exit and output's tail)."""
+    texts, diffs, terminals = [], [], []
     for item in update.content or []:
         kind = getattr(item, "type", "")
-        if kind == "diff":
+        if kind == "terminal":
+            shown = terminal(str(item.terminal_id))
+            terminals.append(shown or {"terminal": str(item.terminal_id), "unknown": True})
+        elif kind == "diff":
             diffs.append({"path": str(item.path), "new_chars": len(item.new_text or "")})
         elif kind == "content":
             text = getattr(item.content, "text", None)
@@ -299,6 +317,8 @@ def _result(update: Any) -> dict[str, Any]:
     data: dict[str, Any] = {"text": capped("\n".join(texts), 2000)} if texts else {}
     if diffs:
         data["diffs"] = diffs
+    if terminals:
+        data["terminals"] = terminals
     if update.raw_output is not None:
         data["output"] = capped(str(update.raw_output), 2000)
     if update.status == "failed":

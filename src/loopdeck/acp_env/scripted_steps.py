@@ -5,7 +5,9 @@ misbehaviours of real agents included.
 A `tool` step is a tool call `call_N` (N counting across the session): started `pending`;
 with `permission` (and the session in mode `default`) asked first; then `in_progress` and
 done, a `write` through the client's `fs/write_text_file`, a `read` through its
-`fs/read_text_file`; then `completed` (or `failed` when the client refused the fs call). A
+`fs/read_text_file`, a `terminal` through its `terminal/*` (created, embedded in the call,
+waited for, its output read, released); then `completed` (or `failed` when the client
+refused the call, or the command exited non-zero). A
 refused permission fails the call and ends the turn (`end_turn`), as a real agent stops and
 tells the user; a cancelled one ends it `cancelled`.
 """
@@ -27,6 +29,7 @@ from acp import (
     text_block,
     tool_content,
     tool_diff_content,
+    tool_terminal_ref,
     update_agent_message_text,
     update_agent_thought_text,
     update_plan,
@@ -38,11 +41,14 @@ from acp.schema import (
     AgentPlanUpdate,
     AgentThoughtChunk,
     AllowedOutcome,
+    ContentToolCallContent,
     Cost,
+    EnvVariable,
     FileEditToolCallContent,
     PermissionOption,
     PlanEntry,
     StopReason,
+    TerminalToolCallContent,
     ToolCallLocation,
     ToolCallProgress,
     ToolCallStart,
@@ -52,7 +58,7 @@ from acp.schema import (
     UsageUpdate,
 )
 
-from loopdeck.core.agent_script import AgentStep, AgentTurn, AgentUsage
+from loopdeck.core.agent_script import AgentStep, AgentTerminal, AgentTurn, AgentUsage
 
 Update = (
     AgentMessageChunk
@@ -167,13 +173,14 @@ class TurnPlayer:
         target = self.path(step.write.path if step.write else step.read)
         diff = self.diff(step, target)
         locations = [ToolCallLocation(path=str(target))] if target else None
+        raw_input = step.input or self.terminal_input(step.terminal)
         await self.send(
             start_tool_call(
                 call_id,
                 step.tool or "",
                 kind=tool_kind(step.kind),
                 status="pending",
-                raw_input=step.input,
+                raw_input=raw_input,
                 content=diff,
                 locations=locations,
             )
@@ -188,7 +195,7 @@ class TurnPlayer:
                 title=step.tool,
                 kind=tool_kind(step.kind),
                 status="pending",
-                raw_input=step.input,
+                raw_input=raw_input,
                 content=diff,
                 locations=locations,
             )
@@ -234,6 +241,9 @@ class TurnPlayer:
         """The tool's work, once allowed: a write or a read through the client, or nothing."""
         await self.start(call_id)
         try:
+            if step.terminal is not None:
+                await self.terminal(call_id, step.terminal)
+                return
             if step.write is not None and target is not None:
                 await self.client.write_text_file(
                     session_id=self.session.id, path=str(target), content=step.write.content
@@ -252,6 +262,34 @@ class TurnPlayer:
             return
         await self.tool_update(call_id, "completed", done)
 
+    @staticmethod
+    def terminal_input(terminal: AgentTerminal | None) -> dict[str, object]:
+        if terminal is None:
+            return {}
+        command, args = expanded(terminal)
+        return {"command": command, "args": args}
+
+    async def terminal(self, call_id: str, spec: AgentTerminal) -> None:
+        """Runs the command in the client's terminal, embedded in the call, and reports it."""
+        client, session = self.client, self.session.id
+        command, args = expanded(spec)
+        env = [EnvVariable(name=name, value=value) for name, value in spec.env.items()]
+        created = await client.create_terminal(
+            session_id=session, command=command, args=args, env=env or None,
+            cwd=None if spec.cwd is None else str(self.session.cwd / spec.cwd),
+            output_byte_limit=spec.output_byte_limit,
+        )  # fmt: skip
+        ref = tool_terminal_ref(created.terminal_id)
+        await self.send(update_tool_call(call_id, status="in_progress", content=[ref]))
+        done = await client.wait_for_terminal_exit(session_id=session, terminal_id=ref.terminal_id)
+        out = await client.terminal_output(session_id=session, terminal_id=ref.terminal_id)
+        await client.release_terminal(session_id=session, terminal_id=ref.terminal_id)
+        said = f"exit {done.exit_code if done.signal is None else done.signal}"
+        text = said + (" (output truncated)" if out.truncated else "") + "\n" + out.output
+        content: list[TerminalContent] = [ref, tool_content(text_block(text))]
+        status: ToolCallStatus = "completed" if done.exit_code == 0 else "failed"
+        await self.send(update_tool_call(call_id, status=status, content=content))
+
     def path(self, relative: str | None) -> Path | None:
         return None if relative is None else self.session.cwd / relative
 
@@ -263,6 +301,15 @@ class TurnPlayer:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             old = target.read_text(encoding="utf-8")
         return [tool_diff_content(str(target), step.write.content, old_text=old)]
+
+
+TerminalContent = TerminalToolCallContent | ContentToolCallContent
+
+
+def expanded(terminal: AgentTerminal) -> tuple[str, list[str]]:
+    """The command and its arguments, `{python}` the agent's own interpreter."""
+    command = terminal.command.replace("{python}", sys.executable)
+    return command, [arg.replace("{python}", sys.executable) for arg in terminal.args]
 
 
 def plan_entries(items: list[str]) -> list[PlanEntry]:

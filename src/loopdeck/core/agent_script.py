@@ -16,6 +16,8 @@ steps = [
   { tool = "Read calc.py", kind = "read", input = { path = "calc.py" }, read = "calc.py" },
   { tool = "Fix add", kind = "edit", input = { path = "calc.py" }, permission = true,
     write = { path = "calc.py", content = "def add(a, b):\\n    return a + b\\n" } },
+  { tool = "Run the tests", kind = "execute", permission = true,
+    terminal = { command = "{python}", args = ["-m", "pytest", "-q"] } },
   { usage = { used = 1200, size = 200000, cost = 0.01 } },
   { message = "Fixed add." },
 ]
@@ -53,6 +55,20 @@ class AgentWrite(BaseModel):
     content: str
 
 
+class AgentTerminal(BaseModel):
+    """A command run through the client's terminal (`terminal/create`), waited for, its output
+    read and reported, the terminal released. `{python}` in the command or its arguments is
+    the scripted agent's own interpreter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    cwd: str | None = None  # relative to the session's directory, or absolute
+    env: dict[str, str] = Field(default_factory=dict)
+    output_byte_limit: int | None = Field(default=None, ge=0)
+
+
 class AgentUsage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,13 +87,14 @@ class AgentStep(BaseModel):
     thought: str | None = None
     # A tool call: its title, kind and raw input; `permission`: asks the client first;
     # `write`: through the client's fs/write_text_file once allowed; `read`: a path read
-    # through fs/read_text_file.
+    # through fs/read_text_file; `terminal`: a command run in the client's terminal.
     tool: str | None = None
     kind: str = "other"
     input: dict[str, Any] = Field(default_factory=dict)
     permission: bool = False
     write: AgentWrite | None = None
     read: str | None = None
+    terminal: AgentTerminal | None = None
     usage: AgentUsage | None = None
     # Misbehaviours real agents have (each is in a tracker):
     write_direct: bool = False  # writes the file itself, never asking the client
@@ -104,6 +121,8 @@ class AgentStep(BaseModel):
                 "a step is one of plan, message, thought, tool, usage, unknown_update,"
                 " garbage or exit"
             )
+        if self.terminal is not None and (self.tool is None or self.write or self.read):
+            raise ValueError("a terminal is run by a tool step that neither writes nor reads")
         return self
 
 

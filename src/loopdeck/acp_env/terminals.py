@@ -1,0 +1,218 @@
+"""The terminals loopdeck runs for an ACP agent (`terminal/*`): each command started under
+loopdeck's guardian (a process group of its own, ended when the runner dies, even by SIGKILL),
+with no shell (the command and its arguments as given), stdin closed, stdout and stderr
+captured together; only the tail is kept, within the agent's `outputByteLimit` and loopdeck's
+own cap, cut at a character boundary. Kill ends the command's whole group; release kills and
+forgets; `kill_all` ends every one at the run's stop.
+
+The environment of a command is loopdeck's own plus the variables the request names: the
+agent's `[agent] env` (where its keys live) is not handed to the commands it asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopdeck.core.tools import ToolSpec
+
+TERMINAL = "terminal"  # the tool a terminal/create is recorded as
+OUTPUT_CAP = 1 << 20  # loopdeck's own bound on a terminal's kept output, whatever the agent asks
+RESULT_TAIL = 2000  # characters of output in the call's recorded result
+KEPT_AFTER_RELEASE = 50  # released terminals still shown in the calls that embed them
+SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
+
+
+class TerminalInput(BaseModel):
+    """A terminal/create as loopdeck records it: the environment's names, never its values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    cwd: str = "."
+    env: list[str] = Field(default_factory=list)
+
+
+def _agents_own(_: Any) -> Any:
+    raise RuntimeError("a terminal is started by loopdeck's ACP client, never dispatched")
+
+
+TERMINAL_SPEC = ToolSpec(
+    name=TERMINAL,
+    description="a command the agent asks loopdeck to run in a terminal",
+    args_model=TerminalInput,
+    risk="write",
+    risk_source="ACP terminal/create: loopdeck runs it",
+    fn=_agents_own,
+)
+
+
+def last_of(text: str, cap: int) -> str:
+    """The last `cap` characters, said cut when they are: a command's end says most."""
+    if len(text) <= cap:
+        return text
+    return f"… ({len(text) - cap} characters before)\n" + text[-cap:]
+
+
+def command_line(command: str, args: list[str]) -> str:
+    return shlex.join([command, *args])
+
+
+def said_commands(command: str, args: list[str]) -> set[str]:
+    """The ways an agent's permitted call may have named this command: the whole line, the
+    command alone (a line passed as one string), the script of `sh -c SCRIPT`."""
+    said = {command_line(command, args)}
+    if not args:
+        said.add(command)
+    if Path(command).name in SHELLS and len(args) >= 2 and args[0] in ("-c", "-lc"):
+        said.add(args[1])
+    return said
+
+
+class OutputTail:
+    """The last `limit` bytes of a stream; `truncated` once anything was dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.truncated = False
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        extra = len(self.data) - self.limit
+        if extra > 0:
+            del self.data[:extra]
+            self.truncated = True
+
+    def text(self) -> str:
+        data = bytes(self.data)
+        if self.truncated:  # the cut may have split a character: start at the next one
+            start = 0
+            while start < min(len(data), 4) and data[start] & 0xC0 == 0x80:
+                start += 1
+            data = data[start:]
+        return data.decode("utf-8", errors="replace")
+
+
+@dataclass
+class Terminal:
+    id: str
+    line: str
+    proc: asyncio.subprocess.Process
+    tail: OutputTail
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    killed_by: str | None = None  # the signal loopdeck sent, when it ended the command
+    on_exit: Callable[[Terminal], None] | None = None
+    watcher: asyncio.Task[None] | None = None
+
+    @property
+    def exit_code(self) -> int | None:
+        if not self.exited.is_set() or self.killed_by is not None:
+            return None
+        code = self.proc.returncode
+        return code if code is not None and code >= 0 else None
+
+    @property
+    def signal(self) -> str | None:
+        return self.killed_by if self.exited.is_set() else None
+
+    def ended(self, killed_by: str | None = None) -> None:
+        """Said once: by the command's own end, or by loopdeck's kill at a stop."""
+        if self.exited.is_set():
+            return
+        if killed_by is not None:
+            self.killed_by = killed_by
+        self.exited.set()
+        if self.on_exit is not None:
+            self.on_exit(self)
+
+    def kill(self) -> None:
+        """SIGTERM to the guardian, which ends the command's whole group (SIGKILL after a
+        grace); at once, without awaiting, so a stop can do it anywhere."""
+        if self.proc.returncode is not None:
+            return
+        self.killed_by = self.killed_by or "SIGTERM"
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "command": self.line,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "output": last_of(self.tail.text(), RESULT_TAIL),
+            "truncated": self.tail.truncated,
+        }
+
+
+class UnknownTerminal(Exception):
+    pass
+
+
+class Terminals:
+    def __init__(self) -> None:
+        self.live: dict[str, Terminal] = {}
+        self.released: dict[str, dict[str, Any]] = {}  # id -> its last result, for display
+        self._count = 0
+
+    async def start(
+        self, command: str, args: list[str], cwd: Path, env: dict[str, str], limit: int | None
+    ) -> Terminal:
+        self._count += 1
+        tail = OutputTail(min(limit, OUTPUT_CAP) if limit is not None else OUTPUT_CAP)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "loopdeck.mcp_env.guardian", command, *args,
+            cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        terminal = Terminal(f"term-{self._count}", command_line(command, args), proc, tail)
+        self.live[terminal.id] = terminal
+        terminal.watcher = asyncio.ensure_future(self._watch(terminal))
+        return terminal
+
+    @staticmethod
+    async def _watch(terminal: Terminal) -> None:
+        stdout = terminal.proc.stdout
+        assert stdout is not None
+        while chunk := await stdout.read(1 << 16):
+            terminal.tail.add(chunk)
+        await terminal.proc.wait()
+        terminal.ended()
+
+    def get(self, terminal_id: str) -> Terminal:
+        if terminal_id not in self.live:
+            raise UnknownTerminal(f"no terminal {terminal_id!r} (never created, or released)")
+        return self.live[terminal_id]
+
+    def result_of(self, terminal_id: str) -> dict[str, Any] | None:
+        """What a tool call that embeds the terminal shows, released or not."""
+        if terminal_id in self.live:
+            return self.live[terminal_id].result()
+        return self.released.get(terminal_id)
+
+    def release(self, terminal_id: str) -> None:
+        terminal = self.get(terminal_id)
+        terminal.kill()
+        del self.live[terminal_id]
+        self.released[terminal_id] = terminal.result()
+        while len(self.released) > KEPT_AFTER_RELEASE:
+            del self.released[next(iter(self.released))]
+
+    def kill_all(self, why: str = "SIGTERM") -> None:
+        """At the run's stop or the agent's end: every command still running is ended and
+        said ended now (its guardian finishes the group on its own)."""
+        for terminal in self.live.values():
+            if not terminal.exited.is_set():
+                terminal.kill()
+                terminal.ended(killed_by=why)
