@@ -4,7 +4,8 @@ events as they come; a tool call is keyed by the guard on (kind, title, canonica
 working copy's hash); a permission the agent asks is loopdeck's approval, bound to that state;
 a file the agent asks loopdeck to write is a write loopdeck gates and runs once. When a turn
 ends the goal check runs on the working copy: met, `goal_met`; unchanged, `stalled`; else its
-findings are the next prompt, up to `max_rounds`. The agent's own claim never ends a run.
+findings are the next prompt, up to `max_rounds`. With no goal check the operator judges the
+turn (`unchecked_goal.py`). The agent's own claim never ends a run.
 
 Everything the agent sends is taken by the run's own task, in order (`bridge.py`), so stops,
 budgets and approvals work as in any run; a stop cancels the turn (`session/cancel`, every
@@ -21,6 +22,7 @@ from typing import Any
 from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
 from loopdeck.acp_env.bridge import Bridge, Incoming
 from loopdeck.acp_env.calls import AcpCalls
+from loopdeck.acp_env.unchecked_goal import operator_judges
 from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.events import ModelCalled, PlanWritten
@@ -33,7 +35,9 @@ TEXT_CAP = 4000
 
 
 class AcpLoop:
-    def __init__(self, rt: Runtime, agent: AgentProcess, config: AgentConfig) -> None:
+    def __init__(
+        self, rt: Runtime, agent: AgentProcess, config: AgentConfig, unchecked: str | None = None
+    ) -> None:
         self.rt = rt
         self.agent = agent
         self.config = config
@@ -41,6 +45,8 @@ class AcpLoop:
         self.calls = AcpCalls(rt, agent, self.bridge)
         self.said: list[str] = []  # the agent's words this turn
         self.cost_seen: float | None = None
+        # Nothing checks the goal: why, said when nobody can be asked to judge a turn.
+        self.unchecked = unchecked
 
     async def run(self) -> None:
         rt = self.rt
@@ -64,6 +70,11 @@ class AcpLoop:
                 if self.calls.nudged:  # the operator's word on a loop, not a finished turn
                     self.calls.nudged = False
                     prompt = self._next_prompt([])
+                    continue
+                if self.unchecked is not None:
+                    said = "".join(self.said)
+                    left = await operator_judges(rt, before, stop, said, self.unchecked)
+                    prompt = "\n".join([left, self._next_prompt([])]).strip()
                     continue
                 prompt = self._next_prompt(findings_or_stop(await rt.review_round(before)))
         finally:

@@ -23,7 +23,10 @@ from loopdeck.mcp_env.schema_args import args_model_for
 READ_KINDS = ("read", "search", "think", "fetch", "switch_mode")
 WRITE_KINDS = ("edit", "delete", "move", "execute", "other")
 FS_WRITE = "fs_write_text_file"  # the agent asking loopdeck to write a file for it
-SKIPPED = frozenset({".git", "__pycache__", ".pytest_cache"})
+# Not the agent's work: a user's folder worked on in place may hold these, large and churning.
+SKIPPED = frozenset(
+    {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv", "node_modules"}
+)
 
 
 def _agents_own(_: Any) -> Any:
@@ -36,6 +39,11 @@ class WorkspaceEnvironment(Environment):
         self.goal_check: list[str] | None = None
         self.goal_check_timeout_s = 60.0
         self._hashes: dict[str, tuple[int, int, str]] = {}  # path -> (size, mtime_ns, hash)
+
+    @property
+    def goal_checked(self) -> bool:
+        """Whether anything can say the goal is met: `goal_check`, or an `env.py`'s `unmet`."""
+        return self.goal_check is not None or type(self).unmet is not WorkspaceEnvironment.unmet
 
     def tools(self) -> list[ToolSpec]:
         specs = []

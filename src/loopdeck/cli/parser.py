@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,34 @@ def otlp_url(text: str) -> str:
     return text
 
 
+def run_id(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", text):
+        raise argparse.ArgumentTypeError(
+            f"must be 1 to 64 letters, digits, '_', '.' or '-', got {text!r}"
+        )
+    return text
+
+
+def command_line(text: str) -> list[str]:
+    """A command line split as a shell would split it, never run through one."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot be split into words ({exc}): {text!r}") from None
+    if not words:
+        raise argparse.ArgumentTypeError("is empty: give the command that checks the goal")
+    return words
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise argparse.ArgumentTypeError(
+            f"must be KEY=VALUE (e.g. API_KEY=${{API_KEY}}), got {text!r}"
+        )
+    return key, value
+
+
 positive_int = _positive(int, "positive integer")
 positive_float = _positive(float, "positive number")
 
@@ -81,27 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
     run.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
     run.add_argument("--mode", choices=["rounds", "react"])
-    run.add_argument("--headless", action="store_true", help="no console: print a summary")
-    run.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
-    run.add_argument(
-        "--approve",
-        choices=["auto", "deny", "wait"],
-        help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
-    )
-    run.add_argument("--db", type=store_location, help=DB_HELP)
-    run.add_argument("--max-turns", type=positive_int)
-    run.add_argument("--max-tool-calls", type=positive_int)
-    run.add_argument("--max-tokens", type=positive_int)
-    run.add_argument("--max-cost", type=positive_float, metavar="USD")
-    run.add_argument("--deadline", type=positive_float, metavar="SECONDS")
-    run.add_argument("--max-rounds", type=positive_int)
     run.add_argument("--model-timeout", type=positive_float, metavar="SECONDS")
-    run.add_argument(
-        "--pause-at",
-        type=fraction,
-        metavar="FRACTION",
-        help="with an operator attached, pause and ask when a budget passes this fraction",
-    )
     run.add_argument(
         "--set",
         dest="settings",
@@ -110,12 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a scenario.toml value for this run (e.g. data.orders=3)",
     )
-    run.add_argument("--theme", help="console theme: a name, or the path of a theme file")
-    add_otlp_flags(
-        run,
-        "with --headless: send the run, when it stops, as one OpenTelemetry trace to this"
-        " OTLP/HTTP endpoint",
-    )
+    add_run_flags(run)
+    add_acp_command(commands)
 
     console = commands.add_parser(
         "console", help="the console's fleet: every run in the store, live (n starts one)"
@@ -131,6 +137,80 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_env_commands(commands)
     return parser
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a run, whoever its agent: `run`'s and `acp`'s alike."""
+    parser.add_argument("--headless", action="store_true", help="no console: print a summary")
+    parser.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
+    parser.add_argument(
+        "--approve",
+        choices=["auto", "deny", "wait"],
+        help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
+    )
+    parser.add_argument("--db", type=store_location, help=DB_HELP)
+    parser.add_argument(
+        "--run-id", type=run_id, metavar="RUN_ID", help="the run's id (default: a new one)"
+    )
+    parser.add_argument("--max-turns", type=positive_int)
+    parser.add_argument("--max-tool-calls", type=positive_int)
+    parser.add_argument("--max-tokens", type=positive_int)
+    parser.add_argument("--max-cost", type=positive_float, metavar="USD")
+    parser.add_argument("--deadline", type=positive_float, metavar="SECONDS")
+    parser.add_argument("--max-rounds", type=positive_int)
+    parser.add_argument(
+        "--pause-at",
+        type=fraction,
+        metavar="FRACTION",
+        help="with an operator attached, pause and ask when a budget passes this fraction",
+    )
+    parser.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+    add_otlp_flags(
+        parser,
+        "with --headless: send the run, when it stops, as one OpenTelemetry trace to this"
+        " OTLP/HTTP endpoint",
+    )
+
+
+def add_acp_command(commands: Any) -> None:
+    """`loopdeck acp --goal TEXT [--workdir DIR] [--check CMD] -- AGENT_CMD ARGS…`: an ACP
+    agent on a folder, in place, with no env folder (`cli/acp_command.py`)."""
+    acp = commands.add_parser(
+        "acp",
+        help="run an ACP agent on a folder, in place, under loopdeck's supervision",
+        usage="loopdeck acp --goal TEXT [--workdir DIR] [--check CMD] [options] -- AGENT_CMD ARGS…",
+    )
+    acp.add_argument("--goal", metavar="TEXT", help="what the agent is to do: its first prompt")
+    acp.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="the folder the agent works in, in place: never copied, never removed (default: here)",
+    )
+    acp.add_argument(
+        "--check",
+        type=command_line,
+        metavar="CMD",
+        help="the goal check, run in DIR after each turn, without a shell (exit 0: met; its"
+        " output: what is left). Without it you judge each turn, or headless the run stops",
+    )
+    acp.add_argument(
+        "--mode", dest="session_mode", metavar="NAME", help="the ACP session mode to set"
+    )
+    acp.add_argument(
+        "--env",
+        dest="agent_env",
+        action="append",
+        default=[],
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="added to the agent's environment (${VAR}: from loopdeck's); repeatable",
+    )
+    acp.add_argument(
+        "agent_command", nargs="*", metavar="AGENT_CMD", help="after --: the agent's command"
+    )
+    add_run_flags(acp)
 
 
 def add_store_commands(commands: Any) -> None:

@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from loopdeck import tuning
+from loopdeck.cli import acp_command
 from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED
 from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import Location, default_db_path
@@ -25,8 +26,11 @@ if TYPE_CHECKING:
 
 
 def options(args: argparse.Namespace) -> RunOptions:
-    """`loopdeck run`'s flags as the run's options."""
+    """`loopdeck run`'s (or `loopdeck acp`'s) flags as the run's options."""
     from loopdeck.operator.launch import RunOptions
+
+    if args.command == "acp":
+        return acp_command.acp_options(args)
 
     return RunOptions(
         env=args.env,
@@ -43,6 +47,7 @@ def options(args: argparse.Namespace) -> RunOptions:
             "deadline": args.deadline,
             "max_rounds": args.max_rounds,
         },
+        run_id=args.run_id,
         model_timeout_s=args.model_timeout,
         pause_at=args.pause_at,
         settings=list(args.settings),
@@ -52,6 +57,7 @@ def options(args: argparse.Namespace) -> RunOptions:
 # What each console-opening command can do instead, without a terminal.
 WITHOUT_A_TERMINAL = {
     "run": "add --headless (and --json for one JSON object) to run without the console",
+    "acp": "add --headless (and --json for one JSON object) to run without the console",
     "console": "`loopdeck runs` and `loopdeck pending` read the store without it",
     "attach": "`loopdeck pending`, `approve`, `answer` and `cancel` act on the run without it",
     "replay": "`loopdeck export RUN_ID` prints the run's events without it",
@@ -104,6 +110,8 @@ def run_headless(args: argparse.Namespace) -> int:
     from loopdeck.core.states import StopReason
     from loopdeck.operator.session import RunAbandoned
 
+    if args.command == "acp" and acp_command.refused(args):
+        return EXIT_BAD_INPUT
     tuning.for_headless()
     signals = StopSignals()
     if (trace := live_trace(args)) is None and args.otlp_content:
@@ -209,6 +217,8 @@ def run_console(args: argparse.Namespace) -> int:
     from loopdeck.operator.approving import refusal
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
+    if args.command == "acp" and acp_command.refused(args):
+        return EXIT_BAD_INPUT
     if (refused := refusal(args.approve, console=True)) is not None:
         print(f"loopdeck: {refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -219,7 +229,7 @@ def run_console(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    if refused_without_terminal("run"):
+    if refused_without_terminal(args.command):
         return EXIT_BAD_INPUT
     tuning.for_console()
 
@@ -234,7 +244,10 @@ def run_console(args: argparse.Namespace) -> int:
         session.prepare(chosen)
         return session
 
-    about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
+    if args.command == "acp":
+        about = acp_command.about(args)
+    else:
+        about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
     app = LoopdeckApp(
         ConsoleStart.for_preparing(prepare, about, args.db or default_db_path()),
         theme_name=args.theme,

@@ -1,4 +1,5 @@
-"""From an env folder and the operator's options to a ready Runtime on its own workspace."""
+"""From an env folder and the operator's options to a ready Runtime on its own workspace; or,
+for `loopdeck acp`, from an ACP agent's command to a Runtime on the user's folder in place."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from loopdeck.bundled import bundled_folder
+from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
@@ -51,6 +53,18 @@ def resolve_env_dir(spec: str, settings: list[str] | None = None) -> EnvDir:
     return load_env_dir(path, known_root=root, settings=settings)
 
 
+@dataclass(frozen=True)
+class AcpTarget:
+    """`loopdeck acp`: an ACP agent on the user's folder, worked on in place, no env folder."""
+
+    goal: str
+    workdir: Path
+    command: list[str]  # the agent's, run without a shell
+    check: list[str] | None = None  # the goal check (exit 0: met); None: the operator judges
+    mode: str | None = None  # the ACP session mode to set
+    env: dict[str, str] = field(default_factory=dict)  # added to the agent's; `${VAR}` allowed
+
+
 @dataclass
 class RunOptions:
     env: str
@@ -66,18 +80,22 @@ class RunOptions:
     settings: list[str] = field(default_factory=list)  # `--set KEY=VALUE`, scenario.toml
     # Told what the preparation waits for, in words (the console's first frame says it).
     phase: Callable[[str], None] | None = None
+    acp: AcpTarget | None = None  # `loopdeck acp`: no env folder (`env` is only its name)
 
 
 @dataclass
 class PreparedRun:
-    env_dir: EnvDir
+    env_dir: EnvDir | None  # None: `loopdeck acp`
     runtime: Runtime
     workdir: Path
     queue: ApprovalQueue | None = None  # the console's, when it decides (`approving.deciders`)
+    # A temporary copy is the run's to remove; the user's folder (`loopdeck acp`) never is.
+    owns_workdir: bool = True
 
     def cleanup(self) -> None:
         self.runtime.env.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def prepare_run(
@@ -92,6 +110,10 @@ def prepare_run(
     """The run `options` name, on a fresh copy of its env's workspace. Its approver (unless
     given) is chosen by `operator.approving.deciders`: the console's queue when `console`,
     raced with the store when `recording`."""
+    if options.acp is not None:
+        return prepare_acp_run(
+            options, options.acp, approver, bus, answerer, console=console, recording=recording
+        )
     env_dir = resolve_env_dir(options.env, options.settings)
     scenario = env_dir.scenario
     acp = scenario.agent is not None
@@ -133,6 +155,54 @@ def prepare_run(
         raise
     runtime = Runtime(config, env, model, approver, bus=bus, answerer=answerer)
     return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
+
+
+def prepare_acp_run(
+    options: RunOptions,
+    target: AcpTarget,
+    approver: Approver | None = None,
+    bus: EventBus | None = None,
+    answerer: Answerer | None = None,
+    *,
+    console: bool = False,
+    recording: Recording | None = None,
+) -> PreparedRun:
+    """`loopdeck acp`: the agent on `target.workdir` in place, recorded as env `acp:NAME`."""
+    from loopdeck.acp_env.opening import AgentsOwnModel, open_acp_workdir
+
+    workdir = checked_workdir(target.workdir)
+    model_name = agent_name(target.command)
+    queue = None
+    if approver is None:
+        chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
+        approver, answerer, queue = chosen.approver, answerer or chosen.answerer, chosen.queue
+    overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
+    config = RunConfig(
+        **({"run_id": options.run_id} if options.run_id else {}),
+        env=f"acp:{workdir.name or workdir}",
+        model=model_name,
+        goal=target.goal,
+        mode="react",
+        budget=Budget.model_validate(overrides),
+        pause_at=options.pause_at,
+    )
+    try:
+        agent = AgentConfig(acp=target.command, mode=target.mode, env=target.env)
+    except ValidationError as exc:
+        raise ScenarioError(f"the agent's command or --env: {exc}") from exc
+    env, loop = open_acp_workdir(workdir, agent, target.check)
+    runtime = Runtime(config, env, AgentsOwnModel(model_name), approver, bus=bus,
+                      answerer=answerer, agent_loop=loop)  # fmt: skip
+    return PreparedRun(None, runtime, workdir, queue, owns_workdir=False)
+
+
+def checked_workdir(path: Path) -> Path:
+    """`--workdir DIR`, which must be an existing folder: as an absolute path."""
+    if not path.exists():
+        raise ScenarioError(f"--workdir {path}: no such folder")
+    if not path.is_dir():
+        raise ScenarioError(f"--workdir {path}: not a folder")
+    return path.resolve()
 
 
 LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-y", "-m", "--yes"})
