@@ -80,7 +80,7 @@ class AgentProcess:
         return " ".join(self.command)
 
     async def start(self, client: Any, config: AgentConfig) -> None:
-        from acp import PROTOCOL_VERSION, connect_to_agent
+        from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
         from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
         quiet_sdk()
@@ -114,6 +114,8 @@ class AgentProcess:
                     await self._set_mode(config.mode)
         except (TimeoutError, ConnectionError, OSError) as exc:
             raise AgentFailed(self.said("did not start", _words(exc))) from exc
+        except RequestError as refused:  # e.g. Claude Code refusing a session as root
+            raise AgentFailed(self.said("refused to start", _words(refused))) from refused
 
     async def _set_mode(self, mode: str) -> None:
         if self.modes and mode not in self.modes:
