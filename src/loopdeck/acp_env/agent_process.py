@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.agent_script import AgentConfig
+from loopdeck.core.text import capped
 from loopdeck.mcp_env.goal_check import stderr_tail
 
 GRACE_S = 3.0
@@ -156,4 +157,10 @@ class AgentProcess:
 def _words(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer in time"
-    return f"{type(exc).__name__}: {exc}"
+    said = f"{type(exc).__name__}: {exc}"
+    data = getattr(exc, "data", None)  # a JSON-RPC error's data: often the agent's real why
+    if isinstance(data, dict) and isinstance(data.get("details"), str):
+        said += f" ({capped(data['details'], 1000)})"
+    elif data is not None:
+        said += f" ({capped(str(data), 1000)})"
+    return said
