@@ -14,10 +14,13 @@ update), each stamped with `time.perf_counter_ns()` as it is sent, then PERMISSI
   the run's approval (auto), recorded before the agent has its answer.
 
 Target (issue 29): loopdeck's added p50 per update <= 1 ms at 1,000 updates/s. The
-permission's added round trip is printed with it (no target given). `--profile` runs the
-loopdeck side once more under cProfile and prints where its time goes.
+permission's added round trip is printed with it (no target given). `--files=N` puts N
+files in the working copy (default 1): loopdeck keys each tool call by the working copy's
+hash, so a tool call's cost grows with the tree. `--profile` runs the loopdeck side once more
+under cProfile and prints where its time goes. Message chunks are not sent: loopdeck emits no
+event for one (the turn's text goes out in one `ModelCalled` at its end).
 
-    .venv/bin/python bench/acp_overhead.py [UPDATES] [RATE] [PERMISSIONS] [--profile]
+    .venv/bin/python bench/acp_overhead.py [UPDATES] [RATE] [PERMISSIONS] [--files=N] [--profile]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +79,21 @@ def _pct(values: list[int], q: float) -> float:
     return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
 
 
-def _command(out: Path, updates: int, rate: float, permissions: int) -> list[str]:
-    return [str(AGENT), str(out), str(updates), str(rate), str(permissions)]
+@dataclass(frozen=True)
+class Load:
+    """What the agent sends, and how many files the working copy holds (loopdeck keys each
+    tool call by the working copy's hash: its cost grows with the tree, the bare client's not)."""
+
+    updates: int = 4000
+    rate: float = 1000.0
+    permissions: int = 200
+    files: int = 1
+
+    def command(self, out: Path) -> list[str]:
+        return [str(AGENT), str(out), str(self.updates), str(self.rate), str(self.permissions)]
+
+    def warm(self) -> Load:
+        return replace(self, updates=50, permissions=5)
 
 
 # -- the bare SDK client ------------------------------------------------------------------
@@ -106,13 +123,13 @@ def _sent_in(raw: Any) -> int | None:
     return raw.get("sent_ns") if isinstance(raw, dict) else None
 
 
-async def bare(folder: Path, updates: int, rate: float, permissions: int) -> Figures:
+async def bare(folder: Path, load: Load) -> Figures:
     from acp import PROTOCOL_VERSION, connect_to_agent, text_block
 
     figures = Figures()
     out = folder / "bare.json"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *_command(out, updates, rate, permissions),
+        sys.executable, *load.command(out),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=50 * 1024 * 1024,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
@@ -130,11 +147,15 @@ async def bare(folder: Path, updates: int, rate: float, permissions: int) -> Fig
 
 
 # -- loopdeck: a recorded run ----------------------------------------------------------------
-def _env(folder: Path, out: Path, updates: int, rate: float, permissions: int) -> Path:
+def _env(folder: Path, out: Path, load: Load) -> Path:
     env = folder / f"acp_bench_{out.stem}"
     (env / "workspace").mkdir(parents=True)
     (env / "workspace" / "README.md").write_text("The bench agent's working copy.\n")
-    acp = json.dumps(["{python}", *_command(out, updates, rate, permissions)])
+    for n in range(1, load.files):  # a source tree: a hundred modules a package
+        package = env / "workspace" / f"package{n // 100}"
+        package.mkdir(exist_ok=True)
+        (package / f"module{n}.py").write_text(f"VALUE = {n}\n" * 20)
+    acp = json.dumps(["{python}", *load.command(out)])
     (env / "scenario.toml").write_text(
         f"""name = "acp_bench"
 goal = "Send the bench's updates and ask the bench's permissions."
@@ -170,11 +191,11 @@ def _taker(figures: Figures) -> Any:
     return take
 
 
-async def supervised(folder: Path, updates: int, rate: float, permissions: int) -> Figures:
+async def supervised(folder: Path, load: Load) -> Figures:
     figures = Figures()
     name = f"loopdeck{len(list(folder.glob('acp_bench_*')))}"
     out = folder / f"{name}.json"
-    env = _env(folder, out, updates, rate, permissions)
+    env = _env(folder, out, load)
     session = RunSession(folder / f"{name}.db")
     async with session.opened():
         prepared = session.prepare(RunOptions(env=str(env), approve="auto"))
@@ -201,7 +222,8 @@ def describe(name: str, figures: Figures) -> str:
     )
 
 
-def rows(rate: float, base: Figures, ours: Figures) -> list[Row]:
+def rows(load: Load, base: Figures, ours: Figures) -> list[Row]:
+    rate = load.rate
     lat_base, lat_ours = base.latency_ns, ours.latency_ns
     added_p50 = _ms(_pct(lat_ours, 0.5) - _pct(lat_base, 0.5))
     added_p99 = _ms(_pct(lat_ours, 0.99) - _pct(lat_base, 0.99))
@@ -223,44 +245,63 @@ def rows(rate: float, base: Figures, ours: Figures) -> list[Row]:
     ]
 
 
-async def measure(updates: int, rate: float, permissions: int) -> list[Row]:
+async def measure(load: Load) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="loopdeck-acp-bench-") as name:
         folder = Path(name)
-        await supervised(folder, 50, rate, 5)  # warm: imports, the first agent's start
-        await bare(folder, 50, rate, 5)
-        base = await bare(folder, updates, rate, permissions)
+        await supervised(folder, load.warm())  # warm: imports, the first agent's start
+        await bare(folder, load.warm())
+        base = await bare(folder, load)
         print(describe("bare", base))
-        ours = await supervised(folder, updates, rate, permissions)
-        print(describe("loopdeck", ours))
-        return rows(rate, base, ours)
+        ours = await supervised(folder, load)
+        print(describe("loopdeck", ours) + f"; working copy of {load.files} files")
+        return rows(load, base, ours)
 
 
-def profile(updates: int, rate: float, permissions: int) -> None:
+def profile(load: Load) -> None:
     """The loopdeck side once more under cProfile: the functions its time goes to."""
     import cProfile
     import pstats
 
     with tempfile.TemporaryDirectory(prefix="loopdeck-acp-bench-") as name:
         folder = Path(name)
-        asyncio.run(supervised(folder, 50, rate, 5))
+        asyncio.run(supervised(folder, load.warm()))
         profiler = cProfile.Profile()
         profiler.enable()
-        asyncio.run(supervised(folder, updates, rate, permissions))
+        asyncio.run(supervised(folder, load))
         profiler.disable()
-    stats = pstats.Stats(profiler).strip_dirs().sort_stats("cumulative")
-    stats.print_stats(45)
+    stats = pstats.Stats(profiler).sort_stats("cumulative")
+    stats.print_stats(r"loopdeck/|/acp/", 40)  # loopdeck's code and the SDK's
     stats.sort_stats("tottime").print_stats(25)
+    print(working_copy_hash(load))
+
+
+def working_copy_hash(load: Load) -> str:
+    """What one tool call's state hash costs on the env thread (cProfile sees only the loop's
+    thread, waiting for it in `state_hash`)."""
+    from loopdeck.acp_env.workspace import WorkspaceEnvironment
+
+    with tempfile.TemporaryDirectory(prefix="loopdeck-acp-bench-") as name:
+        env = _env(Path(name), Path(name) / "unused.json", load)
+        workspace = WorkspaceEnvironment(env / "workspace", {})
+        workspace.fingerprint()  # the first reads every file; later ones stat them
+        started, times = time.perf_counter(), 20
+        for _ in range(times):
+            workspace.fingerprint()
+        each = (time.perf_counter() - started) / times
+    return f"the working copy's hash ({load.files} files): {each * 1000:.3f} ms a tool call"
 
 
 def main(argv: list[str]) -> None:
     numbers = [arg for arg in argv if not arg.startswith("--")]
-    updates = int(numbers[0]) if numbers else 4000
-    rate = float(numbers[1]) if len(numbers) > 1 else 1000.0
-    permissions = int(numbers[2]) if len(numbers) > 2 else 200
+    files = [int(arg.split("=")[1]) for arg in argv if arg.startswith("--files=")]
+    load = Load(
+        *(kind(text) for kind, text in zip((int, float, int), numbers, strict=False)),
+        files=files[-1] if files else 1,
+    )
     if "--profile" in argv:
-        profile(updates, rate, permissions)
+        profile(load)
         return
-    print_table(asyncio.run(measure(updates, rate, permissions)))
+    print_table(asyncio.run(measure(load)))
 
 
 if __name__ == "__main__":
