@@ -96,8 +96,18 @@ async def test_a_thousand_runs_draw_only_the_rows_on_screen(
         table.show(list(reversed(rows)), NOW + timedelta(seconds=1))  # a refresh, a new order
         await pilot.pause()
         assert 0 < len(made) <= height and len(drawn) <= 2 * height
-        await pilot.press("end")
-        assert table.cursor_run == "run0000" and "run0000" in _screen_text(app)
+        drawn.clear()
+        table.show(list(reversed(rows)), NOW + timedelta(seconds=1))  # nothing changed
+        await pilot.pause()
+        assert [y for y in drawn if y] == []
+        # the cursor kept its run (now last) in view: change the second row on screen
+        second = rows[999 - (int(table.scroll_y) + 1)]
+        second.closest, second.closest_fraction = "tokens 90%", 0.9
+        table.show(list(reversed(rows)), NOW + timedelta(seconds=1))
+        await pilot.pause()
+        assert [y for y in drawn if y] == [2] and "tokens 90%" in _screen_text(app)
+        await pilot.press("home")
+        assert table.cursor_run == "run0999" and "run0999" in _screen_text(app)
 
 
 async def test_the_cursor_keeps_its_run_when_the_rows_reorder() -> None:

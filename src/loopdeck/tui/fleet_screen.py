@@ -66,6 +66,7 @@ class FleetScreen(Screen[None]):
         self.sort: Sort = "needs you"
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
+        self._header_said: tuple[str, str, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-header")
@@ -130,11 +131,11 @@ class FleetScreen(Screen[None]):
         needle = self.filter_text.strip().lower()
         if not needle:
             return rows
-        table = self.query_one(FleetTable)
+        table, shown_as = self.query_one(FleetTable), visible(needle)
         shown = []
         for row in rows:
-            said = table.said(row, now).lower()
-            if needle in said or visible(needle) in said:
+            said = table.said(row, now)
+            if needle in said or shown_as in said:
                 shown.append(row)
         return shown
 
@@ -151,16 +152,17 @@ class FleetScreen(Screen[None]):
             else ""
         )
         shown = " · filter “$filter”" if self.filter_text else ""
-        self.query_one("#fleet-header", Static).update(
-            markup(
-                f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
-                f"{' · [b $error]$outage[/]' if self.fleet.outage.since else ''}"
-                " · [dim]$store[/]",
-                filter=self.filter_text,
-                outage=self.fleet.outage.text,
-                store=shown_location(self.db_path),
-            )
+        header = (
+            f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
+            f"{' · [b $error]$outage[/]' if self.fleet.outage.since else ''}"
+            " · [dim]$store[/]"
         )
+        said = (header, self.filter_text, self.fleet.outage.text)
+        if said != self._header_said:  # an update is a layout of the whole screen
+            self._header_said = said
+            self.query_one("#fleet-header", Static).update(
+                markup(header, filter=said[1], outage=said[2], store=shown_location(self.db_path))
+            )
 
     def selected_run(self) -> str | None:
         return self.query_one(FleetTable).cursor_run

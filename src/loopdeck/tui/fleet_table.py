@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import ClassVar
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -99,6 +100,8 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         self._index: dict[str, int] = {}
         self._cells: dict[str, tuple[Look, list[Text]]] = {}
         self._strips: dict[str, list[Segment]] = {}
+        self._said: dict[str, tuple[Look, str]] = {}
+        self._drawn: dict[int, tuple[str, Look, bool]] = {}  # what each index was drawn as
         self._widths = {column: max(1, len(column)) for column in COLUMNS}
         self._widths_grew = False
         self._now: datetime | None = None
@@ -126,10 +129,17 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         return self._cells_of(self._rows[self._index[run_id]])
 
     def said(self, row: FleetRow, now: datetime) -> str:
-        """The row's cells as of `now` in one plain text, for the filter: what the operator
-        reads."""
+        """The row's cells as of `now` in one plain text in lower case, for the filter: what
+        the operator reads. Made again only when the row's look changed."""
         self._now = now
-        return " ".join(text.plain for text in self._cells_of(row))
+        cells = self._cells_of(row)
+        look = self._cells[row.run_id][0]
+        known = self._said.get(row.run_id)
+        if known is not None and known[0] is look:
+            return known[1]
+        text = " ".join(cell.plain for cell in cells).lower()
+        self._said[row.run_id] = (look, text)
+        return text
 
     def column_ends(self) -> dict[str, int]:
         """Where each column ends, in cells from the table's left edge."""
@@ -144,7 +154,7 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         """These runs, in this order, as of `now`. The cursor keeps its run when the run is
         still listed, else its place. Nothing is drawn here: the rows on screen are, next
         frame."""
-        kept, place = self.cursor_run, self.cursor_row
+        kept, place, count = self.cursor_run, self.cursor_row, len(self._rows)
         self._now = now
         self._rows = rows
         self._index = {row.run_id: i for i, row in enumerate(rows)}
@@ -152,9 +162,22 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
             self.cursor_row = self._index[kept]
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
         self._resize()
+        top = int(self.scroll_y)
         if self.cursor_row != place:  # its run moved: kept in view (else the view stays put)
             self._scroll_cursor_into_view()
-        self.refresh()
+        if len(rows) != count or int(self.scroll_y) != top:
+            self.refresh()
+        else:
+            self._refresh_changed()
+
+    def _refresh_changed(self) -> None:
+        """Only the lines on screen whose run, look or cursor changed are drawn again."""
+        top = int(self.scroll_y)
+        for index in range(top, min(len(self._rows), top + self._rows_shown())):
+            row = self._rows[index]
+            look = self._look(row, self._age(row))
+            if self._drawn.get(index) != (row.run_id, look, index == self.cursor_row):
+                self.refresh_lines(index + 1)  # the header is line 0
 
     def mark(self, row: FleetRow) -> Text:
         """Why the run wants a look: ⚠ an approval, ⏸ paused, ● stopped and not yet seen."""
@@ -179,8 +202,11 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
                 row.closest, row.closest_fraction >= 0.8, projected, row.last_finding,
                 row.runner, row.started_at is None)  # fmt: skip
 
+    def _age(self, row: FleetRow) -> str:
+        return elapsed_text(row.age_s(self._now)) if self._now is not None else ""
+
     def _cells_of(self, row: FleetRow) -> list[Text]:
-        age = elapsed_text(row.age_s(self._now)) if self._now is not None else ""
+        age = self._age(row)
         look = self._look(row, age)
         made = self._cells.get(row.run_id)
         if made is not None and made[0] == look:
@@ -189,7 +215,7 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         self._cells[row.run_id] = (look, cells)
         self._strips.pop(row.run_id, None)
         for column, text in zip(COLUMNS, cells, strict=True):
-            width = min(COLUMN_CAP[column], len(text.plain))
+            width = min(COLUMN_CAP[column], cell_len(text.plain))
             if width > self._widths[column]:
                 self._widths[column] = width
                 self._widths_grew = True
@@ -236,16 +262,22 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         return color.hex6
 
     def _segments(self, texts: list[Text]) -> list[Segment]:
+        """One segment per run of cells in one style: a frame's cost is per segment."""
         segments: list[Segment] = []
-        pad = Segment(" " * PADDING)
+        pieces: list[str] = []
+        style: Style | None = None
+        pad = " " * PADDING
         for column, text in zip(COLUMNS, texts, strict=True):
-            room = self._widths[column]
-            plain = text.plain
-            if len(plain) > room:
-                plain = plain[: max(0, room - 1)] + "…"
-            cell = plain + " " * (room - len(plain))
-            style = Style.parse(str(text.style)) if text.style else None
-            segments += [pad, Segment(cell, style), pad]
+            room, plain = self._widths[column], text.plain
+            if cell_len(plain) > room:
+                plain = set_cell_size(plain, max(0, room - 1)) + "…"
+            cell_style = Style.parse(str(text.style)) if text.style else None
+            if cell_style != style and pieces:
+                segments.append(Segment("".join(pieces), style))
+                pieces = []
+            style = cell_style  # on the padding too: a color or bold shows on no space
+            pieces.append(f"{pad}{set_cell_size(plain, room)}{pad}")
+        segments.append(Segment("".join(pieces), style))
         return segments
 
     def _row_segments(self, row: FleetRow) -> list[Segment]:
@@ -283,7 +315,9 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
             line_style += self.get_component_rich_style("fleet-table--cursor")
         elif index % 2:
             line_style += self.get_component_rich_style("fleet-table--even-row")
-        strip = Strip(self._row_segments(self._rows[index]))
+        row = self._rows[index]
+        strip = Strip(self._row_segments(row))
+        self._drawn[index] = (row.run_id, self._cells[row.run_id][0], index == self.cursor_row)
         if index == self.cursor_row:
             # The cursor's own colors win over a cell's (as in a DataTable's cursor row).
             strip = Strip(Segment(text, line_style) for text, _, _ in strip)
@@ -301,14 +335,21 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         if not self._rows:
             return
         self.cursor_row = max(0, min(row, len(self._rows) - 1))
+        top = int(self.scroll_y)
         self._scroll_cursor_into_view()
-        self.refresh()
+        if int(self.scroll_y) != top:
+            self.refresh()
+        else:
+            self._refresh_changed()  # the cursor's old line and its new one
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._scroll_cursor_into_view)
 
+    def _rows_shown(self) -> int:
+        return max(1, self.scrollable_content_region.height - 1)
+
     def _scroll_cursor_into_view(self) -> None:
-        rows_shown = max(1, self.scrollable_content_region.height - 1)
+        rows_shown = self._rows_shown()
         top = int(self.scroll_y)
         if self.cursor_row < top:
             self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
@@ -319,8 +360,7 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         self.move_cursor(row=self.cursor_row + delta)
 
     def action_page(self, direction: int) -> None:
-        rows_shown = max(1, self.scrollable_content_region.height - 1)
-        self.move_cursor(row=self.cursor_row + direction * rows_shown)
+        self.move_cursor(row=self.cursor_row + direction * self._rows_shown())
 
     def action_jump(self, row: int) -> None:
         self.move_cursor(row=row if row >= 0 else len(self._rows) - 1)
