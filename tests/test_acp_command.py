@@ -96,6 +96,11 @@ def test_the_agent_works_in_the_folder_in_place_and_the_check_says_met(
     assert code == 0 and runs is not None
     [listed] = [run for run in runs if run["run_id"] == "acp-one"]
     assert listed["env"] == "acp:myproject" and listed["stop_reason"] == "goal_met"
+    # The same id again is refused before anything runs or is written.
+    again = ("acp", "--goal", "g", "--workdir", str(work), "--headless", "--approve", "deny")
+    code, _, err = cli(*again, "--db", db, "--run-id", "acp-one", "--", "no-such-agent")
+    assert code == 2 and "--run-id acp-one: " in err and "already holds a run" in err
+    assert len(cli("runs", "--json", "--db", db)[1] or []) == 1
 
 
 @pytest.mark.slow  # seconds: the agent's process and its imports, the check (each test here)

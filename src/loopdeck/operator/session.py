@@ -14,10 +14,12 @@ from contextlib import asynccontextmanager
 
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
+from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import PreparedRun, RunOptions, prepare_run
 from loopdeck.operator.links import LocalLink
-from loopdeck.store.base import Location, Store
+from loopdeck.store import queries
+from loopdeck.store.base import Location, Store, shown_location
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
 from loopdeck.store.runner import RunAbandoned as RunAbandoned  # what `record` raises
@@ -127,7 +129,15 @@ class RunSession:
             await self._store.close()
 
     async def record(self) -> RunOutcome:
-        """Run it recorded to the open store; what the recording could not do is said."""
+        """Run it recorded to the open store; what the recording could not do is said. A run
+        id the store already holds (`--run-id`) is refused before anything is written: its
+        events would collide with the other run's."""
+        run_id = self.runtime.config.run_id
+        if await queries.run_row(self.store, run_id) is not None:
+            raise ScenarioError(
+                f"--run-id {run_id}: {shown_location(self.store.path)} already holds a run with"
+                " this id; choose another"
+            )
         self._writer = EventWriter(self.store, approve_mode=self.approve_mode)
         recorded = self._recorded = RecordedRun(self.store, self.runtime, self._writer, self.say)
         if self._kill_before_recording is not None:
