@@ -98,7 +98,7 @@ def test_the_agent_works_in_the_folder_in_place_and_the_check_says_met(
     assert listed["env"] == "acp:myproject" and listed["stop_reason"] == "goal_met"
     # The same id again is refused before anything runs or is written.
     again = ("acp", "--goal", "g", "--workdir", str(work), "--headless", "--approve", "deny")
-    code, _, err = cli(*again, "--db", db, "--run-id", "acp-one", "--", "no-such-agent")
+    code, _, err = cli(*again, "--db", db, "--run-id", "acp-one", "--", *agent)
     assert code == 2 and "--run-id acp-one: " in err and "already holds a run" in err
     assert len(cli("runs", "--json", "--db", db)[1] or []) == 1
 
@@ -230,6 +230,8 @@ def test_the_operators_word_is_read_as_accept_stop_or_the_next_prompt(
          "--workdir {tmp}/file: not a folder"),
         (["--goal", "g"], "acp needs the agent's command after --"),
         (["--goal", "g", "--"], "acp needs the agent's command after --"),
+        (["--goal", "g", "--", "no-such-agent", "--x"],
+         "the agent's command no-such-agent: not found"),
         (["--", "agent"], "acp needs --goal TEXT"),
         (["--goal", " ", "--", "agent"], "acp needs --goal TEXT"),
     ],

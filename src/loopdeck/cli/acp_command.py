@@ -9,6 +9,7 @@ paints, and the run's modules are imported only when its options are made.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,9 @@ def problem(args: argparse.Namespace) -> str | None:
         return f"--workdir {workdir}: no such folder"
     if not workdir.is_dir():
         return f"--workdir {workdir}: not a folder"
+    program = args.agent_command[0]
+    if shutil.which(program) is None:
+        return f"the agent's command {program}: not found (nor runnable) on PATH"
     return None
 
 
