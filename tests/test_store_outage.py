@@ -48,6 +48,9 @@ class _FakeTx:
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self.rows.extend(rows)
 
+    async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        self.rows.extend(rows)
+
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if "MAX(seq)" in sql:
             return [(max((row[1] for row in self.stored), default=None),)]

@@ -54,7 +54,7 @@ async def test_a_store_is_created_whole(tmp_path) -> None:
         meta = dict(await store.fetchall("SELECT key, value FROM meta"))
     finally:
         await store.close()
-    assert meta == {"app": "loopdeck", "schema_version": "3"}
+    assert meta == {"app": "loopdeck", "schema_version": "4"}
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
@@ -199,7 +199,7 @@ def test_a_store_from_before_the_upgrade_is_migrated(tmp_path) -> None:
     version = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
     columns = {r[1] for r in con.execute("PRAGMA table_info(events)")}
     con.close()
-    assert version == "3" and "origin" in columns
+    assert version == "4" and "origin" in columns
 
 
 async def test_the_command_poller_ends_even_when_its_cancellation_is_swallowed(monkeypatch) -> None:

@@ -1,23 +1,25 @@
 """Every run in a store at a glance: what each needs from the operator, kept live cheaply.
 
-`Fleet.refresh` asks SQLite's change counter first; only when something was committed does
-it read the runs table, and only runs whose newest event changed are read further. No
-Textual: the console renders rows, tests read them. A store that cannot be read for now
-(`StoreUnavailable`) is an `outage` the console shows; the first refresh that works after it
-reads every run again: nothing seen before it is trusted. A runner that died commits nothing,
-so each second without a change the live runs are looked at for one (marked crashed).
+`Fleet.refresh` asks the store's change counter first; only when something was committed does
+it read the change feed: the runs whose row changed since its cursor, each with the summary
+its writer keeps on it (`store/feed.py`), one query whose cost is what changed, not the
+number of runs. No Textual: the console renders rows, tests read them. A store that cannot be
+read for now (`StoreUnavailable`) is an `outage` the console shows; the first refresh that
+works after it reads every run again: nothing seen before it is trusted. A runner that died
+commits nothing, so each second the runs that may have lost theirs are looked at (marked
+crashed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from loopdeck.core.events import BudgetUpdated, GuardTripped, ReviewVerdict
 from loopdeck.operator import following
 from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
@@ -52,6 +54,8 @@ class FleetRow:
     soonest_expiry: datetime | None = None
     seen_seq: int = 0
     runner: str = ""  # host:pid of the process running it
+    changed: int = -1  # the row's change number when last read (`store/feed.py`)
+    usage: str = ""  # the budget usage it was last read with (JSON)
 
     @property
     def live(self) -> bool:
@@ -99,6 +103,8 @@ class Fleet:
     counter: int = -1
     outage: Outage = field(default_factory=Outage)
     crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
+    cursor: int = 0  # where the change feed is read from next
+    last_read: int = 0  # runs rows the last read of the feed returned
 
     @property
     def waiting(self) -> int:
@@ -130,59 +136,60 @@ class Fleet:
         try:
             changed = await self._refresh(store)
         except StoreUnavailable as exc:
-            self.counter = -1
+            self.counter, self.cursor = -1, 0
             for row in self.rows.values():
-                row.seen_seq = -1
+                row.changed = -1
             return self.outage.failed(exc)
         return self.outage.recovered() or changed
 
     async def _refresh(self, store: Store) -> bool:
         counter = await queries.change_counter(store)
-        if counter == self.counter:
-            # Nothing committed: only a runner that died says nothing. Looked for each second.
-            if time.monotonic() - self.crash_checked < following.CRASH_CHECK_S:
-                return False
+        marked: list[str] = []
+        # A dead runner says nothing: the runs that may have lost theirs, once a second.
+        if time.monotonic() - self.crash_checked >= following.CRASH_CHECK_S:
             self.crash_checked = time.monotonic()
-            if not await queries.mark_crashed_runners(store):
-                return False
-        else:
-            await queries.mark_crashed_runners(store)  # listings never mark: the fleet does
+            marked = await queries.mark_crashed_runners(store)  # listings never mark
+        if counter == self.counter and not marked:
+            return False
         self.counter = counter
-        seqs = await queries.last_seqs(store)
-        pending = await queries.pending_counts(store)
-        for run in await queries.all_runs(store):
-            row = self.rows.get(run["run_id"])
-            if row is None:
-                row = self.rows[run["run_id"]] = FleetRow(
-                    run_id=run["run_id"],
-                    env=run["env"] or "",
-                    script=run["script"] or "",
-                    model=run["model"] or "",
-                    state=run["state"] or "",
-                    stop_reason=run["stop_reason"],
-                    started_at=_when(run["started_at"]),
-                )
-            row.state, row.stop_reason = run["state"] or "", run["stop_reason"]
-            row.runner = f"{run['host']}:{run['pid']}" if run["host"] else ""
-            count, soonest = pending.get(row.run_id, (0, ""))
-            row.pending, row.soonest_expiry = count, _when(soonest)
-            seq = seqs.get(row.run_id, 0)
-            if seq != row.seen_seq:
-                row.seen_seq = seq
-                await self._read_events(store, row)
-        return True
+        runs, self.cursor = await queries.changed_runs(store, self.cursor)
+        self.last_read = len(runs)
+        changed = False
+        for run in runs:
+            changed = self._take(run) or changed
+        return changed
 
-    async def _read_events(self, store: Store, row: FleetRow) -> None:
-        budget = await queries.last_event(store, row.run_id, BudgetUpdated)
-        if budget is not None:
-            row.closest, row.closest_fraction, row.projected_s = closest_budget(budget.usage)
-        verdict = await queries.last_event(store, row.run_id, ReviewVerdict)
-        if verdict is not None and verdict.reasons:
-            row.last_finding = verdict.reasons[0]
-        elif verdict is not None:
-            row.last_finding = verdict.verdict
-        row.paused = row.live and await queries.is_paused(store, row.run_id)
-        row.repeats = await queries.count_events(store, row.run_id, GuardTripped)
+    def _take(self, run: dict[str, Any]) -> bool:
+        """One run's row from the feed; False when it is the one already held."""
+        row = self.rows.get(run["run_id"])
+        if row is None:
+            row = self.rows[run["run_id"]] = FleetRow(
+                run_id=run["run_id"],
+                env=run["env"] or "",
+                script=run["script"] or "",
+                model=run["model"] or "",
+                state=run["state"] or "",
+                stop_reason=run["stop_reason"],
+                started_at=_when(run["started_at"]),
+            )
+        elif row.changed == run["changed"]:
+            return False  # read again only because an older transaction was still open
+        row.changed = run["changed"]
+        row.env, row.script, row.model = run["env"] or "", run["script"] or "", run["model"] or ""
+        row.started_at = _when(run["started_at"])
+        row.state, row.stop_reason = run["state"] or "", run["stop_reason"]
+        row.runner = f"{run['host']}:{run['pid']}" if run["host"] else ""
+        row.pending = int(run["pending"] or 0)
+        row.soonest_expiry = _when(run["soonest_expiry"]) if row.pending else None
+        row.seen_seq = int(run["last_seq"] or 0)
+        row.last_finding = run["last_finding"] or ""
+        row.paused = row.live and bool(run["paused"])
+        row.repeats = int(run["guard_repeats"] or 0)
+        usage = run["usage"] or ""
+        if usage != row.usage:
+            row.usage = usage
+            row.closest, row.closest_fraction, row.projected_s = closest_budget(json.loads(usage))
+        return True
 
 
 def _when(stamp: str | None) -> datetime | None:

@@ -1,11 +1,13 @@
 """A console's reader of a whole store (the fleet, the approvals inbox): the store opened,
-read every POLL_S until the reader is told to stop, and closed on the way out even when the
+read when the store says something changed (PostgreSQL's NOTIFY) or every POLL_S otherwise,
+at most once a GAP_S, until the reader is told to stop; closed on the way out even when the
 reading task is cancelled, so no query is left in flight when the event loop ends."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
@@ -14,6 +16,9 @@ from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
 
 POLL_S = 0.1
+# The least time between two reads: a store changing all the time is read in steps, not on
+# every notification.
+GAP_S = 0.02
 # How often a follower looks for runs whose runner died (a dead runner commits nothing).
 CRASH_CHECK_S = 1.0
 
@@ -45,7 +50,23 @@ async def poll(
     """`reader.refresh` until `stop` is set; `changed` after each refresh that changed
     something."""
     while not stop.is_set():
+        began = time.monotonic()
         if await reader.refresh(store):
             changed()
         with contextlib.suppress(TimeoutError):
-            await bounded(stop.wait(), poll_s)
+            await bounded(stop.wait(), max(0.0, GAP_S - (time.monotonic() - began)))
+        if not stop.is_set():
+            await _next_change(store, stop, poll_s)
+
+
+async def _next_change(store: Store, stop: asyncio.Event, poll_s: float) -> None:
+    """Returns when the store may have changed, `poll_s` passed, or `stop` is set."""
+    waits = {
+        asyncio.ensure_future(store.wait_for_change(poll_s)),
+        asyncio.ensure_future(stop.wait()),
+    }
+    try:
+        await asyncio.wait(waits, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

@@ -18,8 +18,23 @@ from typing import Any, Protocol
 
 import platformdirs
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APP_ID = "loopdeck"
+
+# v4: what the fleet shows of a run, kept on its row (`store/feed.py`): the run's summary,
+# written once per batch by its writer, and `changed`, the run's change number, which only
+# moves forward; a follower reads `WHERE changed >= its cursor` instead of every run.
+RUN_SUMMARY = (
+    ("last_seq", "BIGINT DEFAULT 0"),
+    ("usage", "TEXT"),  # the last budget_updated's usage (JSON)
+    ("last_finding", "TEXT"),
+    ("paused", "INTEGER DEFAULT 0"),
+    ("guard_repeats", "BIGINT DEFAULT 0"),
+    ("pending", "BIGINT DEFAULT 0"),  # requests waiting (writes and questions)
+    ("soonest_expiry", "TEXT"),
+    ("changed", "BIGINT"),
+)
+RUN_SUMMARY_COLUMNS = "".join(f", {column} {kind}" for column, kind in RUN_SUMMARY)
 
 # Columns added since version 1, by the version that added them: an older store gains them
 # when it is opened (`ALTER TABLE … ADD COLUMN`), in the opening's transaction.
@@ -28,6 +43,7 @@ ADDED_COLUMNS = (
     ("events", "origin", "TEXT"),
     ("approvals", "edited_args", "TEXT"),  # v3: the operator's edit of a write's arguments
     ("approvals", "grant_rule", "TEXT"),  # v3: the grant given with an approval (JSON)
+    *(("runs", column, kind) for column, kind in RUN_SUMMARY),  # v4
 )
 
 # The tables both backends define alike (the others differ in number types and identity).
@@ -123,6 +139,9 @@ class Tx(Protocol):
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None: ...
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+    async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        """Many new rows into `table` at once, the engine's fastest way (PostgreSQL: COPY)."""
+        ...
 
 
 class Beats(Protocol):
@@ -160,6 +179,15 @@ class Store:
     async def change_counter(self) -> int:
         """A number that moves when another connection committed something."""
         raise NotImplementedError
+
+    async def runs_changed(self, columns: Sequence[str], since: int) -> tuple[list[Any], int]:
+        """The runs rows whose `changed` is at least `since` (with `columns`, `changed` among
+        them), and the `since` of the next read: a follower's cursor. Here (one writer at a
+        time, numbers given in commit order) the highest number read, plus one."""
+        rows = await self.fetchall(
+            f"SELECT {', '.join(columns)} FROM runs WHERE changed >= ?", (since,)
+        )
+        return rows, max((int(row["changed"]) + 1 for row in rows), default=since)
 
     async def wait_for_change(self, timeout_s: float) -> None:
         """Return when another connection may have committed something, or after timeout_s."""

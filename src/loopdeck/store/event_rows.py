@@ -1,14 +1,15 @@
 """A run's events as rows: each event's row of the `events` table (`event_row`, serialized
 once), and the `runs` and `approvals` rows its events keep up to date (`RunRows`), applied in
-the transaction that appends them. A reader's false crash mark is undone here too: the
-runner's record wins."""
+the transaction that appends them: the run's row once per batch, with the summary the fleet
+reads (`store/feed.py`). A reader's false crash mark is undone here too: the runner's record
+wins."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from loopdeck.core.events import (
     ApprovalDecided,
@@ -17,15 +18,19 @@ from loopdeck.core.events import (
     BudgetUpdated,
     Event,
     EventBase,
+    GuardTripped,
+    OperatorCommand,
     OutcomeResolved,
     QuestionAnswered,
     QuestionAsked,
+    ReviewVerdict,
     RunStarted,
     RunStopped,
     StateChanged,
     ToolFinished,
 )
 from loopdeck.store.base import Tx
+from loopdeck.store.feed import finding, pause_word
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 
 EventRow = tuple[str, int, str, str, str]
@@ -51,29 +56,40 @@ class Runner(Protocol):
 class RunRows:
     """The rows of one run's events, and what they need to remember between batches: the
     run's last state, whether it stopped, and the calls that asked for approval (only their
-    results touch the approvals table, so a read-only runaway's batch is one INSERT, not one
-    statement per event)."""
+    results touch the approvals table, so a read-only runaway's batch is one INSERT and one
+    UPDATE of its run, not one statement per event)."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.state = "ready"
         self.stopped = False
         self.asked: set[str] = set()
+        # The run row's columns this batch sets (the last value of each), and guard repeats.
+        self.fields: dict[str, Any] = {}
+        self.repeats = 0
 
     async def apply_batch(self, tx: Tx, events: Iterable[Event]) -> None:
-        """The runs and approvals rows a batch of appended events changes."""
-        # Run-row fields only keep their last value: apply the last event of each class.
-        last: dict[type[EventBase], Event] = {}
+        """The runs and approvals rows a batch of appended events changes: approvals as
+        their events come, the run's row once at the end."""
+        self.fields, self.repeats = {}, 0
+        last: Event | None = None
         for event in events:
-            cls = type(event)
-            if cls in LAST_VALUE:
-                last[cls] = event
-            elif (write := ROW_WRITERS.get(cls)) is not None:
+            last = event
+            if (write := ROW_WRITERS.get(type(event))) is not None:
                 await write(self, tx, event)
             elif type(event) is ToolFinished and event.call_id in self.asked:
                 await _tool_finished(self, tx, event)
-        for event in last.values():
-            await ROW_WRITERS[type(event)](self, tx, event)
+        if last is None:
+            return
+        fields = {"last_seq": last.seq, **self.fields}
+        if "usage" in fields:
+            fields["usage"] = json.dumps(fields["usage"])
+        assigned = ", ".join(f"{column} = ?" for column in fields)
+        if self.repeats:
+            assigned += f", guard_repeats = guard_repeats + {self.repeats}"
+        await tx.execute(
+            f"UPDATE runs SET {assigned} WHERE run_id = ?", (*fields.values(), last.run_id)
+        )
 
     async def undo_a_false_crash(self, tx: Tx, run_id: str) -> str | None:
         """A reader marked this run crashed while its runner (this process) is alive: the
@@ -103,10 +119,10 @@ E = TypeVar("E", bound=EventBase)
 Writer = Callable[[RunRows, Tx, E], Awaitable[None]]  # the rows of one class's events
 RowWriter = Writer[Event]
 # The events that change the runs or approvals tables (the rest are only appended), by class:
-# the last of each batch for the run-row fields in `LAST_VALUE`, every one for the others; a
-# ToolFinished only when its call asked for approval (its outcome goes on the approval's row).
+# run-row columns go in `RunRows.fields` (the batch's last value wins), approvals rows are
+# written as they come; a ToolFinished only when its call asked for approval (its outcome
+# goes on the approval's row).
 ROW_WRITERS: dict[type[EventBase], RowWriter] = {}
-LAST_VALUE: frozenset[type[EventBase]] = frozenset({StateChanged, BudgetUpdated})
 
 
 def _writes(cls: type[E]) -> Callable[[Writer[E]], Writer[E]]:
@@ -138,18 +154,34 @@ async def _run_started(rows: RunRows, db: Tx, e: RunStarted) -> None:
 
 @_writes(StateChanged)
 async def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
-    rows.state = e.target.value
-    await db.execute("UPDATE runs SET state = ? WHERE run_id = ?", (e.target.value, e.run_id))
+    rows.state = rows.fields["state"] = e.target.value
 
 
 @_writes(BudgetUpdated)
 async def _budget_updated(rows: RunRows, db: Tx, e: BudgetUpdated) -> None:
-    tokens = int(e.usage["tokens"][0])
-    cost = None if e.cost_unknown_calls else float(e.usage["cost_usd"][0])
-    await db.execute(
-        "UPDATE runs SET tokens = ?, cost_usd = ?, cost_unknown_calls = ? WHERE run_id = ?",
-        (tokens, cost, e.cost_unknown_calls, e.run_id),
+    rows.fields.update(
+        tokens=int(e.usage["tokens"][0]),
+        cost_usd=None if e.cost_unknown_calls else float(e.usage["cost_usd"][0]),
+        cost_unknown_calls=e.cost_unknown_calls,
+        usage=e.usage,  # as JSON once, at the batch's end
     )
+
+
+@_writes(ReviewVerdict)
+async def _review_verdict(rows: RunRows, db: Tx, e: ReviewVerdict) -> None:
+    rows.fields["last_finding"] = finding(e)
+
+
+@_writes(OperatorCommand)
+async def _operator_command(rows: RunRows, db: Tx, e: OperatorCommand) -> None:
+    paused = pause_word(e)
+    if paused is not None:
+        rows.fields["paused"] = paused
+
+
+@_writes(GuardTripped)
+async def _guard_tripped(rows: RunRows, db: Tx, e: GuardTripped) -> None:
+    rows.repeats += 1
 
 
 @_writes(RunStopped)
@@ -160,10 +192,10 @@ async def _run_stopped(rows: RunRows, db: Tx, e: RunStopped) -> None:
         " AND state = 'pending'",
         (e.run_id,),
     )
-    await db.execute(
-        "UPDATE runs SET state = ?, stop_reason = ?, detail = ?, ended_at = ? WHERE run_id = ?",
-        (e.state.value, e.stop_reason.value, e.detail, e.at.isoformat(), e.run_id),
-    )
+    rows.fields.update(
+        state=e.state.value, stop_reason=e.stop_reason.value, detail=e.detail,
+        ended_at=e.at.isoformat(),
+    )  # fmt: skip
 
 
 @_writes(ApprovalRequested)

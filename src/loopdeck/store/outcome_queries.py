@@ -83,6 +83,7 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
         "INSERT INTO events (run_id, seq, kind, at, body, origin) VALUES (?, ?, ?, ?, ?, 'reader')",
         (run_id, event.seq, event.kind, event.at.isoformat(), event.model_dump_json()),
     )
+    await tx.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (event.seq, run_id))
     return None
 
 

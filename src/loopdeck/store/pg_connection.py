@@ -36,6 +36,8 @@ BACKOFF_MAX_S = 1.0
 # The server ended the connection: shut down (fast or immediate), crashed, or starting up.
 SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
 DISK_FULL = "53100"
+# Rows appended by one multi-row INSERT (one round trip) below this, by COPY from it on.
+COPY_FROM = 32
 
 
 def connect_options(url: str) -> dict[str, Any]:
@@ -138,6 +140,9 @@ class PgTx:
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return await _whole(self._fetchall(sql, params))
 
+    async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        await _whole(self._append(table, columns, rows))
+
     async def _execute(self, sql: str, params: Sequence[Any]) -> int:
         cursor = await self.conn.execute(_sql(sql), tuple(params))
         return int(cursor.rowcount)
@@ -145,6 +150,22 @@ class PgTx:
     async def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         async with self.conn.cursor() as cursor:
             await cursor.executemany(_sql(sql), rows)
+
+    async def _append(
+        self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
+    ) -> None:
+        names = ", ".join(columns)
+        if len(rows) < COPY_FROM:
+            row = "(" + ", ".join("%s" for _ in columns) + ")"
+            await self.conn.execute(
+                f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(rows))}",
+                [value for values in rows for value in values],
+            )
+            return
+        copying = f"COPY {table} ({names}) FROM STDIN"
+        async with self.conn.cursor() as cursor, cursor.copy(copying) as copy:
+            for values in rows:
+                await copy.write_row(values)
 
     async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
         cursor = await self.conn.execute(_sql(sql), tuple(params))

@@ -17,6 +17,7 @@ from loopdeck.core.events import EventBase, OperatorCommand, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
+from loopdeck.store.feed import FEED_COLUMNS
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 # Every state but the terminal ones, from the state machine itself: a run waiting for the
@@ -46,9 +47,12 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
     next call."""
     silence = crash_silence_s() if silence_s is None else silence_s
     here, now = this_host(), time.time()
+    # Only the runs that may be gone: this host's (their pid is looked at) and the silent.
     rows = await store.fetchall(
         "SELECT run_id, pid, host, heartbeat_at, pid_started FROM runs"
         f" WHERE state IN {LIVE_STATES}"
+        " AND (host = ? OR heartbeat_at IS NULL OR heartbeat_at < ?)",
+        (here, now - silence),
     )
     crashed: list[str] = []
     for row in rows:
@@ -70,15 +74,15 @@ async def mark_crashed(store: Store, run_id: str, why: str) -> bool:
     """The row, the stop event and the withdrawals land together or not at all."""
     detail = f"{why}; it stopped without recording a stop"
     async with store.transaction(run_id) as tx:
+        last = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        seq = (last[0][0] or 0) + 1
         changed = await tx.execute(
-            "UPDATE runs SET state = 'stopped', stop_reason = 'crashed', detail = ?, ended_at = ?"
-            f" WHERE run_id = ? AND state IN {LIVE_STATES}",
-            (detail, datetime.now(UTC).isoformat(), run_id),
+            "UPDATE runs SET state = 'stopped', stop_reason = 'crashed', detail = ?, ended_at = ?,"
+            f" last_seq = ? WHERE run_id = ? AND state IN {LIVE_STATES}",
+            (detail, datetime.now(UTC).isoformat(), seq, run_id),
         )
         if changed != 1:
             return False  # another reader, or the runner's own stop, came first
-        last = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-        seq = (last[0][0] or 0) + 1
         event = RunStopped(
             run_id=run_id,
             seq=seq,
@@ -303,6 +307,13 @@ async def events_after(store: Store, run_id: str, seq: int, limit: int = 5000) -
 async def change_counter(store: Store) -> int:
     """Moves when another connection committed: unchanged means nothing new."""
     return await store.change_counter()
+
+
+async def changed_runs(store: Store, since: int) -> tuple[list[dict[str, Any]], int]:
+    """The fleet's change feed: the runs whose row changed at or after the cursor `since`
+    (0: every run), with their summary (`store/feed.py`), and the next cursor."""
+    rows, after = await store.runs_changed(FEED_COLUMNS, since)
+    return [{column: row[column] for column in FEED_COLUMNS} for row in rows], after
 
 
 async def last_seqs(store: Store) -> dict[str, int]:

@@ -16,6 +16,7 @@ import aiosqlite
 from loopdeck.store.base import (
     ADDED_COLUMNS,
     APP_ID,
+    RUN_SUMMARY_COLUMNS,
     SCHEMA_VERSION,
     SHARED_TABLES,
     Beats,
@@ -24,6 +25,7 @@ from loopdeck.store.base import (
     StoreUnavailable,
     Tx,
 )
+from loopdeck.store.feed import SQLITE_FEED, fill_summaries
 from loopdeck.store.files import private_store_files, store_folder
 
 SCHEMA = f"""
@@ -33,6 +35,7 @@ CREATE TABLE IF NOT EXISTS runs (
     state TEXT, stop_reason TEXT, detail TEXT, started_at TEXT, ended_at TEXT,
     tokens INTEGER DEFAULT 0, cost_usd REAL, cost_unknown_calls INTEGER DEFAULT 0,
     pid INTEGER, host TEXT, heartbeat_at REAL, approve_mode TEXT, pid_started TEXT
+    {RUN_SUMMARY_COLUMNS}
 );
 {SHARED_TABLES}CREATE TABLE IF NOT EXISTS commands (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, command TEXT NOT NULL,
@@ -64,6 +67,12 @@ class _SqliteTx:
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         await self.db.executemany(sql, rows)
+
+    async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        marks = ", ".join("?" for _ in columns)
+        await self.db.executemany(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows
+        )
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return list(await self.db.execute_fetchall(sql, tuple(params)))
@@ -176,6 +185,8 @@ class SqliteStore(Store):
                 for statement in SCHEMA.split(";"):
                     if statement.strip():
                         await self.db.execute(statement)
+                for statement in SQLITE_FEED:
+                    await self.db.execute(statement)
                 await self.db.execute(
                     "INSERT INTO meta (key, value) VALUES ('app', ?), ('schema_version', ?)",
                     (APP_ID, str(SCHEMA_VERSION)),
@@ -198,6 +209,11 @@ class SqliteStore(Store):
                 info = await self.db.execute_fetchall(f"PRAGMA table_info({table})")
                 if column not in {str(row[1]) for row in info}:
                     await self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            for statement in SQLITE_FEED:
+                await self.db.execute(statement)
+            if version < 4:  # the fleet's summary of each run, read once from its events
+                self.db.row_factory = sqlite3.Row
+                await fill_summaries(_SqliteTx(self.db))
             await self.db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )

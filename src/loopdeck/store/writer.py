@@ -31,6 +31,7 @@ RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 2.0
 # How long `close` keeps trying a store that cannot take writes before it gives up (spill).
 CLOSE_RETRY_S = 10.0
+EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
 
 
 class EventWriter:
@@ -221,12 +222,10 @@ class EventWriter:
                 batch = await _not_stored(tx, run_id, batch)
                 if not batch:
                     return
-            # A plain INSERT: no reader's row can sit at a runner's sequence number any more,
-            # and a clash would be a bug to report, never an event to drop.
-            await tx.executemany(
-                "INSERT INTO events (run_id, seq, kind, at, body) VALUES (?, ?, ?, ?, ?)",
-                [row or event_row(event) for event, row in batch],
-            )
+            # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit at a
+            # runner's sequence number any more, and a clash would be a bug to report, never
+            # an event to drop.
+            await tx.append("events", EVENT_COLUMNS, [row or event_row(e) for e, row in batch])
             await self.rows.apply_batch(tx, (event for event, _ in batch))
 
 

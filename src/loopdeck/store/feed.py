@@ -1,0 +1,129 @@
+"""The fleet's change feed: what a console shows of each run, kept on the run's row, and the
+row's change number (`changed`), so that following a store of a thousand runs reads the runs
+that changed, never all of them.
+
+Who keeps what:
+- the run's writer (`store/event_rows.py`), once per batch, in the batch's transaction: its
+  last event number, last budget usage, last review finding, paused, guard repeats, state;
+- triggers, whoever writes: the pending count and the soonest expiry whenever an approval row
+  is added or its state moves (a decision from any process, a crash mark, a withdrawal), and
+  `changed` whenever a column the fleet shows is written (never for a heartbeat).
+
+The change number differs by engine. SQLite commits one writer at a time, so the next number
+(the highest plus one) is given in commit order and a reader's cursor is the highest it read,
+plus one. PostgreSQL commits concurrently: a number taken from a sequence could commit after a
+higher one a reader already passed. There the number is the writing transaction's id, and a
+reader's cursor is the oldest transaction still running when it read (its snapshot's xmin):
+everything older has landed and was seen; anything newer is read again next time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loopdeck.core.events import GuardTripped, OperatorCommand, ReviewVerdict, kind_of
+from loopdeck.store.base import Tx
+
+# The runs columns a fleet shows: writing one of them moves the row's `changed`.
+SHOWN = (
+    "env, script, model, state, stop_reason, started_at, pid, host, last_seq, usage,"
+    " last_finding, paused, guard_repeats, pending, soonest_expiry"
+)
+# What a follower reads of a changed run.
+FEED_COLUMNS = (
+    "run_id", "env", "script", "model", "state", "stop_reason", "started_at", "pid", "host",
+    "last_seq", "usage", "last_finding", "paused", "guard_repeats", "pending",
+    "soonest_expiry", "changed",
+)  # fmt: skip
+
+_PENDING = (
+    "pending = (SELECT COUNT(*) FROM approvals a WHERE a.run_id = {run} AND a.state = 'pending'),"
+    " soonest_expiry = (SELECT MIN(a.expires_at) FROM approvals a WHERE a.run_id = {run}"
+    " AND a.state = 'pending')"
+)
+_SQLITE_NEXT = "(SELECT COALESCE(MAX(changed), 0) + 1 FROM runs)"
+
+# Each one statement (a trigger's body has semicolons of its own).
+SQLITE_FEED = (
+    "CREATE INDEX IF NOT EXISTS runs_changed ON runs (changed)",
+    "CREATE TRIGGER IF NOT EXISTS runs_feed_insert AFTER INSERT ON runs BEGIN"
+    f" UPDATE runs SET changed = {_SQLITE_NEXT} WHERE run_id = NEW.run_id; END",
+    f"CREATE TRIGGER IF NOT EXISTS runs_feed_update AFTER UPDATE OF {SHOWN} ON runs BEGIN"
+    f" UPDATE runs SET changed = {_SQLITE_NEXT} WHERE run_id = NEW.run_id; END",
+    "CREATE TRIGGER IF NOT EXISTS approvals_feed_insert AFTER INSERT ON approvals BEGIN"
+    f" UPDATE runs SET {_PENDING.format(run='NEW.run_id')} WHERE run_id = NEW.run_id; END",
+    "CREATE TRIGGER IF NOT EXISTS approvals_feed_update AFTER UPDATE OF state, expires_at"
+    f" ON approvals BEGIN UPDATE runs SET {_PENDING.format(run='NEW.run_id')}"
+    " WHERE run_id = NEW.run_id; END",
+)
+
+POSTGRES_FEED = f"""
+CREATE INDEX IF NOT EXISTS runs_changed ON runs (changed);
+CREATE OR REPLACE FUNCTION loopdeck_run_changed() RETURNS trigger AS $$
+BEGIN NEW.changed := pg_current_xact_id()::text::bigint; RETURN NEW; END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER loopdeck_run_changed BEFORE INSERT OR UPDATE OF {SHOWN} ON runs
+    FOR EACH ROW EXECUTE FUNCTION loopdeck_run_changed();
+CREATE OR REPLACE FUNCTION loopdeck_pending() RETURNS trigger AS $$
+BEGIN UPDATE runs SET {_PENDING.format(run="NEW.run_id")} WHERE run_id = NEW.run_id;
+RETURN NULL; END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER loopdeck_pending AFTER INSERT OR UPDATE OF state, expires_at
+    ON approvals FOR EACH ROW EXECUTE FUNCTION loopdeck_pending();
+"""
+
+# A follower's cursor in PostgreSQL: the oldest transaction running when its read began.
+POSTGRES_HORIZON = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS horizon"
+
+
+def finding(verdict: ReviewVerdict) -> str:
+    """A review's finding as the fleet shows it: its first reason, else its verdict."""
+    return verdict.reasons[0] if verdict.reasons else verdict.verdict
+
+
+def pause_word(command: OperatorCommand) -> int | None:
+    """1 after a pause, 0 after a resume; None for the commands that say nothing of it."""
+    if command.command in ("pause", "resume"):
+        return int(command.command == "pause")
+    return None
+
+
+async def fill_summaries(tx: Tx) -> None:
+    """A store from before v4: each run's summary read once from its events (the migration's
+    transaction); every row's `changed` is set on the way."""
+    for (run_id,) in [tuple(row) for row in await tx.fetchall("SELECT run_id FROM runs")]:
+        fields: dict[str, Any] = {"last_seq": 0, "guard_repeats": 0, "paused": 0}
+        rows = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
+        fields["last_seq"] = int(rows[0][0] or 0)
+        budget = await _last_body(tx, run_id, "budget_updated")
+        if budget is not None:
+            fields["usage"] = json.dumps(json.loads(budget)["usage"])
+        verdict = await _last_body(tx, run_id, kind_of(ReviewVerdict))
+        if verdict is not None:
+            fields["last_finding"] = finding(ReviewVerdict.model_validate_json(verdict))
+        commands = await tx.fetchall(
+            "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC",
+            (run_id, kind_of(OperatorCommand)),
+        )
+        for (body,) in commands:
+            paused = pause_word(OperatorCommand.model_validate_json(body))
+            if paused is not None:
+                fields["paused"] = paused
+                break
+        rows = await tx.fetchall(
+            "SELECT COUNT(*) FROM events WHERE run_id = ? AND kind = ?",
+            (run_id, kind_of(GuardTripped)),
+        )
+        fields["guard_repeats"] = int(rows[0][0])
+        assigned = ", ".join(f"{column} = ?" for column in fields)
+        await tx.execute(
+            f"UPDATE runs SET {assigned}, {_PENDING.format(run='?')} WHERE run_id = ?",
+            (*fields.values(), run_id, run_id, run_id),
+        )
+
+
+async def _last_body(tx: Tx, run_id: str, kind: str) -> str | None:
+    rows = await tx.fetchall(
+        "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+        (run_id, kind),
+    )
+    return str(rows[0][0]) if rows else None
