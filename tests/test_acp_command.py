@@ -23,7 +23,7 @@ from loopdeck.core.approvals import Answer
 from loopdeck.core.events import EventBus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
-from loopdeck.operator.launch import AcpTarget, RunOptions, prepare_run
+from loopdeck.operator.launch import AcpTarget, RunOptions, agent_name, prepare_run
 
 AGENT = "loopdeck.acp_env.scripted_agent"
 SCRIPTS = """
@@ -219,6 +219,20 @@ def test_the_operators_word_is_read_as_accept_stop_or_the_next_prompt(
     said: str, word: tuple[str, str]
 ) -> None:
     assert parse_word(said) == word
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (["python", "-m", "loopdeck.acp_env.scripted_agent", "x.toml", "solve"], "scripted_agent"),
+        (["npx", "-y", "@agentclientprotocol/claude-agent-acp@0.101.0"], "claude-agent-acp"),
+        (["npx", "-y", "@google/gemini-cli", "--experimental-acp"], "gemini-cli"),
+        (["/opt/agents/my_agent.py", "--acp"], "my_agent"),
+        (["codex-acp"], "codex-acp"),
+    ],
+)
+def test_the_agent_is_named_by_its_command(command: list[str], name: str) -> None:
+    assert agent_name(command) == f"acp {name}"
 
 
 @pytest.mark.parametrize(

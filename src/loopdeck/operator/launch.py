@@ -4,6 +4,7 @@ for `loopdeck acp`, from an ACP agent's command to a Runtime on the user's folde
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,7 +212,10 @@ LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-
 def agent_name(command: list[str]) -> str:
     """An ACP agent as the run's model is named: `acp gemini-cli`, `acp scripted_agent`."""
     named = next((part for part in command if Path(part).name not in LAUNCHERS), command[0])
-    return "acp " + named.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    last = named.rsplit("/", 1)[-1]
+    last = re.sub(r"(?<=.)@[^@/]*$", "", last)  # an npm package's @version
+    last = re.sub(r"\.(py|js|mjs|cjs|ts|sh|exe)$", "", last)
+    return "acp " + last.rsplit(".", 1)[-1]  # a module's last name (`-m pkg.agent`)
 
 
 def _config(
