@@ -308,3 +308,16 @@ def test_loopdeck_answer_accepts_the_turn_of_a_waiting_headless_run(
     finally:
         runner.kill()
         runner.wait()
+
+
+@pytest.mark.slow  # the guardian's process
+async def test_an_agent_that_cannot_start_leaves_no_stderr_file(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))
+    outcome, _ = await _run(work, [str(tmp_path / "no-such-agent")])
+    assert outcome.stop_reason is StopReason.TOOL_FAILURE
+    assert "no-such-agent" in outcome.detail and "did not start" in outcome.detail
+    assert list(temp.iterdir()) == []

@@ -49,36 +49,41 @@ class AcpLoop:
         self.unchecked = unchecked
 
     async def run(self) -> None:
-        rt = self.rt
+        """The agent started, its turns until a stop; the agent stopped at any end, a start
+        that failed or was killed included (its process and stderr file gone)."""
         try:
-            await rt.interruptible(self.agent.start(self.bridge, self.config))
-        except AgentFailed as failed:
-            raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
-        prompt = rt.config.goal
-        try:
-            while True:
-                rt.ledger.start_round()
-                rt.round = rt.ledger.rounds
-                await rt.control.checkpoint()
-                await rt.budget_pause.check()
-                before = await rt.snapshot()
-                stop = await self._turn(prompt)
-                if self.calls.tripped:
-                    raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
-                if stop == "refusal":
-                    raise StopRun(StopReason.POLICY_BLOCK, "the agent refused the prompt")
-                if self.calls.nudged:  # the operator's word on a loop, not a finished turn
-                    self.calls.nudged = False
-                    prompt = self._next_prompt([])
-                    continue
-                if self.unchecked is not None:
-                    said = "".join(self.said)
-                    left = await operator_judges(rt, before, stop, said, self.unchecked)
-                    prompt = "\n".join([left, self._next_prompt([])]).strip()
-                    continue
-                prompt = self._next_prompt(findings_or_stop(await rt.review_round(before)))
+            try:
+                await self.rt.interruptible(self.agent.start(self.bridge, self.config))
+            except AgentFailed as failed:
+                raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+            await self._turns()
         finally:
             await self.agent.stop()
+
+    async def _turns(self) -> None:
+        rt = self.rt
+        prompt = rt.config.goal
+        while True:
+            rt.ledger.start_round()
+            rt.round = rt.ledger.rounds
+            await rt.control.checkpoint()
+            await rt.budget_pause.check()
+            before = await rt.snapshot()
+            stop = await self._turn(prompt)
+            if self.calls.tripped:
+                raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
+            if stop == "refusal":
+                raise StopRun(StopReason.POLICY_BLOCK, "the agent refused the prompt")
+            if self.calls.nudged:  # the operator's word on a loop, not a finished turn
+                self.calls.nudged = False
+                prompt = self._next_prompt([])
+                continue
+            if self.unchecked is not None:
+                said = "".join(self.said)
+                left = await operator_judges(rt, before, stop, said, self.unchecked)
+                prompt = "\n".join([left, self._next_prompt([])]).strip()
+                continue
+            prompt = self._next_prompt(findings_or_stop(await rt.review_round(before)))
 
     def _next_prompt(self, findings: list[str]) -> str:
         lines = ["The goal is not met yet. The goal check says:"] if findings else []
