@@ -5,7 +5,6 @@ copy, its output's tail within the agent's limit, and no command outliving its r
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import Recorder
+from process_helpers import live_processes
 
 from loopdeck.acp_env.terminal_calls import commands_named
 from loopdeck.acp_env.terminals import OutputTail, Terminals, command_line
@@ -55,6 +55,11 @@ def _env(tmp_path: Path, steps: str) -> Path:
 def _python(code: str) -> str:
     """A terminal step's command: this interpreter running `code`."""
     return f'command = "{{python}}", args = ["-c", {_toml(code)}]'
+
+
+def _step(terminal: str, tool: str = "Run it") -> str:
+    """A tool step running a terminal (its fields as TOML)."""
+    return f'{{ tool = "{tool}", kind = "execute", terminal = {{ {terminal} }} }}'
 
 
 def _toml(text: str) -> str:
@@ -114,6 +119,8 @@ async def test_a_terminal_runs_without_a_shell_and_kill_ends_its_group(tmp_path:
     assert terminals.result_of(sleeper.id) is not None  # still shown where it is embedded
     with pytest.raises(Exception, match="no terminal"):
         terminals.get(sleeper.id)
+    await terminals.close()
+    assert not terminals.releasing
 
 
 async def _pid_from(pidfile: Path) -> int:
@@ -144,7 +151,9 @@ async def test_an_approved_terminal_runs_once_and_its_output_reaches_the_agent(
 ) -> None:
     marker = tmp_path / "ran"
     code = _marks(marker) + "; print('hello from the terminal')"
-    env = _env(tmp_path, f'{{ tool = "Run it", kind = "execute", terminal = {{ {_python(code)} }} }}')
+    env = _env(
+        tmp_path, f'{{ tool = "Run it", kind = "execute", terminal = {{ {_python(code)} }} }}'
+    )
     outcome, rec = await _run(env)
     assert outcome.stop_reason is StopReason.STALLED, outcome.detail
     assert marker.read_text() == "ran\n"
@@ -192,7 +201,7 @@ async def test_a_rejected_terminal_never_runs_and_the_agent_gets_the_error(
 @pytest.mark.slow
 async def test_a_cwd_outside_the_working_copy_is_refused(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    step = f'{{ tool = "Run it", kind = "execute", terminal = {{ {_python(_marks(marker))}, cwd = "/" }} }}'
+    step = _step(f'{_python(_marks(marker))}, cwd = "/"')
     outcome, rec = await _run(_env(tmp_path, step))
     assert outcome.stop_reason is StopReason.STALLED, outcome.detail
     assert not marker.exists()
@@ -206,8 +215,8 @@ async def test_output_over_the_agents_limit_keeps_its_tail_marked_truncated(
     tmp_path: Path,
 ) -> None:
     code = "print('x' * 5000); print('é' * 50)"
-    step = f'{{ tool = "Run it", kind = "execute", terminal = {{ {_python(code)}, output_byte_limit = 12 }} }}'
-    outcome, rec = await _run(_env(tmp_path, step))
+    step = _step(f"{_python(code)}, output_byte_limit = 12")
+    _, rec = await _run(_env(tmp_path, step))
     [ran] = _finished(rec, "terminal: ")
     assert ran.result["data"]["truncated"] is True
     assert ran.result["data"]["output"] == "é" * 5 + "\n"
@@ -243,7 +252,15 @@ async def test_a_killed_run_leaves_no_terminal_process(tmp_path: Path) -> None:
     [ran] = _finished(rec, "terminal: ")
     assert ran.status is CallStatus.FAILED and ran.result["data"]["signal"] == "SIGTERM"
     await _gone(pid)  # its guardian ends the group: no orphan
-    assert os.getpid() != pid
+    async with asyncio.timeout(WAIT_S):  # nor the guardian: the terminal's end is seen
+        while live_processes(str(pidfile), besides="\0") or not _all_seen(prepared):
+            await asyncio.sleep(0.02)
+
+
+def _all_seen(prepared: Any) -> bool:
+    terminals = prepared.runtime.agent.calls.terminals.terminals
+    watchers = [t.watcher for t in terminals.live.values()] + list(terminals.releasing)
+    return all(w is None or w.done() for w in watchers)
 
 
 @pytest.mark.slow
@@ -269,7 +286,7 @@ async def test_a_permitted_call_naming_the_command_is_not_asked_twice(tmp_path: 
         f'{{ tool = "Run it", kind = "execute", permission = true,'
         f" terminal = {{ {_python(_marks(marker))} }} }}"
     )
-    outcome, rec = await _run(_env(tmp_path, step))
+    _, rec = await _run(_env(tmp_path, step))
     assert [e.tool for e in rec.kinds("approval_requested")] == ["execute"]
     [ran] = _finished(rec, "terminal: ")
     assert ran.status is CallStatus.EXECUTED and ran.result["data"]["permitted_by"] == "c1"

@@ -152,6 +152,12 @@ class TerminalCalls:
             result["data"] = data
             self.calls.finish(record, CallStatus.FAILED, result)
 
+    async def close(self) -> None:
+        """At the run's end, whatever the end: every command ended and waited for."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+        await self.terminals.close()
+
     def _reap_with_agent(self) -> None:
         """The agent's commands never outlive it: once its process ends, they are ended."""
         if self._reaper is None:
@@ -164,6 +170,7 @@ class TerminalCalls:
                 await proc.wait()
         finally:
             self.terminals.kill_all()
+        await self.terminals.close()
 
 
 def _edited(

@@ -164,6 +164,7 @@ class Terminals:
     def __init__(self) -> None:
         self.live: dict[str, Terminal] = {}
         self.released: dict[str, dict[str, Any]] = {}  # id -> its last result, for display
+        self.releasing: set[asyncio.Task[None]] = set()  # released, their end not seen yet
         self._count = 0
 
     async def start(
@@ -205,9 +206,21 @@ class Terminals:
         terminal = self.get(terminal_id)
         terminal.kill()
         del self.live[terminal_id]
+        if terminal.watcher is not None and not terminal.watcher.done():
+            self.releasing.add(terminal.watcher)
+            terminal.watcher.add_done_callback(self.releasing.discard)
         self.released[terminal_id] = terminal.result()
         while len(self.released) > KEPT_AFTER_RELEASE:
             del self.released[next(iter(self.released))]
+
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Every command ended, and its end waited for (bounded: its guardian escalates to
+        SIGKILL on its own)."""
+        self.kill_all()
+        watchers = [t.watcher for t in self.live.values() if t.watcher is not None]
+        watchers += self.releasing
+        if watchers:
+            await asyncio.wait(watchers, timeout=grace_s)
 
     def kill_all(self, why: str = "SIGTERM") -> None:
         """At the run's stop or the agent's end: every command still running is ended and
