@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -384,6 +385,50 @@ def test_what_can_take_nothing_more_is_ended_before_the_run_stops() -> None:
     unknown = next(s for s in spans if dict(s.attributes or {}).get("gen_ai.tool.call.id") == "c2")
     assert unknown in spans[len(ended) :]  # ended only now: it could still be resolved
     assert len(spans) == 9
+
+
+@pytest.mark.parametrize(
+    "variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+)
+def test_run_sends_to_the_opentelemetry_variables_endpoint(
+    tmp_path, cli, collector, monkeypatch, variable
+) -> None:
+    """Without --otlp, the SDKs' variables name the endpoint: the base one gets `v1/traces`
+    put on its path, the traces one is taken as it is."""
+    base = collector.url.removesuffix("v1/traces")
+    monkeypatch.setenv(variable, base if variable.endswith("_OTLP_ENDPOINT") else collector.url)
+    argv = ["run", "order_support", "--headless", "--approve", "auto"]
+    code, _, err = cli(*argv, "--db", str(tmp_path / "runs.db"), "--json")
+    assert code == 0 and f"spans sent to {collector.url}" in err
+    assert named(collector.spans(), "execute_tool update_delivery_address")
+
+
+def test_a_variable_that_names_no_endpoint_is_refused_naming_it(tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+    argv = ["run", "order_support", "--headless", "--db", str(tmp_path / "runs.db")]
+    code, _, err = cli(*argv)
+    assert code == 2 and "OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL" in err
+    assert not (tmp_path / "runs.db").exists()  # refused before any run
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_console_run_sends_its_trace(tmp_path, collector) -> None:
+    """`run --otlp` in the console: the trace goes as the run goes, the rest once the
+    console is left, said on the terminal after the console's last line."""
+    from test_tmux_console import LOOPDECK, Terminal
+
+    command = [str(LOOPDECK), "run", "order_support", "--approve", "auto",
+               "--db", str(tmp_path / "runs.db"), "--otlp", collector.url]  # fmt: skip
+    terminal = Terminal(command, size=(100, 30))
+    try:
+        terminal.wait_for("GOAL_MET")
+        terminal.press("q")
+        screen = terminal.wait_for("EXITED 0")
+        assert "spans sent to" in screen
+    finally:
+        terminal.close()
+    assert named(collector.spans(), "execute_tool update_delivery_address")
 
 
 def test_run_headless_sends_its_trace_when_it_stops(tmp_path, cli, collector) -> None:

@@ -167,8 +167,9 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--theme", help="console theme: a name, or the path of a theme file")
     add_otlp_flags(
         parser,
-        "with --headless: send the run, when it stops, as one OpenTelemetry trace to this"
-        " OTLP/HTTP endpoint",
+        "send the run as one OpenTelemetry trace to this OTLP/HTTP endpoint, what has ended"
+        " as it runs, the rest when it stops (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or"
+        " OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, when set)",
     )
 
 

@@ -114,7 +114,12 @@ def run_headless(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     tuning.for_headless()
     signals = StopSignals()
-    if (trace := live_trace(args)) is None and args.otlp_content:
+    try:
+        trace = live_trace(args)
+    except BadTraceEndpoint as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if trace is None and args.otlp_content:
         print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
         return EXIT_BAD_INPUT
 
@@ -176,13 +181,39 @@ async def run_recorded_headless(
 
 
 def live_trace(args: argparse.Namespace) -> LiveTrace | None:
-    """`--otlp URL`: the run's trace, built as it runs (the OpenTelemetry SDK imported only
-    then)."""
-    if not args.otlp:
+    """`--otlp URL`, else the OpenTelemetry variables' endpoint: the run's trace, built and
+    sent as it runs (the OpenTelemetry SDK imported only then)."""
+    url = args.otlp or otlp_from_environment()
+    if not url:
         return None
     from loopdeck.operator.otel_export import LiveTrace
 
-    return LiveTrace(args.otlp, content=args.otlp_content)
+    return LiveTrace(url, content=args.otlp_content)
+
+
+def otlp_from_environment() -> str | None:
+    """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else `OTEL_EXPORTER_OTLP_ENDPOINT` with
+    `v1/traces` put on its path, as the OpenTelemetry SDKs read them; a value that is no
+    http(s) URL is refused in words naming the variable."""
+    import os
+
+    from loopdeck.cli.parser import otlp_url
+
+    for name, suffix in (("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
+                         ("OTEL_EXPORTER_OTLP_ENDPOINT", "v1/traces")):  # fmt: skip
+        value = os.environ.get(name, "").strip()
+        if not value:
+            continue
+        try:
+            url = otlp_url(value)
+        except argparse.ArgumentTypeError as exc:
+            raise BadTraceEndpoint(f"{name} {exc}") from None
+        return url.rstrip("/") + "/" + suffix if suffix else url
+    return None
+
+
+class BadTraceEndpoint(Exception):
+    """An OpenTelemetry variable that names no endpoint loopdeck can send to."""
 
 
 def send_trace(trace: LiveTrace, run_id: str) -> None:
@@ -222,16 +253,18 @@ def run_console(args: argparse.Namespace) -> int:
     if (refused := refusal(args.approve, console=True)) is not None:
         print(f"loopdeck: {refused}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.otlp or args.otlp_content:
-        print(
-            "loopdeck: --otlp goes with --headless; a console's run is sent after it with"
-            " `loopdeck export RUN_ID --otlp URL`",
-            file=sys.stderr,
-        )
+    try:
+        trace = live_trace(args)
+    except BadTraceEndpoint as exc:
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if trace is None and args.otlp_content:
+        print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
         return EXIT_BAD_INPUT
     if refused_without_terminal(args.command):
         return EXIT_BAD_INPUT
     tuning.for_console()
+    traced: list[str] = []  # the run whose trace `trace` builds, once it is prepared
 
     def prepare() -> RunSession:
         from loopdeck.operator.records import check_store
@@ -241,7 +274,10 @@ def run_console(args: argparse.Namespace) -> int:
         session = RunSession(args.db or default_db_path(), console=True)
         chosen = options(args)
         chosen.phase = lambda words: app.call_from_thread(app.preparing_phase, words)
-        session.prepare(chosen)
+        prepared = session.prepare(chosen)
+        if trace is not None:
+            prepared.runtime.bus.subscribe(trace.take)
+            traced.append(prepared.runtime.config.run_id)
         return session
 
     if args.command == "acp":
@@ -255,7 +291,10 @@ def run_console(args: argparse.Namespace) -> int:
     code = app.run()
     if app.launch_error is not None:
         raise app.launch_error
-    return after_console(app, code)
+    code = after_console(app, code)
+    if trace is not None and traced:
+        send_trace(trace, traced[0])
+    return code
 
 
 def launcher(args: argparse.Namespace) -> int:
