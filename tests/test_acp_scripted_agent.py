@@ -24,15 +24,19 @@ from acp.schema import (
     AgentThoughtChunk,
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
     Implementation,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalOutputResponse,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
     UsageUpdate,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
 
@@ -56,6 +60,7 @@ class Client:
         self.asked: list[tuple[ToolCallUpdate, list[str]]] = []
         self.writes: list[tuple[str, str]] = []
         self.reads: list[str] = []
+        self.terminal_calls: list[tuple[str, Any]] = []  # (method, what it was given)
         self._held: asyncio.Future[str] | None = None
         self._changed = asyncio.Event()
 
@@ -97,6 +102,30 @@ class Client:
         if not Path(path).is_file():
             raise RequestError.resource_not_found(path)
         return ReadTextFileResponse(content=Path(path).read_text())
+
+    async def create_terminal(
+        self, session_id: str, command: str, args: list[str] | None = None, **kwargs: Any
+    ) -> CreateTerminalResponse:
+        self.terminal_calls.append(("create", (command, args, kwargs)))
+        return CreateTerminalResponse(terminal_id="term-7")
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
+        self.terminal_calls.append(("wait", terminal_id))
+        return WaitForTerminalExitResponse(exit_code=1)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> TerminalOutputResponse:
+        self.terminal_calls.append(("output", terminal_id))
+        return TerminalOutputResponse(output="1 failed", truncated=True)
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse:
+        self.terminal_calls.append(("release", terminal_id))
+        return ReleaseTerminalResponse()
 
     async def until(self, predicate: Callable[[], bool]) -> None:
         async with asyncio.timeout(WAIT_S):
@@ -423,3 +452,42 @@ def test_the_agent_imports_no_ui_store_or_model_layer() -> None:
     heavy = {"textual", "litellm", "mcp", "aiosqlite", "psycopg"}
     layers = {f"loopdeck.{layer}" for layer in ("store", "operator", "tui", "cli", "llm")}
     assert not loaded & (heavy | layers)
+
+
+@pytest.mark.slow  # an agent process each: `make stress` plays them (CI too)
+async def test_a_terminal_step_runs_through_the_clients_terminal(
+    workdir: Path, tmp_path: Path
+) -> None:
+    scenario = scenario_with(
+        tmp_path,
+        """
+        [[scripts.t.turns]]
+        [[scripts.t.turns.steps]]
+        tool = "Run the tests"
+        kind = "execute"
+        permission = true
+        [scripts.t.turns.steps.terminal]
+        command = "{python}"
+        args = ["-m", "pytest"]
+        cwd = "sub"
+        env = { CI = "1" }
+        output_byte_limit = 100
+        """,
+    )
+    client = Client(workdir, answers=["allow"])
+    async with agent(client, "t", scenario) as run:
+        assert await run.prompt() == "end_turn"
+    [(tool_call, _)] = client.asked  # asked first, naming the command it will run
+    assert tool_call.raw_input == {"command": sys.executable, "args": ["-m", "pytest"]}
+    (create, given), *rest = client.terminal_calls
+    command, args, kwargs = given
+    assert (create, command, args) == ("create", sys.executable, ["-m", "pytest"])
+    assert kwargs["cwd"] == str(workdir / "sub") and kwargs["output_byte_limit"] == 100
+    assert [(var.name, var.value) for var in kwargs["env"]] == [("CI", "1")]
+    assert rest == [("wait", "term-7"), ("output", "term-7"), ("release", "term-7")]
+    started, running, done = client.tool_updates("call_1")
+    assert started.status == "in_progress" and started.content is None
+    assert running.status == "in_progress" and running.content[0].terminal_id == "term-7"
+    assert done.status == "failed"  # the command exited 1
+    assert done.content[0].terminal_id == "term-7"
+    assert done.content[1].content.text == "exit 1 (output truncated)\n1 failed"

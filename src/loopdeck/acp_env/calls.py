@@ -149,11 +149,13 @@ class AcpCalls:
         self.finish(record, status, _result(update, self.terminals.shown))
         self.rt.publish_budget()
 
-    def finish(self, record: CallRecord, status: CallStatus, result: dict[str, Any]) -> None:
+    def finish(
+        self, record: CallRecord, status: CallStatus, result: dict[str, Any], ms: float = 0.0
+    ) -> None:
         record.status, record.result = status, result
         self.rt.emit(
             ToolFinished, run_id=self.rt.config.run_id, call_id=record.call_id,
-            tool=record.tool, status=status, result=result, duration_ms=0.0,
+            tool=record.tool, status=status, result=result, duration_ms=ms,
         )  # fmt: skip
 
     # -- permissions -----------------------------------------------------------------------

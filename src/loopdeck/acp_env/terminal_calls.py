@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,7 +44,9 @@ class CallsHost(Protocol):
 
     async def approved(self, record: CallRecord, why: str) -> Approved | None: ...
 
-    def finish(self, record: CallRecord, status: CallStatus, result: dict[str, Any]) -> None: ...
+    def finish(
+        self, record: CallRecord, status: CallStatus, result: dict[str, Any], ms: float = 0.0
+    ) -> None: ...
 
 
 def commands_named(raw: Any) -> set[str]:
@@ -145,12 +148,13 @@ class TerminalCalls:
         data = terminal.result()
         if by is not None:
             data["permitted_by"] = by
+        ms = (time.monotonic() - terminal.started) * 1000
         if terminal.signal is None:
-            self.calls.finish(record, CallStatus.EXECUTED, {"ok": True, "data": data})
+            self.calls.finish(record, CallStatus.EXECUTED, {"ok": True, "data": data}, ms)
         else:
             result = _failed(f"ended by {terminal.signal}")
             result["data"] = data
-            self.calls.finish(record, CallStatus.FAILED, result)
+            self.calls.finish(record, CallStatus.FAILED, result, ms)
 
     async def close(self) -> None:
         """At the run's end, whatever the end: every command ended and waited for."""

@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,7 @@ class Terminal:
     killed_by: str | None = None  # the signal loopdeck sent, when it ended the command
     on_exit: Callable[[Terminal], None] | None = None
     watcher: asyncio.Task[None] | None = None
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def exit_code(self) -> int | None:
