@@ -1,7 +1,9 @@
 """The PostgreSQL store (issue 12): appends and the approval round trip, next to SQLite.
 
 1. Events/s appended through the EventWriter (batched commits, the runtime's path) to a
-   throwaway PostgreSQL cluster on loopback, and to a SQLite file, the same 20,000 events.
+   throwaway PostgreSQL cluster on loopback, and to a SQLite file, the same 20,000 events;
+   and next to it psycopg's own COPY of the same rows (already serialized, one COPY, one
+   commit) on the same server: the writer's rate as a share of it (target >= 50 %).
 2. The approval round trip on both backends: a runner process waits on a write
    (`--approve wait`); this process commits the decision; the figure is the time from that
    commit to the runner's `approval_decided` event (it is emitted as the runner learns the
@@ -23,13 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from store_throughput import synthetic_run
 
 from loopdeck.core.events import ApprovalDecided, EventBus
 from loopdeck.store import queries
 from loopdeck.store.base import Location
 from loopdeck.store.opening import open_store
-from loopdeck.store.writer import EventWriter
+from loopdeck.store.writer import EVENT_COLUMNS, EventWriter, event_row
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -39,6 +42,7 @@ from store_helpers import start_runner, wait_for_pending  # noqa: E402
 
 EVENTS = 20_000
 ROUND_TRIPS = 5
+TARGET_SHARE = 0.5  # the writer's appends, at least half of psycopg's own COPY
 
 
 async def append_rate(location: Location, count: int) -> float:
@@ -48,8 +52,9 @@ async def append_rate(location: Location, count: int) -> float:
         writer = EventWriter(store)
         bus.subscribe(writer)
         writer.start()
-        start = time.perf_counter()
-        for event in synthetic_run(f"bench-{time.time_ns()}", count):
+        events = synthetic_run(f"bench-{time.time_ns()}", count)  # made as a runtime makes them
+        start = time.perf_counter()  # from the first publish until the last batch is durable
+        for event in events:
             bus.publish(event)
             if len(writer._queue) >= 2048:  # let the writer's loop run, as the runtime does
                 await asyncio.sleep(0)
@@ -57,6 +62,23 @@ async def append_rate(location: Location, count: int) -> float:
         return count / (time.perf_counter() - start)
     finally:
         await store.close()
+
+
+async def copy_rate(url: str, count: int) -> float:
+    """Rows/s of psycopg's own COPY of the same events' rows (serialized beforehand), one
+    COPY and one commit: the most the server and driver take."""
+    await (await open_store(url)).close()  # the schema
+    rows = [event_row(event) for event in synthetic_run(f"copy-{time.time_ns()}", count)]
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        start = time.perf_counter()
+        async with (
+            conn.cursor() as cursor,
+            cursor.copy(f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                await copy.write_row(row)
+        await conn.commit()
+        return count / (time.perf_counter() - start)
 
 
 async def round_trip_s(location: Location) -> float:
@@ -88,6 +110,7 @@ async def measure() -> dict[str, Any]:
             sqlite = Path(folder) / "bench.db"
             figures = {
                 "postgresql appends/s": await append_rate(cluster.bare_url, EVENTS),
+                "postgresql COPY rows/s": await copy_rate(cluster.bare_url, EVENTS),
                 "sqlite appends/s": await append_rate(sqlite, EVENTS),
             }
             for name, location in (("postgresql", cluster.bare_url), ("sqlite", sqlite)):
@@ -104,6 +127,12 @@ def main() -> None:
     print(
         f"appends: PostgreSQL {figures['postgresql appends/s']:,.0f} events/s, SQLite "
         f"{figures['sqlite appends/s']:,.0f} events/s ({EVENTS:,} events, batched commits)"
+    )
+    share = figures["postgresql appends/s"] / figures["postgresql COPY rows/s"]
+    print(
+        f"PostgreSQL appends through the writer: {share:.0%} of psycopg's own COPY of the same"
+        f" rows ({figures['postgresql COPY rows/s']:,.0f} rows/s)  target >= {TARGET_SHARE:.0%}"
+        f"  {'PASS' if share >= TARGET_SHARE else 'FAIL'}"
     )
     print(
         "approval round trip (decision committed → the runner's tool starts), median of "
