@@ -81,6 +81,16 @@ def said_commands(command: str, args: list[str]) -> set[str]:
     return said
 
 
+def guardian_command() -> list[str]:
+    """The guardian run as a file, neither `site` nor loopdeck's packages imported: its
+    start is part of every command the agent runs (`-m` would import `loopdeck.mcp_env`)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("loopdeck.mcp_env.guardian")
+    assert spec is not None and spec.origin is not None
+    return [sys.executable, "-S", "-P", spec.origin]
+
+
 class OutputTail:
     """The last `limit` bytes of a stream; `truncated` once anything was dropped."""
 
@@ -175,7 +185,7 @@ class Terminals:
         self._count += 1
         tail = OutputTail(min(limit, OUTPUT_CAP) if limit is not None else OUTPUT_CAP)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "loopdeck.mcp_env.guardian", command, *args,
+            *guardian_command(), command, *args,
             cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
