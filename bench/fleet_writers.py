@@ -14,8 +14,9 @@ API (import it from another bench: `from fleet_writers import start_writers`):
   makes an `EventBus` and an `EventWriter` (batched commits every 50 ms, as a runner's) and
   emits `RunStarted`. Then, for `seconds`, it plays calls round-robin over its runs at
   `rate / hosts` events/s: a call is five events (proposed, to executing, finished, to
-  deciding, budget), every tenth call a review verdict too. Every 5 s its runs' heartbeat is
-  beaten in one statement (a real runner has a thread a run; 1,000 connections would not fit).
+  deciding, budget), every tenth call a review verdict too. Every 5 s, from its start, its
+  runs' heartbeat is beaten in one statement (a real runner has a thread and a connection a
+  run; 1,000 connections would not fit).
   At the end each run stops (`RunStopped`, goal met) and its writer is closed.
 - A commit log is a list of `(run_id, last_seq, committed_at)`: each committed batch, its
   run, its last event number and `time.time()` right after its transaction committed.
@@ -49,7 +50,7 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.core.states import RunState, StopReason
-from loopdeck.store.base import Location
+from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
 from loopdeck.store.writer import EventWriter
 
@@ -149,6 +150,7 @@ async def _host(args: argparse.Namespace) -> CommitLog:
     store = await open_store(args.location, create=False)
     log: CommitLog = []
     buses: list[tuple[str, EventBus, LoggedWriter]] = []
+    beating = asyncio.create_task(_beat(store, args.host))
     try:
         for i in range(args.runs):
             run_id = f"{args.host}-r{i:03d}"
@@ -159,7 +161,7 @@ async def _host(args: argparse.Namespace) -> CommitLog:
                      mode="rounds", goal="keep up", budget={"max_turns": 400})  # fmt: skip
             bus.emit(StateChanged, run_id=run_id, source=RunState.READY, target=RunState.DECIDING)
             buses.append((run_id, bus, writer))
-        await _play(args, store, buses)
+        await _play(args, buses)
         for run_id, bus, _ in buses:
             bus.emit(StateChanged, run_id=run_id, source=RunState.DECIDING,
                      target=RunState.COMPLETE)  # fmt: skip
@@ -167,26 +169,31 @@ async def _host(args: argparse.Namespace) -> CommitLog:
                      stop_reason=StopReason.GOAL_MET, detail="bench over")  # fmt: skip
         await asyncio.gather(*(writer.close() for _, _, writer in buses))
     finally:
+        beating.cancel()
         await store.close()
     return log
 
 
-async def _play(args: argparse.Namespace, store: object, buses: list) -> None:  # type: ignore[type-arg]
+async def _play(args: argparse.Namespace, buses: list) -> None:  # type: ignore[type-arg]
     calls_per_s = args.rate / EVENTS_PER_CALL
     start = time.monotonic()
-    end, beat_at, n = start + args.seconds, start + BEAT_EVERY_S, 0
+    end, n = start + args.seconds, 0
     while (now := time.monotonic()) < end:
         due = int((now - start) * calls_per_s)
         while n < due:
             run_id, bus, _ = buses[n % len(buses)]
             _call(bus, run_id, n // len(buses) + 1)
             n += 1
-        if now >= beat_at:
-            beat_at += BEAT_EVERY_S
-            await store.execute(  # type: ignore[attr-defined]
-                "UPDATE runs SET heartbeat_at = ? WHERE host = ?", (time.time(), args.host)
-            )
         await asyncio.sleep(0.005)
+
+
+async def _beat(store: Store, host: str) -> None:
+    """The host's runs beat, from the first run on: a fleet that finds a run silent for
+    longer than its crash silence (30 s) marks it crashed, and a loaded machine can take
+    that long to start a hundred runs."""
+    while True:
+        await asyncio.sleep(BEAT_EVERY_S)
+        await store.execute("UPDATE runs SET heartbeat_at = ? WHERE host = ?", (time.time(), host))
 
 
 def _child() -> None:
