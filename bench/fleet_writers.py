@@ -15,8 +15,9 @@ API (import it from another bench: `from fleet_writers import start_writers`):
   emits `RunStarted`. Then, for `seconds`, it plays calls round-robin over its runs at
   `rate / hosts` events/s: a call is five events (proposed, to executing, finished, to
   deciding, budget), every tenth call a review verdict too. Every 5 s, from its start, its
-  runs' heartbeat is beaten in one statement (a real runner has a thread and a connection a
-  run; 1,000 connections would not fit).
+  runs' heartbeats are beaten from one thread with its own connection (a real runner has a
+  thread and a connection a run; 1,000 connections would not fit). False crash marks undone
+  by the writers are said on stderr.
   At the end each run stops (`RunStopped`, goal met) and its writer is closed.
 - A commit log is a list of `(run_id, last_seq, committed_at)`: each committed batch, its
   run, its last event number and `time.time()` right after its transaction committed.
@@ -29,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +53,7 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.core.states import RunState, StopReason
-from loopdeck.store.base import Location, Store
+from loopdeck.store.base import Location, Store, StoreError
 from loopdeck.store.opening import open_store
 from loopdeck.store.writer import EventWriter
 
@@ -150,11 +153,17 @@ async def _host(args: argparse.Namespace) -> CommitLog:
     store = await open_store(args.location, create=False)
     log: CommitLog = []
     buses: list[tuple[str, EventBus, LoggedWriter]] = []
-    beating = asyncio.create_task(_beat(store, args.host))
+    run_ids: list[str] = []
+    corrected: list[str] = []
+    stop = threading.Event()
+    beating = threading.Thread(target=_beat, args=(store, run_ids, stop), daemon=True)
+    beating.start()
     try:
         for i in range(args.runs):
             run_id = f"{args.host}-r{i:03d}"
             bus, writer = EventBus(), LoggedWriter(store, log)
+            writer.on_correction = corrected.append
+            run_ids.append(run_id)
             bus.subscribe(writer)
             writer.start()
             bus.emit(RunStarted, run_id=run_id, env="fleet", script="bench", model="scripted",
@@ -169,8 +178,10 @@ async def _host(args: argparse.Namespace) -> CommitLog:
                      stop_reason=StopReason.GOAL_MET, detail="bench over")  # fmt: skip
         await asyncio.gather(*(writer.close() for _, _, writer in buses))
     finally:
-        beating.cancel()
+        stop.set()
         await store.close()
+    if corrected:  # a fleet marked live runs crashed: their writers undid it
+        print(f"{args.host}: {len(corrected)} false crash marks undone", file=sys.stderr)
     return log
 
 
@@ -187,13 +198,20 @@ async def _play(args: argparse.Namespace, buses: list) -> None:  # type: ignore[
         await asyncio.sleep(0.005)
 
 
-async def _beat(store: Store, host: str) -> None:
-    """The host's runs beat, from the first run on: a fleet that finds a run silent for
-    longer than its crash silence (30 s) marks it crashed, and a loaded machine can take
-    that long to start a hundred runs."""
-    while True:
-        await asyncio.sleep(BEAT_EVERY_S)
-        await store.execute("UPDATE runs SET heartbeat_at = ? WHERE host = ?", (time.time(), host))
+def _beat(store: Store, run_ids: list[str], stop: threading.Event) -> None:
+    """The host's runs beat from their start, on a thread and connection of their own as a
+    runner's heartbeat does (`store/liveness.py`): a fleet marks a run silent for longer than
+    its crash silence (30 s) crashed, and a loaded machine takes that long to get a turn on
+    the host's one connection for the runs' 100 writers."""
+    beats = store.open_beats(BEAT_EVERY_S)
+    try:
+        while not stop.wait(BEAT_EVERY_S):
+            now = time.time()
+            for run_id in list(run_ids):
+                with contextlib.suppress(StoreError):  # the next beat tries again
+                    beats.beat(run_id, now)
+    finally:
+        beats.close()
 
 
 def _child() -> None:
