@@ -187,3 +187,13 @@ async def test_markup_looking_text_is_shown_as_written(tmp_path) -> None:
         shown = _screen_text(app)
         for words in ("[b]run", "[0/[bold]x[/bold]", "[red]m", "a [b]"):
             assert words in shown
+
+
+async def test_a_click_selects_the_run_under_it(tmp_path) -> None:
+    app = FleetApp(tmp_path / "s.db")
+    async with app.run_test(size=SIZE) as pilot:
+        fleet = await _fleet_screen(pilot, app, [_row(i) for i in range(5)])
+        table = fleet.query_one(FleetTable)
+        # the table's border and the header line above the first run
+        await pilot.click(table, offset=(5, table.content_offset.y + 1 + 3))
+        assert table.cursor_run == "run0003"

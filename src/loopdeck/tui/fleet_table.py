@@ -366,5 +366,6 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         self.move_cursor(row=row if row >= 0 else len(self._rows) - 1)
 
     def on_click(self, event: events.Click) -> None:
-        if event.y >= 1:
-            self.move_cursor(row=int(self.scroll_y) + event.y - 1)
+        offset = event.get_content_offset(self)  # inside the border and padding
+        if offset is not None and offset.y >= 1:
+            self.move_cursor(row=int(self.scroll_y) + offset.y - 1)
