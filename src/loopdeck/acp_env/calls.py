@@ -19,6 +19,7 @@ from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, inside
+from loopdeck.acp_env.held_calls import HeldCall
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_args
@@ -43,6 +44,7 @@ class AcpCalls:
         self.agent = agent
         self.bridge = bridge
         self.records: dict[str, CallRecord] = {}  # the agent's tool call id -> its record
+        self.held: dict[str, HeldCall] = {}  # the agent's calls whose input is not known yet
         self.blocked: set[str] = set()
         self.tripped: str | None = None
         self.permitted_paths: set[Path] = set()
@@ -61,15 +63,30 @@ class AcpCalls:
         return taken
 
     # -- proposals and progress -----------------------------------------------------------
-    async def proposed(self, update: Any) -> CallRecord:
+    async def proposed(self, update: Any) -> CallRecord | None:
+        """A `tool_call`: proposed now, or held while its input is not known yet (pending,
+        no rawInput: `held_calls.py`); a `tool_call` again for a known call is an update."""
         acp_id = str(update.tool_call_id)
-        if acp_id in self.records:
+        if acp_id in self.records or acp_id in self.held:
             await self.progress(update)
-            return self.records[acp_id]
+            return self.records.get(acp_id)
+        call = HeldCall.of(update)
+        if call.input_unknown:
+            self.held[acp_id] = call
+            return None
+        record = await self._propose(call)
+        if call.under_way:  # started already running or ended: its end recorded too
+            await self.progress(update)
+        return record
+
+    async def _propose(self, call: HeldCall) -> CallRecord:
+        """`CallProposed` with the call's whole input and latest title and kind, keyed by the
+        guard on the working copy as it is now."""
+        acp_id = call.tool_call_id
         rt = self.rt
-        kind = update.kind if update.kind in rt.tools else "other"
-        title = capped(str(update.title or kind), 200)
-        args = self._input(kind, update.raw_input)
+        kind = call.kind if call.kind in rt.tools else "other"
+        title = capped(str(call.title or kind), 200)
+        args = self._input(kind, call.raw_input)
         state_hash = await rt.state_hash()
         key = guard_key(f"{kind} {title}", args, state_hash)
         self._count += 1
@@ -84,7 +101,7 @@ class AcpCalls:
             risk_source="the agent's tool kind",
         )
         self.records[acp_id] = record
-        self.diffs[acp_id] = _diff_text(update, rt.env.workdir)
+        self.diffs[acp_id] = _diff_text(call, rt.env.workdir)
         rt.calls.records.append(record)
         rt.emit(
             CallProposed, run_id=rt.config.run_id, call_id=record.call_id, round=record.round,
@@ -136,7 +153,16 @@ class AcpCalls:
         await self.agent.conn.cancel(session_id=self.agent.session_id)
 
     async def progress(self, update: Any) -> None:
-        record = self.records.get(str(update.tool_call_id))
+        """A `tool_call_update`: merged into a held call, which is proposed once it runs or
+        ended (a call that ends with no input at all is proposed with `{}`); a call's end
+        recorded once."""
+        acp_id = str(update.tool_call_id)
+        if (held := self.held.get(acp_id)) is not None:
+            if not held.merge(update).under_way:
+                return
+            del self.held[acp_id]
+            await self._propose(held)
+        record = self.records.get(acp_id)
         if record is None:
             self.unknown_updates += 1  # an update for a call the agent never started
             return
@@ -162,8 +188,11 @@ class AcpCalls:
     async def permission(self, tool_call: Any, options: list[Any]) -> Any:
         from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
-        record = await self.proposed(tool_call)
         acp_id = str(tool_call.tool_call_id)
+        record = self.records.get(acp_id)
+        if record is None:  # held (or never said): the request carries the whole input
+            held = self.held.pop(acp_id, None)
+            record = await self._propose(held.merge(tool_call) if held else HeldCall.of(tool_call))
         reject = _option(options, "reject_once", "reject_always")
         if acp_id in self.blocked:
             chosen = reject
@@ -238,18 +267,8 @@ class AcpCalls:
     async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord:
         """A call loopdeck itself makes for the agent (a file written, a terminal), proposed
         as the agent's own calls are."""
-        from types import SimpleNamespace
-
-        update = SimpleNamespace(
-            tool_call_id=f"{kind}-{self._count + 1}",
-            kind=kind,
-            title=title,
-            raw_input=raw,
-            content=None,
-            locations=None,
-            status=None,
-        )
-        return await self.proposed(update)
+        call = HeldCall(f"{kind}-{self._count + 1}", kind=kind, title=title, raw_input=raw)
+        return await self._propose(call)
 
 
 DONE = frozenset({CallStatus.EXECUTED, CallStatus.FAILED, CallStatus.REJECTED,
@@ -288,13 +307,21 @@ def _diff_text(update: Any, workdir: Path) -> str:
     for item in getattr(update, "content", None) or []:
         if getattr(item, "type", "") != "diff":
             continue
-        old = (item.old_text or "").splitlines(keepends=True)
-        new = (item.new_text or "").splitlines(keepends=True)
+        old, new = _lines(item.old_text), _lines(item.new_text)
         name = str(item.path)
         with contextlib.suppress(ValueError):  # named inside the working copy: said relative
             name = Path(name).resolve().relative_to(workdir.resolve()).as_posix()
         said.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
     return capped("".join(said), 3000)
+
+
+def _lines(text: str | None) -> list[str]:
+    """A diff side's lines, the last one ended too: an agent's fragment (Claude Code's
+    `return a - b`) often has no newline, and its `-` and `+` lines would run together."""
+    lines = (text or "").splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"
+    return lines
 
 
 def _failed(code: ErrorCode, message: str) -> dict[str, Any]:

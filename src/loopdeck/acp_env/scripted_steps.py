@@ -2,7 +2,9 @@
 messages to the client (`session/update`s, `session/request_permission`, `fs/*`), the
 misbehaviours of real agents included.
 
-A `tool` step is a tool call `call_N` (N counting across the session): started `pending`;
+A `tool` step is a tool call `call_N` (N counting across the session): started `pending`
+(with `late_input`, as Claude Code starts it: a generic title and `rawInput {}`, the input,
+title, locations and diff in an update after);
 with `permission` (and the session in mode `default`) asked first; then `in_progress` and
 done, a `write` through the client's `fs/write_text_file`, a `read` through its
 `fs/read_text_file`, a `terminal` through its `terminal/*` (created, embedded in the call,
@@ -174,17 +176,7 @@ class TurnPlayer:
         diff = self.diff(step, target)
         locations = [ToolCallLocation(path=str(target))] if target else None
         raw_input = step.input or self.terminal_input(step.terminal)
-        await self.send(
-            start_tool_call(
-                call_id,
-                step.tool or "",
-                kind=tool_kind(step.kind),
-                status="pending",
-                raw_input=raw_input,
-                content=diff,
-                locations=locations,
-            )
-        )
+        await self.started(call_id, step, raw_input, diff, locations)
         if step.write is not None and target is not None and step.write_direct:
             target.write_text(step.write.content, encoding="utf-8")
             await self.tool_update(call_id, "completed", f"wrote {step.write.path}")
@@ -204,6 +196,37 @@ class TurnPlayer:
                 return stop
         await self.run(call_id, step, target)
         return None
+
+    async def started(
+        self,
+        call_id: str,
+        step: AgentStep,
+        raw_input: dict[str, object],
+        diff: list[FileEditToolCallContent] | None,
+        locations: list[ToolCallLocation] | None,
+    ) -> None:
+        """The tool call's start: all it is at once, or (`late_input`) as Claude Code starts
+        one while the model's input streams, its input in an update after."""
+        if step.late_input:
+            await self.send(
+                start_tool_call(
+                    call_id, step.kind.capitalize(), kind=tool_kind(step.kind), status="pending",
+                    raw_input={}, content=[], locations=[],
+                )
+            )  # fmt: skip
+            await self.send(
+                update_tool_call(
+                    call_id, title=step.tool, raw_input=raw_input, content=diff,
+                    locations=locations,
+                )
+            )  # fmt: skip
+        else:
+            await self.send(
+                start_tool_call(
+                    call_id, step.tool or "", kind=tool_kind(step.kind), status="pending",
+                    raw_input=raw_input, content=diff, locations=locations,
+                )
+            )  # fmt: skip
 
     async def ask(self, request: ToolCallUpdate, step: AgentStep) -> Answer:
         asking = self.client.request_permission(

@@ -101,6 +101,9 @@ class AgentStep(BaseModel):
     update_before_answer: bool = False  # in_progress sent before the permission's answer
     ignore_rejection: bool = False  # a permission refused, the write done anyway
     unknown_update: bool = False  # an update for a tool call id it never started
+    # the tool call started before its input is known (a generic title, rawInput {}), the
+    # input sent in an update after (Claude Code)
+    late_input: bool = False
     garbage: str | None = None  # a line that is not JSON-RPC, on its stdout
     exit: int | None = None  # exits mid-turn with this status (stderr says why)
 
