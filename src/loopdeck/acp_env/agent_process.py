@@ -93,8 +93,8 @@ class AgentProcess:
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                     cwd=self.workdir, env=agent_environment(config), limit=LIMIT,
                 )  # fmt: skip
-            except OSError as exc:
-                raise AgentFailed(f"ACP agent `{self.name}` could not start: {exc}") from exc
+            except OSError as exc:  # the guardian itself: its stderr's tail said here
+                raise AgentFailed(self.said("could not start", str(exc))) from exc
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.conn = connect_to_agent(client, self.proc.stdin, self.proc.stdout)
         capabilities = ClientCapabilities(
@@ -114,9 +114,9 @@ class AgentProcess:
                 if config.mode is not None:
                     await self._set_mode(config.mode)
         except (TimeoutError, ConnectionError, OSError) as exc:
-            raise AgentFailed(self.said("did not start", _words(exc))) from exc
+            raise AgentFailed(self.said("did not start", agent_words(exc))) from exc
         except RequestError as refused:  # e.g. Claude Code refusing a session as root
-            raise AgentFailed(self.said("refused to start", _words(refused))) from refused
+            raise AgentFailed(self.said("refused to start", agent_words(refused))) from refused
 
     async def _set_mode(self, mode: str) -> None:
         if self.modes and mode not in self.modes:
@@ -135,7 +135,8 @@ class AgentProcess:
     async def stop(self) -> None:
         """The agent and everything it started are gone when this returns (bounded)."""
         proc = self.proc
-        if proc is None:
+        if proc is None:  # never started: only its stderr file to remove
+            self.errlog.unlink(missing_ok=True)
             return
         if proc.stdin is not None:
             with contextlib.suppress(OSError, RuntimeError):
@@ -154,7 +155,7 @@ class AgentProcess:
         self.errlog.unlink(missing_ok=True)  # its tail was said where it mattered
 
 
-def _words(exc: BaseException) -> str:
+def agent_words(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     said = f"{type(exc).__name__}: {exc}"

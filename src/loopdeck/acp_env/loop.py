@@ -19,7 +19,7 @@ import contextlib
 import time
 from typing import Any
 
-from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
+from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess, agent_words
 from loopdeck.acp_env.bridge import Bridge, Incoming
 from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.acp_env.unchecked_goal import operator_judges
@@ -93,7 +93,7 @@ class AcpLoop:
         return "\n".join(lines)
 
     async def _turn(self, text: str) -> str:
-        from acp import text_block
+        from acp import RequestError, text_block
 
         rt = self.rt
         rt.ledger.before_model_call()
@@ -111,6 +111,10 @@ class AcpLoop:
         except (ConnectionError, OSError) as exc:
             raise StopRun(
                 StopReason.TOOL_FAILURE, self.agent.said("went away mid-turn", str(exc))
+            ) from None
+        except RequestError as refused:  # e.g. Claude Code's "API Error: 400" after its retries
+            raise StopRun(
+                StopReason.TOOL_FAILURE, self.agent.said("failed its turn", agent_words(refused))
             ) from None
         except BaseException:
             await self._cancel_turn(turn)

@@ -81,6 +81,10 @@ async def check(args: argparse.Namespace) -> int:
             if verbose:
                 _print_faults(early.faults, "", sys.stderr)
             raise
+    nothing = _nothing_to_play(env_dir)
+    if nothing is not None:
+        print(f"nothing to play: {nothing}")
+        return 0
     failed = 0
     for name, script in sorted(env_dir.scenario.scripts.items()):
         if script.expect is None:
@@ -94,6 +98,22 @@ async def check(args: argparse.Namespace) -> int:
             _print_faults(heard.faults, _INDENT)
     print(f"{failed} failed" if failed else "all expectations met")
     return 1 if failed else 0
+
+
+def _nothing_to_play(env_dir: EnvDir) -> str | None:
+    """Why the env has no script to check, if it has none: a real ACP agent plays none."""
+    from loopdeck.operator.launch import plays_a_script
+
+    agent = env_dir.scenario.agent
+    if agent is not None and not plays_a_script(agent):
+        command = visible(" ".join(agent.acp))
+        return (
+            f"[agent] `{command}` is a real agent ({{script}} is not in its command):"
+            f" `loopdeck run {visible(str(env_dir.path))}` drives it"
+        )
+    if not env_dir.scenario.scripts:
+        return "scenario.toml declares no [scripts.NAME]"
+    return None
 
 
 async def _run(

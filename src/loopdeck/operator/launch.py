@@ -121,7 +121,9 @@ def prepare_run(
     model_name = options.model or scenario.model
     if scenario.agent is not None:
         model_name = agent_name(scenario.agent.acp)
-    script_name = _script_name(options, env_dir, SCRIPTED if acp else model_name)
+    # An agent plays a script only when it is loopdeck's scripted one.
+    scripted_agent = scenario.agent is not None and plays_a_script(scenario.agent)
+    script_name = _script_name(options, env_dir, SCRIPTED if scripted_agent else model_name)
     script = env_dir.script(script_name) if model_name == SCRIPTED and script_name else None
     if acp and script_name:
         env_dir.script(script_name)  # the scripted agent's script: named now if it is not there
@@ -216,6 +218,11 @@ def agent_name(command: list[str]) -> str:
     last = re.sub(r"(?<=.)@[^@/]*$", "", last)  # an npm package's @version
     last = re.sub(r"\.(py|js|mjs|cjs|ts|sh|exe)$", "", last)
     return "acp " + last.rsplit(".", 1)[-1]  # a module's last name (`-m pkg.agent`)
+
+
+def plays_a_script(agent: AgentConfig) -> bool:
+    """Only loopdeck's scripted agent plays a script: its command takes one as `{script}`."""
+    return any("{script}" in part for part in agent.acp)
 
 
 def _config(

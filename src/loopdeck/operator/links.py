@@ -3,7 +3,6 @@ finished one: `ReplayLink`, in `operator/replay_link.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
@@ -12,7 +11,6 @@ from loopdeck.core.events import Event
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.unknown_outcomes import Unresolvable
-from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.replay_link import ReplayLink as ReplayLink
 from loopdeck.operator.replay_link import load_events as load_events
@@ -81,7 +79,11 @@ class LocalLink:
         self.session = session
         self.runtime: Runtime | None = session.runtime
         self.queue = session.queue
-        self.phase = "the model library (LiteLLM) to load"
+        # A model with a library to load (LiteLLM's) prepares before the run starts; an ACP
+        # agent's own model has nothing to load here.
+        self.prepare_model = getattr(session.runtime.model, "prepare", None)
+        loads = self.prepare_model is not None
+        self.phase = "the model library (LiteLLM) to load" if loads else "the run to start"
 
     @property
     def _rt(self) -> Runtime:
@@ -101,8 +103,9 @@ class LocalLink:
         return self.session.listen(lambda message: listener(message, ""))
 
     async def drive(self) -> RunOutcome | None:
-        await asyncio.to_thread(litellm_module)  # LiteLLM's import stays off the UI's path
-        self.phase = "the run to start"
+        if self.prepare_model is not None:  # its import (off the UI's path) before the run's
+            await self.prepare_model()
+            self.phase = "the run to start"
         self._rt.env_thread.only_when_idle = nothing_else_due  # frames and keys come first
         return await self.session.run(self._waiting_for)
 

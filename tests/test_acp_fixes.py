@@ -1,0 +1,176 @@
+"""What running real ACP agents found (issue 29): an agent answering its prompt with a
+JSON-RPC error ends the run `tool_failure` with its words (never a crash); a real agent (no
+`{script}` in its command) is asked for no script, and `loopdeck check` says it has nothing to
+play; a guardian that cannot start leaves no stderr file; an ACP console run loads no LiteLLM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import prepare, run_env
+
+from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
+from loopdeck.cli import main
+from loopdeck.core.agent_script import AgentConfig
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.core.states import StopReason
+
+FAILING_AGENT = """
+import asyncio
+
+from acp import PROTOCOL_VERSION, RequestError, run_agent, update_agent_message_text
+from acp.schema import AgentCapabilities, InitializeResponse, NewSessionResponse
+
+
+class FailsItsTurn:
+    def on_connect(self, conn):
+        self.conn = conn
+
+    async def initialize(self, protocol_version, client_capabilities=None, client_info=None, **kw):
+        return InitializeResponse(protocol_version=PROTOCOL_VERSION,
+                                  agent_capabilities=AgentCapabilities())
+
+    async def new_session(self, cwd, **kw):
+        return NewSessionResponse(session_id="s1")
+
+    async def prompt(self, session_id, prompt, **kw):
+        await self.conn.session_update(session_id, update_agent_message_text("Looking."))
+        raise RequestError.internal_error(
+            {"details": "API Error: 400 {'type': 'invalid_request_error'}"})
+
+
+asyncio.run(run_agent(FailsItsTurn()))
+"""
+
+SCENARIO = """
+name = "fails"
+goal = "Anything."
+mode = "react"
+goal_check = ["{python}", "-c", "raise SystemExit(1)"]
+
+[agent]
+acp = ["{python}", "{envdir}/fails.py"]
+"""
+
+
+def agent_env(tmp_path: Path, name: str, agent: str, scenario: str) -> Path:
+    env = tmp_path / name
+    (env / "workspace").mkdir(parents=True)
+    (env / f"{name}.py").write_text(agent, encoding="utf-8")
+    (env / "scenario.toml").write_text(scenario, encoding="utf-8")
+    return env
+
+
+async def test_an_agent_failing_its_prompt_stops_the_run_with_its_words(tmp_path: Path) -> None:
+    env = agent_env(tmp_path, "fails", FAILING_AGENT, SCENARIO)
+    outcome, _ = await run_env(env, None)  # type: ignore[arg-type]
+    assert outcome.stop_reason is StopReason.TOOL_FAILURE, outcome.detail
+    assert "failed its turn" in outcome.detail
+    assert "Internal error" in outcome.detail
+    assert "API Error: 400" in outcome.detail
+
+
+SCRIPTED_AGENT = """
+name = "scripted"
+goal = "Anything."
+mode = "react"
+goal_check = ["{python}", "-c", "raise SystemExit(1)"]
+
+[agent]
+acp = ["{python}", "-m", "loopdeck.acp_env.scripted_agent", "{envdir}/scenario.toml", "{script}"]
+
+[[scripts.other.turns]]
+steps = [{ message = "hello" }]
+"""
+
+
+def test_a_real_agent_is_asked_for_no_script(tmp_path: Path) -> None:
+    env = agent_env(tmp_path, "fails", FAILING_AGENT, SCENARIO)
+    prepared, _ = prepare(env, None)  # type: ignore[arg-type]
+    try:
+        assert prepared.runtime.config.script is None
+        assert prepared.runtime.config.model == "acp fails"
+    finally:
+        prepared.cleanup()
+
+
+def test_the_scripted_agent_still_needs_its_script(tmp_path: Path) -> None:
+    env = agent_env(tmp_path, "scripted", "", SCRIPTED_AGENT)
+    with pytest.raises(ScenarioError, match="choose a script with --script; scripts: other"):
+        prepare(env, None)  # type: ignore[arg-type]
+
+
+def test_check_says_a_real_agent_has_nothing_to_play(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expecting = SCENARIO + (
+        '[scripts.solve]\nexpect = { stop_reason = "goal_met" }\n'
+        '[[scripts.solve.turns]]\nsteps = [{ message = "not played" }]\n'
+    )
+    env = agent_env(tmp_path, "fails", FAILING_AGENT, expecting)
+    assert main(["check", str(env)]) == 0  # the real agent not started, no FAIL
+    out = capsys.readouterr().out
+    assert "nothing to play: [agent] `{python} {envdir}/fails.py` is a real agent" in out
+
+
+async def test_a_guardian_that_cannot_start_leaves_no_stderr_file(tmp_path: Path) -> None:
+    errlog = tmp_path / "agent-stderr.log"
+    agent = AgentProcess(["agent"], tmp_path / "no-such-folder", errlog)
+    with pytest.raises(AgentFailed, match="could not start"):
+        await agent.start(object(), AgentConfig(acp=["agent"]))
+    assert agent.proc is None and errlog.exists()
+    await agent.stop()
+    assert not errlog.exists()
+
+
+ACP_CONSOLE_LINK = """
+import asyncio, sys
+from types import SimpleNamespace
+from loopdeck.acp_env.opening import AgentsOwnModel
+from loopdeck.operator.links import LocalLink
+
+class Session:
+    runtime = SimpleNamespace(model=AgentsOwnModel("acp x"), env_thread=SimpleNamespace())
+    queue = None
+    async def run(self, phase):
+        return "ran"
+
+link = LocalLink(Session())
+print(link.phase)
+print(asyncio.run(link.drive()), "litellm" in sys.modules)
+"""
+
+
+def test_an_acp_console_run_loads_no_model_library() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", ACP_CONSOLE_LINK], capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.splitlines() == ["the run to start", "ran False"]
+
+
+async def test_a_model_with_a_library_is_prepared_before_the_run() -> None:
+    from types import SimpleNamespace
+
+    from loopdeck.operator.links import LocalLink
+
+    said: list[str] = []
+
+    class Model:
+        async def prepare(self) -> None:
+            said.append("prepared")
+
+    class Session:
+        runtime = SimpleNamespace(model=Model(), env_thread=SimpleNamespace())
+        queue = None
+
+        async def run(self, phase):  # type: ignore[no-untyped-def]
+            said.append(f"ran after waiting for {link.phase}")
+            return "ran"
+
+    link = LocalLink(Session())  # type: ignore[arg-type]
+    assert "LiteLLM" in link.phase
+    assert await link.drive() == "ran"  # type: ignore[comparison-overlap]
+    assert said == ["prepared", "ran after waiting for the run to start"]
