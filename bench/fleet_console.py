@@ -252,6 +252,8 @@ def report(runs: int, seconds: float, commits: list[Any], watch: Watch, since: f
     keys = sorted(watch.key_ms)
     print(
         f"console following {runs} live runs on PostgreSQL for {seconds:g} s, {SIZE[0]}x{SIZE[1]}"
+        f" (writers at nice {NICE_WRITERS}; load average {os.getloadavg()[0]:.1f} on"
+        f" {os.cpu_count()} cores: figures on a loaded machine are provisional)"
     )
     print(
         f"  commits measured: {len(known):,}, {len(known) / seconds:.0f}/s"
