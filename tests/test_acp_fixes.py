@@ -1,10 +1,12 @@
 """What running real ACP agents found (issue 29): an agent answering its prompt with a
 JSON-RPC error ends the run `tool_failure` with its words (never a crash); a real agent (no
 `{script}` in its command) is asked for no script, and `loopdeck check` says it has nothing to
-play; a guardian that cannot start leaves no stderr file; an ACP console run loads no LiteLLM."""
+play; a guardian that cannot start leaves no stderr file; an ACP console run loads no
+LiteLLM; the working copy's tree is walked with plain strings, its snapshot as before."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 from conftest import prepare, run_env
 
 from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
+from loopdeck.acp_env.workspace import SKIPPED, WorkspaceEnvironment, _digest
 from loopdeck.cli import main
 from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.scenario import ScenarioError
@@ -174,3 +177,50 @@ async def test_a_model_with_a_library_is_prepared_before_the_run() -> None:
     assert "LiteLLM" in link.phase
     assert await link.drive() == "ran"  # type: ignore[comparison-overlap]
     assert said == ["prepared", "ran after waiting for the run to start"]
+
+
+def walked_as_before(workdir: Path) -> dict[str, str]:
+    """The working copy's tree as `os.walk` and pathlib find it: what the snapshot must be."""
+    files = {}
+    for folder, dirs, names in os.walk(workdir):
+        dirs[:] = [d for d in dirs if d not in SKIPPED]
+        for name in names:
+            path = Path(folder) / name
+            if path.exists():  # a broken link is no file
+                files[path.relative_to(workdir).as_posix()] = _digest(str(path))
+    return dict(sorted(files.items()))
+
+
+def test_the_working_copy_s_tree_is_walked_as_before(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    for rel in ("a.py", "pkg/b.py", "pkg/deep/c.txt", "pkg/node_modules/x.js", ".git/HEAD",
+                "docs/.venv/lib.py", "docs/readme.md", "ünïcode/名前.txt"):  # fmt: skip
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(f"content of {rel}\n", encoding="utf-8")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "o.txt").write_text("outside\n")
+    (work / "linked_folder").symlink_to(tmp_path / "outside")  # not followed
+    (work / "linked_file.py").symlink_to(work / "a.py")  # its target's content
+    (work / "broken").symlink_to(tmp_path / "nothing")
+    workspace = WorkspaceEnvironment(work, {})
+    files = workspace.snapshot()["files"]
+    assert files == walked_as_before(work)
+    assert list(files) == sorted(files)
+    assert "pkg/deep/c.txt" in files and "ünïcode/名前.txt" in files
+    assert not any(part in SKIPPED for rel in files for part in rel.split("/"))
+    assert files["linked_file.py"] == files["a.py"]
+    assert "linked_folder/o.txt" not in files and "broken" not in files
+
+
+def test_a_file_is_hashed_again_only_where_its_size_or_mtime_moved(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("one\n")
+    workspace = WorkspaceEnvironment(tmp_path, {})
+    first = workspace.snapshot()["files"]["f.txt"]
+    stat = (tmp_path / "f.txt").stat()
+    (tmp_path / "f.txt").write_text("two\n")  # same size: the mtime alone says it moved
+    os.utime(tmp_path / "f.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert workspace.snapshot()["files"]["f.txt"] == first  # size and mtime kept: not read
+    os.utime(tmp_path / "f.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert workspace.snapshot()["files"]["f.txt"] == _digest(str(tmp_path / "f.txt")) != first
+    (tmp_path / "f.txt").unlink()
+    assert workspace.snapshot()["files"] == {}

@@ -1,6 +1,7 @@
 """An ACP run's environment: the working copy the agent works in. Its state is the tree of the
-working copy (relative path → content hash; `.git/` left out; no mtimes), rehashed only where
-a file's size or mtime moved; its goal check is `goal_check` (or an `env.py`'s `unmet`).
+working copy (relative path → content hash; `.git/`, `.venv/`, `node_modules/` and caches left
+out; no mtimes), rehashed only where a file's size or mtime moved; its goal check is
+`goal_check` (or an `env.py`'s `unmet`).
 
 The agent's tool calls are not loopdeck's to run: they are recorded, keyed by the guard and,
 when they write, approved. They are known by their ACP kind, each a tool spec here: reads
@@ -64,22 +65,9 @@ class WorkspaceEnvironment(Environment):
     def snapshot(self) -> dict[str, Any]:
         """The working copy's tree: each file's relative path and content hash."""
         seen: dict[str, tuple[int, int, str]] = {}
-        for folder, dirs, files in os.walk(self.workdir):
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED)
-            for name in files:
-                path = Path(folder) / name
-                rel = path.relative_to(self.workdir).as_posix()
-                try:
-                    stat = path.stat()
-                except OSError:
-                    continue
-                known = self._hashes.get(rel)
-                if known and known[:2] == (stat.st_size, stat.st_mtime_ns):
-                    seen[rel] = known
-                    continue
-                seen[rel] = (stat.st_size, stat.st_mtime_ns, _digest(path))
+        _walk(self._hashes, seen, os.fspath(self.workdir), "")
         self._hashes = seen
-        return {"files": {rel: entry[2] for rel, entry in sorted(seen.items())}}
+        return {"files": {rel: seen[rel][2] for rel in sorted(seen)}}
 
     def unmet(self, snapshot: dict[str, Any]) -> list[str]:
         if self.goal_check is None:
@@ -87,10 +75,52 @@ class WorkspaceEnvironment(Environment):
         return run_goal_check(self.goal_check, self.workdir, self.goal_check_timeout_s)
 
 
-def _digest(path: Path) -> str:
+def _walk(
+    known: dict[str, tuple[int, int, str]],
+    seen: dict[str, tuple[int, int, str]],
+    top: str,
+    prefix: str,
+) -> None:
+    """Each file under `top` (as `os.walk` finds them: a link to a folder not followed, a
+    skipped folder's name not entered) into `seen`, keyed `prefix` + its posix path; hashed
+    again only where its size or mtime moved since `known`. Plain strings and `os.scandir`,
+    no pathlib objects: the whole tree is walked for every tool call."""
+    folders = [(top, prefix)]
+    while folders:
+        folder, prefix = folders.pop()
+        try:
+            entries = os.scandir(folder)
+        except OSError:  # gone or unreadable: as os.walk, nothing from it
+            continue
+        with entries:
+            for entry in entries:
+                if _is_folder(entry):
+                    if entry.name not in SKIPPED and not entry.is_symlink():
+                        folders.append((entry.path, f"{prefix}{entry.name}/"))
+                    continue
+                try:
+                    stat = entry.stat()  # a link's target, as Path.stat
+                except OSError:
+                    continue
+                rel = prefix + entry.name
+                was = known.get(rel)
+                if was is not None and was[0] == stat.st_size and was[1] == stat.st_mtime_ns:
+                    seen[rel] = was
+                else:
+                    seen[rel] = (stat.st_size, stat.st_mtime_ns, _digest(entry.path))
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # os.walk takes it for a file
+        return False
+
+
+def _digest(path: str) -> str:
     hasher = hashlib.sha256()
     try:
-        with path.open("rb") as handle:
+        with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 16), b""):
                 hasher.update(block)
     except OSError:
