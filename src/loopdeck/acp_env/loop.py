@@ -107,20 +107,23 @@ class AcpLoop:
         try:
             while (item := await rt.interruptible(self._next(turn), by_cancel=True)) is not None:
                 await self._take(item)
-            response = turn.result()
         except (ConnectionError, OSError) as exc:
-            raise StopRun(
-                StopReason.TOOL_FAILURE, self.agent.said("went away mid-turn", str(exc))
-            ) from None
-        except RequestError as refused:  # e.g. Claude Code's "API Error: 400" after its retries
-            raise StopRun(
-                StopReason.TOOL_FAILURE, self.agent.said("failed its turn", agent_words(refused))
-            ) from None
+            raise self._went_away(exc) from None
         except BaseException:
             await self._cancel_turn(turn)
             raise
+        try:
+            response = turn.result()
+        except (ConnectionError, OSError) as exc:
+            raise self._went_away(exc) from None
+        except RequestError as refused:  # e.g. Claude Code's "API Error: 400" after its retries
+            said = self.agent.said("failed its turn", agent_words(refused))
+            raise StopRun(StopReason.TOOL_FAILURE, said) from None
         self._turn_done(started)
         return str(response.stop_reason)
+
+    def _went_away(self, exc: BaseException) -> StopRun:
+        return StopRun(StopReason.TOOL_FAILURE, self.agent.said("went away mid-turn", str(exc)))
 
     async def _next(self, turn: asyncio.Future[Any]) -> Incoming | None:
         """The agent's next message, or None once its turn ended and all it sent is taken."""
