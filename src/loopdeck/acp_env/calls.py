@@ -1,11 +1,12 @@
-"""An ACP agent's tool calls as loopdeck's: each recorded as it is proposed (`CallProposed`)
-and as it ends (`ToolFinished`), keyed by the guard on (kind and title, canonical input, the
-working copy's hash); its permission asked of the operator like any write (`WriteApprovals`,
-the receipt bound to the input and the state), answered with the agent's allow-once option or
-its reject option, never allow-always; a file the agent asks loopdeck to write, a write
-loopdeck gates (unless a permitted call named the path) and runs once per path, content and
-state; and a terminal the agent asks loopdeck to run, a write loopdeck gates (unless a
-permitted call named its command) and starts once (`terminal_calls.py`).
+"""An ACP agent's tool calls as loopdeck's: each recorded as it is proposed (`CallProposed`:
+once its input is known; a call started without it is held, `held_calls.py`) and as it ends
+(`ToolFinished`), keyed by the guard on (kind and title, canonical input, the working copy's
+hash when it is proposed); its permission asked of the operator like any write
+(`WriteApprovals`, the receipt bound to the input and the state), answered with the agent's
+allow-once option or its reject option, never allow-always; a file the agent asks loopdeck
+to write, a write loopdeck gates (unless a permitted call named the path) and runs once per
+path, content and state; and a terminal the agent asks loopdeck to run, a write loopdeck
+gates (unless a permitted call named its command) and starts once (`terminal_calls.py`).
 """
 
 from __future__ import annotations
