@@ -224,3 +224,12 @@ def test_a_file_is_hashed_again_only_where_its_size_or_mtime_moved(tmp_path: Pat
     assert workspace.snapshot()["files"]["f.txt"] == _digest(str(tmp_path / "f.txt")) != first
     (tmp_path / "f.txt").unlink()
     assert workspace.snapshot()["files"] == {}
+
+
+def test_a_fifo_in_the_working_copy_is_left_out_never_opened(tmp_path: Path) -> None:
+    """A user's folder worked on in place may hold a named pipe: opening it to hash it would
+    block the env thread for good."""
+    (tmp_path / "a.py").write_text("a\n")
+    os.mkfifo(tmp_path / "pipe")
+    files = WorkspaceEnvironment(tmp_path, {}).snapshot()["files"]
+    assert list(files) == ["a.py"]

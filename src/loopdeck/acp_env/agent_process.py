@@ -98,7 +98,7 @@ class AgentProcess:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.conn = connect_to_agent(client, self.proc.stdin, self.proc.stdout)
         capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
         )
         try:
             async with asyncio.timeout(config.startup_timeout_s):

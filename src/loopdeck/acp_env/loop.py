@@ -58,6 +58,7 @@ class AcpLoop:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             await self._turns()
         finally:
+            await self.calls.terminals.close()  # its commands end with the run, not after it
             await self.agent.stop()
 
     async def _turns(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from loopdeck.core.environment import Environment
@@ -101,6 +102,8 @@ def _walk(
                 try:
                     stat = entry.stat()  # a link's target, as Path.stat
                 except OSError:
+                    continue
+                if not S_ISREG(stat.st_mode):  # a FIFO or a device: opening it would block
                     continue
                 rel = prefix + entry.name
                 was = known.get(rel)
