@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from store_helpers import last_json, loopdeck, open_existing, start_runner, wait_for_pending
 
-from loopdeck.store.base import Location
+from loopdeck.store.base import SCHEMA_VERSION, Location
 
 DECISIONS = Path(__file__).parent / "envs" / "decisions"
 
@@ -215,4 +215,4 @@ async def test_a_version_2_store_gains_the_decision_columns_when_opened(db: Loca
         row = await store.fetchall("SELECT edited_args, grant_rule FROM approvals")
     finally:
         await store.close()
-    assert version[0] == "3" and row == []
+    assert version[0] == str(SCHEMA_VERSION) and row == []
