@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import run_env
 
 from loopdeck.core.states import StopReason
@@ -47,6 +48,7 @@ steps = [{ message = "not played" }]
 """
 
 
+@pytest.mark.slow  # an agent process's start: seconds (make stress)
 async def test_an_agent_refusing_its_session_stops_the_run_naming_it(tmp_path: Path) -> None:
     env = tmp_path / "refuses"
     (env / "workspace").mkdir(parents=True)

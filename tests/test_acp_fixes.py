@@ -67,6 +67,7 @@ def agent_env(tmp_path: Path, name: str, agent: str, scenario: str) -> Path:
     return env
 
 
+@pytest.mark.slow  # an agent process's start: seconds (make stress)
 async def test_an_agent_failing_its_prompt_stops_the_run_with_its_words(tmp_path: Path) -> None:
     env = agent_env(tmp_path, "fails", FAILING_AGENT, SCENARIO)
     outcome, _ = await run_env(env, None)  # type: ignore[arg-type]

@@ -105,6 +105,7 @@ def test_the_commands_a_permitted_call_names() -> None:
     assert commands_named({"path": "calc.py"}) == set() == commands_named("text")
 
 
+@pytest.mark.slow  # an agent process's start: seconds (make stress)
 async def test_a_terminal_runs_without_a_shell_and_kill_ends_its_group(tmp_path: Path) -> None:
     terminals = Terminals()
     echo = await terminals.start(sys.executable, ["-c", "print('$HOME;')"], tmp_path, {}, None)
