@@ -13,19 +13,16 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding, BindingType
-from textual.color import Color, ColorParseError
 from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.operator.runview import RunView
-from loopdeck.tui.in_place import grows_in_place, rescroll
-from loopdeck.tui.paint_style import StylePerPaint
+from loopdeck.tui.in_place import grows_in_place
+from loopdeck.tui.line_table import LineTable, table_css
 
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
     CallStatus.PROPOSED: ("running", "primary"),
@@ -63,54 +60,16 @@ def format_duration(duration_ms: float | None) -> str:
     return "" if duration_ms is None else f"{duration_ms:,.0f}"
 
 
-class CallsTable(StylePerPaint, ScrollView, can_focus=True):
+class CallsTable(LineTable):
     """The run's calls, newest last. The cursor follows the newest row while it is on it."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-    ]
+    PREFIX = "calls-table"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "calls-table--header",
         "calls-table--cursor",
         "calls-table--even-row",
     }
-    DEFAULT_CSS = """
-    CallsTable {
-        background: $surface;
-        color: $foreground;
-        overflow-x: hidden;
-        overflow-y: auto;
-        &:focus {
-            background-tint: $foreground 5%;
-            & > .calls-table--cursor {
-                background: $block-cursor-background;
-                color: $block-cursor-foreground;
-                text-style: $block-cursor-text-style;
-            }
-        }
-        &:dark > .calls-table--even-row {
-            background: $surface-darken-1 40%;
-        }
-        & > .calls-table--header {
-            text-style: bold;
-            background: $panel;
-            color: $foreground;
-        }
-        & > .calls-table--even-row {
-            background: $surface-lighten-1 50%;
-        }
-        & > .calls-table--cursor {
-            background: $block-cursor-blurred-background;
-            color: $block-cursor-blurred-foreground;
-            text-style: $block-cursor-blurred-text-style;
-        }
-    }
-    """
+    DEFAULT_CSS = table_css("CallsTable", "calls-table", overflow_x="hidden")
 
     class Highlighted(Message):
         """The cursor moved to another call (None: the table is empty)."""
@@ -226,24 +185,11 @@ class CallsTable(StylePerPaint, ScrollView, can_focus=True):
             return self.args_width + 2
         return self.tool_room if column == "tool" else COLUMN_ROOM[column]
 
-    def watch_virtual_size(self, size: Size) -> None:
-        rescroll(self, size)
-
     def _resize(self) -> None:
         width = sum(self._width_of(c) for c in self.columns_shown)
         self.virtual_size = Size(width, len(self._keys) + 1)
 
     # -- drawing ---------------------------------------------------------------------------
-    def _color(self, name: str) -> str:
-        """A theme color as Rich takes it: one with alpha is blended onto the background."""
-        try:
-            color = Color.parse(self.app.theme_variables.get(name, ""))
-        except ColorParseError:
-            return ""
-        if color.a < 1:
-            color = self.background_colors[1] + color
-        return color.hex6
-
     def _row_cells(self, call_id: str) -> list[Text]:
         cells = self._cells.get(call_id)
         if cells is None:
@@ -306,18 +252,7 @@ class CallsTable(StylePerPaint, ScrollView, can_focus=True):
         index = scroll_y + y - 1
         if index >= len(self._keys):
             return Strip.blank(width, base)
-        line_style = base
-        if index == self.cursor_row:
-            line_style += self.get_component_rich_style("calls-table--cursor")
-        elif index % 2:
-            line_style += self.get_component_rich_style("calls-table--even-row")
-        strip = Strip(self._row_segments(self._keys[index]))
-        if index == self.cursor_row:
-            # The cursor's own colors win over a cell's (as in a DataTable's cursor row).
-            strip = Strip(Segment(text, line_style) for text, _, _ in strip)
-        else:
-            strip = Strip(Segment.apply_style(strip, line_style))
-        return strip.crop_extend(scroll_x, scroll_x + width, line_style)
+        return self._drawn_row(self._row_segments(self._keys[index]), index, scroll_x)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -332,32 +267,15 @@ class CallsTable(StylePerPaint, ScrollView, can_focus=True):
         self._announce()
         self.refresh()
 
-    def on_resize(self) -> None:
-        self.call_after_refresh(self._scroll_cursor_into_view)
-
-    def _scroll_cursor_into_view(self) -> None:
-        rows_shown = max(1, self.scrollable_content_region.height - 1)
-        top = int(self.scroll_y)
-        if self.cursor_row < top:
-            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
-        elif self.cursor_row >= top + rows_shown:
-            self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
-
     def _announce(self) -> None:
         key = self.cursor_key
         if key != self._highlighted:
             self._highlighted = key
             self.post_message(self.Highlighted(self, key))
 
-    def action_cursor(self, delta: int) -> None:
-        self.move_cursor(row=self.cursor_row + delta)
-
-    def action_page(self, direction: int) -> None:
-        rows_shown = max(1, self.scrollable_content_region.height - 1)
-        self.move_cursor(row=self.cursor_row + direction * rows_shown)
-
-    def action_jump(self, row: int) -> None:
-        self.move_cursor(row=row if row >= 0 else len(self._keys) - 1)
+    @property
+    def row_total(self) -> int:
+        return len(self._keys)
 
     def on_click(self, event: events.Click) -> None:
         if event.y >= 1:

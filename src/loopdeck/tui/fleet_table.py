@@ -18,16 +18,13 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding, BindingType
-from textual.color import Color, ColorParseError
 from textual.geometry import Region, Size
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from loopdeck.core.text import plural
 from loopdeck.operator.fleet import FleetRow
-from loopdeck.tui.in_place import grows_in_place, rescroll
-from loopdeck.tui.paint_style import StylePerPaint
+from loopdeck.tui.in_place import grows_in_place
+from loopdeck.tui.line_table import LineTable, table_css
 from loopdeck.tui.panels import elapsed_text
 from loopdeck.tui.shown import visible
 
@@ -43,54 +40,16 @@ PADDING = 1  # a space either side of each cell, as a DataTable's
 Look = tuple[object, ...]
 
 
-class FleetTable(StylePerPaint, ScrollView, can_focus=True):
+class FleetTable(LineTable):
     """The fleet's runs in the screen's order; the cursor stays on its run as they move."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-    ]
+    PREFIX = "fleet-table"
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "fleet-table--header",
         "fleet-table--cursor",
         "fleet-table--even-row",
     }
-    DEFAULT_CSS = """
-    FleetTable {
-        background: $surface;
-        color: $foreground;
-        overflow-x: auto;
-        overflow-y: auto;
-        &:focus {
-            background-tint: $foreground 5%;
-            & > .fleet-table--cursor {
-                background: $block-cursor-background;
-                color: $block-cursor-foreground;
-                text-style: $block-cursor-text-style;
-            }
-        }
-        &:dark > .fleet-table--even-row {
-            background: $surface-darken-1 40%;
-        }
-        & > .fleet-table--header {
-            text-style: bold;
-            background: $panel;
-            color: $foreground;
-        }
-        & > .fleet-table--even-row {
-            background: $surface-lighten-1 50%;
-        }
-        & > .fleet-table--cursor {
-            background: $block-cursor-blurred-background;
-            color: $block-cursor-blurred-foreground;
-            text-style: $block-cursor-blurred-text-style;
-        }
-    }
-    """
+    DEFAULT_CSS = table_css("FleetTable", "fleet-table", overflow_x="auto")
 
     virtual_size = grows_in_place()  # more runs move the scrollbar, not the screen
 
@@ -247,20 +206,7 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         width = sum(self._widths.values()) + 2 * PADDING * len(COLUMNS)
         self.virtual_size = Size(width, len(self._rows) + 1)
 
-    def watch_virtual_size(self, size: Size) -> None:
-        rescroll(self, size)
-
     # -- drawing ---------------------------------------------------------------------------
-    def _color(self, name: str) -> str:
-        """A theme color as Rich takes it: one with alpha is blended onto the background."""
-        try:
-            color = Color.parse(self.app.theme_variables.get(name, ""))
-        except ColorParseError:
-            return ""
-        if color.a < 1:
-            color = self.background_colors[1] + color
-        return color.hex6
-
     def _segments(self, texts: list[Text]) -> list[Segment]:
         """One segment per run of cells in one style: a frame's cost is per segment."""
         segments: list[Segment] = []
@@ -310,20 +256,10 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         index = scroll_y + y - 1
         if index >= len(self._rows):
             return Strip.blank(width, base)
-        line_style = base
-        if index == self.cursor_row:
-            line_style += self.get_component_rich_style("fleet-table--cursor")
-        elif index % 2:
-            line_style += self.get_component_rich_style("fleet-table--even-row")
         row = self._rows[index]
-        strip = Strip(self._row_segments(row))
+        segments = self._row_segments(row)
         self._drawn[index] = (row.run_id, self._cells[row.run_id][0], index == self.cursor_row)
-        if index == self.cursor_row:
-            # The cursor's own colors win over a cell's (as in a DataTable's cursor row).
-            strip = Strip(Segment(text, line_style) for text, _, _ in strip)
-        else:
-            strip = Strip(Segment.apply_style(strip, line_style))
-        return strip.crop_extend(scroll_x, scroll_x + width, line_style)
+        return self._drawn_row(segments, index, scroll_x)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -342,28 +278,9 @@ class FleetTable(StylePerPaint, ScrollView, can_focus=True):
         else:
             self._refresh_changed()  # the cursor's old line and its new one
 
-    def on_resize(self) -> None:
-        self.call_after_refresh(self._scroll_cursor_into_view)
-
-    def _rows_shown(self) -> int:
-        return max(1, self.scrollable_content_region.height - 1)
-
-    def _scroll_cursor_into_view(self) -> None:
-        rows_shown = self._rows_shown()
-        top = int(self.scroll_y)
-        if self.cursor_row < top:
-            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
-        elif self.cursor_row >= top + rows_shown:
-            self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
-
-    def action_cursor(self, delta: int) -> None:
-        self.move_cursor(row=self.cursor_row + delta)
-
-    def action_page(self, direction: int) -> None:
-        self.move_cursor(row=self.cursor_row + direction * self._rows_shown())
-
-    def action_jump(self, row: int) -> None:
-        self.move_cursor(row=row if row >= 0 else len(self._rows) - 1)
+    @property
+    def row_total(self) -> int:
+        return len(self._rows)
 
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)  # inside the border and padding

@@ -1,0 +1,129 @@
+"""What the console's line-API tables share (the run's calls, the fleet's runs): their keys,
+their look (a `DataTable`'s, in the theme's colors), a row's line style and the cursor kept
+in view. Each draws only the rows on screen; what a row holds is its own."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.segment import Segment
+from textual.binding import Binding, BindingType
+from textual.color import Color, ColorParseError
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from loopdeck.tui.in_place import rescroll
+from loopdeck.tui.paint_style import StylePerPaint
+
+
+def table_css(widget: str, prefix: str, overflow_x: str) -> str:
+    """A `DataTable`'s look for `widget`, its parts named `prefix--header`, `--cursor` and
+    `--even-row`."""
+    return f"""
+    {widget} {{
+        background: $surface;
+        color: $foreground;
+        overflow-x: {overflow_x};
+        overflow-y: auto;
+        &:focus {{
+            background-tint: $foreground 5%;
+            & > .{prefix}--cursor {{
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }}
+        }}
+        &:dark > .{prefix}--even-row {{
+            background: $surface-darken-1 40%;
+        }}
+        & > .{prefix}--header {{
+            text-style: bold;
+            background: $panel;
+            color: $foreground;
+        }}
+        & > .{prefix}--even-row {{
+            background: $surface-lighten-1 50%;
+        }}
+        & > .{prefix}--cursor {{
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }}
+    }}
+    """
+
+
+class LineTable(StylePerPaint, ScrollView, can_focus=True):
+    """A table of rows under one header line; `cursor_row` the selected row. A subclass
+    names its parts' `PREFIX`, says how many rows it has (`row_total`) and moves the cursor
+    (`move_cursor`)."""
+
+    PREFIX: ClassVar[str] = ""
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+    ]
+
+    cursor_row = 0
+
+    @property
+    def row_total(self) -> int:
+        raise NotImplementedError
+
+    def move_cursor(self, *, row: int, animate: bool = False) -> None:
+        raise NotImplementedError
+
+    def watch_virtual_size(self, size: Size) -> None:
+        rescroll(self, size)
+
+    def _color(self, name: str) -> str:
+        """A theme color as Rich takes it: one with alpha is blended onto the background."""
+        try:
+            color = Color.parse(self.app.theme_variables.get(name, ""))
+        except ColorParseError:
+            return ""
+        if color.a < 1:
+            color = self.background_colors[1] + color
+        return color.hex6
+
+    def _drawn_row(self, segments: list[Segment], index: int, scroll_x: int) -> Strip:
+        """Row `index`'s segments as its line: the cursor's colors, else the stripes."""
+        line_style = self.rich_style
+        if index == self.cursor_row:
+            line_style += self.get_component_rich_style(f"{self.PREFIX}--cursor")
+            # The cursor's own colors win over a cell's (as in a DataTable's cursor row).
+            strip = Strip(Segment(text, line_style) for text, _, _ in segments)
+        else:
+            if index % 2:
+                line_style += self.get_component_rich_style(f"{self.PREFIX}--even-row")
+            strip = Strip(Segment.apply_style(segments, line_style))
+        width = self.scrollable_content_region.width
+        return strip.crop_extend(scroll_x, scroll_x + width, line_style)
+
+    def _rows_shown(self) -> int:
+        return max(1, self.scrollable_content_region.height - 1)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._scroll_cursor_into_view)
+
+    def _scroll_cursor_into_view(self) -> None:
+        rows_shown = self._rows_shown()
+        top = int(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= top + rows_shown:
+            self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
+
+    def action_cursor(self, delta: int) -> None:
+        self.move_cursor(row=self.cursor_row + delta)
+
+    def action_page(self, direction: int) -> None:
+        self.move_cursor(row=self.cursor_row + direction * self._rows_shown())
+
+    def action_jump(self, row: int) -> None:
+        self.move_cursor(row=row if row >= 0 else self.row_total - 1)
