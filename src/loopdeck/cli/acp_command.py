@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loopdeck.cli.parser import budget_overrides
+
 if TYPE_CHECKING:
     from loopdeck.operator.launch import RunOptions
 
@@ -69,14 +71,7 @@ def acp_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         env=f"acp:{workdir.name or workdir}",
         approve=args.approve,
-        budget_overrides={
-            "max_turns": args.max_turns,
-            "max_tool_calls": args.max_tool_calls,
-            "max_tokens": args.max_tokens,
-            "max_cost": args.max_cost,
-            "deadline": args.deadline,
-            "max_rounds": args.max_rounds,
-        },
+        budget_overrides=budget_overrides(args),
         run_id=args.run_id,
         pause_at=args.pause_at,
         acp=target,

@@ -267,6 +267,12 @@ def add_store_commands(commands: Any) -> None:
     replay.add_argument("--theme")
 
 
+def budget_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The budget flags `run` and `acp` share, by the name `RunOptions` takes them."""
+    names = ("max_turns", "max_tool_calls", "max_tokens", "max_cost", "deadline", "max_rounds")
+    return {name: getattr(args, name) for name in names}
+
+
 def add_otlp_flags(parser: argparse.ArgumentParser, about: str) -> None:
     """`--otlp URL` and `--otlp-content`, for `export` and `run`."""
     parser.add_argument(

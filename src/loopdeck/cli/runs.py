@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from loopdeck import tuning
 from loopdeck.cli import acp_command
-from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED
+from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED, budget_overrides
 from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import Location, default_db_path
 
@@ -39,14 +39,7 @@ def options(args: argparse.Namespace) -> RunOptions:
         api_base=args.api_base,
         mode=args.mode,
         approve=args.approve,
-        budget_overrides={
-            "max_turns": args.max_turns,
-            "max_tool_calls": args.max_tool_calls,
-            "max_tokens": args.max_tokens,
-            "max_cost": args.max_cost,
-            "deadline": args.deadline,
-            "max_rounds": args.max_rounds,
-        },
+        budget_overrides=budget_overrides(args),
         run_id=args.run_id,
         model_timeout_s=args.model_timeout,
         pause_at=args.pause_at,
@@ -119,9 +112,6 @@ def run_headless(args: argparse.Namespace) -> int:
     except BadTraceEndpoint as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if trace is None and args.otlp_content:
-        print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
-        return EXIT_BAD_INPUT
 
     async def recorded() -> RunOutcome:
         signals.install()
@@ -184,6 +174,8 @@ def live_trace(args: argparse.Namespace) -> LiveTrace | None:
     """`--otlp URL`, else the OpenTelemetry variables' endpoint: the run's trace, built and
     sent as it runs (the OpenTelemetry SDK imported only then)."""
     url = args.otlp or otlp_from_environment()
+    if not url and args.otlp_content:
+        raise BadTraceEndpoint("--otlp-content goes with --otlp URL")
     if not url:
         return None
     from loopdeck.operator.otel_export import LiveTrace
@@ -257,9 +249,6 @@ def run_console(args: argparse.Namespace) -> int:
         trace = live_trace(args)
     except BadTraceEndpoint as exc:
         print(f"loopdeck: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if trace is None and args.otlp_content:
-        print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
         return EXIT_BAD_INPUT
     if refused_without_terminal(args.command):
         return EXIT_BAD_INPUT
