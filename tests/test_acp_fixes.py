@@ -234,3 +234,19 @@ def test_a_fifo_in_the_working_copy_is_left_out_never_opened(tmp_path: Path) -> 
     os.mkfifo(tmp_path / "pipe")
     files = WorkspaceEnvironment(tmp_path, {}).snapshot()["files"]
     assert list(files) == ["a.py"]
+
+
+@pytest.mark.slow  # an agent process's start: seconds (make stress)
+async def test_tokens_an_agent_never_reports_are_unknown_never_zero() -> None:
+    """An agent that sends no usage (Gemini CLI) leaves its tokens unknown in the budget's
+    event and the outcome (JSON `null`, the summary's "unknown"); one that does has them."""
+    from conftest import SAMPLES
+
+    from loopdeck.core.events import BudgetUpdated
+
+    silent, rec = await run_env(SAMPLES / "calc_acp", "reject", approve="deny")
+    assert silent.tokens is None
+    assert [e for e in rec.events if isinstance(e, BudgetUpdated)][-1].tokens_unknown
+    said, rec = await run_env(SAMPLES / "calc_acp", "solve")
+    assert said.tokens == 1800
+    assert not [e for e in rec.events if isinstance(e, BudgetUpdated)][-1].tokens_unknown

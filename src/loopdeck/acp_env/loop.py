@@ -45,6 +45,7 @@ class AcpLoop:
         self.calls = AcpCalls(rt, agent, self.bridge)
         self.said: list[str] = []  # the agent's words this turn
         self.cost_seen: float | None = None
+        self.tokens_seen = False  # a usage_update or a turn's usage said a figure
         # Nothing checks the goal: why, said when nobody can be asked to judge a turn.
         self.unchecked = unchecked
 
@@ -120,6 +121,9 @@ class AcpLoop:
         except RequestError as refused:  # e.g. Claude Code's "API Error: 400" after its retries
             said = self.agent.said("failed its turn", agent_words(refused))
             raise StopRun(StopReason.TOOL_FAILURE, said) from None
+        if (usage := getattr(response, "usage", None)) is not None:  # the session's, so far
+            self.tokens_seen = True
+            rt.ledger.tokens = max(rt.ledger.tokens, int(usage.total_tokens))
         self._turn_done(started)
         return str(response.stop_reason)
 
@@ -183,6 +187,7 @@ class AcpLoop:
     async def _usage(self, update: Any) -> None:
         ledger = self.rt.ledger
         ledger.tokens = max(ledger.tokens, int(update.used))
+        self.tokens_seen = True
         if update.cost is not None:
             self.cost_seen = float(update.cost.amount)
             ledger.cost_usd = self.cost_seen
@@ -196,6 +201,7 @@ class AcpLoop:
         ledger.turns += 1
         if self.cost_seen is None:
             ledger.cost_unknown_calls += 1  # never reported: unknown, not 0
+        ledger.tokens_unknown = not self.tokens_seen
         rt.emit(
             ModelCalled,
             run_id=rt.config.run_id,

@@ -100,9 +100,10 @@ def _figures(outcome: RunOutcome) -> str:
         if outcome.operator_wait_s >= 0.01
         else ""
     )
+    tokens = "unknown" if outcome.tokens is None else f"{outcome.tokens:,}"
     return (
         f"rounds {outcome.rounds:,} · model calls {outcome.model_calls:,} · tool calls "
-        f"{outcome.tool_calls:,} · tokens {outcome.tokens:,} · cost {cost} · "
+        f"{outcome.tool_calls:,} · tokens {tokens} · cost {cost} · "
         f"agent time {outcome.elapsed_s:.2f}s{waited}"
     )
 

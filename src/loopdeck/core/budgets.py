@@ -102,6 +102,7 @@ class BudgetLedger:
         self.tokens = 0
         self.cost_usd = 0.0
         self.cost_unknown_calls = 0
+        self.tokens_unknown = False  # no figure was ever reported (an ACP agent's)
         self.rounds = 0
         self.corrections = 0
 

@@ -139,6 +139,8 @@ class BudgetUpdated(EventBase):
     kind: Literal["budget_updated"] = "budget_updated"
     usage: dict[str, tuple[float, float]]
     cost_unknown_calls: int
+    # The tokens were never reported (an ACP agent that sends no usage): unknown, not 0.
+    tokens_unknown: bool = False
     # Time spent waiting on the operator (paused, or a write awaiting approval): not the
     # agent's, so not charged to the deadline. `held` names the wait going on now.
     operator_s: float = 0.0

@@ -46,7 +46,7 @@ class RunOutcome(BaseModel):
     rounds: int
     model_calls: int
     tool_calls: int
-    tokens: int
+    tokens: int | None  # None: never reported (an ACP agent that sends no usage)
     cost_usd: float | None
     cost_unknown_calls: int
     elapsed_s: float

@@ -211,6 +211,7 @@ class Runtime:
             run_id=self.config.run_id,
             usage=self.ledger.usage(),
             cost_unknown_calls=self.ledger.cost_unknown_calls,
+            tokens_unknown=self.ledger.tokens_unknown,
             operator_s=round(self.ledger.operator_s(), 3),
             held=self.ledger.held,
         )
@@ -357,7 +358,7 @@ class Runtime:
             rounds=self.round,
             model_calls=self.ledger.turns,
             tool_calls=self.ledger.tool_calls,
-            tokens=self.ledger.tokens,
+            tokens=None if self.ledger.tokens_unknown else self.ledger.tokens,
             cost_usd=cost,
             cost_unknown_calls=self.ledger.cost_unknown_calls,
             elapsed_s=round(self.ledger.elapsed(), 3),

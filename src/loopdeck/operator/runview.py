@@ -98,6 +98,7 @@ class RunView:
     repeats: int = 0
     budget: dict[str, tuple[float, float]] = field(default_factory=dict)
     cost_unknown_calls: int = 0
+    tokens_unknown: bool = False
     fired_cap: str | None = None
     verdicts: list[RoundVerdict] = field(default_factory=list)
     stop_reason: str | None = None
@@ -329,6 +330,7 @@ class RunView:
     def _on_budget_updated(self, e: BudgetUpdated) -> None:
         self.budget = {k: (float(u), float(limit)) for k, (u, limit) in e.usage.items()}
         self.cost_unknown_calls = e.cost_unknown_calls
+        self.tokens_unknown = e.tokens_unknown
         self.agent_s = self.budget.get("deadline_s", (0.0, 0.0))[0]
         self.operator_s, self.held, self.clock_at = e.operator_s, e.held, e.at
 

@@ -226,6 +226,8 @@ class BudgetPanel(FixedSize, Static):
             )
             if cap == "cost_usd":
                 amount = "unknown" if view.cost_unknown_calls else f"{used:.4f}/{number(limit)}"
+            elif cap == "tokens" and view.tokens_unknown:
+                amount = "unknown"
             elif cap == "deadline_s":
                 amount = f"{int(used)}/{number(limit)}"
             else:
