@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from loopdeck.core.events import EventBase, OperatorCommand, RunStopped, kind_of
+from loopdeck.core.events import EventBase, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
@@ -113,29 +113,16 @@ def local_time(stamp: str | None) -> str:
         return stamp
 
 
-async def is_paused(store: Store, run_id: str) -> bool:
-    """A live run's last pause or resume was a pause."""
-    rows = await store.fetchall(
-        "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC",
-        (run_id, kind_of(OperatorCommand)),
-    )
-    for row in rows:
-        command = OperatorCommand.model_validate_json(row["body"]).command
-        if command in ("pause", "resume"):
-            return command == "pause"
-    return False
-
-
 async def list_runs(store: Store) -> list[dict[str, Any]]:
     rows = await store.fetchall(
         "SELECT run_id, env, script, model, state, stop_reason, started_at, ended_at, tokens,"
-        " cost_usd, host, pid FROM runs ORDER BY started_at DESC"
+        " cost_usd, host, pid, paused FROM runs ORDER BY started_at DESC"
     )
     listed = [dict(row) for row in rows]
     for run in listed:
         run["outcome_unknown"] = await outcome_unknown(store, run["run_id"])
-        live = run["state"] in LIVE_STATES
-        run["paused"] = live and await is_paused(store, run["run_id"])
+        # the run's row says it (`store/feed.py`), kept by its writer from its pauses
+        run["paused"] = run["state"] in LIVE_STATES and bool(run["paused"])
     return listed
 
 
@@ -316,21 +303,6 @@ async def changed_runs(store: Store, since: int) -> tuple[list[dict[str, Any]], 
     return [{column: row[column] for column in FEED_COLUMNS} for row in rows], after
 
 
-async def last_seqs(store: Store) -> dict[str, int]:
-    """Each run's newest event number (read from the primary key's index)."""
-    rows = await store.fetchall("SELECT run_id, MAX(seq) FROM events GROUP BY run_id")
-    return {row[0]: int(row[1]) for row in rows}
-
-
-async def pending_counts(store: Store) -> dict[str, tuple[int, str]]:
-    """Per run: how many writes wait, and the soonest expiry among them."""
-    rows = await store.fetchall(
-        "SELECT run_id, COUNT(*), MIN(expires_at) FROM approvals WHERE state = 'pending'"
-        " GROUP BY run_id"
-    )
-    return {row[0]: (int(row[1]), str(row[2])) for row in rows}
-
-
 E = TypeVar("E", bound=EventBase)
 
 
@@ -341,13 +313,6 @@ async def last_event(store: Store, run_id: str, cls: type[E]) -> E | None:
         (run_id, kind_of(cls)),
     )
     return cls.model_validate_json(rows[0]["body"]) if rows else None
-
-
-async def count_events(store: Store, run_id: str, cls: type[EventBase]) -> int:
-    rows = await store.fetchall(
-        "SELECT COUNT(*) FROM events WHERE run_id = ? AND kind = ?", (run_id, kind_of(cls))
-    )
-    return int(rows[0][0])
 
 
 async def all_runs(store: Store) -> list[dict[str, Any]]:
