@@ -41,6 +41,10 @@ class ApprovalRequest(BaseModel):
     # The tool's argument schema (JSON Schema), for an operator editing the arguments.
     args_schema: dict[str, Any] = {}
     risk_source: str = ""  # where the write's risk came from (an MCP server's annotation)
+    # Why an edit of this call's arguments cannot be carried out ("" when it can): the call
+    # is the agent's own and runs the agent's input. Such a call is approved or rejected as
+    # proposed; an edit is offered as "reject and tell the agent" instead.
+    not_editable: str = ""
 
 
 REJECTED = "rejected by the operator"  # a rejection's reason when the operator gave none
@@ -134,6 +138,7 @@ def request_for(
     asked_again: str = "",
     args_schema: dict[str, Any] | None = None,
     risk_source: str = "",
+    not_editable: str = "",
 ) -> ApprovalRequest:
     now = datetime.now(UTC)
     return ApprovalRequest(
@@ -151,6 +156,7 @@ def request_for(
         asked_again=asked_again,
         args_schema=args_schema or {},
         risk_source=risk_source,
+        not_editable=not_editable,
     )
 
 

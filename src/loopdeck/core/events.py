@@ -209,6 +209,20 @@ class RecordingResumed(EventBase):
     held_s: float
 
 
+class UnrequestedChange(EventBase):
+    """The workspace changed and no approved call explains it (an agent writing on its own,
+    before its permission was answered, or after a rejection): the paths, and the call or
+    turn it was seen after. A guarded run (`--approve deny|wait`, an operator attached)
+    stops `policy_block` on it."""
+
+    kind: Literal["unrequested_change"] = "unrequested_change"
+    after: str  # "c3 edit: calc.py" or "turn 2": what the change was seen after
+    added: list[str] = []
+    changed: list[str] = []
+    removed: list[str] = []
+    stops: bool = False  # the run stops on it (`policy_block`)
+
+
 class RunStopped(EventBase):
     kind: Literal["run_stopped"] = "run_stopped"
     state: RunState
@@ -247,6 +261,7 @@ Event = Annotated[
     | RunCorrected
     | RecordingHeld
     | RecordingResumed
+    | UnrequestedChange
     | RunStopped,
     Field(discriminator="kind"),
 ]

@@ -119,6 +119,9 @@ class ToolSpec(BaseModel):
     exempt_from_guard: bool = False
     fn: Any = Field(exclude=True)
     idempotency_fields: tuple[str, ...] | None = None
+    # Why an operator's edit of this tool's arguments cannot be carried out ("" when it
+    # can): an agent's own tool runs the agent's input, whatever loopdeck approves.
+    not_editable: str = ""
 
     def json_schema(self) -> dict[str, Any]:
         return {

@@ -111,6 +111,7 @@ class WriteApprovals:
             asked_again=again.problem if again else "",
             args_schema=spec.args_model.model_json_schema(),
             risk_source=spec.risk_source,
+            not_editable=spec.not_editable,
         )
         grant = None if again else self.grants.covering(call.tool, call.args)
         decided = await self._ask(request, record, grant)
