@@ -29,6 +29,7 @@ from loopdeck.acp_env.workspace import WorkspaceEnvironment
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.config import RunConfig
 from loopdeck.core.events import CallStatus, EventBus
+from loopdeck.core.run_host import RunHost
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import RunState, StopReason
 
@@ -64,7 +65,7 @@ def calls(tmp_path: Path) -> Any:
     env = WorkspaceEnvironment(workdir, {})
     rt = Runtime(config, env, AgentsOwnModel("late"), AutoApprover(), bus=bus)
     rt.move(RunState.DECIDING)  # as in the agent's turn
-    calls = AcpCalls(rt, Agent(), Bridge(workdir))  # type: ignore[arg-type]
+    calls = AcpCalls(RunHost(rt), Agent(), Bridge(workdir))  # type: ignore[arg-type]
     calls.recorder = recorder
     try:
         yield calls
@@ -96,7 +97,7 @@ def read_of(workdir: Path, name: str) -> dict[str, Any]:
 async def read(calls: AcpCalls, call_id: str, name: str) -> None:
     """A read as Claude Code reports it: started, its input, then completed (no in_progress)."""
     await calls.proposed(started(call_id, "Read File", "read"))
-    await calls.progress(update(call_id, **read_of(calls.rt.env.workdir, name)))
+    await calls.progress(update(call_id, **read_of(calls.host.workdir, name)))
     await calls.progress(update(call_id, status="completed", raw_output="1\tdef add(a, b):"))
 
 
@@ -105,7 +106,7 @@ def kinds(calls: Any, kind: str) -> list[Any]:
 
 
 async def test_a_call_with_no_input_yet_is_held_until_it_ends(calls: Any) -> None:
-    workdir = calls.rt.env.workdir
+    workdir = calls.host.workdir
     await calls.proposed(started("t1", "Read File", "read"))
     await calls.progress(update("t1", **read_of(workdir, "calc.py")))
     assert kinds(calls, "call_proposed") == []  # still pending: its input may still grow
@@ -151,7 +152,7 @@ def edit_request(workdir: Path) -> ToolCallUpdate:
 
 
 async def test_a_held_edit_is_approved_on_the_permissions_whole_input(calls: Any) -> None:
-    workdir = calls.rt.env.workdir
+    workdir = calls.host.workdir
     path = str(workdir / "calc.py")
     await calls.proposed(started("t3", "Edit", "edit"))
     # Input streams in: a partial rawInput, still pending, proposes nothing.

@@ -20,30 +20,34 @@ from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, inside
+from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, named_paths, shown_input, steady
 from loopdeck.acp_env.held_calls import HeldCall
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_args
-from loopdeck.core.control import StopRun
-from loopdeck.core.decisions import Decision, ToolCall
-from loopdeck.core.events import CallProposed, CallStatus, GuardTripped, ToolFinished
-from loopdeck.core.guard import guard_key
-from loopdeck.core.loop_say import Repeat, operator_on_loop
+from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
-from loopdeck.core.runtime import Runtime
-from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.run_host import RunHost
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.core.write_approvals import MAX_APPROVAL_ASKS, Approved, AskAgain, Rejected
+from loopdeck.core.workspace_changes import ChangeWatch
+from loopdeck.core.write_approvals import Approved, Rejected
 
 REPEATED = "repeated with the same input and no change to the working copy"
 
 
 class AcpCalls:
-    def __init__(self, rt: Runtime, agent: AgentProcess, bridge: Bridge) -> None:
-        self.rt = rt
+    def __init__(
+        self,
+        host: RunHost,
+        agent: AgentProcess,
+        bridge: Bridge,
+        volatile: frozenset[str] = frozenset(),
+    ) -> None:
+        self.host = host
         self.agent = agent
         self.bridge = bridge
+        self.volatile = volatile  # the agent's own list of fields it renews per call
         self.records: dict[str, CallRecord] = {}  # the agent's tool call id -> its record
         self.held: dict[str, HeldCall] = {}  # the agent's calls whose input is not known yet
         self.blocked: set[str] = set()
@@ -56,12 +60,20 @@ class AcpCalls:
         self.first_of: dict[str, str] = {}  # fingerprint -> the call that first had it
         self.nudged = False  # the operator's nudge cut this turn: the next prompt carries it
         self.cutting = False  # this turn is being cancelled (set back as each turn starts)
-        self._count = 0
+        self.watch = ChangeWatch()  # the working copy as last seen, and what explains changes
+        self._own = 0
         self.terminals = TerminalCalls(self)
 
     def take_notes(self) -> list[str]:
         taken, self.notes = self.notes, []
         return taken
+
+    async def look(self, after: str) -> None:
+        """The working copy looked at: a change no permitted call explains is named, and
+        stops a guarded run (`RunHost.unrequested`)."""
+        changes = self.watch.look(await self.host.snapshot())
+        if changes:
+            self.host.unrequested(after, changes)
 
     # -- proposals and progress -----------------------------------------------------------
     async def proposed(self, update: Any) -> CallRecord | None:
@@ -81,44 +93,30 @@ class AcpCalls:
         return record
 
     async def _propose(self, call: HeldCall) -> CallRecord:
-        """`CallProposed` with the call's whole input and latest title and kind, keyed by the
-        guard on the working copy as it is now."""
+        """`CallProposed` with the call's whole input (or what it shows, when it sends none)
+        and latest title and kind, keyed by the guard on the working copy as it is now."""
         acp_id = call.tool_call_id
-        rt = self.rt
-        kind = call.kind if call.kind in rt.tools else "other"
+        host = self.host
+        kind = call.kind if call.kind in host.tools else "other"
         title = capped(str(call.title or kind), 200)
-        args = self._input(kind, call.raw_input)
-        state_hash = await rt.state_hash()
-        key = guard_key(f"{kind} {title}", args, state_hash)
-        self._count += 1
-        record = CallRecord(
-            call_id=f"c{self._count}",
-            round=rt.round,
-            tool=f"{kind}: {title}",
-            args=args,
-            risk=rt.tools[kind].risk,
-            fingerprint=key.fingerprint,
-            state_hash=state_hash,
-            risk_source="the agent's tool kind",
-        )
+        args = self._input(kind, call)
+        record, admitted = await host.propose(kind, title, args, "the agent's tool kind")
         self.records[acp_id] = record
-        self.diffs[acp_id] = _diff_text(call, rt.env.workdir)
-        rt.calls.records.append(record)
-        rt.emit(
-            CallProposed, run_id=rt.config.run_id, call_id=record.call_id, round=record.round,
-            tool=record.tool, args=args, risk=record.risk, fingerprint=record.fingerprint,
-            state_hash=state_hash, risk_source=record.risk_source,
-        )  # fmt: skip
-        if not rt.calls.guard.admit(key):
+        self.diffs[acp_id] = _diff_text(call, host.workdir) or ("" if args else NOTHING_TO_JUDGE)
+        if not admitted:
             await self._repeat(acp_id, record)
         else:
             self.first_of.setdefault(record.fingerprint, record.call_id)
         return record
 
-    def _input(self, kind: str, raw: Any) -> dict[str, Any]:
+    def _input(self, kind: str, call: HeldCall) -> dict[str, Any]:
+        """The input as keyed and judged: what the agent sent, less what it renews per call;
+        with nothing sent, what it shows (locations, diffs)."""
+        raw = call.raw_input
         data = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
+        data = steady(data, self.volatile) or shown_input(call, self.host.workdir)
         try:
-            return canonical_args(self.rt.tools[kind].args_model, data)
+            return canonical_args(self.host.tools[kind].args_model, data)
         except ValueError:
             return {"input": capped(str(data), 2000)}
 
@@ -127,17 +125,11 @@ class AcpCalls:
         (`loop_say`): `allow` lets it run once; `nudge TEXT` blocks it, cancels the turn and
         sends TEXT with the next prompt; `stop`, or nobody answering: blocked, the turn
         cancelled (a permission for it refused), the run stopped `no_progress` after it."""
-        rt = self.rt
-        rt.emit(
-            GuardTripped, run_id=rt.config.run_id, call_id=record.call_id, tool=record.tool,
-            fingerprint=record.fingerprint,
-        )  # fmt: skip
-        repeat = Repeat(
-            call=f"{record.call_id} {record.tool}", fingerprint=record.fingerprint,
-            state_hash=record.state_hash, earlier=self.first_of.get(record.fingerprint),
-        )  # fmt: skip
+        self.host.guard_tripped(record)
+        earlier = self.first_of.get(record.fingerprint)
         # Once this turn is being cut (a nudge, a stop), a later repeat in it is just blocked.
-        say, nudge, by = ("cut", "", "") if self.cutting else await operator_on_loop(rt, repeat)
+        cut = ("cut", "", "")
+        say, nudge, by = cut if self.cutting else await self.host.loop_say(record, earlier)
         if say == "allow":
             return  # runs once, as the operator said (recorded in question_answered)
         self.blocked.add(acp_id)
@@ -169,21 +161,16 @@ class AcpCalls:
             return
         if update.status not in ("completed", "failed") or record.status in DONE:
             return
-        ledger = self.rt.ledger
-        ledger.before_tool_call()
-        ledger.record_tool_call()
+        self.host.tool_ran()
         status = CallStatus.EXECUTED if update.status == "completed" else CallStatus.FAILED
         self.finish(record, status, _result(update, self.terminals.shown))
-        self.rt.publish_budget()
+        self.watch.ended(record.call_id)
+        await self.look(f"{record.call_id} {record.tool}")
 
     def finish(
         self, record: CallRecord, status: CallStatus, result: dict[str, Any], ms: float = 0.0
     ) -> None:
-        record.status, record.result = status, result
-        self.rt.emit(
-            ToolFinished, run_id=self.rt.config.run_id, call_id=record.call_id,
-            tool=record.tool, status=status, result=result, duration_ms=ms,
-        )  # fmt: skip
+        self.host.finish(record, status, result, ms)
 
     # -- permissions -----------------------------------------------------------------------
     async def permission(self, tool_call: Any, options: list[Any]) -> Any:
@@ -194,46 +181,64 @@ class AcpCalls:
         if record is None:  # held (or never said): the request carries the whole input
             held = self.held.pop(acp_id, None)
             record = await self._propose(held.merge(tool_call) if held else HeldCall.of(tool_call))
+        said = f"{record.call_id} {record.tool}"
+        await self.look(said)  # the agent wrote before it asked: nobody approved that
         reject = _option(options, "reject_once", "reject_always")
         if acp_id in self.blocked:
             chosen = reject
         elif (allow := _option(options, "allow_once")) is None:
-            self.notes.append(f"{record.tool}: refused: the agent offered no allow-once option")
+            self._refuse(record, options)
             chosen = reject
         else:
-            diff = self.diffs.get(acp_id) or _diff_text(tool_call, self.rt.env.workdir)
+            diff = self.diffs.get(acp_id) or _diff_text(tool_call, self.host.workdir)
             chosen = allow if await self.approved(record, diff) is not None else reject
+            await self.look(said)  # nor while it waited for the answer
         if chosen is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         if chosen is not reject:
-            self.permitted_paths |= _paths(self.rt.env.workdir, tool_call)
-            self.terminals.permitted(commands_named(tool_call.raw_input), record)
+            self._permit(record, tool_call)
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
         )
+
+    def _refuse(self, record: CallRecord, options: list[Any]) -> None:
+        """No allow-once option: loopdeck never answers allow-always (later calls would go
+        through unasked); refused, by loopdeck, with its reason recorded."""
+        offered = ", ".join(sorted({str(option.kind) for option in options})) or "none"
+        why = (
+            f"refused by loopdeck: the agent offered no allow-once option (offered: {offered});"
+            " loopdeck never answers allow-always"
+        )
+        self.host.refuse(record, why)
+        self.notes.append(f"{record.tool}: {why}")
+        self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, why))
+
+    def _permit(self, record: CallRecord, tool_call: Any) -> None:
+        """What a permitted call may change: the files it names, or anything while it runs
+        (a command, a call that names no file)."""
+        workdir = self.host.workdir
+        raw = tool_call.raw_input
+        named = named_paths(tool_call, workdir, raw)
+        kind = record.tool.split(":")[0]
+        self.watch.permit(record.call_id, None if kind == "execute" or not named else named)
+        self.permitted_paths |= _paths(workdir, tool_call)
+        self.terminals.permitted(commands_named(raw), record)
 
     async def approved(self, record: CallRecord, why: str) -> Approved | None:
         """Asked of the operator (or the run's approver) until an approval covers the call in
         the state it runs in (None: rejected); a rejection's reason goes to the agent with
         the next prompt."""
-        rt = self.rt
-        call = ToolCall(provider_id=None, tool=record.tool.split(":")[0], args=record.args)
-        words = f"{record.tool}\n{why}" if why else record.tool
-        decision = Decision(type="tool_call", calls=[call], message=words)
-        again: AskAgain | None = None
-        for _ in range(MAX_APPROVAL_ASKS):
-            got = await rt.calls.approvals.ask_once(record, call, decision, again)
-            if isinstance(got, Rejected):
-                self.notes.append(f"The operator rejected {record.tool}: {got.reason}")
-                self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
-                return None
-            if isinstance(got, AskAgain):
-                again = got
-                continue
-            record.status = CallStatus.RUNNING
-            rt.move(RunState.DECIDING)
-            return got
-        raise StopRun(StopReason.POLICY_BLOCK, f"approval for {record.tool} could not hold")
+
+        async def carry_out(got: Approved) -> Approved:
+            return got  # the agent carries it out, once its permission is answered
+
+        got = await self.host.until_held(record, why, carry_out)
+        if isinstance(got, Rejected):
+            self.notes.append(f"The operator rejected {record.tool}: {got.reason}")
+            self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
+            return None
+        self.host.running(record)
+        return got
 
     # -- files the agent asks loopdeck to write ---------------------------------------------
     async def write(self, payload: dict[str, Any]) -> Any:
@@ -243,22 +248,33 @@ class AcpCalls:
         if "terminal" in payload:
             return await self.terminals.create(payload["terminal"])
         path, content = str(payload["path"]), str(payload["content"])
+        workdir = self.host.workdir
         try:
-            target = inside(self.rt.env.workdir, path)
+            target = inside(workdir, path)
         except OutsideWorkdir as exc:
             raise RequestError.invalid_params({"path": str(exc)}) from None
-        state_hash = await self.rt.state_hash()
+        state_hash = await self.host.state_hash()
         once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
         if once in self.written:
             raise RequestError(-32000, f"{path}: this write already ran in this run")
         if target not in self.permitted_paths:
             record = await self._proposed_write(path, content)
-            if await self.approved(record, f"the agent asks loopdeck to write {path}") is None:
+            got = await self.approved(record, f"the agent asks loopdeck to write {path}")
+            if got is None:
                 raise RequestError(-32000, f"the operator rejected the write of {path}")
+            # What is written is what was approved: the operator's edit, when they made one.
+            path, content = str(got.args.get("path", path)), str(got.args.get("content", ""))
+            try:
+                target = inside(workdir, path)
+            except OutsideWorkdir as exc:
+                self.finish(record, CallStatus.FAILED, _failed(ErrorCode.TOOL_ERROR, str(exc)))
+                raise RequestError.invalid_params({"path": str(exc)}) from None
             self.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         self.written.add(once)
+        self.watch.permit(f"write {once}", {target.relative_to(workdir.resolve()).as_posix()})
+        self.watch.ended(f"write {once}")
         return WriteTextFileResponse()
 
     async def _proposed_write(self, path: str, content: str) -> CallRecord:
@@ -268,7 +284,8 @@ class AcpCalls:
     async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord:
         """A call loopdeck itself makes for the agent (a file written, a terminal), proposed
         as the agent's own calls are."""
-        call = HeldCall(f"{kind}-{self._count + 1}", kind=kind, title=title, raw_input=raw)
+        self._own += 1
+        call = HeldCall(f"{kind}-{self._own}", kind=kind, title=title, raw_input=raw)
         return await self._propose(call)
 
 

@@ -25,53 +25,70 @@ from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.acp_env.unchecked_goal import operator_judges
 from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.control import StopRun
-from loopdeck.core.events import ModelCalled, PlanWritten
 from loopdeck.core.review import findings_or_stop
-from loopdeck.core.runtime import Runtime
-from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.run_host import RunHost
+from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
-
-TEXT_CAP = 4000
 
 
 class AcpLoop:
     def __init__(
-        self, rt: Runtime, agent: AgentProcess, config: AgentConfig, unchecked: str | None = None
+        self, host: RunHost, agent: AgentProcess, config: AgentConfig, unchecked: str | None = None
     ) -> None:
-        self.rt = rt
+        self.host = host
         self.agent = agent
         self.config = config
-        self.bridge = Bridge(rt.env.workdir)
-        self.calls = AcpCalls(rt, agent, self.bridge)
+        self.bridge = Bridge(host.workdir)
+        self.calls = AcpCalls(host, agent, self.bridge, frozenset(config.volatile))
         self.said: list[str] = []  # the agent's words this turn
-        self.cost_seen: float | None = None
-        self.tokens_seen = False  # a usage_update or a turn's usage said a figure
+        self.cost_seen: float | None = None  # the session's cost so far, as the agent says
+        self.cost_before = 0.0  # ... as it was when this turn started
+        self.turn_tokens: int | None = None  # this turn's tokens, from its usage
         # Nothing checks the goal: why, said when nobody can be asked to judge a turn.
         self.unchecked = unchecked
+        self.stopping = False  # the agent's end is loopdeck's doing from here on
 
     async def run(self) -> None:
         """The agent started, its turns until a stop; the agent stopped at any end, a start
-        that failed or was killed included (its process and stderr file gone)."""
+        that failed or was killed included (its process and stderr file gone). An agent
+        that dies on its own stops the run at once, whatever it waits for."""
+        watcher: asyncio.Future[None] | None = None
         try:
             try:
-                await self.rt.interruptible(self.agent.start(self.bridge, self.config))
+                await self.host.interruptible(self.agent.start(self.bridge, self.config))
             except AgentFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+            watcher = asyncio.ensure_future(self._watch_agent())
             await self._turns()
         finally:
+            self.stopping = True
+            if watcher is not None:
+                watcher.cancel()
             await self.calls.terminals.close()  # its commands end with the run, not after it
             await self.agent.stop()
 
+    async def _watch_agent(self) -> None:
+        proc = self.agent.proc
+        if proc is None:
+            return
+        status = await proc.wait()
+        if not self.stopping:
+            self.host.fail(
+                StopReason.TOOL_FAILURE,
+                self.agent.said(f"exited (status {status})", "it is gone, nothing it asked runs"),
+            )
+
     async def _turns(self) -> None:
-        rt = self.rt
-        prompt = rt.config.goal
+        host = self.host
+        prompt = host.config.goal
         while True:
-            rt.ledger.start_round()
-            rt.round = rt.ledger.rounds
-            await rt.control.checkpoint()
-            await rt.budget_pause.check()
-            before = await rt.snapshot()
+            round_no = await host.start_round()
+            # The first look sets what the working copy was; a later one catches a write
+            # made between turns.
+            await self.calls.look(f"turn {round_no - 1}")
+            before = await host.snapshot()
             stop = await self._turn(prompt)
+            await self.calls.look(f"turn {round_no}")
             if self.calls.tripped:
                 raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
             if stop == "refusal":
@@ -82,36 +99,36 @@ class AcpLoop:
                 continue
             if self.unchecked is not None:
                 said = "".join(self.said)
-                left = await operator_judges(rt, before, stop, said, self.unchecked)
+                left = await operator_judges(host, before, stop, said, self.unchecked)
                 prompt = "\n".join([left, self._next_prompt([])]).strip()
                 continue
-            prompt = self._next_prompt(findings_or_stop(await rt.review_round(before)))
+            prompt = self._next_prompt(findings_or_stop(await host.review_round(before)))
 
     def _next_prompt(self, findings: list[str]) -> str:
         lines = ["The goal is not met yet. The goal check says:"] if findings else []
         lines += [f"- {capped(reason, 500)}" for reason in findings[:20]]
         lines += self.calls.take_notes()
-        lines += [f"The operator says: {text}" for text in self.rt.messages.take()]
+        lines += [f"The operator says: {text}" for text in self.host.operator_messages()]
         return "\n".join(lines)
 
     async def _turn(self, text: str) -> str:
         from acp import RequestError, text_block
 
-        rt = self.rt
-        rt.ledger.before_model_call()
-        if rt.machine.state is not RunState.DECIDING:  # after a nudge it already is
-            rt.move(RunState.DECIDING)
-        started, self.said = time.perf_counter(), []
+        host = self.host
+        host.turn_started()
+        started, self.said, self.turn_tokens = time.perf_counter(), [], None
+        self.cost_before = self.cost_seen or 0.0
         self.calls.cutting = False
         turn = asyncio.ensure_future(
             self.agent.conn.prompt(session_id=self.agent.session_id, prompt=[text_block(text)])
         )
         try:
-            while (item := await rt.interruptible(self._next(turn), by_cancel=True)) is not None:
+            while (item := await host.interruptible(self._next(turn), by_cancel=True)) is not None:
                 await self._take(item)
         except (ConnectionError, OSError) as exc:
             raise self._went_away(exc) from None
         except BaseException:
+            self._turn_done(started)  # a cut turn's tokens are unknown, never 0
             await self._cancel_turn(turn)
             raise
         try:
@@ -121,10 +138,10 @@ class AcpLoop:
         except RequestError as refused:  # e.g. Claude Code's "API Error: 400" after its retries
             said = self.agent.said("failed its turn", agent_words(refused))
             raise StopRun(StopReason.TOOL_FAILURE, said) from None
-        if (usage := getattr(response, "usage", None)) is not None:  # the session's, so far
-            self.tokens_seen = True
-            rt.ledger.tokens = max(rt.ledger.tokens, int(usage.total_tokens))
+        if (usage := getattr(response, "usage", None)) is not None:  # this turn's own
+            self.turn_tokens = int(usage.total_tokens)
         self._turn_done(started)
+        await host.spent(tokens=self.turn_tokens)
         return str(response.stop_reason)
 
     def _went_away(self, exc: BaseException) -> StopRun:
@@ -166,55 +183,45 @@ class AcpLoop:
             item.answer.set_result(answer)
 
     async def _update(self, update: Any) -> None:
-        kind = getattr(update, "session_update", "")
-        if kind == "plan":
-            steps = [capped(str(entry.content), 500) for entry in update.entries][:50]
-            self.rt.plan = steps
-            self.rt.emit(
-                PlanWritten, run_id=self.rt.config.run_id, round=self.rt.round, steps=steps
-            )
-        elif kind == "agent_message_chunk":
-            text = getattr(update.content, "text", None)
-            if text:
-                self.said.append(text)
-        elif kind == "tool_call":
-            await self.calls.proposed(update)
-        elif kind == "tool_call_update":
-            await self.calls.progress(update)
-        elif kind == "usage_update":
-            await self._usage(update)
+        from acp.schema import (
+            AgentMessageChunk,
+            AgentPlanUpdate,
+            ToolCallProgress,
+            ToolCallStart,
+            UsageUpdate,
+        )
+
+        match update:
+            case AgentPlanUpdate():
+                steps = [capped(str(entry.content), 500) for entry in update.entries][:50]
+                self.host.write_plan(steps)
+            case AgentMessageChunk():
+                text = getattr(update.content, "text", None)
+                if text:
+                    self.said.append(text)
+            case ToolCallStart():
+                await self.calls.proposed(update)
+            case ToolCallProgress():
+                await self.calls.progress(update)
+            case UsageUpdate():
+                await self._usage(update)
 
     async def _usage(self, update: Any) -> None:
-        ledger = self.rt.ledger
-        ledger.tokens = max(ledger.tokens, int(update.used))
-        self.tokens_seen = True
+        """`used` of `size` is the context window's fill, not tokens spent: shown apart. The
+        cost is the session's so far."""
+        self.host.window(int(update.used), int(update.size))
         if update.cost is not None:
             self.cost_seen = float(update.cost.amount)
-            ledger.cost_usd = self.cost_seen
-        self.rt.publish_budget()
-        ledger.after_model_call()  # a cap past its limit stops the run here, mid-turn
-        await self.rt.budget_pause.check()  # past `--pause-at`: an attached operator says
+            await self.host.spent(cost_usd=self.cost_seen)  # past a cap: stopped mid-turn
 
     def _turn_done(self, started: float) -> None:
-        rt = self.rt
-        ledger = rt.ledger
-        ledger.turns += 1
-        if self.cost_seen is None:
-            ledger.cost_unknown_calls += 1  # never reported: unknown, not 0
-        ledger.tokens_unknown = not self.tokens_seen
-        rt.emit(
-            ModelCalled,
-            run_id=rt.config.run_id,
-            role="agent",
-            round=rt.round,
-            model=rt.config.model,
-            prompt_tokens=ledger.tokens,
-            completion_tokens=0,
-            cost_usd=self.cost_seen,
+        cost = None if self.cost_seen is None else max(self.cost_seen - self.cost_before, 0.0)
+        self.host.turn_ended(
+            tokens=self.turn_tokens,
+            cost_usd=cost,
             latency_ms=(time.perf_counter() - started) * 1000,
-            content=capped("".join(self.said), TEXT_CAP),
+            said="".join(self.said),
         )
-        rt.publish_budget()
 
     async def _cancel_turn(self, turn: asyncio.Future[Any]) -> None:
         """`session/cancel`, every waiting request answered cancelled, the turn's end waited

@@ -24,9 +24,9 @@ from loopdeck.core.envdir import EnvDir
 from loopdeck.core.environment import Environment
 from loopdeck.core.mcp_config import workdir_in
 from loopdeck.core.model import ModelReply, ModelRequest
-from loopdeck.core.runtime import Runtime
+from loopdeck.core.run_host import RunHost
 
-LoopMaker = Callable[[Runtime], AcpLoop]
+LoopMaker = Callable[[RunHost], AcpLoop]
 NO_GOAL_CHECK = (
     "the agent ended its turn and no goal_check in scenario.toml says whether the goal is met"
 )
@@ -92,7 +92,7 @@ def open_acp_workdir(
 def _loop(
     command: list[str], workdir: Path, errlog: Path, config: AgentConfig, unchecked: str | None
 ) -> LoopMaker:
-    def loop(rt: Runtime) -> AcpLoop:
-        return AcpLoop(rt, AgentProcess(command, workdir, errlog), config, unchecked)
+    def loop(host: RunHost) -> AcpLoop:
+        return AcpLoop(host, AgentProcess(command, workdir, errlog), config, unchecked)
 
     return loop

@@ -25,7 +25,8 @@ from loopdeck.acp_env.terminals import (
 )
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
-from loopdeck.core.runtime import Runtime
+from loopdeck.core.run_host import RunHost
+from loopdeck.core.workspace_changes import ChangeWatch
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
 from loopdeck.core.write_approvals import Approved
@@ -36,9 +37,10 @@ REPEATED = "repeated with the same input and no change to the working copy"
 class CallsHost(Protocol):
     """What of `AcpCalls` a terminal's call uses."""
 
-    rt: Runtime
+    host: RunHost
     bridge: Bridge
     agent: Any
+    watch: ChangeWatch
 
     async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord: ...
 
@@ -67,9 +69,9 @@ def commands_named(raw: Any) -> set[str]:
 class TerminalCalls:
     def __init__(self, calls: CallsHost) -> None:
         self.calls = calls
-        self.rt = calls.rt
+        self.host = calls.host
         self.terminals = calls.bridge.terminals
-        self.rt.tools.setdefault(TERMINAL, TERMINAL_SPEC)  # the run's tools: one more write
+        self.host.add_tool(TERMINAL_SPEC)  # the run's tools: one more write
         self.allowed: dict[tuple[str, str], str] = {}  # (command, state) -> the call allowed
         self._reaper: asyncio.Future[None] | None = None
 
@@ -86,7 +88,7 @@ class TerminalCalls:
         from acp import RequestError
         from acp.schema import CreateTerminalResponse
 
-        workdir = self.rt.env.workdir
+        workdir = self.host.workdir
         command, args = str(request["command"]), [str(a) for a in request["args"]]
         env: dict[str, str] = request["env"]
         try:
@@ -127,23 +129,22 @@ class TerminalCalls:
         limit: int | None,
         by: str | None,
     ) -> str:
-        ledger = self.rt.ledger
-        ledger.before_tool_call()  # a cap reached stops the run before the command starts
-        ledger.record_tool_call()
-        self.rt.publish_budget()
+        self.host.tool_ran()  # a cap reached stops the run before the command starts
         command, args, cwd, env = run
         try:
             terminal = await self.terminals.start(command, args, cwd, env, limit)
         except OSError as exc:
             self.calls.finish(record, CallStatus.FAILED, _failed(f"could not start: {exc}"))
             raise
-        record.status = CallStatus.RUNNING
+        self.host.running(record)
+        self.calls.watch.permit(record.call_id, None)  # a command may change anything
         terminal.on_exit = lambda ended: self._ended(record, ended, by)
         self._reap_with_agent()
         return terminal.id
 
     def _ended(self, record: CallRecord, terminal: Terminal, by: str | None) -> None:
-        if record.status is not CallStatus.RUNNING or self.rt.machine.is_terminal:
+        self.calls.watch.ended(record.call_id)
+        if record.status is not CallStatus.RUNNING or self.host.ended:
             return
         data = terminal.result()
         if by is not None:

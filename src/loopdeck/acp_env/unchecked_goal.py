@@ -13,7 +13,7 @@ from loopdeck.core.canonical import short_hash
 from loopdeck.core.control import StopRun
 from loopdeck.core.events import ReviewVerdict
 from loopdeck.core.questions import Asking
-from loopdeck.core.runtime import Runtime
+from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 
@@ -47,13 +47,13 @@ def changed_files(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
 
 
-def _asking(rt: Runtime, turn_end: str, said: str, changed: list[str]) -> Asking:
+def _asking(host: RunHost, turn_end: str, said: str, changed: list[str]) -> Asking:
     files = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
     return Asking(
         title=TITLE,
         evidence=(
-            ("goal", capped(rt.config.goal, 300)),
-            ("turn", f"round {rt.round}, ended {turn_end}"),
+            ("goal", capped(host.config.goal, 300)),
+            ("turn", f"round {host.round}, ended {turn_end}"),
             ("the agent said", capped(said.strip(), 300) or "—"),
             ("files changed this turn", files or "none"),
             ("accept", "the run stops goal_met, your words its finding"),
@@ -63,24 +63,23 @@ def _asking(rt: Runtime, turn_end: str, said: str, changed: list[str]) -> Asking
 
 
 async def operator_judges(
-    rt: Runtime, before: dict[str, Any], turn_end: str, said: str, unchecked: str
+    host: RunHost, before: dict[str, Any], turn_end: str, said: str, unchecked: str
 ) -> str:
     """The next prompt, in the operator's words; raises `StopRun` on accept, stop, or with
     nobody to ask (`unchecked`: why)."""
-    if rt.answerer is None:
+    if not host.has_operator:
         raise StopRun(StopReason.ASK_USER, unchecked)
-    after = await rt.snapshot()
-    asking = _asking(rt, turn_end, said, changed_files(before, after))
+    after = await host.snapshot()
+    asking = _asking(host, turn_end, said, changed_files(before, after))
     question = f"{QUESTION} {HOW}"
     for _ in range(MAX_ASKS):
-        if rt.machine.state is not RunState.DECIDING:
-            rt.move(RunState.DECIDING)
-        answer = await rt.ask_operator(question, "ask_user", None, asking)
+        host.move(RunState.DECIDING)
+        answer = await host.ask_operator(question, "ask_user", asking)
         if answer is None:
             break
         word, text = parse_word(answer.text)
         if word == "accept":
-            _accepted(rt, before, after, f"accepted by {answer.by}" + (f": {text}" if text else ""))
+            _accepted(host, before, after, f"accepted by {answer.by}" + (f": {text}" if text else ""))
         if word == "stop":
             raise StopRun(
                 StopReason.CANCELLED, f"stopped by {answer.by} when the agent ended its turn"
@@ -91,16 +90,18 @@ async def operator_judges(
     raise StopRun(StopReason.ASK_USER, f"{unchecked}, and no answer said it")
 
 
-def _accepted(rt: Runtime, before: dict[str, Any], after: dict[str, Any], word: str) -> NoReturn:
-    rt.move(RunState.REVIEWING)
-    rt.emit(
+def _accepted(
+    host: RunHost, before: dict[str, Any], after: dict[str, Any], word: str
+) -> NoReturn:
+    host.move(RunState.REVIEWING)
+    host.emit(
         ReviewVerdict,
-        run_id=rt.config.run_id,
-        round=rt.round,
+        run_id=host.run_id,
+        round=host.round,
         verdict="pass",
         reasons=[word],
         before_hash=short_hash(before),
         after_hash=short_hash(after),
     )
-    rt.findings.append(f"round {rt.round}: {word}")
+    host.finding(word)
     raise StopRun(StopReason.GOAL_MET, f"the goal is met on the operator's word ({word})")

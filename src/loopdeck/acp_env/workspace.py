@@ -25,6 +25,11 @@ from loopdeck.mcp_env.schema_args import args_model_for
 READ_KINDS = ("read", "search", "think", "fetch", "switch_mode")
 WRITE_KINDS = ("edit", "delete", "move", "execute", "other")
 FS_WRITE = "fs_write_text_file"  # the agent asking loopdeck to write a file for it
+# Why an operator's edit of an agent's own call is not offered: the agent runs its input.
+AGENTS_OWN_INPUT = (
+    "the agent runs its own input: an edit of its call cannot be applied; reject it and tell"
+    " the agent what to do instead"
+)
 # Not the agent's work: a user's folder worked on in place may hold these, large and churning.
 SKIPPED = frozenset(
     {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv", "node_modules"}
@@ -59,6 +64,8 @@ class WorkspaceEnvironment(Environment):
                     risk=risk,
                     risk_source="the agent's tool kind",
                     fn=_agents_own,
+                    # A file loopdeck writes for the agent is written as approved, edits too.
+                    not_editable="" if kind == FS_WRITE else AGENTS_OWN_INPUT,
                 )
             )
         return specs

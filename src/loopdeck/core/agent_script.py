@@ -46,6 +46,9 @@ class AgentConfig(BaseModel):
     startup_timeout_s: float = Field(default=60.0, gt=0)
     # How long a stop waits for the agent to answer `session/cancel` before it is killed.
     cancel_wait_s: float = Field(default=5.0, gt=0)
+    # Fields of the agent's tool input it renews on every call (beyond the ids and times
+    # left out by rule): left out of the guard's key and the approval's binding.
+    volatile: list[str] = Field(default_factory=list)
 
 
 class AgentWrite(BaseModel):

@@ -103,6 +103,9 @@ class BudgetLedger:
         self.cost_usd = 0.0
         self.cost_unknown_calls = 0
         self.tokens_unknown = False  # no figure was ever reported (an ACP agent's)
+        # An agent's context window as it last said it: (tokens in it, its size). Its fill,
+        # not tokens spent: shown apart, never charged.
+        self.window: tuple[int, int] | None = None
         self.rounds = 0
         self.corrections = 0
 

@@ -31,7 +31,6 @@ from loopdeck.core.text import short_args
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
 from loopdeck.core.unknown_outcomes import UnknownOutcomes
 from loopdeck.core.write_approvals import (
-    MAX_APPROVAL_ASKS,
     Approved,
     AskAgain,
     Rejected,
@@ -242,18 +241,12 @@ class CallHandler:
     async def _run_write(
         self, record: CallRecord, spec: ToolSpec, call: ToolCall, decision: Decision
     ) -> tuple[CallRecord, ToolResult]:
-        """Asked until an approval covers the call as it runs; never run twice."""
+        """Asked until an approval covers the call as it runs (`until_held`); never run
+        twice."""
         if refused := self._duplicate(record, spec, call.args):
             return refused
-        again: AskAgain | None = None
-        for _ in range(MAX_APPROVAL_ASKS):
-            got = await self.approvals.ask_once(record, call, decision, again)
-            if isinstance(got, Rejected):
-                result = self._refusal(spec, record.call_id, ErrorCode.REJECTED, got.reason)
-                return self._finish(record, CallStatus.REJECTED, result)
-            if isinstance(got, AskAgain):
-                again = got
-                continue
+
+        async def carry_out(got: Approved) -> tuple[CallRecord, ToolResult] | AskAgain:
             if got.changes:  # the operator's edit: the call is now the edited one
                 self._edited(record, spec, got)
                 if refused := self._duplicate(record, spec, got.args):
@@ -265,15 +258,15 @@ class CallHandler:
             except ReceiptRefused as refused_receipt:
                 self.rt.move(RunState.DECIDING)
                 self.approvals.invalidated(record.call_id, str(refused_receipt))
-                again = AskAgain(str(refused_receipt), got.state_hash, got.args)
-                continue
+                return AskAgain(str(refused_receipt), got.state_hash, got.args)
             self._after_write(record, result, self._idempotency_key(spec, got.args))
             return self._executed(record, result)
-        raise StopRun(
-            StopReason.POLICY_BLOCK,
-            f"approval for {call.tool} ({record.call_id}) could not be kept valid after "
-            f"{MAX_APPROVAL_ASKS} asks",
-        )
+
+        done = await self.approvals.until_held(record, call, decision, carry_out)
+        if isinstance(done, Rejected):
+            result = self._refusal(spec, record.call_id, ErrorCode.REJECTED, done.reason)
+            return self._finish(record, CallStatus.REJECTED, result)
+        return done
 
     def _duplicate(
         self, record: CallRecord, spec: ToolSpec, args: dict[str, Any]

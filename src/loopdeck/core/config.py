@@ -33,3 +33,7 @@ class RunConfig(BaseModel):
     # rather than act unrecorded.
     store_hold_s: float = 120.0
     examples: list[str] = Field(default_factory=list)
+    # A workspace change no approved call explains stops the run (`policy_block`): true when
+    # writes are decided (`--approve deny|wait`, an operator attached); under `auto` it is
+    # recorded and shown.
+    stop_on_unrequested: bool = True

@@ -85,6 +85,11 @@ class RunControl:
         self._record("kill", by)
         self._interrupt_now(StopReason.KILLED, f"killed by {by}")
 
+    def fail(self, reason: StopReason, detail: str) -> None:
+        """Something outside the run's task ended it (its agent's process died): the wait
+        in flight, or the next checkpoint, stops the run with this reason."""
+        self._interrupt_now(reason, detail)
+
     def fire_deadline(self) -> None:
         self._interrupt_now(StopReason.DEADLINE, "wall-clock deadline reached")
 

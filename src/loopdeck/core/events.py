@@ -145,6 +145,9 @@ class BudgetUpdated(EventBase):
     # agent's, so not charged to the deadline. `held` names the wait going on now.
     operator_s: float = 0.0
     held: str | None = None
+    # An agent's context window (tokens in it, its size), as it last said: not spent tokens.
+    window_used: int | None = None
+    window_size: int | None = None
 
 
 class ReviewVerdict(EventBase):

@@ -43,6 +43,7 @@ from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.questions import AGENT_ASKS, Asking, Questions
 from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
+from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
 from loopdeck.core.write_approvals import WriteApprovals
@@ -69,7 +70,7 @@ class Runtime:
         bus: EventBus | None = None,
         dispatcher: Dispatcher | None = None,
         answerer: Answerer | None = None,
-        agent_loop: Callable[[Runtime], Turns] | None = None,
+        agent_loop: Callable[[RunHost], Turns] | None = None,
     ) -> None:
         self.config = config
         self.env = env
@@ -91,8 +92,9 @@ class Runtime:
         dispatcher = dispatcher or Dispatcher()
         dispatcher.env_thread = self.env_thread
         self.calls = CallHandler(self, WriteApprovals(self, approver), dispatcher)
-        # The agent's loop: loopdeck's own (a model's turns), or one driving an ACP agent.
-        self.agent = AgentLoop(self) if agent_loop is None else agent_loop(self)
+        # The agent's loop: loopdeck's own (a model's turns), or a kind's own, which reaches
+        # the run only through its `RunHost`.
+        self.agent = AgentLoop(self) if agent_loop is None else agent_loop(RunHost(self))
         self._checked_hash: str | None = None
         self.findings: list[str] = []
         self.round = 0
@@ -214,6 +216,8 @@ class Runtime:
             tokens_unknown=self.ledger.tokens_unknown,
             operator_s=round(self.ledger.operator_s(), 3),
             held=self.ledger.held,
+            window_used=self.ledger.window[0] if self.ledger.window else None,
+            window_size=self.ledger.window[1] if self.ledger.window else None,
         )
 
     def rearm_deadline(self) -> None:
@@ -266,6 +270,10 @@ class Runtime:
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         return await self.control.interruptible(awaitable, by_cancel=by_cancel)
+
+    async def check_budget_pause(self) -> None:
+        """Past `--pause-at`: an attached operator says whether the run goes on."""
+        await self.budget_pause.check()
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:

@@ -1,13 +1,17 @@
 """Asking for a write: the request put to the approver, its decision recorded, and a receipt
 that still covers the call once the decision is durable and the state read again.
 
-`CallHandler` asks (`ask_once`) up to `MAX_APPROVAL_ASKS` times; each ask ends in one of
-`Approved`, `Rejected` or `AskAgain` (the approval no longer covers the call).
+`until_held` is the one approval loop of every kind of run: it asks (`ask_once`) up to
+`MAX_APPROVAL_ASKS` times, each ask ending in `Approved`, `Rejected` or `AskAgain` (the approval
+no longer covers the call), and hands an approval to the kind's `carry_out`, which may find it
+no longer holds. An edit of a tool that cannot carry one out (`ToolSpec.not_editable`: an
+agent's own call) is recorded as what happens instead: a rejection whose reason tells the agent
+what to run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -21,6 +25,7 @@ from loopdeck.core.approvals import (
 )
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
+from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import Decision, ToolCall
 from loopdeck.core.events import (
     ApprovalDecided,
@@ -32,11 +37,12 @@ from loopdeck.core.events import (
 )
 from loopdeck.core.grants import Grant, Grants
 from loopdeck.core.outcome import CallRecord
-from loopdeck.core.states import RunState, StateMachine
+from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, json_text, visible
 from loopdeck.core.tools import ToolSpec
 
 T = TypeVar("T")
+R = TypeVar("R")
 MAX_APPROVAL_ASKS = 3
 REASON_CAP = 2000
 CHANGE_WIDTH = 200  # what a changed field's value shows of itself, before and after
@@ -90,6 +96,49 @@ class WriteApprovals:
     def run_id(self) -> str:
         return self.rt.config.run_id
 
+    async def until_held(
+        self,
+        record: CallRecord,
+        call: ToolCall,
+        decision: Decision,
+        carry_out: Callable[[Approved], Awaitable[R | AskAgain]],
+    ) -> R | Rejected:
+        """Asked until an approval covers the call as `carry_out` carries it out (which may
+        find it no longer does: `AskAgain`); a write whose approval cannot hold after
+        `MAX_APPROVAL_ASKS` asks stops the run `policy_block`."""
+        again: AskAgain | None = None
+        for _ in range(MAX_APPROVAL_ASKS):
+            got = await self.ask_once(record, call, decision, again)
+            if isinstance(got, Rejected):
+                return got
+            if isinstance(got, AskAgain):
+                again = got
+                continue
+            done = await carry_out(got)
+            if not isinstance(done, AskAgain):
+                return done
+            again = done
+        raise StopRun(
+            StopReason.POLICY_BLOCK,
+            f"approval for {call.tool} ({record.call_id}) could not be kept valid after "
+            f"{MAX_APPROVAL_ASKS} asks",
+        )
+
+    def refuse(self, record: CallRecord, call: ToolCall, why: str) -> Rejected:
+        """A call loopdeck refuses on its own (nobody is asked): still a recorded decision,
+        by loopdeck, with its reason."""
+        spec = self.rt.tools[call.tool]
+        request = request_for(
+            run_id=self.run_id, call_id=record.call_id, tool=call.tool, args=call.args,
+            state_hash=record.state_hash, fingerprint=record.fingerprint, plan_step=None,
+            ttl_s=self.rt.config.approval_ttl_s, risk_source=spec.risk_source,
+            not_editable=spec.not_editable,
+        )  # fmt: skip
+        self.rt.emit(ApprovalRequested, grant_id=None, **request.model_dump())
+        refused = ApprovalDecision(call_id=record.call_id, approved=False, reason=why, by=LOOPDECK)
+        self._decided(request, refused, None)
+        return Rejected(capped(why, REASON_CAP))
+
     async def ask_once(
         self, record: CallRecord, call: ToolCall, decision: Decision, again: AskAgain | None
     ) -> Approved | Rejected | AskAgain:
@@ -115,6 +164,8 @@ class WriteApprovals:
         )
         grant = None if again else self.grants.covering(call.tool, call.args)
         decided = await self._ask(request, record, grant)
+        if decided.approved and decided.args is not None and spec.not_editable:
+            decided = told_instead(decided, spec.not_editable)
         if not decided.approved:
             self._decided(request, decided, grant)
             self.rt.move(RunState.DECIDING)
@@ -216,6 +267,17 @@ class WriteApprovals:
             changes=changes or [],
             grant_id=grant.grant_id if grant else None,
         )
+
+
+LOOPDECK = "loopdeck"  # who decided a call nobody was asked about
+
+
+def told_instead(decided: ApprovalDecision, why: str) -> ApprovalDecision:
+    """An edit the call cannot carry out (the agent runs its own input), recorded as what
+    happens instead: a rejection that tells the agent what to run."""
+    edited = json_text(decided.args)
+    reason = capped(f"Run it with this input instead: {edited} ({why})", REASON_CAP)
+    return decided.model_copy(update={"approved": False, "args": None, "reason": reason})
 
 
 def arg_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -10,7 +10,8 @@ TELL_EVERY_S while it lasts, and when the decision lands; past the bound the las
 
 A decision for a live run whose runner is gone is refused (`RunnerGone`) and the run marked
 crashed: nothing would act on it, and an approval would read later as a write whose outcome
-is unknown.
+is unknown. A decision or an answer for a run that ended is refused too (`RunEnded`): its
+requests were withdrawn at its stop. Only the word on an unknown outcome outlives its run.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ WHY = {
 
 class RunnerGone(StoreError):
     """The run is live in the store but its runner process is gone: a decision is refused."""
+
+
+class RunEnded(StoreError):
+    """The run ended (its requests withdrawn at its stop): a decision or answer is refused."""
 
 
 def untold(_: str) -> None:
@@ -114,9 +119,9 @@ async def resolve(
         return why is None
 
     try:
-        await _taken(store, run_id, what, once, tell, retry_for_s)
+        await _taken(store, run_id, what, once, tell, retry_for_s, ended_too=True)
     except RunnerGone:
-        await _taken(store, run_id, what, once, tell, retry_for_s)
+        await _taken(store, run_id, what, once, tell, retry_for_s, ended_too=True)
     return refused[0] if refused else None
 
 
@@ -127,13 +132,17 @@ async def _taken(
     once: Callable[[Tx], Awaitable[bool]],
     tell: Tell,
     retry_for_s: float,
+    *,
+    ended_too: bool = False,
 ) -> bool:
+    """`once` in a transaction of its own, a store unavailable for now waited out; `RunEnded`
+    unless `ended_too` (a word that outlives the run)."""
     started = time.monotonic()
     pause = FIRST_PAUSE_S
     told: float | None = None  # when the operator was last told, into the wait
     while True:
         try:
-            won = await _while_runner_alive(store, run_id, once)
+            won = await _while_runner_alive(store, run_id, once, what, ended_too)
         except StoreUnavailable as exc:
             waited = time.monotonic() - started
             if waited >= retry_for_s:
@@ -158,24 +167,28 @@ async def _taken(
 
 
 async def _while_runner_alive(
-    store: Store, run_id: str, once: Callable[[Tx], Awaitable[bool]]
+    store: Store, run_id: str, once: Callable[[Tx], Awaitable[bool]], what: str, ended_too: bool
 ) -> bool:
     """The runner's liveness is checked inside the decision's own write transaction, so no
     other writer (a reader marking the run crashed, the runner recording its stop) lands
     between the check and the update. The window left: the runner may die after the check,
     before it reads the decision; a reader then marks the run crashed and an approval shows
     as a write whose outcome is unknown, which it truly is (nobody can tell from the store
-    whether the runner began it)."""
+    whether the runner began it). A run that ended is refused in the same transaction."""
     gone: str | None = None
     async with store.transaction(run_id) as tx:
         rows = await tx.fetchall(
-            "SELECT state, pid, host, heartbeat_at, pid_started FROM runs WHERE run_id = ?",
+            "SELECT state, stop_reason, pid, host, heartbeat_at, pid_started FROM runs"
+            " WHERE run_id = ?",
             (run_id,),
         )
         if rows and rows[0]["state"] in queries.LIVE_STATES:
             gone = runner_gone(
                 rows[0], here=this_host(), now=time.time(), silence_s=crash_silence_s()
             )
+        elif rows and not ended_too:
+            ended = rows[0]["stop_reason"] or rows[0]["state"]
+            raise RunEnded(f"run {run_id} already ended ({ended}): nothing will act on your {what}")
         if gone is None:
             return await once(tx)
     # Marked as any reader would (its pending requests withdrawn); a store too busy for the

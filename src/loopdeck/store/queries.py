@@ -180,7 +180,8 @@ def _json_or_none(value: Any) -> str | None:
 
 
 async def pending_questions(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Questions the model asked that wait for the operator's answer."""
+    """Questions the run asked that wait for the operator's answer, each with the answers it
+    offers (`choices`, from its `question_asked` event; empty: it takes any words)."""
     sql = (
         "SELECT run_id, call_id, args, requested_at FROM approvals"
         f" WHERE state = 'pending' AND tool = '{QUESTION}'"
@@ -190,11 +191,15 @@ async def pending_questions(store: Store, run_id: str | None = None) -> list[dic
         sql += " AND run_id = ?"
         params = (run_id,)
     rows = await store.fetchall(sql + " ORDER BY requested_at", params)
-    return [
-        {"run_id": row["run_id"], "question_id": row["call_id"],
-         "question": json.loads(row["args"])["question"], "asked_at": row["requested_at"]}
-        for row in rows
-    ]  # fmt: skip
+    questions = []
+    for row in rows:
+        asked = await question_asked(store, row["run_id"], row["call_id"]) or {}
+        questions.append(
+            {"run_id": row["run_id"], "question_id": row["call_id"],
+             "question": json.loads(row["args"])["question"], "asked_at": row["requested_at"],
+             "choices": list(asked.get("choices") or [])}
+        )  # fmt: skip
+    return questions
 
 
 async def answer(
@@ -324,14 +329,25 @@ async def all_runs(store: Store) -> list[dict[str, Any]]:
 
 
 async def approval_request(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
-    """The newest request event for a call: its rationale, plan step and arguments."""
+    """The newest request event for a call: its rationale, plan step and arguments, its
+    schema and why an edit of it cannot be carried out (`not_editable`)."""
+    return await _newest_body(store, run_id, "approval_requested", "call_id", call_id)
+
+
+async def question_asked(store: Store, run_id: str, question_id: str) -> dict[str, Any] | None:
+    """The event that asked a question: its title, choices and evidence."""
+    return await _newest_body(store, run_id, "question_asked", "question_id", question_id)
+
+
+async def _newest_body(
+    store: Store, run_id: str, kind: str, field: str, value: str
+) -> dict[str, Any] | None:
     rows = await store.fetchall(
-        "SELECT body FROM events WHERE run_id = ? AND kind = 'approval_requested'"
-        " ORDER BY seq DESC",
-        (run_id,),
+        "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC",
+        (run_id, kind),
     )
     for row in rows:
         body = json.loads(row["body"])
-        if body.get("call_id") == call_id:
+        if body.get(field) == value:
             return dict(body)
     return None

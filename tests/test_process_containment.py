@@ -1,0 +1,288 @@
+"""Issue 36 item 7: no process a run starts outlives it, a daemon in a session of its own
+included (`setsid` after a fork, then a second fork: neither the command's process group nor
+its parent any more). The guardian is a child subreaper (and, where cgroup v2 is writable,
+puts the command in a cgroup of its own): whatever leaves the command's group stays below it,
+and is ended when the command exits, when the guardian is stopped, and when its runner dies.
+Each test waits on a condition, bounded, and kills any survivor at its end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemonize import MARK
+from store_helpers import last_json
+
+from loopdeck.acp_env.terminals import Terminals
+from loopdeck.core.states import StopReason
+from loopdeck.operator.launch import AcpTarget, RunOptions, prepare_run
+
+TESTS = Path(__file__).parent
+DAEMONIZE = str(TESTS / "daemonize.py")
+GUARDIAN = [sys.executable, "-m", "loopdeck.mcp_env.guardian"]
+WAIT_S = 30.0  # a guard against a hang, never a timing
+
+
+def alive(pid: int) -> bool:
+    """The test's daemon still runs (not a zombie; the pid not taken by another process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return ") Z" not in stat and MARK.encode() in cmdline
+
+
+def wait_until(what: str, condition: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+    end = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < end, f"not within {timeout:g} s: {what}"
+        time.sleep(0.02)
+    return found
+
+
+def daemon_pid(pidfile: Path, starter: subprocess.Popen[Any] | None = None) -> int:
+    """The daemon's pid, once its starter wrote it (failing at once if the starter ended)."""
+
+    def written() -> int | None:
+        if pidfile.exists():
+            return int(pidfile.read_text())
+        if starter is not None and starter.poll() is not None:
+            out, err = starter.communicate()
+            raise AssertionError(f"ended ({starter.returncode}) before its daemon: {out}{err}")
+        return None
+
+    pid: int = wait_until(f"a daemon's pid in {pidfile}", written)
+    assert alive(pid)
+    return pid
+
+
+def wait_gone(pid: int, after: str) -> None:
+    wait_until(f"the daemon {pid} is gone after {after}", lambda: not alive(pid))
+
+
+@contextlib.contextmanager
+def no_survivor(*pidfiles: Path) -> Iterator[None]:
+    """Kill, at the end, any daemon that outlived its test (a failure leaves nothing)."""
+    try:
+        yield
+    finally:
+        for pidfile in pidfiles:
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pidfile.read_text())
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def guarded(*command: str, **popen: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen([*GUARDIAN, *command], text=True, **popen)
+
+
+# -- the guardian alone (fast) -----------------------------------------------------------------
+def test_a_daemon_left_by_a_command_that_exited_is_ended_and_the_guardian_exits(
+    tmp_path: Path,
+) -> None:
+    """Stdio passes through unchanged, stdin's end is the command's business, and its exit
+    status is the guardian's; the daemon it left is ended before the guardian exits."""
+    pidfile = tmp_path / "pid"
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, {DAEMONIZE!r}, {str(pidfile)!r}], check=True)\n"
+        "print(sys.stdin.read().upper(), end='')\n"
+        "sys.exit(3)"
+    )
+    with no_survivor(pidfile):
+        guardian = guarded(sys.executable, "-c", code, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        out, _ = guardian.communicate("said through\n", timeout=WAIT_S)
+        assert (out, guardian.returncode) == ("SAID THROUGH\n", 3)
+        assert not alive(int(pidfile.read_text()))  # gone before the guardian exited
+
+
+@pytest.mark.parametrize("stubborn", [False, True], ids=["meek", "ignores-sigterm"])
+def test_sigterm_to_the_guardian_ends_the_command_and_its_daemon(
+    tmp_path: Path, stubborn: bool
+) -> None:
+    pidfile = tmp_path / "pid"
+    how = ["stubborn"] if stubborn else []
+    with no_survivor(pidfile):
+        guardian = guarded(sys.executable, DAEMONIZE, str(pidfile), *how, "sleep")
+        daemon = daemon_pid(pidfile, guardian)
+        guardian.send_signal(signal.SIGTERM)
+        assert guardian.wait(WAIT_S) == 128 + signal.SIGTERM
+        assert not alive(daemon)  # ended (SIGKILL after the grace) before the guardian exited
+
+
+def test_the_guardian_ends_the_daemon_when_its_runner_is_killed_with_sigkill(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pid"
+    start = f"import subprocess, time; subprocess.Popen({[*GUARDIAN, sys.executable, DAEMONIZE, str(pidfile), 'sleep']!r}); time.sleep(600)"
+    with no_survivor(pidfile):
+        runner = subprocess.Popen([sys.executable, "-c", start], text=True)
+        try:
+            daemon = daemon_pid(pidfile, runner)
+            runner.kill()
+            runner.wait(WAIT_S)
+            wait_gone(daemon, "its runner's SIGKILL")
+        finally:
+            runner.kill()
+
+
+async def test_a_terminals_daemon_ends_with_the_terminal(tmp_path: Path) -> None:
+    """A command the agent asks for: its daemon ends when the command ends on its own, and
+    when the terminals are closed at the run's stop."""
+    terminals = Terminals()
+    exited, running = tmp_path / "exited", tmp_path / "running"
+    with no_survivor(exited, running):
+        first = await terminals.start(sys.executable, [DAEMONIZE, str(exited)], tmp_path, {}, None)
+        await asyncio.wait_for(first.exited.wait(), WAIT_S)
+        assert first.exit_code == 0
+        assert not alive(int(exited.read_text()))  # its end is seen once the daemon is gone
+        args = [DAEMONIZE, str(running), "sleep"]
+        await terminals.start(sys.executable, args, tmp_path, {}, None)
+        daemon = await asyncio.to_thread(daemon_pid, running)
+        await terminals.close()
+        assert not alive(daemon)
+
+
+# -- ACP runs -----------------------------------------------------------------------------------
+def acp_run(tmp_path: Path, *agent_args: str) -> subprocess.Popen[str]:
+    """`loopdeck acp --headless` on a folder, its check always met, the agent `setsid_agent`."""
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    check = shlex.join([sys.executable, "-c", "pass"])
+    agent = [sys.executable, str(TESTS / "setsid_agent.py"), *agent_args]
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopdeck", "acp", "--goal", "Nothing to do.", "--workdir",
+         str(work), "--check", check, "--headless", "--json", "--approve", "auto",
+         "--db", str(tmp_path / "s.db"), "--", *agent],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # seconds: loopdeck's start, the agent's
+def test_an_acp_run_that_meets_its_goal_leaves_no_daemon(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with no_survivor(pidfile):
+        runner = acp_run(tmp_path, str(pidfile))
+        try:
+            out, err = runner.communicate(timeout=120)
+        finally:
+            runner.kill()
+        assert last_json(out)["stop_reason"] == "goal_met", err
+        assert not alive(int(pidfile.read_text()))  # the runner ended after the agent's stop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_to_loopdeck_during_an_acp_turn_leaves_no_daemon(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """SIGTERM: the run is killed and the agent stopped; SIGKILL: nobody stops the agent, its
+    guardian sees its runner die."""
+    pidfile = tmp_path / "pid"
+    with no_survivor(pidfile):
+        runner = acp_run(tmp_path, str(pidfile), "hang")
+        try:
+            daemon = daemon_pid(pidfile, runner)
+            wait_until("the agent's turn", pidfile.with_name("pid.turn").exists)
+            runner.send_signal(sig)
+            runner.communicate(timeout=60)
+            assert runner.returncode == -sig
+            wait_gone(daemon, f"{sig.name} to loopdeck")
+        finally:
+            runner.kill()
+
+
+@pytest.mark.slow
+async def test_a_stopped_acp_run_has_ended_the_daemon_when_it_returns(tmp_path: Path) -> None:
+    """In process: `AgentProcess.stop()` returns once everything the agent started is gone."""
+    pidfile, work = tmp_path / "pid", tmp_path / "work"
+    work.mkdir()
+    agent = [sys.executable, str(TESTS / "setsid_agent.py"), str(pidfile), "hang"]
+    acp = AcpTarget(goal="Nothing to do.", workdir=work, command=agent)
+    prepared = prepare_run(RunOptions(env="acp:test", approve="auto", acp=acp))
+    with no_survivor(pidfile):
+        run = asyncio.ensure_future(prepared.runtime.run())
+        try:
+            turn = pidfile.with_name("pid.turn")
+            await asyncio.to_thread(wait_until, "the agent's turn", turn.exists)
+            daemon = int(pidfile.read_text())
+            prepared.runtime.kill(by="test")
+            outcome = await asyncio.wait_for(run, WAIT_S)
+        finally:
+            prepared.cleanup()
+        assert outcome.stop_reason is StopReason.KILLED
+        assert not alive(daemon)
+
+
+# -- MCP runs -----------------------------------------------------------------------------------
+def mcp_run(tmp_path: Path, script: str) -> subprocess.Popen[str]:
+    """`loopdeck run --headless` on an env whose MCP server daemonizes a child."""
+    env = tmp_path / "env"
+    env.mkdir()
+    server = [sys.executable, str(TESTS / "daemon_mcp_server.py"), str(tmp_path / "pid")]
+    (env / "scenario.toml").write_text(
+        f"""\
+name = "daemon_mcp"
+goal = "Ping the server."
+model = "scripted"
+mode = "react"
+goal_check = [{sys.executable!r}, "-c", "pass"]
+[mcp]
+command = {server!r}
+snapshot = "none"
+[scripts.ping]
+[[scripts.ping.executor]]
+tool = "ping"
+[[scripts.ping.executor]]
+final = "Pinged."
+[scripts.hang]
+[[scripts.hang.executor]]
+tool = "hang"
+args = {{ seconds = 600 }}
+"""
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "loopdeck", "run", str(env), "--script", script, "--headless",
+         "--json", "--approve", "auto", "--db", str(tmp_path / "s.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_mcp_run_that_ends_leaves_no_daemon(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with no_survivor(pidfile):
+        runner = mcp_run(tmp_path, "ping")
+        try:
+            out, err = runner.communicate(timeout=120)
+        finally:
+            runner.kill()
+        assert runner.returncode == 0 and last_json(out)["stop_reason"] == "goal_met", err
+        wait_gone(int(pidfile.read_text()), "the run's end")
+
+
+@pytest.mark.slow
+def test_kill_9_of_loopdeck_during_an_mcp_call_leaves_no_daemon(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with no_survivor(pidfile):
+        runner = mcp_run(tmp_path, "hang")
+        try:
+            daemon = daemon_pid(pidfile, runner)
+            wait_until("the call in flight", pidfile.with_name("pid.turn").exists)
+            runner.kill()
+            runner.communicate(timeout=60)
+            wait_gone(daemon, "SIGKILL to loopdeck")
+        finally:
+            runner.kill()
