@@ -17,13 +17,14 @@ import pytest
 from conftest import Recorder
 from store_helpers import last_json
 
+from loopdeck.acp_env.kind import agent_name
 from loopdeck.acp_env.unchecked_goal import parse_word
 from loopdeck.cli import main
 from loopdeck.core.approvals import Answer
 from loopdeck.core.events import EventBus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
-from loopdeck.operator.launch import AcpTarget, RunOptions, agent_name, prepare_run
+from loopdeck.operator.launch import AcpTarget, RunOptions, prepare_run
 
 AGENT = "loopdeck.acp_env.scripted_agent"
 SCRIPTS = """

@@ -117,7 +117,7 @@ def test_check_says_a_real_agent_has_nothing_to_play(
     env = agent_env(tmp_path, "fails", FAILING_AGENT, expecting)
     assert main(["check", str(env)]) == 0  # the real agent not started, no FAIL
     out = capsys.readouterr().out
-    assert "nothing to play: [agent] `{python} {envdir}/fails.py` is a real agent" in out
+    assert "nothing to play: `acp fails` is a real agent" in out
 
 
 async def test_a_guardian_that_cannot_start_leaves_no_stderr_file(tmp_path: Path) -> None:

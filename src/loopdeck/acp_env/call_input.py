@@ -28,8 +28,7 @@ SNAKE_RULE = re.compile(r"(?i)(?:^|_)(?:id|ids|pid|uuid|at|at_ms|at_ns|time|time
 CAMEL_RULE = re.compile(r"[a-z0-9](?:Id|Ids|Uuid|At|AtMs|Time|Timestamp)$")
 DIFF_CAP = 2000  # a diff side's text kept in what the operator sees; the key hashes it whole
 NOTHING_TO_JUDGE = (
-    "the agent sent nothing to judge this call by: no input, no locations, no diff; only its"
-    " title"
+    "the agent sent nothing to judge this call by: no input, no locations, no diff; only its title"
 )
 
 

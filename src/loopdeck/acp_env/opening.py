@@ -48,11 +48,6 @@ class AgentsOwnModel:
         raise RuntimeError("an ACP run calls no model of loopdeck's: the agent has its own")
 
 
-def acp_model_name(env_dir: EnvDir) -> str:
-    assert env_dir.scenario.agent is not None
-    return "acp " + Path(env_dir.scenario.agent.acp[0]).name
-
-
 def open_acp_env(
     env_dir: EnvDir, workdir: Path, script: str | None
 ) -> tuple[Environment, LoopMaker]:

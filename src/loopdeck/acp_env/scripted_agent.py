@@ -33,6 +33,7 @@ from acp.schema import (
     SessionMode,
     SessionModeState,
     SetSessionModeResponse,
+    Usage,
 )
 from acp.stdio import stdio_streams
 
@@ -106,12 +107,16 @@ class ScriptedAgent:
         turn = turn_for(self.turns, session.prompts)
         session.prompts += 1
         session.cancelled.clear()
+        session.turn_tokens = None
         if turn is None:
             update = update_agent_message_text(NO_TURN_LEFT)
             await self._connected().session_update(session_id=session_id, update=update)
             return PromptResponse(stop_reason="end_turn")
         stop = await TurnPlayer(self._connected(), session, turn, self.stdout).play()
-        return PromptResponse(stop_reason=stop)
+        spent = session.turn_tokens
+        usage = None if spent is None else Usage(total_tokens=spent, input_tokens=spent,
+                                                 output_tokens=0)  # fmt: skip
+        return PromptResponse(stop_reason=stop, usage=usage)
 
     def _session(self, session_id: str) -> Session:
         if session_id not in self.sessions:

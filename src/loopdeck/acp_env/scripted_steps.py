@@ -94,6 +94,7 @@ class Session:
     tool_calls: int = 0
     # ACP's usage_update carries the session's cumulative cost: each step's cost adds to it.
     cost_usd: float = 0.0
+    turn_tokens: int | None = None  # what this turn spent, as its steps said
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
     def next_call_id(self) -> str:
@@ -154,6 +155,8 @@ class TurnPlayer:
 
     def usage_update(self, usage: AgentUsage) -> UsageUpdate:
         cost = None
+        if usage.tokens is not None:
+            self.session.turn_tokens = (self.session.turn_tokens or 0) + usage.tokens
         if usage.cost is not None:
             self.session.cost_usd += usage.cost
             cost = Cost(amount=round(self.session.cost_usd, 6), currency="USD")

@@ -26,9 +26,9 @@ from loopdeck.acp_env.terminals import (
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
-from loopdeck.core.workspace_changes import ChangeWatch
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
+from loopdeck.core.workspace_changes import ChangeWatch
 from loopdeck.core.write_approvals import Approved
 
 REPEATED = "repeated with the same input and no change to the working copy"

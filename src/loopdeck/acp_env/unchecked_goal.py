@@ -79,7 +79,8 @@ async def operator_judges(
             break
         word, text = parse_word(answer.text)
         if word == "accept":
-            _accepted(host, before, after, f"accepted by {answer.by}" + (f": {text}" if text else ""))
+            word_on = f"accepted by {answer.by}" + (f": {text}" if text else "")
+            _accepted(host, before, after, word_on)
         if word == "stop":
             raise StopRun(
                 StopReason.CANCELLED, f"stopped by {answer.by} when the agent ended its turn"
@@ -90,9 +91,7 @@ async def operator_judges(
     raise StopRun(StopReason.ASK_USER, f"{unchecked}, and no answer said it")
 
 
-def _accepted(
-    host: RunHost, before: dict[str, Any], after: dict[str, Any], word: str
-) -> NoReturn:
+def _accepted(host: RunHost, before: dict[str, Any], after: dict[str, Any], word: str) -> NoReturn:
     host.move(RunState.REVIEWING)
     host.emit(
         ReviewVerdict,

@@ -18,7 +18,6 @@ from loopdeck.core.envdir import EnvDir
 from loopdeck.core.events import CallProposed, CallStatus, DecisionInvalid, EventBus, ToolFinished
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.scenario import Expect, ScenarioError
-from loopdeck.core.script_check import check_env_scripts
 from loopdeck.core.text import capped, json_text, plural, visible
 
 # What a tool did itself (raised, a ToolError, timed out): a cause. A call the guard, the
@@ -67,6 +66,7 @@ def _env_faults(heard: _Heard) -> Iterator[None]:
 
 
 async def check(args: argparse.Namespace) -> int:
+    from loopdeck.operator.kinds import kind_of
     from loopdeck.operator.launch import resolve_env_dir
 
     tuning.for_headless()  # a headless run's tuning, as `loopdeck run --headless`
@@ -76,7 +76,7 @@ async def check(args: argparse.Namespace) -> int:
         try:
             env_dir = resolve_env_dir(args.env, args.settings)
             print(f"checking {visible(env_dir.name)} ({visible(str(env_dir.path))})")
-            check_env_scripts(env_dir)  # a script the runtime would refuse: before any run
+            kind_of(env_dir.scenario).check_scripts(env_dir)  # refused scripts: before any run
         except ScenarioError:
             if verbose:
                 _print_faults(early.faults, "", sys.stderr)
@@ -102,13 +102,13 @@ async def check(args: argparse.Namespace) -> int:
 
 def _nothing_to_play(env_dir: EnvDir) -> str | None:
     """Why the env has no script to check, if it has none: a real ACP agent plays none."""
-    from loopdeck.operator.launch import plays_a_script
+    from loopdeck.operator.kinds import kind_of
 
-    agent = env_dir.scenario.agent
-    if agent is not None and not plays_a_script(agent):
-        command = visible(" ".join(agent.acp))
+    kind = kind_of(env_dir.scenario)
+    if not kind.plays_scripts(env_dir):
+        agent = visible(kind.agent_name(env_dir, None) or kind.name)
         return (
-            f"[agent] `{command}` is a real agent ({{script}} is not in its command):"
+            f"`{agent}` is a real agent (it plays no script of loopdeck's):"
             f" `loopdeck run {visible(str(env_dir.path))}` drives it"
         )
     if not env_dir.scenario.scripts:

@@ -75,9 +75,11 @@ class AgentTerminal(BaseModel):
 class AgentUsage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    used: int = Field(ge=0)
+    used: int = Field(ge=0)  # the context window's fill (`usage_update`), not tokens spent
     size: int = Field(default=200_000, gt=0)
     cost: float | None = Field(default=None, ge=0)
+    # Tokens this step spent: summed into the turn's own usage (the prompt's answer).
+    tokens: int | None = Field(default=None, ge=0)
 
 
 class AgentStep(BaseModel):

@@ -23,7 +23,7 @@ WORKSPACE_DIR = "workspace"
 class EnvDir:
     path: Path
     scenario: Scenario
-    module: ModuleType | None  # None: an MCP env with no `env.py` (`[mcp]` says it all)
+    module: ModuleType | None  # None: no `env.py` (a kind's table says it all)
 
     @property
     def name(self) -> str:
@@ -116,34 +116,10 @@ def load_env_dir(
             f"{path / 'scenario.toml'}: the env requires {', '.join(map(repr, missing))}, "
             f"which {sys.executable} cannot import (pip install {' '.join(missing)})"
         )
-    if scenario.mcp is not None and not (path / "env.py").is_file():
-        _check_mcp_without_code(path, scenario)
-        return EnvDir(path=path, scenario=scenario, module=None)
-    if scenario.agent is not None and not (path / "env.py").is_file():
-        if scenario.goal_check is None:
-            raise ScenarioError(
-                f"{path / 'scenario.toml'}: an [agent] env needs goal_check (the command"
-                " that checks the goal in the working copy, exit 0: met), or env.py with unmet()"
-            )
-        return EnvDir(path=path, scenario=scenario, module=None)
-    return EnvDir(path=path, scenario=scenario, module=_import_env_module(path))
-
-
-def _check_mcp_without_code(path: Path, scenario: Scenario) -> None:
-    """An MCP env with no `env.py` says its state and its goal check in `scenario.toml`."""
-    assert scenario.mcp is not None
-    where = path / "scenario.toml"
-    if scenario.mcp.snapshot is None:
-        raise ScenarioError(
-            f"{where}: [mcp] has no snapshot: list the resources or read tools that hold the"
-            ' goal\'s state (or write snapshot = "none": the state is then not observed), or'
-            " give env.py with snapshot()"
-        )
-    if scenario.goal_check is None:
-        raise ScenarioError(
-            f"{where}: no goal_check: give the command that checks the goal in the working"
-            " copy (exit 0: met), or env.py with unmet()"
-        )
+    # Whether a kind needs `env.py` is its own check (`RunKind.check`): an `[mcp]` or
+    # `[agent]` env may say everything in scenario.toml.
+    module = _import_env_module(path) if (path / "env.py").is_file() else None
+    return EnvDir(path=path, scenario=scenario, module=module)
 
 
 def find_env_dirs(root: Path) -> list[Path]:

@@ -254,8 +254,7 @@ class RunHost:
         if stops:
             raise StopRun(
                 StopReason.POLICY_BLOCK,
-                f"unrequested change after {after}: {changes.said()}; no approved call "
-                "explains it",
+                f"unrequested change after {after}: {changes.said()}; no approved call explains it",
             )
 
     # -- turns and what they spend ---------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from loopdeck.core.agent_loop import AgentLoop
 from loopdeck.core.approvals import Answer, Answerer, Approver
@@ -44,17 +44,12 @@ from loopdeck.core.questions import AGENT_ASKS, Asking, Questions
 from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.run_host import RunHost
+from loopdeck.core.run_kind import LoopMaker
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
 from loopdeck.core.write_approvals import WriteApprovals
 
 __all__ = ["Journal", "RunConfig", "Runtime"]
-
-
-class Turns(Protocol):
-    """The agent's side of a run: its turns until a stop (`AgentLoop`, or an ACP agent's)."""
-
-    async def run(self) -> None: ...
 
 
 T = TypeVar("T")
@@ -70,7 +65,7 @@ class Runtime:
         bus: EventBus | None = None,
         dispatcher: Dispatcher | None = None,
         answerer: Answerer | None = None,
-        agent_loop: Callable[[RunHost], Turns] | None = None,
+        agent_loop: LoopMaker | None = None,
     ) -> None:
         self.config = config
         self.env = env

@@ -6,13 +6,11 @@ corrections path on purpose."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from loopdeck.core.decisions import InvalidDecision, read_decision
-from loopdeck.core.envdir import EnvDir
 from loopdeck.core.model import ModelReply, RawToolCall
 from loopdeck.core.scenario import ScenarioError, Script, ScriptTurn
 from loopdeck.core.tools import ToolSpec
@@ -69,17 +67,3 @@ def check_scripts(
 ) -> None:
     for name, script in sorted(scripts.items()):
         check_script(scenario_file, name, script, tools)
-
-
-def check_env_scripts(env_dir: EnvDir) -> None:
-    """Every script of the env, against the tools of an env made on a scratch workspace.
-    An MCP env's tools are its server's: each script is checked as its run is prepared,
-    once the server has listed them."""
-    if env_dir.scenario.mcp is not None or env_dir.scenario.agent is not None:
-        return
-    workdir = env_dir.prepare_workdir()
-    try:
-        tools = {spec.name: spec for spec in env_dir.create(workdir).tools()}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    check_scripts(env_dir.path / "scenario.toml", env_dir.scenario.scripts, tools)

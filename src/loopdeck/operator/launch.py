@@ -1,10 +1,10 @@
-"""From an env folder and the operator's options to a ready Runtime on its own workspace; or,
-for `loopdeck acp`, from an ACP agent's command to a Runtime on the user's folder in place."""
+"""From the operator's options to a ready Runtime, one path for every kind of run: an env
+folder (its kind named by its `scenario.toml` table, `operator/kinds.py`) on a fresh copy of
+its workspace, or a target with no env folder (`loopdeck acp`) on the user's folder in place."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,12 +14,11 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from loopdeck.bundled import bundled_folder
-from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
-from loopdeck.core.environment import Environment
 from loopdeck.core.events import EventBus
+from loopdeck.core.run_kind import Opening, RunKind
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import Scenario, ScenarioError, Script, workdir_in_script
 from loopdeck.core.script_check import check_script
@@ -27,6 +26,7 @@ from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
 from loopdeck.llm.profile import UnsupportedLayer
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.approving import ApproveMode, deciders
+from loopdeck.operator.kinds import kind_named, kind_of
 from loopdeck.store.approver import Recording
 
 BUDGET_FLAGS = {
@@ -46,12 +46,15 @@ def sample_envs_root() -> Path:
 
 
 def resolve_env_dir(spec: str, settings: list[str] | None = None) -> EnvDir:
-    """An env by path (`./my_env`), or a bundled sample env by name (`service_outage`)."""
+    """An env by path (`./my_env`), or a bundled sample env by name (`service_outage`),
+    checked by its kind."""
     path = Path(spec).expanduser()
     root = sample_envs_root()
     if not path.is_dir() and (root / spec).is_dir():
         path = root / spec
-    return load_env_dir(path, known_root=root, settings=settings)
+    env_dir = load_env_dir(path, known_root=root, settings=settings)
+    kind_of(env_dir.scenario).check(env_dir)
+    return env_dir
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,11 @@ class AcpTarget:
     check: list[str] | None = None  # the goal check (exit 0: met); None: the operator judges
     mode: str | None = None  # the ACP session mode to set
     env: dict[str, str] = field(default_factory=dict)  # added to the agent's; `${VAR}` allowed
+    kind: str = "acp"
+
+    @property
+    def env_name(self) -> str:
+        return f"acp:{self.workdir.name or self.workdir}"
 
 
 @dataclass
@@ -86,7 +94,7 @@ class RunOptions:
 
 @dataclass
 class PreparedRun:
-    env_dir: EnvDir | None  # None: `loopdeck acp`
+    env_dir: EnvDir | None  # None: a target with no env folder (`loopdeck acp`)
     runtime: Runtime
     workdir: Path
     queue: ApprovalQueue | None = None  # the console's, when it decides (`approving.deciders`)
@@ -108,95 +116,74 @@ def prepare_run(
     console: bool = False,
     recording: Recording | None = None,
 ) -> PreparedRun:
-    """The run `options` name, on a fresh copy of its env's workspace. Its approver (unless
-    given) is chosen by `operator.approving.deciders`: the console's queue when `console`,
-    raced with the store when `recording`."""
-    if options.acp is not None:
-        return prepare_acp_run(
-            options, options.acp, approver, bus, answerer, console=console, recording=recording
-        )
-    env_dir = resolve_env_dir(options.env, options.settings)
-    scenario = env_dir.scenario
-    acp = scenario.agent is not None
-    model_name = options.model or scenario.model
-    if scenario.agent is not None:
-        model_name = agent_name(scenario.agent.acp)
-    # An agent plays a script only when it is loopdeck's scripted one.
-    scripted_agent = scenario.agent is not None and plays_a_script(scenario.agent)
-    script_name = _script_name(options, env_dir, SCRIPTED if scripted_agent else model_name)
-    script = env_dir.script(script_name) if model_name == SCRIPTED and script_name else None
-    if acp and script_name:
-        env_dir.script(script_name)  # the scripted agent's script: named now if it is not there
+    """The run `options` name, of whatever kind: on a fresh copy of its env's workspace, or
+    on a target's folder in place. Its approver (unless given) is chosen by
+    `operator.approving.deciders`: the console's queue when `console`, raced with the store
+    when `recording`."""
+    target = options.acp
+    env_dir = None if target is not None else resolve_env_dir(options.env, options.settings)
+    kind = kind_named(target.kind) if target is not None else kind_of(_scenario(env_dir))
+    agent = kind.agent_name(env_dir, target)
+    model_name = agent or options.model or _scenario(env_dir).model
+    script_name, script = _script(options, kind, env_dir, agent, model_name)
     queue = None
     if approver is None:
         chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
         approver, answerer, queue = chosen.approver, answerer or chosen.answerer, chosen.queue
-    config = _config(options, scenario, script_name, model_name)
-    workdir = env_dir.prepare_workdir()
-    env: Environment | None = None
+    guarded = console or options.approve in ("deny", "wait")
+    config = _config(options, env_dir, target, script_name, model_name, guarded)
+    if target is not None:
+        workdir, owns = checked_workdir(target.workdir), False
+    else:
+        workdir, owns = _scenario_dir(env_dir).prepare_workdir(), True
+    opened = None
     try:
-        if acp:
-            from loopdeck.acp_env.opening import AgentsOwnModel, open_acp_env
-
-            env, loop = open_acp_env(env_dir, workdir, script_name)
-            runtime = Runtime(config, env, AgentsOwnModel(model_name), approver, bus=bus,
-                              answerer=answerer, agent_loop=loop)  # fmt: skip
-            return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
-        if script is not None and env_dir.scenario.mcp is not None:
+        if script is not None:
             script = workdir_in_script(script, workdir)
-        model = _model(options, env_dir, config, script)
-        if env_dir.scenario.mcp is not None and options.phase is not None:
-            options.phase("starting the env's MCP server and listing its tools…")
-        env = _env(env_dir, workdir)
-        if script is not None and script_name is not None:
-            tools = {spec.name: spec for spec in env.tools()}
+        model = None if agent else _model(options, _scenario_dir(env_dir), config, script)
+        opening = Opening(workdir, env_dir, target, script_name, script, options.phase)
+        opened = kind.open(opening)
+        if script is not None and script_name is not None and env_dir is not None:
+            tools = {spec.name: spec for spec in opened.env.tools()}
             check_script(env_dir.path / "scenario.toml", script_name, script, tools)
     except Exception:
-        if env is not None:
-            env.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if opened is not None:
+            opened.env.close()
+        if owns:
+            shutil.rmtree(workdir, ignore_errors=True)
         raise
-    runtime = Runtime(config, env, model, approver, bus=bus, answerer=answerer)
-    return PreparedRun(env_dir=env_dir, runtime=runtime, workdir=workdir, queue=queue)
+    run_model = opened.model or model
+    assert run_model is not None, "a kind with no model of its own runs the run's model"
+    runtime = Runtime(config, opened.env, run_model, approver, bus=bus, answerer=answerer,
+                      agent_loop=opened.loop)  # fmt: skip
+    return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns)
 
 
-def prepare_acp_run(
-    options: RunOptions,
-    target: AcpTarget,
-    approver: Approver | None = None,
-    bus: EventBus | None = None,
-    answerer: Answerer | None = None,
-    *,
-    console: bool = False,
-    recording: Recording | None = None,
-) -> PreparedRun:
-    """`loopdeck acp`: the agent on `target.workdir` in place, recorded as env `acp:NAME`."""
-    from loopdeck.acp_env.opening import AgentsOwnModel, open_acp_workdir
+def _scenario_dir(env_dir: EnvDir | None) -> EnvDir:
+    assert env_dir is not None, "only a run from an env folder reads its scenario"
+    return env_dir
 
-    workdir = checked_workdir(target.workdir)
-    model_name = agent_name(target.command)
-    queue = None
-    if approver is None:
-        chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
-        approver, answerer, queue = chosen.approver, answerer or chosen.answerer, chosen.queue
-    overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
-    config = RunConfig(
-        **({"run_id": options.run_id} if options.run_id else {}),
-        env=f"acp:{workdir.name or workdir}",
-        model=model_name,
-        goal=target.goal,
-        mode="react",
-        budget=Budget.model_validate(overrides),
-        pause_at=options.pause_at,
-    )
-    try:
-        agent = AgentConfig(acp=target.command, mode=target.mode, env=target.env)
-    except ValidationError as exc:
-        raise ScenarioError(f"the agent's command or --env: {exc}") from exc
-    env, loop = open_acp_workdir(workdir, agent, target.check)
-    runtime = Runtime(config, env, AgentsOwnModel(model_name), approver, bus=bus,
-                      answerer=answerer, agent_loop=loop)  # fmt: skip
-    return PreparedRun(None, runtime, workdir, queue, owns_workdir=False)
+
+def _scenario(env_dir: EnvDir | None) -> Scenario:
+    return _scenario_dir(env_dir).scenario
+
+
+def _script(
+    options: RunOptions, kind: RunKind, env_dir: EnvDir | None, agent: str | None, model: str
+) -> tuple[str | None, Script | None]:
+    """The script a run plays: its model's, when the model is the scripted one; its agent's,
+    when its agent is loopdeck's scripted one (named now if it is not there)."""
+    if env_dir is None:
+        return None, None
+    if agent is not None:
+        if not kind.plays_scripts(env_dir):
+            return options.script, None
+        name = _script_name(options, env_dir, SCRIPTED)
+        if name:
+            env_dir.script(name)
+        return name, None
+    name = _script_name(options, env_dir, model)
+    return name, env_dir.script(name) if model == SCRIPTED and name else None
 
 
 def checked_workdir(path: Path) -> Path:
@@ -208,30 +195,26 @@ def checked_workdir(path: Path) -> Path:
     return path.resolve()
 
 
-LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-y", "-m", "--yes"})
-
-
-def agent_name(command: list[str]) -> str:
-    """An ACP agent as the run's model is named: `acp gemini-cli`, `acp scripted_agent`."""
-    named = next((part for part in command if Path(part).name not in LAUNCHERS), command[0])
-    last = named.rsplit("/", 1)[-1]
-    last = re.sub(r"(?<=.)@[^@/]*$", "", last)  # an npm package's @version
-    last = re.sub(r"\.(py|js|mjs|cjs|ts|sh|exe)$", "", last)
-    return "acp " + last.rsplit(".", 1)[-1]  # a module's last name (`-m pkg.agent`)
-
-
-def plays_a_script(agent: AgentConfig) -> bool:
-    """Only loopdeck's scripted agent plays a script: its command takes one as `{script}`."""
-    return any("{script}" in part for part in agent.acp)
-
-
 def _config(
-    options: RunOptions, scenario: Scenario, script_name: str | None, model_name: str
+    options: RunOptions,
+    env_dir: EnvDir | None,
+    target: Any,
+    script_name: str | None,
+    model_name: str,
+    guarded: bool,
 ) -> RunConfig:
-    """The run's settings: the scenario's, with the options' overrides."""
+    """The run's settings: the scenario's (a target has only its goal), with the options'
+    overrides."""
     overrides = {BUDGET_FLAGS[k]: v for k, v in options.budget_overrides.items() if v is not None}
-    budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
     identity = {"run_id": options.run_id} if options.run_id else {}
+    if env_dir is None:
+        return RunConfig(
+            **identity, env=target.env_name, model=model_name, goal=target.goal, mode="react",
+            budget=Budget.model_validate(overrides), pause_at=options.pause_at,
+            stop_on_unrequested=guarded,
+        )  # fmt: skip
+    scenario = env_dir.scenario
+    budget = Budget.model_validate({**scenario.budgets.model_dump(), **overrides})
     return RunConfig(
         **identity,
         env=scenario.name,
@@ -246,17 +229,8 @@ def _config(
         store_hold_s=scenario.store_hold_s,
         model_timeout_s=options.model_timeout_s or scenario.model_timeout_s,
         examples=scenario.examples,
+        stop_on_unrequested=guarded,
     )
-
-
-def _env(env_dir: EnvDir, workdir: Path) -> Environment:
-    """The run's env: its `env.py`'s, or, for an `[mcp]` env, one on its server (started
-    here: a server that cannot start is a `ScenarioError` with its stderr's tail)."""
-    if env_dir.scenario.mcp is None:
-        return env_dir.create(workdir)
-    from loopdeck.mcp_env.opening import open_mcp_env
-
-    return open_mcp_env(env_dir, workdir)
 
 
 def _script_name(options: RunOptions, env_dir: EnvDir, model_name: str) -> str | None:
@@ -298,6 +272,7 @@ def describe_env(path: Path) -> dict[str, Any]:
     error that keeps it from loading."""
     try:
         env_dir = load_env_dir(path)
+        kind_of(env_dir.scenario).check(env_dir)
     except ScenarioError as exc:
         return {"env": path.name, "path": str(path), "error": str(exc), "scripts": {}}
     scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}

@@ -1,0 +1,33 @@
+"""The kinds of run loopdeck knows: one line each. A kind is a package with a `kind` module
+whose `KIND` says its `scenario.toml` table, checks its env folder and opens its runs
+(`core/run_kind.py`). Adding a kind is its package and one line here; nothing else branches
+on kinds."""
+
+from __future__ import annotations
+
+import importlib
+
+from loopdeck.core.run_kind import RunKind
+from loopdeck.core.scenario import Scenario
+
+KINDS: dict[str, str] = {
+    "mcp": "loopdeck.mcp_env.kind",
+    "acp": "loopdeck.acp_env.kind",
+    "python": "loopdeck.python_env.kind",  # the default: no table names another kind
+}
+DEFAULT = "python"
+
+
+def kind_named(name: str) -> RunKind:
+    kind: RunKind = importlib.import_module(KINDS[name]).KIND
+    return kind
+
+
+def kind_of(scenario: Scenario) -> RunKind:
+    """The kind a scenario's table names, else the default. (A kind's module is light: what
+    it runs is imported when it opens a run.)"""
+    for name in KINDS:
+        kind = kind_named(name)
+        if kind.table is not None and getattr(scenario, kind.table, None) is not None:
+            return kind
+    return kind_named(DEFAULT)
