@@ -11,6 +11,7 @@ from textual.widgets import Input
 
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.states import StopReason
+from loopdeck.operator import run_waits
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog
 from loopdeck.tui.panels import CallDetail, RunHeader
@@ -77,7 +78,7 @@ async def test_a_loop_question_says_a_question_waits_and_which_call_the_guard_ho
         table.move_cursor(row=table.row_count - 1)
         await pilot.pause()
         assert "held by the guard" in _text(screen.query_one(CallDetail).query_one("#detail-body"))
-        assert "your say on a repeated call" in screen.view.waiting_for()
+        assert "your say on a repeated call" in run_waits.waiting_for(screen.view)
         dialog = _dialog(app)
         assert dialog.choices == ("stop", "allow", "nudge")  # a read: allowing can run it
         await pilot.press("a")  # allowed once: it runs

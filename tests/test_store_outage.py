@@ -21,6 +21,7 @@ from store_helpers import loopdeck
 from loopdeck.core.events import EventBus, OperatorCommand
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.states import StopReason
+from loopdeck.operator import run_waits
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreUnavailable
 from loopdeck.store.liveness import this_host
@@ -406,7 +407,7 @@ def test_the_console_and_the_summary_say_the_run_holds_for_its_store() -> None:
     view.apply(held)
     transcript.apply(held)
     shown = f"disk full since {since.astimezone():%H:%M:%S}, spilling to /x/s.jsonl"
-    assert view.store_outage == shown and shown in view.waiting_for()
+    assert view.store_outage == shown and shown in run_waits.waiting_for(view)
     assert shown in transcript.entries[-1].title
     view.apply(RecordingResumed(run_id="r1", cause="disk full", held_s=2.5))
     assert view.store_outage == "" and "disk full: held 2.5 s, resumed" in view.notes

@@ -247,6 +247,7 @@ class RunHost:
         """A change of the workspace no approved call explains: named; a guarded run stops
         (`policy_block`) before anything (a goal check) can take it for progress."""
         stops = self._rt.config.stop_on_unrequested
+        self.finding(f"unrequested change after {after}: {changes.said()}")
         self._rt.emit(
             UnrequestedChange, run_id=self.run_id, after=after, added=changes.added,
             changed=changes.changed, removed=changes.removed, stops=stops,

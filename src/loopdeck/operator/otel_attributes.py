@@ -47,6 +47,7 @@ from loopdeck.core.events import (
     RunStopped,
     ToolFinished,
     ToolRetry,
+    UnrequestedChange,
 )
 from loopdeck.core.states import StopReason
 
@@ -371,6 +372,10 @@ def _store_mark(event: Event) -> Mark | None:
             return _mark("loopdeck.recording.resumed", said)
         case RunCorrected(detail=detail):
             return _mark("loopdeck.run.corrected", {"loopdeck.detail": detail})
+        case UnrequestedChange(added=added, changed=changed, removed=removed, stops=stops):
+            paths = len(added) + len(changed) + len(removed)  # the paths are content: not sent
+            said = {"loopdeck.stops": stops, "loopdeck.paths": paths}
+            return _mark("loopdeck.unrequested_change", said)
     return None
 
 

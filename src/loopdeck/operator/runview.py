@@ -42,6 +42,7 @@ from loopdeck.core.events import (
     StateChanged,
     ToolFinished,
     ToolRetry,
+    UnrequestedChange,
 )
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.recording import outage_text, outage_words
@@ -106,7 +107,6 @@ class RunView:
     stopped_at: datetime | None = None
     paused: bool = False
     notes: list[str] = field(default_factory=list)
-    events_seen: int = 0
     max_call_rows: int = MAX_CALL_ROWS
     changed_calls: set[str] = field(default_factory=set)
     model_retries: int = 0
@@ -115,6 +115,10 @@ class RunView:
     last_compaction: tuple[int, int] | None = None
     # The model's input window (RunStarted); None once started: unknown, nothing is compacted.
     context_window: int | None = None
+    # An agent's own window as it says it (tokens in it, its size): its fill, never spent.
+    window: tuple[int, int] | None = None
+    # Changes of the workspace no approved call explains, each said in a line.
+    unrequested: list[str] = field(default_factory=list)
     # The agent's clock as of the last budget event; `held` names an operator wait going on.
     agent_s: float = 0.0
     operator_s: float = 0.0
@@ -165,37 +169,12 @@ class RunView:
         compaction), or what compaction did."""
         if self.started_at is None:
             return ""
+        if self.window is not None:
+            return f"the agent's window: {self.window[0]:,} of {self.window[1]:,} tokens"
         text = context_text(self.context_window, self.compactions, self.last_compaction)
         return text.removeprefix("context ")
 
-    def waiting_for(self) -> str:
-        """What the run is waiting on right now, in words."""
-        if self.finished:
-            return ""
-        if self.held == "paused":
-            return "you: paused before the next model call (p resumes)"
-        if self.store_outage:
-            return f"the store: {self.store_outage}"
-        return {
-            RunState.READY: "the run to start",
-            RunState.PLANNING: f"the planner's reply from {self.model}",
-            RunState.DECIDING: f"the executor's reply from {self.model}",
-            RunState.AWAITING_APPROVAL: "your approval of a write",
-            RunState.AWAITING_ANSWER: self._question_words(),
-            RunState.EXECUTING: f"the tool {self.tool_running or '…'}",
-            RunState.REVIEWING: "the goal check",
-        }.get(self.state, "")
-
-    def _question_words(self) -> str:
-        topics = {q.topic for q in self.questions.values()}
-        if "loop" in topics:
-            return "your say on a repeated call (the guard holds it)"
-        if "budget" in topics:
-            return "your say on a budget past its pause point"
-        return "your answer to the agent's question"
-
     def apply(self, event: Event) -> None:
-        self.events_seen += 1
         handler = VIEW_HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
@@ -333,6 +312,14 @@ class RunView:
         self.tokens_unknown = e.tokens_unknown
         self.agent_s = self.budget.get("deadline_s", (0.0, 0.0))[0]
         self.operator_s, self.held, self.clock_at = e.operator_s, e.held, e.at
+        if e.window_used is not None and e.window_size is not None:
+            self.window = (e.window_used, e.window_size)
+
+    @_handles(UnrequestedChange)
+    def _on_unrequested_change(self, e: UnrequestedChange) -> None:
+        said = transcript.unrequested_words(e)
+        self.unrequested.append(said)
+        self.notes.append(said)
 
     @_handles(ReviewVerdict)
     def _on_review_verdict(self, e: ReviewVerdict) -> None:

@@ -43,6 +43,7 @@ from loopdeck.core.events import (
     RunStopped,
     ToolFinished,
     ToolRetry,
+    UnrequestedChange,
 )
 from loopdeck.core.grant_rules import GrantRule
 from loopdeck.core.recording import outage_text, outage_words
@@ -337,6 +338,19 @@ def _recording_held(e: RecordingHeld) -> Made:
 @_makes(RecordingResumed)
 def _recording_resumed(e: RecordingResumed) -> Made:
     return "note", f"resumed · {outage_words(e.cause)} for {e.held_s:.1f} s", ""
+
+
+def unrequested_words(e: UnrequestedChange) -> str:
+    """`unrequested change after c3 edit: calc.py: changed calc.py — stopped the run`."""
+    paths = (("added", e.added), ("changed", e.changed), ("removed", e.removed))
+    said = "; ".join(f"{word} {', '.join(named)}" for word, named in paths if named)
+    end = " — stopped the run" if e.stops else " — recorded (--approve auto)"
+    return visible(f"unrequested change after {e.after}: {said}{end}")
+
+
+@_makes(UnrequestedChange)
+def _unrequested_change(e: UnrequestedChange) -> Made:
+    return "note", unrequested_words(e), "no approved call explains this change"
 
 
 @_makes(RunStopped)

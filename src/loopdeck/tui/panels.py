@@ -263,11 +263,14 @@ class FindingsPanel(VerticalScroll):
 
     def show(self, view: RunView) -> None:
         body = self.query_one("#findings-body", Static)
-        if not view.verdicts:
+        if not view.verdicts and not view.unrequested:
             paint(body, "[dim]no review yet[/dim]")
             return
         lines: list[str] = []
         said: dict[str, str] = {}
+        for change in view.unrequested:  # what no approval explains comes first
+            said[f"u{len(said)}"] = change
+            lines.append(f"[b $error]⚠[/] $u{len(said) - 1}")
         for verdict in view.verdicts:
             var = VERDICT_VAR.get(verdict.verdict, "$foreground")
             lines.append(f"round {verdict.round}  [b {var}]{verdict.verdict.upper()}[/]")

@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from loopdeck.core.events import Event
 from loopdeck.core.outcome import RunOutcome
+from loopdeck.operator import run_waits
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
@@ -62,7 +63,7 @@ class RunHeaderPart(RunScreenState):
 
     def waiting_for(self) -> str:
         if self.view.run_id:
-            return self.view.waiting_for()
+            return run_waits.waiting_for(self.view)
         return getattr(self.link, "phase", "") or "the run to start"
 
     def _render_header(self) -> None:
