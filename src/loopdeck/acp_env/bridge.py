@@ -14,20 +14,98 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopdeck.acp_env.terminals import Terminal, Terminals, UnknownTerminal
 
+if TYPE_CHECKING:  # the SDK's own models, imported when a run starts its agent
+    from acp.schema import (
+        AgentMessageChunk,
+        AgentPlanContentUpdate,
+        AgentPlanRemovedUpdate,
+        AgentPlanUpdate,
+        AgentThoughtChunk,
+        AvailableCommandsUpdate,
+        ConfigOptionUpdate,
+        CreateTerminalResponse,
+        CurrentModeUpdate,
+        EnvVariable,
+        KillTerminalResponse,
+        PermissionOption,
+        ReadTextFileResponse,
+        ReleaseTerminalResponse,
+        RequestPermissionResponse,
+        SessionInfoUpdate,
+        TerminalOutputResponse,
+        ToolCallProgress,
+        ToolCallStart,
+        ToolCallUpdate,
+        UsageUpdate,
+        UserMessageChunk,
+        WaitForTerminalExitResponse,
+        WriteTextFileResponse,
+    )
+
+    SessionUpdate = (
+        UserMessageChunk
+        | AgentMessageChunk
+        | AgentThoughtChunk
+        | ToolCallStart
+        | ToolCallProgress
+        | AgentPlanUpdate
+        | AgentPlanContentUpdate
+        | AgentPlanRemovedUpdate
+        | AvailableCommandsUpdate
+        | CurrentModeUpdate
+        | ConfigOptionUpdate
+        | SessionInfoUpdate
+        | UsageUpdate
+    )
+
 
 @dataclass
-class Incoming:
-    """One message from the agent; `answer` is set by the run for a request."""
+class Updated:
+    """A `session/update`: the SDK's typed update."""
 
-    # "update", "permission", "read", or "write": a request loopdeck gates as a write (a file,
-    # or a terminal: its payload then holds "terminal")
-    kind: str
-    payload: dict[str, Any]
-    answer: asyncio.Future[Any] | None = field(default=None)
+    update: SessionUpdate
+
+
+@dataclass
+class FileRead:
+    """A file the agent read through loopdeck (answered at once: reads are not gated)."""
+
+    path: str
+
+
+@dataclass
+class Asked:
+    """A request the run answers: its `answer` is set (or its error) by the run's task."""
+
+    answer: asyncio.Future[Any] = field(init=False, repr=False)
+
+
+@dataclass
+class PermissionAsked(Asked):
+    tool_call: ToolCallUpdate
+    options: list[PermissionOption]
+
+
+@dataclass
+class FileWriteAsked(Asked):
+    path: str
+    content: str
+
+
+@dataclass
+class TerminalAsked(Asked):
+    command: str
+    args: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    output_byte_limit: int | None
+
+
+Incoming = Updated | FileRead | PermissionAsked | FileWriteAsked | TerminalAsked
 
 
 class OutsideWorkdir(Exception):
@@ -45,39 +123,41 @@ def inside(workdir: Path, path: str) -> Path:
 
 
 class Bridge:
-    """The SDK's client: a plain class (the SDK calls each method with keyword arguments)."""
+    """The SDK's `Client`, its methods typed with the SDK's own models."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.queue: asyncio.Queue[Incoming] = asyncio.Queue()
-        self.pending: list[Incoming] = []  # requests the run has not answered yet
+        self.pending: list[Asked] = []  # requests the run has not answered yet
         self.terminals = Terminals()
 
-    def _request(self, kind: str, payload: dict[str, Any]) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        item = Incoming(kind, payload, future)
+    async def _asked(self, item: Asked) -> Any:
+        item.answer = asyncio.get_running_loop().create_future()
         self.pending.append(item)
-        self.queue.put_nowait(item)
-        return future
+        self.queue.put_nowait(item)  # type: ignore[arg-type]  # every Asked is an Incoming
+        try:
+            return await item.answer
+        finally:
+            self.pending = [waiting for waiting in self.pending if waiting is not item]
 
-    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        self.queue.put_nowait(Incoming("update", {"update": update}))
+    async def session_update(self, session_id: str, update: SessionUpdate, **_: Any) -> None:
+        self.queue.put_nowait(Updated(update))
 
     async def request_permission(
-        self, session_id: str, tool_call: Any, options: list[Any], **_: Any
-    ) -> Any:
-        future = self._request("permission", {"tool_call": tool_call, "options": options})
-        try:
-            return await future
-        finally:
-            self._settled(future)
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **_: Any,
+    ) -> RequestPermissionResponse:
+        answer: RequestPermissionResponse = await self._asked(PermissionAsked(tool_call, options))
+        return answer
 
-    async def write_text_file(self, session_id: str, path: str, content: str, **_: Any) -> Any:
-        future = self._request("write", {"path": path, "content": content})
-        try:
-            return await future
-        finally:
-            self._settled(future)
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **_: Any
+    ) -> WriteTextFileResponse | None:
+        answer: WriteTextFileResponse | None = await self._asked(FileWriteAsked(path, content))
+        return answer
 
     async def read_text_file(
         self,
@@ -86,7 +166,7 @@ class Bridge:
         line: int | None = None,
         limit: int | None = None,
         **_: Any,
-    ) -> Any:
+    ) -> ReadTextFileResponse:
         from acp import RequestError
         from acp.schema import ReadTextFileResponse
 
@@ -100,7 +180,7 @@ class Bridge:
         if line is not None:
             start = max(line - 1, 0)
             lines = lines[start : start + limit if limit else None]
-        self.queue.put_nowait(Incoming("read", {"path": path}))
+        self.queue.put_nowait(FileRead(path))
         return ReadTextFileResponse(content="".join(lines))
 
     # -- terminals --------------------------------------------------------------------------
@@ -109,23 +189,15 @@ class Bridge:
         session_id: str,
         command: str,
         args: list[str] | None = None,
-        env: list[Any] | None = None,
+        env: list[EnvVariable] | None = None,
         cwd: str | None = None,
         output_byte_limit: int | None = None,
         **_: Any,
-    ) -> Any:
-        request = {
-            "command": command,
-            "args": list(args or []),
-            "env": {str(var.name): str(var.value) for var in env or []},
-            "cwd": cwd,
-            "output_byte_limit": output_byte_limit,
-        }
-        future = self._request("write", {"terminal": request})
-        try:
-            return await future
-        finally:
-            self._settled(future)
+    ) -> CreateTerminalResponse:
+        named = {str(var.name): str(var.value) for var in env or []}
+        asked = TerminalAsked(command, list(args or []), named, cwd, output_byte_limit)
+        answer: CreateTerminalResponse = await self._asked(asked)
+        return answer
 
     def _terminal(self, terminal_id: str) -> Terminal:
         from acp import RequestError
@@ -135,7 +207,9 @@ class Bridge:
         except UnknownTerminal as exc:
             raise RequestError.invalid_params({"terminalId": str(exc)}) from None
 
-    async def terminal_output(self, session_id: str, terminal_id: str, **_: Any) -> Any:
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> TerminalOutputResponse:
         from acp.schema import TerminalExitStatus, TerminalOutputResponse
 
         terminal = self._terminal(terminal_id)
@@ -146,7 +220,9 @@ class Bridge:
             output=terminal.tail.text(), truncated=terminal.tail.truncated, exit_status=status
         )
 
-    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **_: Any) -> Any:
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> WaitForTerminalExitResponse:
         """Waits for the command's end; a stop ends every command, so this wait too."""
         from acp.schema import WaitForTerminalExitResponse
 
@@ -154,32 +230,33 @@ class Bridge:
         await terminal.exited.wait()
         return WaitForTerminalExitResponse(exit_code=terminal.exit_code, signal=terminal.signal)
 
-    async def kill_terminal(self, session_id: str, terminal_id: str, **_: Any) -> Any:
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> KillTerminalResponse | None:
         from acp.schema import KillTerminalResponse
 
         self._terminal(terminal_id).kill()
         return KillTerminalResponse()
 
-    async def release_terminal(self, session_id: str, terminal_id: str, **_: Any) -> Any:
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> ReleaseTerminalResponse | None:
         from acp.schema import ReleaseTerminalResponse
 
         self._terminal(terminal_id)
         self.terminals.release(terminal_id)
         return ReleaseTerminalResponse()
 
-    def _settled(self, future: asyncio.Future[Any]) -> None:
-        self.pending = [item for item in self.pending if item.answer is not future]
-
-    def cancel_all(self, cancelled: Any) -> None:
+    def cancel_all(self, cancelled: RequestPermissionResponse) -> None:
         """At a stop: every permission still waiting is answered `cancelled`, every write
         refused, every terminal's command ended."""
         from acp import RequestError
 
         self.terminals.kill_all()
         for item in list(self.pending):
-            if item.answer is None or item.answer.done():
+            if item.answer.done():
                 continue
-            if item.kind == "permission":
+            if isinstance(item, PermissionAsked):
                 item.answer.set_result(cancelled)
             else:
                 item.answer.set_exception(RequestError(-32800, "the turn was cancelled"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
-from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, inside
+from loopdeck.acp_env.bridge import Bridge, FileWriteAsked, OutsideWorkdir, TerminalAsked, inside
 from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, named_paths, shown_input, steady
 from loopdeck.acp_env.held_calls import HeldCall
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
@@ -241,13 +241,14 @@ class AcpCalls:
         return got
 
     # -- files the agent asks loopdeck to write ---------------------------------------------
-    async def write(self, payload: dict[str, Any]) -> Any:
+    async def write(self, asked: FileWriteAsked | TerminalAsked) -> Any:
+        """A file to write or a command to run for the agent: a write loopdeck gates."""
         from acp import RequestError
         from acp.schema import WriteTextFileResponse
 
-        if "terminal" in payload:
-            return await self.terminals.create(payload["terminal"])
-        path, content = str(payload["path"]), str(payload["content"])
+        if isinstance(asked, TerminalAsked):
+            return await self.terminals.create(asked)
+        path, content = asked.path, asked.content
         workdir = self.host.workdir
         try:
             target = inside(workdir, path)

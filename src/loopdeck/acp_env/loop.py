@@ -20,7 +20,15 @@ import time
 from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess, agent_words
-from loopdeck.acp_env.bridge import Bridge, Incoming
+from loopdeck.acp_env.bridge import (
+    Asked,
+    Bridge,
+    FileWriteAsked,
+    Incoming,
+    PermissionAsked,
+    TerminalAsked,
+    Updated,
+)
 from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.acp_env.unchecked_goal import operator_judges
 from loopdeck.core.agent_script import AgentConfig
@@ -163,23 +171,23 @@ class AcpLoop:
         return queue.get_nowait() if not queue.empty() else None
 
     async def _take(self, item: Incoming) -> None:
-        if item.kind == "update":
-            await self._update(item.payload["update"])
-        elif item.kind == "permission":
-            answer = await self.calls.permission(item.payload["tool_call"], item.payload["options"])
-            self._answer(item, answer)
-        elif item.kind == "write":
-            from acp import RequestError
+        from acp import RequestError
 
-            try:
-                self._answer(item, await self.calls.write(item.payload))
-            except RequestError as refused:  # said to the agent as its request's error
-                if item.answer is not None and not item.answer.done():
-                    item.answer.set_exception(refused)
+        match item:
+            case Updated(update=update):
+                await self._update(update)
+            case PermissionAsked(tool_call=tool_call, options=options):
+                self._answer(item, await self.calls.permission(tool_call, options))
+            case FileWriteAsked() | TerminalAsked():
+                try:
+                    self._answer(item, await self.calls.write(item))
+                except RequestError as refused:  # said to the agent as its request's error
+                    if not item.answer.done():
+                        item.answer.set_exception(refused)
 
     @staticmethod
-    def _answer(item: Incoming, answer: Any) -> None:
-        if item.answer is not None and not item.answer.done():
+    def _answer(item: Asked, answer: Any) -> None:
+        if not item.answer.done():
             item.answer.set_result(answer)
 
     async def _update(self, update: Any) -> None:

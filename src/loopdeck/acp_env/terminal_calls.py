@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, inside
+from loopdeck.acp_env.bridge import Bridge, OutsideWorkdir, TerminalAsked, inside
 from loopdeck.acp_env.terminals import (
     TERMINAL,
     TERMINAL_SPEC,
@@ -84,15 +84,14 @@ class TerminalCalls:
         for command in commands:
             self.allowed[(command, record.state_hash)] = record.call_id
 
-    async def create(self, request: dict[str, Any]) -> Any:
+    async def create(self, request: TerminalAsked) -> Any:
         from acp import RequestError
         from acp.schema import CreateTerminalResponse
 
         workdir = self.host.workdir
-        command, args = str(request["command"]), [str(a) for a in request["args"]]
-        env: dict[str, str] = request["env"]
+        command, args, env = request.command, request.args, request.env
         try:
-            cwd = inside(workdir, request["cwd"] or str(workdir))
+            cwd = inside(workdir, request.cwd or str(workdir))
         except OutsideWorkdir as exc:
             raise RequestError.invalid_params({"cwd": str(exc)}) from None
         raw = {"command": command, "args": args, "cwd": _relative(cwd, workdir), "env": sorted(env)}
@@ -112,7 +111,7 @@ class TerminalCalls:
                 raise RequestError.invalid_params({"cwd": edited})
             command, args, cwd, env = edited
         run = (command, args, cwd, env)
-        terminal_id = await self._start(record, run, request["output_byte_limit"], by)
+        terminal_id = await self._start(record, run, request.output_byte_limit, by)
         return CreateTerminalResponse(terminal_id=terminal_id)
 
     def _allowed_by(self, command: str, args: list[str], state_hash: str) -> str | None:
