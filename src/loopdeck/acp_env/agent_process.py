@@ -1,8 +1,10 @@
-"""The ACP agent's process: started in the working copy under loopdeck's guardian (a process
-group of its own, ended when the runner dies, even by SIGKILL), its stderr kept in a file whose
-tail names what went wrong, connected with the SDK (`connect_to_agent`), initialized, its
-session opened and its mode set; and stopped: stdin closed, then SIGTERM to the guardian
-(which ends the agent's whole group), then SIGKILL."""
+"""The ACP agent's process: started in the working copy under loopdeck's guardian (a child
+subreaper, and a cgroup where one can be made: nothing the agent starts leaves it, a daemon in
+a session of its own included; all of it ended when the runner dies, even by SIGKILL), its
+stderr kept in a file whose tail names what went wrong, connected with the SDK
+(`connect_to_agent`), initialized, its session opened and its mode set; and stopped: stdin
+closed, then SIGTERM to the guardian (which ends every process below it before it exits),
+then SIGKILL."""
 
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from loopdeck.core.agent_script import AgentConfig
+from loopdeck.acp_env.config import AgentConfig
 from loopdeck.core.text import capped
 from loopdeck.mcp_env.goal_check import stderr_tail
+from loopdeck.mcp_env.guardian import end_cgroup
 
 GRACE_S = 3.0
+STOP_WAIT_S = 10.0  # the guardian's own end: its grace, then SIGKILL to what is left
 LIMIT = 50 * 1024 * 1024  # the longest line the agent may send (a big diff)
 
 
@@ -133,7 +137,10 @@ class AgentProcess:
         return f"ACP agent `{self.name}` {what}: {why}" + (f"; stderr: {tail}" if tail else "")
 
     async def stop(self) -> None:
-        """The agent and everything it started are gone when this returns (bounded)."""
+        """The agent and everything it started are gone when this returns (bounded): stdin
+        closed, SIGTERM to the guardian, which ends every process below it (the agent's
+        group, daemons in sessions of their own) and then exits; SIGKILL to it only past
+        `STOP_WAIT_S`, and then what it left in its cgroup ended here."""
         proc = self.proc
         if proc is None:  # never started: only its stderr file to remove
             self.errlog.unlink(missing_ok=True)
@@ -141,14 +148,16 @@ class AgentProcess:
         if proc.stdin is not None:
             with contextlib.suppress(OSError, RuntimeError):
                 proc.stdin.close()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sig, wait_s in ((signal.SIGTERM, STOP_WAIT_S), (signal.SIGKILL, GRACE_S)):
             if proc.returncode is not None:
                 break
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(sig)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(GRACE_S):
+                async with asyncio.timeout(wait_s):
                     await proc.wait()
+        if proc.returncode is not None and proc.returncode < 0:  # the guardian did not finish
+            await asyncio.to_thread(end_cgroup, proc.pid)
         with contextlib.suppress(Exception):
             if self.conn is not None:
                 await self.conn.close()

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from loopdeck.core.agent_script import AgentConfig
+from loopdeck.acp_env.config import TABLE, AgentConfig, agent_config, agent_turns
 from loopdeck.core.envdir import EnvDir
 from loopdeck.core.environment import Environment
 from loopdeck.core.run_kind import OpenedRun, Opening
@@ -33,9 +33,13 @@ def plays_a_script(agent: AgentConfig) -> bool:
 
 class AcpKind:
     name = "acp"
-    table = "agent"
+    table = TABLE
 
     def check(self, env_dir: EnvDir) -> None:
+        agent_config(env_dir)
+        where = env_dir.path / "scenario.toml"
+        for name, script in env_dir.scenario.scripts.items():
+            agent_turns(where, name, script.turns)
         if env_dir.module is None and env_dir.scenario.goal_check is None:
             raise ScenarioError(
                 f"{env_dir.path / 'scenario.toml'}: an [agent] env needs goal_check (the command"
@@ -45,12 +49,11 @@ class AcpKind:
     def agent_name(self, env_dir: EnvDir | None, target: Any) -> str | None:
         if target is not None:
             return agent_name(target.command)
-        assert env_dir is not None and env_dir.scenario.agent is not None
-        return agent_name(env_dir.scenario.agent.acp)
+        assert env_dir is not None
+        return agent_name(agent_config(env_dir).acp)
 
     def plays_scripts(self, env_dir: EnvDir) -> bool:
-        assert env_dir.scenario.agent is not None
-        return plays_a_script(env_dir.scenario.agent)
+        return plays_a_script(agent_config(env_dir))
 
     def check_scripts(self, env_dir: EnvDir) -> None:
         return None  # checked as each run is prepared, once its tools are known

@@ -30,8 +30,8 @@ from loopdeck.acp_env.bridge import (
     Updated,
 )
 from loopdeck.acp_env.calls import AcpCalls
+from loopdeck.acp_env.config import AgentConfig
 from loopdeck.acp_env.unchecked_goal import operator_judges
-from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.review import findings_or_stop
 from loopdeck.core.run_host import RunHost

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
+from loopdeck.acp_env.config import AgentConfig, agent_config
 from loopdeck.acp_env.loop import AcpLoop
 from loopdeck.acp_env.workspace import WorkspaceEnvironment
-from loopdeck.core.agent_script import AgentConfig
 from loopdeck.core.envdir import EnvDir
 from loopdeck.core.environment import Environment
 from loopdeck.core.mcp_config import workdir_in
@@ -52,7 +52,7 @@ def open_acp_env(
     env_dir: EnvDir, workdir: Path, script: str | None
 ) -> tuple[Environment, LoopMaker]:
     scenario = env_dir.scenario
-    assert scenario.agent is not None
+    agent = agent_config(env_dir)
     envdir = env_dir.path.resolve()
     env = env_dir.create(workdir) if env_dir.module is not None else None
     unchecked = None
@@ -64,11 +64,10 @@ def open_acp_env(
         unchecked = None if workspace.goal_checked else NO_GOAL_CHECK
         env = workspace
     command = [
-        part.replace("{script}", script or "")
-        for part in workdir_in(scenario.agent.acp, workdir, envdir)
+        part.replace("{script}", script or "") for part in workdir_in(agent.acp, workdir, envdir)
     ]
     errlog = workdir.parent / f"{workdir.name}.agent-stderr.log"
-    return env, _loop(command, workdir, errlog, scenario.agent, unchecked)
+    return env, _loop(command, workdir, errlog, agent, unchecked)
 
 
 def open_acp_workdir(

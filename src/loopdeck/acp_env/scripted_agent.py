@@ -1,5 +1,5 @@
 """loopdeck's own scripted ACP agent: an agent over stdio that plays a script of a
-`scenario.toml` (`[[scripts.NAME.turns]]`, `core/agent_script.py`), so ACP runs, the demo
+`scenario.toml` (`[[scripts.NAME.turns]]`, `acp_env/config.py`), so ACP runs, the demo
 and the tests go offline against an agent that speaks the protocol like the real ones.
 
     python -m loopdeck.acp_env.scripted_agent SCENARIO_TOML SCRIPT_NAME
@@ -37,8 +37,8 @@ from acp.schema import (
 )
 from acp.stdio import stdio_streams
 
+from loopdeck.acp_env.config import AgentTurn, agent_turns
 from loopdeck.acp_env.scripted_steps import Session, TurnPlayer, turn_for
-from loopdeck.core.agent_script import AgentTurn
 from loopdeck.core.scenario import ScenarioError, load_scenario
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def script_turns(path: Path, name: str) -> list[AgentTurn]:
         raise ScenarioError(
             f"{path}: script {name!r} has no turns for an ACP agent ([[scripts.{name}.turns]])"
         )
-    return script.turns
+    return agent_turns(path, name, script.turns)
 
 
 async def serve(turns: list[AgentTurn]) -> None:

@@ -60,7 +60,7 @@ from acp.schema import (
     UsageUpdate,
 )
 
-from loopdeck.core.agent_script import AgentStep, AgentTerminal, AgentTurn, AgentUsage
+from loopdeck.acp_env.config import AgentStep, AgentTerminal, AgentTurn, AgentUsage
 
 Update = (
     AgentMessageChunk

@@ -1,9 +1,11 @@
 """The terminals loopdeck runs for an ACP agent (`terminal/*`): each command started under
-loopdeck's guardian (a process group of its own, ended when the runner dies, even by SIGKILL),
-with no shell (the command and its arguments as given), stdin closed, stdout and stderr
-captured together; only the tail is kept, within the agent's `outputByteLimit` and loopdeck's
-own cap, cut at a character boundary. Kill ends the command's whole group; release kills and
-forgets; `kill_all` ends every one at the run's stop.
+loopdeck's guardian (a session of its own; whatever it starts, a daemon included, stays below
+the guardian, a child subreaper, and is ended when the command ends, and when the runner dies,
+even by SIGKILL), with no shell (the command and its arguments as given), stdin closed, stdout
+and stderr captured together; only the tail is kept, within the agent's `outputByteLimit` and
+loopdeck's own cap, cut at a character boundary. Kill ends the command and all it started;
+release kills and forgets; `kill_all` ends every one at the run's stop, `close` waits for
+their ends.
 
 The environment of a command is loopdeck's own plus the variables the request names: the
 agent's `[agent] env` (where its keys live) is not handed to the commands it asks for.
@@ -26,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopdeck.core.tools import ToolSpec
+from loopdeck.mcp_env.guardian import KILL_WAIT_S, end_cgroup
 
 TERMINAL = "terminal"  # the tool a terminal/create is recorded as
 OUTPUT_CAP = 1 << 20  # loopdeck's own bound on a terminal's kept output, whatever the agent asks
@@ -150,8 +153,8 @@ class Terminal:
             self.on_exit(self)
 
     def kill(self) -> None:
-        """SIGTERM to the guardian, which ends the command's whole group (SIGKILL after a
-        grace); at once, without awaiting, so a stop can do it anywhere."""
+        """SIGTERM to the guardian, which ends the command and all it started (SIGKILL after
+        a grace); at once, without awaiting, so a stop can do it anywhere."""
         if self.proc.returncode is not None:
             return
         self.killed_by = self.killed_by or "SIGTERM"
@@ -177,6 +180,8 @@ class Terminals:
         self.live: dict[str, Terminal] = {}
         self.released: dict[str, dict[str, Any]] = {}  # id -> its last result, for display
         self.releasing: set[asyncio.Task[None]] = set()  # released, their end not seen yet
+        # Each terminal's guardian by its watcher, until the watcher saw it end.
+        self.guardians: dict[asyncio.Task[None], asyncio.subprocess.Process] = {}
         self._count = 0
 
     async def start(
@@ -191,7 +196,9 @@ class Terminals:
         )  # fmt: skip
         terminal = Terminal(f"term-{self._count}", command_line(command, args), proc, tail)
         self.live[terminal.id] = terminal
-        terminal.watcher = asyncio.ensure_future(self._watch(terminal))
+        terminal.watcher = watcher = asyncio.ensure_future(self._watch(terminal))
+        self.guardians[watcher] = proc
+        watcher.add_done_callback(lambda done: self.guardians.pop(done, None))
         return terminal
 
     @staticmethod
@@ -201,6 +208,8 @@ class Terminals:
         while chunk := await stdout.read(1 << 16):
             terminal.tail.add(chunk)
         await terminal.proc.wait()
+        if (terminal.proc.returncode or 0) < 0:  # its guardian was killed before it finished
+            await asyncio.to_thread(end_cgroup, terminal.proc.pid)
         terminal.ended()
 
     def get(self, terminal_id: str) -> Terminal:
@@ -226,17 +235,21 @@ class Terminals:
             del self.released[next(iter(self.released))]
 
     async def close(self, grace_s: float = 5.0) -> None:
-        """Every command ended, and its end waited for (bounded: its guardian escalates to
-        SIGKILL on its own)."""
+        """Every command ended, and its end waited for (bounded): each guardian ends all that
+        its command started and exits; one still there past `grace_s` is killed, and what it
+        leaves in its cgroup ended when its end is seen."""
         self.kill_all()
-        watchers = [t.watcher for t in self.live.values() if t.watcher is not None]
-        watchers += self.releasing
-        if watchers:
-            await asyncio.wait(watchers, timeout=grace_s)
+        if self.guardians:
+            await asyncio.wait(list(self.guardians), timeout=grace_s)
+        if self.guardians:  # a guardian that did not finish in time
+            for proc in self.guardians.values():
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            await asyncio.wait(list(self.guardians), timeout=KILL_WAIT_S)
 
     def kill_all(self, why: str = "SIGTERM") -> None:
         """At the run's stop or the agent's end: every command still running is ended and
-        said ended now (its guardian finishes the group on its own)."""
+        said ended now (its guardian finishes the rest on its own)."""
         for terminal in self.live.values():
             if not terminal.exited.is_set():
                 terminal.kill()

@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loopdeck.core.agent_script import AgentConfig, AgentTurn
 from loopdeck.core.budgets import Budget
 from loopdeck.core.mcp_config import McpConfig, workdir_in
 from loopdeck.core.states import StopReason
@@ -85,8 +84,9 @@ class Script(BaseModel):
     expect: Expect | None = None
     planner: list[str] = Field(default_factory=list)
     executor: list[ScriptTurn] = Field(default_factory=list)
-    # An ACP env's script, played by loopdeck's scripted agent (`core/agent_script.py`).
-    turns: list[AgentTurn] = Field(default_factory=list)
+    # An agent's script, played by that agent (loopdeck's scripted ACP agent reads and checks
+    # it: `acp_env/config.py`), not by loopdeck's model.
+    turns: list[dict[str, Any]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _played(self) -> Script:
@@ -140,16 +140,30 @@ class Scenario(BaseModel):
     # An env whose tools are an MCP server's (`core/mcp_config.py`), and the command that
     # checks its goal in the working copy (exit 0: met; each stdout line an unmet reason).
     mcp: McpConfig | None = None
-    agent: AgentConfig | None = None  # an ACP agent driven instead of a model
+    # A kind of run's own table (`[agent]`, …), read and checked by its kind
+    # (`operator/kinds.py`): every top-level table the scenario does not know itself.
+    tables: dict[str, dict[str, Any]] = Field(default_factory=dict)
     goal_check: list[str] | None = Field(default=None, min_length=1)
     goal_check_timeout_s: float = Field(default=60.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_tables(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        tables = {k: v for k, v in raw.items() if k not in cls.model_fields and isinstance(v, dict)}
+        if not tables:
+            return raw
+        kept = {k: v for k, v in raw.items() if k not in tables}
+        return {**kept, "tables": {**raw.get("tables", {}), **tables}}
 
-def _describe(error: ValidationError) -> str:
+
+def described(error: ValidationError, prefix: str = "") -> str:
+    """A validation error a line a field: `  agent.acp: Field required`."""
     lines = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
-        lines.append(f"  {where}: {item['msg']}")
+        where = ".".join(str(p) for p in (*([prefix] if prefix else []), *item["loc"]))
+        lines.append(f"  {where or '(top level)'}: {item['msg']}")
     return "\n".join(lines)
 
 
@@ -199,7 +213,7 @@ def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(f"{path}: invalid scenario:\n{_describe(exc)}") from exc
+        raise ScenarioError(f"{path}: invalid scenario:\n{described(exc)}") from exc
 
 
 def workdir_in_script(script: Script, workdir: Path) -> Script:

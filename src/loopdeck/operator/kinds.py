@@ -6,9 +6,10 @@ on kinds."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from loopdeck.core.run_kind import RunKind
-from loopdeck.core.scenario import Scenario
+from loopdeck.core.scenario import Scenario, ScenarioError
 
 KINDS: dict[str, str] = {
     "mcp": "loopdeck.mcp_env.kind",
@@ -23,11 +24,19 @@ def kind_named(name: str) -> RunKind:
     return kind
 
 
-def kind_of(scenario: Scenario) -> RunKind:
+def kind_of(scenario: Scenario, where: Path | str = "scenario.toml") -> RunKind:
     """The kind a scenario's table names, else the default. (A kind's module is light: what
     it runs is imported when it opens a run.)"""
-    for name in KINDS:
-        kind = kind_named(name)
+    kinds = [kind_named(name) for name in KINDS]
+    for kind in kinds:
+        if kind.table is not None and kind.table in scenario.tables:
+            return kind
         if kind.table is not None and getattr(scenario, kind.table, None) is not None:
             return kind
+    if scenario.tables:
+        known = ", ".join(f"[{kind.table}]" for kind in kinds if kind.table)
+        raise ScenarioError(
+            f"{where}: unknown table [{sorted(scenario.tables)[0]}]; the kinds of run"
+            f" loopdeck knows: {known}"
+        )
     return kind_named(DEFAULT)

@@ -53,7 +53,7 @@ def resolve_env_dir(spec: str, settings: list[str] | None = None) -> EnvDir:
     if not path.is_dir() and (root / spec).is_dir():
         path = root / spec
     env_dir = load_env_dir(path, known_root=root, settings=settings)
-    kind_of(env_dir.scenario).check(env_dir)
+    kind_of(env_dir.scenario, path / "scenario.toml").check(env_dir)
     return env_dir
 
 
@@ -272,7 +272,7 @@ def describe_env(path: Path) -> dict[str, Any]:
     error that keeps it from loading."""
     try:
         env_dir = load_env_dir(path)
-        kind_of(env_dir.scenario).check(env_dir)
+        kind_of(env_dir.scenario, path / "scenario.toml").check(env_dir)
     except ScenarioError as exc:
         return {"env": path.name, "path": str(path), "error": str(exc), "scripts": {}}
     scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}

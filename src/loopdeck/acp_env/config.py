@@ -1,8 +1,8 @@
-"""An ACP agent in `scenario.toml`: the `[agent]` table (the agent's command, the session
-mode to set, its environment) and the scripts loopdeck's own scripted ACP agent plays
-(`[[scripts.NAME.turns]]`, one a prompt turn), so the demo, `loopdeck check` and the tests
-run offline against an agent that speaks the protocol like the real ones, misbehaviours
-included.
+"""An ACP agent in `scenario.toml`, read only by the ACP kind: the `[agent]` table (the
+agent's command, the session mode to set, its environment) and the scripts loopdeck's own
+scripted ACP agent plays (`[[scripts.NAME.turns]]`, one a prompt turn), so the demo,
+`loopdeck check` and the tests run offline against an agent that speaks the protocol like
+the real ones, misbehaviours included.
 
 ```toml
 [agent]
@@ -26,9 +26,13 @@ steps = [
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from loopdeck.core.envdir import EnvDir
+from loopdeck.core.scenario import ScenarioError, described
 
 StopReasonOfTurn = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 
@@ -143,3 +147,25 @@ class AgentTurn(BaseModel):
     stop: StopReasonOfTurn = "end_turn"
     ignore_cancel: bool = False  # keeps going after `session/cancel`
     repeat: bool = False  # played again for every later prompt (a runaway)
+
+
+TABLE = "agent"
+_TURNS: TypeAdapter[list[AgentTurn]] = TypeAdapter(list[AgentTurn])
+
+
+def agent_config(env_dir: EnvDir) -> AgentConfig:
+    """The env's `[agent]`, checked: a `ScenarioError` naming scenario.toml and the field."""
+    try:
+        return AgentConfig.model_validate(env_dir.scenario.tables[TABLE])
+    except ValidationError as exc:
+        where = env_dir.path / "scenario.toml"
+        raise ScenarioError(f"{where}: invalid [agent]:\n{described(exc, TABLE)}") from exc
+
+
+def agent_turns(path: Path, name: str, turns: list[dict[str, Any]]) -> list[AgentTurn]:
+    """A script's turns as the scripted agent plays them, checked."""
+    try:
+        return _TURNS.validate_python(turns)
+    except ValidationError as exc:
+        said = described(exc, f"scripts.{name}.turns")
+        raise ScenarioError(f"{path}: invalid scenario:\n{said}") from exc
