@@ -20,28 +20,48 @@ from typing import Any
 
 from loopdeck.core.text import capped
 
-# Fields an agent renews on every call: ids, process ids, timestamps.
+# Fields an agent renews on every call, by name (Codex's `call_id`, `process_id`, `turn_id`,
+# `started_at_ms`; ACP's own ids). A field is left out by name, or by rule when its name says
+# id or time and its value looks made per call (a uuid, a long token, an epoch, an ISO time):
+# `issue_id = 2` is the call's input and stays.
 VOLATILE_NAMES = frozenset(
-    {"id", "pid", "timestamp", "ts", "time", "nonce", "uuid", "request_id", "requestid"}
+    {"call_id", "callid", "tool_call_id", "toolcallid", "process_id", "processid", "pid",
+     "turn_id", "turnid", "session_id", "sessionid", "request_id", "requestid", "nonce",
+     "timestamp", "started_at", "startedat", "started_at_ms", "startedatms"}
+)  # fmt: skip
+ID_NAME = re.compile(r"(?i)(?:^|_)(?:id|uuid)$|[a-z0-9](?:Id|Uuid)$")
+TIME_NAME = re.compile(
+    r"(?i)(?:^|_)(?:at|at_ms|at_ns|time|timestamp|ts)$|[a-z0-9](?:At|AtMs|Time)$"
 )
-SNAKE_RULE = re.compile(r"(?i)(?:^|_)(?:id|ids|pid|uuid|at|at_ms|at_ns|time|timestamp)$")
-CAMEL_RULE = re.compile(r"[a-z0-9](?:Id|Ids|Uuid|At|AtMs|Time|Timestamp)$")
+MADE_TOKEN = re.compile(
+    r"(?i)^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r"|[a-z]{0,8}[_-]?(?=[a-z0-9]*[0-9])(?=[a-z0-9]*[a-z])[a-z0-9]{12,})$"
+)
+ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+EPOCH_S = 1_000_000_000  # a number past this, named as a time, is a clock reading
 DIFF_CAP = 2000  # a diff side's text kept in what the operator sees; the key hashes it whole
 NOTHING_TO_JUDGE = (
     "the agent sent nothing to judge this call by: no input, no locations, no diff; only its title"
 )
 
 
-def volatile(name: str, extra: Iterable[str] = ()) -> bool:
-    if name.lower() in VOLATILE_NAMES or name in extra:
+def volatile(name: str, value: Any, extra: Iterable[str] = ()) -> bool:
+    """Whether a field is one the agent renews per call (never the call's own input)."""
+    if name in extra or name.lower() in VOLATILE_NAMES:
         return True
-    return bool(SNAKE_RULE.search(name) or CAMEL_RULE.search(name))
+    if ID_NAME.search(name):
+        return isinstance(value, str) and bool(MADE_TOKEN.match(value))
+    if TIME_NAME.search(name):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value >= EPOCH_S
+        return isinstance(value, str) and bool(ISO_TIME.match(value))
+    return False
 
 
 def steady(value: Any, extra: frozenset[str] = frozenset()) -> Any:
     """The input without the fields the agent renews per call, at any depth."""
     if isinstance(value, dict):
-        return {k: steady(v, extra) for k, v in value.items() if not volatile(str(k), extra)}
+        return {k: steady(v, extra) for k, v in value.items() if not volatile(str(k), v, extra)}
     if isinstance(value, list):
         return [steady(v, extra) for v in value]
     return value

@@ -259,8 +259,9 @@ class AcpCalls:
         if once in self.written:
             raise RequestError(-32000, f"{path}: this write already ran in this run")
         if target not in self.permitted_paths:
-            record = await self._proposed_write(path, content)
-            got = await self.approved(record, f"the agent asks loopdeck to write {path}")
+            shown = target.relative_to(workdir.resolve()).as_posix()
+            record = await self._proposed_write(shown, content)
+            got = await self.approved(record, f"the agent asks loopdeck to write {shown}")
             if got is None:
                 raise RequestError(-32000, f"the operator rejected the write of {path}")
             # What is written is what was approved: the operator's edit, when they made one.

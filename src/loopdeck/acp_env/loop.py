@@ -96,6 +96,7 @@ class AcpLoop:
             await self.calls.look(f"turn {round_no - 1}")
             before = await host.snapshot()
             stop = await self._turn(prompt)
+            self.calls.watch.turn_ended()  # no permission outlives its turn
             await self.calls.look(f"turn {round_no}")
             if self.calls.tripped:
                 raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
@@ -110,7 +111,11 @@ class AcpLoop:
                 left = await operator_judges(host, before, stop, said, self.unchecked)
                 prompt = "\n".join([left, self._next_prompt([])]).strip()
                 continue
-            prompt = self._next_prompt(findings_or_stop(await host.review_round(before)))
+            verdict = await host.review_round(before)
+            # The goal check runs in the working copy: a write that landed while it ran is
+            # no less unrequested, and no verdict stands on it.
+            await self.calls.look(f"turn {round_no}")
+            prompt = self._next_prompt(findings_or_stop(verdict))
 
     def _next_prompt(self, findings: list[str]) -> str:
         lines = ["The goal is not met yet. The goal check says:"] if findings else []

@@ -72,6 +72,8 @@ class ModelCalled(EventBase):
     latency_ms: float
     # What the model said in this turn, capped like everything that reaches the model.
     content: str = ""
+    # The turn's tokens were never reported (an agent's turn cut short, or silent): unknown.
+    tokens_unknown: bool = False
 
 
 class ModelRetry(EventBase):

@@ -295,6 +295,7 @@ class RunHost:
             ModelCalled, run_id=self.run_id, role="agent", round=rt.round,
             model=rt.config.model, prompt_tokens=tokens or 0, completion_tokens=0,
             cost_usd=cost_usd, latency_ms=latency_ms, content=capped(said, TEXT_CAP),
+            tokens_unknown=tokens is None,
         )  # fmt: skip
         rt.publish_budget()
 

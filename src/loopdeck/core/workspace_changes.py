@@ -76,6 +76,11 @@ class ChangeWatch:
         if (permit := self.permits.get(call_id)) is not None:
             permit.ended = True
 
+    def turn_ended(self) -> None:
+        """A turn's end ends its permits: the next look is the last they explain."""
+        for permit in self.permits.values():
+            permit.ended = True
+
     def look(self, snapshot: Mapping[str, Any]) -> Changes:
         """What changed since the last look that no permit explains; the permits of calls
         that ended are spent by it."""

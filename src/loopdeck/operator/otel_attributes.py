@@ -160,8 +160,9 @@ def chat_attributes(e: ModelCalled, requested: str, content: bool) -> Attributes
         "gen_ai.request.model": requested or e.model,
         "gen_ai.response.model": e.model,
         "gen_ai.conversation.id": e.run_id,
-        "gen_ai.usage.input_tokens": e.prompt_tokens,
-        "gen_ai.usage.output_tokens": e.completion_tokens,
+        # Unknown tokens are left out (`_kept` drops None), never sent as 0.
+        "gen_ai.usage.input_tokens": None if e.tokens_unknown else e.prompt_tokens,
+        "gen_ai.usage.output_tokens": None if e.tokens_unknown else e.completion_tokens,
         "loopdeck.cost_usd": e.cost_usd,
         "loopdeck.role": e.role,
         "loopdeck.round": e.round,

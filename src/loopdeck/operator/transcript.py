@@ -162,8 +162,8 @@ def _plan_written(e: PlanWritten) -> Made:
 
 @_makes(ModelCalled)
 def _model_called(e: ModelCalled) -> Made:
-    tokens = e.prompt_tokens + e.completion_tokens
-    title = f"{e.role} said · round {e.round} · {tokens:,} tokens · {ms_text(e.latency_ms)}"
+    tokens = "unknown" if e.tokens_unknown else f"{e.prompt_tokens + e.completion_tokens:,}"
+    title = f"{e.role} said · round {e.round} · {tokens} tokens · {ms_text(e.latency_ms)}"
     return "model", title, e.content or "(no text)"
 
 
