@@ -15,9 +15,9 @@ import pytest
 from conftest import prepare, run_env
 
 from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
+from loopdeck.acp_env.config import AgentConfig
 from loopdeck.acp_env.workspace import SKIPPED, WorkspaceEnvironment, _digest
 from loopdeck.cli import main
-from loopdeck.acp_env.config import AgentConfig
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
 

@@ -6,28 +6,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
 from loopdeck.core.text import visible
 from loopdeck.operator import records
-from loopdeck.operator.arg_edits import check_edit
-from loopdeck.operator.records import GrantRule, Store
+from loopdeck.operator.arg_edits import check_edit, told_instead_of
+from loopdeck.operator.records import Asked, GrantRule, Store
 
 
 class BadDecision(ValueError):
     """An edit or a grant that cannot be taken as written (exit 2, nothing decided)."""
 
 
-async def approve_terms(
-    store: Store, args: argparse.Namespace
+def approve_terms(
+    args: argparse.Namespace, asked: Asked | None
 ) -> tuple[dict[str, Any] | None, GrantRule | None]:
-    """`approve`'s edit (`--args`) checked against the tool's schema, and its grant."""
+    """`approve`'s edit (`--args`) checked against the tool's schema (refused where the call
+    cannot carry an edit out), and its grant."""
     edited: dict[str, Any] | None = None
     if args.args is not None:
         text = sys.stdin.read() if args.args == "-" else args.args
-        schema = await records.args_schema(store, args.run_id, args.call_id)
-        edited, problem = check_edit(text, schema or {})
+        if asked is not None and asked.not_editable:
+            raise BadDecision(_not_editable(args, asked.not_editable, text))
+        edited, problem = check_edit(text, asked.args_schema if asked else {})
         if edited is None:
             raise BadDecision(f"approve {args.call_id} --args: {problem}; nothing was decided")
     if args.grant is None:
@@ -35,6 +38,34 @@ async def approve_terms(
             raise BadDecision("--uses and --for shape a grant: give --grant with them")
         return edited, None
     return edited, GrantRule.parse(args.grant, uses=args.uses, for_s=args.for_s)
+
+
+def _not_editable(args: argparse.Namespace, why: str, text: str) -> str:
+    """`--args` on a call that cannot carry an edit out: what to do instead, the edit made
+    into the rejection that tells the agent (as the console makes it)."""
+    edited, _ = check_edit(text, {})
+    reason = "Run it with this input instead: JSON"
+    if edited is not None:
+        reason = told_instead_of(args.call_id, edited, why, "cli").reason
+    command = f"loopdeck reject {shlex.quote(args.run_id)} {shlex.quote(args.call_id)}"
+    return (
+        f"approve {args.call_id} --args: {args.call_id} cannot be approved with other input: "
+        f"{why}; nothing was decided. Reject it and tell the agent what to do instead: "
+        f"{command} --reason {shlex.quote(reason)}"
+    )
+
+
+def expired_words(args: argparse.Namespace, asked: Asked | None) -> str:
+    """Why an approval of this request is refused ("" when it is not): it expired, and an
+    approval would not cover the call any more. A rejection still reaches the model."""
+    if args.command != "approve" or asked is None or not asked.expired():
+        return ""
+    when = records.local_time(asked.expires_at.isoformat())
+    return (
+        f"{args.call_id}'s approval request expired at {when}; the run asks again or goes on"
+        f" without it: nothing was decided (a rejection still reaches the model: "
+        f"`loopdeck reject {args.run_id} {args.call_id} --reason TEXT`)"
+    )
 
 
 def decided_words(args: argparse.Namespace, grant: GrantRule | None) -> str:

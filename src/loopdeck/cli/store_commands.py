@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -100,13 +101,18 @@ def _cell(run: dict[str, Any], column: str) -> str:
 
 
 async def _pending(store: Store, args: argparse.Namespace) -> int:
+    """What waits for the operator: the writes (an expired one marked so: approving it is
+    refused, a rejection still reaches the model), the questions with the answers they take
+    and the unknown outcomes (those two on stderr)."""
     pending, questions = await records.pending(store)
     unknown = await decision_commands.print_unknown(store)
     for question in questions:
         run_id = visible(question["run_id"])
+        forms = [shlex.quote(form) for form in records.answer_forms(question["choices"])]
         print(
             f"{run_id} asks ({visible(question['question_id'])}): "
-            f"{visible(question['question'])}  → loopdeck answer {run_id} TEXT",
+            f"{visible(question['question'])}  → loopdeck answer {run_id} "
+            f"{visible('|'.join(forms)) or 'TEXT'}",
             file=sys.stderr,
         )
     table = Table(title="writes waiting for approval")
@@ -114,7 +120,8 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
         table.add_column(column)
     for item in pending:
         said = (item["run_id"], item["call_id"], item["tool"], json.dumps(item["args"]))
-        table.add_row(*(Text(visible(cell)) for cell in (*said, item["expires_at"])))
+        expiry = f"expired at {item['expires_at']}" if item["expired"] else item["expires_at"]
+        table.add_row(*(Text(visible(cell)) for cell in (*said, expiry)))
     if args.json and unknown:  # the writes first, as before; then what needs your word
         pending = [*pending, *({**item, "outcome_unknown": True} for item in unknown)]
     _print(pending, args.json, table)
@@ -122,15 +129,29 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _decide(store: Store, args: argparse.Namespace) -> int:
-    """`approve` or `reject`: exit 1 if another decision came first or nothing was pending."""
+    """`approve` or `reject`: exit 1 if it will not be carried out (another decision came
+    first, nothing was pending, the request expired, the run ended), 2 if it cannot be taken
+    as written (an edit the call cannot carry out, arguments its schema refuses)."""
     await records.known_run(store, args.run_id)
     approved = args.command == "approve"
     reason = "" if approved else args.reason
-    edited, grant = await decision_commands.approve_terms(store, args) if approved else (None, None)
-    decision = await records.decide(
-        store, args.run_id, args.call_id, approved=approved, by=operator(), reason=reason,
-        tell=_tell, args=edited, grant=grant,
-    )  # fmt: skip
+    asked = await records.asked(store, args.run_id, args.call_id)
+    edited, grant = decision_commands.approve_terms(args, asked) if approved else (None, None)
+    if expired := decision_commands.expired_words(args, asked):
+        print(f"loopdeck: {visible(expired)}", file=sys.stderr)
+        refused = {"decided": False, "state": "expired", "message": expired}
+        _print({"run_id": args.run_id, "call_id": args.call_id, **refused}, args.json)
+        return 1
+    ended = ""
+    try:
+        decision = await records.decide(
+            store, args.run_id, args.call_id, approved=approved, by=operator(), reason=reason,
+            tell=_tell, args=edited, grant=grant,
+        )  # fmt: skip
+    except records.RunEnded as exc:
+        ended = str(exc)
+        state, by = (asked.state, asked.by) if asked else (None, None)
+        decision = records.Decision(False, state, by)
     result: dict[str, Any] = {
         "run_id": args.run_id,
         "call_id": args.call_id,
@@ -138,8 +159,8 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
         "state": decision.state,
     }
     if not decision.won:
-        result["message"] = _not_decided(args, decision)
-        print(f"loopdeck: {args.call_id}: {result['message']}", file=sys.stderr)
+        result["message"] = _not_decided(args, decision, ended)
+        print(f"loopdeck: {visible(args.call_id + ': ' + result['message'])}", file=sys.stderr)
     done = f"{args.call_id}: rejected"
     if approved:
         done = decision_commands.decided_words(args, grant)
@@ -148,7 +169,16 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     return 0 if decision.won else 1
 
 
-def _not_decided(args: argparse.Namespace, decision: records.Decision) -> str:
+def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: str = "") -> str:
+    """Why nothing was decided; `ended`: the run ended (said unless the call was decided)."""
+    if decision.state in ("approved", "rejected"):
+        return f"already decided: {decision.state} by {decision.by}"
+    if ended and decision.state == "withdrawn":
+        return f"{ended}; its request was withdrawn when the run stopped"
+    if ended:
+        return ended
+    if decision.state == "withdrawn":
+        return "its request was withdrawn (the run stopped waiting for it): nothing was decided"
     if decision.state is None:
         return "no such pending call"
     if decision.question:
@@ -162,8 +192,15 @@ def _not_decided(args: argparse.Namespace, decision: records.Decision) -> str:
 
 
 async def _answer(store: Store, args: argparse.Namespace) -> int:
+    """Exit 1 if no question waits or the run ended; 2 (`NotOffered`, from `records`) if the
+    question takes only fixed choices and this is none of them."""
     await records.known_run(store, args.run_id)
-    won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)
+    try:
+        won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)
+    except records.RunEnded as exc:
+        print(f"loopdeck: {visible(str(exc))}", file=sys.stderr)
+        _print({"run_id": args.run_id, "answered": False, "message": str(exc)}, args.json)
+        return 1
     if not won:
         said = f"run {args.run_id} has no question waiting"
         if writes := await records.waiting_writes(store, args.run_id):

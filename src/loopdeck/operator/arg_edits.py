@@ -2,12 +2,19 @@
 box (live, the message under the box) and `loopdeck approve --args`. The check is the tool's
 argument schema, carried by the request (`ApprovalRequested.args_schema`), so an attached
 console and the CLI check alike without the env's code; the runner checks once more with the
-tool's own model (a refused edit is asked again, never run)."""
+tool's own model (a refused edit is asked again, never run).
+
+A call that cannot carry an edit out (`ApprovalRequest.not_editable`: the agent runs its own
+input) is never approved with one: the edit becomes what happens instead (`told_instead_of`),
+a rejection whose reason tells the agent to run that input, as the runtime records it."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.write_approvals import told_instead
 
 EDIT_CAP = 1_000_000  # characters of an edit read at all: past this it is refused by name
 
@@ -46,3 +53,12 @@ def _schema_problem(args: dict[str, Any], schema: dict[str, Any]) -> str:
     where = ".".join(str(p) for p in first.absolute_path) or "arguments"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}: {first.message}{more}"
+
+
+def told_instead_of(
+    call_id: str, args: dict[str, Any], not_editable: str, by: str
+) -> ApprovalDecision:
+    """The rejection an edit of a call that cannot carry one out is made as: its reason tells
+    the agent to run `args` instead (`not_editable`: why the edit cannot be applied)."""
+    edit = ApprovalDecision(call_id=call_id, approved=True, by=by, args=args)
+    return told_instead(edit, not_editable)

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.grant_rules import GrantRule
 from loopdeck.operator import following
+from loopdeck.operator.records import NotOffered, not_offered
 from loopdeck.store import deciding, outcome_queries, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 
@@ -48,6 +49,8 @@ class PendingWrite:
     asked_again: str = ""
     # The tool's argument schema, from the request: what an edit is checked against.
     args_schema: dict[str, Any] = field(default_factory=dict)
+    # Why the call cannot run an edit ("" when it can): an edit is told to the agent instead.
+    not_editable: str = ""
 
     @property
     def key(self) -> str:
@@ -56,18 +59,24 @@ class PendingWrite:
 
 @dataclass(frozen=True)
 class PendingQuestion:
-    """A question the model asked the operator (`ask_user`); it never expires."""
+    """A question the run asked the operator; it never expires. `choices`: the answers it
+    takes (empty: any words)."""
 
     run_id: str
     call_id: str  # the question's id
     question: str
     env: str  # "env/script" of its run
+    choices: tuple[str, ...] = ()
     tool: ClassVar[str] = queries.QUESTION
     plan_step: ClassVar[str] = ""
 
     @property
     def key(self) -> str:
         return f"{self.run_id}/{self.call_id}"
+
+    def refusal(self, text: str) -> str:
+        """Why `text` is not an answer this question takes ("" when it is)."""
+        return not_offered(self.choices, text)
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ async def read_entries(store: Store) -> list[InboxEntry]:
                 plan_step=request.get("plan_step") or "",
                 asked_again=request.get("asked_again") or "",
                 args_schema=request.get("args_schema") or {},
+                not_editable=request.get("not_editable") or "",
             )
         )
     writes.sort(key=lambda write: write.expires)
@@ -124,6 +134,7 @@ async def read_entries(store: Store) -> list[InboxEntry]:
             call_id=q["question_id"],
             question=q["question"],
             env=env(q["run_id"]),
+            choices=tuple(q["choices"]),
         )
         for q in await queries.pending_questions(store)
     ]
@@ -210,7 +221,10 @@ class Inbox:
         await queries.send_message(self._store(), entry.run_id, text, BY)
 
     async def answer(self, entry: PendingQuestion, text: str, tell: Tell = deciding.untold) -> bool:
-        """True if this answer was the one recorded, False if the question was answered."""
+        """True if this answer was the one recorded, False if the question was answered;
+        `NotOffered` (nothing sent) if the question does not take it."""
+        if problem := entry.refusal(text):
+            raise NotOffered(f"{entry.call_id}: {problem}")
         return await deciding.answer(
             self._store(), entry.run_id, text, BY, question_id=entry.call_id, tell=tell
         )

@@ -4,15 +4,17 @@ the operator, deciding and answering, commands to a live run, and a run's events
 
 Reading and deciding never create a store: a mistyped path is named, not made empty. A
 decision goes through `store/deciding.py`, the one path that waits out a locked store and
-refuses a dead runner's call. Runs whose runner is gone are marked crashed here, in their
-own transactions, before a listing is read, so the list says so.
+refuses a dead runner's call or a run that ended. Runs whose runner is gone are marked crashed
+here, in their own transactions, before a listing is read, so the list says so. An answer to a
+question with fixed choices is one of them (`not_offered`), or it is refused before it is sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision
@@ -21,20 +23,25 @@ from loopdeck.core.text import capped
 from loopdeck.operator.grant_book import GrantBook, GrantRow
 from loopdeck.store import deciding, outcome_queries, queries
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
+from loopdeck.store.deciding import RunEnded
 from loopdeck.store.opening import open_store
 
 __all__ = [
     "LIVE_STATES",
+    "Asked",
     "Decision",
     "GrantRow",
     "GrantRule",
     "GrantRuleError",
     "Location",
+    "NotOffered",
+    "RunEnded",
     "Store",
     "StoreError",
     "Tell",
     "answer",
-    "args_schema",
+    "answer_forms",
+    "asked",
     "check_run",
     "check_store",
     "decide",
@@ -42,6 +49,7 @@ __all__ = [
     "grants",
     "known_run",
     "local_time",
+    "not_offered",
     "opened",
     "pending",
     "resolve",
@@ -107,9 +115,47 @@ async def runs(store: Store) -> list[dict[str, Any]]:
 
 
 async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """What waits for the operator in every live run: writes to approve, questions to answer."""
+    """What waits for the operator in every live run: writes to approve (`expired`: past
+    their request's expiry, no longer approved), questions to answer (with their choices)."""
     await queries.mark_crashed_runners(store)
-    return await queries.pending_approvals(store), await queries.pending_questions(store)
+    now = datetime.now(UTC)
+    writes = [
+        {**row, "expired": now >= datetime.fromisoformat(row["expires_at"])}
+        for row in await queries.pending_approvals(store)
+    ]
+    return writes, await queries.pending_questions(store)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A write's request as the store has it now: its row's state and expiry and, from its
+    request event, the schema an edit is checked against and why an edit of it cannot be
+    carried out (`not_editable`, "" when it can)."""
+
+    state: str
+    by: str | None
+    expires_at: datetime
+    args_schema: dict[str, Any]
+    not_editable: str
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """Pending past its expiry: an approval would not cover the call any more."""
+        return self.state == "pending" and (now or datetime.now(UTC)) >= self.expires_at
+
+
+async def asked(store: Store, run_id: str, call_id: str) -> Asked | None:
+    """The run's request `call_id` as it stands (None: no such request)."""
+    row = await queries.approval_state(store, run_id, call_id)
+    if row is None:
+        return None
+    request = await queries.approval_request(store, run_id, call_id) or {}
+    return Asked(
+        state=row["state"],
+        by=row["decided_by"],
+        expires_at=datetime.fromisoformat(row["expires_at"]),
+        args_schema=dict(request.get("args_schema") or {}),
+        not_editable=str(request.get("not_editable") or ""),
+    )
 
 
 @dataclass(frozen=True)
@@ -150,14 +196,62 @@ async def decide(
 
 
 async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -> bool:
-    """The run's waiting question gets this answer: False if none was waiting."""
-    return await deciding.answer(store, run_id, text, by, tell=tell)
+    """The run's waiting question gets this answer: False if none was waiting. `NotOffered`
+    if the question takes only fixed choices and this is not one; `RunEnded` if the run
+    ended (nothing recorded either way)."""
+    waiting = await queries.pending_questions(store, run_id)
+    question_id = None
+    if waiting:
+        question = waiting[0]
+        question_id = question["question_id"]
+        if problem := not_offered(question["choices"], text):
+            said = f"run {run_id}'s question {question_id}: {problem}; nothing was answered"
+            raise NotOffered(said)
+    return await deciding.answer(store, run_id, text, by, question_id=question_id, tell=tell)
 
 
-async def args_schema(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
-    """The argument schema a pending write was asked with (None: no such request)."""
-    request = await queries.approval_request(store, run_id, call_id)
-    return None if request is None else dict(request.get("args_schema") or {})
+class NotOffered(ValueError):
+    """An answer the question does not take: it offers fixed choices and this is none."""
+
+
+# The fixed choices that take words after them, and what: the question's own text says so
+# ("`nudge TEXT`", "`raise N`"), the console's question dialog opens a box for them.
+CHOICE_WORDS = {"nudge": "TEXT", "raise": "N"}
+
+
+def answer_forms(choices: Sequence[str]) -> list[str]:
+    """Each choice as it is answered: `stop`, `nudge TEXT`."""
+    return [f"{c} {CHOICE_WORDS[c]}" if c in CHOICE_WORDS else c for c in choices]
+
+
+def not_offered(choices: Sequence[str], text: str) -> str:
+    """Why `text` is not an answer the question takes ("" when it is): a question with fixed
+    choices takes one of them (first word, any case), with the words it needs; one without
+    choices takes any words."""
+    if not choices:
+        return ""
+    words = text.strip().split(maxsplit=1)
+    first = words[0].lower() if words else ""
+    offered = ", ".join(f"`{form}`" for form in answer_forms(choices))
+    if first not in choices:
+        said = repr(capped(text.strip(), 80)) if first else "an empty answer"
+        return f"it offers only {offered}; {said} is not one of them"
+    needs = CHOICE_WORDS.get(first)
+    if needs is None:
+        return ""
+    if len(words) < 2:
+        return f"`{first}` needs its {needs}: answer `{first} {needs}` (one argument)"
+    if needs == "N" and not _number(words[1]):
+        return f"`{first} N` needs a number, not {words[1][:40]!r}"
+    return ""
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text.replace(",", ""))
+    except ValueError:
+        return False
+    return True
 
 
 async def resolve(

@@ -218,10 +218,10 @@ async def answer(
 
 
 async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
-    """The call's row: state, decided_by, reason, and the decision's edit and grant (JSON
-    text or None)."""
+    """The call's row: state, decided_by, reason, the decision's edit and grant (JSON text or
+    None), and when its request expires."""
     rows = await store.fetchall(
-        "SELECT state, decided_by, reason, edited_args, grant_rule, tool, outcome"
+        "SELECT state, decided_by, reason, edited_args, grant_rule, tool, outcome, expires_at"
         " FROM approvals WHERE run_id = ? AND call_id = ?",
         (run_id, call_id),
     )

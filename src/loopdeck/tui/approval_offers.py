@@ -14,7 +14,7 @@ from textual.screen import Screen
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import QuestionAsked
 from loopdeck.operator.links import RunLink
-from loopdeck.operator.records import StoreError
+from loopdeck.operator.records import RunEnded, StoreError
 from loopdeck.tui.dialogs import BY, ApprovalDialog
 from loopdeck.tui.failures import say
 from loopdeck.tui.question_dialog import AnswerText, QuestionDialog
@@ -197,6 +197,9 @@ class ApprovalOffers:
     async def _send_answer(self, answer: AnswerText) -> None:
         try:
             won = await self.link.answer(answer.question_id, answer.text, "console", self._tell)
+        except RunEnded as exc:  # nothing waits for it any more: no dialog comes back
+            self._settled_questions.add(answer.question_id)
+            toast(self.screen, str(exc), title="answer not recorded", severity="warning")
         except StoreError as exc:  # still waiting: its dialog comes back
             say(self.screen, f"answer not recorded: {exc}", STILL_PENDING, title="answer")
         else:
@@ -212,6 +215,9 @@ class ApprovalOffers:
         stays pending (its dialog comes back), the run goes on waiting."""
         try:
             won = await self.link.decide(decision, self._tell)
+        except RunEnded as exc:  # its request went with the run: not offered again
+            self._settled.add(asked)
+            toast(self.screen, str(exc), title="decision not recorded", severity="warning")
         except StoreError as exc:
             what = "approval" if decision.approved else "rejection"
             say(self.screen, f"{what} not recorded: {exc}", STILL_PENDING, title="decision")

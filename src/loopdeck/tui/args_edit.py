@@ -3,6 +3,10 @@ edits, checked on every change against the tool's argument schema (`check_edit`)
 wrong (or what changed, field by field) said under the box. Only arguments that pass reach a
 decision; the runner checks them once more with the tool's own model.
 
+On a call that cannot carry an edit out (`not_editable`: the agent runs its own input) the
+same box is what to tell the agent instead: what it holds is sent as a rejection whose reason
+tells the agent to run it (`told`), never as an approval.
+
 The box starts from the proposal's JSON with its controls and bidi characters written as
 JSON escapes (`visible_json`: the same value, nothing the terminal would obey). What the
 operator types or pastes is theirs, drawn with each such character as one mark."""
@@ -21,7 +25,7 @@ from textual.widgets.text_area import Edit, EditResult
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.text import visible_in_place, visible_json
 from loopdeck.core.write_approvals import arg_changes
-from loopdeck.operator.arg_edits import check_edit
+from loopdeck.operator.arg_edits import check_edit, told_instead_of
 from loopdeck.tui.shown import markup
 
 SAID_CAP = 300  # characters of a problem said under the box (a schema error quotes values)
@@ -29,6 +33,11 @@ CHANGES_SHOWN = 3
 # A longer line scrolls sideways instead of wrapping: Textual wraps and divides the whole line
 # for each row it draws, seconds a key for a pasted megabyte.
 WRAP_CAP = 10_000
+NO_CHANGE = "[b $success]valid[/] · no change: the call runs as proposed"
+NO_CHANGE_TOLD = (
+    "[b $warning]no change:[/] type the input the agent should run instead "
+    "(to run it as proposed: esc, then a)"
+)
 
 
 class ArgsEditor(TextArea):
@@ -63,15 +72,23 @@ def _wraps(lines: list[str]) -> bool:
 
 class ArgsEdit(Vertical):
     """The editor and its verdict. `edited`: the arguments as they stand, or None while
-    they do not pass."""
+    they do not pass. `not_editable`: why the call cannot run an edit; the box then holds
+    what to tell the agent to run instead."""
 
-    def __init__(self, args: dict[str, Any], schema: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self, args: dict[str, Any], schema: dict[str, Any], not_editable: str = "", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.proposed = args
         self.schema = schema
+        self.not_editable = not_editable
         self.edited: dict[str, Any] | None = args
         self.editor = ArgsEditor(visible_json(args), id="args-editor")
-        self.editor.border_title = "arguments, as they will run"
+        self.editor.border_title = (
+            "input to tell the agent to run instead (its call is rejected)"
+            if not_editable
+            else "arguments, as they will run"
+        )
         self.verdict = Static(id="args-verdict")
 
     def compose(self) -> ComposeResult:
@@ -96,6 +113,14 @@ class ArgsEdit(Vertical):
         args = None if self.edited == self.proposed else self.edited
         return ApprovalDecision(call_id=call_id, approved=True, by=by, args=args)
 
+    def told(self, call_id: str, by: str) -> ApprovalDecision | None:
+        """The rejection that tells the agent to run these arguments instead; None, with the
+        bell, while they do not pass or are as proposed (said under the box)."""
+        if self.edited is None or self.edited == self.proposed:
+            self.app.bell()
+            return None
+        return told_instead_of(call_id, self.edited, self.not_editable, by)
+
     @on(TextArea.Changed, "#args-editor")
     def _changed(self, event: TextArea.Changed) -> None:
         event.stop()
@@ -110,10 +135,13 @@ class ArgsEdit(Vertical):
             return
         changes = arg_changes(self.proposed, args)
         if not changes:
-            self.verdict.update("[b $success]valid[/] · no change: the call runs as proposed")
+            self.verdict.update(NO_CHANGE_TOLD if self.not_editable else NO_CHANGE)
             return
         more = len(changes) - CHANGES_SHOWN
         shown = "\n".join(f"  {change}" for change in changes[:CHANGES_SHOWN])
         if more > 0:
             shown += f"\n  … and {more} more"
-        self.verdict.update(markup("[b $success]valid[/] · changes:\n$changes", changes=shown))
+        said = "the agent is told to run it with" if self.not_editable else "changes"
+        self.verdict.update(
+            markup("[b $success]valid[/] · $said:\n$changes", said=said, changes=shown)
+        )

@@ -1,7 +1,8 @@
 """The dialogs of decisions beyond yes and no, outside the approval dialog: a write whose
 outcome is unknown (`o`: did it take effect?), a standing grant revoked (`G`: which one),
 and a write of the inbox edited or granted (`e`, `g`: the approval dialog's editor and
-chooser in a dialog of their own)."""
+chooser in a dialog of their own; `e` on a call that cannot run an edit tells the agent what
+to run instead, as a rejection)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ UNKNOWN_WHY = (
     "not have taken effect. Only you can tell: look at what it writes to."
 )
 EDIT_KEYS = "[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing decided"
+TOLD_KEYS = (
+    "[b]ctrl+o[/] reject, telling the agent to run this input   [b]esc[/] back, nothing decided"
+)
 OUTCOME_KEYS = (
     "[b]y[/] it took effect (recorded as executed)\n"
     "[b]n[/] it did not (recorded as failed: the model may propose it again, asked again)\n"
@@ -112,12 +116,15 @@ def grant_line(row: GrantRow) -> str:
 class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
     """A write of the inbox, edited (`edit`) or granted (`grant`) as in the approval dialog:
     `ctrl+o` approves the edited arguments once they pass, enter approves and grants; esc goes
-    back with nothing decided."""
+    back with nothing decided. `tell` (a call that cannot run an edit: `not_editable`, said
+    here): the editor holds what to tell the agent, `ctrl+o` rejects with it as the reason."""
 
     BINDINGS = [
         Binding("ctrl+o", "approve_edited", "Approve edited", id="write.approve_edited"),
+        Binding("ctrl+o", "tell_edited", "Reject, tell the agent", id="write.tell_edited"),
         Binding("escape", "close", "Back", id="write.close"),
     ]
+    TITLES = {"edit": "Edit", "tell": "Reject and tell the agent", "grant": "Grant"}
 
     def __init__(
         self,
@@ -127,21 +134,32 @@ class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
         args: dict[str, Any],
         schema: dict[str, Any],
         by: str,
+        not_editable: str = "",
     ) -> None:
         super().__init__(classes="dialog")
         self.how, self.call_id, self.by = how, call_id, by
-        self.editing = ArgsEdit(args, schema, id="approval-edit") if how == "edit" else None
+        self.not_editable = not_editable if how == "tell" else ""
+        self.editing = (
+            ArgsEdit(args, schema, self.not_editable, id="approval-edit")
+            if how in ("edit", "tell")
+            else None
+        )
         self.granting = (
             None if self.editing else GrantChooser(tool, args, schema, id="approval-grant")
         )
-        self._box = Vertical(id="write-box", classes=f"-{how}")
-        self._box.border_title = plain(f"{'Edit' if self.editing else 'Grant'} · {call_id} {tool}")
+        self._box = Vertical(id="write-box", classes="-edit" if self.editing else "-grant")
+        self._box.border_title = plain(f"{self.TITLES[how]} · {call_id} {tool}")
 
     def compose(self) -> ComposeResult:
         with self._box:
+            if self.not_editable:
+                yield Static(
+                    markup("[b $warning]Not editable:[/] $why.", why=self.not_editable),
+                    id="write-not-editable",
+                )
             if self.editing is not None:
                 yield self.editing
-                yield Static(EDIT_KEYS, id="write-keys")
+                yield Static(TOLD_KEYS if self.not_editable else EDIT_KEYS, id="write-keys")
             else:
                 assert self.granting is not None
                 yield self.granting
@@ -154,11 +172,21 @@ class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
             self.granting.start()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return action != "approve_edited" or self.editing is not None
+        if action == "approve_edited":
+            return self.how == "edit"
+        if action == "tell_edited":
+            return self.how == "tell"
+        return True
 
     def action_approve_edited(self) -> None:
         assert self.editing is not None
         if (decision := self.editing.approval(self.call_id, self.by)) is not None:
+            self.dismiss(decision)
+
+    def action_tell_edited(self) -> None:
+        """A rejection whose reason tells the agent to run what the box holds."""
+        assert self.editing is not None
+        if (decision := self.editing.told(self.call_id, self.by)) is not None:
             self.dismiss(decision)
 
     @on(GrantChooser.Confirmed)

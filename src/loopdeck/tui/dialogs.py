@@ -1,6 +1,8 @@
 """Modal dialogs: approve or reject a write (with a reason typed in place, its arguments
 edited in place, or a standing grant chosen in place), confirm a kill or a quit. A question
-to the operator is `question_dialog`'s."""
+to the operator is `question_dialog`'s. A write whose call cannot carry an edit out (the agent
+runs its own input) is never approved edited: `e` tells the agent what to run instead, as a
+rejection."""
 
 from __future__ import annotations
 
@@ -28,9 +30,15 @@ KEYS = (
     "[b]a[/] approve   [b]e[/] edit   [b]g[/] grant   [b]r[/] reject with a reason   "
     "[b]esc[/] decide later"
 )
-EDIT_KEYS = (
-    "[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n"
-    "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill"
+TELL_KEYS = (
+    "[b]a[/] approve   [b]e[/] reject and tell the agent   [b]g[/] grant   "
+    "[b]r[/] reject with a reason   [b]esc[/] decide later"
+)
+TYPING = "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill"
+EDIT_KEYS = f"[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n{TYPING}"
+TOLD_KEYS = (
+    "[b]ctrl+o[/] reject, telling the agent to run this input   [b]esc[/] back, nothing decided"
+    f"\n{TYPING}"
 )
 GRANT_KEYS = (
     "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
@@ -44,14 +52,18 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     arguments' editor (`ctrl+o` approves what it holds, only once it passes the tool's
     schema); `g` the grant chooser (enter approves and grants). Esc from any of them comes
     back here, nothing decided. The decision is the console's (`by`), on this asking of the
-    call (`request`: a call can be asked again)."""
+    call (`request`: a call can be asked again). A call that cannot run an edit
+    (`request.not_editable`, said here) has `e` open the same editor as what to tell the
+    agent: `ctrl+o` then rejects, its reason telling the agent to run that input."""
 
     BINDINGS = [
         Binding("a", "approve", "Approve", id="approval.approve"),
         Binding("e", "edit", "Edit…", id="approval.edit"),
+        Binding("e", "tell", "Tell the agent…", id="approval.tell"),
         Binding("g", "grant", "Grant…", id="approval.grant"),
         Binding("r", "reject", "Reject…", id="approval.reject"),
         Binding("ctrl+o", "approve_edited", "Approve edited", id="approval.approve_edited"),
+        Binding("ctrl+o", "tell_edited", "Reject, tell the agent", id="approval.tell_edited"),
         Binding("escape", "close", "Later", id="approval.close"),
     ]
     # Under 28 rows the grant chooser takes the arguments' place (its fields box holds one).
@@ -69,7 +81,9 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         # Made whole here, never looked up on mount: a dialog withdrawn before its mount ran
         # (its request decided elsewhere) has no children left to find by then.
         self._box, self._title = Vertical(id="approval-box"), Static(id="approval-title")
-        self._expiry, self._keys = Static(id="approval-expiry"), Static(KEYS, id="approval-keys")
+        self.main_keys = TELL_KEYS if request.not_editable else KEYS
+        self._expiry = Static(id="approval-expiry")
+        self._keys = Static(self.main_keys, id="approval-keys")
         self._args = VerticalScroll(id="approval-args")
         self._args.border_title = "arguments"
         self._reason = ShownInput(
@@ -96,6 +110,15 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                         again=r.asked_again,
                     ),
                     id="approval-again",
+                )
+            if r.not_editable:
+                yield Static(
+                    markup(
+                        "[b $warning]Not editable:[/] $why. [b]e[/] rejects it and tells the "
+                        "agent what to run instead.",
+                        why=r.not_editable,
+                    ),
+                    id="approval-not-editable",
                 )
             yield Static(
                 markup(
@@ -151,15 +174,20 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("approve", "reject"):
             return self.mode in ("", "reason") and not self.typing
-        if action in ("edit", "grant"):
+        if action in ("edit", "tell"):  # `e`: one or the other, as the call can carry out
+            offered = "tell" if self.request.not_editable else "edit"
+            return action == offered and self.mode == "" and not self.typing
+        if action == "grant":
             return self.mode == "" and not self.typing
         if action == "approve_edited":
             return self.mode == "edit"
+        if action == "tell_edited":
+            return self.mode == "tell"
         return True
 
     def _set_mode(self, mode: str, keys: str | Content) -> None:
         self.mode = mode
-        self.set_class(mode == "edit", "-editing")
+        self.set_class(mode in ("edit", "tell"), "-editing")
         self.set_class(mode == "grant", "-granting")
         self._keys.update(keys)
         self.refresh_bindings()
@@ -184,15 +212,23 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self.dismiss(ApprovalDecision(call_id=call_id, approved=False, reason=reason, by=BY))
 
     def action_edit(self) -> None:
+        self._open_editor()
+        self._set_mode("edit", EDIT_KEYS)
+
+    def action_tell(self) -> None:
+        """`e` on a call that cannot run an edit: the editor, as what to tell the agent."""
+        self._open_editor()
+        self._set_mode("tell", TOLD_KEYS)
+
+    def _open_editor(self) -> None:
         r = self.request
         if self.editing is None:
-            self.editing = ArgsEdit(r.args, r.args_schema, id="approval-edit")
+            self.editing = ArgsEdit(r.args, r.args_schema, r.not_editable, id="approval-edit")
             self._box.mount(self.editing, before=self._expiry)
             self.call_after_refresh(self.editing.editor.focus)
         else:
             self.editing.display = True
             self.editing.start()
-        self._set_mode("edit", EDIT_KEYS)
 
     def action_approve_edited(self) -> None:
         """Only arguments that pass the tool's schema are sent; the same as proposed is a
@@ -200,6 +236,14 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         if self.editing is None:
             return
         if (decision := self.editing.approval(self.request.call_id, BY)) is not None:
+            self.dismiss(decision)
+
+    def action_tell_edited(self) -> None:
+        """A rejection whose reason tells the agent to run what the box holds; nothing while
+        it does not pass or is as proposed."""
+        if self.editing is None:
+            return
+        if (decision := self.editing.told(self.request.call_id, BY)) is not None:
             self.dismiss(decision)
 
     def action_grant(self) -> None:
@@ -222,11 +266,11 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
 
     def action_close(self) -> None:
         """From a box opened in place: back to the dialog's keys. Else: decide later."""
-        opened = {"reason": self._reason, "edit": self.editing, "grant": self.granting}
-        widget = opened.get(self.mode)
+        opened = {"reason": self._reason, "grant": self.granting}
+        widget = self.editing if self.mode in ("edit", "tell") else opened.get(self.mode)
         if widget is not None:
             widget.display = False
-            self._set_mode("", KEYS)
+            self._set_mode("", self.main_keys)
             self._args.focus()
             return
         self.dismiss(None)

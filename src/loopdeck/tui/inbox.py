@@ -1,7 +1,8 @@
 """One approvals inbox across every run in the store: `i` from anywhere. `a` / `r` decide a
-write (`e` edits its arguments first, `g` approves it with a standing grant), `a` answers a
-question, `o` says whether a write whose outcome is unknown took effect, `m` messages the
-selected entry's run."""
+write (`e` edits its arguments first, or, on a call that cannot run an edit, tells the agent
+what to run instead as a rejection; `g` approves it with a standing grant), `a` answers a
+question (one of its choices, when it offers them), `o` says whether a write whose outcome is
+unknown took effect, `m` messages the selected entry's run."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static
 from textual.worker import Worker
 
-from loopdeck.core.text import plural
+from loopdeck.core.text import plural, visible
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator.inbox import (
     BY,
@@ -31,7 +32,7 @@ from loopdeck.operator.inbox import (
     PendingWrite,
     Tell,
 )
-from loopdeck.operator.records import StoreError
+from loopdeck.operator.records import StoreError, answer_forms
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.inbox_detail import described
 from loopdeck.tui.keys_bar import KeysBar
@@ -59,6 +60,7 @@ class InboxScreen(Screen[None]):
     BINDINGS = [
         Binding("a", "approve", "Approve/answer", id="inbox.approve"),
         Binding("e", "edit('edit')", "Edit…", id="inbox.edit"),
+        Binding("e", "edit('tell')", "Tell the agent…", id="inbox.tell"),
         Binding("g", "edit('grant')", "Grant…", id="inbox.grant"),
         Binding("r", "reject", "Reject…", id="inbox.reject"),
         Binding("o", "outcome", "Outcome?", id="inbox.outcome"),
@@ -187,6 +189,10 @@ class InboxScreen(Screen[None]):
         if typing_into(self.focused):
             return False
         entry = self.selected() if self.is_mounted else None
+        if action == "edit" and isinstance(entry, PendingWrite):
+            how = parameters[0] if parameters else "edit"
+            # `e` edits the arguments, or tells the agent on a call that cannot run an edit
+            return how == "grant" or (how == "tell") == bool(entry.not_editable)
         if action in ("reject", "edit"):
             return isinstance(entry, PendingWrite)
         if action == "approve":
@@ -201,7 +207,10 @@ class InboxScreen(Screen[None]):
         entry = self.selected()
         if isinstance(entry, PendingQuestion):
             box = self.query_one("#inbox-reason", Input)
-            box.placeholder = "your answer, enter sends it to the model"
+            forms = visible(", ".join(answer_forms(entry.choices)))
+            box.placeholder = (
+                f"one of: {forms}; enter sends it" if forms else "your answer, enter sends it"
+            )
             box.display = True
             box.focus()
         elif entry is not None:
@@ -218,6 +227,9 @@ class InboxScreen(Screen[None]):
     @on(Input.Submitted, "#inbox-reason")
     def _reason(self, event: Input.Submitted) -> None:
         entry = self.selected()
+        if isinstance(entry, PendingQuestion) and (problem := entry.refusal(event.value)):
+            toast(self, f"{entry.call_id}: {problem}", title="not answered", severity="warning")
+            return  # the box stays open with what was typed
         event.input.display = False
         event.input.value = ""
         self.query_one("#inbox-table").focus()
@@ -239,7 +251,8 @@ class InboxScreen(Screen[None]):
     async def _decide(
         self, entry: PendingWrite, approved: bool, reason: str, made: ApprovalDecision | None = None
     ) -> None:
-        """`made`: the edit or the grant of `e` / `g` (an approval)."""
+        """`made`: the edit or the grant of `e` / `g` (an approval), or what `e` tells the
+        agent (a rejection, its reason the instruction)."""
         args, grant = (made.args, made.grant) if made else (None, None)
 
         async def decide(tell: Tell) -> str | None:
@@ -249,8 +262,10 @@ class InboxScreen(Screen[None]):
         await self._record(entry, decide)
 
     def action_edit(self, how: str) -> None:
-        """`e` / `g`: the write's arguments edited, or a standing grant chosen, in a dialog;
-        the approval it makes goes to the store as `a` would."""
+        """`e` / `g`: the write's arguments edited (or, on a call that cannot run an edit,
+        what to tell the agent instead), or a standing grant chosen, in a dialog; the
+        decision it makes goes to the store as `a` (or `r`, for what the agent is told)
+        would."""
         from loopdeck.tui.decision_dialogs import WriteDecisionDialog
 
         entry = self.selected()
@@ -259,11 +274,12 @@ class InboxScreen(Screen[None]):
 
         def made(decision: ApprovalDecision | None) -> None:
             if decision is not None:
-                self._decide(entry, True, "", decision)
+                self._decide(entry, decision.approved, decision.reason, decision)
 
         dialog = WriteDecisionDialog(
-            how, entry.call_id, entry.tool, entry.args, entry.args_schema, by=BY
-        )
+            how, entry.call_id, entry.tool, entry.args, entry.args_schema, by=BY,
+            not_editable=entry.not_editable,
+        )  # fmt: skip
         self.app.push_screen(dialog, made)
 
     def action_outcome(self) -> None:
