@@ -110,7 +110,7 @@ async def test_state_that_never_holds_still_is_a_policy_block() -> None:
     assert "done" not in outcome.calls[0].result.__repr__()
 
 
-async def test_expired_approval_is_asked_again() -> None:
+async def test_a_request_nobody_decides_before_it_expires_is_asked_again() -> None:
     class LateThenPrompt:
         asked = 0
 
@@ -126,8 +126,33 @@ async def test_expired_approval_is_asked_again() -> None:
     prepared.runtime.config = prepared.runtime.config.model_copy(update={"approval_ttl_s": 0.1})
     outcome = await prepared.runtime.run()
     prepared.cleanup()
-    assert [e.problem for e in rec.kinds("approval_invalidated")] == ["approval expired"]
+    [expired] = [e.problem for e in rec.kinds("approval_invalidated")]
+    assert expired.startswith("the request expired unanswered at ")
     assert outcome.stop_reason is StopReason.GOAL_MET
+
+
+async def test_a_write_nobody_decides_in_three_asks_stops_the_run_never_waits_forever() -> None:
+    """A request refused once it expired (`loopdeck approve` exits 1) must not leave the run
+    waiting on it: each expiry asks again, and the third stops the run `policy_block`."""
+
+    class Silent:
+        asked = 0
+
+        async def ask(self, request):
+            self.asked += 1
+            await asyncio.Event().wait()  # nobody ever decides
+
+    from conftest import prepare
+
+    silent = Silent()
+    prepared, rec = prepare(HARNESS, "note", approver=silent)
+    prepared.runtime.config = prepared.runtime.config.model_copy(update={"approval_ttl_s": 0.05})
+    outcome = await prepared.runtime.run()
+    prepared.cleanup()
+    assert silent.asked == 3 and len(rec.kinds("approval_requested")) == 3
+    assert outcome.stop_reason is StopReason.POLICY_BLOCK
+    assert "could not be kept valid after 3 asks" in outcome.detail
+    assert outcome.calls[0].status is CallStatus.WITHDRAWN  # never run, never unknown
 
 
 async def test_rejection_reason_reaches_the_model() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import (
@@ -39,6 +40,7 @@ from loopdeck.core.grants import Grant, Grants
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, json_text, visible
+from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import ToolSpec
 
 T = TypeVar("T")
@@ -164,6 +166,10 @@ class WriteApprovals:
         )
         grant = None if again else self.grants.covering(call.tool, call.args)
         decided = await self._ask(request, record, grant)
+        if decided is None:  # nobody decided before the request expired: asked again
+            expired = f"the request expired unanswered at {request.expires_at:%H:%M:%S} UTC"
+            self.invalidated(record.call_id, expired)
+            return AskAgain(expired, await self.rt.state_hash(), again.args if again else None)
         if decided.approved and decided.args is not None and spec.not_editable:
             decided = told_instead(decided, spec.not_editable)
         if not decided.approved:
@@ -229,7 +235,9 @@ class WriteApprovals:
 
     async def _ask(
         self, request: ApprovalRequest, record: CallRecord, grant: Grant | None
-    ) -> ApprovalDecision:
+    ) -> ApprovalDecision | None:
+        """The decision, or None when the request expired with nobody deciding (a decision
+        refused once it expired would otherwise leave the run waiting on nothing)."""
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
@@ -243,8 +251,13 @@ class WriteApprovals:
         if grant is not None:  # still a recorded approval, by the grant
             return ApprovalDecision(call_id=request.call_id, approved=True, by=grant.approver())
         self.pending = request
-        with rt.operator_time("approval"):
-            decided = await rt.interruptible(self.approver.ask(request), by_cancel=True)
+        left = max((request.expires_at - datetime.now(UTC)).total_seconds(), 0.0)
+        try:
+            with rt.operator_time("approval"):
+                asked = bounded(self.approver.ask(request), left)
+                decided: ApprovalDecision | None = await rt.interruptible(asked, by_cancel=True)
+        except TimeoutError:
+            decided = None
         self.pending = None
         return decided
 
