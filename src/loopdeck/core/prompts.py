@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+from loopdeck.core.dispatcher import RESULT_CHAR_CAP
 from loopdeck.core.text import capped, json_text
 
 PLANNER_SYSTEM = (
@@ -28,10 +29,16 @@ REACT_SYSTEM = (
 )
 
 
+def shown_state(snapshot: dict[str, Any]) -> str:
+    """The state as the model sees it: capped like any tool result, so a large one cannot fill
+    every prompt (the guard and the receipts hash the whole state, never this)."""
+    return capped(json.dumps(snapshot, sort_keys=True), RESULT_CHAR_CAP)
+
+
 def planner_messages(
     goal: str, snapshot: dict[str, Any], findings: list[str], said: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    lines = [f"GOAL\n{goal}", f"STATE SNAPSHOT\n{json.dumps(snapshot, sort_keys=True)}"]
+    lines = [f"GOAL\n{goal}", f"STATE SNAPSHOT\n{shown_state(snapshot)}"]
     if findings:
         lines.append(
             "REVIEW FINDINGS FROM THE LAST ROUND\n" + "\n".join(f"- {f}" for f in findings)
@@ -69,7 +76,7 @@ def react_messages(goal: str, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
         {"role": "system", "content": REACT_SYSTEM},
         {
             "role": "user",
-            "content": f"GOAL\n{goal}\n\nSTATE SNAPSHOT\n{json.dumps(snapshot, sort_keys=True)}",
+            "content": f"GOAL\n{goal}\n\nSTATE SNAPSHOT\n{shown_state(snapshot)}",
         },
     ]
 

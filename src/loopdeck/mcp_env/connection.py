@@ -9,7 +9,10 @@ apart from the runtime's and the console's: the run reaches it from any thread
 `notifications/cancelled`.
 
 A stdio server runs under `loopdeck.mcp_env.guardian`, so it never outlives the runner; its
-stderr goes to a file (`errlog`), whose tail names what went wrong.
+stderr goes to a file (`errlog`), whose tail names what went wrong. A server that went away is
+`ServerFailed` for every call and read from then on, at once (never a wait on its timeout).
+What a server writes that is not JSON-RPC is one warning naming it (`SdkNoise`), never the
+SDK's traceback.
 """
 
 from __future__ import annotations
@@ -17,18 +20,29 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
+import json
+import logging
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from loopdeck.core.mcp_config import McpConfig
+from loopdeck.core.text import capped, visible
 from loopdeck.mcp_env.goal_check import stderr_tail
 
 T = TypeVar("T")
 CLOSE_WAIT_S = 8.0  # the SDK's own teardown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
+CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under a request
+SAID_CAP = 200
+log = logging.getLogger("loopdeck.mcp")
+# The server whose connection's loop runs the current task: the SDK's records name none.
+_SERVER: contextvars.ContextVar[str] = contextvars.ContextVar("loopdeck_mcp_server", default="")
 
 
 class ServerFailed(Exception):
@@ -64,6 +78,7 @@ class McpConnection:
     def start(self) -> None:
         """Start the server, initialize and list its tools; `ServerFailed` past
         `startup_timeout_s` or when it fails, with its stderr's tail."""
+        quiet_sdk_noise()
         self._thread = threading.Thread(target=self._main, name="loopdeck-mcp", daemon=True)
         self._thread.start()
         if not self._ready.wait(self.config.startup_timeout_s + 5):
@@ -81,6 +96,7 @@ class McpConnection:
     async def _own(self) -> None:
         import anyio
 
+        _SERVER.set(self.name)  # the SDK's tasks on this loop inherit it
         self._loop = asyncio.get_running_loop()
         self._scope = anyio.CancelScope()
         try:
@@ -136,25 +152,70 @@ class McpConnection:
 
     # -- calls -------------------------------------------------------------------------
     def _submit(
-        self, make: Callable[[Any], Coroutine[Any, Any, T]]
+        self, what: str, make: Callable[[Any], Coroutine[Any, Any, T]]
     ) -> concurrent.futures.Future[T]:
+        """`make(session)` on the connection's loop; a server known gone fails at once."""
         session, loop = self._session, self._loop
-        if session is None or loop is None or self._failure is not None:
-            raise ServerFailed(self._said("is gone", self.gone or "not connected"))
-        return asyncio.run_coroutine_threadsafe(make(session), loop)
+        if self.gone is not None or self._failure is not None or session is None or loop is None:
+            raise ServerFailed(self.failure_words(f"{what}: {self.gone or 'not connected'}"))
+        request = self._guarded(what, make, session)
+        try:
+            return asyncio.run_coroutine_threadsafe(request, loop)
+        except RuntimeError:  # its loop ended between the check and the call
+            request.close()
+            raise ServerFailed(self.failure_words(f"{what}: the connection ended")) from None
 
-    def call(self, tool: str, args: dict[str, Any], timeout_s: float) -> Awaitable[Any]:
-        """`tools/call`, awaited from another loop; its `CallToolResult`."""
-        future = self._submit(lambda s: s.call_tool(tool, args, read_timeout_seconds=timeout_s))
-        return asyncio.wrap_future(future)
+    async def _guarded(
+        self, what: str, make: Callable[[Any], Coroutine[Any, Any, T]], session: Any
+    ) -> T:
+        """The request; the connection closed under it (the server died or closed its
+        output) is `ServerFailed`, and the server gone for every later call."""
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            return await make(session)
+        except MCPError as exc:
+            if exc.error.code != CONNECTION_CLOSED:
+                raise
+            self.gone = self.gone or f"{what}: connection closed"
+            raise ServerFailed(self.failure_words(self.gone)) from None
+
+    async def call(self, tool: str, args: dict[str, Any], timeout_s: float) -> Any:
+        """`tools/call`, awaited from another loop; its `CallToolResult`. Cancelling it cancels
+        the request (MCP's `notifications/cancelled`)."""
+        what = f"tools/call {tool}"
+        future = self._submit(
+            what, lambda s: s.call_tool(tool, args, read_timeout_seconds=timeout_s)
+        )
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if future.cancelled() and task is not None and not task.cancelling():
+                # Not our cancel: the connection's loop ended with the request in flight.
+                raise ServerFailed(self.failure_words(f"{what}: the connection ended")) from None
+            raise
 
     def call_sync(self, tool: str, args: dict[str, Any], timeout_s: float) -> Any:
-        future = self._submit(lambda s: s.call_tool(tool, args, read_timeout_seconds=timeout_s))
-        return _result(future, timeout_s)
+        what = f"tools/call {tool}"
+        future = self._submit(
+            what, lambda s: s.call_tool(tool, args, read_timeout_seconds=timeout_s)
+        )
+        return self._result(what, future, timeout_s)
 
     def read_sync(self, uri: str, timeout_s: float) -> Any:
         """`resources/read` from a thread that is not the connection's; its result."""
-        return _result(self._submit(lambda s: s.read_resource(uri)), timeout_s)
+        what = f"resources/read {uri}"
+        return self._result(what, self._submit(what, lambda s: s.read_resource(uri)), timeout_s)
+
+    def _result(self, what: str, future: concurrent.futures.Future[T], timeout_s: float) -> T:
+        try:
+            return future.result(timeout_s + 1)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout_s:g}s") from None
+        except concurrent.futures.CancelledError:  # the connection's loop ended under it
+            raise ServerFailed(self.failure_words(f"{what}: the connection ended")) from None
 
     def _said(self, what: str, why: str) -> str:
         tail = ""
@@ -192,14 +253,6 @@ async def _listed_tools(session: Any) -> list[ServerTool]:
             return tools
 
 
-def _result(future: concurrent.futures.Future[T], timeout_s: float) -> T:
-    try:
-        return future.result(timeout_s + 1)
-    except concurrent.futures.TimeoutError:
-        future.cancel()
-        raise TimeoutError(f"no answer within {timeout_s:g}s") from None
-
-
 def _words(exc: BaseException) -> str:
     """The first real error inside the SDK's nested exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -207,3 +260,65 @@ def _words(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     return f"{type(exc).__name__}: {exc}"
+
+
+# -- what a server says that is not JSON-RPC ---------------------------------------------------
+class SdkNoise(logging.Filter):
+    """The SDK logs each line a server writes that is not JSON-RPC, and each malformed
+    message, with a pydantic traceback, over the console and a headless run's output: each
+    becomes one warning naming the server, on `loopdeck.mcp`. The record's task runs on its
+    connection's loop, whose context names the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = _noise(record)
+        if said is None:
+            return True
+        log.warning("MCP server `%s` %s", _SERVER.get() or "(unnamed)", said)
+        return False
+
+
+# The SDK's records (mcp 2.3) of a message it could not read, by logger and words.
+_PARSE = {
+    "mcp.client.stdio": "Failed to parse JSONRPC message",
+    "mcp.client.streamable_http": "Error parsing",
+}
+_NOTIFICATION = ("client", "Failed to validate notification")  # the SDK's session's logger
+_SDK_NOISE = SdkNoise()
+
+
+def quiet_sdk_noise() -> None:
+    for name in (*_PARSE, _NOTIFICATION[0]):
+        logger = logging.getLogger(name)
+        if _SDK_NOISE not in logger.filters:
+            logger.addFilter(_SDK_NOISE)
+
+
+def _noise(record: logging.LogRecord) -> str | None:
+    """What the server said, in words, for a record of the SDK's not reading it; else None."""
+    exc = record.exc_info[1] if record.exc_info else None
+    words, parse = str(record.msg), _PARSE.get(record.name)
+    if parse is not None and words.startswith(parse):
+        return f"wrote a line that is not JSON-RPC: {_input_of(exc)}"
+    if (record.name, words.split(":")[0]) == _NOTIFICATION:
+        method = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        return f"sent a malformed notification `{method}`: {_errors_of(exc)}"
+    return None
+
+
+def _input_of(exc: BaseException | None) -> str:
+    """The line the server wrote, as pydantic kept it, shown as text and capped."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        given = exc.errors()[0].get("input")
+        text = given if isinstance(given, str) else json.dumps(given, default=str)
+    else:
+        text = str(exc)
+    return capped(visible(text), SAID_CAP)
+
+
+def _errors_of(exc: BaseException | None) -> str:
+    if not isinstance(exc, ValidationError):
+        return capped(visible(str(exc)), SAID_CAP)
+    said = "; ".join(
+        f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()[:3]
+    )
+    return capped(visible(said), SAID_CAP)

@@ -50,6 +50,7 @@ class McpEnvironment(Environment):
         self.connection = McpConnection(config, self.workdir, errlog)
         self.connection.start()
         self._specs = [self._spec(tool) for tool in self.connection.tools]
+        _snapshot_reads_only(config, self._specs)
 
     def close(self) -> None:
         if self.connection is not None:
@@ -89,7 +90,7 @@ class McpEnvironment(Environment):
             except ServerFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             except Exception as exc:
-                raise _server_error(self._server, name, exc) from None
+                raise _server_error(name, exc) from None
             data = call_result(result)  # raises ToolError when the server says isError
             if risk == "write":
                 self.writes_executed += 1
@@ -98,12 +99,20 @@ class McpEnvironment(Environment):
         return call
 
     def call_tool(self, name: str, args: dict[str, Any]) -> Any:
-        """A tool called from env code on the env thread (a Python `snapshot()`): its data."""
-        return call_result(self._server.call_sync(name, args, SNAPSHOT_TIMEOUT_S))
+        """A tool called from env code on the env thread (a Python `snapshot()`): its data.
+        The server gone stops the run `tool_failure`, naming it."""
+        try:
+            return call_result(self._server.call_sync(name, args, SNAPSHOT_TIMEOUT_S))
+        except ServerFailed as failed:
+            raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
 
     def read_resource(self, uri: str) -> Any:
-        """A resource read from env code on the env thread: its text (or a blob's digest)."""
-        return resource_value(self._server.read_sync(uri, SNAPSHOT_TIMEOUT_S))
+        """A resource read from env code on the env thread: its text (or a blob's digest).
+        The server gone stops the run `tool_failure`, naming it."""
+        try:
+            return resource_value(self._server.read_sync(uri, SNAPSHOT_TIMEOUT_S))
+        except ServerFailed as failed:
+            raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
 
     # -- state and goal ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -114,13 +123,10 @@ class McpEnvironment(Environment):
         return {"state": [self._read(entry) for entry in entries]}
 
     def _read(self, entry: SnapshotEntry) -> Any:
-        try:
-            if entry.resource is not None:
-                return {"resource": entry.resource, "value": self.read_resource(entry.resource)}
-            assert entry.tool is not None
-            return {"tool": entry.tool, "value": self.call_tool(entry.tool, entry.args)}
-        except ServerFailed as failed:
-            raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+        if entry.resource is not None:
+            return {"resource": entry.resource, "value": self.read_resource(entry.resource)}
+        assert entry.tool is not None
+        return {"tool": entry.tool, "value": self.call_tool(entry.tool, entry.args)}
 
     def unmet(self, snapshot: dict[str, Any]) -> list[str]:
         if self.goal_check is None:
@@ -147,12 +153,32 @@ def risk_of(tool: ServerTool, override: ToolOverride) -> tuple[Risk, str]:
     return "write", "server says it writes"
 
 
-def _server_error(server: McpConnection, tool: str, exc: Exception) -> Exception:
-    """A protocol error: the server gone stops the run; any other is a crash of the call
-    (a write's outcome is then unknown, as for a Python tool)."""
+def _snapshot_reads_only(config: McpConfig, specs: list[ToolSpec]) -> None:
+    """A snapshot entry runs before every call, unasked, even when every write is denied:
+    one naming a tool that is not a read (by the server's annotations or an override), or no
+    tool of the server, refuses the run (`ValueError`, said as the scenario's error)."""
+    if not isinstance(config.snapshot, list):
+        return
+    risks = {spec.name: spec for spec in specs}
+    for number, entry in enumerate(config.snapshot, 1):
+        if entry.tool is None:
+            continue
+        named = f'[mcp] snapshot entry {number} (tool = "{entry.tool}")'
+        spec = risks.get(entry.tool)
+        if spec is None:
+            raise ValueError(f"{named}: the server has no tool {entry.tool}")
+        if spec.risk != "read":
+            raise ValueError(
+                f"{named} is not read-only ({spec.risk_source}): a snapshot entry runs before"
+                " every call, even when writes are denied. Name a resource or a read-only tool,"
+                f' or, if it only reads, say so: [mcp.tools.{entry.tool}] risk = "read"'
+            )
+
+
+def _server_error(tool: str, exc: Exception) -> Exception:
+    """A protocol error (the server gone is `ServerFailed`, said by the connection): a crash
+    of the call (a write's outcome is then unknown, as for a Python tool)."""
     code = getattr(getattr(exc, "error", None), "code", None)
-    if code == -32000:  # CONNECTION_CLOSED: the server went away
-        return StopRun(StopReason.TOOL_FAILURE, server.failure_words(f"{tool}: connection closed"))
     if code == -32001:  # the SDK's own timeout (the dispatcher's comes first)
         return TimeoutError(f"{tool}: the server did not answer in time")
     return RuntimeError(f"MCP error from {tool}: {exc}")

@@ -20,6 +20,7 @@ READ = ToolAnnotations(read_only_hint=True)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 BIG_CHARS = 1_100_000
 server = MCPServer("faults", version="1.0")
+WIRE = os.dup(1)  # the client's pipe: the SDK points fd 1 at stderr once it serves
 
 
 def _count() -> int:
@@ -58,10 +59,10 @@ def listing() -> str:
 
 @server.tool(annotations=READ)
 def stray() -> str:
-    """Writes what is not JSON-RPC on stdout before answering."""
-    os.write(1, b"this line is not json\n")
-    os.write(1, b'{"hello": "a JSON object that is no JSON-RPC message"}\n')
-    os.write(1, b'{"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}\n')
+    """Writes what is not JSON-RPC to the client before answering."""
+    os.write(WIRE, b"this line is not json\n")
+    os.write(WIRE, b'{"hello": "a JSON object that is no JSON-RPC message"}\n')
+    os.write(WIRE, b'{"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}\n')
     return "said"
 
 
