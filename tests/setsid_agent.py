@@ -1,8 +1,10 @@
 """A tiny ACP agent that starts a daemon (`daemonize.py`: fork, `setsid`, fork) as it starts,
 its pid written to PIDFILE, then behaves: each prompt ends its turn at once, or with `hang`
-waits until cancelled (having touched PIDFILE.turn, so a test knows the turn is on).
+waits until cancelled (having touched PIDFILE.turn, so a test knows the turn is on); with
+`terminal` it first asks loopdeck for a terminal running `daemonize.py PIDFILE.term sleep`
+(a command that starts a daemon of its own).
 
-    python tests/setsid_agent.py PIDFILE [hang]
+    python tests/setsid_agent.py PIDFILE [hang] [terminal]
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from daemonize import spawn_daemon
 
 
 class SetsidAgent:
-    def __init__(self, pidfile: Path, hang: bool) -> None:
+    def __init__(self, pidfile: Path, hang: bool, terminal: bool) -> None:
         self.pidfile = pidfile
         self.hang = hang
+        self.terminal = terminal
         self.cancelled = asyncio.Event()
 
     def on_connect(self, conn: Any) -> None:
@@ -47,6 +50,12 @@ class SetsidAgent:
         self.cancelled.set()
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        if self.terminal:
+            daemonize = str(Path(__file__).with_name("daemonize.py"))
+            term = str(self.pidfile) + ".term"
+            await self.conn.create_terminal(
+                session_id=session_id, command=sys.executable, args=[daemonize, term, "sleep"]
+            )
         if not self.hang:
             return PromptResponse(stop_reason="end_turn")
         self.pidfile.with_name(self.pidfile.name + ".turn").touch()
@@ -63,4 +72,5 @@ async def serve(agent: SetsidAgent) -> None:
 if __name__ == "__main__":
     pidfile = Path(sys.argv[1])
     spawn_daemon(pidfile)  # before the event loop: a fork with one thread
-    asyncio.run(serve(SetsidAgent(pidfile, hang="hang" in sys.argv[2:])))
+    said = sys.argv[2:]
+    asyncio.run(serve(SetsidAgent(pidfile, hang="hang" in said, terminal="terminal" in said)))

@@ -21,10 +21,12 @@ from typing import Any
 
 import pytest
 from daemonize import MARK
+from process_helpers import live_processes
 from store_helpers import last_json
 
 from loopdeck.acp_env.terminals import Terminals
 from loopdeck.core.states import StopReason
+from loopdeck.mcp_env.guardian import CGROUP_PREFIX, cgroup_of
 from loopdeck.operator.launch import AcpTarget, RunOptions, prepare_run
 
 TESTS = Path(__file__).parent
@@ -72,28 +74,50 @@ def wait_gone(pid: int, after: str) -> None:
 
 
 @contextlib.contextmanager
-def no_survivor(*pidfiles: Path) -> Iterator[None]:
-    """Kill, at the end, any daemon that outlived its test (a failure leaves nothing)."""
+def no_survivor(folder: Path) -> Iterator[None]:
+    """Kill, at the end, every process whose command line names the test's folder (a daemon,
+    an agent, a command): a failure leaves nothing behind."""
     try:
         yield
     finally:
-        for pidfile in pidfiles:
-            with contextlib.suppress(OSError, ValueError):
-                pid = int(pidfile.read_text())
-                if alive(pid):
-                    os.kill(pid, signal.SIGKILL)
+        for pid in live_processes(str(folder) + os.sep, besides="\0"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
-def guarded(*command: str, **popen: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([*GUARDIAN, *command], text=True, **popen)
+# The guardian as the runner starts it, and with cgroups out of its reach: the subreaper alone.
+NO_CGROUP = (
+    "import sys\nfrom loopdeck.mcp_env import guardian\n"
+    "guardian._made_cgroup = lambda: None\nsys.exit(guardian.main(sys.argv[1:]))"
+)
+OWN_CGROUP = cgroup_of(os.getpid())
+CGROUPS = OWN_CGROUP is not None and os.access(os.path.dirname(OWN_CGROUP), os.W_OK)
+
+
+@pytest.fixture(params=["cgroup", "subreaper"])
+def guardian(request: pytest.FixtureRequest) -> list[str]:
+    if request.param == "subreaper":
+        return [sys.executable, "-c", NO_CGROUP]
+    if not CGROUPS:
+        pytest.skip("cgroup v2 is not writable here: the guardian is a subreaper alone")
+    return GUARDIAN
+
+
+def in_its_cgroup(guardian: list[str], daemon: int, guardian_pid: int) -> bool:
+    """Where cgroups are used, the daemon is in the guardian's own; else nothing to see."""
+    if guardian != GUARDIAN:
+        return True
+    line = Path(f"/proc/{daemon}/cgroup").read_text().splitlines()[-1]
+    return line.endswith(f"/{CGROUP_PREFIX}{guardian_pid}")
 
 
 # -- the guardian alone (fast) -----------------------------------------------------------------
 def test_a_daemon_left_by_a_command_that_exited_is_ended_and_the_guardian_exits(
-    tmp_path: Path,
+    tmp_path: Path, guardian: list[str]
 ) -> None:
     """Stdio passes through unchanged, stdin's end is the command's business, and its exit
-    status is the guardian's; the daemon it left is ended before the guardian exits."""
+    status is the guardian's; the daemon it left is ended before the guardian exits, and the
+    guardian's cgroup removed."""
     pidfile = tmp_path / "pid"
     code = (
         "import subprocess, sys\n"
@@ -101,33 +125,38 @@ def test_a_daemon_left_by_a_command_that_exited_is_ended_and_the_guardian_exits(
         "print(sys.stdin.read().upper(), end='')\n"
         "sys.exit(3)"
     )
-    with no_survivor(pidfile):
-        guardian = guarded(sys.executable, "-c", code, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        out, _ = guardian.communicate("said through\n", timeout=WAIT_S)
-        assert (out, guardian.returncode) == ("SAID THROUGH\n", 3)
+    piped: dict[str, Any] = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    with no_survivor(tmp_path):
+        proc = subprocess.Popen([*guardian, sys.executable, "-c", code], **piped)
+        out, _ = proc.communicate("said through\n", timeout=WAIT_S)
+        assert (out, proc.returncode) == ("SAID THROUGH\n", 3)
         assert not alive(int(pidfile.read_text()))  # gone before the guardian exited
+        cgroup = cgroup_of(proc.pid)
+        assert cgroup is None or not os.path.exists(cgroup)  # its cgroup removed
 
 
 @pytest.mark.parametrize("stubborn", [False, True], ids=["meek", "ignores-sigterm"])
 def test_sigterm_to_the_guardian_ends_the_command_and_its_daemon(
-    tmp_path: Path, stubborn: bool
+    tmp_path: Path, guardian: list[str], stubborn: bool
 ) -> None:
     pidfile = tmp_path / "pid"
     how = ["stubborn"] if stubborn else []
-    with no_survivor(pidfile):
-        guardian = guarded(sys.executable, DAEMONIZE, str(pidfile), *how, "sleep")
-        daemon = daemon_pid(pidfile, guardian)
-        guardian.send_signal(signal.SIGTERM)
-        assert guardian.wait(WAIT_S) == 128 + signal.SIGTERM
+    with no_survivor(tmp_path):
+        proc = subprocess.Popen([*guardian, sys.executable, DAEMONIZE, str(pidfile), *how, "sleep"])
+        daemon = daemon_pid(pidfile, proc)
+        assert in_its_cgroup(guardian, daemon, proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT_S) == 128 + signal.SIGTERM
         assert not alive(daemon)  # ended (SIGKILL after the grace) before the guardian exited
 
 
 def test_the_guardian_ends_the_daemon_when_its_runner_is_killed_with_sigkill(
-    tmp_path: Path,
+    tmp_path: Path, guardian: list[str]
 ) -> None:
     pidfile = tmp_path / "pid"
-    start = f"import subprocess, time; subprocess.Popen({[*GUARDIAN, sys.executable, DAEMONIZE, str(pidfile), 'sleep']!r}); time.sleep(600)"
-    with no_survivor(pidfile):
+    command = [*guardian, sys.executable, DAEMONIZE, str(pidfile), "sleep"]
+    start = f"import subprocess, time; subprocess.Popen({command!r}); time.sleep(600)"
+    with no_survivor(tmp_path):
         runner = subprocess.Popen([sys.executable, "-c", start], text=True)
         try:
             daemon = daemon_pid(pidfile, runner)
@@ -143,7 +172,7 @@ async def test_a_terminals_daemon_ends_with_the_terminal(tmp_path: Path) -> None
     when the terminals are closed at the run's stop."""
     terminals = Terminals()
     exited, running = tmp_path / "exited", tmp_path / "running"
-    with no_survivor(exited, running):
+    with no_survivor(tmp_path):
         first = await terminals.start(sys.executable, [DAEMONIZE, str(exited)], tmp_path, {}, None)
         await asyncio.wait_for(first.exited.wait(), WAIT_S)
         assert first.exit_code == 0
@@ -155,9 +184,45 @@ async def test_a_terminals_daemon_ends_with_the_terminal(tmp_path: Path) -> None
         assert not alive(daemon)
 
 
+# What a process started for an env (not under a guardian) leaves as it is ended.
+DAEMONIZES_ON_TERM = """import signal, subprocess, sys, time
+def daemonize(*_):
+    subprocess.run([sys.executable, sys.argv[1], sys.argv[2]], check=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, daemonize)
+open(sys.argv[3], "w").close()
+time.sleep(600)
+"""
+END_CHILDREN = """import subprocess, sys, time
+from pathlib import Path
+from loopdeck.stop_signals import end_children
+subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+while not Path(sys.argv[4]).exists():
+    time.sleep(0.01)
+end_children()
+"""
+
+
+def test_end_children_also_ends_a_daemon_started_as_its_parent_is_ended(tmp_path: Path) -> None:
+    """loopdeck's end after a stop signal: a child that daemonizes when told to stop leaves
+    an orphan that is re-parented to loopdeck (a subreaper by then) and ended too."""
+    pidfile, ready = tmp_path / "pid", tmp_path / "ready"
+    args = [DAEMONIZES_ON_TERM, DAEMONIZE, str(pidfile), str(ready)]
+    with no_survivor(tmp_path):
+        done = subprocess.run(
+            [sys.executable, "-c", END_CHILDREN, *args], timeout=WAIT_S, check=False
+        )
+        assert done.returncode == 0 and ready.exists()
+        wait_until(
+            "no daemon left by end_children",
+            lambda: not live_processes(str(pidfile), besides="\0"),
+        )
+
+
 # -- ACP runs -----------------------------------------------------------------------------------
 def acp_run(tmp_path: Path, *agent_args: str) -> subprocess.Popen[str]:
-    """`loopdeck acp --headless` on a folder, its check always met, the agent `setsid_agent`."""
+    """`loopdeck acp --headless` on a folder, its check always met, the agent `setsid_agent`,
+    in a session of its own (its group can be killed as a whole)."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     check = shlex.join([sys.executable, "-c", "pass"])
@@ -166,14 +231,14 @@ def acp_run(tmp_path: Path, *agent_args: str) -> subprocess.Popen[str]:
         [sys.executable, "-m", "loopdeck", "acp", "--goal", "Nothing to do.", "--workdir",
          str(work), "--check", check, "--headless", "--json", "--approve", "auto",
          "--db", str(tmp_path / "s.db"), "--", *agent],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
 
 
 @pytest.mark.slow  # seconds: loopdeck's start, the agent's
 def test_an_acp_run_that_meets_its_goal_leaves_no_daemon(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    with no_survivor(pidfile):
+    with no_survivor(tmp_path):
         runner = acp_run(tmp_path, str(pidfile))
         try:
             out, err = runner.communicate(timeout=120)
@@ -184,27 +249,36 @@ def test_an_acp_run_that_meets_its_goal_leaves_no_daemon(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("started_by", ["agent", "terminal"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL", "SIGKILL-to-its-group"])
 def test_a_signal_to_loopdeck_during_an_acp_turn_leaves_no_daemon(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, how: str, started_by: str
 ) -> None:
-    """SIGTERM: the run is killed and the agent stopped; SIGKILL: nobody stops the agent, its
-    guardian sees its runner die."""
-    pidfile = tmp_path / "pid"
-    with no_survivor(pidfile):
-        runner = acp_run(tmp_path, str(pidfile), "hang")
+    """SIGTERM: the run is killed and the agent stopped; SIGKILL, to loopdeck or to its whole
+    process group: nobody stops the agent, its guardian (in a session of its own) sees its
+    runner die. The daemon of the agent's, and one a command the agent ran started."""
+    pidfile, term = tmp_path / "pid", tmp_path / "pid.term"
+    with no_survivor(tmp_path):
+        runner = acp_run(
+            tmp_path, str(pidfile), "hang", *(["terminal"] if started_by == "terminal" else [])
+        )
         try:
-            daemon = daemon_pid(pidfile, runner)
+            daemons = [daemon_pid(pidfile, runner)]
             wait_until("the agent's turn", pidfile.with_name("pid.turn").exists)
-            runner.send_signal(sig)
+            if started_by == "terminal":
+                daemons.append(daemon_pid(term, runner))
+            if how == "SIGKILL-to-its-group":
+                os.killpg(runner.pid, signal.SIGKILL)
+            else:
+                runner.send_signal(getattr(signal, how))
             runner.communicate(timeout=60)
-            assert runner.returncode == -sig
-            wait_gone(daemon, f"{sig.name} to loopdeck")
+            assert runner.returncode == -getattr(signal, how.split("-")[0])
+            for daemon in daemons:
+                wait_gone(daemon, f"{how} to loopdeck")
         finally:
             runner.kill()
 
 
-@pytest.mark.slow
 async def test_a_stopped_acp_run_has_ended_the_daemon_when_it_returns(tmp_path: Path) -> None:
     """In process: `AgentProcess.stop()` returns once everything the agent started is gone."""
     pidfile, work = tmp_path / "pid", tmp_path / "work"
@@ -212,7 +286,7 @@ async def test_a_stopped_acp_run_has_ended_the_daemon_when_it_returns(tmp_path: 
     agent = [sys.executable, str(TESTS / "setsid_agent.py"), str(pidfile), "hang"]
     acp = AcpTarget(goal="Nothing to do.", workdir=work, command=agent)
     prepared = prepare_run(RunOptions(env="acp:test", approve="auto", acp=acp))
-    with no_survivor(pidfile):
+    with no_survivor(tmp_path):
         run = asyncio.ensure_future(prepared.runtime.run())
         try:
             turn = pidfile.with_name("pid.turn")
@@ -263,7 +337,7 @@ args = {{ seconds = 600 }}
 @pytest.mark.slow
 def test_an_mcp_run_that_ends_leaves_no_daemon(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    with no_survivor(pidfile):
+    with no_survivor(tmp_path):
         runner = mcp_run(tmp_path, "ping")
         try:
             out, err = runner.communicate(timeout=120)
@@ -276,7 +350,7 @@ def test_an_mcp_run_that_ends_leaves_no_daemon(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_kill_9_of_loopdeck_during_an_mcp_call_leaves_no_daemon(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    with no_survivor(pidfile):
+    with no_survivor(tmp_path):
         runner = mcp_run(tmp_path, "hang")
         try:
             daemon = daemon_pid(pidfile, runner)

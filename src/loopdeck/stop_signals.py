@@ -19,6 +19,7 @@ from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CHILD_GRACE_S = 2.0
+PR_SET_CHILD_SUBREAPER = 36
 
 Stop = Callable[[str], None]
 
@@ -117,34 +118,47 @@ def descendants(pid: int | None = None) -> list[int]:
 
 
 def end_children(grace_s: float = CHILD_GRACE_S) -> list[int]:
-    """Stop the processes this one started (an env's subprocesses): SIGTERM, then SIGKILL
-    after `grace_s` for those still running; our own children are reaped. Returns those that
-    had to be killed. Linux only (/proc); elsewhere there is nothing to find."""
-    pids = descendants()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    left = _wait_gone(pids, grace_s)
-    for pid in left:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    _wait_gone(left, grace_s)
-    return left
-
-
-def _wait_gone(pids: list[int], grace_s: float) -> list[int]:
-    """Wait up to `grace_s` for `pids` to end, reaping our own; returns those still running."""
+    """Stop the processes this one started (an env's subprocesses, and all below them):
+    SIGTERM, then SIGKILL after `grace_s` for those still running, new ones included as they
+    show; our own children are reaped. This process becomes a child subreaper first (it is
+    about to exit), so a daemon orphaned as its parent ends is re-parented here and ended too,
+    not left to init. Returns those that had to be killed. Linux only (/proc); elsewhere
+    there is nothing to find."""
+    _adopt_orphans()
+    told: set[int] = set()
     end = time.monotonic() + grace_s
-    left = pids
-    while True:
-        for pid in pids:
-            with contextlib.suppress(OSError):  # not ours, or reaped by its own waiter
-                os.waitpid(pid, os.WNOHANG)
-        alive = set(descendants())
-        left = [pid for pid in left if pid in alive]
-        if not left or time.monotonic() >= end:
-            return left
+    while (left := _live_below(told)) and time.monotonic() < end:
+        for pid in left - told:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        told |= left
         time.sleep(0.02)
+    killed: list[int] = []
+    end = time.monotonic() + grace_s
+    while left and time.monotonic() < end:
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += sorted(left - set(killed))
+        time.sleep(0.02)
+        left = _live_below(left)
+    return killed
+
+
+def _adopt_orphans() -> None:
+    """`PR_SET_CHILD_SUBREAPER`: orphans below this process are re-parented to it."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not Linux
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _live_below(ours: set[int]) -> set[int]:
+    """The live processes below this one, once those of `ours` that ended are reaped."""
+    for pid in ours:
+        with contextlib.suppress(OSError):  # not ours, or reaped by its own waiter
+            os.waitpid(pid, os.WNOHANG)
+    return set(descendants())
 
 
 def exit_by_signal(sig: signal.Signals) -> None:

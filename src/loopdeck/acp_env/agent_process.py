@@ -92,10 +92,13 @@ class AgentProcess:
 
         with self.errlog.open("ab") as err:
             try:
+                # The guardian in a session of its own: a SIGKILL to loopdeck's whole group
+                # (or a Ctrl-C) reaches loopdeck, whose death the guardian then sees.
                 self.proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "loopdeck.mcp_env.guardian", *self.command,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                     cwd=self.workdir, env=agent_environment(config), limit=LIMIT,
+                    start_new_session=True,
                 )  # fmt: skip
             except OSError as exc:  # the guardian itself: its stderr's tail said here
                 raise AgentFailed(self.said("could not start", str(exc))) from exc

@@ -193,6 +193,7 @@ class Terminals:
             *guardian_command(), command, *args,
             cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # out of reach of a SIGKILL to loopdeck's group
         )  # fmt: skip
         terminal = Terminal(f"term-{self._count}", command_line(command, args), proc, tail)
         self.live[terminal.id] = terminal
