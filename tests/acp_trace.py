@@ -11,6 +11,7 @@ passed on to the agent. Read a trace back with `read_trace`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,49 +24,19 @@ from typing import IO, Any
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
+    """The trace's entries; a last line still being written is left out."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entries.append(json.loads(line))
+    return entries
 
 
-def messages(trace: list[dict[str, Any]], direction: str) -> list[dict[str, Any]]:
-    return [entry["msg"] for entry in trace if entry["dir"] == direction]
-
-
-def updates(trace: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:
-    """The agent's `session/update`s (their `update` object), of one kind if given."""
-    found = []
-    for msg in messages(trace, "from_agent"):
-        if msg.get("method") != "session/update":
-            continue
-        update = msg.get("params", {}).get("update", {})
-        if kind is None or update.get("sessionUpdate") == kind:
-            found.append(update)
-    return found
-
-
-def requests(trace: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
-    """The agent's requests of one method (their params)."""
-    return [
-        msg.get("params", {})
-        for msg in messages(trace, "from_agent")
-        if msg.get("method") == method and "id" in msg
-    ]
-
-
-def answers_to(trace: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
-    """loopdeck's answers to the agent's requests of one method (result or error)."""
-    ids = {
-        msg["id"] for msg in messages(trace, "from_agent") if msg.get("method") == method
-    } - {None}
-    return [
-        msg
-        for msg in messages(trace, "to_agent")
-        if "method" not in msg and msg.get("id") in ids
-    ]
-
-
-def _pump(src: IO[bytes], dst: IO[bytes], out: IO[str], direction: str, lock: threading.Lock, t0: float) -> None:
+def _pump(
+    src: IO[bytes], dst: IO[bytes], out: IO[str], direction: str, lock: threading.Lock, t0: float
+) -> None:
     try:
         for line in iter(src.readline, b""):
             text = line.decode("utf-8", "replace").strip()
@@ -85,10 +56,8 @@ def _pump(src: IO[bytes], dst: IO[bytes], out: IO[str], direction: str, lock: th
                 pass
     finally:
         if direction == "to_agent":
-            try:
+            with contextlib.suppress(OSError):
                 dst.close()
-            except OSError:
-                pass
 
 
 def main(argv: list[str]) -> int:

@@ -2,8 +2,8 @@
 CLI run offline under loopdeck (`GOOGLE_GEMINI_BASE_URL`): it plays a script of replies, streamed
 as the API streams them (`?alt=sse`), and checks each request body as the API would (roles
 `user` and `model` only, the first turn the user's, each `functionResponse` in the user turn
-right after the model turn whose `functionCall`s it answers, one for each, by name and id), answering a
-request it would refuse with the API's 400. Every request is recorded.
+right after the model turn whose `functionCall`s it answers, one for each, by name and id),
+answering a request it would refuse with the API's 400. Every request is recorded.
 
 The script is played by the conversation: the reply to a main-loop request (one that sends
 tools) is the script's entry at the number of model turns already in it, so a retried request
@@ -13,6 +13,7 @@ a title) get a short JSON or text reply without consuming the script.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -63,6 +64,7 @@ class GeminiLoopback:
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
         self.hang = False  # main-loop requests wait for `release` (or the server's end)
+        self.hang_from: int | None = None  # ... or those from this model turn on (0: the first)
         self.hanging = threading.Event()  # a main-loop request is being held
         self._released = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -85,15 +87,18 @@ class GeminiLoopback:
     # -- what the test reads ------------------------------------------------------------------
     def main_requests(self) -> list[Seen]:
         with self.lock:
-            return [s for s in self.seen if "generateContent" in s.path.lower() and not s.side]
+            return [s for s in self.seen if "generatecontent" in s.path.lower() and not s.side]
 
     def problems(self) -> list[str]:
         with self.lock:
             return [f"{s.method} {s.path}: {p}" for s in self.seen for p in s.problems]
 
     # -- answering ------------------------------------------------------------------------------
+    def holds(self, body: dict[str, Any]) -> bool:
+        return self.hang or (self.hang_from is not None and turn_of(body) >= self.hang_from)
+
     def reply_to(self, body: dict[str, Any]) -> Reply:
-        turn = sum(1 for c in body.get("contents", []) if c.get("role") == "model")
+        turn = turn_of(body)
         if turn >= len(self.script):
             return Text(f"(the loopback script has no reply {turn + 1})")
         step = self.script[turn]
@@ -102,6 +107,11 @@ class GeminiLoopback:
     def hold(self) -> None:
         self.hanging.set()
         self._released.wait()
+
+
+def turn_of(body: dict[str, Any]) -> int:
+    """The model turns already in the conversation."""
+    return sum(1 for c in body.get("contents", []) if c.get("role") == "model")
 
 
 def side_reply(body: dict[str, Any]) -> Text:
@@ -239,6 +249,10 @@ def _handler(api: GeminiLoopback) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *_: Any) -> None:
             pass
 
+        def handle(self) -> None:
+            with contextlib.suppress(ConnectionError):  # an agent killed mid-request
+                super().handle()
+
         def _seen(self, body: dict[str, Any] | None = None) -> Seen:
             seen = Seen(self.command, self.path, dict(self.headers.items()), body or {})
             with api.lock:
@@ -281,7 +295,7 @@ def _handler(api: GeminiLoopback) -> type[BaseHTTPRequestHandler]:
             if seen.side:
                 reply: Reply = side_reply(body)
             else:
-                if api.hang:
+                if api.holds(body):
                     api.hold()
                     return
                 reply = api.reply_to(body)

@@ -186,9 +186,25 @@ async def test_a_call_that_runs_or_ends_with_no_input_is_proposed_with_none(call
     assert second.args == {} and statuses == {second.call_id: CallStatus.FAILED}
 
 
-async def test_a_call_started_with_its_input_is_proposed_at_once(calls: Any) -> None:
-    start = started("t6", "Read calc.py", "read").model_copy(
-        update={"raw_input": {"path": "calc.py"}}
+async def test_a_pending_call_is_held_until_it_runs_even_with_part_of_its_input(
+    calls: Any,
+) -> None:
+    """opencode's shell call starts pending with only its `cwd`; its command comes in the next
+    update. Keyed at once, `cat calc.py` and `wc -l calc.py` would be one key, and the
+    operator would approve `{cwd}`."""
+    for acp_id, command in (("t6", "cat calc.py"), ("t7", "wc -l calc.py")):
+        start = started(acp_id, "bash", "execute").model_copy(update={"raw_input": {"cwd": "."}})
+        await calls.proposed(start)
+        raw = {"command": command, "cwd": "."}
+        await calls.progress(update(acp_id, status="in_progress", raw_input=raw))
+    first, second = kinds(calls, "call_proposed")
+    assert first.args == {"command": "cat calc.py", "cwd": "."}
+    assert first.fingerprint != second.fingerprint
+
+
+async def test_a_call_that_starts_running_with_its_input_is_proposed_at_once(calls: Any) -> None:
+    start = started("t8", "Read calc.py", "read").model_copy(
+        update={"raw_input": {"path": "calc.py"}, "status": "in_progress"}
     )
     await calls.proposed(start)
     [proposed] = kinds(calls, "call_proposed")

@@ -17,23 +17,31 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "loopdeck"
-LAYERS = ("core", "store", "llm", "operator", "tui", "cli", "tuning", "mcp_env", "acp_env")
+LAYERS = (
+    "core", "store", "llm", "operator", "tui", "cli", "tuning", "workdir",
+    "python_env", "mcp_env", "acp_env",
+)  # fmt: skip
+# Each kind of run is a package of its own, registered in `operator/kinds.py` by module path:
+# no kind imports another (what two share is in `workdir` or `core`), and nothing but its own
+# package imports it (`tests/test_run_kinds.py`).
+KINDS = ("python_env", "mcp_env", "acp_env")
+ABOVE_KINDS = frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "textual"})
 
 # What each layer must not import (a layer or a third-party top-level package).
 FORBIDDEN: dict[str, frozenset[str]] = {
     "core": frozenset(
-        {"store", "llm", "operator", "tui", "cli", "tuning", "mcp_env", "mcp", "acp_env", "acp"}
+        {"store", "llm", "operator", "tui", "cli", "tuning", "workdir", *KINDS, "mcp", "acp"}
     ),
-    # MCP servers as environments: an env like any other, below the operator's door.
-    "mcp_env": frozenset(
-        {"store", "llm", "operator", "tui", "cli", "tuning", "textual", "acp_env", "acp"}
-    ),
-    # ACP agents as runs: beside mcp_env (whose guardian and goal check it shares).
-    "acp_env": frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "textual", "mcp"}),
-    "store": frozenset({"operator", "tui", "cli", "tuning", "mcp_env", "mcp", "acp_env", "acp"}),
-    "llm": frozenset({"store", "operator", "tui", "cli", "mcp_env", "mcp", "acp_env", "acp"}),
-    "operator": frozenset({"tui", "cli", "textual"}),
-    "tui": frozenset({"store", "cli", "mcp_env", "mcp", "acp_env", "acp"}),
+    # What the kinds that work in a folder share (the guardian, the goal check): below them.
+    "workdir": frozenset({*ABOVE_KINDS, *KINDS, "mcp", "acp"}),
+    # The kinds of run: below the operator's door, fenced from each other.
+    "python_env": frozenset({*ABOVE_KINDS, "mcp_env", "acp_env", "mcp", "acp"}),
+    "mcp_env": frozenset({*ABOVE_KINDS, "python_env", "acp_env", "acp"}),
+    "acp_env": frozenset({*ABOVE_KINDS, "python_env", "mcp_env", "mcp"}),
+    "store": frozenset({"operator", "tui", "cli", "tuning", "workdir", *KINDS, "mcp", "acp"}),
+    "llm": frozenset({"store", "operator", "tui", "cli", "workdir", *KINDS, "mcp", "acp"}),
+    "operator": frozenset({"tui", "cli", "textual", *KINDS}),
+    "tui": frozenset({"store", "cli", "workdir", *KINDS, "mcp", "acp"}),
     # Process tuning is a fence below the layers that apply it.
     "tuning": frozenset({"store", "operator", "tui", "cli"}),
 }

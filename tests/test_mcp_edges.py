@@ -25,11 +25,11 @@ from process_helpers import live_processes
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.dispatcher import RESULT_CHAR_CAP
 from loopdeck.core.events import CallStatus, EventBus
-from loopdeck.core.mcp_config import McpConfig
 from loopdeck.core.prompts import planner_messages, react_messages
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import TRUNCATION_MARK
+from loopdeck.mcp_env.config import McpConfig
 from loopdeck.mcp_env.connection import McpConnection, ServerFailed
 from loopdeck.operator.launch import RunOptions, prepare_run
 

@@ -26,12 +26,12 @@ from store_helpers import last_json
 
 from loopdeck.acp_env.terminals import Terminals
 from loopdeck.core.states import StopReason
-from loopdeck.mcp_env.guardian import CGROUP_PREFIX, cgroup_of
 from loopdeck.operator.launch import AcpTarget, RunOptions, prepare_run
+from loopdeck.workdir.guardian import CGROUP_PREFIX, cgroup_of
 
 TESTS = Path(__file__).parent
 DAEMONIZE = str(TESTS / "daemonize.py")
-GUARDIAN = [sys.executable, "-m", "loopdeck.mcp_env.guardian"]
+GUARDIAN = [sys.executable, "-m", "loopdeck.workdir.guardian"]
 WAIT_S = 30.0  # a guard against a hang, never a timing
 
 
@@ -87,7 +87,7 @@ def no_survivor(folder: Path) -> Iterator[None]:
 
 # The guardian as the runner starts it, and with cgroups out of its reach: the subreaper alone.
 NO_CGROUP = (
-    "import sys\nfrom loopdeck.mcp_env import guardian\n"
+    "import sys\nfrom loopdeck.workdir import guardian\n"
     "guardian._made_cgroup = lambda: None\nsys.exit(guardian.main(sys.argv[1:]))"
 )
 OWN_CGROUP = cgroup_of(os.getpid())

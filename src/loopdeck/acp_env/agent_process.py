@@ -21,8 +21,8 @@ from typing import Any
 
 from loopdeck.acp_env.config import AgentConfig
 from loopdeck.core.text import capped
-from loopdeck.mcp_env.goal_check import stderr_tail
-from loopdeck.mcp_env.guardian import end_cgroup
+from loopdeck.workdir.goal_check import stderr_tail
+from loopdeck.workdir.guardian import end_cgroup
 
 GRACE_S = 3.0
 STOP_WAIT_S = 10.0  # the guardian's own end: its grace, then SIGKILL to what is left
@@ -95,7 +95,7 @@ class AgentProcess:
                 # The guardian in a session of its own: a SIGKILL to loopdeck's whole group
                 # (or a Ctrl-C) reaches loopdeck, whose death the guardian then sees.
                 self.proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "loopdeck.mcp_env.guardian", *self.command,
+                    sys.executable, "-m", "loopdeck.workdir.guardian", *self.command,
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
                     cwd=self.workdir, env=agent_environment(config), limit=LIMIT,
                     start_new_session=True,

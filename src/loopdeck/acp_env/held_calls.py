@@ -1,13 +1,14 @@
 """A tool call the agent started before its input was known, held until it is.
 
 Claude Code sends its `tool_call` as the model's tool use starts to stream: a generic title
-("Read File"), `rawInput {}`. The input comes later, in `tool_call_update`s (the whole
-rawInput again each time it grows, the real title, locations, the diff), or in a permission
-request's `toolCall`. A call keyed or approved on that first message would be keyed on
-nothing: two reads of different files would look like a repeat, an approval would bind none
-of the edit's input. So such a call is held, each update merged into it, and proposed only
-once its input is as complete as it will be (`AcpCalls`): at a permission request for it, or
-once the agent says it runs or ended.
+("Read File"), `rawInput {}`; opencode's shell call first says only `{"cwd": …}`. The input
+comes later, in `tool_call_update`s (the whole rawInput again each time it grows, the real
+title, locations, the diff), or in a permission request's `toolCall`. A call keyed or
+approved on that first message would be keyed on nothing: two reads of different files, or
+two different commands, would look like a repeat, an approval would bind none of the input.
+So every pending call is held, each update merged into it, and proposed only once its input
+is as complete as it will be (`AcpCalls`): at a permission request for it, or once the agent
+says it runs or ended.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ class HeldCall:
 
     @property
     def input_unknown(self) -> bool:
-        """Pending with no input yet: the agent's model has not said what the call does."""
-        return self.status in PENDING and self.raw_input in (None, {})
+        """Pending: the agent has not said it runs, and its input may still grow (Claude
+        Code's `{}` while its model's input streams; opencode's shell call says only its
+        `cwd` before its command). Held until the call is asked about, runs or ends."""
+        return self.status in PENDING
 
     @property
     def under_way(self) -> bool:

@@ -20,9 +20,8 @@ from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.config import AgentConfig, agent_config
 from loopdeck.acp_env.loop import AcpLoop
 from loopdeck.acp_env.workspace import WorkspaceEnvironment
-from loopdeck.core.envdir import EnvDir
+from loopdeck.core.envdir import EnvDir, workdir_in
 from loopdeck.core.environment import Environment
-from loopdeck.core.mcp_config import workdir_in
 from loopdeck.core.model import ModelReply, ModelRequest
 from loopdeck.core.run_host import RunHost
 

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopdeck.core.tools import ToolSpec
-from loopdeck.mcp_env.guardian import KILL_WAIT_S, end_cgroup
+from loopdeck.workdir.guardian import KILL_WAIT_S, end_cgroup
 
 TERMINAL = "terminal"  # the tool a terminal/create is recorded as
 OUTPUT_CAP = 1 << 20  # loopdeck's own bound on a terminal's kept output, whatever the agent asks
@@ -86,10 +86,10 @@ def said_commands(command: str, args: list[str]) -> set[str]:
 
 def guardian_command() -> list[str]:
     """The guardian run as a file, neither `site` nor loopdeck's packages imported: its
-    start is part of every command the agent runs (`-m` would import `loopdeck.mcp_env`)."""
+    start is part of every command the agent runs (`-m` would import `loopdeck` and `site`)."""
     import importlib.util
 
-    spec = importlib.util.find_spec("loopdeck.mcp_env.guardian")
+    spec = importlib.util.find_spec("loopdeck.workdir.guardian")
     assert spec is not None and spec.origin is not None
     return [sys.executable, "-S", "-P", spec.origin]
 

@@ -18,9 +18,9 @@ from stat import S_ISREG
 from typing import Any
 
 from loopdeck.core.environment import Environment
+from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.tools import ToolSpec
-from loopdeck.mcp_env.goal_check import run_goal_check
-from loopdeck.mcp_env.schema_args import args_model_for
+from loopdeck.workdir.goal_check import run_goal_check
 
 READ_KINDS = ("read", "search", "think", "fetch", "switch_mode")
 WRITE_KINDS = ("edit", "delete", "move", "execute", "other")

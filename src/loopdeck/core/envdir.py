@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from loopdeck.core.env_faults import described
 from loopdeck.core.environment import Environment
@@ -17,6 +18,7 @@ from loopdeck.core.scenario import Scenario, ScenarioError, Script, load_scenari
 from loopdeck.core.text import capped
 
 WORKSPACE_DIR = "workspace"
+WORKDIR = "{workdir}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,24 @@ def load_env_dir(
     # `[agent]` env may say everything in scenario.toml.
     module = _import_env_module(path) if (path / "env.py").is_file() else None
     return EnvDir(path=path, scenario=scenario, module=module)
+
+
+def workdir_in(value: Any, workdir: Path, envdir: Path | None = None) -> Any:
+    """`value` with `{workdir}` (and `{envdir}`, `{python}`) replaced in every string, at
+    any depth."""
+    if isinstance(value, str):
+        value = value.replace(WORKDIR, str(workdir)).replace("{python}", sys.executable)
+        return value if envdir is None else value.replace("{envdir}", str(envdir))
+    if isinstance(value, dict):
+        return {k: workdir_in(v, workdir, envdir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [workdir_in(v, workdir, envdir) for v in value]
+    return value
+
+
+def workdir_in_script(script: Script, workdir: Path) -> Script:
+    """A script with `{workdir}` put in its calls' string arguments."""
+    return Script.model_validate(workdir_in(script.model_dump(), workdir))
 
 
 def find_env_dirs(root: Path) -> list[Path]:

@@ -9,7 +9,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loopdeck.core.budgets import Budget
-from loopdeck.core.mcp_config import McpConfig, workdir_in
 from loopdeck.core.states import StopReason
 
 Mode = Literal["rounds", "react"]
@@ -137,9 +136,8 @@ class Scenario(BaseModel):
     scripts: dict[str, Script] = Field(default_factory=dict)
     # Python modules the env's code needs (e.g. "pytest"), checked before a run starts.
     requires: list[str] = Field(default_factory=list)
-    # An env whose tools are an MCP server's (`core/mcp_config.py`), and the command that
-    # checks its goal in the working copy (exit 0: met; each stdout line an unmet reason).
-    mcp: McpConfig | None = None
+    # The command that checks the goal in the working copy (exit 0: met; each stdout line an
+    # unmet reason): any kind's.
     # A kind of run's own table (`[agent]`, …), read and checked by its kind
     # (`operator/kinds.py`): every top-level table the scenario does not know itself.
     tables: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -214,8 +212,3 @@ def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(f"{path}: invalid scenario:\n{described(exc)}") from exc
-
-
-def workdir_in_script(script: Script, workdir: Path) -> Script:
-    """An MCP env's script with `{workdir}` put in its calls' string arguments."""
-    return Script.model_validate(workdir_in(script.model_dump(), workdir))

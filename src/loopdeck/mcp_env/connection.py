@@ -8,7 +8,7 @@ apart from the runtime's and the console's: the run reaches it from any thread
 `snapshot()` runs). Cancelling an awaited call cancels the SDK's request, which sends MCP's
 `notifications/cancelled`.
 
-A stdio server runs under `loopdeck.mcp_env.guardian`, so it never outlives the runner; its
+A stdio server runs under `loopdeck.workdir.guardian`, so it never outlives the runner; its
 stderr goes to a file (`errlog`), whose tail names what went wrong. A server that went away is
 `ServerFailed` for every call and read from then on, at once (never a wait on its timeout).
 What a server writes that is not JSON-RPC is one warning naming it (`SdkNoise`), never the
@@ -32,9 +32,9 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from loopdeck.core.mcp_config import McpConfig
 from loopdeck.core.text import capped, visible
-from loopdeck.mcp_env.goal_check import stderr_tail
+from loopdeck.mcp_env.config import McpConfig
+from loopdeck.workdir.goal_check import stderr_tail
 
 T = TypeVar("T")
 CLOSE_WAIT_S = 8.0  # the SDK's own teardown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
@@ -132,7 +132,7 @@ class McpConnection:
         from mcp.client.stdio import stdio_client
 
         assert self.config.command is not None
-        guarded = ["-m", "loopdeck.mcp_env.guardian", *self.config.command]
+        guarded = ["-m", "loopdeck.workdir.guardian", *self.config.command]
         params = StdioServerParameters(
             command=sys.executable, args=guarded, env=self.config.env, cwd=self.workdir
         )

@@ -19,13 +19,13 @@ from typing import Any
 
 from loopdeck.core.control import StopRun
 from loopdeck.core.environment import Environment
-from loopdeck.core.mcp_config import McpConfig, SnapshotEntry, ToolOverride
+from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import StopReason
 from loopdeck.core.tools import Risk, ToolSpec
+from loopdeck.mcp_env.config import McpConfig, SnapshotEntry, ToolOverride
 from loopdeck.mcp_env.connection import McpConnection, ServerFailed, ServerTool
-from loopdeck.mcp_env.goal_check import run_goal_check
 from loopdeck.mcp_env.results import call_result, resource_value
-from loopdeck.mcp_env.schema_args import args_model_for
+from loopdeck.workdir.goal_check import run_goal_check
 
 SNAPSHOT_TIMEOUT_S = 30.0
 NOT_OBSERVED = 'not observed (snapshot = "none"): the guard keys on the writes executed'

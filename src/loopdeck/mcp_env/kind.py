@@ -8,19 +8,20 @@ from typing import Any
 from loopdeck.core.envdir import EnvDir
 from loopdeck.core.run_kind import OpenedRun, Opening
 from loopdeck.core.scenario import ScenarioError
+from loopdeck.mcp_env.config import TABLE, mcp_config
 
 
 class McpKind:
     name = "mcp"
-    table = "mcp"
+    table = TABLE
 
     def check(self, env_dir: EnvDir) -> None:
         """An MCP env with no `env.py` says its state and its goal check in scenario.toml."""
         scenario, where = env_dir.scenario, env_dir.path / "scenario.toml"
+        config = mcp_config(env_dir)
         if env_dir.module is not None:
             return
-        assert scenario.mcp is not None
-        if scenario.mcp.snapshot is None:
+        if config.snapshot is None:
             raise ScenarioError(
                 f"{where}: [mcp] has no snapshot: list the resources or read tools that hold"
                 ' the goal\'s state (or write snapshot = "none": the state is then not'

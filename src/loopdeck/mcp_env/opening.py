@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopdeck.core.envdir import EnvDir
-from loopdeck.core.mcp_config import workdir_in
+from loopdeck.core.envdir import EnvDir, workdir_in
 from loopdeck.core.scenario import ScenarioError
+from loopdeck.mcp_env.config import mcp_config
 from loopdeck.mcp_env.connection import ServerFailed
 from loopdeck.mcp_env.environment import McpEnvironment
 
 
 def open_mcp_env(env_dir: EnvDir, workdir: Path) -> McpEnvironment:
     scenario = env_dir.scenario
-    assert scenario.mcp is not None
     where = env_dir.path / "scenario.toml"
     if env_dir.module is None:
         env = McpEnvironment(workdir, dict(scenario.data))
@@ -28,7 +27,7 @@ def open_mcp_env(env_dir: EnvDir, workdir: Path) -> McpEnvironment:
             )
         env = made
     envdir = env_dir.path.resolve()
-    config = scenario.mcp.in_workdir(workdir, envdir)
+    config = mcp_config(env_dir).in_workdir(workdir, envdir)
     check = workdir_in(scenario.goal_check, workdir, envdir) if scenario.goal_check else None
     errlog = workdir.parent / f"{workdir.name}.mcp-stderr.log"
     try:

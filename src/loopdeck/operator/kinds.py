@@ -31,8 +31,6 @@ def kind_of(scenario: Scenario, where: Path | str = "scenario.toml") -> RunKind:
     for kind in kinds:
         if kind.table is not None and kind.table in scenario.tables:
             return kind
-        if kind.table is not None and getattr(scenario, kind.table, None) is not None:
-            return kind
     if scenario.tables:
         known = ", ".join(f"[{kind.table}]" for kind in kinds if kind.table)
         raise ScenarioError(

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from loopdeck.bundled import bundled_folder
 from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
-from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
+from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir, workdir_in_script
 from loopdeck.core.events import EventBus
 from loopdeck.core.run_kind import Opening, RunKind
 from loopdeck.core.runtime import RunConfig, Runtime
-from loopdeck.core.scenario import Scenario, ScenarioError, Script, workdir_in_script
+from loopdeck.core.scenario import Scenario, ScenarioError, Script
 from loopdeck.core.script_check import check_script
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
 from loopdeck.llm.profile import UnsupportedLayer

@@ -1,4 +1,4 @@
-"""`python -m loopdeck.mcp_env.guardian COMMAND…`: runs a command (an MCP server, an ACP agent,
+"""`python -m loopdeck.workdir.guardian COMMAND…`: runs a command (an MCP server, an ACP agent,
 a command an agent asked for) so that nothing it starts outlives its run, not even a daemon
 in a session of its own (`setsid`, a double fork), nor when the runner is killed with SIGKILL.
 

@@ -1,4 +1,5 @@
-"""The `[mcp]` table of a `scenario.toml`: an env whose tools come from an MCP server.
+"""The `[mcp]` table of a `scenario.toml`, read only by the MCP kind: an env whose tools come
+from an MCP server.
 
 ```toml
 [mcp]
@@ -22,15 +23,16 @@ has the `mcp` SDK).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from loopdeck.core.envdir import EnvDir, workdir_in
+from loopdeck.core.scenario import ScenarioError, described
 from loopdeck.core.tools import Risk
 
-WORKDIR = "{workdir}"
+TABLE = "mcp"
 
 
 class SnapshotEntry(BaseModel):
@@ -84,14 +86,10 @@ class McpConfig(BaseModel):
         return McpConfig.model_validate(data)
 
 
-def workdir_in(value: Any, workdir: Path, envdir: Path | None = None) -> Any:
-    """`value` with `{workdir}` (and `{envdir}`, `{python}`) replaced in every string, at
-    any depth."""
-    if isinstance(value, str):
-        value = value.replace(WORKDIR, str(workdir)).replace("{python}", sys.executable)
-        return value if envdir is None else value.replace("{envdir}", str(envdir))
-    if isinstance(value, dict):
-        return {k: workdir_in(v, workdir, envdir) for k, v in value.items()}
-    if isinstance(value, list):
-        return [workdir_in(v, workdir, envdir) for v in value]
-    return value
+def mcp_config(env_dir: EnvDir) -> McpConfig:
+    """The env's `[mcp]`, checked: a `ScenarioError` naming scenario.toml and the field."""
+    try:
+        return McpConfig.model_validate(env_dir.scenario.tables[TABLE])
+    except ValidationError as exc:
+        where = env_dir.path / "scenario.toml"
+        raise ScenarioError(f"{where}: invalid [mcp]:\n{described(exc, TABLE)}") from exc
