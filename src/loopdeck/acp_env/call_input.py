@@ -1,10 +1,11 @@
 """An agent's tool call as the guard keys it and the operator judges it: its input without what
 the agent renews on every call, or, when it sends no input, what it shows.
 
-Real agents differ here. Codex puts its `call_id`, `process_id`, `turn_id` and `started_at_ms`
-in the input: keyed as sent, six identical `cat calc.py` from one state would be six calls and
-the guard would never trip. Gemini CLI sends no `rawInput` at all: keyed as sent, every edit is
-`{}`, two different writes of one file are one key, and the operator approves `edit {}`.
+Real agents differ here. Codex's adapter (0.16) put its `call_id`, `process_id`, `turn_id`
+and `started_at_ms` in the input: keyed as sent, six identical `cat calc.py` from one state
+would be six calls and the guard would never trip. Gemini CLI sends no `rawInput` at all:
+keyed as sent, every edit is `{}`, two different writes of one file are one key, and the
+operator approves `edit {}`.
 So volatile fields are left out (by name, by rule, and by the agent's own list in `[agent]
 volatile`), and a call with no input is keyed and shown by its title, locations and diffs.
 """
@@ -20,8 +21,8 @@ from typing import Any
 
 from loopdeck.core.text import capped
 
-# Fields an agent renews on every call, by name (Codex's `call_id`, `process_id`, `turn_id`,
-# `started_at_ms`; ACP's own ids). A field is left out by name, or by rule when its name says
+# Fields an agent renews on every call, by name (codex-acp 0.16's `call_id`, `process_id`,
+# `turn_id`, `started_at_ms`; ACP's own ids). A field is left out by name, or by rule when its name says
 # id or time and its value looks made per call (a uuid, a long token, an epoch, an ISO time):
 # `issue_id = 2` is the call's input and stays.
 VOLATILE_NAMES = frozenset(
