@@ -22,9 +22,9 @@ from typing import Any
 from loopdeck.core.text import capped
 
 # Fields an agent renews on every call, by name (codex-acp 0.16's `call_id`, `process_id`,
-# `turn_id`, `started_at_ms`; ACP's own ids). A field is left out by name, or by rule when its name says
-# id or time and its value looks made per call (a uuid, a long token, an epoch, an ISO time):
-# `issue_id = 2` is the call's input and stays.
+# `turn_id`, `started_at_ms`; ACP's own ids). A field is left out by name, or by rule when its
+# name says id or time and its value looks made per call (a uuid, a long token, an epoch, an
+# ISO time): `issue_id = 2` is the call's input and stays.
 VOLATILE_NAMES = frozenset(
     {"call_id", "callid", "tool_call_id", "toolcallid", "process_id", "processid", "pid",
      "turn_id", "turnid", "session_id", "sessionid", "request_id", "requestid", "nonce",
