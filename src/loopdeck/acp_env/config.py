@@ -154,12 +154,8 @@ _TURNS: TypeAdapter[list[AgentTurn]] = TypeAdapter(list[AgentTurn])
 
 
 def agent_config(env_dir: EnvDir) -> AgentConfig:
-    """The env's `[agent]`, checked: a `ScenarioError` naming scenario.toml and the field."""
-    try:
-        return AgentConfig.model_validate(env_dir.scenario.tables[TABLE])
-    except ValidationError as exc:
-        where = env_dir.path / "scenario.toml"
-        raise ScenarioError(f"{where}: invalid [agent]:\n{described(exc, TABLE)}") from exc
+    """The env's `[agent]`, checked."""
+    return env_dir.table(TABLE, AgentConfig)
 
 
 def agent_turns(path: Path, name: str, turns: list[dict[str, Any]]) -> list[AgentTurn]:

@@ -10,13 +10,17 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from loopdeck.core.env_faults import described
 from loopdeck.core.environment import Environment
 from loopdeck.core.scenario import Scenario, ScenarioError, Script, load_scenario
+from loopdeck.core.scenario import described as described_fields
 from loopdeck.core.text import capped
 
+M = TypeVar("M", bound=BaseModel)
 WORKSPACE_DIR = "workspace"
 WORKDIR = "{workdir}"
 
@@ -39,6 +43,17 @@ class EnvDir:
             raise ScenarioError(
                 f"{self.path / 'scenario.toml'}: no script named {name!r}; scripts: {known}"
             ) from None
+
+    def table(self, name: str, model: type[M]) -> M:
+        """A kind's own table (`[agent]`, `[mcp]`) read as its model: a `ScenarioError`
+        naming scenario.toml and the field when it does not pass."""
+        try:
+            return model.model_validate(self.scenario.tables.get(name, {}))
+        except ValidationError as exc:
+            where = self.path / "scenario.toml"
+            raise ScenarioError(
+                f"{where}: invalid [{name}]:\n{described_fields(exc, name)}"
+            ) from exc
 
     def create(self, workdir: Path) -> Environment:
         """A fresh Environment working on `workdir` (a copy, never the env folder itself)."""

@@ -26,10 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loopdeck.core.envdir import EnvDir, workdir_in
-from loopdeck.core.scenario import ScenarioError, described
 from loopdeck.core.tools import Risk
 
 TABLE = "mcp"
@@ -87,9 +86,5 @@ class McpConfig(BaseModel):
 
 
 def mcp_config(env_dir: EnvDir) -> McpConfig:
-    """The env's `[mcp]`, checked: a `ScenarioError` naming scenario.toml and the field."""
-    try:
-        return McpConfig.model_validate(env_dir.scenario.tables[TABLE])
-    except ValidationError as exc:
-        where = env_dir.path / "scenario.toml"
-        raise ScenarioError(f"{where}: invalid [mcp]:\n{described(exc, TABLE)}") from exc
+    """The env's `[mcp]`, checked."""
+    return env_dir.table(TABLE, McpConfig)
