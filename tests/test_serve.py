@@ -49,8 +49,8 @@ def parsed(*argv: str) -> argparse.Namespace:
 
 def test_the_options_and_their_defaults() -> None:
     args = parsed()
-    assert (args.command, args.db, args.host, args.port, args.public) == (
-        "serve", None, "127.0.0.1", 8765, False
+    assert (args.command, args.db, args.host, args.port, args.public, args.allow_host) == (
+        "serve", None, "127.0.0.1", 8765, False, []
     )  # fmt: skip
     args = parsed("--db", "~/x.db", "--host", "0.0.0.0", "--port", "9000", "--public")
     assert (args.db, args.host, args.port, args.public) == (
@@ -136,14 +136,23 @@ def test_the_console_opens_under_the_web_driver_and_nowhere_else_without_a_termi
 
 
 @asynccontextmanager
-async def client_of(server: serve_auth.ConsoleServer) -> AsyncIterator[TestClient[Any, Any]]:
-    async with TestClient(TestServer(await server._make_app())) as client:
+async def client_of(
+    server: serve_auth.ConsoleServer, port: int | None = None
+) -> AsyncIterator[TestClient[Any, Any]]:
+    """A client of `server` listening on loopback (on `port`, else a free one), as
+    `serve_until_stopped` has it: its `port` the one bound."""
+    listening = TestServer(await server._make_app(), host="127.0.0.1", port=port)
+    async with TestClient(listening) as client:
+        server.port = client.port
         yield client
 
 
-def a_server(port: int = 8765) -> serve_auth.ConsoleServer:
+def a_server(
+    command: str = "exit 1", allowed: tuple[serve.Authority, ...] = ()
+) -> serve_auth.ConsoleServer:
+    site = serve.Site("127.0.0.1", allowed)
     return serve_auth.ConsoleServer(
-        "exit 1", host="127.0.0.1", port=port, token=TOKEN, console_env={}
+        command, host="127.0.0.1", port=0, token=TOKEN, console_env={}, site=site.refusal
     )
 
 
@@ -154,17 +163,18 @@ async def test_no_token_or_a_wrong_one_is_refused() -> None:
             assert response.status == 403, path
             assert "token" in await response.text()
             assert "Set-Cookie" not in response.headers
-        client.session.cookie_jar.update_cookies({serve_auth.cookie_name(8765): "wrong"})
+        client.session.cookie_jar.update_cookies({serve_auth.cookie_name(client.port): "wrong"})
         assert (await client.get("/")).status == 403
 
 
 async def test_the_right_query_token_opens_the_page_and_sets_a_strict_cookie() -> None:
-    async with client_of(a_server()) as client:
+    async with client_of(server := a_server()) as client:
         response = await client.get(f"/?token={TOKEN}")
         assert response.status == 200
         assert 'data-session-websocket-url="ws://' in await response.text()
-        cookie = response.cookies[serve_auth.cookie_name(8765)]
-        assert cookie.value == TOKEN
+        cookie = response.cookies[f"loopdeck_{client.port}"]
+        assert (cookie.key, cookie.value) == server.cookie()
+        assert TOKEN not in cookie.value  # derived from it, under this server's secret
         assert cookie["httponly"] is True
         assert cookie["samesite"] == "Strict"
         assert cookie["path"] == "/"
@@ -174,9 +184,10 @@ async def test_the_right_query_token_opens_the_page_and_sets_a_strict_cookie() -
 
 
 async def test_each_server_has_its_own_cookie() -> None:
-    """Browsers send a host's cookies to every port: another server's token is not ours."""
-    async with client_of(a_server(port=9001)) as client:
-        client.session.cookie_jar.update_cookies({serve_auth.cookie_name(8765): TOKEN})
+    """Browsers send a host's cookies to every port: another server's cookie is not ours."""
+    async with client_of(server := a_server()) as client:
+        another = serve_auth.cookie_name(server.port + 1)
+        client.session.cookie_jar.update_cookies({another: TOKEN})
         assert (await client.get("/")).status == 403
 
 
@@ -199,13 +210,13 @@ async def test_the_token_is_compared_in_constant_time(monkeypatch: pytest.Monkey
 
 async def test_the_page_is_addressed_as_the_browser_reached_it() -> None:
     """A server on 0.0.0.0 is reached as `host:port`: the page's socket goes there."""
-    async with client_of(a_server()) as client:
-        headers = {"Host": "console.example:8765"}
-        page = await (await client.get(f"/?token={TOKEN}", headers=headers)).text()
-        assert 'data-session-websocket-url="ws://console.example:8765/ws"' in page
-        assert "http://console.example:8765/static/js/textual.js" in page
-        odd = await (await client.get(f"/?token={TOKEN}", headers={"Host": 'x"><b'})).text()
-        assert 'data-session-websocket-url="ws://127.0.0.1:8765/ws"' in odd
+    async with client_of(a_server(allowed=(("console.example", None),))) as client:
+        at = f"console.example:{client.port}"
+        page = await (await client.get(f"/?token={TOKEN}", headers={"Host": at})).text()
+        assert f'data-session-websocket-url="ws://{at}/ws"' in page
+        assert f"http://{at}/static/js/textual.js" in page
+        odd = await client.get(f"/?token={TOKEN}", headers={"Host": 'x"><b'})
+        assert odd.status == 403  # never written into the page
 
 
 @dataclass

@@ -5,12 +5,15 @@ the console processes of a server that is killed, or of a tab that is closed, go
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +170,56 @@ def test_a_public_server_refuses_a_browser_without_the_token(browser: Any) -> No
         assert page.goto(base + "/").status == 200  # the cookie the token set
     finally:
         assert server.stop() == 0
+
+
+OPEN_SOCKET = """url => new Promise(done => {
+    const socket = new WebSocket(url);
+    socket.onopen = () => { socket.close(); done("open"); };
+    socket.onerror = () => done("refused");
+})"""
+
+
+@contextmanager
+def another_local_page() -> Iterator[str]:
+    """A page served by another server on 127.0.0.1 (a real one: Chromium's local network
+    checks count a page Playwright made up as public, and block its socket themselves)."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<p>another server's page</p>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page) as other:
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{other.server_address[1]}"
+        finally:
+            other.shutdown()
+
+
+def test_a_page_on_another_local_port_cannot_open_the_console(browser: Any) -> None:
+    """The browser holds the console's cookie and counts every port of 127.0.0.1 as one site:
+    a page served on another port still does not get the console's socket."""
+    server = start_server()
+    try:
+        page = browser.new_page()
+        assert page.goto(server.url).status == 200  # the cookie set
+        socket_url = server.base.replace("http://", "ws://") + "/ws"
+        assert page.evaluate(OPEN_SOCKET, socket_url) == "open"  # its own page
+        with another_local_page() as other:
+            assert page.goto(other).status == 200
+            assert page.evaluate(OPEN_SOCKET, socket_url) == "refused"
+    finally:
+        assert server.stop() == 0
+    err = server.process.stderr.read() if server.process.stderr else ""
+    assert f"refused GET '/ws': Origin '{other}' is not this server's" in err
 
 
 def test_a_closed_tab_ends_its_console() -> None:

@@ -4,8 +4,10 @@ Each browser tab is a `loopdeck console` process of its own on the store, so eve
 made in a tab goes through the store's atomic update, as from a terminal. Every request needs
 the token printed at start, on loopback too: a browser lets any page it shows open a
 WebSocket to 127.0.0.1, and other users of this machine reach its loopback; the token, kept
-in a SameSite=Strict cookie, lets only the one who opened the printed URL in. `--public`
-allows listening beyond loopback.
+in a SameSite=Strict cookie, lets only the one who opened the printed URL in. A browser sends
+a host's cookies to every port of it, so a page on another local port would have the cookie
+too: every request's `Host` and `Origin` must also name this server (loopback, its address,
+or an `--allow-host` name, at its port). `--public` allows listening beyond loopback.
 
 Light at import: the parser imports it for `add_serve_command`. aiohttp and textual-serve are
 imported by `run_serve` alone (`cli/serve_auth.py`). It imports nothing of the parser (the
@@ -17,10 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import re
 import secrets
 import shlex
 import sys
 import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from loopdeck.store.base import (
@@ -36,6 +41,12 @@ from loopdeck.store.base import (
 EXIT_SERVED, EXIT_REFUSED = 0, 2
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
 TOKEN_BYTES = 32  # `secrets.token_urlsafe`'s bytes: 43 characters in the URL
+WILDCARDS = ("0.0.0.0", "::")
+# A Host header's form: a DNS name or IPv4 address, or an IPv6 address in brackets; a port.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+AUTHORITY = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
+Authority = tuple[str, int | None]  # a name as `name_of` writes it, and a port if given
+DEFAULT_PORTS = (80, 443)  # what a Host without a port may mean (plain, or behind TLS)
 
 
 def port(text: str) -> int:
@@ -46,6 +57,15 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0 to 65535 (0: any free port), got {text!r}")
     return value
+
+
+def allowed_host(text: str) -> Authority:
+    try:
+        return authority(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be NAME or NAME:PORT (an IPv6 address in brackets), got {text!r}"
+        ) from None
 
 
 def add_serve_command(commands: Any) -> None:
@@ -68,6 +88,16 @@ def add_serve_command(commands: Any) -> None:
         action="store_true",
         help="allow a --host other machines reach (the printed token is still needed)",
     )
+    serve.add_argument(
+        "--allow-host",
+        metavar="NAME[:PORT]",
+        type=allowed_host,
+        action="append",
+        default=[],
+        help="a name browsers reach this server by, besides loopback and its address "
+        "(repeatable; with :PORT, a tunnel's or proxy's port); any other Host or Origin "
+        "is refused",
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -79,6 +109,90 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def name_of(host: str) -> str:
+    """A host as compared: lowercased, an IP address in its short form without brackets (an
+    IPv4-mapped IPv6 address as the IPv4 one)."""
+    bare = host.strip("[]").lower()
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return bare
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def authority(text: str) -> Authority:
+    """The name and port of `host[:port]` (a Host header, an `--allow-host`); ValueError if
+    it is not one."""
+    if not AUTHORITY.fullmatch(text):
+        raise ValueError(f"not a host: {text!r}")
+    if text.startswith("["):
+        close = text.index("]")
+        name, given = text[1:close], text[close + 2 :]
+        ipaddress.IPv6Address(name)  # ValueError when it is not one
+    else:
+        name, _, given = text.partition(":")
+    port = int(given) if given else None
+    if port is not None and not 0 < port <= 65535:
+        raise ValueError(f"not a port: {given!r}")
+    return name_of(name), port
+
+
+def origin_of(text: str) -> tuple[str, int] | None:
+    """The name and port of an `Origin` header (the port its scheme's when not written);
+    None for `null` or anything not an http(s) origin."""
+    scheme, sep, rest = text.partition("://")
+    default = {"http": 80, "https": 443}.get(scheme.lower())
+    if not sep or default is None:
+        return None
+    try:
+        name, port = authority(rest)
+    except ValueError:
+        return None
+    return name, default if port is None else port
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where this server's own page is: a loopback name, its `--host` (as its printed URL has
+    it), the address a connection came to, or an `--allow-host` name; at the server's port,
+    or the allowed name's own. An address is no name a page can rebind to 127.0.0.1."""
+
+    host: str
+    allowed: tuple[Authority, ...] = ()
+
+    def refusal(
+        self, port: int, hosts: Sequence[str], origins: Sequence[str], local: str | None
+    ) -> str | None:
+        """Why a request to `port` with these Host and Origin headers, on a connection to the
+        address `local`, is not from this server's own page; None when it is."""
+        if len(hosts) != 1 or len(origins) > 1:
+            return f"{len(hosts)} Host and {len(origins)} Origin headers"
+        local = name_of(local) if local else None
+        try:
+            name, given = authority(hosts[0])
+        except ValueError:
+            return f"Host {hosts[0]!r} is not a host"
+        if not self.serves(port, name, DEFAULT_PORTS if given is None else (given,), local):
+            return f"Host {hosts[0]!r} is not this server's"
+        if not origins:  # a navigation, or a client that is no browser: the token decides
+            return None
+        if (origin := origin_of(origins[0])) is None:
+            return f"Origin {origins[0]!r} is not a page's"
+        if not self.serves(port, origin[0], (origin[1],), local):
+            return f"Origin {origins[0]!r} is not this server's"
+        return None
+
+    def serves(self, port: int, name: str, ports: tuple[int, ...], local: str | None) -> bool:
+        if (is_loopback(name) or name in (local, name_of(self.host))) and port in ports:
+            return True
+        return any(
+            name == allowed and (port if at is None else at) in ports
+            for allowed, at in self.allowed
+        )
 
 
 def refusal(host: str, public: bool) -> str | None:
@@ -125,8 +239,10 @@ def announcement(args: argparse.Namespace, location: Location, port: int, token:
         f"loopdeck serve: the console of {shown_location(location)}, one per browser tab",
         f"open {url_of(args.host, port, token)}",
     ]
-    if args.host in ("0.0.0.0", "::"):
+    if args.host in WILDCARDS:
         lines.append(f"  (from another machine, with this machine's address for {args.host})")
+    if not is_loopback(args.host) and not args.allow_host:
+        lines.append("  (a browser reaching it by a name needs --allow-host NAME)")
     if not is_loopback(args.host):
         lines.append(
             "plain HTTP: who sees the traffic reads the token; across a network you do not "
@@ -151,7 +267,12 @@ def run_serve(args: argparse.Namespace) -> int:
     command, extra_env = console_command(location)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     server = ConsoleServer(
-        command, host=args.host, port=args.port, token=token, console_env=extra_env
+        command,
+        host=args.host,
+        port=args.port,
+        token=token,
+        console_env=extra_env,
+        site=Site(args.host, tuple(args.allow_host)).refusal,
     )
 
     def announce(bound_port: int) -> None:

@@ -1,10 +1,18 @@
-"""The web side of `loopdeck serve`: textual-serve's server with the token asked of every
-request, and each tab's console a process that ends with the server.
+"""The web side of `loopdeck serve`: textual-serve's server answering only its own page, with
+the token asked of every request, and each tab's console a process that ends with the server.
+
+Its own page: every request's `Host`, and its `Origin` when it has one, name this server at
+its port: a loopback name, the address it listens on (or the one the connection came to), or
+an `--allow-host` name. A browser counts every port of 127.0.0.1 as one site (SameSite does
+not stop a page on another local port) and a page of a name rebound to 127.0.0.1 (DNS
+rebinding) sends its own name as Host. Anything else is answered 403 and logged, without the
+query (which may hold the token).
 
 The token: right in the `token` query parameter, or in this server's cookie (HttpOnly,
 SameSite=Strict: set by the first right query, then sent by the page's WebSocket and static
-requests, never by another site's page); anything else is answered 403. Compared in constant
-time.
+requests). Browsers send a host's cookies to each of its ports, so the cookie is named by the
+port and holds an HMAC of the token under a secret of this server's own: another local
+server's cookie opens nothing here. Anything else is answered 403. Compared in constant time.
 
 A console: a process of its own (`loopdeck console`), in a session of its own so a terminal's
 Ctrl-C reaches the server alone, which then stops each console by SIGTERM, its stop signal (its
@@ -19,13 +27,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import hmac
 import json
+import logging
 import os
 import re
+import secrets
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp_jinja2
@@ -39,6 +50,8 @@ from loopdeck.stop_signals import StopSignals
 TOKEN_PARAM = "token"
 CONSOLE_GRACE_S = 10.0  # a console's own stop (its runs killed, recorded) before SIGKILL
 FORBIDDEN = "loopdeck serve: open the URL printed when the server started (it has the token)\n"
+NOT_OURS = "loopdeck serve: this console answers only its own page\n"
+log = logging.getLogger("loopdeck.serve")
 # A Host header fit to be written back into the page (name or address, and a port).
 PLAIN_HOST = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:.]+\](:\d+)?")
 
@@ -49,7 +62,7 @@ _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("lin
 
 def cookie_name(port: int) -> str:
     """Browsers keep cookies per host, not per port: each server's has its port in its name."""
-    return f"loopdeck_token_{port}"
+    return f"loopdeck_{port}"
 
 
 def token_matches(given: str | None, token: str) -> bool:
@@ -58,22 +71,50 @@ def token_matches(given: str | None, token: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode())
 
 
-def token_middleware(token: str, cookie: Callable[[], str]) -> Any:
-    """Lets a request through with the right token, in the cookie or the query (which sets
-    the cookie); any other gets 403."""
+def token_middleware(token: str, cookie: Callable[[], tuple[str, str]]) -> Any:
+    """Lets a request through with the right token in the query (which sets the cookie), or
+    the cookie's name and value `cookie()` gives; any other gets 403."""
 
     @web.middleware
     async def check_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token_matches(request.cookies.get(cookie()), token):
+        name, value = cookie()
+        if token_matches(request.cookies.get(name), value):
             return await handler(request)
         if not token_matches(request.query.get(TOKEN_PARAM), token):
             return web.Response(status=403, text=FORBIDDEN)
         response = await handler(request)
         if not response.prepared:  # a WebSocket's or a stream's headers are gone already
-            response.set_cookie(cookie(), token, httponly=True, samesite="Strict", path="/")
+            response.set_cookie(name, value, httponly=True, samesite="Strict", path="/")
         return response
 
     return check_token
+
+
+def site_middleware(refusal: Callable[[web.Request], str | None]) -> Any:
+    """Answers 403 to a request `refusal` names a reason for, and logs it (the path alone:
+    the query may hold the token)."""
+
+    @web.middleware
+    async def check_site(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (why := refusal(request)) is None:
+            return await handler(request)
+        log.warning("loopdeck serve: refused %s %r: %s", request.method, request.path, why)
+        return web.Response(status=403, text=NOT_OURS)
+
+    return check_site
+
+
+def local_address(request: web.Request) -> str | None:
+    """The address the request's connection came to (of a server on 0.0.0.0, the one the
+    browser used)."""
+    transport = request.transport
+    sockname = transport.get_extra_info("sockname") if transport is not None else None
+    return str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
+
+
+# `serve.Site.refusal`: why a request to the port, with these Host and Origin headers, on a
+# connection to that address, is not from the server's own page; or None.
+SiteRefusal = Callable[[int, Sequence[str], Sequence[str], str | None], str | None]
 
 
 class ConsoleService(AppService):
@@ -157,24 +198,44 @@ def _die_with(server: int) -> None:
 
 
 class ConsoleServer(Server):
-    """textual-serve's server: the token asked of every request, the page's addresses taken
-    from the request (a server on 0.0.0.0 is reached by another name), each tab's console
-    ended with the server."""
+    """textual-serve's server: only its own page answered, the token asked of every request,
+    the page's addresses taken from the request (a server on 0.0.0.0 is reached by another
+    name), each tab's console ended with the server. `port` is the bound one once listening."""
 
     def __init__(
-        self, command: str, *, host: str, port: int, token: str, console_env: dict[str, str]
+        self,
+        command: str,
+        *,
+        host: str,
+        port: int,
+        token: str,
+        console_env: dict[str, str],
+        site: SiteRefusal,
     ) -> None:
         super().__init__(command, host=host, port=port, title="loopdeck")
         self.token = token
         self.console_env = console_env
+        self.site = site
+        self.secret = secrets.token_bytes(32)  # this server's own: its cookie is no other's
         self.consoles: dict[ConsoleService, web.WebSocketResponse] = {}
         self.stopping = False
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
-        app.middlewares.append(token_middleware(self.token, lambda: cookie_name(self.port)))
+        app.middlewares.append(site_middleware(self.refusal))
+        app.middlewares.append(token_middleware(self.token, self.cookie))
         app.on_shutdown.append(self._end_consoles)
         return app
+
+    def cookie(self) -> tuple[str, str]:
+        """This server's cookie: named by its port, an HMAC of the token under its secret."""
+        value = hmac.new(self.secret, f"{self.port}:{self.token}".encode(), hashlib.sha256)
+        return cookie_name(self.port), value.hexdigest()
+
+    def refusal(self, request: web.Request) -> str | None:
+        """Why `request` is not from this server's own page, or None."""
+        hosts, origins = request.headers.getall("Host", []), request.headers.getall("Origin", [])
+        return self.site(self.port, hosts, origins, local_address(request))
 
     async def on_startup(self, app: web.Application) -> None:
         """Said by `run_serve` once the port is bound, not by textual-serve's banner."""
