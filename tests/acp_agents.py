@@ -2,7 +2,10 @@
 `test_acp_gemini_cli.py`, `test_acp_opencode.py` and `test_acp_codex.py` modules): the real CLI
 run in a subprocess, the run's events read back with `loopdeck export`, the agent's processes
 found by the scratch HOME it was started with, and the ACP messages the agent exchanged with
-loopdeck read from the relay's trace (`acp_trace.py`) and said in a failure's message.
+loopdeck read from the relay's trace (`acp_trace.py`) and said in a failure's message; and the
+cases every one of them plays (an approved edit, a denied one, two keys, one key, an edit of the
+agent's own call, a write it never asked for, a stop), checked here for what all must show.
+`test_acp_real_agent.py` (Claude Code) takes the CLI's run and export and the agent's processes.
 
 Each agent's env folder (`envs/calc_gemini`, `envs/calc_opencode`, `envs/calc_codex`) names its
 agent through the relay, and takes what changes per test from loopdeck's environment in its
@@ -24,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +101,13 @@ def last_json(text: str) -> dict[str, Any]:
     return dict(json.loads(lines[-1]))
 
 
-def run_headless(env: Path, scratch: Scratch, approve: str, *extra: str) -> dict[str, Any]:
-    """`loopdeck run ENV --headless --json --approve APPROVE`, its outcome's JSON."""
+def run_headless(
+    env: Path, db: Path, approve: str, *extra: str, environ: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """`loopdeck run ENV --headless --json --approve APPROVE --db DB`, its outcome's JSON."""
     done = loopdeck(
-        "run", str(env), "--headless", "--json", "--approve", approve, "--db", str(scratch.db),
-        *extra, environ=scratch.environ(),
+        "run", str(env), "--headless", "--json", "--approve", approve, "--db", str(db), *extra,
+        environ=environ,
     )  # fmt: skip
     assert done.stdout.strip(), done.stderr
     return last_json(done.stdout)
@@ -344,3 +350,181 @@ def gone_or_left(home: Path) -> list[int]:
     while (left := agent_processes(home)) and time.monotonic() < end:
         time.sleep(0.05)
     return left
+
+
+# -- what every agent's tests check ------------------------------------------------------------
+# Each agent's module plays the same cases with its own script and its own tools; what the runs
+# must show in common is checked here, what each agent shows on its own stays in its module.
+STOPS = pytest.mark.parametrize(
+    ("how", "stop_reason"), [("cancel", "cancelled"), ("cancel --now", "killed")]
+)
+
+
+@dataclass
+class Played:
+    """A run of the agent against its loopback model, ended: its outcome, what to read when
+    an assertion fails (`why`) and its events (exported when first read)."""
+
+    scratch: Scratch
+    api: Any
+    outcome: dict[str, Any]
+    why: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.why = said(self.scratch, self.api, self.outcome)
+
+    @cached_property
+    def found(self) -> list[dict[str, Any]]:
+        return events(self.outcome["run_id"], self.scratch.db)
+
+    def left(self) -> list[int]:
+        return agent_processes(self.scratch.home)
+
+
+def play(env: Path, tmp_path: Path, api: Any, approve: str, *extra: str) -> Played:
+    """`loopdeck run ENV --headless --json` while `api` (a loopback model server, not yet
+    entered) plays its script."""
+    with api:
+        scratch = Scratch(tmp_path, api.url)
+        environ = scratch.environ()
+        outcome = run_headless(env, scratch.db, approve, *extra, environ=environ)
+    return Played(scratch, api, outcome)
+
+
+def approved_edit_landed(run: Played) -> dict[str, Any]:
+    """An edit approved under `auto`: the goal met, the approval decided for its own call,
+    the call executed, the goal check's verdict a pass on a changed tree, no change unasked and
+    no process of the agent left. Its `approval_requested`, for what each agent shows in it."""
+    why, found = run.why, run.found
+    assert run.outcome["stop_reason"] == "goal_met", why
+    assert run.api.problems() == [], why
+    [asked] = kinds(found, "approval_requested")
+    [decided] = kinds(found, "approval_decided")
+    assert decided["call_id"] == asked["call_id"] and decided["approved"] is True
+    assert statuses(found)[asked["call_id"]] == "executed", why
+    [verdict] = kinds(found, "review_verdict")
+    assert verdict["verdict"] == "pass" and verdict["before_hash"] != verdict["after_hash"]
+    assert kinds(found, "unrequested_change") == [], why
+    assert run.left() == []
+    return asked
+
+
+def denied_edit_stalled(run: Played, reject: str) -> None:
+    """An edit denied: the round stalled, the call rejected and the tree unchanged (the goal
+    check says why the goal is unmet), the agent answered with its option `reject`, no process
+    of the agent left."""
+    why = run.why
+    assert run.outcome["stop_reason"] == "stalled", why
+    assert run.api.problems() == [], why
+    [decided] = kinds(run.found, "approval_decided")
+    assert decided["approved"] is False
+    assert statuses(run.found)[decided["call_id"]] == "rejected", why
+    [verdict] = kinds(run.found, "review_verdict")
+    assert verdict["before_hash"] == verdict["after_hash"], why
+    assert any("calc.add(2, 3) is -1" in line for line in run.outcome["findings"]), why
+    assert permission_answers(run.scratch) == [reject], why
+    assert run.left() == []
+
+
+def two_keys(run: Played, tool: str, status: str | None = None) -> list[dict[str, Any]]:
+    """Two different calls whose tool starts with `tool`, from one state: two fingerprints,
+    the guard silent, both ending `status` (when given). The two `call_proposed`."""
+    why = run.why
+    assert run.api.problems() == [], why
+    proposed = [e for e in kinds(run.found, "call_proposed") if e["tool"].startswith(tool)]
+    assert len(proposed) == 2, why
+    assert proposed[0]["state_hash"] == proposed[1]["state_hash"], why
+    assert proposed[0]["fingerprint"] != proposed[1]["fingerprint"], why
+    assert kinds(run.found, "guard_tripped") == [], why
+    if status is not None:
+        assert [statuses(run.found)[e["call_id"]] for e in proposed] == [status, status], why
+    return proposed
+
+
+def one_key(run: Played) -> list[dict[str, Any]]:
+    """Two identical reads from one state: one fingerprint, the second blocked as a repeat,
+    the run stopped `no_progress`, no process of the agent left. The two reads' `call_proposed`."""
+    why = run.why
+    assert run.api.problems() == [], why
+    reads = [e for e in kinds(run.found, "call_proposed") if e["tool"].startswith("read:")]
+    assert len(reads) == 2, why
+    assert reads[0]["fingerprint"] == reads[1]["fingerprint"], why
+    [tripped] = kinds(run.found, "guard_tripped")
+    assert tripped["call_id"] == reads[1]["call_id"], why
+    assert statuses(run.found).get(reads[1]["call_id"]) == "blocked_repeat", why
+    assert run.outcome["stop_reason"] == "no_progress", why
+    assert run.left() == []
+    return reads
+
+
+def own_call_edit_refused(env: Path, tmp_path: Path, api: Any, edit: dict[str, Any]) -> Played:
+    """`loopdeck approve --args EDIT` on the first permission the agent asks, under `wait`:
+    the agent runs its own input, so the edit is refused (exit non-zero, saying so) and nothing
+    is decided; a plain rejection then goes through, and the round stalls."""
+    with api:
+        scratch = Scratch(tmp_path, api.url)
+        db = ("--db", str(scratch.db))
+        with running(env, scratch, "wait") as runner:
+            run_id = runner.run_id()
+            call = pending_call(scratch, run_id, runner)["call_id"]
+            refused = loopdeck("approve", run_id, call, "--args", json.dumps(edit), *db)
+            still = loopdeck("pending", "--json", *db)
+            rejected = loopdeck("reject", run_id, call, "--reason", "not now", *db)
+            outcome = runner.outcome()
+    run = Played(scratch, api, outcome)
+    why = run.why + f"\napprove --args said: {refused.stderr}{refused.stdout}"
+    assert refused.returncode != 0, why
+    assert "runs its own input" in refused.stderr, why
+    assert call in [p["call_id"] for p in json.loads(still.stdout)], why
+    assert rejected.returncode == 0, rejected.stderr
+    [decided] = kinds(run.found, "approval_decided")
+    assert decided["approved"] is False and decided.get("args") is None, why
+    assert outcome["stop_reason"] == "stalled", why
+    assert run.left() == []
+    return run
+
+
+def unasked_write_stopped(run: Played) -> None:
+    """A write to calc.py the agent made without asking (so nothing approved it) stops a
+    denying run `policy_block` naming the file; no process of the agent left."""
+    why = run.why
+    assert run.api.problems() == [], why
+    assert agent_requests(run.scratch, "session/request_permission") == [], why
+    assert run.outcome["stop_reason"] == "policy_block", why
+    assert "calc.py" in run.outcome["detail"], why
+    [unrequested] = kinds(run.found, "unrequested_change")
+    assert unrequested["changed"] == ["calc.py"] and unrequested["stops"] is True, why
+    assert run.left() == []
+
+
+def stop_leaves_no_process(
+    env: Path,
+    tmp_path: Path,
+    api: Any,
+    how: str,
+    stop_reason: str,
+    daemon: str,
+    *extra: str,
+    told: Callable[[Any], str] = lambda _: "",
+) -> None:
+    """The agent's shell starts a daemon in a session of its own (its command line shows
+    `daemon`), then its model never answers; `loopdeck HOW` stops the run (`stop_reason`), and
+    no process of the agent is left. `told`: what its model was told, for a failure's message."""
+    api.hang_from = 1
+    with api:
+        scratch = Scratch(tmp_path, api.url)
+        with running(env, scratch, "auto", *extra) as runner:
+            run_id = runner.run_id()
+            wait_until("the model asked after the shell", lambda: api.hanging.is_set() or None)
+            seen = processes_said(agent_processes(scratch.home))
+            assert daemons(scratch.home, daemon), (
+                f"the shell started no daemon (agent: {seen}{told(api)})" + said(scratch, api)
+            )
+            done = loopdeck(*how.split(), run_id, "--db", str(scratch.db), timeout=60)
+            assert done.returncode == 0, done.stderr
+            outcome = runner.outcome(timeout=RUN_TIMEOUT_S)
+            left = gone_or_left(scratch.home)
+    why = said(scratch, api, outcome) + f"\nleft: {processes_said(left)}"
+    assert outcome["stop_reason"] == stop_reason, why
+    assert left == [], why
+    end_survivors(scratch.home)

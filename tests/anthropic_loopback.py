@@ -13,40 +13,28 @@ text without consuming the script.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from loopback_server import (
+    Body,
+    Call,
+    Loopback,
+    LoopbackHandler,
+    Seen,
+    Text,
+    listed,
+    model_named,
+    user_first,
+)
 
 SIDE_TEXT = "Fix calc add"
 
 
-@dataclass(frozen=True)
-class Text:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolUse:
-    name: str
-    input: dict[str, Any]
-    text: str = ""  # said before the call, as the model often does
-
-
+ToolUse = Call  # a tool_use block: the tool's name, its input (`args`)
 Reply = Text | ToolUse
 Step = Reply | Callable[[dict[str, Any]], Reply]
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any] = field(default_factory=dict)
-    side: bool = False
-    problems: list[str] = field(default_factory=list)
 
 
 SIDE_PROMPTS = ("[SUGGESTION MODE",)  # Claude Code's guess at the user's next prompt
@@ -67,59 +55,17 @@ def is_main(body: dict[str, Any]) -> bool:
     return not any(t.lstrip().startswith(SIDE_PROMPTS) for t in texts)
 
 
-class AnthropicLoopback:
-    def __init__(self, script: list[Step]) -> None:
-        self.script = script
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.hang = False  # main-loop requests wait for `release` (or the server's end)
-        self.hanging = threading.Event()  # a main-loop request is being held
-        self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+class AnthropicLoopback(Loopback):
+    def handler(self) -> type[LoopbackHandler]:
+        return Handler
 
-    @property
-    def url(self) -> str:
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}"
+    def is_model_request(self, seen: Seen) -> bool:
+        return seen.path.startswith("/v1/messages") and "count_tokens" not in seen.path
 
-    def __enter__(self) -> AnthropicLoopback:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *_: object) -> None:
-        self._released.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    def release(self) -> None:
-        self._released.set()
-
-    # -- what the test reads ------------------------------------------------------------------
-    def main_requests(self) -> list[Seen]:
-        with self.lock:
-            return [
-                s
-                for s in self.seen
-                if s.path.startswith("/v1/messages") and not s.side and "count_tokens" not in s.path
-            ]
-
-    def problems(self) -> list[str]:
-        with self.lock:
-            return [f"{s.method} {s.path}: {p}" for s in self.seen for p in s.problems]
-
-    # -- answering ------------------------------------------------------------------------------
-    def reply_to(self, body: dict[str, Any]) -> Reply:
-        turn = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
-        if turn >= len(self.script):
-            return Text(f"(the loopback script has no reply {turn + 1})")
-        step = self.script[turn]
-        return step if isinstance(step, Text | ToolUse) else step(body)
-
-    def hold(self) -> None:
-        self.hanging.set()
-        self._released.wait()
+def turn_of(body: dict[str, Any]) -> int:
+    """The assistant turns already in the conversation."""
+    return sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
 
 
 def side_reply(body: dict[str, Any]) -> Reply:
@@ -132,13 +78,9 @@ def side_reply(body: dict[str, Any]) -> Reply:
     return Text(json.dumps({name: SIDE_TEXT for name in required}))
 
 
-def check_body(body: Any) -> list[str]:
+def check_body(body: Body) -> list[str]:
     """What the Messages API would refuse in this request body (empty: nothing)."""
-    if not isinstance(body, dict):
-        return ["the body is not a JSON object"]
-    problems = []
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        problems.append("model: missing")
+    problems = model_named(body)
     if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
         problems.append("max_tokens: missing or not a positive integer")
     system = body.get("system")
@@ -149,16 +91,11 @@ def check_body(body: Any) -> list[str]:
     for tool in body.get("tools") or []:
         if "type" not in tool and ("name" not in tool or "input_schema" not in tool):
             problems.append(f"tools: {tool.get('name')!r} lacks a name or an input_schema")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return [*problems, "messages: missing or empty"]
-    return problems + check_messages(messages)
+    return listed(body, "messages", problems, check_messages)
 
 
 def check_messages(messages: list[dict[str, Any]]) -> list[str]:
-    problems = []
-    if messages[0].get("role") != "user":
-        problems.append("messages.0: the first message is not the user's")
+    problems = user_first(messages, "messages", "message")
     previous_uses: set[str] = set()
     last_role = None
     for i, message in enumerate(messages):
@@ -223,7 +160,7 @@ def _blocks(reply: Reply) -> tuple[list[dict[str, Any]], str]:
             "type": "tool_use",
             "id": f"toolu_{uuid.uuid4().hex[:24]}",
             "name": reply.name,
-            "input": reply.input,
+            "input": reply.args,
         }
     )
     return blocks, "tool_use"
@@ -277,88 +214,51 @@ def sse_events(model: str, reply: Reply) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
-def _handler(api: AnthropicLoopback) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class Handler(LoopbackHandler):
+    def error(self, code: int, message: str) -> dict[str, Any]:
+        kind = "not_found_error" if code == 404 else "invalid_request_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
 
-        def log_message(self, *_: Any) -> None:
-            pass
+    def auth_problems(self) -> list[str]:
+        if self.headers.get("x-api-key") or self.headers.get("authorization"):
+            return []
+        return ["no x-api-key nor authorization header"]
 
-        def _seen(self, body: dict[str, Any] | None = None) -> Seen:
-            seen = Seen(self.command, self.path, dict(self.headers.items()), body or {})
-            with api.lock:
-                api.seen.append(seen)
-            return seen
+    def headers_out(self) -> dict[str, str]:
+        return {"request-id": f"req_{uuid.uuid4().hex[:24]}"}
 
-        def _json(self, code: int, data: Any) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("content-type", "application/json")
-            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+    def do_HEAD(self) -> None:
+        self.record()
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
 
-        def do_HEAD(self) -> None:
-            self._seen()
-            self.send_response(200)
-            self.send_header("content-length", "0")
-            self.end_headers()
+    def do_GET(self) -> None:
+        self.record()
+        if self.path.startswith("/v1/models"):
+            return self.send_json(
+                200, {"data": [], "has_more": False, "first_id": None, "last_id": None}
+            )
+        self.not_found()
 
-        def do_GET(self) -> None:
-            self._seen()
-            if self.path.startswith("/v1/models"):
-                return self._json(
-                    200, {"data": [], "has_more": False, "first_id": None, "last_id": None}
-                )
-            self._json(404, _error("not_found_error", f"{self.path}: not found"))
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                body = None
-            seen = self._seen(body if isinstance(body, dict) else {})
-            if not self.path.startswith("/v1/messages"):
-                return self._json(404, _error("not_found_error", f"{self.path}: not found"))
-            if "count_tokens" in self.path:
-                return self._json(200, {"input_tokens": 120})
-            seen.problems = check_body(body)
-            if not self.headers.get("x-api-key") and not self.headers.get("authorization"):
-                seen.problems.append("no x-api-key nor authorization header")
-            if seen.problems:
-                return self._json(400, _error("invalid_request_error", "; ".join(seen.problems)))
-            assert isinstance(body, dict)
-            seen.side = not is_main(body)
-            if seen.side:
-                reply: Reply = side_reply(body)
-            else:
-                if api.hang:
-                    api.hold()
-                    return
-                reply = api.reply_to(body)
-            if body.get("stream"):
-                return self._stream(str(body["model"]), reply)
-            blocks, stop = _blocks(reply)
-            self._json(200, _message(str(body["model"]), blocks, stop))
-
-        def _stream(self, model: str, reply: Reply) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream; charset=utf-8")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            for name, data in sse_events(model, reply):
-                chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-    return Handler
-
-
-def _error(kind: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    def do_POST(self) -> None:
+        body, seen = self.read_body()
+        if not self.path.startswith("/v1/messages"):
+            return self.not_found()
+        if "count_tokens" in self.path:
+            return self.send_json(200, {"input_tokens": 120})
+        reply: Reply | None = self.model_reply(body, seen, check_body, is_main, turn_of, side_reply)
+        if reply is None:
+            return
+        if body.get("stream"):
+            frames = [
+                f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                for name, data in sse_events(str(body["model"]), reply)
+            ]
+            headers = {
+                "content-type": "text/event-stream; charset=utf-8",
+                "cache-control": "no-cache",
+            }
+            return self.send_stream(headers, frames)
+        blocks, stop = _blocks(reply)
+        self.send_json(200, _message(str(body["model"]), blocks, stop))

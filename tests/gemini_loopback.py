@@ -13,44 +13,20 @@ a title) get a short JSON or text reply without consuming the script.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from loopback_server import Body, Call, Loopback, LoopbackHandler, Seen, Text, listed, user_first
 
 MODEL = "gemini-2.5-flash"
 USAGE = {"promptTokenCount": 120, "candidatesTokenCount": 30, "totalTokenCount": 150}
 
 
-@dataclass(frozen=True)
-class Text:
-    text: str
-
-
-@dataclass(frozen=True)
-class Call:
-    name: str
-    args: dict[str, Any]
-    text: str = ""  # said before the call, as the model often does
-
-
 Reply = Text | Call
 Step = Reply | Callable[[dict[str, Any]], Reply]
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any] = field(default_factory=dict)
-    side: bool = False
-    problems: list[str] = field(default_factory=list)
 
 
 def is_main(body: dict[str, Any]) -> bool:
@@ -58,55 +34,12 @@ def is_main(body: dict[str, Any]) -> bool:
     return any(tool.get("functionDeclarations") for tool in body.get("tools") or [])
 
 
-class GeminiLoopback:
-    def __init__(self, script: list[Step]) -> None:
-        self.script = script
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.hang = False  # main-loop requests wait for `release` (or the server's end)
-        self.hang_from: int | None = None  # ... or those from this model turn on (0: the first)
-        self.hanging = threading.Event()  # a main-loop request is being held
-        self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+class GeminiLoopback(Loopback):
+    def handler(self) -> type[LoopbackHandler]:
+        return Handler
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> GeminiLoopback:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._released.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    # -- what the test reads ------------------------------------------------------------------
-    def main_requests(self) -> list[Seen]:
-        with self.lock:
-            return [s for s in self.seen if "generatecontent" in s.path.lower() and not s.side]
-
-    def problems(self) -> list[str]:
-        with self.lock:
-            return [f"{s.method} {s.path}: {p}" for s in self.seen for p in s.problems]
-
-    # -- answering ------------------------------------------------------------------------------
-    def holds(self, body: dict[str, Any]) -> bool:
-        return self.hang or (self.hang_from is not None and turn_of(body) >= self.hang_from)
-
-    def reply_to(self, body: dict[str, Any]) -> Reply:
-        turn = turn_of(body)
-        if turn >= len(self.script):
-            return Text(f"(the loopback script has no reply {turn + 1})")
-        step = self.script[turn]
-        return step if isinstance(step, Text | Call) else step(body)
-
-    def hold(self) -> None:
-        self.hanging.set()
-        self._released.wait()
+    def is_model_request(self, seen: Seen) -> bool:
+        return "generatecontent" in seen.path.lower()
 
 
 def turn_of(body: dict[str, Any]) -> int:
@@ -139,10 +72,8 @@ def side_reply(body: dict[str, Any]) -> Text:
     return Text(json.dumps(answer))
 
 
-def check_body(body: Any) -> list[str]:
+def check_body(body: Body) -> list[str]:
     """What the Gemini API would refuse in this request body (empty: nothing)."""
-    if not isinstance(body, dict):
-        return ["the body is not a JSON object"]
     problems = []
     system = body.get("systemInstruction")
     if system is not None and not isinstance(system.get("parts"), list):
@@ -151,16 +82,11 @@ def check_body(body: Any) -> list[str]:
         for decl in tool.get("functionDeclarations") or []:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}", str(decl.get("name", ""))):
                 problems.append(f"tools: a function name the API refuses: {decl.get('name')!r}")
-    contents = body.get("contents")
-    if not isinstance(contents, list) or not contents:
-        return [*problems, "contents: missing or empty"]
-    return problems + check_contents(contents)
+    return listed(body, "contents", problems, check_contents)
 
 
 def check_contents(contents: list[dict[str, Any]]) -> list[str]:
-    problems = []
-    if contents[0].get("role") != "user":
-        problems.append("contents.0: the first turn is not the user's")
+    problems = user_first(contents, "contents", "turn")
     calls: list[tuple[str, str | None]] = []  # the model turn just before: (name, id)
     for i, content in enumerate(contents):
         role, parts = content.get("role"), content.get("parts")
@@ -242,82 +168,35 @@ def whole(reply: Reply) -> dict[str, Any]:
     }
 
 
-def _handler(api: GeminiLoopback) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class Handler(LoopbackHandler):
+    json_type = "application/json; charset=UTF-8"
 
-        def log_message(self, *_: Any) -> None:
-            pass
+    def error(self, code: int, message: str) -> dict[str, Any]:
+        status = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND"}.get(code, "UNKNOWN")
+        return {"error": {"code": code, "message": message, "status": status}}
 
-        def handle(self) -> None:
-            with contextlib.suppress(ConnectionError):  # an agent killed mid-request
-                super().handle()
+    def auth_problems(self) -> list[str]:
+        if self.headers.get("x-goog-api-key") or "key=" in self.path:
+            return []
+        return ["no x-goog-api-key header"]
 
-        def _seen(self, body: dict[str, Any] | None = None) -> Seen:
-            seen = Seen(self.command, self.path, dict(self.headers.items()), body or {})
-            with api.lock:
-                api.seen.append(seen)
-            return seen
+    def do_GET(self) -> None:
+        self.record()
+        if "/models" in self.path:
+            return self.send_json(200, {"models": [{"name": f"models/{MODEL}"}]})
+        self.not_found()
 
-        def _json(self, code: int, data: Any) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("content-type", "application/json; charset=UTF-8")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def do_GET(self) -> None:
-            self._seen()
-            if "/models" in self.path:
-                return self._json(200, {"models": [{"name": f"models/{MODEL}"}]})
-            self._json(404, _error(404, f"{self.path}: not found"))
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                body = None
-            seen = self._seen(body if isinstance(body, dict) else {})
-            path = self.path.split("?")[0]
-            if path.endswith(":countTokens"):
-                return self._json(200, {"totalTokens": 120})
-            if not path.endswith(("generateContent", "GenerateContent")):
-                return self._json(404, _error(404, f"{self.path}: not found"))
-            seen.problems = check_body(body)
-            if not self.headers.get("x-goog-api-key") and "key=" not in self.path:
-                seen.problems.append("no x-goog-api-key header")
-            if seen.problems:
-                return self._json(400, _error(400, "; ".join(seen.problems)))
-            assert isinstance(body, dict)
-            seen.side = not is_main(body)
-            if seen.side:
-                reply: Reply = side_reply(body)
-            else:
-                if api.holds(body):
-                    api.hold()
-                    return
-                reply = api.reply_to(body)
-            if path.endswith(":streamGenerateContent"):
-                return self._stream(reply)
-            self._json(200, whole(reply))
-
-        def _stream(self, reply: Reply) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            for chunk in chunks(reply):
-                data = f"data: {json.dumps(chunk)}\r\n\r\n".encode()
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-    return Handler
-
-
-def _error(code: int, message: str) -> dict[str, Any]:
-    status = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND"}.get(code, "UNKNOWN")
-    return {"error": {"code": code, "message": message, "status": status}}
+    def do_POST(self) -> None:
+        body, seen = self.read_body()
+        path = self.path.split("?")[0]
+        if path.endswith(":countTokens"):
+            return self.send_json(200, {"totalTokens": 120})
+        if not path.endswith(("generateContent", "GenerateContent")):
+            return self.not_found()
+        reply: Reply | None = self.model_reply(body, seen, check_body, is_main, turn_of, side_reply)
+        if reply is None:
+            return
+        if path.endswith(":streamGenerateContent"):
+            frames = [f"data: {json.dumps(chunk)}\r\n\r\n" for chunk in chunks(reply)]
+            return self.send_stream({"content-type": "text/event-stream"}, frames)
+        self.send_json(200, whole(reply))

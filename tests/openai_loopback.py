@@ -18,30 +18,17 @@ get a short text without consuming the script.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
+
+from loopback_server import Body, Call, Loopback, LoopbackHandler, Seen, Text, listed, model_named
 
 SIDE_TEXT = "Fix calc add"
 USAGE_IN, USAGE_OUT = 120, 30
-
-
-@dataclass(frozen=True)
-class Text:
-    text: str
-
-
-@dataclass(frozen=True)
-class Call:
-    name: str
-    args: dict[str, Any] | str  # a string: a custom (freeform) tool's input, as Codex's apply_patch
-    text: str = ""  # said before the call, as the model often does
 
 
 @dataclass(frozen=True)
@@ -66,65 +53,14 @@ def raw_args(call: Call) -> str:
     return call.args if isinstance(call.args, str) else json.dumps(call.args)
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any] = field(default_factory=dict)
-    side: bool = False
-    problems: list[str] = field(default_factory=list)
+class OpenAILoopback(Loopback):
+    url_path = "/v1"  # the base URL with its `/v1`, as OpenAI clients take it
 
+    def handler(self) -> type[LoopbackHandler]:
+        return Handler
 
-class OpenAILoopback:
-    def __init__(self, script: list[Step]) -> None:
-        self.script = script
-        self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.hang = False  # main-loop requests wait for `release` (or the server's end)
-        self.hang_from: int | None = None  # ... or those from this model turn on (0: the first)
-        self.hanging = threading.Event()  # a main-loop request is being held
-        self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """The base URL with its `/v1`, as OpenAI clients take it."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> OpenAILoopback:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._released.set()
-        self._server.shutdown()
-        self._server.server_close()
-
-    # -- what the test reads ------------------------------------------------------------------
-    def main_requests(self) -> list[Seen]:
-        with self.lock:
-            return [s for s in self.seen if s.method == "POST" and s.body and not s.side]
-
-    def problems(self) -> list[str]:
-        with self.lock:
-            return [f"{s.method} {s.path}: {p}" for s in self.seen for p in s.problems]
-
-    # -- answering ------------------------------------------------------------------------------
-    def holds(self, turn: int) -> bool:
-        return self.hang or (self.hang_from is not None and turn >= self.hang_from)
-
-    def reply_to(self, body: dict[str, Any], turn: int) -> Reply:
-        if turn >= len(self.script):
-            return Text(f"(the loopback script has no reply {turn + 1})")
-        step = self.script[turn]
-        return step if isinstance(step, Text | Call | Calls) else step(body)
-
-    def hold(self) -> None:
-        self.hanging.set()
-        self._released.wait()
+    def is_model_request(self, seen: Seen) -> bool:
+        return seen.method == "POST" and bool(seen.body)
 
 
 # -- chat completions ----------------------------------------------------------------------------
@@ -132,15 +68,12 @@ def chat_turns(body: dict[str, Any]) -> int:
     return sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant")
 
 
-def check_chat(body: Any) -> list[str]:
-    if not isinstance(body, dict):
-        return ["the body is not a JSON object"]
+def check_chat(body: Body) -> list[str]:
+    return listed(body, "messages", model_named(body), check_messages)
+
+
+def check_messages(messages: list[dict[str, Any]]) -> list[str]:
     problems = []
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        problems.append("model: missing")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return [*problems, "messages: missing or empty"]
     open_calls: set[str] = set()
     for i, message in enumerate(messages):
         role = message.get("role")
@@ -245,17 +178,14 @@ def responses_turns(body: dict[str, Any]) -> int:
     return turns
 
 
-def check_responses(body: Any) -> list[str]:
-    if not isinstance(body, dict):
-        return ["the body is not a JSON object"]
+def check_responses(body: Body) -> list[str]:
+    if isinstance(body.get("input"), str):
+        return model_named(body)
+    return listed(body, "input", model_named(body), check_input)
+
+
+def check_input(items: list[dict[str, Any]]) -> list[str]:
     problems = []
-    if not isinstance(body.get("model"), str) or not body["model"]:
-        problems.append("model: missing")
-    items = body.get("input")
-    if isinstance(items, str):
-        return problems
-    if not isinstance(items, list) or not items:
-        return [*problems, "input: missing or empty"]
     calls: dict[str, str] = {}
     answered: set[str] = set()
     for i, item in enumerate(items):
@@ -331,99 +261,55 @@ def response_events(model: str, reply: Reply) -> list[dict[str, Any]]:
     return events
 
 
-def _handler(api: OpenAILoopback) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def is_main(body: Body) -> bool:
+    """The agent's own loop sends its tools; its side-requests do not."""
+    return bool(body.get("tools"))
 
-        def log_message(self, *_: Any) -> None:
-            pass
 
-        def handle(self) -> None:
-            with contextlib.suppress(ConnectionError):  # an agent killed mid-request
-                super().handle()
+def side_reply(_: Body) -> Reply:
+    return Text(SIDE_TEXT)
 
-        def _seen(self, body: dict[str, Any] | None = None) -> Seen:
-            seen = Seen(self.command, self.path, dict(self.headers.items()), body or {})
-            with api.lock:
-                api.seen.append(seen)
-            return seen
 
-        def _json(self, code: int, data: Any) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+class Handler(LoopbackHandler):
+    def error(self, code: int, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                          "code": None}}  # fmt: skip
 
-        def do_GET(self) -> None:
-            self._seen()
-            if self.path.split("?")[0].endswith("/models"):
-                model = {"id": "loop-model", "object": "model", "owned_by": "loopback"}
-                return self._json(200, {"object": "list", "data": [model]})
-            self._json(404, _error(f"{self.path}: not found"))
+    def auth_problems(self) -> list[str]:
+        return [] if self.headers.get("authorization") else ["no authorization header"]
 
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                body = None
-            seen = self._seen(body if isinstance(body, dict) else {})
-            path = self.path.split("?")[0]
-            if path.endswith("/chat/completions"):
-                seen.problems = check_chat(body)
-            elif path.endswith("/responses"):
-                seen.problems = check_responses(body)
-            else:
-                return self._json(404, _error(f"{self.path}: not found"))
-            if not self.headers.get("authorization"):
-                seen.problems.append("no authorization header")
-            if seen.problems:
-                return self._json(400, _error("; ".join(seen.problems)))
-            assert isinstance(body, dict)
-            seen.side = not body.get("tools")
-            model = str(body["model"])
-            chat = path.endswith("/chat/completions")
-            if seen.side:
-                reply: Reply = Text(SIDE_TEXT)
-            else:
-                turn = chat_turns(body) if chat else responses_turns(body)
-                if api.holds(turn):
-                    api.hold()
-                    return
-                reply = api.reply_to(body, turn)
-            if not body.get("stream"):
-                if chat:
-                    return self._json(200, chat_whole(model, reply))
-                return self._json(200, response_events(model, reply)[-1]["response"])
+    def do_GET(self) -> None:
+        self.record()
+        if self.path.split("?")[0].endswith("/models"):
+            model = {"id": "loop-model", "object": "model", "owned_by": "loopback"}
+            return self.send_json(200, {"object": "list", "data": [model]})
+        self.not_found()
+
+    def do_POST(self) -> None:
+        body, seen = self.read_body()
+        path = self.path.split("?")[0]
+        chat = path.endswith("/chat/completions")
+        if not chat and not path.endswith("/responses"):
+            return self.not_found()
+        check, turns = (check_chat, chat_turns) if chat else (check_responses, responses_turns)
+        reply: Reply | None = self.model_reply(body, seen, check, is_main, turns, side_reply)
+        if reply is None:
+            return
+        model = str(body["model"])
+        if not body.get("stream"):
             if chat:
-                usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                return self._stream([(None, c) for c in chat_chunks(model, reply, usage)], True)
-            self._stream([(e["type"], e) for e in response_events(model, reply)], False)
+                return self.send_json(200, chat_whole(model, reply))
+            return self.send_json(200, response_events(model, reply)[-1]["response"])
+        if chat:
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return self.stream([(None, c) for c in chat_chunks(model, reply, usage)], True)
+        self.stream([(e["type"], e) for e in response_events(model, reply)], False)
 
-        def _stream(self, events: list[tuple[str | None, dict[str, Any]]], done: bool) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            frames = [
-                (f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n"
-                for name, data in events
-            ]
-            if done:
-                frames.append("data: [DONE]\n\n")
-            for frame in frames:
-                chunk = frame.encode()
-                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-    return Handler
-
-
-def _error(message: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": "invalid_request_error", "param": None,
-                      "code": None}}  # fmt: skip
+    def stream(self, events: list[tuple[str | None, dict[str, Any]]], done: bool) -> None:
+        frames = [
+            (f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n"
+            for name, data in events
+        ]
+        if done:
+            frames.append("data: [DONE]\n\n")
+        self.send_stream({"content-type": "text/event-stream", "cache-control": "no-cache"}, frames)

@@ -25,34 +25,27 @@ Needs node and npx (the packages are fetched into npm's cache the first time, ab
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from acp_agents import (
     ENVS,
     NEEDS_NPX,
-    RUN_TIMEOUT_S,
+    STOPS,
     Scratch,
-    agent_processes,
     agent_requests,
     agent_updates,
-    daemons,
-    end_survivors,
-    events,
-    gone_or_left,
-    kinds,
-    loopdeck,
-    pending_call,
+    approved_edit_landed,
+    denied_edit_stalled,
+    one_key,
+    own_call_edit_refused,
     permission_answers,
-    processes_said,
-    run_headless,
-    running,
-    said,
-    statuses,
-    wait_until,
+    play,
+    stop_leaves_no_process,
+    two_keys,
+    unasked_write_stopped,
 )
-from openai_loopback import Call, OpenAILoopback, Step, Text
+from openai_loopback import Call, OpenAILoopback, Text
 
 PACKAGE = "@agentclientprotocol/codex-acp@2.6.0"
 ENV = ENVS / "calc_codex"
@@ -75,56 +68,31 @@ def command(cmd: str) -> Call:
 
 
 def test_an_approved_edit_lands_once_and_the_goal_is_met(tmp_path: Path) -> None:
-    with OpenAILoopback([CAT, FIX, Text("Fixed add in calc.py.")]) as api:
-        scratch = Scratch(tmp_path, api.url)
-        outcome = run_headless(ENV, scratch, "auto")
-    why = said(scratch, api, outcome)
-    assert outcome["stop_reason"] == "goal_met", why
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    [asked] = kinds(found, "approval_requested")
+    run = play(ENV, tmp_path, OpenAILoopback([CAT, FIX, Text("Fixed add in calc.py.")]), "auto")
+    asked, why = approved_edit_landed(run), run.why
     # No rawInput: the approval is bound to what Codex showed, the patch's hunk.
     [diff] = asked["args"]["diffs"]
     assert diff["path"] == "calc.py" and "return a + b" in diff["new_text"], why
-    [decided] = kinds(found, "approval_decided")
-    assert decided["call_id"] == asked["call_id"] and decided["approved"] is True
-    assert statuses(found)[asked["call_id"]] == "executed", why
-    assert permission_answers(scratch) == ["allow_once"], why
-    assert agent_requests(scratch, "fs/write_text_file") == [], why  # Codex writes itself
-    [verdict] = kinds(found, "review_verdict")
-    assert verdict["verdict"] == "pass" and verdict["before_hash"] != verdict["after_hash"]
-    assert kinds(found, "unrequested_change") == [], why
+    assert permission_answers(run.scratch) == ["allow_once"], why
+    assert agent_requests(run.scratch, "fs/write_text_file") == [], why  # Codex writes itself
     # The patch ran once: Codex told its model it succeeded, once.
     outputs = [
         item
-        for item in api.main_requests()[-1].body["input"]
+        for item in run.api.main_requests()[-1].body["input"]
         if item.get("type") == "custom_tool_call_output"
     ]
     assert len(outputs) == 1 and "Success" in str(outputs[0]["output"]), why
-    assert agent_processes(scratch.home) == []
 
 
 def test_a_denied_edit_never_lands(tmp_path: Path) -> None:
-    script: list[Step] = [CAT, FIX, Text("I was not allowed to edit calc.py.")]
-    with OpenAILoopback(script) as api:
-        scratch = Scratch(tmp_path, api.url)
-        outcome = run_headless(ENV, scratch, "deny")
-    why = said(scratch, api, outcome)
-    assert outcome["stop_reason"] == "stalled", why
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    [decided] = kinds(found, "approval_decided")
-    assert decided["approved"] is False
-    assert statuses(found)[decided["call_id"]] == "rejected", why
-    [verdict] = kinds(found, "review_verdict")
-    assert verdict["before_hash"] == verdict["after_hash"], why
-    assert any("calc.add(2, 3) is -1" in line for line in outcome["findings"]), why
-    assert permission_answers(scratch) == ["cancel"], why
+    script = [CAT, FIX, Text("I was not allowed to edit calc.py.")]
+    run = play(ENV, tmp_path, OpenAILoopback(script), "deny")
+    denied_edit_stalled(run, "cancel")
     # Codex ends its turn at a rejection ("No, and tell Codex what to do differently"): the
     # turn is cancelled and its model is not asked again.
-    assert turn_ends(scratch) == ["cancelled"], why
-    assert len(api.main_requests()) == 2, why  # the cat, the patch: nothing after the refusal
-    assert agent_processes(scratch.home) == []
+    assert turn_ends(run.scratch) == ["cancelled"], run.why
+    # the cat, the patch: nothing after the refusal
+    assert len(run.api.main_requests()) == 2, run.why
 
 
 def turn_ends(scratch: Scratch) -> list[str]:
@@ -142,120 +110,44 @@ def test_two_different_writes_to_one_file_are_two_keys(tmp_path: Path) -> None:
     (the file's content, so the state, unchanged), then the fix. Codex shows no diff for the
     first: it is keyed on its title alone."""
     noop = patch("    return a - b", "    return a - b")
-    script: list[Step] = [noop, FIX, Text("Fixed add in calc.py.")]
-    with OpenAILoopback(script) as api:
-        scratch = Scratch(tmp_path, api.url)
-        outcome = run_headless(ENV, scratch, "auto")
-    why = said(scratch, api, outcome)
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    proposed = [e for e in kinds(found, "call_proposed") if e["tool"].startswith("edit:")]
-    assert len(proposed) == 2, why
-    assert proposed[0]["state_hash"] == proposed[1]["state_hash"], why
-    assert proposed[0]["fingerprint"] != proposed[1]["fingerprint"], why
-    assert kinds(found, "guard_tripped") == [], why
-    assert [statuses(found)[e["call_id"]] for e in proposed] == ["executed", "executed"], why
-    assert outcome["stop_reason"] == "goal_met", why
+    run = play(ENV, tmp_path, OpenAILoopback([noop, FIX, Text("Fixed add in calc.py.")]), "auto")
+    two_keys(run, "edit:", "executed")
+    assert run.outcome["stop_reason"] == "goal_met", run.why
 
 
 def test_identical_reads_from_one_state_are_one_key(tmp_path: Path) -> None:
-    script: list[Step] = [CAT, CAT, Text("Read it twice.")]
-    with OpenAILoopback(script) as api:
-        scratch = Scratch(tmp_path, api.url)
-        outcome = run_headless(ENV, scratch, "auto")
-    why = said(scratch, api, outcome)
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    reads = [e for e in kinds(found, "call_proposed") if e["tool"].startswith("read:")]
-    assert len(reads) == 2, why
-    assert reads[0]["fingerprint"] == reads[1]["fingerprint"], why
-    [tripped] = kinds(found, "guard_tripped")
-    assert tripped["call_id"] == reads[1]["call_id"], why
-    assert statuses(found).get(reads[1]["call_id"]) == "blocked_repeat", why
-    assert outcome["stop_reason"] == "no_progress", why
-    assert agent_processes(scratch.home) == []
+    one_key(play(ENV, tmp_path, OpenAILoopback([CAT, CAT, Text("Read it twice.")]), "auto"))
 
 
 def test_an_edit_of_codexs_own_call_is_refused(tmp_path: Path) -> None:
-    script: list[Step] = [FIX, Text("I was not allowed to edit calc.py.")]
-    with OpenAILoopback(script) as api:
-        scratch = Scratch(tmp_path, api.url)
-        db = ("--db", str(scratch.db))
-        with running(ENV, scratch, "wait") as runner:
-            run_id = runner.run_id()
-            call = pending_call(scratch, run_id, runner)["call_id"]
-            edit = {"input": "*** Begin Patch\n*** Delete File: calc.py\n*** End Patch\n"}
-            refused = loopdeck("approve", run_id, call, "--args", json.dumps(edit), *db)
-            still = loopdeck("pending", "--json", *db)
-            rejected = loopdeck("reject", run_id, call, "--reason", "not now", *db)
-            outcome = runner.outcome()
-    why = said(scratch, api, outcome) + f"\napprove --args said: {refused.stderr}{refused.stdout}"
-    assert refused.returncode != 0, why
-    assert "runs its own input" in refused.stderr, why
-    assert call in [p["call_id"] for p in json.loads(still.stdout)], why
-    assert rejected.returncode == 0, rejected.stderr
-    found = events(outcome["run_id"], scratch.db)
-    [decided] = kinds(found, "approval_decided")
-    assert decided["approved"] is False and decided.get("args") is None, why
-    assert outcome["stop_reason"] == "stalled", why
-    assert agent_processes(scratch.home) == []
+    api = OpenAILoopback([FIX, Text("I was not allowed to edit calc.py.")])
+    edit = {"input": "*** Begin Patch\n*** Delete File: calc.py\n*** End Patch\n"}
+    own_call_edit_refused(ENV, tmp_path, api, edit)
 
 
 def test_a_write_codex_never_asked_for_stops_a_denying_run(tmp_path: Path) -> None:
     """In its default mode (`agent`, "Auto review") Codex runs `sed -i` on calc.py without
     asking: a change no approved call explains."""
-    script: list[Step] = [command("sed -i 's/a - b/a + b/' calc.py"), Text("Fixed it with sed.")]
-    with OpenAILoopback(script) as api:
-        scratch = Scratch(tmp_path, api.url)
-        outcome = run_headless(ENV, scratch, "deny", "--set", 'agent.mode="agent"')
-    why = said(scratch, api, outcome)
-    assert api.problems() == [], why
-    assert agent_requests(scratch, "session/request_permission") == [], why
-    assert outcome["stop_reason"] == "policy_block", why
-    assert "calc.py" in outcome["detail"], why
-    found = events(outcome["run_id"], scratch.db)
-    [unrequested] = kinds(found, "unrequested_change")
-    assert unrequested["changed"] == ["calc.py"] and unrequested["stops"] is True, why
-    assert agent_processes(scratch.home) == []
+    api = OpenAILoopback([command("sed -i 's/a - b/a + b/' calc.py"), Text("Fixed it with sed.")])
+    unasked_write_stopped(play(ENV, tmp_path, api, "deny", "--set", 'agent.mode="agent"'))
 
 
 def test_codex_usage_is_the_window_and_the_turn(tmp_path: Path) -> None:
     """Codex's `usage_update.used` is the context window's tokens after each model request
     (here 150 each time: the loopback reports 120 in, 30 out), not what the run spent; the
     prompt response's `usage` is the turn's total (300 over two requests)."""
-    with OpenAILoopback([CAT, Text("Read it.")]) as api:
-        scratch = Scratch(tmp_path, api.url)
-        outcome = run_headless(ENV, scratch, "auto")
-    why = said(scratch, api, outcome)
-    used = [u["used"] for u in agent_updates(scratch, "usage_update")]
-    assert used and set(used) == {150}, why
-    assert outcome["tokens"] == 300, why  # spent over the turn's two requests, not the window
+    run = play(ENV, tmp_path, OpenAILoopback([CAT, Text("Read it.")]), "auto")
+    used = [u["used"] for u in agent_updates(run.scratch, "usage_update")]
+    assert used and set(used) == {150}, run.why
+    # spent over the turn's two requests, not the window
+    assert run.outcome["tokens"] == 300, run.why
 
 
-@pytest.mark.parametrize(
-    ("how", "stop_reason"), [("cancel", "cancelled"), ("cancel --now", "killed")]
-)
+@STOPS
 def test_a_stop_leaves_no_process_of_codex(tmp_path: Path, how: str, stop_reason: str) -> None:
     """Mode `agent-full-access`: in its sandboxed modes Codex ends a command's daemon itself
     (the sandbox's process namespace goes with the command); without the sandbox the daemon
     outlives the command, and only loopdeck can end it."""
-    script: list[Step] = [command(DAEMON)]
-    with OpenAILoopback(script) as api:
-        api.hang_from = 1
-        scratch = Scratch(tmp_path, api.url)
-        full = ("--set", 'agent.mode="agent-full-access"')
-        with running(ENV, scratch, "auto", *full) as runner:
-            run_id = runner.run_id()
-            wait_until("the model asked after the command", lambda: api.hanging.is_set() or None)
-            seen = processes_said(agent_processes(scratch.home))
-            assert daemons(scratch.home, "sleep 6133"), f"no daemon (agent: {seen})" + said(
-                scratch, api
-            )
-            done = loopdeck(*how.split(), run_id, "--db", str(scratch.db), timeout=60)
-            assert done.returncode == 0, done.stderr
-            outcome = runner.outcome(timeout=RUN_TIMEOUT_S)
-            left = gone_or_left(scratch.home)
-    why = said(scratch, api, outcome) + f"\nleft: {processes_said(left)}"
-    assert outcome["stop_reason"] == stop_reason, why
-    assert left == [], why
-    end_survivors(scratch.home)
+    api = OpenAILoopback([command(DAEMON)])
+    full = ("--set", 'agent.mode="agent-full-access"')
+    stop_leaves_no_process(ENV, tmp_path, api, how, stop_reason, "sleep 6133", *full)

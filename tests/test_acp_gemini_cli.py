@@ -29,28 +29,23 @@ import pytest
 from acp_agents import (
     ENVS,
     NEEDS_NPX,
-    RUN_TIMEOUT_S,
+    STOPS,
+    Played,
     Scratch,
-    agent_processes,
     agent_requests,
     agent_updates,
-    daemons,
-    end_survivors,
-    events,
-    gone_or_left,
-    kinds,
+    approved_edit_landed,
+    denied_edit_stalled,
     last_json,
     loopdeck,
-    pending_call,
-    permission_answers,
-    processes_said,
-    run_headless,
-    running,
-    said,
-    statuses,
-    wait_until,
+    one_key,
+    own_call_edit_refused,
+    play,
+    stop_leaves_no_process,
+    two_keys,
+    unasked_write_stopped,
 )
-from gemini_loopback import Call, GeminiLoopback, Step, Text
+from gemini_loopback import Call, GeminiLoopback, Text
 
 PACKAGE = "@google/gemini-cli@0.61.0"
 ENV = ENVS / "calc_gemini"
@@ -85,134 +80,59 @@ def shell(command: str) -> Call:
     return Call("run_shell_command", {"command": command, "description": "as scripted"})
 
 
-def scratch_for(tmp_path: Path, api: GeminiLoopback) -> Scratch:
-    return Scratch(tmp_path, api.url)
-
-
 def test_an_approved_edit_lands_once_and_the_goal_is_met(tmp_path: Path) -> None:
-    with GeminiLoopback([read(), FIX, Text("Fixed add in calc.py.")]) as api:
-        scratch = scratch_for(tmp_path, api)
-        outcome = run_headless(ENV, scratch, "auto")
-    why = said(scratch, api, outcome)
-    assert outcome["stop_reason"] == "goal_met", why
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    [asked] = kinds(found, "approval_requested")
+    run = play(ENV, tmp_path, GeminiLoopback([read(), FIX, Text("Fixed add in calc.py.")]), "auto")
+    asked, why = approved_edit_landed(run), run.why
     # No rawInput: the approval is bound to what Gemini CLI shows, the file and its diff.
     assert asked["args"].get("locations") == ["calc.py"], why
     [diff] = asked["args"]["diffs"]
     assert diff["path"] == "calc.py" and diff["new_text"] == FIXED, why
     assert "\n-    return a - b\n+    return a + b\n" in asked["rationale"], why
-    [decided] = kinds(found, "approval_decided")
-    assert decided["call_id"] == asked["call_id"] and decided["approved"] is True
-    assert statuses(found)[asked["call_id"]] == "executed", why
     # Gemini CLI asks loopdeck to write the file: once, the whole fixed file.
-    writes = agent_requests(scratch, "fs/write_text_file")
+    writes = agent_requests(run.scratch, "fs/write_text_file")
     assert [w["content"] for w in writes] == [FIXED], why
-    [verdict] = kinds(found, "review_verdict")
-    assert verdict["verdict"] == "pass" and verdict["before_hash"] != verdict["after_hash"]
-    assert kinds(found, "unrequested_change") == [], why
     # No usage_update, no `usage` in the prompt's answer (only its `_meta.quota`): the run's
     # tokens are unknown, never 0.
-    assert agent_updates(scratch, "usage_update") == [], why
-    assert outcome["tokens"] is None, why
-    assert agent_processes(scratch.home) == []
+    assert agent_updates(run.scratch, "usage_update") == [], why
+    assert run.outcome["tokens"] is None, why
 
 
 def test_a_denied_edit_never_lands(tmp_path: Path) -> None:
-    script: list[Step] = [read(), FIX, Text("I was not allowed to edit calc.py.")]
-    with GeminiLoopback(script) as api:
-        scratch = scratch_for(tmp_path, api)
-        outcome = run_headless(ENV, scratch, "deny")
-    why = said(scratch, api, outcome)
-    assert outcome["stop_reason"] != "goal_met", why
-    assert outcome["stop_reason"] == "stalled", why
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    [decided] = kinds(found, "approval_decided")
-    assert decided["approved"] is False
-    assert statuses(found)[decided["call_id"]] == "rejected", why
-    [verdict] = kinds(found, "review_verdict")
-    assert verdict["before_hash"] == verdict["after_hash"], why
-    assert any("calc.add(2, 3) is -1" in line for line in outcome["findings"]), why
-    assert agent_requests(scratch, "fs/write_text_file") == [], why
+    script = [read(), FIX, Text("I was not allowed to edit calc.py.")]
+    run = play(ENV, tmp_path, GeminiLoopback(script), "deny")
+    assert run.outcome["stop_reason"] != "goal_met", run.why
     # Gemini CLI was answered with its reject option, and its model told the call was refused.
-    assert permission_answers(scratch) == ["cancel"], why
+    denied_edit_stalled(run, "cancel")
+    assert agent_requests(run.scratch, "fs/write_text_file") == [], run.why
     # Gemini CLI goes on after a rejection: its model is told the call was cancelled.
-    [told] = api.main_requests()[-1].body["contents"][-1]["parts"]
-    assert "canceled by the user" in told["functionResponse"]["response"]["error"], why
-    assert agent_processes(scratch.home) == []
+    [told] = run.api.main_requests()[-1].body["contents"][-1]["parts"]
+    assert "canceled by the user" in told["functionResponse"]["response"]["error"], run.why
 
 
 def test_two_different_writes_to_one_file_are_two_keys(tmp_path: Path) -> None:
     """Both denied, so the working copy never changes between them: only what the agent shows
     (the diff: Gemini CLI sends no rawInput) can tell them apart."""
     first = "def add(a, b):\n    return b + a\n"
-    script: list[Step] = [write(first), write(FIXED), Text("I could not write calc.py.")]
-    with GeminiLoopback(script) as api:
-        scratch = scratch_for(tmp_path, api)
-        outcome = run_headless(ENV, scratch, "deny")
-    why = said(scratch, api, outcome)
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    proposed = [e for e in kinds(found, "call_proposed") if e["tool"].startswith("edit:")]
-    assert len(proposed) == 2, why
-    assert proposed[0]["state_hash"] == proposed[1]["state_hash"], why
-    assert proposed[0]["fingerprint"] != proposed[1]["fingerprint"], why
-    assert kinds(found, "guard_tripped") == [], why
-    assert [statuses(found)[e["call_id"]] for e in proposed] == ["rejected", "rejected"], why
-    prints = {c["fingerprint"] for c in outcome["calls"]}
-    assert len(prints) == 2, why
-    assert outcome["stop_reason"] == "stalled", why
+    script = [write(first), write(FIXED), Text("I could not write calc.py.")]
+    run = play(ENV, tmp_path, GeminiLoopback(script), "deny")
+    two_keys(run, "edit:", "rejected")
+    prints = {c["fingerprint"] for c in run.outcome["calls"]}
+    assert len(prints) == 2, run.why
+    assert run.outcome["stop_reason"] == "stalled", run.why
 
 
 def test_identical_reads_from_one_state_are_one_key(tmp_path: Path) -> None:
-    script: list[Step] = [read(), read(), Text("Read it twice.")]
-    with GeminiLoopback(script) as api:
-        scratch = scratch_for(tmp_path, api)
-        outcome = run_headless(ENV, scratch, "auto")
-    why = said(scratch, api, outcome)
-    assert api.problems() == [], why
-    found = events(outcome["run_id"], scratch.db)
-    reads = [e for e in kinds(found, "call_proposed") if e["tool"].startswith("read:")]
-    assert len(reads) == 2, why
-    assert reads[0]["fingerprint"] == reads[1]["fingerprint"], why
-    [tripped] = kinds(found, "guard_tripped")
-    assert tripped["call_id"] == reads[1]["call_id"], why
-    assert statuses(found).get(reads[1]["call_id"]) == "blocked_repeat", why
-    assert outcome["stop_reason"] == "no_progress", why
-    assert agent_processes(scratch.home) == []
+    one_key(play(ENV, tmp_path, GeminiLoopback([read(), read(), Text("Read it twice.")]), "auto"))
 
 
 def test_an_edit_of_gemini_clis_own_call_is_refused(tmp_path: Path) -> None:
     """`loopdeck approve --args` on a permission Gemini CLI asked: it runs its own input, so
     the edit is refused (exit non-zero, saying so) and nothing is decided; a plain rejection
     then goes through."""
-    script: list[Step] = [FIX, Text("I was not allowed to edit calc.py.")]
-    with GeminiLoopback(script) as api:
-        scratch = scratch_for(tmp_path, api)
-        with running(ENV, scratch, "wait") as runner:
-            run_id = runner.run_id()
-            waiting = pending_call(scratch, run_id, runner)
-            edit = {"file_path": "calc.py", "old_string": "a - b", "new_string": "b + a"}
-            db = ("--db", str(scratch.db))
-            refused = loopdeck(
-                "approve", run_id, waiting["call_id"], "--args", json.dumps(edit), *db
-            )
-            still = loopdeck("pending", "--json", *db)
-            rejected = loopdeck("reject", run_id, waiting["call_id"], "--reason", "not now", *db)
-            outcome = runner.outcome()
-    why = said(scratch, api, outcome) + f"\napprove --args said: {refused.stderr}{refused.stdout}"
-    assert refused.returncode != 0, why
-    assert "runs its own input" in refused.stderr, why
-    assert waiting["call_id"] in [p["call_id"] for p in json.loads(still.stdout)], why
-    assert rejected.returncode == 0, rejected.stderr
-    found = events(outcome["run_id"], scratch.db)
-    [decided] = kinds(found, "approval_decided")
-    assert decided["approved"] is False and decided.get("args") is None, why
-    assert agent_requests(scratch, "fs/write_text_file") == [], why
-    assert outcome["stop_reason"] == "stalled", why
-    assert agent_processes(scratch.home) == []
+    api = GeminiLoopback([FIX, Text("I was not allowed to edit calc.py.")])
+    edit = {"file_path": "calc.py", "old_string": "a - b", "new_string": "b + a"}
+    run = own_call_edit_refused(ENV, tmp_path, api, edit)
+    assert agent_requests(run.scratch, "fs/write_text_file") == [], run.why
 
 
 def agent_command() -> tuple[list[str], dict[str, str]]:
@@ -228,56 +148,33 @@ def test_a_write_gemini_cli_never_asked_for_stops_a_denying_run(tmp_path: Path) 
     workdir = tmp_path / "repo"
     workdir.mkdir()
     (workdir / "calc.py").write_text((ENV / "workspace" / "calc.py").read_text())
-    script: list[Step] = [shell("sed -i 's/a - b/a + b/' calc.py"), Text("Fixed it with sed.")]
+    check = f"{sys.executable} {ENV.parent / 'calc_check.py'}"
+    script = [shell("sed -i 's/a - b/a + b/' calc.py"), Text("Fixed it with sed.")]
     with GeminiLoopback(script) as api:
-        scratch = scratch_for(tmp_path, api)
+        scratch = Scratch(tmp_path, api.url)
         command, agent_env = agent_command()
         flags = [f"--env={name}={value}" for name, value in agent_env.items()]
         done = loopdeck(
             "acp", "--goal", "Make calc.add add: fix calc.py.", "--workdir", str(workdir),
-            "--check", f"{sys.executable} {ENV / 'check_goal.py'}", "--mode", "yolo", *flags,
+            "--check", check, "--mode", "yolo", *flags,
             "--headless", "--json", "--approve", "deny", "--db", str(scratch.db),
             "--", *[part.replace("{python}", sys.executable) for part in command],
             environ=scratch.environ(),
         )  # fmt: skip
         assert done.stdout.strip(), done.stderr
-        outcome = last_json(done.stdout)
-    why = said(scratch, api, outcome)
-    assert api.problems() == [], why
-    assert agent_requests(scratch, "session/request_permission") == [], why  # yolo: none asked
+        run = Played(scratch, api, last_json(done.stdout))
     assert "a + b" in (workdir / "calc.py").read_text()  # the agent's own shell wrote it
-    assert outcome["stop_reason"] == "policy_block", why
-    assert "calc.py" in outcome["detail"], why
-    found = events(outcome["run_id"], scratch.db)
-    [unrequested] = kinds(found, "unrequested_change")
-    assert unrequested["changed"] == ["calc.py"] and unrequested["stops"] is True, why
-    assert agent_processes(scratch.home) == []
+    unasked_write_stopped(run)  # yolo: no permission asked
 
 
-@pytest.mark.parametrize(
-    ("how", "stop_reason"), [("cancel", "cancelled"), ("cancel --now", "killed")]
-)
+@STOPS
 def test_a_stop_leaves_no_process_of_gemini_cli(tmp_path: Path, how: str, stop_reason: str) -> None:
     """Gemini CLI's shell starts a daemon in a session of its own (`setsid … &`), then its
     model never answers; the run is stopped from the CLI: no process of the agent is left."""
-    script: list[Step] = [shell(DAEMON)]
-    with GeminiLoopback(script) as api:
-        api.hang_from = 1
-        scratch = scratch_for(tmp_path, api)
-        with running(ENV, scratch, "auto") as runner:
-            run_id = runner.run_id()
-            wait_until("the model asked after the shell", lambda: api.hanging.is_set() or None)
-            seen = processes_said(agent_processes(scratch.home))
-            told = json.dumps(api.main_requests()[-1].body["contents"][-1])[:600]
-            assert daemons(scratch.home, "sleep 6131"), (
-                f"the shell started no daemon (agent: {seen}; its model told: {told})"
-                + said(scratch, api)
-            )
-            done = loopdeck(*how.split(), run_id, "--db", str(scratch.db), timeout=60)
-            assert done.returncode == 0, done.stderr
-            outcome = runner.outcome(timeout=RUN_TIMEOUT_S)
-            left = gone_or_left(scratch.home)
-    why = said(scratch, api, outcome) + f"\nleft: {processes_said(left)}"
-    assert outcome["stop_reason"] == stop_reason, why
-    assert left == [], why
-    end_survivors(scratch.home)
+    api = GeminiLoopback([shell(DAEMON)])
+    stop_leaves_no_process(ENV, tmp_path, api, how, stop_reason, "sleep 6131", told=told)
+
+
+def told(api: GeminiLoopback) -> str:
+    """What Gemini CLI told its model last: the shell's result."""
+    return f"; its model told: {json.dumps(api.main_requests()[-1].body['contents'][-1])[:600]}"

@@ -45,6 +45,8 @@ RUN_BOUND_S = 120.0  # a whole run, agent start to stop, on a loaded machine
 PROMPT_BOUND_S = 30.0  # a run that has nothing left to wait for: its end
 Events = list[dict[str, Any]]
 
+pytestmark = pytest.mark.slow
+
 
 # -- driving a run through the CLI -----------------------------------------------------------------
 def agent_setting(mode: str, *args: str) -> str:
@@ -150,6 +152,14 @@ def run_to_end(tmp: Path, mode: str, approve: str, *flags: str) -> tuple[dict[st
     return outcome, runner.exported()
 
 
+def stored_of_kind(tmp: Path, mode: str, approve: str, kind: str) -> tuple[dict[str, Any], Events]:
+    """A run that needs nobody: its outcome and its stored events of `kind` (one at least)."""
+    outcome, events = run_to_end(tmp, mode, approve)
+    found = of_kind(events, kind)
+    assert found, f"{mode} under --approve {approve}: no {kind} event stored"
+    return outcome, found
+
+
 async def until(check: Callable[[], Any], bound_s: float, what: str) -> Any:
     """Polls `check` (sync or async) until it gives something true, within `bound_s`."""
     end = time.monotonic() + bound_s
@@ -195,14 +205,12 @@ def assert_stopped_on_unrequested(outcome: dict[str, Any], events: Events, what:
     assert stop_of(events)["stop_reason"] == "policy_block"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", UNAPPROVED)
 def test_a_write_nobody_approved_stops_a_denied_run(tmp_path: Path, mode: str) -> None:
     outcome, events = run_to_end(tmp_path, mode, "deny")
     assert_stopped_on_unrequested(outcome, events, f"{mode} under --approve deny")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", UNAPPROVED)
 async def test_a_write_nobody_approved_stops_a_waiting_run(tmp_path: Path, mode: str) -> None:
     """Under `--approve wait` the operator rejects the agent's permission with `loopdeck
@@ -221,20 +229,16 @@ async def test_a_write_nobody_approved_stops_a_waiting_run(tmp_path: Path, mode:
     assert_stopped_on_unrequested(outcome, runner.exported(), f"{mode} under --approve wait")
 
 
-@pytest.mark.slow
 def test_an_unasked_write_under_auto_is_recorded_and_does_not_stop_the_run(
     tmp_path: Path,
 ) -> None:
-    outcome, events = run_to_end(tmp_path, "write-unasked", "auto")
-    changes = of_kind(events, "unrequested_change")
-    assert changes, "write-unasked under --approve auto: no unrequested_change event stored"
+    outcome, changes = stored_of_kind(tmp_path, "write-unasked", "auto", "unrequested_change")
     assert TARGET in changes[-1]["added"] + changes[-1]["changed"], changes[-1]
     assert changes[-1]["stops"] is False, changes[-1]
     assert outcome["stop_reason"] != "policy_block", outcome["detail"]
 
 
 # -- 2. an agent that dies while its permission waits ----------------------------------------------
-@pytest.mark.slow
 async def test_an_agent_dying_while_its_permission_waits_ends_the_run_at_once(
     tmp_path: Path,
 ) -> None:
@@ -259,20 +263,16 @@ async def test_an_agent_dying_while_its_permission_waits_ends_the_run_at_once(
 
 
 # -- 3. a refusal leaves its reason ----------------------------------------------------------------
-@pytest.mark.slow
 def test_a_permission_without_allow_once_is_refused_by_loopdeck_with_its_reason(
     tmp_path: Path,
 ) -> None:
-    _, events = run_to_end(tmp_path, "allow-always-only", "auto")
-    decided = of_kind(events, "approval_decided")
-    assert decided, "no approval_decided for the permission loopdeck refused"
-    [refusal] = decided
+    _, decided = stored_of_kind(tmp_path, "allow-always-only", "auto", "approval_decided")
+    [refusal] = decided  # the permission loopdeck refused
     assert refusal["approved"] is False and refusal["by"] == "loopdeck", refusal
     assert re.search(r"allow[-_ ]once", refusal["reason"], re.IGNORECASE), refusal["reason"]
 
 
 # -- 4. the guard's key ----------------------------------------------------------------------------
-@pytest.mark.slow
 def test_ids_new_in_every_call_do_not_hide_a_repeated_read(tmp_path: Path) -> None:
     outcome, events = run_to_end(tmp_path, "volatile-ids", "auto")
     reads = [e for e in of_kind(events, "call_proposed") if e["tool"] == "read: cat calc.py"]
@@ -286,7 +286,6 @@ def test_ids_new_in_every_call_do_not_hide_a_repeated_read(tmp_path: Path) -> No
     assert outcome["stop_reason"] == "no_progress" or blocked, outcome["detail"]
 
 
-@pytest.mark.slow
 def test_two_edits_without_raw_input_are_keyed_and_shown_by_what_they_change(
     tmp_path: Path,
 ) -> None:
@@ -307,7 +306,6 @@ def test_two_edits_without_raw_input_are_keyed_and_shown_by_what_they_change(
 
 
 # -- 5. tokens -------------------------------------------------------------------------------------
-@pytest.mark.slow
 def test_tokens_are_the_turns_usage_summed_and_the_window_is_shown_apart(tmp_path: Path) -> None:
     outcome, events = run_to_end(tmp_path, "context-usage", "auto", "--max-rounds", "3")
     assert len(of_kind(events, "model_called")) == 3, outcome["detail"]
@@ -321,7 +319,6 @@ def test_tokens_are_the_turns_usage_summed_and_the_window_is_shown_apart(tmp_pat
     assert (WINDOW_USED, WINDOW_SIZE) in windows, f"no budget_updated shows the window: {windows}"
 
 
-@pytest.mark.slow
 async def test_a_cancelled_turn_that_reported_nothing_leaves_tokens_unknown(
     tmp_path: Path,
 ) -> None:
@@ -347,7 +344,6 @@ async def test_a_cancelled_turn_that_reported_nothing_leaves_tokens_unknown(
 
 
 # -- 6. an edit loopdeck cannot carry out ----------------------------------------------------------
-@pytest.mark.slow
 async def test_an_edit_of_an_agents_own_call_is_refused_naming_why(tmp_path: Path) -> None:
     runner = Runner(tmp_path, "write-after-reject", "wait")
     try:

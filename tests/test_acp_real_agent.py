@@ -24,19 +24,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from acp_agents import (
+    NEEDS_NPX,
+    RUN_TIMEOUT_S,
+    agent_processes,
+    events,
+    kinds,
+    loopdeck,
+    npm_cache,
+    run_headless,
+)
 from anthropic_loopback import AnthropicLoopback, Seen, Step, Text, ToolUse
 from conftest import SAMPLES
 
 PACKAGE = "@agentclientprotocol/claude-agent-acp@0.101.0"
-RUN_TIMEOUT_S = 300  # a cold npm cache fetches the package first
 
-pytestmark = [
-    pytest.mark.slow,  # each run starts Claude Code: 10-20 s
-    pytest.mark.skipif(
-        shutil.which("npx") is None or shutil.which("node") is None,
-        reason="node/npx not installed: the real agent (Claude Code's ACP adapter) comes from npm",
-    ),
-]
+pytestmark = [pytest.mark.slow, NEEDS_NPX]  # each run starts Claude Code: 10-20 s
 
 
 def workdir_of(body: dict[str, Any]) -> str:
@@ -64,13 +67,6 @@ def fix_add(body: dict[str, Any]) -> ToolUse:
 
 
 FIX: list[Step] = [read("calc.py"), fix_add, Text("Fixed add in calc.py: it returned a - b.")]
-
-
-def npm_cache() -> str:
-    done = subprocess.run(
-        ["npm", "config", "get", "cache"], capture_output=True, text=True, timeout=60, check=False
-    )
-    return done.stdout.strip() or str(Path.home() / ".npm")
 
 
 def claude_env(root: Path, api: AnthropicLoopback) -> Path:
@@ -122,50 +118,6 @@ max_rounds = 2
         encoding="utf-8",
     )
     return env
-
-
-def loopdeck(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loopdeck", *args],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-        **kwargs,
-    )
-
-
-def run_headless(env: Path, db: Path, approve: str) -> dict[str, Any]:
-    done = loopdeck("run", str(env), "--headless", "--json", "--approve", approve, "--db", str(db))
-    assert done.stdout.strip(), done.stderr
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def events(run_id: str, db: Path) -> list[dict[str, Any]]:
-    done = loopdeck("export", run_id, "--db", str(db))
-    assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-
-def kinds(found: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [e for e in found if e["kind"] == kind]
-
-
-def agent_processes(home: Path) -> list[int]:
-    """Live processes started with the scratch home (npx, node, claude): the agent's own."""
-    marker = f"HOME={home}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if marker in environ and ") Z" not in stat:
-            found.append(int(entry.name))
-    return found
 
 
 def tool_results(seen: Seen) -> dict[str, dict[str, Any]]:
