@@ -16,11 +16,21 @@ from collections.abc import Callable, Sequence
 from loopdeck import stop_signals
 from loopdeck.cli.parser import ENV_COMMANDS, EXIT_BAD_INPUT, STORE_COMMANDS, build_parser
 
+# Commands that run an agent here: a stop signal before their loop can take it is kept
+# (`stop_signals.kept`), so the run is still recorded killed.
+RUN_COMMANDS = ("run", "acp")
+# Commands that hold a terminal for long: they outlive it (`stop_signals.outlive_terminal`),
+# so a summary or a console's drawing into a closed one never stalls a run's stop.
+TERMINAL_COMMANDS = (*RUN_COMMANDS, "console", "attach", "replay")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in TERMINAL_COMMANDS:
+        stop_signals.outlive_terminal()
     try:
-        return _command(args)(args)
+        with stop_signals.kept(args.command in RUN_COMMANDS):
+            return _command(args)(args)
     except BrokenPipeError:
         # A reader like `head` went away: nothing more to say, and nothing was lost.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -80,8 +90,9 @@ def entry() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BrokenPipeError:
-        pass
+    except OSError as exc:  # the terminal or the pipe's reader is gone: nothing to say to
+        if exc.errno not in stop_signals.GONE:
+            raise
     if stop_signals.ended_by is not None:
         # Stopped by a signal, its runs recorded killed: the env's subprocesses go too, and
         # the process ends by that signal, as its sender expects.
