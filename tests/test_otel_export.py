@@ -197,6 +197,109 @@ def test_the_runs_words_go_only_with_otlp_content(tmp_path, cli, collector) -> N
     assert "ORD-1042" in attrs(planner.attributes)["gen_ai.output.messages"]
 
 
+MARK = "zq7-vault-4417"  # the env's words: in its goal, plan, arguments, results, errors, check
+VAULT_ENV = f'''
+from loopdeck.core import Environment, ErrorCode, ToolError, tool
+from pydantic import BaseModel, ConfigDict
+
+class Key(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+
+class Vault(Environment):
+    reads = 0
+
+    def snapshot(self):
+        return {{"sealed": True}}
+
+    def unmet(self, snapshot):
+        return ["still sealed: db_url=postgres://{MARK}@db/prod"]
+
+    @tool(args=Key)
+    def read_secret(self, args):
+        """Read a secret."""
+        self.reads += 1
+        if self.reads == 1:
+            raise ToolError(ErrorCode.TEMPORARY_UNAVAILABLE, "vault busy: {MARK}")
+        return {{"db_url": "postgres://{MARK}@db/prod"}}
+
+    @tool(args=Key)
+    def open_door(self, args):
+        """Open a door."""
+        raise ToolError(ErrorCode.NOT_FOUND, "no door {MARK}")
+
+def make_env(workdir, data):
+    return Vault(workdir, data)
+'''
+VAULT_SCENARIO = f'''
+name = "vault"
+goal = "Unseal the vault {MARK}."
+model = "scripted"
+mode = "rounds"
+[budgets]
+max_rounds = 1
+[scripts.leak]
+planner = ["1. Read the secret {MARK}.\\n2. Open the door."]
+[[scripts.leak.executor]]
+tool = "read_secret"
+args = {{ key = "{MARK}" }}
+[[scripts.leak.executor]]
+tool = "open_door"
+args = {{ key = "{MARK}" }}
+[[scripts.leak.executor]]
+final = "Done with {MARK}."
+reason_code = "SAW_{MARK}"
+'''
+
+
+def _carrying(spans: list[Span], words: str) -> list[str]:
+    """Where on the spans `words` are: "span name: attribute" or "span name: event/attribute"."""
+    found = [
+        f"{span.name}: {key}"
+        for span in spans
+        for key, said in attrs(span.attributes).items()
+        if words in str(said)
+    ]
+    found += [
+        f"{span.name}: {event.name}/{key}"
+        for span in spans
+        for event in span.events
+        for key, said in attrs(event.attributes).items()
+        if words in str(said)
+    ]
+    return found + [f"{span.name}: status" for span in spans if words in span.status.message]
+
+
+def test_without_otlp_content_no_word_of_the_env_leaves(tmp_path, cli, collector) -> None:
+    """The env's words (a retried read's error, a result, a failed call's message, the goal
+    check's finding in the stop's detail, the model's plan and reason code) go nowhere in what
+    is sent, live or exported, without `--otlp-content`; with it they do."""
+    env = tmp_path / "vault"
+    env.mkdir()
+    (env / "env.py").write_text(VAULT_ENV)
+    (env / "scenario.toml").write_text(VAULT_SCENARIO)
+    db = str(tmp_path / "runs.db")
+    code, outcome, err = cli("run", str(env), "--script", "leak", "--headless", "--json",
+                             "--db", db, "--otlp", collector.url)  # fmt: skip
+    assert code == 1 and outcome is not None and "spans sent to" in err
+    assert outcome["stop_reason"] == "stalled" and MARK in outcome["detail"]
+    assert cli("export", outcome["run_id"], "--db", db, "--otlp", collector.url)[0] == 0
+    assert _carrying(collector.spans(), MARK) == []
+    assert len(collector.bodies) >= 2 and not [b for b in collector.bodies if MARK.encode() in b]
+    spans = collector.spans()  # the live trace's, then the exported one's
+    assert {attrs(root.attributes)["loopdeck.stop_reason"]
+            for root in named(spans, "invoke_agent vault")} == {"stalled"}  # fmt: skip
+    door = named(spans, "execute_tool open_door")[0]
+    assert attrs(door.attributes)["error.type"] == "NOT_FOUND"  # loopdeck's code, not words
+
+    sent = len(collector.bodies)
+    argv = ["export", outcome["run_id"], "--db", db, "--otlp", collector.url, "--otlp-content"]
+    assert cli(*argv)[0] == 0
+    root = named(collector.spans()[len(spans) :], "invoke_agent vault")[0]
+    assert MARK in attrs(root.attributes)["loopdeck.detail"]
+    assert all(MARK.encode() in body for body in collector.bodies[sent:])
+
+
 def test_in_react_mode_the_calls_hang_under_the_run(tmp_path, cli, collector) -> None:
     db = tmp_path / "runs.db"
     run_id = recorded(db, mode="react")
@@ -274,7 +377,8 @@ def test_an_unreachable_endpoint_is_named_exit_2(tmp_path, cli, monkeypatch) -> 
     url = f"http://127.0.0.1:{port}/v1/traces"
     code, _, err = cli("export", run_id, "--db", str(db), "--otlp", url)
     assert code == 2
-    assert err.strip() == f"loopdeck: cannot send the trace to {url}: Connection refused"
+    spans = "(9 of 9 spans not sent)"
+    assert err.strip() == f"loopdeck: cannot send the trace to {url}: Connection refused {spans}"
 
 
 def test_an_endpoint_that_refuses_the_trace_says_its_status(tmp_path, cli, collector) -> None:
@@ -284,7 +388,7 @@ def test_an_endpoint_that_refuses_the_trace_says_its_status(tmp_path, cli, colle
     code, _, err = cli("export", run_id, "--db", str(db), "--otlp", url)
     assert (code, err.strip()) == (
         2,
-        f"loopdeck: cannot send the trace to {url}: HTTP 404 Not Found",
+        f"loopdeck: cannot send the trace to {url}: HTTP 404 Not Found (9 of 9 spans not sent)",
     )
 
 
@@ -500,7 +604,7 @@ def test_the_operators_decisions_are_events_on_what_they_concern(content) -> Non
         "loopdeck.approval.requested", "loopdeck.approval.decided", "loopdeck.grant.given",
     }  # fmt: skip
     decided = on_write["loopdeck.approval.decided"]
-    assert (decided["loopdeck.by"], decided["loopdeck.reason"]) == ("cli:ann", "capped")
+    assert decided["loopdeck.by"] == "cli:ann"
     assert (decided["loopdeck.edited"], decided["loopdeck.changed_fields"]) == (True, ("usd",))
     assert on_write["loopdeck.grant.given"]["loopdeck.grant_id"] == "g1"
     on_round = _marks(plan)
@@ -510,6 +614,8 @@ def test_the_operators_decisions_are_events_on_what_they_concern(content) -> Non
     assert on_round["loopdeck.guard.tripped"]["gen_ai.tool.call.id"] == "c9"
     words = {
         "loopdeck.changes": decided,
+        "loopdeck.reason": decided,
+        "loopdeck.detail": dict(root.attributes or {}),
         "loopdeck.text": on_round["loopdeck.operator.message"],
         "loopdeck.question": on_round["loopdeck.question.asked"],
         "loopdeck.answer": on_round["loopdeck.question.answered"],

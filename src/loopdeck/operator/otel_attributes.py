@@ -3,9 +3,13 @@ words (`gen_ai.*`) and loopdeck's own (`loopdeck.*`): the attributes of the run'
 call's and a tool call's span, and the operator's decisions, questions, guard trips and review
 verdicts as span events. Plain data, no SDK: `operator/otel_export.py` makes the spans.
 
-Content (the goal, the model's text, plans, arguments, results, questions, answers, operator
-messages, an edit's values) is said only when asked for (`content=True`); the rest is ids,
-names, counts and loopdeck's own words.
+Content, said only when asked for (`content=True`), is any text loopdeck did not write itself
+(the env's, the model's or the operator's words: a token, an address, a database URL): the
+goal, the model's text, plans and reason codes, arguments, results, the stop's detail, error
+messages, questions, evidence, answers, operator messages, an approval's reason, an edit's
+values, a grant's globs. Always said: ids, hashes, names (env, model, tool, script, a field),
+counts, times, loopdeck's own words and codes (stop reason, state, status, risk, a question's
+title and choices, an error code of its closed set).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from loopdeck.core.events import (
     UnrequestedChange,
 )
 from loopdeck.core.states import StopReason
+from loopdeck.core.tools import ErrorCode
 
 Value = str | bool | int | float | Sequence[str]
 Attributes = dict[str, Value]
@@ -71,6 +76,7 @@ FAILED_STOPS = frozenset(StopReason) - {
     StopReason.HANDOFF,
 }
 FAILED_CALLS = frozenset({CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN, CallStatus.INTERRUPTED})
+CODES = frozenset(ErrorCode)  # loopdeck's own error codes: a result's other words are content
 
 
 @dataclass(frozen=True)
@@ -134,16 +140,19 @@ def run_attributes(e: RunStarted, content: bool) -> Attributes:
     return _kept(said)
 
 
-def stop_attributes(stop: RunStopped | None, budget: BudgetUpdated | None) -> Attributes:
-    """The run's span at its end: how it stopped and what its budgets used."""
+def stop_attributes(
+    stop: RunStopped | None, budget: BudgetUpdated | None, content: bool
+) -> Attributes:
+    """The run's span at its end: how it stopped and what its budgets used. The stop's
+    detail is content: a goal check's or a tool's words may be in it."""
     said: dict[str, Value | None] = {}
     if stop is not None:
         said = {
             "loopdeck.stop_reason": stop.stop_reason.value,
             "loopdeck.state": stop.state.value,
-            "loopdeck.detail": stop.detail,
             "loopdeck.unheard_messages": len(stop.unheard) or None,
         }
+        said = dict(_with(said, content, detail=stop.detail or None))
     if budget is not None:
         for cap, (used, limit) in budget.usage.items():
             said[f"loopdeck.budget.{cap}.used"] = float(used)
@@ -209,7 +218,7 @@ def failure(e: ToolFinished) -> str:
     """A failed call's error code (`TIMEOUT`, `TOOL_CRASHED`), else its status."""
     error = e.result.get("error")
     code = error.get("code") if isinstance(error, dict) else None
-    return str(code) if code else e.status.value
+    return str(code) if code in CODES else e.status.value
 
 
 def mark(event: Event, content: bool) -> Mark | None:
@@ -225,7 +234,8 @@ def decision_mark(event: Event, content: bool) -> Mark | None:
         case ApprovalDecided():
             return _approval_decided(event, content)
         case ApprovalInvalidated(call_id=call_id, problem=problem):
-            return _mark("loopdeck.approval.invalidated", {"loopdeck.problem": problem}, call_id)
+            said: Said = _with({}, content, problem=problem)
+            return _mark("loopdeck.approval.invalidated", said, call_id)
         case ApprovalWithdrawn(call_id=call_id):
             return _mark("loopdeck.approval.withdrawn", {}, call_id)
         case GrantGiven():
@@ -235,7 +245,7 @@ def decision_mark(event: Event, content: bool) -> Mark | None:
                 "loopdeck.grant.revoked", {"loopdeck.grant_id": grant_id, "loopdeck.by": by}
             )
         case OutcomeResolved(call_id=call_id, applied=applied, by=by):
-            said: Said = {"loopdeck.applied": applied, "loopdeck.by": by}
+            said = {"loopdeck.applied": applied, "loopdeck.by": by}
             return _mark("loopdeck.outcome.resolved", said, call_id)
         case QuestionAsked():
             return _question_asked(event, content)
@@ -277,13 +287,13 @@ def _approval_decided(e: ApprovalDecided, content: bool) -> Mark:
     said: Said = {
         "loopdeck.approved": e.approved,
         "loopdeck.by": e.by,
-        "loopdeck.reason": e.reason or None,
         "loopdeck.grant_id": e.grant_id,
         "loopdeck.edited": e.args is not None,
         "loopdeck.changed_fields": fields or None,
     }
     edit = None if e.args is None else as_json(e.args)
-    said = _with(said, content, changes=list(e.changes) or None, args=edit)
+    said = _with(said, content, reason=e.reason or None, changes=list(e.changes) or None,
+                 args=edit)  # fmt: skip
     return _mark("loopdeck.approval.decided", said, e.call_id)
 
 
@@ -293,11 +303,12 @@ def _grant_given(e: GrantGiven, content: bool) -> Mark:
         "loopdeck.by": e.by,
         "gen_ai.tool.name": e.tool,
         "loopdeck.scope": e.scope,
-        "loopdeck.fields": [f"{name}={glob}" for name, glob in e.fields.items()] or None,
+        "loopdeck.fields": list(e.fields) or None,
         "loopdeck.uses": e.uses,
         "loopdeck.expires_at": _when(e.expires_at),
     }
-    said = _with(said, content, args=as_json(e.args) if e.args else None)
+    globs = [f"{name}={glob}" for name, glob in e.fields.items()] or None
+    said = _with(said, content, globs=globs, args=as_json(e.args) if e.args else None)
     return _mark("loopdeck.grant.given", said, e.call_id)
 
 
@@ -320,7 +331,7 @@ def run_mark(event: Event, content: bool) -> Mark | None:
         case GuardTripped(call_id=call_id, fingerprint=fingerprint):
             return _mark("loopdeck.guard.tripped", {"loopdeck.fingerprint": fingerprint}, call_id)
         case ToolRetry(call_id=call_id):
-            return _mark("loopdeck.tool.retry", _retry(event), call_id)
+            return _mark("loopdeck.tool.retry", _retry(event, content), call_id)
         case ReviewVerdict():
             return _mark("loopdeck.review.verdict", _verdict(event, content))
         case OperatorMessage(text=text, by=by):
@@ -330,16 +341,17 @@ def run_mark(event: Event, content: bool) -> Mark | None:
             said = {"loopdeck.command": command, "loopdeck.by": by}
             return _mark("loopdeck.operator.command", said)
         case ModelRetry():
-            return _mark("loopdeck.model.retry", _retry(event))
+            return _mark("loopdeck.model.retry", _retry(event, content))
         case DecisionInvalid(round=round_, error=error, corrections_used=used):
             said = {"loopdeck.round": round_, "loopdeck.corrections_used": used}
             return _mark("loopdeck.decision.invalid", _with(said, content, error=error))
         case _:
-            return _store_mark(event)
+            return _store_mark(event, content)
 
 
-def _retry(e: ToolRetry | ModelRetry) -> Said:
-    return {"loopdeck.attempt": e.attempt, "loopdeck.error": e.error, "loopdeck.delay_s": e.delay_s}
+def _retry(e: ToolRetry | ModelRetry, content: bool) -> Said:
+    said = {"loopdeck.attempt": e.attempt, "loopdeck.delay_s": e.delay_s}
+    return _with(said, content, error=e.error)
 
 
 def _verdict(e: ReviewVerdict, content: bool) -> Said:
@@ -353,7 +365,7 @@ def _verdict(e: ReviewVerdict, content: bool) -> Said:
     return _with(said, content, reasons=list(e.reasons))
 
 
-def _store_mark(event: Event) -> Mark | None:
+def _store_mark(event: Event, content: bool) -> Mark | None:
     """The model's window compacted, the store held and back, the record put right."""
     match event:
         case ContextCompacted():
@@ -366,8 +378,8 @@ def _store_mark(event: Event) -> Mark | None:
             }
             return _mark("loopdeck.context.compacted", said)
         case RecordingHeld(cause=cause, detail=detail, bound_s=bound):
-            said = {"loopdeck.cause": cause, "loopdeck.detail": detail, "loopdeck.bound_s": bound}
-            return _mark("loopdeck.recording.held", said)
+            said = {"loopdeck.cause": cause, "loopdeck.bound_s": bound}  # detail: the driver's
+            return _mark("loopdeck.recording.held", _with(said, content, detail=detail))
         case RecordingResumed(cause=cause, held_s=held):
             said = {"loopdeck.cause": cause, "loopdeck.held_s": held}
             return _mark("loopdeck.recording.resumed", said)
@@ -380,12 +392,8 @@ def _store_mark(event: Event) -> Mark | None:
     return None
 
 
-def decision_attributes(e: DecisionMade) -> Attributes:
+def decision_attributes(e: DecisionMade, content: bool) -> Attributes:
     """What loopdeck read in a model's reply, on that call's span."""
-    said = {
-        "loopdeck.decision": e.decision,
-        "loopdeck.reason_code": e.reason_code,
-        "loopdeck.via": e.via,
-        "loopdeck.plan_step": e.plan_step,
-    }
-    return _kept(said)
+    said: Said = {"loopdeck.decision": e.decision, "loopdeck.via": e.via,
+                  "loopdeck.plan_step": e.plan_step}  # fmt: skip
+    return _kept(_with(said, content, reason_code=e.reason_code or None))

@@ -170,7 +170,7 @@ class TraceBuilder:
             case ModelCalled():
                 self._model_called(event, at)
             case DecisionMade() if self._chat is not None:
-                self._chat.set_attributes(decision_attributes(event))
+                self._chat.set_attributes(decision_attributes(event, self.content))
             case CallProposed():
                 self._proposed(event, at)
             case ToolFinished():
@@ -337,7 +337,7 @@ class TraceBuilder:
     def _end_run(self, stop: RunStopped | None) -> None:
         root = self._root
         assert root is not None
-        root.span.set_attributes(stop_attributes(stop, self._budget))
+        root.span.set_attributes(stop_attributes(stop, self._budget, self.content))
         root.span.set_attributes(
             {
                 "gen_ai.usage.input_tokens": self._tokens[0],
