@@ -73,11 +73,8 @@ async def start_from_fleet(pilot: Pilot[Any], app: LoopdeckApp, env: str, script
         pilot,
         lambda: isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list")),
     )
-    options = app.screen.query_one("#launcher-list")
-    ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
-    options.highlighted = next(
-        i for i, oid in enumerate(ids) if oid and f"/{env}\n" in oid and oid.endswith(f"\n{script}")
-    )
+    chooser = app.screen
+    chooser.query_one("#launcher-list").highlighted = chooser.index_of(env, script)
     await pilot.press("enter")
     await wait_until(pilot, lambda: bool(app.local_runs))
     return list(app.local_runs.values())[-1]

@@ -1,7 +1,9 @@
 """order_support: look up an order, check eligibility, change its delivery address.
 
 update_delivery_address is a write: it runs only with an operator's approval receipt, and
-the same change never runs twice in one run.
+the same change never runs twice in one run. notify_customer is a write whose outcome is never
+known: the mail gateway takes the message and times out before it confirms, so only the operator
+can say whether the mail went (`o` in the console, `loopdeck resolve`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ class AddressArgs(BaseModel):
     new_address: str = Field(min_length=5, max_length=200)
 
 
+class NoticeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    order_id: str = Field(pattern=r"^ORD-\d+$")
+    message: str = Field(min_length=5, max_length=500)
+
+
 class HandoffArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -40,6 +49,7 @@ class OrderSupport(Environment):
         super().__init__(workdir, data)
         self.orders: dict[str, dict[str, Any]] = copy.deepcopy(data["orders"])
         self.handoffs: list[dict[str, str]] = []
+        self.notices: list[dict[str, str]] = []  # handed to the gateway; none confirmed
         self.target_order = data["target_order"]
         self.target_address = data["target_address"]
 
@@ -84,6 +94,13 @@ class OrderSupport(Environment):
             raise ToolError(ErrorCode.PERMISSION_DENIED, f"{args.order_id} is {order['status']}")
         order["address"] = args.new_address
         return {"order_id": args.order_id, "address": args.new_address}
+
+    @tool(args=NoticeArgs, risk="write")
+    def notify_customer(self, args: NoticeArgs) -> dict[str, Any]:
+        """Email the customer about their order. Needs the operator's approval."""
+        self._order(args.order_id)
+        self.notices.append(args.model_dump())
+        raise TimeoutError("the mail gateway took the message but sent no receipt within 30 s")
 
     @tool(args=HandoffArgs, risk="write")
     def create_human_handoff(self, args: HandoffArgs) -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """service_outage: the orders service is down because db_url points at a retired database.
 
 restart_service always answers "restart ok" and changes nothing the goal can see: it is the
-tool that succeeds while nothing moves. Copy this folder to make an env of your own.
+tool that succeeds while nothing moves. watch_rollout is a slow read (it waits as long as it
+is asked to): the time to try `s` (stop after it) and `k` (kill now). Copy this folder to make
+an env of your own.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,12 @@ class ScaleArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     replicas: int = Field(ge=0, le=20)
+
+
+class WatchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: int = Field(ge=1, le=60, description="how long to watch")
 
 
 class ServiceOutage(Environment):
@@ -65,6 +74,12 @@ class ServiceOutage(Environment):
             "config": dict(self.config),
             "last_error": last_error,
         }
+
+    @tool(args=WatchArgs, timeout_s=90)
+    async def watch_rollout(self, args: WatchArgs) -> dict[str, Any]:
+        """Watch the service's rollout for some seconds; says what it saw."""
+        await asyncio.sleep(args.seconds)
+        return {"watched_s": args.seconds, "healthy": self.healthy, "replicas": self.replicas}
 
     @tool(risk="write")
     def restart_service(self, args: BaseModel) -> dict[str, Any]:

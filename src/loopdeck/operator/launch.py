@@ -263,6 +263,31 @@ def _model(
         raise ScenarioError(f"{env_dir.path / 'scenario.toml'}: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class TourStop:
+    """One line of the chooser's "start here" list: a sample env's script that shows one
+    thing the console does."""
+
+    shows: str
+    env: str  # the sample env's folder name
+    script: str
+
+
+TOUR = (
+    TourStop("approve a write", "order_support", "solve"),
+    TourStop("reject, with a reason", "service_outage", "restart-first"),
+    TourStop("edit, then approve", "order_support", "typo"),
+    TourStop("grant, then revoke", "service_outage", "grant"),
+    TourStop("an unknown outcome", "order_support", "unknown-outcome"),
+    TourStop("answer the agent", "order_support", "ask-then-act"),
+    TourStop("the guard asks", "service_outage", "loop"),
+    TourStop("a budget pause", "calc_acp", "runaway"),
+    TourStop("stop and kill", "service_outage", "slow-rollout"),
+    TourStop("an MCP server", "notes_mcp", "solve"),
+    TourStop("an ACP agent", "calc_acp", "solve"),
+)
+
+
 def list_envs() -> list[dict[str, Any]]:
     return [describe_env(path) for path in find_env_dirs(sample_envs_root())]
 

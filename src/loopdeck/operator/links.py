@@ -3,14 +3,16 @@ finished one: `ReplayLink`, in `operator/replay_link.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Protocol
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
-from loopdeck.core.events import Event
+from loopdeck.core.events import Event, OutcomeResolved
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.unknown_outcomes import Unresolvable
+from loopdeck.operator import records
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.replay_link import ReplayLink as ReplayLink
 from loopdeck.operator.replay_link import load_events as load_events
@@ -66,6 +68,8 @@ class LocalRun(Protocol):
     def runtime(self) -> Runtime: ...
     @property
     def queue(self) -> ApprovalQueue: ...
+    @property
+    def location(self) -> records.Location | None: ...  # where it is recorded
     async def run(self, phase: Callable[[str], None]) -> RunOutcome: ...
     def kill(self, by: str) -> None: ...
     def listen(self, listener: Callable[[str], None]) -> Callable[[], None]: ...
@@ -84,6 +88,8 @@ class LocalLink:
         self.prepare_model = getattr(session.runtime.model, "prepare", None)
         loads = self.prepare_model is not None
         self.phase = "the model library (LiteLLM) to load" if loads else "the run to start"
+        # Set once the run and its recording are over: the session's store is closed.
+        self.recording_over = asyncio.Event()
 
     @property
     def _rt(self) -> Runtime:
@@ -107,7 +113,10 @@ class LocalLink:
             await self.prepare_model()
             self.phase = "the run to start"
         self._rt.env_thread.only_when_idle = nothing_else_due  # frames and keys come first
-        return await self.session.run(self._waiting_for)
+        try:
+            return await self.session.run(self._waiting_for)
+        finally:
+            self.recording_over.set()
 
     def _waiting_for(self, phase: str) -> None:
         self.phase = phase
@@ -147,15 +156,26 @@ class LocalLink:
     async def resolve(
         self, call_id: str, applied: bool, by: str, tell: Tell = deciding.untold
     ) -> str | None:
-        if isinstance(self.queue, StoreBackedQueue):  # recorded: the store takes it first
+        if not isinstance(self.queue, StoreBackedQueue):
+            try:
+                self._rt.resolve(call_id, applied, by=by)
+            except Unresolvable as exc:
+                return str(exc)
+            return None
+        run_id = self._rt.config.run_id
+        if self._rt.outcome is None:  # live: the store takes it first, the runner hears it
             store = self.queue.recording.store
-            run_id = self._rt.config.run_id
             return await deciding.resolve(store, run_id, call_id, applied=applied, by=by, tell=tell)
-        try:
-            self._rt.resolve(call_id, applied, by=by)
-        except Unresolvable as exc:
-            return str(exc)
-        return None
+        # Ended: its connection closes with its recording. The store is opened again, as
+        # `loopdeck resolve` opens it, and the event it writes is shown here.
+        await self.recording_over.wait()
+        made = await records.resolve_ended(
+            self.session.location, run_id, call_id, applied=applied, by=by, tell=tell
+        )
+        if isinstance(made, OutcomeResolved):
+            self._rt.bus.publish(made)
+            return None
+        return made
 
     def risk_of(self, tool: str) -> str:
         spec = self._rt.tools.get(tool)

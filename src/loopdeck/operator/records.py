@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.events import OutcomeResolved
 from loopdeck.core.grant_rules import GrantRule, GrantRuleError
 from loopdeck.core.text import capped
 from loopdeck.operator.grant_book import GrantBook, GrantRow
@@ -53,6 +54,7 @@ __all__ = [
     "opened",
     "pending",
     "resolve",
+    "resolve_ended",
     "revoke",
     "runs",
     "send_command",
@@ -260,6 +262,20 @@ async def resolve(
     """The operator's word on a write whose outcome is unknown: None when recorded, else
     why not (`store/deciding.py`: one winner)."""
     return await deciding.resolve(store, run_id, call_id, applied=applied, by=by, tell=tell)
+
+
+async def resolve_ended(
+    location: Location | None, run_id: str, call_id: str, *, applied: bool, by: str, tell: Tell
+) -> OutcomeResolved | str | None:
+    """`resolve` for a run that has ended, whose own connection closed with it: the store
+    opened as `loopdeck resolve` opens it. The event the store wrote (a console shows it), why
+    not (a str), or None when taken but the store had the run live (its runner is sent it)."""
+    async with opened(location, notes=tell) as store:
+        why = await resolve(store, run_id, call_id, applied=applied, by=by, tell=tell)
+        if why is not None:
+            return why
+        made = await queries.last_event(store, run_id, OutcomeResolved)
+    return made if made is not None and made.call_id == call_id else None
 
 
 async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:

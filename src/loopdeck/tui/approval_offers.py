@@ -180,7 +180,10 @@ class ApprovalOffers:
             )
             return
         words = "applied" if applied else "not applied"
-        toast(self.screen, f"{call_id}: {words}, recorded; the model hears it", title="outcome")
+        runtime = self.link.runtime
+        ended = runtime is not None and runtime.outcome is not None
+        heard = "the run has ended" if ended else "the model hears it"
+        toast(self.screen, f"{call_id}: {words}, recorded; {heard}", title="outcome")
 
     async def _revoke(self, grant_id: str) -> None:
         why = await self.link.revoke(grant_id, BY)

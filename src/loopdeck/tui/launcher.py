@@ -1,14 +1,23 @@
-"""The launcher: the sample envs and their scripts, and any env folder named in its path
-box; Enter starts one."""
+"""The chooser (`n` on the fleet): a short "start here" list first, one sample script a thing
+the console does (`launch.TOUR`); the sample envs' other scripts (misbehaviour and checks)
+below, under their own heading; an env folder named in the path box on top. Enter starts the
+script chosen.
+
+Each option carries what it starts (`ScriptOption.choice`), with no id to collide. The folders
+read are kept by path, so a folder read again replaces its own lines; the list is built again
+from them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.content import Content
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, OptionList, Static
@@ -16,34 +25,92 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 from loopdeck.llm.loader import litellm_module
-from loopdeck.operator.launch import describe_env, list_envs
+from loopdeck.operator.launch import TOUR, describe_env, list_envs
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.shown_input import ShownInput
 
+Env = dict[str, Any]  # an env folder as `describe_env` reads it
+SHOWS_WIDTH = 23  # the tour's first column: what a script shows
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What Enter starts: a script of the env folder at `path`."""
+
+    path: str
+    script: str
+
+
+class ScriptOption(Option):
+    """A script to start."""
+
+    def __init__(self, prompt: Content, choice: Choice) -> None:
+        super().__init__(prompt)
+        self.choice = choice
+
 
 class EnvFolderRead(Message):
     """The env folder named in the path box, as `describe_env` read it."""
 
-    def __init__(self, env: dict[str, Any]) -> None:
+    def __init__(self, env: Env) -> None:
         super().__init__()
         self.env = env
 
 
-def _options(env: dict[str, Any]) -> list[Option]:
-    """One option a script (its id: the env's path and the script), or the env's error."""
+def _heading(text: str) -> Option:
+    return Option(markup("[b $accent]$text[/]", text=text), disabled=True)
+
+
+def _script(env: Env, script: str, shows: str = "") -> ScriptOption:
+    """Two lines: what it shows (the tour's), the env and the script; its description."""
+    prompt = markup(
+        "[b]$shows[/]$env · [b]$script[/]\n    [dim]$about[/]",
+        shows=f"  {shows:<{SHOWS_WIDTH}}" if shows else "  ",
+        env=env["env"],
+        script=script,
+        about=env["scripts"][script] or "(no description)",
+    )
+    return ScriptOption(prompt, Choice(env["path"], script))
+
+
+def _env_options(env: Env, skip: Iterable[str] = ()) -> list[Option]:
+    """Each script of the env (but `skip`), or the error that keeps it from loading."""
     if env.get("error"):
-        label = markup("[b $error]$env[/]  $error", env=env["env"], error=env["error"])
+        label = markup("  [b $error]$env[/]  $error", env=env["env"], error=env["error"])
         return [Option(label, disabled=True)]
-    return [
-        Option(
-            markup("[b]$env[/] · $script [dim]$about[/]", env=env["env"],
-                   script=f"{script:<16}", about=description),
-            id=f"{env['path']}\n{script}",
-        )
-        for script, description in env["scripts"].items()
-    ]  # fmt: skip
+    skipped = set(skip)
+    return [_script(env, script) for script in env["scripts"] if script not in skipped]
+
+
+def _tour(samples: list[Env]) -> tuple[list[Option], dict[str, set[str]]]:
+    """The "start here" lines of the stops the sample envs have, and the scripts they use,
+    by env path."""
+    by_folder = {Path(env["path"]).name: env for env in samples if not env.get("error")}
+    lines: list[Option] = []
+    used: dict[str, set[str]] = {}
+    for stop in TOUR:
+        env = by_folder.get(stop.env)
+        if env is not None and stop.script in env["scripts"]:
+            lines.append(_script(env, stop.script, stop.shows))
+            used.setdefault(env["path"], set()).add(stop.script)
+    return lines, used
+
+
+def chooser_options(folders: Iterable[Env], samples: list[Env]) -> list[Option | None]:
+    """The chooser's lines: the operator's env folders (newest first), the tour, the rest."""
+    options: list[Option | None] = []
+    for env in folders:
+        options += [_heading(f"Your env folder · {env['path']}"), *_env_options(env), None]
+    tour, used = _tour(samples)
+    if tour:
+        options += [_heading("Start here: one script for each thing the console does"), *tour]
+    rest = [line for env in samples for line in _env_options(env, used.get(env["path"], ()))]
+    if rest:
+        options += [None] if tour else []
+        options += [_heading("More scripts: misbehaviour and checks"), *rest]
+    return options
 
 
 class LauncherScreen(Screen[tuple[str, str]]):
@@ -56,14 +123,18 @@ class LauncherScreen(Screen[tuple[str, str]]):
         Binding("slash", "folder", "Env folder…", id="launcher.folder"),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples = list_envs()
+        self.folders: dict[str, Env] = {}  # read in the path box, by resolved path, newest first
+
     def compose(self) -> ComposeResult:
         yield Static(
-            "[b]loopdeck[/] — choose an env and a script, then press [b]enter[/]. "
-            "The offline scripted model plays it; writes wait for your approval.",
+            "[b]loopdeck[/] — choose an env and a script, then [b]enter[/]: the offline"
+            " scripted model plays it; writes wait for you.",
             id="launcher-intro",
         )
-        options = [option for env in list_envs() for option in _options(env)]
-        yield OptionList(*options, id="launcher-list")
+        yield OptionList(*chooser_options([], self.samples), id="launcher-list")
         yield ShownInput(
             placeholder="/ an env folder of your own: its path, then enter lists its scripts",
             id="launcher-path",
@@ -71,8 +142,19 @@ class LauncherScreen(Screen[tuple[str, str]]):
         yield KeysBar()
 
     def on_mount(self) -> None:
-        self.query_one(OptionList).focus()
+        listed = self.query_one(OptionList)
+        listed.highlighted = self._first_script()
+        listed.focus()
         self._load_model_library()
+
+    def _first_script(self, path: str | None = None) -> int | None:
+        """The index of the first script listed (of the folder at `path`, if given)."""
+        listed = self.query_one(OptionList)
+        for index in range(listed.option_count):
+            option = listed.get_option_at_index(index)
+            if isinstance(option, ScriptOption) and path in (None, option.choice.path):
+                return index
+        return None
 
     @work(thread=True, group="litellm", exit_on_error=False, description="import LiteLLM")
     def _load_model_library(self) -> None:
@@ -116,14 +198,27 @@ class LauncherScreen(Screen[tuple[str, str]]):
             toast(self, f"{env['path']}: {why}", title="cannot list", severity="error",
                   timeout=15)  # fmt: skip
             return
+        key = str(Path(env["path"]).resolve())
+        self.folders.pop(key, None)  # read again: its lines replaced, moved to the top
+        self.folders = {key: env, **self.folders}
         listed = self.query_one(OptionList)
-        options = _options(env)
-        listed.add_options(options)
-        listed.highlighted = listed.option_count - len(options)
+        listed.set_options(chooser_options(self.folders.values(), self.samples))
+        listed.highlighted = self._first_script(env["path"])
         listed.focus()
 
     @on(OptionList.OptionSelected)
     def _chosen(self, event: OptionList.OptionSelected) -> None:
-        if event.option.id:
-            path, script = event.option.id.split("\n", 1)
-            self.dismiss((path, script))
+        if isinstance(event.option, ScriptOption):
+            self.dismiss((event.option.choice.path, event.option.choice.script))
+
+    def index_of(self, env: str, script: str) -> int | None:
+        """The line that starts `script` of the env named `env` (its name or its folder's),
+        the first one listed: a test's way to choose."""
+        listed = self.query_one(OptionList)
+        for index in range(listed.option_count):
+            option = listed.get_option_at_index(index)
+            if not isinstance(option, ScriptOption) or option.choice.script != script:
+                continue
+            if env in (Path(option.choice.path).name, option.choice.path):
+                return index
+        return None
