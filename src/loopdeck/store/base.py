@@ -76,10 +76,23 @@ class StoreUnavailable(StoreError):
     UNREACHABLE = "unreachable"
     LOCKED = "locked"
     DISK_FULL = "disk full"
+    REFUSED = "login refused"
 
     def __init__(self, message: str, cause: str) -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class StoreRefused(StoreUnavailable):
+    """The store's server answers but refuses loopdeck's login: a changed password, a role
+    or `pg_hba.conf` entry removed, a role that may not log in. Not a server out of reach:
+    it lasts until someone changes the credentials, so it is said by name, logins are tried
+    at a slower pace, a run holds and stops after its bound, and a decision is refused at
+    once instead of waited out."""
+
+    def __init__(self, message: str, why: str = "") -> None:
+        super().__init__(message, StoreUnavailable.REFUSED)
+        self.why = why  # the server's words ("password authentication failed for user …")
 
 
 # Where a store is: a SQLite file, or a PostgreSQL URL (`postgresql://user@host/db`).

@@ -8,10 +8,17 @@ LONGEST_PAUSE_S, for up to RETRY_FOR_S. The operator is told when the waiting be
 TELL_EVERY_S while it lasts, and when the decision lands; past the bound the last
 `StoreUnavailable` is raised, saying how long it waited, and the request is still pending.
 
+A store that refuses the login (`StoreRefused`: a changed password, a removed role) is not
+waited out: it is raised at once, by name, and nothing was recorded.
+
 A decision for a live run whose runner is gone is refused (`RunnerGone`) and the run marked
 crashed: nothing would act on it, and an approval would read later as a write whose outcome
-is unknown. A decision or an answer for a run that ended is refused too (`RunEnded`): its
-requests were withdrawn at its stop. Only the word on an unknown outcome outlives its run.
+is unknown. A runner alive on this host whose heartbeat has been silent as long as a runner
+elsewhere is called crashed after (`LOOPDECK_CRASH_SILENCE_S`) cannot reach the store (its
+login refused, its server out of its reach): it would not hear the decision, which is refused
+too (`RunnerOutOfReach`), nothing marked. A decision or an answer for a run that ended is
+refused (`RunEnded`): its requests were withdrawn at its stop. Only the word on an unknown
+outcome outlives its run.
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.store import outcome_queries, queries
-from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
+from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 RETRY_FOR_S = 60.0
@@ -41,6 +49,11 @@ WHY = {
 
 class RunnerGone(StoreError):
     """The run is live in the store but its runner process is gone: a decision is refused."""
+
+
+class RunnerOutOfReach(StoreError):
+    """The run's runner is alive on this host but has not reached the store for long (its
+    heartbeat silent): it would not hear a decision, which is refused."""
 
 
 class RunEnded(StoreError):
@@ -143,6 +156,8 @@ async def _taken(
     while True:
         try:
             won = await _while_runner_alive(store, run_id, once, what, ended_too)
+        except StoreRefused:
+            raise  # until someone changes the credentials: said at once, nothing recorded
         except StoreUnavailable as exc:
             waited = time.monotonic() - started
             if waited >= retry_for_s:
@@ -183,9 +198,13 @@ async def _while_runner_alive(
             (run_id,),
         )
         if rows and rows[0]["state"] in queries.LIVE_STATES:
-            gone = runner_gone(
-                rows[0], here=this_host(), now=time.time(), silence_s=crash_silence_s()
-            )
+            here, now, silence_s = this_host(), time.time(), crash_silence_s()
+            gone = runner_gone(rows[0], here=here, now=now, silence_s=silence_s)
+            if gone is None and (silent := _out_of_reach(rows[0], here, now, silence_s)):
+                raise RunnerOutOfReach(
+                    f"run {run_id}'s runner {silent}: it cannot hear your {what}, so nothing"
+                    " was recorded; decide again once it reaches the store"
+                )
         elif rows and not ended_too:
             ended = rows[0]["stop_reason"] or rows[0]["state"]
             raise RunEnded(f"run {run_id} already ended ({ended}): nothing will act on your {what}")
@@ -200,4 +219,16 @@ async def _while_runner_alive(
         marked = ""
     raise RunnerGone(
         f"run {run_id}'s runner is gone ({gone}): nothing will act on this decision{marked}"
+    )
+
+
+def _out_of_reach(row: Any, here: str, now: float, silence_s: float) -> str | None:
+    """Why a runner alive on this host is known not to reach the store: its heartbeat silent
+    `silence_s` (elsewhere that silence is a crash, `runner_gone`)."""
+    beat = row["heartbeat_at"]
+    if row["host"] != here or beat is None or now - beat <= silence_s:
+        return None
+    return (
+        f"(pid {row['pid']} on {here}) has not reached the store for {now - beat:.0f}s: its"
+        " heartbeat is silent (the store may refuse its login, or be out of its reach)"
     )

@@ -2,16 +2,17 @@
 
 How a connection is opened (a short connect timeout and TCP keepalives, so a server that is
 gone is noticed in seconds), how a failure is told apart (the server unreachable or its disk
-full, waited out as `StoreUnavailable`; anything else is the statement's own error), and the
-pace of reconnecting (`Backoff`). `PgTx` runs statements on one connection, rows read by
-name or position; `PgBeats` is the heartbeat thread's connection, which reconnects the same
-way.
+full, waited out as `StoreUnavailable`; a login the server refuses, `StoreRefused`; anything
+else is the statement's own error), and the pace of reconnecting (`Backoff`). `PgTx` runs
+statements on one connection, rows read by name or position; `PgBeats` is the heartbeat
+thread's connection, which reconnects the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from loopdeck.store.base import StoreError, StoreUnavailable
+from loopdeck.store.base import StoreError, StoreRefused, StoreUnavailable
 
 CONNECT_TIMEOUT_S = 3  # libpq counts whole seconds, at least 2
 # An established connection whose server vanished (a host down, a network cut) fails within
@@ -33,9 +34,19 @@ KEEPALIVES = {
 }
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 1.0
+# A refused login lasts until someone changes the credentials: tried again less often (each
+# try is a line in the server's log), still soon enough to notice the credentials fixed.
+REFUSED_BACKOFF_MAX_S = 5.0
 # The server ended the connection: shut down (fast or immediate), crashed, or starting up.
 SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
 DISK_FULL = "53100"
+# The server refused the login (class 28: invalid authorization). libpq reports a failed
+# connection without its SQLSTATE, so the words of the server's (or libpq's) refusal count too.
+LOGIN_REFUSED = frozenset({"28000", "28P01"})
+REFUSAL_WORDS = re.compile(
+    r"authentication failed|no pg_hba\.conf entry|pg_hba\.conf rejects|no password supplied"
+    r"|is not permitted to log in|role \".*\" does not exist"
+)
 # Rows appended by one multi-row INSERT (one round trip) below this, by COPY from it on.
 COPY_FROM = 32
 
@@ -58,12 +69,24 @@ def said(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def login_refusal(exc: psycopg.Error) -> str | None:
+    """The server's reason when it refused loopdeck's login ("password authentication failed
+    for user "loopdeck""), else None."""
+    text = said(exc)
+    if (exc.sqlstate or "") not in LOGIN_REFUSED and not REFUSAL_WORDS.search(text):
+        return None
+    # libpq: 'connection failed: connection to server at "h", port 5432 failed: FATAL:  …'
+    return text.rsplit(" failed: ", 1)[-1].removeprefix("FATAL:").strip() or text
+
+
 def cause_of(exc: psycopg.Error, conn: Any) -> str | None:
     """Why a statement failed when it is the store's condition, not the statement's fault:
-    StoreUnavailable.UNREACHABLE or DISK_FULL; None for the statement's own error."""
+    StoreUnavailable.UNREACHABLE, DISK_FULL or REFUSED; None for the statement's own error."""
     state = exc.sqlstate or ""
     if state == DISK_FULL:
         return StoreUnavailable.DISK_FULL
+    if state in LOGIN_REFUSED:
+        return StoreUnavailable.REFUSED
     if conn is not None and (conn.closed or conn.broken):
         return StoreUnavailable.UNREACHABLE
     if isinstance(exc, psycopg.InterfaceError) or state.startswith("08") or state in SERVER_GONE:
@@ -78,6 +101,8 @@ def failure(path: str, exc: psycopg.Error, conn: Any) -> StoreError:
     cause = cause_of(exc, conn)
     if cause == StoreUnavailable.UNREACHABLE:
         return unreachable(path, said(exc))
+    if cause == StoreUnavailable.REFUSED:
+        return refused(path, login_refusal(exc) or said(exc))
     if cause is not None:
         return StoreUnavailable(f"{path}: {cause}: {said(exc)}", cause)
     return StoreError(f"{path}: {type(exc).__name__}: {exc}".strip())
@@ -85,6 +110,16 @@ def failure(path: str, exc: psycopg.Error, conn: Any) -> StoreError:
 
 def unreachable(path: str, why: str) -> StoreUnavailable:
     return StoreUnavailable(f"{path}: server unreachable: {why}", StoreUnavailable.UNREACHABLE)
+
+
+def refused(path: str, why: str) -> StoreRefused:
+    return StoreRefused(f"{path}: the store refuses loopdeck's login: {why}", why)
+
+
+def not_connected(path: str, exc: psycopg.Error) -> StoreUnavailable:
+    """Why a connection could not be opened: its login refused, else its server unreachable."""
+    why = login_refusal(exc)
+    return unreachable(path, said(exc)) if why is None else refused(path, why)
 
 
 def _sql(statement: str) -> str:
@@ -189,23 +224,33 @@ def _copy_value(value: Any) -> str:
 
 class Backoff:
     """When a connection may next be attempted: at once after a loss, then after waits that
-    double from BACKOFF_FIRST_S up to BACKOFF_MAX_S while attempts fail."""
+    double from BACKOFF_FIRST_S up to BACKOFF_MAX_S while attempts fail (REFUSED_BACKOFF_MAX_S
+    while the login is refused)."""
 
     def __init__(self) -> None:
         self.delay_s = 0.0
         self.next_at = 0.0
-        self.last_error = ""
+        self.last: StoreUnavailable | None = None
 
     def wait_s(self, now: float) -> float:
         return max(0.0, self.next_at - now)
 
-    def failed(self, now: float, error: str) -> None:
-        self.delay_s = min(max(2 * self.delay_s, BACKOFF_FIRST_S), BACKOFF_MAX_S)
+    def failed(self, now: float, error: StoreUnavailable) -> None:
+        longest = REFUSED_BACKOFF_MAX_S if isinstance(error, StoreRefused) else BACKOFF_MAX_S
+        self.delay_s = min(max(2 * self.delay_s, BACKOFF_FIRST_S), longest)
         self.next_at = now + self.delay_s
-        self.last_error = error
+        self.last = error
+
+    def again(self) -> StoreUnavailable:
+        """What a connection asked for before its next attempt is due raises: the last
+        failure (a refused login in the same words)."""
+        last = self.last or StoreUnavailable("connection lost", StoreUnavailable.UNREACHABLE)
+        if isinstance(last, StoreRefused):
+            return StoreRefused(str(last), last.why)
+        return StoreUnavailable(f"{last}; retrying", last.cause)
 
     def succeeded(self) -> None:
-        self.delay_s, self.next_at, self.last_error = 0.0, 0.0, ""
+        self.delay_s, self.next_at, self.last = 0.0, 0.0, None
 
 
 class PgBeats:
@@ -230,12 +275,13 @@ class PgBeats:
         self.close()
         now = time.monotonic()
         if self.backoff.wait_s(now) > 0:
-            raise unreachable(self.path, f"{self.backoff.last_error}; retrying")
+            raise self.backoff.again()
         try:
             self.conn = psycopg.connect(self.url, autocommit=True, **self.options)
         except psycopg.Error as exc:
-            self.backoff.failed(now, said(exc))
-            raise unreachable(self.path, said(exc)) from exc
+            error = not_connected(self.path, exc)
+            self.backoff.failed(now, error)
+            raise error from exc
         self.backoff.succeeded()
         return self.conn
 

@@ -12,7 +12,9 @@ never stored. Same guarantees as the SQLite store:
 A server that goes away (restarted, stopped, out of reach) is waited out: a statement that
 finds it gone raises StoreUnavailable ("server unreachable: …"), and every connection (the
 main one, the listener, the heartbeat's) reconnects at its next use, paced by a bounded
-backoff (`store/pg_connection.py`).
+backoff (`store/pg_connection.py`). A server that refuses the login instead (a password
+changed, a role or pg_hba.conf entry removed) raises StoreRefused ("the store refuses
+loopdeck's login: …"), when the store is opened as when a connection is opened again.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ from loopdeck.store.pg_connection import (
     Row,
     connect_options,
     failure,
+    login_refusal,
+    not_connected,
+    refused,
     rows,
-    said,
-    unreachable,
 )
 
 CHANNEL = "loopdeck_changes"
@@ -122,12 +125,12 @@ class PgStore(Store):
                 url, autocommit=True, row_factory=rows, **options
             )
         except psycopg.Error as exc:
-            raise StoreError(f"{shown}: cannot open: {exc}".strip()) from exc
+            raise _not_opened(shown, exc) from exc
         try:
             listener = await psycopg.AsyncConnection.connect(url, autocommit=True, **options)
         except psycopg.Error as exc:
             await conn.close()
-            raise StoreError(f"{shown}: cannot open: {exc}".strip()) from exc
+            raise _not_opened(shown, exc) from exc
         store = cls(url, conn, listener)
         try:
             await store._prepare(conn, create)
@@ -225,7 +228,7 @@ class PgStore(Store):
             )
             await listener.execute(f"LISTEN {CHANNEL}")
         except psycopg.Error as exc:
-            self._listen_backoff.failed(started, said(exc))
+            self._listen_backoff.failed(started, not_connected(str(self.path), exc))
             if listener is not None:
                 await _close(listener)
             return
@@ -254,14 +257,15 @@ class PgStore(Store):
             await _close(conn)
         now = time.monotonic()
         if self._backoff.wait_s(now) > 0:
-            raise unreachable(str(self.path), f"{self._backoff.last_error}; retrying")
+            raise self._backoff.again()
         try:
             conn = await psycopg.AsyncConnection.connect(
                 self._url, autocommit=True, row_factory=rows, **connect_options(self._url)
             )
         except psycopg.Error as exc:
-            self._backoff.failed(now, said(exc))
-            raise unreachable(str(self.path), said(exc)) from exc
+            error = not_connected(str(self.path), exc)
+            self._backoff.failed(now, error)
+            raise error from exc
         self._backoff.succeeded()
         self.conn = conn
         return conn
@@ -361,6 +365,14 @@ class PgStore(Store):
         for conn in (self._listener, self.conn):
             if conn is not None:
                 await _close(conn)
+
+
+def _not_opened(shown: str, exc: psycopg.Error) -> StoreError:
+    """Why the store could not be opened: its login refused, said by name, else libpq's words."""
+    why = login_refusal(exc)
+    if why is not None:
+        return refused(shown, why)
+    return StoreError(f"{shown}: cannot open: {exc}".strip())
 
 
 async def _close(conn: psycopg.AsyncConnection[Any]) -> None:

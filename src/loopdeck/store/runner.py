@@ -11,7 +11,7 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.unknown_outcomes import Unresolvable
 from loopdeck.store import queries
-from loopdeck.store.base import Store, StoreError
+from loopdeck.store.base import Store, StoreError, StoreRefused
 from loopdeck.store.liveness import Heartbeat
 from loopdeck.store.replay import bring_back_spills
 from loopdeck.store.writer import EventWriter
@@ -26,14 +26,24 @@ async def _serve_commands(
     swallow one that lands as the awaited change arrives (likely with many runners notifying);
     the poller then ran on and held its runner's exit. A poll that fails otherwise than by a
     store it cannot reach for now is said, once, and tried again: the run must stay stoppable
-    from other terminals, and its own stop never waits on the poller."""
+    from other terminals, and its own stop never waits on the poller. A store that refuses
+    the run's login is told to the run, which then hears nothing from anyone: it holds, and
+    stops at its bound unless a poll works again first (`RecordingHold.refused`)."""
     run_id = runtime.config.run_id
-    failing = False
+    failing = refused = False
     while not done.is_set():
         try:
-            # A locked store: the next tick tries again; the runtime is not held up.
-            with contextlib.suppress(StoreError):
+            try:
                 await _apply_commands(store, runtime, run_id, say)
+            except StoreRefused as exc:
+                refused = True
+                runtime.recording.refused(exc.cause, str(exc))
+            except StoreError:
+                pass  # a locked store: the next tick tries again; the runtime is not held up
+            else:
+                if refused:
+                    refused = False
+                    runtime.recording.accepted()
         except Exception as exc:  # said, not swallowed: the next tick tries again
             if not failing:
                 say(

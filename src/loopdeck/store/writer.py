@@ -1,10 +1,11 @@
 """Appending a run's events in batches; `flush()` is the acknowledgement the runtime awaits.
 
-While the store cannot take writes (`StoreUnavailable`: unreachable, locked, disk full) the
-writer is in an outage: the events stay queued in order, are spilled outside the store's
-folder (`store/spill.py`), and the commit is tried again with a bounded backoff; the runtime
-holds meanwhile (`Journal.outage`, `recovered()`). The first commit that lands writes the
-queue in order and ends the outage. What each event's rows are is `store/event_rows.py`'s."""
+While the store cannot take writes (`StoreUnavailable`: unreachable, locked, disk full, its
+login refused) the writer is in an outage: the events stay queued in order, are spilled
+outside the store's folder (`store/spill.py`), and the commit is tried again with a bounded
+backoff; the runtime holds meanwhile (`Journal.outage`, `recovered()`). The first commit that
+lands writes the queue in order and ends the outage. What each event's rows are is
+`store/event_rows.py`'s."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
-from loopdeck.store.base import Store, StoreError, StoreUnavailable, Tx
+from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
 from loopdeck.store.event_rows import EventRow, RunRows, event_json, event_row
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.spill import Spill
@@ -166,7 +167,8 @@ class EventWriter:
 
     async def close(self) -> None:
         """Commit what is left; a store that cannot take writes is tried again for up to
-        `close_retry_s`, then the StoreUnavailable goes to the caller (who spills)."""
+        `close_retry_s`, then the StoreUnavailable goes to the caller (who spills). A login
+        the store refuses goes to the caller at once: it will not change in seconds."""
         # Never cancel the loop: a commit cut short by a cancellation would lose its batch.
         self._closing = True
         self._wake.set()
@@ -178,6 +180,8 @@ class EventWriter:
             try:
                 await self.flush()
                 return
+            except StoreRefused:
+                raise
             except StoreUnavailable:
                 if time.monotonic() + wait > give_up:
                     raise
