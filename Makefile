@@ -1,6 +1,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SETUP_LOG := $(VENV)/setup.log
 
 .PHONY: setup run test stress lint bench package-check clean
 
@@ -11,8 +12,12 @@ $(STAMP): pyproject.toml
 	test -e $(NSS_WRAPPER) || [ "$$(id -u)" != 0 ] || \
 		apt-get install -y -q libnss-wrapper || (apt-get update -q && apt-get install -y -q libnss-wrapper)
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@# pip's output (setuptools' BuildBackendWarning boxes among it) goes to a log, shown whole
+	@# only when the install fails.
+	@echo "installing loopdeck and its dev tools (pip's output: $(SETUP_LOG))"
+	@$(PY) -m pip install --quiet --upgrade pip >$(SETUP_LOG) 2>&1 \
+		&& $(PY) -m pip install --quiet -e '.[dev]' >>$(SETUP_LOG) 2>&1 \
+		|| { cat $(SETUP_LOG) >&2; echo "setup failed: pip's output is above and in $(SETUP_LOG)" >&2; exit 1; }
 	touch $(STAMP)
 
 setup: $(STAMP)

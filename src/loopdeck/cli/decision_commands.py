@@ -80,7 +80,7 @@ def decided_words(args: argparse.Namespace, grant: GrantRule | None) -> str:
 async def grants(store: Store, args: argparse.Namespace) -> int:
     """Each grant in two lines (a table would cut the rule or the run id at 80 columns)."""
     if args.run_id is not None:
-        await records.known_run(store, args.run_id)
+        args.run_id = (await records.known_run(store, args.run_id))["run_id"]
     rows = await records.grants(store, args.run_id)
     if args.json:
         print(json.dumps([_grant_json(row) for row in rows], default=str))
@@ -110,7 +110,7 @@ def _grant_json(row: records.GrantRow) -> dict[str, Any]:
 
 async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
     """Exit 1 if the grant is not there or no longer active."""
-    await records.known_run(store, args.run_id)
+    args.run_id = (await records.known_run(store, args.run_id))["run_id"]
     why = await records.revoke(store, args.run_id, args.grant_id, by)
     if why:
         print(f"loopdeck: {visible(why)}", file=sys.stderr)
@@ -124,7 +124,7 @@ async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
 
 async def resolve(store: Store, args: argparse.Namespace, by: str, tell: records.Tell) -> int:
     """Exit 1 if the call's outcome is not unknown (already resolved, never asked)."""
-    await records.known_run(store, args.run_id)
+    args.run_id = (await records.known_run(store, args.run_id))["run_id"]
     applied = args.outcome == "applied"
     why = await records.resolve(store, args.run_id, args.call_id, applied=applied, by=by, tell=tell)
     if why:
@@ -151,3 +151,14 @@ async def print_unknown(store: Store) -> list[dict[str, Any]]:
             file=sys.stderr,
         )
     return unknown
+
+
+def print_diffs(writes: list[dict[str, Any]]) -> None:
+    """`pending`'s file writes, each as the diff it makes to the working copy (on stderr:
+    stdout keeps its one table or JSON value)."""
+    for item in writes:
+        if item.get("diff"):
+            said = f"{item['run_id']} {item['call_id']} {item['tool']} would change:"
+            print(visible(said), file=sys.stderr)
+            for line in str(item["diff"]).splitlines():
+                print(f"    {visible(line)}", file=sys.stderr)

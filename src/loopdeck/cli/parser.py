@@ -7,12 +7,13 @@ paints its first frame before the heavy imports (they happen behind it).
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from loopdeck.cli.serve import add_serve_command
@@ -101,8 +102,32 @@ positive_int = _positive(int, "positive integer")
 positive_float = _positive(float, "positive number")
 
 
+INVALID_CHOICE = re.compile(
+    r"invalid choice: (['\"]?)(?P<value>.*?)\1 \(choose from (?P<choices>.*)\)"
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "invalid choice" (a mistyped command, a flag's value) names
+    the nearest choice: `loopdeck aprove` → "did you mean approve?"."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(message + nearest_choice(message))
+
+
+def nearest_choice(message: str) -> str:
+    """ "; did you mean NAME?" for an invalid-choice message with a choice close to the value
+    given, "" otherwise."""
+    found = INVALID_CHOICE.search(message)
+    if found is None:
+        return ""
+    choices = [c.strip().strip("'\"") for c in found["choices"].split(",")]
+    close = difflib.get_close_matches(found["value"], choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopdeck", description="Supervise LLM agents.")
+    parser = Parser(prog="loopdeck", description="Supervise LLM agents.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run an agent against an env")

@@ -45,6 +45,8 @@ class ApprovalRequest(BaseModel):
     # is the agent's own and runs the agent's input. Such a call is approved or rejected as
     # proposed; an edit is offered as "reject and tell the agent" instead.
     not_editable: str = ""
+    # A file write's change to the working copy as a unified diff ("" for other writes).
+    diff: str = ""
 
 
 REJECTED = "rejected by the operator"  # a rejection's reason when the operator gave none
@@ -139,6 +141,7 @@ def request_for(
     args_schema: dict[str, Any] | None = None,
     risk_source: str = "",
     not_editable: str = "",
+    diff: str = "",
 ) -> ApprovalRequest:
     now = datetime.now(UTC)
     return ApprovalRequest(
@@ -157,6 +160,7 @@ def request_for(
         args_schema=args_schema or {},
         risk_source=risk_source,
         not_editable=not_editable,
+        diff=diff,
     )
 
 

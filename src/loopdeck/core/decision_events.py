@@ -25,6 +25,7 @@ class ApprovalRequested(EventBase):
     args_schema: dict[str, Any] = {}  # the tool's argument schema, for an edit
     risk_source: str = ""  # where the risk came from (an MCP server's annotation)
     not_editable: str = ""  # why an edit cannot be carried out ("" when it can)
+    diff: str = ""  # a file write's change to the working copy, as a unified diff
     # Approved by this standing grant as it is asked: never pending, nobody is asked.
     grant_id: str | None = None
 

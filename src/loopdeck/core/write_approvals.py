@@ -11,6 +11,7 @@ what to run.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import Decision, ToolCall
+from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalInvalidated,
@@ -42,6 +44,7 @@ from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, json_text, visible
 from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import ToolSpec
+from loopdeck.core.write_diff import write_diff
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -57,6 +60,7 @@ class ApprovalHost(Protocol):
     plan: list[str]
     machine: StateMachine
     tools: dict[str, ToolSpec]
+    env: Environment
 
     def move(self, target: RunState) -> None: ...
     @property
@@ -163,6 +167,7 @@ class WriteApprovals:
             args_schema=spec.args_model.model_json_schema(),
             risk_source=spec.risk_source,
             not_editable=spec.not_editable,
+            diff=await asyncio.to_thread(write_diff, self.rt.env.workdir, proposed),
         )
         grant = None if again else self.grants.covering(call.tool, call.args)
         decided = await self._ask(request, record, grant)

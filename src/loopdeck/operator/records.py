@@ -29,6 +29,7 @@ from loopdeck.store.opening import open_store
 
 __all__ = [
     "LIVE_STATES",
+    "AmbiguousRun",
     "Asked",
     "Decision",
     "GrantRow",
@@ -95,9 +96,34 @@ def _no_run(store: Store, run_id: str) -> StoreError:
     return StoreError(f"{store.path}: no run {shown!r} (see `loopdeck runs`)")
 
 
+class AmbiguousRun(ValueError):
+    """A run id's prefix that starts more than one run: the message lists them (exit 2)."""
+
+
+CANDIDATES_SHOWN = 10
+
+
 async def known_run(store: Store, run_id: str) -> dict[str, Any]:
-    """The run's row; `StoreError` naming the store if there is no such run."""
+    """The run's row, the run named by its id or by the one id that starts with `run_id`;
+    `StoreError` naming the store if there is no such run, `AmbiguousRun` listing the runs
+    if several ids start so."""
     row = await queries.run_row(store, run_id)
+    if row is not None:
+        return row
+    ids = [r["run_id"] for r in await queries.all_runs(store)] if run_id else []
+    starting = sorted(i for i in ids if i.startswith(run_id))
+    if len(starting) > 1:
+        shown = ", ".join(starting[:CANDIDATES_SHOWN])
+        more = (
+            f" and {len(starting) - CANDIDATES_SHOWN} more"
+            if len(starting) > CANDIDATES_SHOWN
+            else ""
+        )
+        raise AmbiguousRun(
+            f"{store.path}: run id {capped(run_id, RUN_ID_SHOWN)!r} is ambiguous: it starts"
+            f" {len(starting)} runs: {shown}{more}; give more of it"
+        )
+    row = await queries.run_row(store, starting[0]) if starting else None
     if row is None:
         raise _no_run(store, run_id)
     return row
@@ -118,13 +144,15 @@ async def runs(store: Store) -> list[dict[str, Any]]:
 
 async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """What waits for the operator in every live run: writes to approve (`expired`: past
-    their request's expiry, no longer approved), questions to answer (with their choices)."""
+    their request's expiry, no longer approved; `diff`: a file write's change, "" for
+    others), questions to answer (with their choices)."""
     await queries.mark_crashed_runners(store)
     now = datetime.now(UTC)
-    writes = [
-        {**row, "expired": now >= datetime.fromisoformat(row["expires_at"])}
-        for row in await queries.pending_approvals(store)
-    ]
+    writes = []
+    for row in await queries.pending_approvals(store):
+        request = await queries.approval_request(store, row["run_id"], row["call_id"]) or {}
+        expired = now >= datetime.fromisoformat(row["expires_at"])
+        writes.append({**row, "expired": expired, "diff": str(request.get("diff") or "")})
     return writes, await queries.pending_questions(store)
 
 

@@ -12,6 +12,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
@@ -47,11 +48,18 @@ class OutcomeDialog(ModalScreen[bool | None]):
         Binding("escape", "close", "Later", id="outcome.close"),
     ]
 
-    def __init__(self, call_id: str, tool: str, args: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any] | None,
+        result: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(classes="dialog")
         self.call_id = call_id
         self.tool = tool
         self.args = args
+        self.result = result  # the call's result: its error says why the outcome is unknown
 
     def compose(self) -> ComposeResult:
         box = Vertical(id="outcome-box")
@@ -67,13 +75,27 @@ class OutcomeDialog(ModalScreen[bool | None]):
                 ),
                 id="outcome-question",
             )
-            yield Static(OUTCOME_KEYS, id="outcome-keys")
+            yield Static(outcome_error(self.result), id="outcome-error")
+            yield Static(OUTCOME_KEYS, id="outcome-keys", classes="dialog-foot")
 
     def action_say(self, applied: bool) -> None:
         self.dismiss(applied)
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def outcome_error(result: dict[str, Any] | None) -> Content:
+    """The error that left the outcome unknown, as the call's result has it: its code (where
+    it came from: a timeout, a crash, a cut) and its message."""
+    error = (result or {}).get("error")
+    if not isinstance(error, dict):
+        return markup("[b]error[/] [dim]none recorded (the run was cut short before one)[/]")
+    return markup(
+        "[b]error[/] [b $error]$code[/]: $message",
+        code=error.get("code") or "no code",
+        message=error.get("message") or "no message",
+    )
 
 
 class GrantPicker(ModalScreen[str | None]):

@@ -61,7 +61,10 @@ class RunDecisionsPart(RunKeysPart):
                 self.offers.resolve(call_id, applied)
             self.call_after_refresh(self.offers.offer_next)
 
-        dialog = OutcomeDialog(call_id, self.view.unknown[call_id], row.args if row else None)
+        tool = self.view.unknown[call_id]
+        dialog = OutcomeDialog(
+            call_id, tool, row.args if row else None, result=row.result if row else None
+        )
         self.app.push_screen(dialog, said)
 
     # -- G: revoke a grant -----------------------------------------------------------------
