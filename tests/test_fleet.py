@@ -217,9 +217,9 @@ async def test_quitting_the_fleet_names_only_the_runs_it_killed(tmp_path) -> Non
     assert ended.view.run_id not in app.farewell
 
 
-async def _three_runs(db) -> None:
+async def _three_runs(db, live_too: bool = False) -> None:
     """zeta ended no_progress, alpha met its goal (the newest), mid waits for an approval
-    (the oldest) with this process as its runner."""
+    with this process as its runner; `live_too`: live, env beta, older than all, runs on."""
     import os
 
     from loopdeck.store.liveness import this_host
@@ -231,12 +231,13 @@ async def _three_runs(db) -> None:
             ("zeta00000000", "zeta", "stopped", "no_progress", 2),
             ("alpha0000000", "alpha", "complete", "goal_met", 3),
             ("mid000000000", "mid", "awaiting_approval", None, 1),
+            *([("live00000000", "beta", "deciding", None, 0)] if live_too else []),
         ):
             await store.execute(
                 "INSERT INTO runs (run_id, env, script, model, mode, goal, state, stop_reason,"
                 " started_at, pid, host, heartbeat_at, approve_mode) VALUES (?, ?, 'solve',"
                 " 'scripted', 'rounds', 'g', ?, ?, ?, ?, ?, 0, 'wait')",
-                (run_id, env, state, stop, f"2026-01-0{day}T00:00:00+00:00", os.getpid(),
+                (run_id, env, state, stop, f"2026-01-1{day}T00:00:00+00:00", os.getpid(),
                  this_host()),
             )  # fmt: skip
         await store.execute(
@@ -252,10 +253,10 @@ def _listed(fleet: FleetScreen) -> list[str]:
     return fleet.query_one("#fleet-table", FleetTable).run_ids
 
 
-async def _fleet_of_three(pilot, app: LoopdeckApp) -> FleetScreen:
+async def _fleet_of_three(pilot, app: LoopdeckApp, runs: int = 3) -> FleetScreen:
     await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
     fleet = app.screen
-    await wait_until(pilot, lambda: len(_listed(fleet)) == 3)
+    await wait_until(pilot, lambda: len(_listed(fleet)) == runs)
     return fleet
 
 
@@ -278,16 +279,18 @@ async def test_the_filter_applies_as_typed_and_matches_every_column_shown(tmp_pa
 async def test_s_cycles_the_fleets_sort_and_the_keys_line_says_which(tmp_path) -> None:
     from loopdeck.tui.keys_bar import KeysBar
 
-    await _three_runs(tmp_path / "s.db")
+    await _three_runs(tmp_path / "s.db", live_too=True)
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
     async with app.run_test(size=SIZE) as pilot:
-        fleet = await _fleet_of_three(pilot, app)
+        fleet = await _fleet_of_three(pilot, app, 4)
         keys = fleet.query_one(KeysBar)
+        # mid waits for you: first in every order
+        needs_you = ["mid000000000", "live00000000", "alpha0000000", "zeta00000000"]
         expected = [
-            ("needs you first", ["mid000000000", "alpha0000000", "zeta00000000"]),
-            ("newest first", ["alpha0000000", "zeta00000000", "mid000000000"]),
-            ("by env", ["alpha0000000", "mid000000000", "zeta00000000"]),
-            ("needs you first", ["mid000000000", "alpha0000000", "zeta00000000"]),
+            ("needs you first", needs_you),
+            ("newest first", ["mid000000000", "alpha0000000", "zeta00000000", "live00000000"]),
+            ("by env", ["mid000000000", "alpha0000000", "live00000000", "zeta00000000"]),
+            ("needs you first", needs_you),
         ]
         for index, (words, order) in enumerate(expected):
             if index:
@@ -314,7 +317,7 @@ async def test_n_starts_a_run_of_an_env_folder_named_in_the_path_box(tmp_path) -
 
     from textual.widgets import OptionList
 
-    from loopdeck.tui.launcher import LauncherScreen
+    from loopdeck.tui.launcher import LauncherScreen, ScriptOption
 
     desk = tmp_path / "mydesk"
     shutil.copytree(SAMPLES / "order_support", desk, ignore=shutil.ignore_patterns("__py*"))
@@ -334,9 +337,10 @@ async def test_n_starts_a_run_of_an_env_folder_named_in_the_path_box(tmp_path) -
         def chosen() -> str | None:
             if listed.highlighted is None or launcher.focused is not listed:
                 return None
-            return listed.get_option_at_index(listed.highlighted).id
+            option = listed.get_option_at_index(listed.highlighted)
+            return option.choice.path if isinstance(option, ScriptOption) else None
 
-        await wait_until(pilot, lambda: (chosen() or "").startswith(f"{desk}\n"))
+        await wait_until(pilot, lambda: chosen() == str(desk))
         await pilot.press("enter")
         await wait_until(pilot, lambda: bool(app.local_runs))
         assert app.prepared_runs[-1].env_dir.path == desk

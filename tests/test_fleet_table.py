@@ -147,19 +147,21 @@ async def test_a_new_run_that_needs_you_comes_first_and_the_cursor_stays(tmp_pat
 async def test_the_filter_and_the_sort_reorder_the_table(tmp_path) -> None:
     rows = [_row(0, env="beta"), _row(1, env="alpha", state="stopped", stop_reason="goal_met")]
     rows.append(_row(2, env="gamma", state="awaiting_approval", pending=1))
+    rows.append(_row(3, env="delta"))
     app = FleetApp(tmp_path / "s.db")
     async with app.run_test(size=SIZE) as pilot:
         fleet = await _fleet_screen(pilot, app, rows)
         table = fleet.query_one(FleetTable)
-        assert table.run_ids == ["run0002", "run0000", "run0001"]  # needs you, live, stopped
+        # in every order the run that needs you comes first (and is pinned in view)
+        assert table.run_ids == ["run0002", "run0000", "run0003", "run0001"]  # live, stopped
         await pilot.press("s")
-        assert table.run_ids == ["run0000", "run0001", "run0002"]  # newest first
+        assert table.run_ids == ["run0002", "run0000", "run0001", "run0003"]  # newest first
         await pilot.press("s")
-        assert table.run_ids == ["run0001", "run0000", "run0002"]  # by env
+        assert table.run_ids == ["run0002", "run0001", "run0000", "run0003"]  # by env
         await pilot.press("slash", *"goal_")
         await wait_until(pilot, lambda: table.run_ids == ["run0001"])
         await pilot.press("escape")
-        await wait_until(pilot, lambda: table.row_count == 3)
+        await wait_until(pilot, lambda: table.row_count == 4)
 
 
 async def test_enter_opens_the_selected_run(tmp_path) -> None:
@@ -183,7 +185,7 @@ async def test_markup_looking_text_is_shown_as_written(tmp_path) -> None:
         fleet = await _fleet_screen(pilot, app, [hostile])
         table = fleet.query_one(FleetTable)
         cells = [text.plain for text in table.get_row("[b]run")]
-        assert cells[1:2] + cells[4:6] == ["[b]run", "[0/[bold]x[/bold]", "[red]m"]
+        assert cells[1:2] + cells[5:7] == ["[b]run", "[0/[bold]x[/bold]", "[red]m"]
         shown = _screen_text(app)
         for words in ("[b]run", "[0/[bold]x[/bold]", "[red]m", "a [b]"):
             assert words in shown

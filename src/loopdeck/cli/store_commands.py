@@ -14,21 +14,16 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from loopdeck.cli import decision_commands
+from loopdeck.cli import decision_commands, tables
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.records import Store
 
 Command = Callable[[Store, argparse.Namespace], Awaitable[int]]
-RUN_COLUMNS = (
-    "run_id", "env", "script", "model", "state", "stop_reason", "started_at", "tokens",
-    "cost_usd", "runner",
-)  # fmt: skip
 
 
 def operator() -> str:
@@ -48,6 +43,8 @@ def run_store_command(args: argparse.Namespace) -> int:
 
 async def _store_command(args: argparse.Namespace) -> int:
     async with records.opened(args.db, notes=_tell) as store:
+        if getattr(args, "run_id", None):  # a unique prefix names its run from here on
+            args.run_id = (await records.known_run(store, args.run_id))["run_id"]
         return await COMMANDS[args.command](store, args)
 
 
@@ -68,36 +65,9 @@ def _print(value: Any, as_json: bool, table: Table | None = None, text: str = ""
 async def _runs(store: Store, args: argparse.Namespace) -> int:
     runs = await records.runs(store)
     title = Text(f"runs in {visible(str(store.path))}, newest first")
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    # The run id is what attach, replay and approve take: never cut; the others give way.
-    longest = max((len(visible(run["run_id"])) for run in runs), default=0)
-    table.add_column("run_id", no_wrap=True, min_width=longest)
-    for column in (*RUN_COLUMNS[1:], "outcome unknown"):
-        table.add_column(column)
-    for run in runs:
-        cells = [_cell(run, column) for column in RUN_COLUMNS]
-        cells.append(", ".join(run["outcome_unknown"]) or "-")
-        table.add_row(*(Text(visible(cell)) for cell in cells))  # never markup
-    _print(runs, args.json, table)
+    # Ids and times never cut; the other columns give way to the terminal's width.
+    _print(runs, args.json, tables.runs_table(title, runs, Console().width))
     return 0
-
-
-def _cell(run: dict[str, Any], column: str) -> str:
-    """One cell of `loopdeck runs`' table, "-" where the store has nothing."""
-    if column == "state" and run["paused"]:
-        return f"paused ({run['state']})"
-    if column == "started_at":
-        return records.local_time(run["started_at"])
-    if column == "runner":
-        return f"{run['host']}:{run['pid']}" if run["host"] else "-"
-    value = run[column]
-    if value is None:
-        return "-"
-    if column == "cost_usd":
-        return f"{value:.4f}"
-    if column == "tokens":
-        return f"{value:,}"
-    return str(value)
 
 
 async def _pending(store: Store, args: argparse.Namespace) -> int:
@@ -115,13 +85,8 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
             f"{visible('|'.join(forms)) or 'TEXT'}",
             file=sys.stderr,
         )
-    table = Table(title="writes waiting for approval")
-    for column in ("run_id", "call_id", "tool", "args", "expires_at"):
-        table.add_column(column)
-    for item in pending:
-        said = (item["run_id"], item["call_id"], item["tool"], json.dumps(item["args"]))
-        expiry = f"expired at {item['expires_at']}" if item["expired"] else item["expires_at"]
-        table.add_row(*(Text(visible(cell)) for cell in (*said, expiry)))
+    decision_commands.print_diffs(pending)
+    table = tables.pending_table(pending, Console().width)
     if args.json and unknown:  # the writes first, as before; then what needs your word
         pending = [*pending, *({**item, "outcome_unknown": True} for item in unknown)]
     _print(pending, args.json, table)

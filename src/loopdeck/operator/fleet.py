@@ -3,7 +3,10 @@
 `Fleet.refresh` asks the store's change counter first; only when something was committed does
 it read the change feed: the runs whose row changed since its cursor, each with the summary
 its writer keeps on it (`store/feed.py`), one query whose cost is what changed, not the
-number of runs. No Textual: the console renders rows, tests read them. A store that cannot be
+number of runs. A question waits in the same table as a write but never expires: a soonest
+expiry of never says every pending one is a question; only a run with several pending and a
+real expiry is asked which (`queries.pending_approvals`). No Textual: the console renders
+rows, tests read them. A store that cannot be
 read for now (`StoreUnavailable`) is an `outage` the console shows; the first refresh that
 works after it reads every run again: nothing seen before it is trusted. A runner that died
 commits nothing, so each second the runs that may have lost theirs are looked at (marked
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from loopdeck.core.text import plural
 from loopdeck.operator import following
 from loopdeck.operator.outage import Outage
 from loopdeck.store import queries
@@ -33,6 +37,15 @@ CAP_LABELS = {
     "deadline_s": "time",
     "rounds": "rounds",
 }
+NEVER = datetime.fromisoformat(queries.QUESTION_NEVER_EXPIRES)  # a question's expiry
+
+
+def waiting_text(approvals: int, questions: int) -> str:
+    """What waits for the operator, each called by its name: "2 approvals, 1 question"."""
+    said = [plural(approvals, "approval")] if approvals else []
+    if questions:
+        said.append(plural(questions, "question"))
+    return ", ".join(said)
 
 
 @dataclass
@@ -44,7 +57,8 @@ class FleetRow:
     state: str
     stop_reason: str | None
     started_at: datetime | None
-    pending: int = 0
+    pending: int = 0  # approvals and questions waiting
+    questions: int = 0  # of those, the questions
     paused: bool = False
     closest: str = ""  # the budget closest to its cap: "tokens 82%"
     closest_fraction: float = 0.0
@@ -62,10 +76,16 @@ class FleetRow:
         return self.state in queries.LIVE_STATES
 
     @property
+    def approvals(self) -> int:
+        return max(0, self.pending - self.questions)
+
+    @property
     def needs_operator(self) -> str:
-        """Why the operator is wanted ("" when not): approval, paused."""
-        if self.pending:
+        """Why the operator is wanted ("" when not): approval, question, paused."""
+        if self.approvals:
             return "approval"
+        if self.questions:
+            return "question"
         if self.live and self.paused:
             return "paused"
         return ""
@@ -83,6 +103,8 @@ def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
         if cap not in usage:
             continue
         used, limit = (float(x) for x in usage[cap])
+        if cap == "rounds":  # the round under way counts from its start: only ended ones are used
+            used = max(used - 1, 0.0)
         fraction = used / limit if limit else 0.0
         if fraction >= best_fraction and (used or cap == "deadline_s"):
             best, best_fraction = f"{label} {fraction:.0%}", fraction
@@ -105,20 +127,29 @@ class Fleet:
     crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
     cursor: int = 0  # where the change feed is read from next
     last_read: int = 0  # runs rows the last read of the feed returned
+    unsure: set[str] = field(default_factory=set)  # runs whose questions the feed left open
 
     @property
     def waiting(self) -> int:
+        """Approvals and questions waiting, in every run."""
         return sum(row.pending for row in self.rows.values())
 
+    @property
+    def questions(self) -> int:
+        return sum(row.questions for row in self.rows.values())
+
     def ordered(self, sort: Sort = "needs you") -> list[FleetRow]:
-        """Every run, newest first: with `needs you`, runs that need the operator come first
-        (approvals, then pauses), then the live ones; with `env`, by env and script."""
+        """Every run, newest first, the runs that need the operator before the others in
+        every order (the console keeps them in view); with `needs you` the live ones next;
+        with `env`, by env and script."""
         epoch = datetime.min.replace(tzinfo=UTC)
         rows = sorted(self.rows.values(), key=lambda row: row.started_at or epoch, reverse=True)
         if sort == "needs you":
             rows.sort(key=lambda row: (not row.needs_operator, not row.live))
-        elif sort == "env":
-            rows.sort(key=lambda row: (row.env, row.script))
+        else:
+            if sort == "env":
+                rows.sort(key=lambda row: (row.env, row.script))
+            rows.sort(key=lambda row: not row.needs_operator)
         return rows
 
     async def follow(
@@ -157,6 +188,11 @@ class Fleet:
         changed = False
         for run in runs:
             changed = self._take(run) or changed
+        for run_id in list(self.unsure):  # kept until read: an outage leaves them for later
+            row = self.rows[run_id]
+            writes = await queries.pending_approvals(store, run_id)
+            row.questions = max(0, row.pending - len(writes))
+            self.unsure.discard(run_id)
         return changed
 
     def _take(self, run: dict[str, Any]) -> bool:
@@ -179,8 +215,15 @@ class Fleet:
         row.started_at = _when(run["started_at"])
         row.state, row.stop_reason = run["state"] or "", run["stop_reason"]
         row.runner = f"{run['host']}:{run['pid']}" if run["host"] else ""
+        before = (row.pending, row.soonest_expiry)
         row.pending = int(run["pending"] or 0)
         row.soonest_expiry = _when(run["soonest_expiry"]) if row.pending else None
+        told = _questions_told(row.pending, row.soonest_expiry)
+        if told is not None:
+            row.questions = told
+            self.unsure.discard(row.run_id)
+        elif (row.pending, row.soonest_expiry) != before:
+            self.unsure.add(row.run_id)
         row.seen_seq = int(run["last_seq"] or 0)
         row.last_finding = run["last_finding"] or ""
         row.paused = row.live and bool(run["paused"])
@@ -190,6 +233,16 @@ class Fleet:
             row.usage = usage
             row.closest, row.closest_fraction, row.projected_s = closest_budget(json.loads(usage))
         return True
+
+
+def _questions_told(pending: int, soonest: datetime | None) -> int | None:
+    """How many of a run's pending are questions, when the feed says it: all of them when the
+    soonest expires never, none when the one pending expires; None: ask the store."""
+    if soonest == NEVER:
+        return pending
+    if pending <= 1:
+        return 0
+    return None
 
 
 def _when(stamp: str | None) -> datetime | None:
@@ -215,21 +268,20 @@ class Alerts:
     run stops."""
 
     said: set[tuple[str, str]] = field(default_factory=set)
-    seen: dict[str, tuple[int, int, bool, bool]] = field(default_factory=dict)
+    seen: dict[str, tuple[int, int, int, bool, bool]] = field(default_factory=dict)
 
     def check(self, fleet: Fleet, now: datetime) -> list[Alert]:
         alerts = []
         for row in fleet.rows.values():
             before = self.seen.get(row.run_id)
             high = row.closest_fraction >= 0.8
-            self.seen[row.run_id] = (row.pending, row.repeats, row.live, high)
+            self.seen[row.run_id] = (row.approvals, row.questions, row.repeats, row.live, high)
             if before is None:
-                if row.live and row.pending:
-                    alerts.append(Alert(row.run_id, f"run {row.run_id} waits for your approval"))
+                if row.live:
+                    alerts.extend(_asks(row, row.approvals, row.questions))
                 continue
-            pending, repeats, live, was_high = before
-            if row.pending > pending:
-                alerts.append(Alert(row.run_id, f"run {row.run_id} waits for your approval"))
+            approvals, questions, repeats, live, was_high = before
+            alerts.extend(_asks(row, row.approvals - approvals, row.questions - questions))
             if row.repeats > repeats:
                 alerts.append(Alert(row.run_id, f"run {row.run_id}: the guard blocked a repeat"))
             if high and not was_high and row.live:
@@ -240,7 +292,7 @@ class Alerts:
                     Alert(row.run_id, f"run {row.run_id} stopped: {row.stop_reason}", severity)
                 )
             expiry = row.soonest_expiry
-            if row.pending and expiry is not None and 0 < (expiry - now).total_seconds() < 30:
+            if row.approvals and expiry is not None and 0 < (expiry - now).total_seconds() < 30:
                 key = (row.run_id, f"expiry {expiry.isoformat()}")
                 if key not in self.said:
                     self.said.add(key)
@@ -248,3 +300,13 @@ class Alerts:
                         Alert(row.run_id, f"run {row.run_id}: a receipt expires in under 30 s")
                     )
         return alerts
+
+
+def _asks(row: FleetRow, more_approvals: int, more_questions: int) -> list[Alert]:
+    """A run that started waiting for an approval, or for an answer."""
+    alerts = []
+    if more_approvals > 0:
+        alerts.append(Alert(row.run_id, f"run {row.run_id} waits for your approval"))
+    if more_questions > 0:
+        alerts.append(Alert(row.run_id, f"run {row.run_id} asks you a question"))
+    return alerts

@@ -19,7 +19,7 @@ from textual.worker import Worker
 
 from loopdeck.core.text import plural, visible
 from loopdeck.core.timeouts import bounded
-from loopdeck.operator.fleet import SORTS, Alerts, Fleet, FleetRow, Sort
+from loopdeck.operator.fleet import SORTS, Alerts, Fleet, FleetRow, Sort, waiting_text
 from loopdeck.operator.records import shown_location
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.fleet_table import FleetTable
@@ -142,15 +142,12 @@ class FleetScreen(Screen[None]):
     def render_fleet(self) -> None:
         now = self.now()
         self.query_one(FleetTable).show(self._shown(now), now)
-        waiting = self.fleet.waiting
+        waiting, questions = self.fleet.waiting, self.fleet.questions
         # Read by every run's header ("+N in other runs").
         by_run = {row.run_id: row.pending for row in self.fleet.rows.values() if row.pending}
         setattr(self.app, "waiting_by_run", by_run)  # noqa: B010
-        badge = (
-            f"  [b reverse $warning] ⚠ {plural(waiting, 'approval')} waiting · i [/]"
-            if waiting
-            else ""
-        )
+        said_waiting = waiting_text(waiting - questions, questions)
+        badge = f"  [b reverse $warning] ⚠ {said_waiting} waiting · i [/]" if waiting else ""
         shown = " · filter “$filter”" if self.filter_text else ""
         header = (
             f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"

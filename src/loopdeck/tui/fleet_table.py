@@ -6,6 +6,9 @@ changed (its look). A frame costs the rows on screen whatever the fleet's size, 
 costs the order. A column is as wide as its widest cell made so far, within its cap, so only
 rows that were drawn (or matched by the filter) are ever measured: a thousand live runs are
 never re-measured as a `DataTable` would.
+
+The runs that need the operator lead the order and are pinned under the header (up to half
+the rows shown): however far down the cursor or the view is, what waits for you is on screen.
 """
 
 from __future__ import annotations
@@ -21,19 +24,19 @@ from textual import events
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
-from loopdeck.core.text import plural
-from loopdeck.operator.fleet import FleetRow
+from loopdeck.operator.fleet import FleetRow, waiting_text
 from loopdeck.tui.in_place import grows_in_place
 from loopdeck.tui.line_table import LineTable, table_css
 from loopdeck.tui.panels import elapsed_text
 from loopdeck.tui.shown import visible
 
-# State and stop next to the run id: at 80 columns they are on screen, the others scroll.
-COLUMNS = ("", "run", "state", "stop", "env/script", "model", "waiting", "closest budget",
+# What waits for you, the state and the stop next to the run id: on screen at 80 columns,
+# the others scroll.
+COLUMNS = ("", "run", "waiting", "state", "stop", "env/script", "model", "closest budget",
            "last finding", "age", "runner")  # fmt: skip
 # The most a column takes (a longer cell ends in "…"): the longest state and stop fit theirs.
 COLUMN_CAP = {"": 1, "run": 24, "state": 17, "stop": 16, "env/script": 32, "model": 28}
-COLUMN_CAP |= {"waiting": 12, "closest budget": 32, "last finding": 60, "age": 10}
+COLUMN_CAP |= {"waiting": 24, "closest budget": 32, "last finding": 60, "age": 10}
 COLUMN_CAP |= {"runner": 28}
 PADDING = 1  # a space either side of each cell, as a DataTable's
 
@@ -64,6 +67,7 @@ class FleetTable(LineTable):
         self._widths = {column: max(1, len(column)) for column in COLUMNS}
         self._widths_grew = False
         self._now: datetime | None = None
+        self._leading = 0  # how many of the first rows need the operator
         self.cursor_row = 0
 
     # -- what the screen asks --------------------------------------------------------------
@@ -79,6 +83,12 @@ class FleetTable(LineTable):
     @property
     def cursor_run(self) -> str | None:
         return self._rows[self.cursor_row].run_id if self._rows else None
+
+    @property
+    def pinned(self) -> int:
+        """The leading runs that need the operator, drawn whatever the scroll: as many as
+        half the rows shown take (the rest of them scroll first in line)."""
+        return min(self._leading, self._rows_shown() // 2)
 
     def get_row_index(self, run_id: str) -> int:
         return self._index[run_id]
@@ -113,10 +123,11 @@ class FleetTable(LineTable):
         """These runs, in this order, as of `now`. The cursor keeps its run when the run is
         still listed, else its place. Nothing is drawn here: the rows on screen are, next
         frame."""
-        kept, place, count = self.cursor_run, self.cursor_row, len(self._rows)
+        kept, place, count, pinned = self.cursor_run, self.cursor_row, len(self._rows), self.pinned
         self._now = now
         self._rows = rows
         self._index = {row.run_id: i for i, row in enumerate(rows)}
+        self._leading = next((i for i, row in enumerate(rows) if not row.needs_operator), len(rows))
         if kept in self._index:
             self.cursor_row = self._index[kept]
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
@@ -124,24 +135,24 @@ class FleetTable(LineTable):
         top = int(self.scroll_y)
         if self.cursor_row != place:  # its run moved: kept in view (else the view stays put)
             self._scroll_cursor_into_view()
-        if len(rows) != count or int(self.scroll_y) != top:
+        if len(rows) != count or int(self.scroll_y) != top or self.pinned != pinned:
             self.refresh()
         else:
             self._refresh_changed()
 
     def _refresh_changed(self) -> None:
         """Only the lines on screen whose run, look or cursor changed are drawn again."""
-        top = int(self.scroll_y)
-        for index in range(top, min(len(self._rows), top + self._rows_shown())):
+        for line, index in self._lines_shown():
             row = self._rows[index]
             look = self._look(row, self._age(row))
             if self._drawn.get(index) != (row.run_id, look, index == self.cursor_row):
-                self.refresh_lines(index + 1)  # the header is line 0
+                self._refresh_row_line(line)
 
     def mark(self, row: FleetRow) -> Text:
-        """Why the run wants a look: ⚠ an approval, ⏸ paused, ● stopped and not yet seen."""
+        """Why the run wants a look: ⚠ an approval or a question, ⏸ paused, ● stopped and not
+        yet seen."""
         need = row.needs_operator
-        if need == "approval":
+        if need in ("approval", "question"):
             return Text("⚠", style=f"bold {self._color('warning')}")
         if need == "paused":
             return Text("⏸", style=f"bold {self._color('warning')}")
@@ -158,8 +169,8 @@ class FleetTable(LineTable):
         projected = None if row.projected_s is None else elapsed_text(row.projected_s)
         return (age, row.needs_operator, row.live, row.run_id in self._seen(), row.state,
                 row.paused, row.stop_reason, row.env, row.script, row.model, row.pending,
-                row.closest, row.closest_fraction >= 0.8, projected, row.last_finding,
-                row.runner, row.started_at is None)  # fmt: skip
+                row.questions, row.closest, row.closest_fraction >= 0.8, projected,
+                row.last_finding, row.runner, row.started_at is None)  # fmt: skip
 
     def _age(self, row: FleetRow) -> str:
         return elapsed_text(row.age_s(self._now)) if self._now is not None else ""
@@ -191,11 +202,11 @@ class FleetTable(LineTable):
         return [
             self.mark(row),
             Text(visible(row.run_id)),
+            Text(waiting_text(row.approvals, row.questions)),
             Text(visible(state)),
             Text(visible(row.stop_reason or ""), style=stop_style),
             Text(visible(f"{row.env}/{row.script}")),
             Text(visible(row.model)),
-            Text(plural(row.pending, "approval") if row.pending else ""),
             Text(visible(closest), style=budget_style),
             Text(visible(row.last_finding[:60])),
             Text(age),
@@ -246,14 +257,14 @@ class FleetTable(LineTable):
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
+        scroll_x = self.scroll_offset.x
         width = self.scrollable_content_region.width
         base = self.rich_style
         if y == 0:
             header = self.get_component_rich_style("fleet-table--header")
             strip = Strip(self._segments([Text(column) for column in COLUMNS]))
             return strip.apply_style(base + header).crop_extend(scroll_x, scroll_x + width, base)
-        index = scroll_y + y - 1
+        index = self._index_at(y)
         if index >= len(self._rows):
             return Strip.blank(width, base)
         row = self._rows[index]
@@ -285,4 +296,4 @@ class FleetTable(LineTable):
     def on_click(self, event: events.Click) -> None:
         offset = event.get_content_offset(self)  # inside the border and padding
         if offset is not None and offset.y >= 1:
-            self.move_cursor(row=int(self.scroll_y) + offset.y - 1)
+            self.move_cursor(row=self._index_at(offset.y))

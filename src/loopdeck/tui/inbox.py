@@ -36,7 +36,7 @@ from loopdeck.operator.records import StoreError, answer_forms
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.inbox_detail import described
 from loopdeck.tui.keys_bar import KeysBar
-from loopdeck.tui.panels import countdown_text
+from loopdeck.tui.panels import countdown_text, title
 from loopdeck.tui.shown import cell, toast
 from loopdeck.tui.shown_input import ShownInput, typing_into
 
@@ -91,8 +91,8 @@ class InboxScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#inbox-reason").display = False
         table = self.query_one("#inbox-table", DataTable)
-        table.border_title = "Approvals inbox"
-        self.query_one("#inbox-detail").border_title = "Selected write"
+        table.border_title = "Waiting for you"  # writes, questions, unknown outcomes
+        title(self.query_one("#inbox-detail"), "Selected write")
         for column in ("expires in", "run", "env/script", "call", "tool", "plan step"):
             table.add_column(column, key=column)
         self.set_interval(1.0, self._tick)
@@ -178,6 +178,7 @@ class InboxScreen(Screen[None]):
     def _show(self, entry: InboxEntry | None) -> None:
         self.refresh_bindings()  # the keys the selected entry takes
         body = self.query_one("#inbox-body", Static)
+        title(self.query_one("#inbox-detail"), f"Selected {_called(entry)}")
         if entry is None:
             body.update("[dim]nothing waiting for you[/dim]")
             return
@@ -362,3 +363,12 @@ class InboxScreen(Screen[None]):
             self.query_one("#inbox-table").focus()
             return
         self.dismiss(None)
+
+
+def _called(entry: InboxEntry | None) -> str:
+    """What the detail's title calls the selected entry: a question is never a write."""
+    if isinstance(entry, PendingQuestion):
+        return "question"
+    if isinstance(entry, PendingOutcome):
+        return "outcome"
+    return "write"

@@ -1,6 +1,10 @@
 """What the console's line-API tables share (the run's calls, the fleet's runs): their keys,
 their look (a `DataTable`'s, in the theme's colors), a row's line style and the cursor kept
-in view. Each draws only the rows on screen; what a row holds is its own."""
+in view. Each draws only the rows on screen; what a row holds is its own.
+
+A table may pin its first rows (`pinned`): they are drawn under the header whatever the
+scroll, and the rows after them scroll beneath. With the view scrolled to the top nothing
+differs; scrolled by `scroll_y`, line `pinned + 1 + k` shows row `scroll_y + pinned + k`."""
 
 from __future__ import annotations
 
@@ -75,6 +79,11 @@ class LineTable(StylePerPaint, ScrollView, can_focus=True):
     def row_total(self) -> int:
         raise NotImplementedError
 
+    @property
+    def pinned(self) -> int:
+        """How many of the first rows are drawn whatever the scroll (none unless said)."""
+        return 0
+
     def move_cursor(self, *, row: int, animate: bool = False) -> None:
         raise NotImplementedError
 
@@ -108,14 +117,33 @@ class LineTable(StylePerPaint, ScrollView, can_focus=True):
     def _rows_shown(self) -> int:
         return max(1, self.scrollable_content_region.height - 1)
 
+    def _index_at(self, line: int) -> int:
+        """The row drawn on `line` (1: the first under the header)."""
+        pinned = self.pinned
+        return line - 1 if line <= pinned else int(self.scroll_y) + line - 1
+
+    def _lines_shown(self) -> list[tuple[int, int]]:
+        """(line, row) for every row on screen: the pinned ones, then those scrolled to."""
+        pinned, top, total = self.pinned, int(self.scroll_y), self.row_total
+        last = min(total, top + self._rows_shown())
+        scrolled = range(top + pinned, last)
+        return [(i + 1, i) for i in range(min(pinned, total))] + [
+            (i - top + 1, i) for i in scrolled
+        ]
+
+    def _refresh_row_line(self, line: int) -> None:
+        self.refresh_lines(int(self.scroll_y) + line)  # in the view's coordinates
+
     def on_resize(self) -> None:
         self.call_after_refresh(self._scroll_cursor_into_view)
 
     def _scroll_cursor_into_view(self) -> None:
-        rows_shown = self._rows_shown()
+        rows_shown, pinned = self._rows_shown(), self.pinned
+        if self.cursor_row < pinned:
+            return  # always on screen
         top = int(self.scroll_y)
-        if self.cursor_row < top:
-            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        if self.cursor_row < top + pinned:
+            self.scroll_to(y=self.cursor_row - pinned, animate=False, immediate=True)
         elif self.cursor_row >= top + rows_shown:
             self.scroll_to(y=self.cursor_row - rows_shown + 1, animate=False, immediate=True)
 
@@ -123,7 +151,10 @@ class LineTable(StylePerPaint, ScrollView, can_focus=True):
         self.move_cursor(row=self.cursor_row + delta)
 
     def action_page(self, direction: int) -> None:
-        self.move_cursor(row=self.cursor_row + direction * self._rows_shown())
+        page = max(1, self._rows_shown() - self.pinned)
+        self.move_cursor(row=self.cursor_row + direction * page)
 
     def action_jump(self, row: int) -> None:
+        if row == 0 and self.pinned:  # the first row is pinned: the view goes home too
+            self.scroll_to(y=0, animate=False, immediate=True)
         self.move_cursor(row=row if row >= 0 else self.row_total - 1)

@@ -1,0 +1,111 @@
+"""`loopdeck runs` and `loopdeck pending` at 80 and 100 columns: the least useful columns give
+way (a shorter time, a column dropped, the arguments cut), never an id or a time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from loopdeck.cli import main
+from loopdeck.store.liveness import this_host
+from loopdeck.store.opening import open_store
+
+WIDTHS = pytest.mark.parametrize("width", [80, 100])
+# Call ids as the providers make them: OpenAI's and Anthropic's.
+CALLS = {
+    "call_8f2KQp1xZr7TnV0aYbW3cD4e": "0022a4e57a64",
+    "toolu_01XyZabcdefghijklmnopq": "b1b47b3167ed",
+}
+
+
+async def _store(db: Path) -> None:
+    """Two live runs of this process (one paused), each with a write waiting, and one ended
+    run with an outcome unknown; long names everywhere, as real envs and models have."""
+    now = datetime.now(UTC)
+    store = await open_store(db)
+    try:
+        for run_id, env, script, model, state, stop, paused in (
+            ("0022a4e57a64", "order_support", "wrong-guess", "openai/gpt-4o-mini",
+             "awaiting_approval", None, 1),
+            ("b1b47b3167ed", "service_outage", "solve", "anthropic/claude-sonnet-4-5",
+             "awaiting_approval", None, 0),
+            ("9c0ffee00042", "service_outage", "wrong-guess", "scripted", "stopped",
+             "provider_failure", 0),
+        ):  # fmt: skip
+            await store.execute(
+                "INSERT INTO runs (run_id, env, script, model, mode, goal, state, stop_reason,"
+                " started_at, tokens, cost_usd, pid, host, heartbeat_at, paused) VALUES"
+                " (?, ?, ?, ?, 'rounds', 'g', ?, ?, ?, 123456, 0.5, ?, ?, ?, ?)",
+                (run_id, env, script, model, state, stop, now.isoformat(),
+                 os.getpid() if stop is None else None, this_host() if stop is None else None,
+                 time.time(), paused),
+            )  # fmt: skip
+        for call_id, run_id in CALLS.items():
+            await store.execute(
+                "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at,"
+                " state) VALUES (?, ?, 'update_delivery_address', ?, ?, ?, 'pending')",
+                (run_id, call_id, '{"order_id": "ORD-1042", "address": "12 Long Street"}',
+                 now.isoformat(), (now + timedelta(minutes=5)).isoformat()),
+            )  # fmt: skip
+        await store.execute(
+            "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at,"
+            " state, outcome) VALUES ('9c0ffee00042', 'c3', 'scale_service', '{}', ?, ?,"
+            " 'approved', 'outcome_unknown')",
+            (now.isoformat(), now.isoformat()),
+        )
+    finally:
+        await store.close()
+
+
+def _printed(command: str, db: Path, width: int, capsys, monkeypatch) -> list[str]:
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main([command, "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and max(len(line) for line in lines) <= width, "\n".join(lines)
+    return lines
+
+
+@WIDTHS
+def test_runs_fits_the_terminal_with_every_id_and_time_whole(
+    tmp_path, capsys, monkeypatch, width
+) -> None:
+    db = tmp_path / "s.db"
+    asyncio.run(_store(db))
+    lines = _printed("runs", db, width, capsys, monkeypatch)
+    said = "\n".join(lines)
+    header = next(line for line in lines if "run_id" in line)
+    assert "state" in header, said
+    for run_id in ("0022a4e57a64", "b1b47b3167ed", "9c0ffee00042"):
+        found = [line for line in lines if run_id in line]
+        assert len(found) == 1, said  # the id whole, on one line
+        line = found[0]
+        assert re.search(r"\d\d-\d\d \d\d:\d\d ", line), said  # its start, to the minute
+        # only the env and script may be cut short
+        assert "…" not in line or "env/script" in header, said
+    assert "provider_failure" in said and "c3" in said, said  # the stop, the outcome unknown
+    assert said.count("awaiting_approval") + said.count("paused ") == 2, said
+
+
+@WIDTHS
+def test_pending_fits_the_terminal_with_every_id_and_expiry_whole(
+    tmp_path, capsys, monkeypatch, width
+) -> None:
+    db = tmp_path / "s.db"
+    asyncio.run(_store(db))
+    lines = _printed("pending", db, width, capsys, monkeypatch)
+    said = "\n".join(lines)
+    for call_id, run_id in CALLS.items():
+        found = [line for line in lines if call_id in line]
+        assert len(found) == 1, said  # the call id whole, on one line
+        line = found[0]
+        assert run_id in line, said
+        assert re.search(r"\d\d:\d\d:\d\d", line), said  # its expiry, to the second
+    assert "expires" in said, said
+    if width == 100:  # room for the tool's name whole; the arguments cut short
+        assert said.count("update_delivery_address") == 2 and '{"order_id"' in said, said
