@@ -49,7 +49,7 @@ def run_screen(app: LoopdeckApp) -> RunScreen | None:
 
 
 async def wait_until(
-    pilot: Pilot[Any], condition: Callable[[], bool], timeout: float = 20.0
+    pilot: Pilot[Any], condition: Callable[[], bool], timeout: float = 60.0
 ) -> None:
     waited = 0.0
     while not condition():

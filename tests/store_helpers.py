@@ -69,10 +69,15 @@ def last_json(text: str) -> Any:
     return json.loads([line for line in text.splitlines() if line.strip()][-1])
 
 
+LOADED_BOUND_S = 120.0  # a wait that fails only when something is really stuck
+
+
 async def wait_for_pending(
-    db: Location, timeout: float = 30.0, call_id: str | None = None
+    db: Location, timeout: float = LOADED_BOUND_S, call_id: str | None = None
 ) -> dict[str, Any]:
-    """The first write waiting for approval (or the one named) once there is one."""
+    """The first write waiting for approval (or the one named) once there is one. The bound
+    is a loaded CI's: a runner starting with both cores busy takes many times its quiet
+    start (a run's LiteLLM import alone)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         store = await open_existing(db)
