@@ -209,3 +209,25 @@ def test_the_attach_farewell_names_the_store_it_was_given(tmp_path) -> None:
         assert f"replay: loopdeck replay {run_id} --db {db}" in said
     finally:
         terminal.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_run_keys_read_as_words_in_a_real_terminal(tmp_path, size) -> None:
+    """`loopdeck run`'s key line names its keys in words at every size, never bare letters."""
+    command = [str(LOOPDECK), "run", str(SAMPLES / "order_support"), "--script", "solve"]
+    terminal = Terminal([*command, "--db", str(tmp_path / "s.db")], size=size)
+    try:
+        terminal.wait_for("Approve this write?")
+        screen = terminal.press_until_gone("Escape", "Approve this write?")
+        screen = terminal.wait_for("Inbox" if size[0] >= 160 else "i inbox")
+        keys = screen.rstrip().splitlines()[-1].lower()
+        for words in ("s stop", "k kill", "p pause", "q quit", "i inbox"):
+            assert words in keys, screen
+        for key in "wtm":  # approvals, transcript, message: a word each, whatever its length
+            assert f" {key} " in keys and f" {key}  " not in keys, screen
+        terminal.press("q")
+        terminal.wait_for("y kill and quit")
+        terminal.press("y")
+        assert "EXITED" in terminal.wait_for("EXITED")
+    finally:
+        terminal.close()

@@ -6,7 +6,7 @@ rejection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 from textual import on
@@ -19,6 +19,7 @@ from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.text import visible_json
+from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.tui.args_edit import ArgsEdit
 from loopdeck.tui.grant_chooser import GrantChooser
 from loopdeck.tui.panels import countdown_text
@@ -44,6 +45,22 @@ GRANT_KEYS = (
     "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
     "[b]esc[/] back"
 )
+
+
+def args_shown(request: ApprovalRequest) -> Iterator[Static]:
+    """The arguments; a file write's content as its diff against the working copy, `+`
+    lines green, `-` lines red, the rest of the arguments below it."""
+    if not request.diff:
+        yield Static(plain(visible_json(request.args)))
+        return
+    styles = {"+": "$text-success", "-": "$text-error", "@": "$text-accent"}
+    lines = [
+        plain(line, "" if line.startswith(("+++", "---")) else styles.get(line[:1], ""))
+        for line in request.diff.splitlines()
+    ]
+    yield Static(Content("\n").join(lines), classes="approval-diff")
+    rest = {k: v for k, v in request.args.items() if k not in CONTENT_FIELDS}
+    yield Static(plain(visible_json(rest)))
 
 
 class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
@@ -84,6 +101,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self.main_keys = TELL_KEYS if request.not_editable else KEYS
         self._expiry = Static(id="approval-expiry")
         self._keys = Static(self.main_keys, id="approval-keys")
+        # Docked at the box's bottom: whatever the evidence's length, the keys stay in view.
+        self._foot = Vertical(id="approval-foot", classes="dialog-foot")
         self._args = VerticalScroll(id="approval-args")
         self._args.border_title = "arguments"
         self._reason = ShownInput(
@@ -135,7 +154,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                 id="approval-meta",
             )
             with self._args:
-                yield Static(plain(visible_json(r.args)))
+                yield from args_shown(r)
             yield Static(
                 markup(
                     "[dim]fingerprint $fingerprint   state $state[/]",
@@ -144,9 +163,10 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                 ),
                 id="approval-ids",
             )
-            yield self._expiry
-            yield self._reason
-            yield self._keys
+            with self._foot:
+                yield self._expiry
+                yield self._reason
+                yield self._keys
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._tick)
@@ -224,7 +244,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         r = self.request
         if self.editing is None:
             self.editing = ArgsEdit(r.args, r.args_schema, r.not_editable, id="approval-edit")
-            self._box.mount(self.editing, before=self._expiry)
+            self._box.mount(self.editing, before=self._foot)
             self.call_after_refresh(self.editing.editor.focus)
         else:
             self.editing.display = True
@@ -250,7 +270,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         r = self.request
         if self.granting is None:
             self.granting = GrantChooser(r.tool, r.args, r.args_schema, id="approval-grant")
-            self._box.mount(self.granting, before=self._expiry)
+            self._box.mount(self.granting, before=self._foot)
             self.call_after_refresh(self.granting.start)
         else:
             self.granting.display = True

@@ -19,6 +19,19 @@ from textual.widgets import Static
 KEY_STYLE = "bold $footer-key-foreground"
 DESCRIPTION_STYLE = "$footer-description-foreground"
 OFF_STYLE = "$footer-foreground 50%"
+# A narrow line's words, by binding id: still words, never bare letters. A key not named here
+# shortens to its description's first word.
+SHORT = {
+    "run.approvals": "wait",
+    "run.transcript": "log",
+    "run.message": "msg",
+    "run.back": "fleet",
+    "run.stop": "stop",
+    "run.kill": "kill",
+    "run.pause": "pause",
+    "app.quit_run": "quit",
+    "app.inbox": "inbox",
+}
 
 Key = tuple[str, str, bool]  # the key, its description, whether it is enabled now
 
@@ -74,8 +87,8 @@ class KeysBar(Static):
             self._draw(keys, palette)
 
     def _fitted(self, keys: list[Key], palette: Key | None) -> tuple[list[Key], Key | None]:
-        """Every key stays on a narrow line: the descriptions shorten to their first word,
-        then the palette's key goes, then the descriptions do."""
+        """Every key stays on a narrow line: the descriptions shorten to a word (`SHORT`),
+        then the palette's key goes; the words stay, cut at the edge at worst."""
         room = self.size.width or 10_000
 
         def width(shown: list[Key], tail: Key | None) -> int:
@@ -83,11 +96,17 @@ class KeysBar(Static):
             tail_width = len(self._display(tail[0])) + len(tail[1]) + 4 if tail else 0
             return keys_width + tail_width
 
-        short = [(k, d.split()[0].rstrip("…") if d else d, e) for k, d, e in keys]
-        for shown, tail in ((keys, palette), (short, palette), (short, None)):
+        short = [(k, self._short(k, d), e) for k, d, e in keys]
+        for shown, tail in ((keys, palette), (short, palette)):
             if width(shown, tail) <= room:
                 return shown, tail
-        return [(k, "", e) for k, _, e in keys], None
+        return short, None
+
+    def _short(self, key: str, description: str) -> str:
+        binding = self._keys_shown[key]
+        if binding.id in SHORT:
+            return SHORT[binding.id]
+        return description.split()[0].rstrip("…") if description else description
 
     def _display(self, key: str) -> str:
         return self.app.get_key_display(self._keys_shown[key])

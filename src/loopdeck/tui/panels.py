@@ -141,6 +141,7 @@ class OutcomePanel(VerticalScroll):
 
     def show(self, view: RunView) -> None:
         self.display = view.finished
+        self.screen.set_class(view.finished, "-stopped")  # the stylesheet makes room for it
         if not view.finished:
             return
         var = "$success" if view.stop_reason == "goal_met" else "$error"

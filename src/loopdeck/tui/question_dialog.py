@@ -100,10 +100,11 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
                 yield Static(plain(self.question), id="answer-question")
                 if self.asked and self.asked.evidence:
                     yield Static(self._evidence(), id="answer-evidence")
-            yield self._countdown
-            yield self._answer
-            yield self._problem
-            yield self._keys
+            with Vertical(id="answer-foot", classes="dialog-foot"):  # docked: always shown
+                yield self._countdown
+                yield self._answer
+                yield self._problem
+                yield self._keys
 
     def on_mount(self) -> None:
         if self.asked is not None and self.asked.acts_at is not None:

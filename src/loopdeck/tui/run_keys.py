@@ -18,6 +18,9 @@ class RunKeysPart(RunPanelsPart):
         Binding("w", "approvals", "Approvals", id="run.approvals"),
         Binding("t", "transcript", "Transcript", id="run.transcript"),
         Binding("m", "message", "Message", id="run.message"),
+        # `m` on a run that has ended still opens its box (marked so): the letters typed next
+        # are typed there, never taken as the run's keys.
+        Binding("m", "message_ended", "Message", id="run.message_ended", show=False),
         Binding("escape", "back", "Fleet", id="run.back"),
         Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
         Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
@@ -30,6 +33,8 @@ class RunKeysPart(RunPanelsPart):
             return bool(getattr(self.app, "fleet_home", False))
         if action == "message":
             return self.running and not self.quitting
+        if action == "message_ended":
+            return not (self.running and not self.quitting)
         return True
 
     def action_back(self) -> None:
@@ -63,6 +68,12 @@ class RunKeysPart(RunPanelsPart):
             self.notify("message sent: the model hears it before its next turn")
 
         self.app.push_screen(MessageDialog(self.view.run_id), typed)
+
+    def action_message_ended(self) -> None:
+        from loopdeck.tui.message_dialog import MessageDialog
+
+        toast(self, "the run has ended: nobody is left to hear a message", title="not sent")
+        self.app.push_screen(MessageDialog(self.view.run_id, ended=True))
 
     def action_plan(self, delta: int) -> None:
         self.query_one(PlanPanel).browse(self.view, delta)
