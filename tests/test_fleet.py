@@ -365,3 +365,16 @@ async def test_a_folder_that_is_no_env_is_said_in_the_launcher(tmp_path) -> None
 
         await wait_until(pilot, lambda: any("no such env folder" in m for m in said()))
         assert not app.local_runs
+
+
+async def test_an_empty_fleet_says_where_to_start(tmp_path) -> None:
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        header = app.screen.query_one("#fleet-header")
+
+        def said() -> str:
+            return str(header.render())
+
+        await wait_until(pilot, lambda: "0 runs" in said())
+        assert "n starts a run" in said()

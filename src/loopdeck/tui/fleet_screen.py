@@ -149,6 +149,8 @@ class FleetScreen(Screen[None]):
         said_waiting = waiting_text(waiting - questions, questions)
         badge = f"  [b reverse $warning] ⚠ {said_waiting} waiting · i [/]" if waiting else ""
         shown = " · filter “$filter”" if self.filter_text else ""
+        if not self.fleet.rows:  # a new store: where to start
+            shown += " · [b $accent]n[/] starts a run"
         header = (
             f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
             f"{' · [b $error]$outage[/]' if self.fleet.outage.since else ''}"
