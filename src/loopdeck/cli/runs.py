@@ -300,12 +300,15 @@ def launcher(args: argparse.Namespace) -> int:
 
 
 def after_console(app: LoopdeckApp, code: int | None) -> int:
-    """The console is gone: say what became of the run, in one line, and exit 0 on a quit.
-    What is said names outside text (a theme's path, the run's words): shown `visible`."""
+    """The console is gone: say what became of the run, in one line, and exit 0 on a quit,
+    the app's return code otherwise (1: the console failed). What is said names outside text
+    (a theme's path, the run's words): shown `visible`."""
     from loopdeck.core.text import visible
 
     for problem in app.theme_problems:
         print(f"loopdeck: {visible(str(problem))}", file=sys.stderr)
     if app.farewell:
         print(visible(str(app.farewell)))
+    if app.return_code:
+        return app.return_code
     return 0 if code is None else code

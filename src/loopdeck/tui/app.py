@@ -5,12 +5,15 @@ paints its first frame before the run's own modules are imported. Those (pydanti
 runtime, the store, the screens) are imported where they are first needed, and a run given
 as `ConsoleStart.prepare` is prepared on a thread behind that frame. How the console opens is
 `loopdeck.tui.console_start`; how it is left, `loopdeck.tui.console_quit`.
+
+An action (a key, a click, a command) that raises is said and the console goes on
+(`run_action`); a failure Textual cannot go on from ends the console with a non-zero exit.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,12 +27,15 @@ from loopdeck.tui import console_quit
 from loopdeck.tui.console_quit import run_screen_of
 from loopdeck.tui.console_start import apply_themes, first_screen, start_local
 from loopdeck.tui.console_state import ConsoleStart, ConsoleState, Preparation
-from loopdeck.tui.failures import worker_failed
+from loopdeck.tui.failures import handler_failed, worker_failed
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.shown_input import typing_into
 from loopdeck.tui.themes import APP_VARIABLES
 
 if TYPE_CHECKING:
+    from textual.actions import ActionParseResult
+    from textual.dom import DOMNode
+
     from loopdeck.tui.run_screen import RunScreen
 
 __all__ = ["ConsoleStart", "LoopdeckApp", "Preparation"]
@@ -133,6 +139,21 @@ class LoopdeckApp(ConsoleState):
 
         if (self.fleet_home or self.db_path) and not isinstance(self.screen, InboxScreen):
             self.push_screen(InboxScreen(self.db_path, self.now))
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Every key's, click's and command's action: one that raises is said (what failed,
+        why) and taken as done; the console goes on."""
+        try:
+            return await super().run_action(action, default_namespace, namespaces)
+        except Exception as error:  # said, not dropped: failures.py's one place
+            name = action if isinstance(action, str) else action[1]
+            handler_failed(self, f"the action {name}", error)
+            return True
 
     def on_unmount(self) -> None:
         self.stop_counting.set()

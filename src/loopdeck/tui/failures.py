@@ -1,7 +1,7 @@
-"""The one place a background failure of the console is said: a worker that raised, a
-command an attached console could not send. Each is a notification naming what failed, why,
-and what it means for the run; a cancelled worker (the screen left, a newer one replaced it)
-is no failure and stays quiet.
+"""The one place a failure of the console is said: a worker that raised, a command an
+attached console could not send, a screen's action that raised (`handler_failed`; the console
+goes on). Each is a notification naming what failed, why, and what it means for the run; a
+cancelled worker (the screen left, a newer one replaced it) is no failure and stays quiet.
 
 Every node that runs workers routes its `Worker.StateChanged` here (Textual does not bubble
 that message); a link's asyncio tasks report through the link's `on_failure` listeners,
@@ -48,6 +48,11 @@ def say(node: App[Any] | Widget, failed: str, meaning: str = "", title: str = ""
     """`failed` ("stop not sent: StoreError: …"), then what it means for the run."""
     message = f"{failed} — {meaning}" if meaning else failed
     toast(node, message, title=title or "failed", severity="error", timeout=FAILED_FOR_S)
+
+
+def handler_failed(node: App[Any] | Widget, what: str, error: BaseException) -> None:
+    """A key's or a click's action raised: said; the console goes on without it."""
+    say(node, f"{what} failed: {said(error)}", "nothing else changed: the console goes on")
 
 
 def worker_failed(
