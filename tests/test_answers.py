@@ -115,7 +115,7 @@ def test_loopdeck_answer_releases_a_waiting_headless_run(tmp_path, cli) -> None:
         out, _ = runner.communicate(timeout=60)
         assert last_json(out)["stop_reason"] == "goal_met"
         code, _, err = cli("answer", run_id, "again", "--db", str(db))
-        assert code == 1 and "no question waiting" in err
+        assert code == 1 and "already ended (goal_met)" in err
     finally:
         runner.kill()
         runner.wait()
