@@ -113,6 +113,7 @@ async def _folder_read_twice_and_started(
     await _started(pilot, app, count)
 
 
+@pytest.mark.slow  # two runs started from the console: seconds (make stress)
 @pytest.mark.parametrize("key", ["slash", "tab"])
 async def test_an_env_folder_read_twice_is_listed_once_and_starts(tmp_path, key: str) -> None:
     desk = tmp_path / "mydesk"

@@ -3,6 +3,7 @@
 
 from datetime import UTC, datetime
 
+import pytest
 from conftest import SAMPLES, run_env
 from textual.app import App
 from textual.widgets import Static
@@ -32,6 +33,7 @@ def test_no_diff_for_other_calls_or_paths_outside_the_working_copy(tmp_path) -> 
     assert write_diff(tmp_path, {"path": 3, "content": "x"}) == ""
 
 
+@pytest.mark.slow  # a whole run with its model: seconds (make stress)
 async def test_the_runtime_asks_a_file_write_with_its_diff() -> None:
     _, rec = await run_env(SAMPLES / "repo_triage", "solve")
     asked = [e for e in rec.kinds("approval_requested") if e.tool == "write_file"]

@@ -144,6 +144,7 @@ def _run_headless(tmp_path: Path, url: str) -> tuple[int, str, str]:
     return process.returncode, run_id, err.decode().strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # a loopdeck process waits out its bound: seconds (make stress)
 @pytest.mark.parametrize("stuck", ["silent", "trickle"], indirect=True)
 def test_a_collector_that_hangs_does_not_hold_the_exit(tmp_path, stuck) -> None:
     code, run_id, said = _run_headless(tmp_path, stuck.url)
@@ -156,6 +157,7 @@ def test_a_collector_that_hangs_does_not_hold_the_exit(tmp_path, stuck) -> None:
     assert found.group(1) == found.group(2) == "9"
 
 
+@pytest.mark.slow  # a loopdeck process retries to its bound: seconds (make stress)
 def test_a_collector_that_is_down_is_said_with_what_was_not_sent(tmp_path) -> None:
     url = _closed_port()
     code, run_id, said = _run_headless(tmp_path, url)
