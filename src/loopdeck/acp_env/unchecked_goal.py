@@ -16,6 +16,7 @@ from loopdeck.core.questions import Asking
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
+from loopdeck.core.workspace_changes import changes_between, files_of
 
 QUESTION = (
     "The agent ended its turn; nothing checks the goal. Accept (goal met on your word), say"
@@ -43,8 +44,8 @@ def parse_word(text: str) -> tuple[Word, str]:
 
 
 def changed_files(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    old, new = before.get("files", {}), after.get("files", {})
-    return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+    changes = changes_between(files_of(before), files_of(after))
+    return sorted([*changes.added, *changes.changed, *changes.removed])
 
 
 def _asking(host: RunHost, turn_end: str, said: str, changed: list[str]) -> Asking:
