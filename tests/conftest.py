@@ -79,6 +79,8 @@ def _private_store(
     monkeypatch.setenv("LOOPDECK_DB", str(path))
     # The user data dir (where spill files go) is the test's own as well.
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
+    # A developer's own policy (the user config folder's) never decides a test's calls.
+    monkeypatch.setenv("LOOPDECK_USER_POLICY", "none")
     return path
 
 

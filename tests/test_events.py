@@ -47,6 +47,8 @@ def _value(annotation: Any) -> Any:
         return tuple(_value(arg) for arg in args)
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return next(iter(annotation))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a nested model
+        return annotation(**{n: _value(f.annotation) for n, f in annotation.model_fields.items()})
     samples = {str: "text", int: 3, float: 1.5, bool: True, datetime: AT}
     return samples.get(annotation, 7)
 

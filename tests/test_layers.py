@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "loopdeck"
 LAYERS = (
     "core", "store", "llm", "operator", "tui", "cli", "tuning", "workdir",
-    "python_env", "mcp_env", "acp_env",
+    "python_env", "mcp_env", "acp_env", "policy",
 )  # fmt: skip
 # Each kind of run is a package of its own, registered in `operator/kinds.py` by module path:
 # no kind imports another (what two share is in `workdir` or `core`), and nothing but its own
@@ -30,7 +30,13 @@ ABOVE_KINDS = frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "te
 # What each layer must not import (a layer or a third-party top-level package).
 FORBIDDEN: dict[str, frozenset[str]] = {
     "core": frozenset(
+        {"store", "llm", "operator", "tui", "cli", "tuning", "workdir", "policy", *KINDS}
+        | {"mcp", "acp"}
+    ),
+    # Policy as code: decides over core's facts; below the operator's door, beside the kinds.
+    "policy": frozenset(
         {"store", "llm", "operator", "tui", "cli", "tuning", "workdir", *KINDS, "mcp", "acp"}
+        | {"textual"}
     ),
     # What the kinds that work in a folder share (the guardian, the goal check): below them.
     "workdir": frozenset({*ABOVE_KINDS, *KINDS, "mcp", "acp"}),

@@ -18,7 +18,7 @@ from loopdeck.cli.parser import ENV_COMMANDS, EXIT_BAD_INPUT, STORE_COMMANDS, bu
 
 # Commands that run an agent here: a stop signal before their loop can take it is kept
 # (`stop_signals.kept`), so the run is still recorded killed.
-RUN_COMMANDS = ("run", "acp")
+RUN_COMMANDS = ("run", "acp", "gateway")
 # Commands that hold a terminal for long: they outlive it (`stop_signals.outlive_terminal`),
 # so a summary or a console's drawing into a closed one never stalls a run's stop.
 TERMINAL_COMMANDS = (*RUN_COMMANDS, "console", "attach", "replay")
@@ -55,6 +55,14 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
         from loopdeck.cli.store_commands import run_store_command
 
         return run_store_command
+    if args.command == "policy":
+        from loopdeck.cli.policy_commands import run_policy_command
+
+        return run_policy_command
+    if args.command == "gateway":
+        from loopdeck.cli.gateway_command import run_gateway
+
+        return run_gateway
     if args.command == "serve":
         from loopdeck.cli.serve import run_serve
 

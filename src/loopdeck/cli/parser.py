@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from loopdeck.cli.gateway_parser import add_gateway_command
+from loopdeck.cli.policy_commands import add_policy_command
 from loopdeck.cli.serve import add_serve_command
 from loopdeck.store.base import DB_HELP, store_location
 
@@ -24,7 +26,7 @@ EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 ENV_COMMANDS = ("envs", "init-env", "check")
 STORE_COMMANDS = (
     "runs", "pending", "approve", "reject", "answer", "message", "cancel", "pause", "resume",
-    "export", "attach", "replay", "grants", "revoke", "resolve",
+    "export", "attach", "replay", "grants", "revoke", "resolve", "verify",
 )  # fmt: skip
 
 
@@ -147,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_flags(run)
     add_acp_command(commands)
+    add_gateway_command(commands, add_agent_flags, add_run_flags)
 
     console = commands.add_parser(
         "console", help="the console's fleet: every run in the store, live (n starts one)"
@@ -158,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_store_commands(commands)
+    add_policy_command(commands)
     add_serve_command(commands)
 
     add_env_commands(commands)
@@ -190,11 +194,23 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         help="with an operator attached, pause and ask when a budget passes this fraction",
     )
     parser.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+    add_policy_flag(parser)
     add_otlp_flags(
         parser,
         "send the run as one OpenTelemetry trace to this OTLP/HTTP endpoint, what has ended"
         " as it runs, the rest when it stops (default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or"
         " OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, when set)",
+    )
+
+
+def add_policy_flag(parser: argparse.ArgumentParser) -> None:
+    """`--policy FILE`: the run's own level of its policy, over the user's and the env's."""
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="a policy.toml deciding this run's calls before you are asked (with the user's"
+        " and the env folder's: deny over ask over allow)",
     )
 
 
@@ -206,25 +222,33 @@ def add_acp_command(commands: Any) -> None:
         help="run an ACP agent on a folder, in place, under loopdeck's supervision",
         usage="loopdeck acp --goal TEXT [--workdir DIR] [--check CMD] [options] -- AGENT_CMD ARGS…",
     )
-    acp.add_argument("--goal", metavar="TEXT", help="what the agent is to do: its first prompt")
-    acp.add_argument(
-        "--workdir",
-        type=Path,
-        default=Path("."),
-        metavar="DIR",
-        help="the folder the agent works in, in place: never copied, never removed (default: here)",
-    )
-    acp.add_argument(
-        "--check",
-        type=command_line,
-        metavar="CMD",
-        help="the goal check, run in DIR after each turn, without a shell (exit 0: met; its"
+    add_agent_flags(
+        acp,
+        "what the agent is to do: its first prompt",
+        "the goal check, run in DIR after each turn, without a shell (exit 0: met; its"
         " output: what is left). Without it you judge each turn, or headless the run stops",
     )
     acp.add_argument(
         "--mode", dest="session_mode", metavar="NAME", help="the ACP session mode to set"
     )
     acp.add_argument(
+        "agent_command", nargs="*", metavar="AGENT_CMD", help="after --: the agent's command"
+    )
+    add_run_flags(acp)
+
+
+def add_agent_flags(parser: argparse.ArgumentParser, goal: str, check: str) -> None:
+    """The flags of an agent run on a folder in place: `acp`'s and `gateway`'s alike."""
+    parser.add_argument("--goal", metavar="TEXT", help=goal)
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="the folder the agent works in, in place: never copied, never removed (default: here)",
+    )
+    parser.add_argument("--check", type=command_line, metavar="CMD", help=check)
+    parser.add_argument(
         "--env",
         dest="agent_env",
         action="append",
@@ -233,10 +257,6 @@ def add_acp_command(commands: Any) -> None:
         metavar="KEY=VALUE",
         help="added to the agent's environment (${VAR}: from loopdeck's); repeatable",
     )
-    acp.add_argument(
-        "agent_command", nargs="*", metavar="AGENT_CMD", help="after --: the agent's command"
-    )
-    add_run_flags(acp)
 
 
 def add_store_commands(commands: Any) -> None:
@@ -290,6 +310,13 @@ def add_store_commands(commands: Any) -> None:
     replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
     replay.add_argument("run_id", metavar="RUN_ID")
     replay.add_argument("--theme")
+    verify = with_db(
+        commands.add_parser("verify", help="prove a run's log by its hash chain (no RUN_ID: all)")
+    )
+    verify.add_argument("run_id", metavar="RUN_ID", nargs="?")
+    verify.add_argument(
+        "--export", type=Path, metavar="FILE", help="verify an export file (`loopdeck export`)"
+    )
 
 
 def budget_overrides(args: argparse.Namespace) -> dict[str, Any]:

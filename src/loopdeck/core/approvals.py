@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from loopdeck.core.canonical import sha256_hex
+from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.grant_rules import GrantRule
 
 
@@ -47,6 +48,8 @@ class ApprovalRequest(BaseModel):
     not_editable: str = ""
     # A file write's change to the working copy as a unified diff ("" for other writes).
     diff: str = ""
+    # The policy's rule that hands this call to the operator, and why (None: no rule did).
+    asked_by: DecidedBy | None = None
 
 
 REJECTED = "rejected by the operator"  # a rejection's reason when the operator gave none
@@ -142,6 +145,7 @@ def request_for(
     risk_source: str = "",
     not_editable: str = "",
     diff: str = "",
+    asked_by: DecidedBy | None = None,
 ) -> ApprovalRequest:
     now = datetime.now(UTC)
     return ApprovalRequest(
@@ -161,6 +165,7 @@ def request_for(
         risk_source=risk_source,
         not_editable=not_editable,
         diff=diff,
+        asked_by=asked_by,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.event_base import EventBase
 
 
@@ -28,6 +29,8 @@ class ApprovalRequested(EventBase):
     diff: str = ""  # a file write's change to the working copy, as a unified diff
     # Approved by this standing grant as it is asked: never pending, nobody is asked.
     grant_id: str | None = None
+    # The policy's rule that hands this call to the operator, and why (None: no rule did).
+    asked_by: DecidedBy | None = None
 
 
 class ApprovalDecided(EventBase):
@@ -40,6 +43,37 @@ class ApprovalDecided(EventBase):
     args: dict[str, Any] | None = None
     changes: list[str] = []
     grant_id: str | None = None  # approved by this standing grant, not asked
+    # Who decided: an operator and the channel, the default, a grant, a policy's rule.
+    decided_by: DecidedBy | None = None
+
+
+class PolicyInForce(EventBase):
+    """The policy a run's calls are decided under, recorded before its first decision: each
+    level's file (user, env, run) with its SHA-256, mode and text, and the kind of run."""
+
+    kind: Literal["policy_in_force"] = "policy_in_force"
+    sha256: str  # of the levels' hashes together
+    levels: list[dict[str, str]]  # level, path, sha256, mode, text
+    run_kind: str
+
+
+class PolicyDecided(EventBase):
+    """What the policy decided on one ask of a call, before anyone else is asked: the
+    attributes its rules saw (`facts`), the rule that decided what is enforced (`effect`:
+    allow, deny, ask, or none: no rule of an enforced level matched) and what it would have
+    decided counting its shadow levels too (`would`), the rules that matched and those that
+    could not be evaluated."""
+
+    kind: Literal["policy_decided"] = "policy_decided"
+    call_id: str
+    effect: Literal["allow", "deny", "ask", "none"]
+    decided_by: DecidedBy | None = None
+    would: Literal["allow", "deny", "ask", "none"]
+    would_by: DecidedBy | None = None
+    matched: list[str] = []  # "env:src-writes (allow)"
+    errors: list[str] = []  # "env:after-untrusted: no such member in mapping: 'path'"
+    grant_id: str | None = None  # a standing grant that covers the call
+    facts: dict[str, Any] = {}
 
 
 class GrantGiven(EventBase):

@@ -16,6 +16,8 @@ from loopdeck.core.decision_events import (
     GrantGiven,
     GrantRevoked,
     OutcomeResolved,
+    PolicyDecided,
+    PolicyInForce,
     QuestionAnswered,
     QuestionAsked,
 )
@@ -32,6 +34,8 @@ __all__ = [
     "GrantGiven",
     "GrantRevoked",
     "OutcomeResolved",
+    "PolicyDecided",
+    "PolicyInForce",
     "QuestionAnswered",
     "QuestionAsked",
 ]
@@ -253,6 +257,8 @@ Event = Annotated[
     | GrantGiven
     | GrantRevoked
     | OutcomeResolved
+    | PolicyInForce
+    | PolicyDecided
     | QuestionAsked
     | QuestionAnswered
     | ToolRetry

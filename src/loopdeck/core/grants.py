@@ -88,13 +88,21 @@ class Grants:
 
     def covering(self, tool: str, args: dict[str, Any]) -> Grant | None:
         """The first active grant that covers this call, its use counted."""
+        grant = self.find(tool, args)
+        if grant is not None:
+            self.use(grant)
+        return grant
+
+    def find(self, tool: str, args: dict[str, Any]) -> Grant | None:
+        """The first active grant that covers this call, its use not counted (a policy's
+        rule that asks or denies comes before it)."""
         now = datetime.now(UTC)
-        for grant in self.given:
-            if grant.covers(tool, args, now):
-                if grant.uses_left is not None:
-                    grant.uses_left -= 1
-                return grant
-        return None
+        return next((grant for grant in self.given if grant.covers(tool, args, now)), None)
+
+    @staticmethod
+    def use(grant: Grant) -> None:
+        if grant.uses_left is not None:
+            grant.uses_left -= 1
 
     def revoke(self, grant_id: str, by: str) -> str | None:
         """None when revoked now; else why not (no such grant, already revoked)."""

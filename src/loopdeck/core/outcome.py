@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import RunState, StopReason
 
@@ -30,6 +31,7 @@ class CallRecord:
     duration_ms: float | None = None
     retries: int = 0
     risk_source: str = ""  # where the risk came from (an MCP server's annotation, an override)
+    decided_by: DecidedBy | None = None  # who decided its last ask (None: never asked)
 
 
 class RunOutcome(BaseModel):
@@ -72,6 +74,7 @@ class RunOutcome(BaseModel):
                 "args": c.args,
                 "fingerprint": c.fingerprint,
                 "status": c.status.value,
+                "decided_by": c.decided_by.flat() if c.decided_by else None,
                 **_result_fields(c),
             }
             for c in self.calls

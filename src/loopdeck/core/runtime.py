@@ -40,6 +40,7 @@ from loopdeck.core.model import ModelClient
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.operator_messages import OperatorMessages
 from loopdeck.core.outcome import CallRecord, RunOutcome
+from loopdeck.core.policy_gate import PolicyGate
 from loopdeck.core.questions import AGENT_ASKS, Asking, Questions
 from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
@@ -66,6 +67,7 @@ class Runtime:
         dispatcher: Dispatcher | None = None,
         answerer: Answerer | None = None,
         agent_loop: LoopMaker | None = None,
+        policy: PolicyGate | None = None,
     ) -> None:
         self.config = config
         self.env = env
@@ -86,7 +88,7 @@ class Runtime:
         self.env_thread = EnvThread(config.env_stray_wait_s)
         dispatcher = dispatcher or Dispatcher()
         dispatcher.env_thread = self.env_thread
-        self.calls = CallHandler(self, WriteApprovals(self, approver), dispatcher)
+        self.calls = CallHandler(self, WriteApprovals(self, approver, policy), dispatcher)
         # The agent's loop: loopdeck's own (a model's turns), or a kind's own, which reaches
         # the run only through its `RunHost`.
         self.agent = AgentLoop(self) if agent_loop is None else agent_loop(RunHost(self))

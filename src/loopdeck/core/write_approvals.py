@@ -25,9 +25,11 @@ from loopdeck.core.approvals import (
     Approver,
     request_for,
 )
+from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
+from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.decisions import Decision, ToolCall
 from loopdeck.core.environment import Environment
 from loopdeck.core.events import (
@@ -38,8 +40,9 @@ from loopdeck.core.events import (
     CallStatus,
     Emit,
 )
-from loopdeck.core.grants import Grant, Grants
+from loopdeck.core.grants import Grants
 from loopdeck.core.outcome import CallRecord
+from loopdeck.core.policy_gate import CallBook, PolicyGate, PolicyStep, Ruling
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, json_text, visible
 from loopdeck.core.timeouts import bounded
@@ -61,7 +64,11 @@ class ApprovalHost(Protocol):
     machine: StateMachine
     tools: dict[str, ToolSpec]
     env: Environment
+    ledger: BudgetLedger
+    round: int
 
+    @property
+    def calls(self) -> CallBook: ...
     def move(self, target: RunState) -> None: ...
     @property
     def emit(self) -> Emit: ...
@@ -92,11 +99,15 @@ class AskAgain:
 
 
 class WriteApprovals:
-    def __init__(self, host: ApprovalHost, approver: Approver) -> None:
+    def __init__(
+        self, host: ApprovalHost, approver: Approver, policy: PolicyGate | None = None
+    ) -> None:
         self.rt = host
         self.approver = approver
         self.pending: ApprovalRequest | None = None
         self.grants = Grants(host.emit, host.config.run_id)
+        # The policy's say before the operator's (`core/policy_gate.py`); grants' without one.
+        self.policy = PolicyStep(host, host.emit, self.grants, policy)
 
     @property
     def run_id(self) -> str:
@@ -142,17 +153,19 @@ class WriteApprovals:
         )  # fmt: skip
         self.rt.emit(ApprovalRequested, grant_id=None, **request.model_dump())
         refused = ApprovalDecision(call_id=record.call_id, approved=False, reason=why, by=LOOPDECK)
-        self._decided(request, refused, None)
+        self._decided(request, refused, Ruling(), record)
         return Rejected(capped(why, REASON_CAP))
 
     async def ask_once(
         self, record: CallRecord, call: ToolCall, decision: Decision, again: AskAgain | None
     ) -> Approved | Rejected | AskAgain:
         """One ask: the first about the state the call was proposed in, the next (`again`)
-        about the state it found changed. A grant that covers the call answers a first ask;
-        an ask again is always the operator's."""
+        about the state it found changed. The policy's rule may decide it, or a grant that
+        covers a first ask; else the operator (an ask again without a policy always is)."""
         spec = self.rt.tools[call.tool]
         proposed = again.args if again and again.args is not None else call.args
+        asked_in = again.state_hash if again else None
+        ruling = self.policy.ruling(record, self.rt.calls, call.tool, proposed, asked_in)
         request = request_for(
             run_id=self.run_id,
             call_id=record.call_id,
@@ -168,9 +181,9 @@ class WriteApprovals:
             risk_source=spec.risk_source,
             not_editable=spec.not_editable,
             diff=await asyncio.to_thread(write_diff, self.rt.env.workdir, proposed),
+            asked_by=ruling.asked_by,
         )
-        grant = None if again else self.grants.covering(call.tool, call.args)
-        decided = await self._ask(request, record, grant)
+        decided = await self._ask(request, record, ruling)
         if decided is None:  # nobody decided before the request expired: asked again
             expired = f"the request expired unanswered at {request.expires_at:%H:%M:%S} UTC"
             self.invalidated(record.call_id, expired)
@@ -178,12 +191,12 @@ class WriteApprovals:
         if decided.approved and decided.args is not None and spec.not_editable:
             decided = told_instead(decided, spec.not_editable)
         if not decided.approved:
-            self._decided(request, decided, grant)
+            self._decided(request, decided, ruling, record)
             self.rt.move(RunState.DECIDING)
             return Rejected(capped(decided.reason or "rejected by the operator", REASON_CAP))
         args, refused = self._edit(spec, proposed, decided.args)
         changes = arg_changes(call.args, args) if args != call.args else []
-        self._decided(request, decided, grant, args if changes else None, changes)
+        self._decided(request, decided, ruling, record, args if changes else None, changes)
         if refused:
             self.invalidated(record.call_id, refused)
             return AskAgain(refused, request.state_hash)
@@ -239,10 +252,11 @@ class WriteApprovals:
         return f"{step}. {self.rt.plan[step - 1]}"
 
     async def _ask(
-        self, request: ApprovalRequest, record: CallRecord, grant: Grant | None
+        self, request: ApprovalRequest, record: CallRecord, ruling: Ruling
     ) -> ApprovalDecision | None:
-        """The decision, or None when the request expired with nobody deciding (a decision
-        refused once it expired would otherwise leave the run waiting on nothing)."""
+        """The decision (a rule's or a grant's made already: nobody is asked), or None when
+        the request expired with nobody deciding (a decision refused once it expired would
+        otherwise leave the run waiting on nothing)."""
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
@@ -250,11 +264,11 @@ class WriteApprovals:
         rt.emit(
             ApprovalRequested,
             run_id=self.run_id,
-            grant_id=grant.grant_id if grant else None,
+            grant_id=ruling.grant.grant_id if ruling.grant else None,
             **request.model_dump(exclude={"run_id"}),
         )
-        if grant is not None:  # still a recorded approval, by the grant
-            return ApprovalDecision(call_id=request.call_id, approved=True, by=grant.approver())
+        if ruling.decision is not None:  # still a recorded decision, by the rule or grant
+            return ruling.decision
         self.pending = request
         left = max((request.expires_at - datetime.now(UTC)).total_seconds(), 0.0)
         try:
@@ -270,10 +284,14 @@ class WriteApprovals:
         self,
         request: ApprovalRequest,
         decided: ApprovalDecision,
-        grant: Grant | None,
+        ruling: Ruling,
+        record: CallRecord,
         args: dict[str, Any] | None = None,
         changes: list[str] | None = None,
     ) -> None:
+        """Recorded with who decided: the ruling's rule or grant, else whoever answered."""
+        by = ruling.decided_by if ruling.decision is not None else None
+        record.decided_by = by or DecidedBy.of(decided.by)
         self.rt.emit(
             ApprovalDecided,
             run_id=self.run_id,
@@ -283,7 +301,8 @@ class WriteApprovals:
             by=decided.by,
             args=args,
             changes=changes or [],
-            grant_id=grant.grant_id if grant else None,
+            grant_id=ruling.grant.grant_id if ruling.grant else None,
+            decided_by=record.decided_by,
         )
 
 

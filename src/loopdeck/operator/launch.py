@@ -18,6 +18,7 @@ from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir, workdir_in_script
 from loopdeck.core.events import EventBus
+from loopdeck.core.policy_gate import PolicyGate
 from loopdeck.core.run_kind import Opening, RunKind
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import Scenario, ScenarioError, Script
@@ -27,6 +28,7 @@ from loopdeck.llm.profile import UnsupportedLayer
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.approving import ApproveMode, deciders
 from loopdeck.operator.kinds import kind_named, kind_of
+from loopdeck.policy.sources import policy_files
 from loopdeck.store.approver import Recording
 
 BUDGET_FLAGS = {
@@ -90,6 +92,7 @@ class RunOptions:
     # Told what the preparation waits for, in words (the console's first frame says it).
     phase: Callable[[str], None] | None = None
     acp: AcpTarget | None = None  # `loopdeck acp`: no env folder (`env` is only its name)
+    policy: Path | None = None  # `--policy FILE`: the run's level of its policy
 
 
 @dataclass
@@ -126,6 +129,7 @@ def prepare_run(
     agent = kind.agent_name(env_dir, target)
     model_name = agent or options.model or _scenario(env_dir).model
     script_name, script = _script(options, kind, env_dir, agent, model_name)
+    policy = _policy(options, env_dir, kind)
     queue = None
     if approver is None:
         chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
@@ -155,8 +159,19 @@ def prepare_run(
     run_model = opened.model or model
     assert run_model is not None, "a kind with no model of its own runs the run's model"
     runtime = Runtime(config, opened.env, run_model, approver, bus=bus, answerer=answerer,
-                      agent_loop=opened.loop)  # fmt: skip
+                      agent_loop=opened.loop, policy=policy)  # fmt: skip
     return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns)
+
+
+def _policy(options: RunOptions, env_dir: EnvDir | None, kind: RunKind) -> PolicyGate | None:
+    """The run's policy (`loopdeck/policy/`): the user's, the env folder's and `--policy`'s
+    files, read whole before anything starts; the expression engine loads only for one."""
+    files = policy_files(env_dir.path if env_dir else None, options.policy)
+    if not files:
+        return None
+    from loopdeck.policy.loading import run_policy
+
+    return run_policy(files, kind.name)
 
 
 def _scenario_dir(env_dir: EnvDir | None) -> EnvDir:

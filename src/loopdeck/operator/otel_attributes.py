@@ -14,35 +14,20 @@ title and choices, an error code of its closed set).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
-
 from loopdeck.core.event_base import CallStatus
 from loopdeck.core.events import (
-    ApprovalDecided,
-    ApprovalInvalidated,
-    ApprovalRequested,
-    ApprovalWithdrawn,
     BudgetUpdated,
     CallProposed,
     ContextCompacted,
     DecisionInvalid,
     DecisionMade,
     Event,
-    GrantGiven,
-    GrantRevoked,
     GuardTripped,
     ModelCalled,
     ModelRetry,
     OperatorCommand,
     OperatorMessage,
-    OutcomeResolved,
     PlanWritten,
-    QuestionAnswered,
-    QuestionAsked,
     RecordingHeld,
     RecordingResumed,
     ReviewVerdict,
@@ -55,9 +40,12 @@ from loopdeck.core.events import (
 )
 from loopdeck.core.states import StopReason
 from loopdeck.core.tools import ErrorCode
-
-Value = str | bool | int | float | Sequence[str]
-Attributes = dict[str, Value]
+from loopdeck.operator.otel_decisions import decision_mark
+from loopdeck.operator.otel_said import Attributes as Attributes  # otel_spans' word for them
+from loopdeck.operator.otel_said import Mark, Said, Value, as_json
+from loopdeck.operator.otel_said import kept as _kept
+from loopdeck.operator.otel_said import marked as _mark
+from loopdeck.operator.otel_said import with_content as _with
 
 # LiteLLM's provider prefixes with a name of their own in the conventions' list.
 PROVIDERS = {
@@ -79,16 +67,6 @@ FAILED_CALLS = frozenset({CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN, CallSta
 CODES = frozenset(ErrorCode)  # loopdeck's own error codes: a result's other words are content
 
 
-@dataclass(frozen=True)
-class Mark:
-    """A span event: its name, attributes, and the call whose span it goes on (None: the
-    round's or the run's)."""
-
-    name: str
-    attributes: Attributes
-    call_id: str | None = None
-
-
 def provider(model: str) -> str:
     """The `gen_ai.provider.name` of a LiteLLM model name: its prefix, named as the
     conventions name it ("openai/gpt-4o" is "openai"); loopdeck's offline model is
@@ -105,18 +83,6 @@ def provider(model: str) -> str:
         if model.startswith(start):
             return PROVIDERS.get(start, start)
     return "litellm"
-
-
-def _kept(attributes: Mapping[str, Value | None]) -> Attributes:
-    return {key: value for key, value in attributes.items() if value is not None}
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _when(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
 
 
 def _text_message(role: str, text: str) -> str:
@@ -224,105 +190,6 @@ def failure(e: ToolFinished) -> str:
 def mark(event: Event, content: bool) -> Mark | None:
     """The span event an event makes, or None (the events that make spans, or nothing)."""
     return decision_mark(event, content) or run_mark(event, content)
-
-
-def decision_mark(event: Event, content: bool) -> Mark | None:
-    """The operator's decisions and the questions asked of it."""
-    match event:
-        case ApprovalRequested():
-            return _approval_requested(event, content)
-        case ApprovalDecided():
-            return _approval_decided(event, content)
-        case ApprovalInvalidated(call_id=call_id, problem=problem):
-            said: Said = _with({}, content, problem=problem)
-            return _mark("loopdeck.approval.invalidated", said, call_id)
-        case ApprovalWithdrawn(call_id=call_id):
-            return _mark("loopdeck.approval.withdrawn", {}, call_id)
-        case GrantGiven():
-            return _grant_given(event, content)
-        case GrantRevoked(grant_id=grant_id, by=by):
-            return _mark(
-                "loopdeck.grant.revoked", {"loopdeck.grant_id": grant_id, "loopdeck.by": by}
-            )
-        case OutcomeResolved(call_id=call_id, applied=applied, by=by):
-            said = {"loopdeck.applied": applied, "loopdeck.by": by}
-            return _mark("loopdeck.outcome.resolved", said, call_id)
-        case QuestionAsked():
-            return _question_asked(event, content)
-        case QuestionAnswered(question_id=question_id, answer=answer, by=by):
-            asked = {"loopdeck.question_id": question_id, "loopdeck.by": by}
-            return _mark("loopdeck.question.answered", _with(asked, content, answer=answer))
-    return None
-
-
-Said = Mapping[str, Value | None]
-
-
-def _mark(name: str, said: Said, call_id: str | None = None) -> Mark:
-    return Mark(name, _kept(said), call_id)
-
-
-def _with(said: Said, content: bool, **contents: Value | None) -> Said:
-    """`said`, and with `content` the content fields as `loopdeck.<name>`."""
-    if not content:
-        return said
-    return {**said, **{f"loopdeck.{name}": value for name, value in contents.items()}}
-
-
-def _approval_requested(e: ApprovalRequested, content: bool) -> Mark:
-    said: Said = {
-        "loopdeck.fingerprint": e.fingerprint,
-        "loopdeck.args_sha256": e.args_sha256,
-        "loopdeck.expires_at": _when(e.expires_at),
-        "loopdeck.grant_id": e.grant_id,
-        "loopdeck.asked_again": bool(e.asked_again) or None,
-    }
-    contents = {"rationale": e.rationale or None, "plan_step": e.plan_step}
-    said = _with(said, content, **contents, args=as_json(e.args))
-    return _mark("loopdeck.approval.requested", said, e.call_id)
-
-
-def _approval_decided(e: ApprovalDecided, content: bool) -> Mark:
-    fields = [line.lstrip("+- ").partition(":")[0] for line in e.changes]
-    said: Said = {
-        "loopdeck.approved": e.approved,
-        "loopdeck.by": e.by,
-        "loopdeck.grant_id": e.grant_id,
-        "loopdeck.edited": e.args is not None,
-        "loopdeck.changed_fields": fields or None,
-    }
-    edit = None if e.args is None else as_json(e.args)
-    said = _with(said, content, reason=e.reason or None, changes=list(e.changes) or None,
-                 args=edit)  # fmt: skip
-    return _mark("loopdeck.approval.decided", said, e.call_id)
-
-
-def _grant_given(e: GrantGiven, content: bool) -> Mark:
-    said: Said = {
-        "loopdeck.grant_id": e.grant_id,
-        "loopdeck.by": e.by,
-        "gen_ai.tool.name": e.tool,
-        "loopdeck.scope": e.scope,
-        "loopdeck.fields": list(e.fields) or None,
-        "loopdeck.uses": e.uses,
-        "loopdeck.expires_at": _when(e.expires_at),
-    }
-    globs = [f"{name}={glob}" for name, glob in e.fields.items()] or None
-    said = _with(said, content, globs=globs, args=as_json(e.args) if e.args else None)
-    return _mark("loopdeck.grant.given", said, e.call_id)
-
-
-def _question_asked(e: QuestionAsked, content: bool) -> Mark:
-    said: Said = {
-        "loopdeck.question_id": e.question_id,
-        "loopdeck.topic": e.topic,
-        "loopdeck.title": e.title or None,
-        "loopdeck.choices": list(e.choices) or None,
-        "loopdeck.acts_at": _when(e.acts_at),
-    }
-    evidence = [f"{label}: {value}" for label, value in e.evidence] or None
-    said = _with(said, content, question=e.question, evidence=evidence)
-    return _mark("loopdeck.question.asked", said)
 
 
 def run_mark(event: Event, content: bool) -> Mark | None:

@@ -7,6 +7,7 @@ decision goes through `store/deciding.py`, the one path that waits out a locked 
 refuses a dead runner's call or a run that ended. Runs whose runner is gone are marked crashed
 here, in their own transactions, before a listing is read, so the list says so. An answer to a
 question with fixed choices is one of them (`not_offered`), or it is refused before it is sent.
+A run's log is exported with its hash chain and verified (`store/verification.py`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from loopdeck.core.events import OutcomeResolved
 from loopdeck.core.grant_rules import GrantRule, GrantRuleError
 from loopdeck.core.text import capped
 from loopdeck.operator.grant_book import GrantBook, GrantRow
-from loopdeck.store import deciding, outcome_queries, queries
+from loopdeck.store import deciding, outcome_queries, queries, verification
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
 from loopdeck.store.deciding import RunEnded
 from loopdeck.store.opening import open_store
+from loopdeck.store.verification import RunProof, verify_export, verify_run, verify_store
 
 __all__ = [
     "LIVE_STATES",
@@ -38,6 +40,7 @@ __all__ = [
     "Location",
     "NotOffered",
     "RunEnded",
+    "RunProof",
     "Store",
     "StoreError",
     "Tell",
@@ -62,6 +65,9 @@ __all__ = [
     "send_message",
     "shown_location",
     "unknown_outcomes",
+    "verify_export",
+    "verify_run",
+    "verify_store",
     "waiting_writes",
 ]
 
@@ -152,7 +158,14 @@ async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, An
     for row in await queries.pending_approvals(store):
         request = await queries.approval_request(store, row["run_id"], row["call_id"]) or {}
         expired = now >= datetime.fromisoformat(row["expires_at"])
-        writes.append({**row, "expired": expired, "diff": str(request.get("diff") or "")})
+        writes.append(
+            {
+                **row,
+                "expired": expired,
+                "diff": str(request.get("diff") or ""),
+                "asked_by": request.get("asked_by"),
+            }
+        )
     return writes, await queries.pending_questions(store)
 
 
@@ -355,9 +368,7 @@ async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
 
 
 async def event_bodies(store: Store, run_id: str) -> AsyncIterator[str]:
-    """Every stored event of the run, in order, as its JSON body."""
-    seq = 0
-    while batch := await queries.events_after(store, run_id, seq):
-        for row in batch:
-            yield row["body"]
-        seq = batch[-1]["seq"]
+    """Every stored event of the run, in order, as `export` writes it: its JSON body with its
+    hash in the run's chain (and its row's origin) as its last fields."""
+    async for line in verification.exported_lines(store, run_id):
+        yield line

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar, cast
 
+from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalInvalidated,
@@ -33,6 +34,8 @@ from loopdeck.core.events import (
     OperatorMessage,
     OutcomeResolved,
     PlanWritten,
+    PolicyDecided,
+    PolicyInForce,
     QuestionAnswered,
     QuestionAsked,
     RecordingHeld,
@@ -195,6 +198,8 @@ def _approval_requested(e: ApprovalRequested) -> Made:
         lines.append(f"plan step: {e.plan_step}")
     if e.asked_again:
         lines.append(f"asked again: {e.asked_again}")
+    if e.asked_by is not None:
+        lines.append(f"asked by {e.asked_by.with_why()}")
     expires = clock_text(e.expires_at)
     return (
         "approval",
@@ -212,6 +217,10 @@ def _approval_decided(e: ApprovalDecided) -> Made:
     lines = [] if e.approved else [f"reason: {e.reason or '(none)'}"]
     if e.grant_id:
         lines.append(f"not asked: standing grant {e.grant_id} covers it")
+    if e.decided_by is not None and e.decided_by.who == "rule":
+        rule = e.decided_by
+        lines.append(f"not asked: rule {rule.rule_id} of the {rule.level} policy decides it"
+                     f" (sha256 {rule.policy_sha256})")  # fmt: skip
     if e.changes:
         lines += ["edited by the operator:", *(f"  {change}" for change in e.changes)]
     return (
@@ -219,6 +228,34 @@ def _approval_decided(e: ApprovalDecided) -> Made:
         f"{verb}{edited} · {e.call_id} · by {e.by} at {clock_text(e.at)}",
         ("\n".join(lines)),
     )
+
+
+@_makes(PolicyInForce)
+def _policy_in_force(e: PolicyInForce) -> Made:
+    levels = "\n".join(
+        f"{level['level']}: {level['path']} ({level['mode']}, sha256 {level['sha256']})"
+        for level in e.levels
+    )
+    return "approval", f"policy in force · sha256 {e.sha256[:12]}", levels
+
+
+@_makes(PolicyDecided)
+def _policy_decided(e: PolicyDecided) -> Made:
+    """What the policy decided on one ask, and what its shadow levels would have."""
+    title = f"policy · {e.call_id} · {_ruled(e.effect, e.decided_by)}"
+    lines = []
+    if (e.would, e.would_by) != (e.effect, e.decided_by):
+        lines.append(f"shadow: would {_ruled(e.would, e.would_by)}")
+    if e.matched:
+        lines.append(f"rules that hold: {', '.join(e.matched)}")
+    lines += [f"could not be evaluated: {error}" for error in e.errors]
+    if e.grant_id:
+        lines.append(f"standing grant {e.grant_id} covers it (it decides where no rule does)")
+    return "approval", title, "\n".join(lines)
+
+
+def _ruled(effect: str, by: DecidedBy | None) -> str:
+    return f"{effect} by {by.with_why()}" if by else "no rule decides: the operator does"
 
 
 @_makes(GrantGiven)

@@ -139,6 +139,11 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                     ),
                     id="approval-not-editable",
                 )
+            if r.asked_by is not None:
+                yield Static(
+                    markup("[b $warning]Asked by[/] $rule", rule=r.asked_by.with_why()),
+                    id="approval-asked-by",
+                )
             yield Static(
                 markup(
                     f"[b]$tool[/]   risk [b $risk-{risk_var}]$risk[/]$source   [b]call[/] $call\n"

@@ -1,0 +1,33 @@
+"""A run's policy as its runtime asks it (`core/policy_gate.PolicyGate`): the policy in force,
+its rules' memory of this run (`RuleBook`: uses, the states they last allowed in), and the
+kind of run its calls come from."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from loopdeck.core.grants import Grant
+from loopdeck.core.policy_gate import PolicyVerdict
+from loopdeck.policy.engine import Policy, RuleBook
+
+
+class RunPolicy:
+    def __init__(self, policy: Policy, run_kind: str, since: datetime | None = None) -> None:
+        self.policy = policy
+        self.run_kind = run_kind
+        self.book = RuleBook(since or datetime.now(UTC))
+
+    def in_force(self) -> dict[str, Any]:
+        return {
+            "sha256": self.policy.sha256,
+            "levels": [level.recorded() for level in self.policy.levels],
+            "run_kind": self.run_kind,
+        }
+
+    def decide(self, facts: dict[str, Any], grant: Grant | None) -> PolicyVerdict:
+        """The verdict on one ask, each rule that decided counted. A grant that covers the
+        call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
+        evaluation = self.policy.evaluate(facts, self.book)
+        self.book.decided(evaluation)
+        return evaluation.verdict()

@@ -1,0 +1,69 @@
+"""A run's policy read whole from its files (`policy/sources.py`), each a level of the policy
+in force (`engine.Policy`): its rules' conditions read, its inline tests run; a file that
+fails either refuses the run before it starts, naming the file and the rule or test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from loopdeck.policy.cases import run_cases
+from loopdeck.policy.document import PolicyDocument, PolicyError, parse_document, read_document
+from loopdeck.policy.engine import Level, Policy, Rule
+from loopdeck.policy.expressions import Condition, ExpressionError
+from loopdeck.policy.gate import RunPolicy
+from loopdeck.policy.sources import policy_files
+
+
+def load_policy(env_folder: Path | None, explicit: Path | None) -> Policy | None:
+    """The policy in force for a run, or None when no level has a file."""
+    return levels_of(policy_files(env_folder, explicit))
+
+
+def levels_of(files: list[tuple[str, Path]]) -> Policy | None:
+    return Policy([read_level(name, path) for name, path in files]) if files else None
+
+
+def run_policy(files: list[tuple[str, Path]], run_kind: str) -> RunPolicy | None:
+    """The policy of one run about to start, as its runtime asks it."""
+    policy = levels_of(files)
+    return None if policy is None else RunPolicy(policy, run_kind)
+
+
+def read_level(name: str, path: Path, *, tested: bool = True) -> Level:
+    """One file as a level: its rules' conditions read (`PolicyError` naming the rule), and,
+    when `tested`, its inline tests passed (`PolicyError` naming the first that fails)."""
+    document, text = read_document(path)
+    return level_of(name, path, document, text, tested=tested)
+
+
+def recorded_level(recorded: dict[str, str]) -> Level:
+    """A level as a run recorded it (`PolicyInForce.levels`), read again from its text."""
+    path, text = Path(recorded["path"]), recorded["text"]
+    return level_of(recorded["level"], path, parse_document(path, text), text, tested=False)
+
+
+def level_of(
+    name: str, path: Path, document: PolicyDocument, text: str, *, tested: bool = True
+) -> Level:
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()  # `sha256sum policy.toml`'s
+    shadow = document.mode == "shadow"
+    rules = []
+    for index, written in enumerate(document.rule, 1):
+        try:
+            condition = Condition(written.when)
+        except ExpressionError as exc:
+            raise PolicyError(f"{path}: rule {index} ({written.id}): when: {exc}") from None
+        rules.append(Rule(written.id, written.effect, condition, written.message, name, sha,
+                          shadow, written.when))  # fmt: skip
+    level = Level(name, path, sha, document.mode, text, tuple(document.untrusted),
+                  tuple(rules), tuple(document.test))  # fmt: skip
+    if tested:
+        failed = next((result for result in run_cases(level) if not result.passed), None)
+        if failed is not None:
+            raise PolicyError(
+                f"{path}: {failed.words()}; the policy is not used until its tests pass"
+                f" (`loopdeck policy test {path}`)"
+            )
+    return level
