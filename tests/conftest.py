@@ -79,8 +79,13 @@ def _private_store(
     monkeypatch.setenv("LOOPDECK_DB", str(path))
     # The user data dir (where spill files go) is the test's own as well.
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
+    # So is the log folder (a console that fails writes its traceback there).
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
     # A developer's own policy (the user config folder's) never decides a test's calls.
     monkeypatch.setenv("LOOPDECK_USER_POLICY", "none")
+    # Nor do a developer's own channels get a test's pushes (`notify` in config.toml).
+    monkeypatch.setenv("LOOPDECK_CONFIG", "none")
+    monkeypatch.delenv("LOOPDECK_NOTIFY", raising=False)
     return path
 
 

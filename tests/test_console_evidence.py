@@ -287,3 +287,16 @@ async def test_before_the_first_plan_the_screen_says_what_it_waits_for() -> None
         gate.set()
         await wait_until(pilot, lambda: finished(app))
         assert "waiting for" not in _text(plan)
+
+
+def test_the_call_panel_shows_a_files_content_as_its_lines() -> None:
+    """Behind the approval's diff, the Calls panel's selected write: the file's lines, never
+    one escaped JSON string."""
+    from loopdeck.tui.panels import args_text
+
+    shown = args_text({"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"})
+    assert shown.splitlines() == [
+        "{", '  "path": "calc.py"', "}", "content · 2 lines:", "def add(a, b):",
+        "    return a + b",
+    ]  # fmt: skip
+    assert args_text({"path": "x", "content": 3}) == '{\n  "path": "x",\n  "content": 3\n}'

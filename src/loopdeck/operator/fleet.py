@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,6 @@ CAP_LABELS = {
     "tokens": "tokens",
     "cost_usd": "cost",
     "deadline_s": "time",
-    "rounds": "rounds",
 }
 NEVER = datetime.fromisoformat(queries.QUESTION_NEVER_EXPIRES)  # a question's expiry
 
@@ -96,22 +96,34 @@ class FleetRow:
 
 def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
     """The cap nearest its limit, its fraction, and the agent seconds left to reach it at the
-    run's average rate so far (None when nothing is being spent)."""
-    agent_s = float(usage.get("deadline_s", (0.0, 0.0))[0])
+    run's average rate so far (None when nothing is being spent). Only the caps a run spends
+    (`CAP_LABELS`): rounds and corrections are counted steps, not spent, as the budget pause
+    has them (`BudgetLedger.crossed`): every run's first round read "rounds 33%", above what
+    it had spent. A cap is read only as (used, limit) with a positive limit: a missing or
+    zero cap, or a value that is not a number, is left out, never a fraction of anything."""
+    agent_s = _spent(usage.get("deadline_s"))[0]
     best, best_fraction, projected = "", 0.0, None
     for cap, label in CAP_LABELS.items():
-        if cap not in usage:
+        used, limit = _spent(usage.get(cap))
+        if limit <= 0:
             continue
-        used, limit = (float(x) for x in usage[cap])
-        if cap == "rounds":  # the round under way counts from its start: only ended ones are used
-            used = max(used - 1, 0.0)
-        fraction = used / limit if limit else 0.0
+        fraction = used / limit
         if fraction >= best_fraction and (used or cap == "deadline_s"):
             best, best_fraction = f"{label} {fraction:.0%}", fraction
-            # Rounds follow the plan, not a rate: no projection for them.
-            rate = used / agent_s if agent_s > 0 and cap != "rounds" else 0.0
+            rate = used / agent_s if agent_s > 0 else 0.0
             projected = (limit - used) / rate if rate > 0 else None
     return best, best_fraction, projected
+
+
+def _spent(pair: Any) -> tuple[float, float]:
+    """A cap's (used, limit) as the budget event has it; (0, 0) when it is not one."""
+    try:
+        used, limit = (float(x) for x in pair)
+    except (TypeError, ValueError):
+        return 0.0, 0.0
+    if not (math.isfinite(used) and math.isfinite(limit)) or used < 0:
+        return 0.0, 0.0
+    return used, limit
 
 
 # How the fleet's runs are ordered, each with its words; `s` goes to the next.

@@ -7,7 +7,8 @@ as `ConsoleStart.prepare` is prepared on a thread behind that frame. How the con
 `loopdeck.tui.console_start`; how it is left, `loopdeck.tui.console_quit`.
 
 An action (a key, a click, a command) that raises is said and the console goes on
-(`run_action`); a failure Textual cannot go on from ends the console with a non-zero exit.
+(`run_action`); a failure Textual cannot go on from ends the console with a non-zero exit,
+each of its runs recording its stop `crashed` first (`console_failure`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-from loopdeck.tui import console_quit
+from loopdeck.tui import console_failure, console_quit
 from loopdeck.tui.console_quit import run_screen_of
 from loopdeck.tui.console_start import apply_themes, first_screen, start_local
 from loopdeck.tui.console_state import ConsoleStart, ConsoleState, Preparation
@@ -155,9 +156,19 @@ class LoopdeckApp(ConsoleState):
             handler_failed(self, f"the action {name}", error)
             return True
 
-    def on_unmount(self) -> None:
+    def _handle_exception(self, error: Exception) -> None:
+        """Textual's one door for an exception nothing caught, which ends the console: each
+        run of this console told to stop `crashed` first (`console_failure`)."""
+        try:
+            console_failure.failed(self, error)
+        finally:
+            super()._handle_exception(error)
+
+    async def on_unmount(self) -> None:
         self.stop_counting.set()
         self.stop_signals.remove()
+        # Before the sessions are cleaned up: after a failure, each run's stop is recorded.
+        await console_failure.runs_recorded(self)
         if self.session is not None:
             self.session.cleanup()
         for prepared in self.prepared_runs:
@@ -176,8 +187,9 @@ class LoopdeckApp(ConsoleState):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         typing = typing_into(self.focused)
-        if action == "inbox":
-            return (self.fleet_home or self.db_path is not None) and not typing
+        if action == "inbox":  # not on the inbox itself: `i` there would say nothing new
+            here = getattr(self.screen, "is_inbox", False)
+            return (self.fleet_home or self.db_path is not None) and not typing and not here
         if action in ("run_stop", "run_kill", "run_pause", "typed_stop", "typed_kill"):
             run = run_screen_of(self)
             return run is not None and run.running and typing == action.startswith("typed")
@@ -256,4 +268,13 @@ class LoopdeckApp(ConsoleState):
                     "switch the console's theme",
                     lambda n=name: setattr(self, "theme", n),
                 )
-        yield SystemCommand("keys", "show every key of this screen", self.action_show_help_panel)
+        yield SystemCommand(
+            "keys", "every key of this screen and the console's, in words", self.show_keys
+        )
+
+    def show_keys(self) -> None:
+        """The palette's `keys`: the console's own keys screen, for the screen it was on."""
+        from loopdeck.tui.keys_screen import KeysScreen
+
+        if not isinstance(self.screen, KeysScreen):
+            self.push_screen(KeysScreen(self.screen))

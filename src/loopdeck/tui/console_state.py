@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from loopdeck.operator.links import RunLink
     from loopdeck.operator.records import Location
     from loopdeck.operator.session import RunSession
+    from loopdeck.tui.console_failure import ConsoleFailure, OwnDrive
     from loopdeck.tui.run_screen import RunScreen
 
 
@@ -113,6 +114,12 @@ class ConsoleState(App[int]):
         self.local_runs: dict[str, RunScreen] = {}
         self.quitting_all = False  # this console's live runs are being killed, to leave
         self.prepared_runs: list[PreparedRun] = []  # runs started from the fleet, to clean up
+        # This console's own runs, each driven in a task Textual's workers do not own
+        # (`RunScreen.drive`), by run id: a console that fails waits for each to record its
+        # stop (`console_failure`).
+        self.own_drives: dict[str, OwnDrive] = {}
+        # The failure the console could not go on from, once there is one (`console_failure`).
+        self.failure: ConsoleFailure | None = None
         # SIGTERM and SIGINT kill this console's live runs, then leave as `q` does.
         self.stop_signals = StopSignals()
 

@@ -57,6 +57,8 @@ class InboxScreen(Screen[None]):
     outcomes. A decision goes through the store's atomic update (one winner); the inbox stays
     open with the next entry selected."""
 
+    is_inbox = True  # how the app knows it is shown, without importing this module
+
     BINDINGS = [
         Binding("a", "approve", "Approve/answer", id="inbox.approve"),
         Binding("e", "edit('edit')", "Edit…", id="inbox.edit"),
@@ -65,8 +67,13 @@ class InboxScreen(Screen[None]):
         Binding("r", "reject", "Reject…", id="inbox.reject"),
         Binding("o", "outcome", "Outcome?", id="inbox.outcome"),
         Binding("m", "message", "Message", id="inbox.message"),
+        # While the answer or reason box is open, the key line says what enter does.
+        Binding("enter", "send('answer')", "Send answer", key_display="enter", priority=True,
+                id="inbox.send_answer"),
+        Binding("enter", "send('reject')", "Reject", key_display="enter", priority=True,
+                id="inbox.send_reject"),
         Binding("escape", "close", "Back", id="inbox.close"),
-    ]
+    ]  # fmt: skip
 
     def __init__(self, db_path: Location | None, now: Callable[[], datetime]) -> None:
         super().__init__()
@@ -187,6 +194,12 @@ class InboxScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "close":
             return True
+        if action == "send":
+            box = self.query_one("#inbox-reason", Input) if self.is_mounted else None
+            if box is None or not box.display or self.focused is not box:
+                return False
+            answering = isinstance(self.selected(), PendingQuestion)
+            return answering == (parameters[:1] == ("answer",))
         if typing_into(self.focused):
             return False
         entry = self.selected() if self.is_mounted else None
@@ -212,8 +225,7 @@ class InboxScreen(Screen[None]):
             box.placeholder = (
                 f"one of: {forms}; enter sends it" if forms else "your answer, enter sends it"
             )
-            box.display = True
-            box.focus()
+            self._show_box(box, True)
         elif entry is not None:
             self._decide(entry, True, "")
 
@@ -222,8 +234,7 @@ class InboxScreen(Screen[None]):
             return
         box = self.query_one("#inbox-reason", Input)
         box.placeholder = "reason for the model (optional), enter rejects"
-        box.display = True
-        box.focus()
+        self._show_box(box, True)
 
     @on(Input.Submitted, "#inbox-reason")
     def _reason(self, event: Input.Submitted) -> None:
@@ -231,9 +242,8 @@ class InboxScreen(Screen[None]):
         if isinstance(entry, PendingQuestion) and (problem := entry.refusal(event.value)):
             toast(self, f"{entry.call_id}: {problem}", title="not answered", severity="warning")
             return  # the box stays open with what was typed
-        event.input.display = False
         event.input.value = ""
-        self.query_one("#inbox-table").focus()
+        self._show_box(event.input, False)
         if isinstance(entry, PendingQuestion):
             self._answer(entry, event.value.strip())
         elif entry is not None:
@@ -356,11 +366,21 @@ class InboxScreen(Screen[None]):
         said, never silent."""
         worker_failed(self, event, title="inbox")
 
+    def _show_box(self, box: Input, shown: bool) -> None:
+        """The answer or reason box opened (focused; the toasts make room below it, never
+        over it) or closed (the table has the focus again)."""
+        box.display = shown
+        self.set_class(shown, "-typing")
+        (box if shown else self.query_one("#inbox-table")).focus()
+
+    async def action_send(self, what: str) -> None:
+        """enter in the open box: what it holds goes as the answer or the rejection's reason."""
+        await self.query_one("#inbox-reason", Input).action_submit()
+
     def action_close(self) -> None:
         box = self.query_one("#inbox-reason", Input)
         if box.display:
-            box.display = False
-            self.query_one("#inbox-table").focus()
+            self._show_box(box, False)
             return
         self.dismiss(None)
 

@@ -106,7 +106,7 @@ class KeysBar(Static):
         binding = self._keys_shown[key]
         if binding.id in SHORT:
             return SHORT[binding.id]
-        return description.split()[0].rstrip("…") if description else description
+        return description.split()[0].rstrip("…:") if description else description
 
     def _display(self, key: str) -> str:
         return self.app.get_key_display(self._keys_shown[key])

@@ -15,6 +15,7 @@ from textual.widgets import Static
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 from loopdeck.core.text import number, plural, visible_json
+from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.shown import markup as shown_markup
@@ -281,6 +282,18 @@ class FindingsPanel(VerticalScroll):
         paint(body, "\n".join(lines), said)
 
 
+def args_text(args: dict[str, object]) -> str:
+    """A call's arguments as JSON; a file's content (`content`, `text`) below them as its
+    lines, never one escaped string (the approval shows it as a diff)."""
+    texts = {k: v for k, v in args.items() if k in CONTENT_FIELDS and isinstance(v, str)}
+    if not texts:
+        return visible_json(args)
+    rest = visible_json({k: v for k, v in args.items() if k not in texts})
+    shown = [f"{name} · {plural(len(value.splitlines()), 'line')}:\n{value}"
+             for name, value in texts.items()]  # fmt: skip
+    return "\n".join([rest, *shown])
+
+
 class CallDetail(VerticalScroll):
     """The selected call in full: focus it (tab or click) and scroll with keys or the wheel."""
 
@@ -306,7 +319,7 @@ class CallDetail(VerticalScroll):
             return
         title(self, plain(f"Call {row.call_id} · {row.tool}"))
         values = {
-            "args": visible_json(row.args),
+            "args": args_text(row.args),
             "result": visible_json(row.result) if row.result else "—",
             "decided": decided,
             "fingerprint": row.fingerprint,

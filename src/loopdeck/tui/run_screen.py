@@ -7,6 +7,7 @@ panels, drawn once a frame), `run_keys` (what the keys do), `run_dialogs` (what 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
@@ -25,6 +26,7 @@ from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
 from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.console_failure import OwnDrive
 from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
 from loopdeck.tui.grants_panel import GrantsPanel
@@ -136,7 +138,17 @@ class RunScreen(RunDialogsPart):
     # -- the run, in a worker ------------------------------------------------------------
     @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")
     async def drive(self) -> RunOutcome | None:
-        return await self.link.drive()
+        if self.link.runtime is None:  # another process's run, followed: nothing to finish here
+            return await self.link.drive()
+        # This console's own run, in a task of its own: Textual cancels every worker as a
+        # console that failed goes, and the run must still record its stop then
+        # (`console_failure`). A plain exit cancels it as before.
+        runtime = self.link.runtime
+        driving = asyncio.ensure_future(self.link.drive())
+        own_drives = getattr(self.app, "own_drives", None)  # the console's (`ConsoleState`)
+        if own_drives is not None:
+            own_drives[runtime.config.run_id] = OwnDrive(runtime, driving)
+        return await asyncio.shield(driving)
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
