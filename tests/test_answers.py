@@ -61,7 +61,7 @@ async def test_the_answer_reaches_the_model_and_the_run_goes_on() -> None:
     class Operator:
         async def answer(self, run_id, question_id, question):
             asked.append((question_id, question))
-            return Answer(text="ORD-1042, please", by="test")
+            return Answer(text="ORD-1042", by="test")
 
     options = RunOptions(env=str(ENV), script="ask-then-act", approve="auto")
     outcome, recorder = await _run(options, Operator())
@@ -70,9 +70,24 @@ async def test_the_answer_reaches_the_model_and_the_run_goes_on() -> None:
     states = [e.target.value for e in recorder.kinds("state_changed")]
     assert states[states.index("awaiting_answer") + 1] == "deciding"
     [answered] = recorder.kinds("question_answered")
-    assert answered.answer == "ORD-1042, please" and answered.by == "test"
+    assert answered.answer == "ORD-1042" and answered.by == "test"
     budget = [e.held for e in recorder.kinds("budget_updated")]
     assert "answer" in budget  # the wait was the operator's time
+
+
+async def test_the_script_acts_on_the_order_the_operator_named() -> None:
+    """`{answer}` in a script is what the operator said: answered ORD-2001, the write is for
+    ORD-2001 (and the goal, ORD-1042's address, is not met), never the script's own pick."""
+
+    class Operator:
+        async def answer(self, run_id, question_id, question):
+            return Answer(text=" ORD-2001 ", by="test")
+
+    options = RunOptions(env=str(ENV), script="ask-then-act", approve="auto")
+    outcome, recorder = await _run(options, Operator())
+    [proposed] = [e for e in recorder.kinds("call_proposed") if e.tool == "update_delivery_address"]
+    assert proposed.args["order_id"] == "ORD-2001"
+    assert outcome.stop_reason is not StopReason.GOAL_MET
 
 
 async def test_without_an_operator_ask_user_still_stops_the_run() -> None:

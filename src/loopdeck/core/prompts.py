@@ -86,12 +86,24 @@ def findings_message(reasons: list[str]) -> dict[str, Any]:
     return {"role": "user", "content": f"The goal check reports the goal is not met:\n{text}"}
 
 
+OPERATOR_ANSWERS = "\nThe operator answers: "
+ANSWER_SLOT = "{answer}"  # in a script's text or arguments: the operator's latest answer
+
+
 def answer_message(question: str, answer: str) -> dict[str, Any]:
     """The operator's answer to the model's question, in the operator's own voice."""
-    return {
-        "role": "user",
-        "content": f"You asked: {question}\nThe operator answers: {answer}",
-    }
+    return {"role": "user", "content": f"You asked: {question}{OPERATOR_ANSWERS}{answer}"}
+
+
+def last_answer(messages: list[dict[str, Any]]) -> str | None:
+    """The operator's latest answer in a conversation (`answer_message`'s), None if none."""
+    for message in reversed(messages):
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str):
+            said, found, answer = content.partition(OPERATOR_ANSWERS)
+            if found and said.startswith("You asked: "):
+                return answer.strip()
+    return None
 
 
 # A model without native tool calls has no `tool` role: its tool results travel as user

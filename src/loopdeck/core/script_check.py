@@ -12,12 +12,16 @@ from typing import Any
 
 from loopdeck.core.decisions import InvalidDecision, read_decision
 from loopdeck.core.model import ModelReply, RawToolCall
+from loopdeck.core.prompts import ANSWER_SLOT
 from loopdeck.core.scenario import ScenarioError, Script, ScriptTurn
 from loopdeck.core.tools import ToolSpec
 
 
 def _refusal(tools: Mapping[str, ToolSpec], tool: str, args: dict[str, Any] | None) -> str | None:
-    """Why the runtime would refuse this call, or None if it would run it."""
+    """Why the runtime would refuse this call, or None if it would run it. Arguments that
+    name the operator's answer (`{answer}`) are known only when played: the tool is checked."""
+    if ANSWER_SLOT in json.dumps(args or {}, default=str):
+        return None if tool in tools else f"unknown tool {tool!r}"
     try:
         arguments = json.dumps(args or {})
     except (TypeError, ValueError) as exc:  # a TOML date or time is no JSON value

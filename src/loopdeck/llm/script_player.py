@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopdeck.core.compaction import COMPACTED, dropped_turns
+from loopdeck.core.prompts import ANSWER_SLOT, last_answer
 from loopdeck.core.scenario import Script, ScriptTurn
 
 
@@ -100,6 +101,20 @@ def _prompt_tokens_and_turns(
 EXHAUSTED = ScriptTurn(final="(the script has no more turns)", reason_code="SCRIPT_EXHAUSTED")
 
 
+def answered(value: Any, messages: list[dict[str, Any]]) -> Any:
+    """`value` with `{answer}` in its strings replaced by the operator's latest answer (a
+    script that asks, then acts on what it was told); unchanged when it names none."""
+    if isinstance(value, str):
+        if ANSWER_SLOT not in value:
+            return value
+        return value.replace(ANSWER_SLOT, last_answer(messages) or "(no answer)")
+    if isinstance(value, dict):
+        return {k: answered(v, messages) for k, v in value.items()}
+    if isinstance(value, list):
+        return [answered(v, messages) for v in value]
+    return value
+
+
 def next_turn(turns: list[ScriptTurn], index: int) -> ScriptTurn:
     if index < len(turns):
         return turns[index]
@@ -128,7 +143,7 @@ def play(
             ScriptedCall(
                 id=f"call_{round_no}_{index}" + (f"_{k}" if k else ""),
                 name=name,
-                arguments=json.dumps(args or {}),
+                arguments=json.dumps(answered(args or {}, messages)),
             )
             for k, (name, args) in enumerate(wanted)
         ]
@@ -142,5 +157,6 @@ def play(
         for k, v in (("final", turn.final), ("ask_user", turn.ask_user), ("handoff", turn.handoff))
         if v is not None
     )
-    envelope = json.dumps({"type": kind, "message": message, "reason_code": turn.reason_code})
+    said = answered(message, messages)
+    envelope = json.dumps({"type": kind, "message": said, "reason_code": turn.reason_code})
     return ScriptedReply(envelope, [], tokens, count_tokens(envelope))
