@@ -26,12 +26,14 @@ run: $(STAMP)
 	$(VENV)/bin/loopdeck console
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench sample_envs
-	$(VENV)/bin/ruff format --check src tests bench sample_envs
+	$(VENV)/bin/ruff check src tests bench sample_envs tools
+	$(VENV)/bin/ruff format --check src tests bench sample_envs tools
 	$(VENV)/bin/mypy src
 
+# Two workers (pytest-xdist), each test file whole on one: most of a test's time is waiting on
+# a subprocess or a console, so the two overlap well on two cores.
 test: lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 # Long property and stress runs (10,000 fuzzed replies; 20 runs racing on one store).
 stress: $(STAMP)
@@ -49,7 +51,7 @@ $(BENCH_STAMP): $(STAMP)
 
 # Issue 11's targets as one PASS/FAIL table (targets.py), after the earlier benches' figures.
 bench: $(BENCH_STAMP)
-	cd bench && ../$(PY) console_quit.py && ../$(PY) fleet_lag.py && ../$(PY) steps_per_second.py && ../$(PY) pg_store.py && ../$(PY) mcp_overhead.py && ../$(PY) acp_overhead.py && ../$(PY) fleet_console.py && ../$(PY) serve_first_frame.py && ../$(PY) otlp_exit.py && ../$(PY) targets.py
+	cd bench && ../$(PY) console_quit.py && ../$(PY) fleet_lag.py && ../$(PY) steps_per_second.py && ../$(PY) pg_store.py && ../$(PY) mcp_overhead.py && ../$(PY) acp_overhead.py && ../$(PY) fleet_console.py && ../$(PY) serve_first_frame.py && ../$(PY) otlp_exit.py && ../$(PY) log_chain.py && ../$(PY) targets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

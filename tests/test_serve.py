@@ -9,6 +9,7 @@ import contextlib
 import hmac
 import os
 import queue
+import re
 import shlex
 import signal
 import socket
@@ -16,10 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+import tomllib
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import aiohttp
@@ -27,6 +29,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from loopdeck.cli import runs, serve, serve_auth
+from loopdeck.cli.spare_console import SPARE_NAME, TAB_NAME
 from loopdeck.stop_signals import descendants
 
 TOKEN = "right-token"
@@ -109,7 +112,7 @@ def test_the_console_command_quotes_the_store_and_execs_the_console(tmp_path: Pa
     db = tmp_path / "it's a; $(store)" / "runs.db"
     command, extra = serve.console_command(db)
     assert shlex.split(command) == [
-        "exec", sys.executable, "-m", "loopdeck", "console", "--db", str(db)
+        "exec", sys.executable, "-m", "loopdeck.cli.spare_console", "console", "--db", str(db)
     ]  # fmt: skip
     assert extra == {}
 
@@ -215,8 +218,40 @@ async def test_the_page_is_addressed_as_the_browser_reached_it() -> None:
         page = await (await client.get(f"/?token={TOKEN}", headers={"Host": at})).text()
         assert f'data-session-websocket-url="ws://{at}/ws"' in page
         assert f"http://{at}/static/js/textual.js" in page
+        assert f"http://{at}/fonts/loopdeck-symbols.woff2" in page
         odd = await client.get(f"/?token={TOKEN}", headers={"Host": 'x"><b'})
         assert odd.status == 403  # never written into the page
+
+
+async def test_the_page_asks_this_server_alone_for_what_it_loads() -> None:
+    """Its fonts too (no font host: the page works offline, and tells no one it opened),
+    each behind the token like the rest."""
+    async with client_of(a_server()) as client:
+        assert (await client.get("/fonts/loopdeck-symbols.woff2")).status == 403
+        page = await (await client.get(f"/?token={TOKEN}")).text()
+        assert (await client.get("/fonts/app_index.html")).status == 404  # a font, or nothing
+        assert (await client.get("/fonts/__init__.py")).status == 404
+        loaded = set(re.findall(r'(?:href=|src=|url\()"([^"]+)"', page))
+        base = f"http://127.0.0.1:{client.port}/"
+        assert {url for url in loaded if not url.startswith(base)} == set()
+        fonts = {url for url in loaded if url.endswith((".woff2", ".ttf"))}
+        assert len(fonts) >= 4  # Roboto Mono and its italic, the two symbol fonts
+        for url in loaded:
+            response = await client.get("/" + url.removeprefix(base))
+            assert response.status == 200, url
+
+
+def test_the_wheel_carries_the_page_and_its_fonts() -> None:
+    """An installed console without them would answer the page with an error."""
+    root = Path(__file__).resolve().parents[1]
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "loopdeck.cli.serve_page" in setuptools["packages"]
+    globs = setuptools["package-data"]["loopdeck.cli.serve_page"]
+    shipped = [path.name for path in serve_auth.PAGE.iterdir() if path.is_file()]
+    assert {"app_index.html", "symbols.css", "loopdeck-symbols.woff2"} <= set(shipped)
+    for name in shipped:
+        if name != "__init__.py" and not name.endswith(".pyc"):
+            assert any(PurePosixPath(name).match(glob) for glob in globs), name
 
 
 @dataclass
@@ -228,7 +263,15 @@ class Served:
     base: str  # scheme, host and port
 
     def consoles(self) -> list[int]:
-        """The console processes it runs (each in a session of its own, still its child)."""
+        """Its tabs' console processes (each in a session of its own, still its child)."""
+        return [pid for pid in self.all_consoles() if _named(pid) == TAB_NAME]
+
+    def spares(self) -> list[int]:
+        """The console it keeps started for the next tab, once that one named itself."""
+        return [pid for pid in self.all_consoles() if _named(pid) == SPARE_NAME]
+
+    def all_consoles(self) -> list[int]:
+        """Its tabs' consoles and the spare, however far they started."""
         return [pid for pid in descendants(self.process.pid) if _is_console(pid)]
 
     def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> int:
@@ -241,6 +284,21 @@ def _is_console(pid: int) -> bool:
         return b"console" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
+
+
+def _named(pid: int) -> bytes:
+    """Its thread's name (`comm`), which a spare console sets."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_bytes().strip()
+    except OSError:
+        return b""
+
+
+def until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, what
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -339,10 +397,25 @@ def _status(url: str) -> int:
 
 async def test_each_tab_is_a_console_that_ends_with_the_server(served: Served) -> None:
     async with tab(served), tab(served):
-        consoles = served.consoles()
-        assert len(consoles) == 2
+        assert len(served.consoles()) == 2
+        everyone = served.all_consoles()  # the spare too
         assert await asyncio.to_thread(served.stop) == 0
-        assert gone(consoles, 5), "a console outlived the server"
+        assert gone(everyone, 5), "a console outlived the server"
+
+
+async def test_a_tab_takes_the_console_started_before_it(served: Served) -> None:
+    """The server keeps a console started for the next tab; a tab takes it, and the next
+    one starts after it."""
+    await asyncio.to_thread(until, lambda: len(served.spares()) == 1, 30, "no spare started")
+    [spare] = served.spares()
+    async with tab(served):
+        assert served.consoles() == [spare]
+        await asyncio.to_thread(
+            until, lambda: len(served.spares()) == 1, 30, "no next spare started"
+        )
+        assert served.spares() != [spare]
+    assert gone([spare], 10), "the closed tab's console kept running"
+    assert served.stop() == 0
 
 
 def test_the_serve_command_is_light_to_import() -> None:

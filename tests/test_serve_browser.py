@@ -1,9 +1,11 @@
-"""`loopdeck serve` in a real browser (Debian's chromium, driven by Playwright): a write
-waiting in a headless run approved from a tab's inbox, the decision found in the store; and
-the console processes of a server that is killed, or of a tab that is closed, gone with it."""
+"""`loopdeck serve` in a real browser (Debian's chromium, driven by Playwright): the console
+takes keys without a click and draws every glyph it uses; a write waiting in a headless run
+approved from a tab's inbox, the decision found in the store; and the console processes of a
+server that is killed, or of a tab that is closed, gone with it."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import http.server
 import os
@@ -114,6 +116,53 @@ def waiting_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path, s
         runner.communicate()
 
 
+# The glyphs a canvas draws as the unknown character's box, or not at all, in the terminal's
+# font (textual.js gives xterm.js this list).
+UNDRAWN = r"""(glyphs) => {
+  const font = "40px 'Roboto Mono', Monaco, 'Courier New', monospace";
+  const context = document.createElement("canvas").getContext("2d", { willReadFrequently: true });
+  const drawn = (text) => {
+    context.clearRect(0, 0, 300, 150);
+    context.font = font;
+    context.textBaseline = "middle";
+    context.fillText(text, 8, 75);
+    return context.getImageData(0, 0, 300, 150).data.join();
+  };
+  const box = drawn("\u0378"), nothing = drawn(" ");  // U+0378: no character at all
+  return glyphs.filter((glyph) => [box, nothing].includes(drawn(glyph)));
+}"""
+
+
+def console_glyphs() -> list[str]:
+    """Every character beyond ASCII in the console's strings (`loopdeck.tui`), but spaces."""
+    tui = Path(__file__).resolve().parents[1] / "src" / "loopdeck" / "tui"
+    found: set[str] = set()
+    for module in tui.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found |= {c for c in node.value if ord(c) > 127 and not c.isspace()}
+    return sorted(found)
+
+
+def test_the_page_takes_keys_without_a_click_and_draws_the_consoles_glyphs(
+    browser: Any, tmp_path: Path
+) -> None:
+    server = start_server("--db", str(tmp_path / "runs.db"))
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        screen = Screen(page)
+        assert page.goto(server.url).status == 200
+        screen.wait_for("fleet")  # the first frame, and nothing clicked
+        assert page.evaluate("document.activeElement.className") == "xterm-helper-textarea"
+        screen.press("i", then_drawn="Waiting for you")  # the inbox opened
+        glyphs = console_glyphs()
+        assert "⏱" in glyphs
+        assert page.evaluate(UNDRAWN, glyphs) == []
+        assert page.evaluate(UNDRAWN, ["\u0378"]) == ["\u0378"]  # the check sees a box
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_tab_approves_a_waiting_write_from_its_inbox(
     browser: Any, waiting_run: tuple[subprocess.Popen[str], Path, str]
 ) -> None:
@@ -124,7 +173,6 @@ def test_a_tab_approves_a_waiting_write_from_its_inbox(
         screen = Screen(page)
         assert page.goto(server.url).status == 200
         screen.wait_for("order_support")  # the fleet drew the run
-        page.focus(".xterm-helper-textarea")  # the terminal takes the keys
         screen.press("i", then_drawn="update_delivery_address")
         page.keyboard.press("a")
         until(lambda: _pending(db) == [], 30, "the approval never reached the store")
@@ -239,12 +287,14 @@ def test_a_closed_tab_ends_its_console() -> None:
 
 
 def test_the_consoles_end_when_the_server_is_killed() -> None:
-    """SIGKILL leaves the server no say: each console gets SIGTERM from the kernel."""
+    """SIGKILL leaves the server no say: each console gets SIGTERM from the kernel, the one
+    kept for the next tab too."""
     server = start_server()
 
     async def hold_a_tab(ready: list[int]) -> None:
         async with tab(server):
-            ready.extend(server.consoles())
+            await asyncio.to_thread(until, lambda: bool(server.spares()), 30, "no next spare")
+            ready.extend(server.consoles() + server.spares())
             await asyncio.Event().wait()  # until cancelled
 
     async def kill_the_server() -> list[int]:
@@ -257,7 +307,7 @@ def test_the_consoles_end_when_the_server_is_killed() -> None:
         return ready
 
     consoles = asyncio.run(kill_the_server())
-    assert len(consoles) == 1
+    assert len(consoles) == 2
     assert gone(consoles, 10), "a console outlived its killed server"
 
 
@@ -266,7 +316,8 @@ def test_a_ctrl_c_ends_the_server_and_its_consoles() -> None:
 
     async def one_tab() -> list[int]:
         async with tab(server):
-            consoles = server.consoles()
+            await asyncio.to_thread(until, lambda: bool(server.spares()), 30, "no next spare")
+            consoles = server.consoles() + server.spares()
             assert await asyncio.to_thread(server.stop, signal.SIGINT) == 0
             return consoles
 
@@ -275,5 +326,5 @@ def test_a_ctrl_c_ends_the_server_and_its_consoles() -> None:
     finally:
         if server.process.poll() is None:
             server.process.kill()
-    assert len(consoles) == 1
+    assert len(consoles) == 2
     assert gone(consoles, 5)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loopdeck.cli.notify_flags import add_serve_notify_flags
 from loopdeck.store.base import (
     DB_HELP,
     Location,
@@ -98,6 +99,7 @@ def add_serve_command(commands: Any) -> None:
         "(repeatable; with :PORT, a tunnel's or proxy's port); any other Host or Origin "
         "is refused",
     )
+    add_serve_notify_flags(serve)
 
 
 def is_loopback(host: str) -> bool:
@@ -207,9 +209,10 @@ def refusal(host: str, public: bool) -> str | None:
 
 
 def console_command(location: Location) -> tuple[str, dict[str, str]]:
-    """The shell command each tab runs, and what its environment adds. `exec`: the shell
-    becomes the console, so the server's signals and its death reach the console itself. A
-    PostgreSQL password goes in PGPASSWORD, never on a command line others can read (`ps`)."""
+    """The shell command each tab runs, and what its environment adds: `loopdeck console`,
+    started ahead of its tab (`spare_console`). `exec`: the shell becomes the console, so the
+    server's signals and its death reach the console itself. A PostgreSQL password goes in
+    PGPASSWORD, never on a command line others can read (`ps`)."""
     extra: dict[str, str] = {}
     shown = str(location)
     if is_postgres(location):
@@ -219,7 +222,8 @@ def console_command(location: Location) -> tuple[str, dict[str, str]]:
         if password:
             extra["PGPASSWORD"] = password
         shown = redact(shown)
-    command = shlex.join([sys.executable, "-m", "loopdeck", "console", "--db", shown])
+    console = [sys.executable, "-m", "loopdeck.cli.spare_console", "console", "--db", shown]
+    command = shlex.join(console)
     return f"exec {command}", extra
 
 
@@ -262,17 +266,20 @@ def run_serve(args: argparse.Namespace) -> int:
     location = args.db or default_db_path()
     asyncio.run(check_store(location))  # a store that cannot open is said once, here
 
-    from loopdeck.cli.serve_auth import CannotListen, ConsoleServer, serve_until_stopped
+    from loopdeck.cli.decision_links import LinkedServer, link_desk
+    from loopdeck.cli.serve_auth import CannotListen, serve_until_stopped
 
     command, extra_env = console_command(location)
+    links = link_desk(args, location, extra_env)  # --url, --notify
     token = secrets.token_urlsafe(TOKEN_BYTES)
-    server = ConsoleServer(
+    server = LinkedServer(
         command,
         host=args.host,
         port=args.port,
         token=token,
         console_env=extra_env,
         site=Site(args.host, tuple(args.allow_host)).refusal,
+        links=links,
     )
 
     def announce(bound_port: int) -> None:

@@ -14,10 +14,13 @@ requests). Browsers send a host's cookies to each of its ports, so the cookie is
 port and holds an HMAC of the token under a secret of this server's own: another local
 server's cookie opens nothing here. Anything else is answered 403. Compared in constant time.
 
-A console: a process of its own (`loopdeck console`), in a session of its own so a terminal's
-Ctrl-C reaches the server alone, which then stops each console by SIGTERM, its stop signal (its
-live runs killed and recorded), SIGKILL after `CONSOLE_GRACE_S`; it gets SIGTERM too if the
-server dies (PR_SET_PDEATHSIG). A closed tab stops its console the same way.
+Its page (`serve_page/app_index.html`, textual-serve's own template hook): textual-serve's
+page with its fonts served here, the symbols Roboto Mono lacks among them (`serve_page`'s
+woff2 files, at `/fonts/`), the terminal started once they are loaded and given the keys as
+soon as its socket is open.
+
+Each tab's console: a process of its own, one kept started ahead of the next tab
+(`serve_consoles`), all of them ended with the server.
 
 Imported only by `run_serve`: aiohttp and textual-serve stay out of the CLI's import.
 """
@@ -25,39 +28,33 @@ Imported only by `run_serve`: aiohttp and textual-serve stay out of the CLI's im
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import hashlib
 import hmac
-import json
+import importlib.resources
 import logging
-import os
 import re
 import secrets
-import signal
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
 from aiohttp import WSCloseCode, web
 from aiohttp.typedefs import Handler
-from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
+from loopdeck.cli.serve_consoles import CONSOLE_GRACE_S, ConsoleService, Spare
 from loopdeck.stop_signals import StopSignals
 
+# The page and its fonts: a resource package, a folder on disk as installed.
+PAGE = Path(str(importlib.resources.files("loopdeck.cli.serve_page")))
+FONTS_ROUTE = "/fonts/"
 TOKEN_PARAM = "token"
-CONSOLE_GRACE_S = 10.0  # a console's own stop (its runs killed, recorded) before SIGKILL
 FORBIDDEN = "loopdeck serve: open the URL printed when the server started (it has the token)\n"
 NOT_OURS = "loopdeck serve: this console answers only its own page\n"
 log = logging.getLogger("loopdeck.serve")
 # A Host header fit to be written back into the page (name or address, and a port).
 PLAIN_HOST = re.compile(r"[A-Za-z0-9.\-]+(:\d+)?|\[[0-9A-Fa-f:.]+\](:\d+)?")
-
-PR_SET_PDEATHSIG = 1
-# Loaded in the server: the forked child only calls it (no loader lock taken after fork).
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def cookie_name(port: int) -> str:
@@ -117,90 +114,11 @@ def local_address(request: web.Request) -> str | None:
 SiteRefusal = Callable[[int, Sequence[str], Sequence[str], str | None], str | None]
 
 
-class ConsoleService(AppService):
-    """One tab's console process, stopped by its own stop signal."""
-
-    def __init__(self, command: str, *, extra_env: dict[str, str], **kwargs: Any) -> None:
-        super().__init__(command, **kwargs)
-        self.extra_env = extra_env
-        self.exiting = False  # it said it leaves (`q`): let it finish before any signal
-        self._ending: asyncio.Task[None] | None = None
-
-    def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
-        return {**super()._build_environment(width=width, height=height), **self.extra_env}
-
-    async def _open_app_process(
-        self, width: int = 80, height: int = 24
-    ) -> asyncio.subprocess.Process:
-        server = os.getpid()
-        self._process = process = await asyncio.create_subprocess_shell(
-            self.command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self._build_environment(width=width, height=height),
-            start_new_session=True,
-            preexec_fn=lambda: _die_with(server),
-        )
-        assert process.stdin is not None
-        self._stdin = process.stdin
-        return process
-
-    async def on_meta(self, data: bytes) -> None:
-        if json.loads(data).get("type") == "exit":
-            self.exiting = True
-        await super().on_meta(data)
-
-    async def stop(self) -> None:
-        """Its stop signal, then SIGKILL to its group after `CONSOLE_GRACE_S`. Called by the
-        tab's handler and by the server's shutdown alike: one ending, awaited by both."""
-        if self._task is None:
-            return
-        if self._ending is None:
-            self._ending = asyncio.create_task(self._end())
-        await asyncio.shield(self._ending)
-
-    async def _end(self) -> None:
-        await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
-        process = self._process
-        assert process is not None and self._task is not None
-        if not self.exiting:
-            self.send(signal.SIGTERM)
-        try:
-            async with asyncio.timeout(CONSOLE_GRACE_S):
-                await process.wait()
-        except TimeoutError:
-            self.hurry()
-        try:  # its output read to the end (a child still holding it was in its group)
-            async with asyncio.timeout(CONSOLE_GRACE_S):
-                await self._task
-        except TimeoutError:
-            self._task.cancel()
-
-    def send(self, sig: signal.Signals) -> None:
-        if self._process is not None and self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._process.pid, sig)
-
-    def hurry(self) -> None:
-        """SIGKILL to the console and whatever of its group is left."""
-        if self._process is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, signal.SIGKILL)
-
-
-def _die_with(server: int) -> None:
-    """In the forked console, before exec: SIGTERM when the server dies."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != server:  # the server died before that took hold
-        os._exit(1)
-
-
 class ConsoleServer(Server):
     """textual-serve's server: only its own page answered, the token asked of every request,
     the page's addresses taken from the request (a server on 0.0.0.0 is reached by another
-    name), each tab's console ended with the server. `port` is the bound one once listening."""
+    name), a console kept started for the next tab, each ended with the server. `port` is the
+    bound one once listening."""
 
     def __init__(
         self,
@@ -212,16 +130,23 @@ class ConsoleServer(Server):
         console_env: dict[str, str],
         site: SiteRefusal,
     ) -> None:
-        super().__init__(command, host=host, port=port, title="loopdeck")
+        super().__init__(command, host=host, port=port, title="loopdeck", templates_path=PAGE)
         self.token = token
         self.console_env = console_env
         self.site = site
         self.secret = secrets.token_bytes(32)  # this server's own: its cookie is no other's
         self.consoles: dict[ConsoleService, web.WebSocketResponse] = {}
+        self.spare = Spare(self._console)
         self.stopping = False
+
+    def _console(self) -> ConsoleService:
+        return ConsoleService(
+            self.command, extra_env=self.console_env, download_manager=self.download_manager
+        )
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
+        app.router.add_get(FONTS_ROUTE + "{name}", self.handle_font, name="font")
         app.middlewares.append(site_middleware(self.refusal))
         app.middlewares.append(token_middleware(self.token, self.cookie))
         app.on_shutdown.append(self._end_consoles)
@@ -238,7 +163,9 @@ class ConsoleServer(Server):
         return self.site(self.port, hosts, origins, local_address(request))
 
     async def on_startup(self, app: web.Application) -> None:
-        """Said by `run_serve` once the port is bound, not by textual-serve's banner."""
+        """The first spare console started. Said by `run_serve` once the port is bound, not by
+        textual-serve's banner."""
+        self.spare.start_soon()
 
     async def handle_index(self, request: web.Request) -> web.StreamResponse:
         host = request.host if PLAIN_HOST.fullmatch(request.host) else f"{self.host}:{self.port}"
@@ -247,28 +174,31 @@ class ConsoleServer(Server):
             "font_size": to_int(request.query.get("fontsize", "16"), 16),
             "app_websocket_url": f"{socket_scheme}://{host}/ws",
             "config": {"static": {"url": f"{request.scheme}://{host}/static/"}},
+            "fonts_url": f"{request.scheme}://{host}{FONTS_ROUTE}",
             "application": {"name": self.title},
         }
         return aiohttp_jinja2.render_template("app_index.html", request, context)
+
+    async def handle_font(self, request: web.Request) -> web.StreamResponse:
+        """One of the page's symbol fonts; nothing else of the page's folder."""
+        name = request.match_info["name"]
+        if not name.endswith(".woff2") or name not in {p.name for p in PAGE.glob("*.woff2")}:
+            raise web.HTTPNotFound(text=f"loopdeck serve: no font {name!r}\n")
+        return web.FileResponse(PAGE / name)
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         if self.stopping:
             raise web.HTTPServiceUnavailable(text="loopdeck serve is stopping\n")
         websocket = web.WebSocketResponse(heartbeat=15)
         await websocket.prepare(request)
-        console = ConsoleService(
-            self.command,
-            extra_env=self.console_env,
-            write_bytes=websocket.send_bytes,
-            write_str=websocket.send_str,
-            close=websocket.close,
-            download_manager=self.download_manager,
-        )
+        console = await self.spare.take()
+        console.attach(websocket)
         self.consoles[console] = websocket
         try:
             width = to_int(request.query.get("width", "80"), 80)
             await console.start(width, to_int(request.query.get("height", "24"), 24))
-            await self._process_messages(websocket, console)
+            await until_either(self._process_messages(websocket, console), console.done.wait())
+            await websocket.close()  # the tab closed it, or the console is done
         finally:
             await console.stop()
             self.consoles.pop(console, None)
@@ -277,13 +207,27 @@ class ConsoleServer(Server):
     async def _end_consoles(self, app: web.Application) -> None:
         self.stopping = True
         ending = list(self.consoles.items())
-        await asyncio.gather(*(console.stop() for console, _ in ending))
+        await asyncio.gather(self.spare.stop(), *(console.stop() for console, _ in ending))
         for _, websocket in ending:
             await websocket.close(code=WSCloseCode.GOING_AWAY, message=b"loopdeck serve stopped")
 
     def hurry(self) -> None:
+        self.spare.hurry()
         for console in list(self.consoles):
             console.hurry()
+
+
+async def until_either(first: Awaitable[object], second: Awaitable[object]) -> None:
+    """Until one of them is done (what it raised, raised here); the other is cancelled."""
+    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()
 
 
 class CannotListen(Exception):
