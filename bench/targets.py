@@ -1,4 +1,5 @@
-"""Every performance target of issue 11 in one run: figure, reference, ratio, PASS/FAIL.
+"""Every performance target of issue 11 in one run: figure, reference, ratio, PASS/FAIL; and
+the gateway's added latency per call (issue 39, `gateway_latency.py`).
 
 make bench      (installs the bench extra: pydantic-ai-slim, the peer loop)
 
@@ -51,12 +52,26 @@ def _start() -> list[Row]:
     return start_time.measure()
 
 
+def _log_chain() -> list[Row]:
+    import log_chain
+
+    return asyncio.run(log_chain.measure())
+
+
+def _gateway() -> list[Row]:
+    import gateway_latency
+
+    return gateway_latency.measure()
+
+
 GROUPS: dict[str, Callable[[], list[Row]]] = {
     "model_path": _model_path,
     "console_load": _console_load,
     "console_rss": _console_rss,
     "store": _store,
     "start": _start,
+    "log_chain": _log_chain,
+    "gateway": _gateway,
 }
 MARK = "ROWS "
 

@@ -32,7 +32,7 @@ from loopdeck.core.events import (
 from loopdeck.core.states import RunState
 from loopdeck.operator.fleet import Fleet
 from loopdeck.store import deciding, queries
-from loopdeck.store.base import Location, Store
+from loopdeck.store.base import SCHEMA_VERSION, Location, Store
 from loopdeck.store.event_rows import RunRows, event_row
 from loopdeck.store.opening import open_store
 from loopdeck.store.writer import EventWriter
@@ -308,7 +308,7 @@ async def test_a_v3_store_is_brought_forward_with_its_runs_summarized(location: 
     store = await open_store(location)
     try:
         version = await store.fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
-        assert version[0][0] == "4"
+        assert version[0][0] == str(SCHEMA_VERSION)
         fleet = Fleet()
         await fleet.refresh(store)
         old, done = fleet.rows["old"], fleet.rows["done"]

@@ -19,7 +19,7 @@ from store_helpers import loopdeck
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.states import StopReason
 from loopdeck.store import queries
-from loopdeck.store.base import StoreError
+from loopdeck.store.base import SCHEMA_VERSION, StoreError
 from loopdeck.store.liveness import process_started, runner_gone
 from loopdeck.store.opening import open_store
 from loopdeck.store.runner import RecordedRun
@@ -54,7 +54,8 @@ async def test_a_store_is_created_whole(tmp_path) -> None:
         meta = dict(await store.fetchall("SELECT key, value FROM meta"))
     finally:
         await store.close()
-    assert meta == {"app": "loopdeck", "schema_version": "4"}
+    assert meta.pop("chain_since")  # when the store's hash chain began
+    assert meta == {"app": "loopdeck", "schema_version": str(SCHEMA_VERSION)}
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
@@ -199,7 +200,7 @@ def test_a_store_from_before_the_upgrade_is_migrated(tmp_path) -> None:
     version = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
     columns = {r[1] for r in con.execute("PRAGMA table_info(events)")}
     con.close()
-    assert version == "4" and "origin" in columns
+    assert version == str(SCHEMA_VERSION) and "origin" in columns
 
 
 async def test_the_command_poller_ends_even_when_its_cancellation_is_swallowed(monkeypatch) -> None:

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from loopdeck.cli.gateway_parser import add_gateway_command
+from loopdeck.cli.notify_flags import add_notify_flags
 from loopdeck.cli.policy_commands import add_policy_command
 from loopdeck.cli.serve import add_serve_command
 from loopdeck.store.base import DB_HELP, store_location
@@ -159,11 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_argument(
         "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
     )
+    add_notify_flags(console)
 
     add_store_commands(commands)
     add_policy_command(commands)
     add_serve_command(commands)
-
     add_env_commands(commands)
     return parser
 
@@ -195,6 +196,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--theme", help="console theme: a name, or the path of a theme file")
     add_policy_flag(parser)
+    add_notify_flags(parser)
     add_otlp_flags(
         parser,
         "send the run as one OpenTelemetry trace to this OTLP/HTTP endpoint, what has ended"
@@ -382,11 +384,9 @@ def add_decision_commands(
 def add_env_commands(commands: Any) -> None:
     envs = commands.add_parser("envs", help="list the sample envs and their scripts")
     envs.add_argument("--json", action="store_true")
-
     init = commands.add_parser("init-env", help="copy a sample env here, to start your own")
     init.add_argument("name", metavar="NAME", help="the sample env to copy (see `loopdeck envs`)")
     init.add_argument("dest", nargs="?", type=Path, help="folder to create (default: ./NAME)")
-
     check = commands.add_parser(
         "check", help="run every script of an env headless against its `expect`"
     )

@@ -1,7 +1,8 @@
 """`loopdeck runs`, `pending`, `approve`, `reject`, `answer`, `message`, `cancel`, `pause`,
 `resume`, `export`, `attach` and `replay` (and, from `cli/decision_commands.py`, `grants`,
-`revoke` and `resolve`): supervising recorded runs from another process, one
-function a command, each reaching the store through `operator/records.py`."""
+`revoke` and `resolve`; from `cli/verify_command.py`, `verify`): supervising recorded runs
+from another process, one function a command, each reaching the store through
+`operator/records.py`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from loopdeck.cli import decision_commands, tables
+from loopdeck.cli import decision_commands, tables, verify_command
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.records import Store
@@ -38,6 +39,8 @@ def run_store_command(args: argparse.Namespace) -> int:
         from loopdeck.cli.remote import open_remote_console
 
         return open_remote_console(args)
+    if args.command == "verify" and args.export is not None:  # a file, not a store
+        return verify_command.verify_export(args)
     return asyncio.run(_store_command(args))
 
 
@@ -223,7 +226,8 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _export(store: Store, args: argparse.Namespace) -> int:
-    """The run's events as JSON lines, or (`--otlp URL`) sent as one OpenTelemetry trace:
+    """The run's events as JSON lines, each with its hash in the run's chain (`loopdeck
+    verify --export FILE` checks them), or (`--otlp URL`) sent as one OpenTelemetry trace:
     one line, its trace id and spans; exit 2 naming the URL if it was not taken."""
     await records.known_run(store, args.run_id)
     if args.otlp_content and not args.otlp:
@@ -260,4 +264,5 @@ COMMANDS: dict[str, Command] = {
     "grants": decision_commands.grants,
     "revoke": lambda store, args: decision_commands.revoke(store, args, operator()),
     "resolve": lambda store, args: decision_commands.resolve(store, args, operator(), _tell),
+    "verify": verify_command.verify,
 }

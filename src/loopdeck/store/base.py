@@ -18,8 +18,12 @@ from typing import Any, Protocol
 
 import platformdirs
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APP_ID = "loopdeck"
+# v5: each event's `hash`, its link in its run's hash chain (`store/chain.py`). The meta key
+# CHAIN_SINCE holds when the store's chain began (its creation, or its migration to v5):
+# events without a hash from before then are reported unverified, never as intact.
+CHAIN_SINCE = "chain_since"
 
 # v4: what the fleet shows of a run, kept on its row (`store/feed.py`): the run's summary,
 # written once per batch by its writer, and `changed`, the run's change number, which only
@@ -44,13 +48,14 @@ ADDED_COLUMNS = (
     ("approvals", "edited_args", "TEXT"),  # v3: the operator's edit of a write's arguments
     ("approvals", "grant_rule", "TEXT"),  # v3: the grant given with an approval (JSON)
     *(("runs", column, kind) for column, kind in RUN_SUMMARY),  # v4
+    ("events", "hash", "TEXT"),  # v5: the event's link in its run's hash chain
 )
 
 # The tables both backends define alike (the others differ in number types and identity).
 SHARED_TABLES = """
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL,
-    body TEXT NOT NULL, origin TEXT, PRIMARY KEY (run_id, seq)
+    body TEXT NOT NULL, origin TEXT, hash TEXT, PRIMARY KEY (run_id, seq)
 );
 CREATE TABLE IF NOT EXISTS approvals (
     run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT, args TEXT, requested_at TEXT,

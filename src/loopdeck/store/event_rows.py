@@ -30,10 +30,9 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.store.base import Tx
+from loopdeck.store.chain import EventRow, body_at
 from loopdeck.store.feed import finding, pause_word
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
-
-EventRow = tuple[str, int, str, str, str]
 
 # A call asked again (its receipt expired) replaces its row: pending again, undecided.
 ASKED_AGAIN = (
@@ -269,17 +268,10 @@ async def _tool_finished(rows: RunRows, db: Tx, e: ToolFinished) -> None:
 
 def event_row(event: Event) -> EventRow:
     """An event's row: (run_id, seq, kind, at, body). `at` is read off the body the event was
-    just serialized to (its third field, after run_id and seq: `,"at":"` cannot occur inside a
-    JSON string), in `datetime.isoformat()`'s form; formatting the time again was a sixth of
-    the cost of an append."""
+    just serialized to (`chain.body_at`); formatting the time again was a sixth of the cost of
+    an append."""
     body = event_json(event)
-    start = body.find(',"at":"') + 7
-    end = body.find('"', start)
-    if start < 7 or end < 0:
-        return event.run_id, event.seq, event.kind, event.at.isoformat(), body
-    at = body[start:end]
-    if at.endswith("Z"):
-        at = at[:-1] + "+00:00"
+    at = body_at(body) or event.at.isoformat()
     return event.run_id, event.seq, event.kind, at, body
 
 

@@ -20,6 +20,7 @@ from loopdeck.core.events import (
     kind_of,
 )
 from loopdeck.store.base import Store, Tx
+from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.queries import LIVE_STATES, QUESTION, RESOLVE, UNKNOWN_OUTCOMES, send_command
 
 _UNKNOWN = f"outcome IN {UNKNOWN_OUTCOMES}"
@@ -70,19 +71,10 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
     if live:
         await send_command(tx, run_id, RESOLVE, by, said)
         return None
-    last = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-    event = OutcomeResolved(
-        run_id=run_id,
-        seq=(last[0][0] or 0) + 1,
-        call_id=call_id,
-        tool=rows[0]["tool"],
-        applied=applied,
-        by=by,
+    event, row = await reader_row(
+        tx, OutcomeResolved, run_id, call_id=call_id, tool=rows[0]["tool"], applied=applied, by=by
     )
-    await tx.execute(
-        "INSERT INTO events (run_id, seq, kind, at, body, origin) VALUES (?, ?, ?, ?, ?, 'reader')",
-        (run_id, event.seq, event.kind, event.at.isoformat(), event.model_dump_json()),
-    )
+    await tx.execute(READER_INSERT, row)
     await tx.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (event.seq, run_id))
     return None
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -30,6 +31,7 @@ import psycopg
 from loopdeck.store.base import (
     ADDED_COLUMNS,
     APP_ID,
+    CHAIN_SINCE,
     RUN_SUMMARY_COLUMNS,
     SCHEMA_VERSION,
     SHARED_TABLES,
@@ -164,8 +166,9 @@ class PgStore(Store):
                         )
                     await conn.execute(SCHEMA)
                     await conn.execute(
-                        "INSERT INTO meta (key, value) VALUES ('app', %s), ('schema_version', %s)",
-                        (APP_ID, str(SCHEMA_VERSION)),
+                        "INSERT INTO meta (key, value) VALUES ('app', %s), ('schema_version', %s),"
+                        " (%s, %s)",
+                        (APP_ID, str(SCHEMA_VERSION), CHAIN_SINCE, datetime.now(UTC).isoformat()),
                     )
                 rows = await (await conn.execute("SELECT key, value FROM meta")).fetchall()
                 meta = {str(row[0]): str(row[1]) for row in rows}
@@ -183,6 +186,12 @@ class PgStore(Store):
                     await conn.execute(SCHEMA)
                     if version < 4:  # the fleet's summary of each run, read once
                         await fill_summaries(PgTx(conn))
+                    if version < 5:  # the hash chain begins now: older events carry no hash
+                        await conn.execute(
+                            "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                            " ON CONFLICT (key) DO NOTHING",
+                            (CHAIN_SINCE, datetime.now(UTC).isoformat()),
+                        )
                     await conn.execute(
                         "UPDATE meta SET value = %s WHERE key = 'schema_version'",
                         (str(SCHEMA_VERSION),),

@@ -17,6 +17,7 @@ from loopdeck.core.events import EventBase, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
+from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
@@ -71,30 +72,22 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
 
 
 async def mark_crashed(store: Store, run_id: str, why: str) -> bool:
-    """The row, the stop event and the withdrawals land together or not at all."""
+    """The row, the stop event and the withdrawals land together or not at all; the event
+    is chained after the run's last (`store/chain.py`)."""
     detail = f"{why}; it stopped without recording a stop"
     async with store.transaction(run_id) as tx:
-        last = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))
-        seq = (last[0][0] or 0) + 1
+        event, row = await reader_row(
+            tx, RunStopped, run_id, state=RunState.STOPPED, stop_reason=StopReason.CRASHED,
+            detail=detail,
+        )  # fmt: skip
         changed = await tx.execute(
             "UPDATE runs SET state = 'stopped', stop_reason = 'crashed', detail = ?, ended_at = ?,"
             f" last_seq = ? WHERE run_id = ? AND state IN {LIVE_STATES}",
-            (detail, datetime.now(UTC).isoformat(), seq, run_id),
+            (detail, datetime.now(UTC).isoformat(), event.seq, run_id),
         )
         if changed != 1:
             return False  # another reader, or the runner's own stop, came first
-        event = RunStopped(
-            run_id=run_id,
-            seq=seq,
-            state=RunState.STOPPED,
-            stop_reason=StopReason.CRASHED,
-            detail=detail,
-        )
-        await tx.execute(
-            "INSERT INTO events (run_id, seq, kind, at, body, origin)"
-            " VALUES (?, ?, ?, ?, ?, 'reader')",
-            (run_id, seq, event.kind, event.at.isoformat(), event.model_dump_json()),
-        )
+        await tx.execute(READER_INSERT, row)
         await tx.execute(
             "UPDATE approvals SET state = 'withdrawn', decided_by = ?"
             " WHERE run_id = ? AND state = 'pending'",

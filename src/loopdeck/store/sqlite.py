@@ -8,6 +8,7 @@ import contextlib
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import aiosqlite
 from loopdeck.store.base import (
     ADDED_COLUMNS,
     APP_ID,
+    CHAIN_SINCE,
     RUN_SUMMARY_COLUMNS,
     SCHEMA_VERSION,
     SHARED_TABLES,
@@ -188,8 +190,9 @@ class SqliteStore(Store):
                 for statement in SQLITE_FEED:
                     await self.db.execute(statement)
                 await self.db.execute(
-                    "INSERT INTO meta (key, value) VALUES ('app', ?), ('schema_version', ?)",
-                    (APP_ID, str(SCHEMA_VERSION)),
+                    "INSERT INTO meta (key, value) VALUES ('app', ?), ('schema_version', ?),"
+                    " (?, ?)",
+                    (APP_ID, str(SCHEMA_VERSION), CHAIN_SINCE, datetime.now(UTC).isoformat()),
                 )
             await self.db.execute("COMMIT")
         except BaseException:
@@ -214,6 +217,11 @@ class SqliteStore(Store):
             if version < 4:  # the fleet's summary of each run, read once from its events
                 self.db.row_factory = sqlite3.Row
                 await fill_summaries(_SqliteTx(self.db))
+            if version < 5:  # the hash chain begins now: older events carry no hash
+                await self.db.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                    (CHAIN_SINCE, datetime.now(UTC).isoformat()),
+                )
             await self.db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )

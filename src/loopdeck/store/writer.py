@@ -5,7 +5,7 @@ login refused) the writer is in an outage: the events stay queued in order, are 
 outside the store's folder (`store/spill.py`), and the commit is tried again with a bounded
 backoff; the runtime holds meanwhile (`Journal.outage`, `recovered()`). The first commit that
 lands writes the queue in order and ends the outage. What each event's rows are is
-`store/event_rows.py`'s."""
+`store/event_rows.py`'s; each event's link in its run's hash chain, `store/chain.py`'s."""
 
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
-from loopdeck.store.event_rows import EventRow, RunRows, event_json, event_row
+from loopdeck.store.chain import CHAINED_COLUMNS, EVENT_COLUMNS, EventRow, RunChain
+from loopdeck.store.event_rows import RunRows, event_json, event_row
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.spill import Spill
+
+__all__ = ["EVENT_COLUMNS", "EventWriter", "event_json", "event_row"]
 
 BATCH_INTERVAL_S = 0.05
 BATCH_MAX = 512
@@ -32,7 +35,10 @@ RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 2.0
 # How long `close` keeps trying a store that cannot take writes before it gives up (spill).
 CLOSE_RETRY_S = 10.0
-EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
+# A queued event: the event, its row (None: serializing failed, tried again at the commit),
+# and its link in the run's chain: the hash it follows and its own (None: linked at the
+# commit).
+Queued = tuple[Event, EventRow | None, str, str | None]
 
 
 class EventWriter:
@@ -50,10 +56,12 @@ class EventWriter:
         self.on_correction: Callable[[str], None] | None = None
         # Told when an outage ended (the runner brings back other processes' spills then).
         self.on_recovery: Callable[[], None] | None = None
-        # Each event with its row, serialized as it is published: the next batch is made
-        # while the previous one is being inserted on the store's thread. None: serializing
-        # failed, and is tried again (and reported) when the batch is committed.
-        self._queue: list[tuple[Event, EventRow | None]] = []
+        # Each event with its row, serialized and linked into the run's hash chain as it is
+        # published: the next batch is made while the previous one is being inserted on the
+        # store's thread. A row of None: serializing failed, and is tried again (and
+        # reported) when the batch is committed.
+        self._queue: list[Queued] = []
+        self.chain = RunChain()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -72,7 +80,9 @@ class EventWriter:
             row: EventRow | None = event_row(event)
         except Exception:  # never the publisher's problem: the commit reports it
             row = None
-        self._queue.append((event, row))
+        chain = self.chain
+        after = chain.tail_hash
+        self._queue.append((event, row, after, chain.queued(event.seq, row)))
         if len(self._queue) >= BATCH_MAX and self.outage is None:  # an outage keeps its pace
             self._wake.set()
 
@@ -160,7 +170,7 @@ class EventWriter:
         last = self._queue[-1][0].seq
         if self._spill.path is not None and last == self._spilled_through:
             return self._spill.path
-        lines = [row[4] if row is not None else event_json(event) for event, row in self._queue]
+        lines = [row[4] if row else event_json(event) for event, row, _, _ in self._queue]
         path = self._spill.write(lines)
         self._spilled_through = last if path is not None else 0
         return path
@@ -214,28 +224,32 @@ class EventWriter:
     async def write_back(self, events: list[Event]) -> None:
         """Events made by another process, committed as that process would have, in one
         transaction."""
-        await self._commit([(event, None) for event in events])
+        await self._commit([(event, None, "", None) for event in events])
 
-    async def _commit(self, batch: list[tuple[Event, EventRow | None]]) -> None:
+    async def _commit(self, batch: list[Queued]) -> None:
         run_id = batch[0][0].run_id
+        last = None
         async with self.store.transaction(run_id) as tx:
             correction = await self.rows.undo_a_false_crash(tx, run_id)
             if correction is not None and self.on_correction is not None:
                 self.on_correction(correction)
             if self.outage is not None:  # the commit that failed may have landed all the same
                 batch = await _not_stored(tx, run_id, batch)
-                if not batch:
-                    return
-            # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit at a
-            # runner's sequence number any more, and a clash would be a bug to report, never
-            # an event to drop.
-            await tx.append("events", EVENT_COLUMNS, [row or event_row(e) for e, row in batch])
-            await self.rows.apply_batch(tx, (event for event, _ in batch))
+            if batch:
+                rows = await self.chain.rows(
+                    tx, run_id, batch[0][0].seq,
+                    [(row or event_row(e), after, link) for e, row, after, link in batch],
+                )  # fmt: skip
+                # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit
+                # at a runner's sequence number any more, and a clash would be a bug to
+                # report, never an event to drop.
+                await tx.append("events", CHAINED_COLUMNS, rows)
+                await self.rows.apply_batch(tx, (item[0] for item in batch))
+                last = rows[-1]
+        self.chain.committed(last, bool(self._queue))
 
 
-async def _not_stored(
-    tx: Tx, run_id: str, batch: list[tuple[Event, EventRow | None]]
-) -> list[tuple[Event, EventRow | None]]:
+async def _not_stored(tx: Tx, run_id: str, batch: list[Queued]) -> list[Queued]:
     """What of a batch the store does not hold yet. A connection lost while its COMMIT was
     on the way (a PostgreSQL server restarting) raises StoreUnavailable though the batch may
     have landed: retried whole, its first row would clash with itself."""

@@ -1,0 +1,69 @@
+"""`loopdeck verify [RUN_ID]` and `loopdeck verify --export FILE`: a run's log (every run's
+in the store, without RUN_ID; an export file's) proven by its hash chain. One line a run:
+intact with its last hash, or the first event edited, removed or reordered; events from
+before the chain said, never passed as verified. Exit 1 when any run is broken."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from loopdeck.core.text import visible
+from loopdeck.operator import records
+from loopdeck.operator.records import RunProof, Store
+
+
+async def verify(store: Store, args: argparse.Namespace) -> int:
+    """The run named (its id or a unique prefix, resolved before), else every run."""
+    if args.run_id:
+        proofs = [await records.verify_run(store, args.run_id)]
+    else:
+        proofs = await records.verify_store(store)
+    return report(proofs, str(store.path), as_json=args.json)
+
+
+def verify_export(args: argparse.Namespace) -> int:
+    """The runs in an export file; the file alone is read (no store, no run named)."""
+    if args.run_id or args.db:
+        print(
+            "loopdeck: verify --export FILE reads the file alone: give no RUN_ID or --db with it",
+            file=sys.stderr,
+        )
+        return 2
+    return report(records.verify_export(args.export), str(args.export), as_json=args.json)
+
+
+def report(proofs: list[RunProof], where: str, *, as_json: bool) -> int:
+    for proof in proofs:
+        print(visible(_line(proof)))
+    broken = [proof for proof in proofs if proof.broken is not None]
+    old = [proof for proof in proofs if proof.unchained and proof.broken is None]
+    summary = (
+        f"{len(proofs)} run{'' if len(proofs) == 1 else 's'} in {where}:"
+        f" {len(proofs) - len(broken) - len(old)} intact, {len(broken)} broken"
+        f" (an event edited, removed or reordered), {len(old)} with events from before the"
+        " chain (not verified)"
+    )
+    print(visible(summary if proofs else f"no runs in {where}: nothing to verify"))
+    if as_json:
+        runs = [proof.as_json() for proof in proofs]
+        print(json.dumps({"intact": not broken, "runs": runs}))
+    return 1 if broken else 0
+
+
+def _line(proof: RunProof) -> str:
+    run = proof.run_id
+    if proof.broken is not None:
+        found = proof.broken
+        return f"{run}: event {found.seq} {found.what}: {found.detail}"
+    if not proof.events:
+        return f"{run}: no events"
+    last = f"its last event {proof.events} hashed {proof.head}"
+    if not proof.unchained:
+        return f"{run}: intact: {proof.events} events, {last}"
+    first = "event 1 is" if proof.unchained == 1 else f"events 1 to {proof.unchained} are"
+    before = f"{first} from before the chain began: not verified"
+    if not proof.verified:
+        return f"{run}: {before}"
+    return f"{run}: intact from event {proof.unchained + 1} ({before}), {last}"

@@ -1,0 +1,142 @@
+"""Each run's events as a hash chain: every row of the `events` table carries `hash`, the
+sha256 of the hash of the run's previous event, the row's origin and its body. The body is
+the event as stored and names its run, number, kind and time; the row's own columns must say
+the same (`store/verification.py` checks both). A run's first event follows `GENESIS`, and
+so does the first event written after rows from before the chain (schema < 5, no hash).
+
+The runner's writer keeps its run's last hash (`RunChain`): each event is linked as it is
+published, in the same pass that serializes it, and a batch's links are checked against the
+last committed hash before the batch is appended, so an append costs one sha256 and no read.
+A reader's event (a crash mark, an ended run's resolved outcome) reads the run's last row in
+its transaction (`reader_row`). Every writer of a run's events takes the run's turn first
+(`Store.transaction(run_id)`), so the chain follows the events' numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from hashlib import sha256
+from typing import Any, TypeVar
+
+from loopdeck.core.events import EventBase
+from loopdeck.store.base import Tx
+
+GENESIS = "0" * 64
+EventRow = tuple[str, int, str, str, str]  # run_id, seq, kind, at, body
+ChainedRow = tuple[str, int, str, str, str, str | None]  # and its hash
+EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
+CHAINED_COLUMNS = (*EVENT_COLUMNS, "hash")
+# A queued event's row and link: the hash it follows and its own (None: linked when
+# committed).
+LinkedRow = tuple[EventRow, str, str | None]
+E = TypeVar("E", bound=EventBase)
+
+
+def link(prev: str, body: str, origin: str | None = None) -> str:
+    """The hash of an event whose row has `body` and `origin`, after an event hashed `prev`.
+    What is hashed is one text, read back unambiguously: the 64 hex digits of `prev`, then
+    `-` (no origin) or the origin's length, `:` and the origin, then the body."""
+    mark = "-" if origin is None else f"{len(origin)}:{origin}"
+    text = f"{prev}{mark}{body}"
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate in an edited row: hashed, never fatal
+        data = text.encode("utf-8", "surrogatepass")
+    return sha256(data).hexdigest()
+
+
+def body_at(body: str) -> str | None:
+    """An event's time as its row's `at` has it, read off the body it was serialized to (its
+    third field, after run_id and seq: `,"at":"` cannot occur inside a JSON string), in
+    `datetime.isoformat()`'s form; None when the body has none in that place."""
+    start = body.find(',"at":"') + 7
+    end = body.find('"', start)
+    if start < 7 or end < 0:
+        return None
+    at = body[start:end]
+    return at[:-1] + "+00:00" if at.endswith("Z") else at
+
+
+async def chain_head(tx: Tx, run_id: str, before: int | None = None) -> tuple[int, str]:
+    """The number and hash of the run's last stored event (before `before`): 0 and GENESIS
+    when there is none, GENESIS when it has no hash (it is from before the chain)."""
+    sql = "SELECT seq, hash FROM events WHERE run_id = ?"
+    params: tuple[Any, ...] = (run_id,)
+    if before is not None:
+        sql += " AND seq < ?"
+        params = (run_id, before)
+    rows = await tx.fetchall(sql + " ORDER BY seq DESC LIMIT 1", params)
+    if not rows:
+        return 0, GENESIS
+    return int(rows[0][0]), rows[0][1] or GENESIS
+
+
+async def reader_row(
+    tx: Tx, make: type[E], run_id: str, **fields: Any
+) -> tuple[E, tuple[Any, ...]]:
+    """A reader's event for `run_id`, numbered after the run's last stored event, and its row
+    for `READER_INSERT` (run_id, seq, kind, at, body, 'reader', hash) chained to it."""
+    seq, prev = await chain_head(tx, run_id)
+    event = make(run_id=run_id, seq=seq + 1, **fields)
+    body = event.model_dump_json()
+    at = body_at(body) or event.at.isoformat()
+    kind = str(getattr(event, "kind", ""))
+    return event, (run_id, event.seq, kind, at, body, "reader", link(prev, body, "reader"))
+
+
+READER_INSERT = (
+    "INSERT INTO events (run_id, seq, kind, at, body, origin, hash) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class RunChain:
+    """A writer's end of its run's chain: the last event linked as it was queued (its number
+    and hash: the tail) and the last committed (`head`: (seq, hash)). A fresh run's first
+    event (number 1) follows GENESIS; a writer that starts further on (bringing back a spill)
+    learns its head from the store at its first commit."""
+
+    def __init__(self) -> None:
+        self.tail_seq = 0  # 0: no tail (a run's first event follows GENESIS)
+        self.tail_hash = GENESIS
+        self.head: tuple[int, str] | None = None
+
+    def queued(self, seq: int, row: EventRow | None) -> str | None:
+        """The hash of an event as it is queued, after the tail (`tail_hash`, read before
+        this call), when the tail is the event before it: one sha256 while the last batch is
+        being inserted. None: linked at the commit."""
+        if row is None or seq != self.tail_seq + 1:
+            self.tail_seq = -1  # unknown: the next ones are linked at the commit
+            return None
+        prev = self.tail_hash
+        try:  # `link` written out: this is the writer's path, once per event
+            digest = sha256(f"{prev}-{row[4]}".encode()).hexdigest()
+        except UnicodeEncodeError:
+            digest = link(prev, row[4])
+        self.tail_seq, self.tail_hash = seq, digest
+        return digest
+
+    async def rows(
+        self, tx: Tx, run_id: str, first: int, rows: Sequence[LinkedRow]
+    ) -> list[ChainedRow]:
+        """A batch's rows with their hashes: each queued link kept when it follows the hash
+        before it, made again when it does not (the head read from the store when this
+        writer does not know it)."""
+        head = self.head
+        if head is not None and head[0] == first - 1:
+            prev = head[1]
+        elif first == 1:  # a run's first event
+            prev = GENESIS
+        else:
+            prev = (await chain_head(tx, run_id, first))[1]
+        chained: list[ChainedRow] = []
+        for row, after, digest in rows:
+            prev = digest if digest is not None and after == prev else link(prev, row[4])
+            chained.append((*row, prev))
+        return chained
+
+    def committed(self, last: ChainedRow | None, more_queued: bool) -> None:
+        """After a commit: its last row is the head (None: unknown, read again next time);
+        with nothing queued since, the next event is linked as it is queued from there."""
+        self.head = None if last is None or last[5] is None else (last[1], last[5])
+        if not more_queued and self.head is not None:
+            self.tail_seq, self.tail_hash = self.head
