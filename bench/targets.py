@@ -52,6 +52,12 @@ def _start() -> list[Row]:
     return start_time.measure()
 
 
+def _mcp() -> list[Row]:
+    import mcp_overhead
+
+    return asyncio.run(mcp_overhead.measure(640))
+
+
 def _log_chain() -> list[Row]:
     import log_chain
 
@@ -70,6 +76,7 @@ GROUPS: dict[str, Callable[[], list[Row]]] = {
     "console_rss": _console_rss,
     "store": _store,
     "start": _start,
+    "mcp": _mcp,
     "log_chain": _log_chain,
     "gateway": _gateway,
 }

@@ -60,9 +60,10 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
 
         return run_policy_command
     if args.command == "gateway":
-        from loopdeck.cli.gateway_command import run_gateway
+        from loopdeck.cli.gateway_command import own_command
 
-        return run_gateway
+        if (own := own_command(args)) is not None:
+            return own
     if args.command == "serve":
         from loopdeck.cli.serve import run_serve
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from loopdeck import tuning
 from loopdeck.cli import acp_command
+from loopdeck.cli.notify_flags import notify_settings
 from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED, budget_overrides
 from loopdeck.stop_signals import StopSignals
 from loopdeck.store.base import Location, default_db_path
@@ -29,8 +30,16 @@ def options(args: argparse.Namespace) -> RunOptions:
     """`loopdeck run`'s (or `loopdeck acp`'s) flags as the run's options."""
     from loopdeck.operator.launch import RunOptions
 
+    if args.command == "gateway":
+        from loopdeck.cli.gateway_command import gateway_options
+
+        chosen = gateway_options(args)
+        chosen.policy, chosen.notify = args.policy, notify_settings(args)
+        return chosen
     if args.command == "acp":
-        return acp_command.acp_options(args)
+        chosen = acp_command.acp_options(args)
+        chosen.policy, chosen.notify = args.policy, notify_settings(args)
+        return chosen
 
     return RunOptions(
         env=args.env,
@@ -44,6 +53,8 @@ def options(args: argparse.Namespace) -> RunOptions:
         model_timeout_s=args.model_timeout,
         pause_at=args.pause_at,
         settings=list(args.settings),
+        policy=args.policy,
+        notify=notify_settings(args),
     )
 
 
@@ -51,6 +62,7 @@ def options(args: argparse.Namespace) -> RunOptions:
 WITHOUT_A_TERMINAL = {
     "run": "add --headless (and --json for one JSON object) to run without the console",
     "acp": "add --headless (and --json for one JSON object) to run without the console",
+    "gateway": "add --headless (and --json for one JSON object) to run without the console",
     "console": "`loopdeck runs` and `loopdeck pending` read the store without it",
     "attach": "`loopdeck pending`, `approve`, `answer` and `cancel` act on the run without it",
     "replay": "`loopdeck export RUN_ID` prints the run's events without it",
@@ -271,6 +283,10 @@ def run_console(args: argparse.Namespace) -> int:
 
     if args.command == "acp":
         about = acp_command.about(args)
+    elif args.command == "gateway":
+        from loopdeck.cli.gateway_command import about as gateway_about
+
+        about = gateway_about(args)
     else:
         about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
     app = LoopdeckApp(
@@ -294,7 +310,14 @@ def launcher(args: argparse.Namespace) -> int:
 
     asyncio.run(check_store(args.db))
     tuning.for_console()
-    app = LoopdeckApp(ConsoleStart.for_fleet(args.db or default_db_path()), theme_name=args.theme)
+    notify, started = notify_settings(args), None  # what a run started here takes
+    if notify.on:  # the run's imports only then: the fleet paints before them
+        from loopdeck.operator.launch import RunOptions
+
+        started = RunOptions(env="", notify=notify)
+    app = LoopdeckApp(
+        ConsoleStart.for_fleet(args.db or default_db_path(), started), theme_name=args.theme
+    )
     app.bell_enabled = not args.no_bell
     return after_console(app, app.run())
 

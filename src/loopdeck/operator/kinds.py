@@ -14,6 +14,7 @@ from loopdeck.core.scenario import Scenario, ScenarioError
 KINDS: dict[str, str] = {
     "mcp": "loopdeck.mcp_env.kind",
     "acp": "loopdeck.acp_env.kind",
+    "gateway": "loopdeck.gateway.kind",
     "python": "loopdeck.python_env.kind",  # the default: no table names another kind
 }
 DEFAULT = "python"

@@ -1,0 +1,99 @@
+"""`loopdeck gateway --goal TEXT [--workdir DIR] [--check CMD] --model MODEL [--api-base URL]
+[--tool NAME=read|write …] -- AGENT_CMD ARGS…`: an agent that never asks, run on the user's
+folder in place behind loopdeck's gateway, headless or in the console as any run (`cli/runs.py`
+drives it; this module checks its words and makes its options).
+
+Light at import, like the rest of the CLI: the run's modules are imported only when its
+options are made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loopdeck.cli.gateway_parser import add_gateway_flags
+from loopdeck.cli.gateway_target import gateway_target
+from loopdeck.cli.parser import EXIT_BAD_INPUT, add_agent_flags, add_run_flags, budget_overrides
+
+if TYPE_CHECKING:
+    from loopdeck.operator.launch import RunOptions
+
+USAGE = (
+    "loopdeck gateway --goal TEXT [--workdir DIR] [--check CMD] --model MODEL [--api-base URL]"
+    " [--tool NAME=read|write ...] -- AGENT_CMD ARGS…"
+)
+
+
+def own_command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int] | None:
+    """What runs this `gateway` command when it is not an agent's run (`serve`, `token`, or
+    words that cannot run); None: the agent's run, which `cli/runs.py` drives as any run."""
+    words = list(args.agent_command)
+    if words[:1] in (["serve"], ["token"]):
+        sub = argparse.ArgumentParser(prog=f"loopdeck gateway {words[0]}")
+        add_gateway_flags(sub, add_agent_flags, add_run_flags)
+        sub.parse_args(words[1:], namespace=args)
+        args.agent_command = []
+        from loopdeck.cli.gateway_serve import run_serve, run_token
+
+        return run_serve if words[0] == "serve" else run_token
+    args.agent_command = words[1:] if words[:1] == ["--"] else words
+    return (lambda _: EXIT_BAD_INPUT) if refused(args) else None
+
+
+def problem(args: argparse.Namespace) -> str | None:
+    """What keeps this `gateway` command from running, in one line; None when nothing does."""
+    if not (args.goal or "").strip():
+        return f"gateway needs --goal TEXT, what the agent is to do: {USAGE}"
+    if not (args.model or "").strip():
+        return f"gateway needs --model MODEL, the upstream (a LiteLLM model name): {USAGE}"
+    if not args.agent_command:
+        return f"gateway needs the agent's command after --: {USAGE}"
+    workdir: Path = args.workdir
+    if not workdir.exists():
+        return f"--workdir {workdir}: no such folder"
+    if not workdir.is_dir():
+        return f"--workdir {workdir}: not a folder"
+    program = args.agent_command[0]
+    if shutil.which(program) is None:
+        return f"the agent's command {program}: not found (nor runnable) on PATH"
+    return None
+
+
+def refused(args: argparse.Namespace) -> bool:
+    """Says why and returns True when this `gateway` command cannot run."""
+    if (said := problem(args)) is None:
+        return False
+    from loopdeck.core.text import visible
+
+    print(f"loopdeck: {visible(said)}", file=sys.stderr)
+    return True
+
+
+def about(args: argparse.Namespace) -> str:
+    """The run in words, for the console's first frame."""
+    return f"gateway {' '.join(args.agent_command)} in {args.workdir.resolve()}"
+
+
+def gateway_options(args: argparse.Namespace) -> RunOptions:
+    """`loopdeck gateway`'s words as the run's options."""
+    from loopdeck.operator.launch import RunOptions
+
+    workdir = args.workdir.resolve()
+    target = gateway_target(
+        goal=args.goal, workdir=workdir, command=list(args.agent_command), check=args.check,
+        env=dict(args.agent_env), model=args.model, api_base=args.api_base,
+        tools=dict(args.tools),
+    )  # fmt: skip
+    return RunOptions(
+        env=target.env_name,
+        approve=args.approve,
+        budget_overrides=budget_overrides(args),
+        run_id=args.run_id,
+        pause_at=args.pause_at,
+        acp=target,
+    )

@@ -1,0 +1,144 @@
+"""OpenAI Chat Completions (`/v1/chat/completions`: opencode, pydantic-ai, the `openai` SDK's
+`chat.completions`): asked upstream with `litellm.acompletion`, an answer's tool uses the
+`tool_calls` of its message, streamed as LiteLLM fakes a stream of a whole answer
+(`convert_model_response_to_streaming`: one chunk, then `[DONE]`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loopdeck.gateway.answer import (
+    SSE_COMMENT,
+    Body,
+    Replace,
+    ToolResult,
+    ToolUse,
+    Verdict,
+    input_text,
+    parsed_input,
+    result_text,
+    sse,
+)
+from loopdeck.llm.loader import litellm_module
+
+NOT_PASSED = frozenset({"model", "stream", "stream_options"})
+
+
+class ChatFormat:
+    name = "chat"
+
+    async def call(self, litellm: Any, body: Body, upstream: dict[str, Any]) -> Body:
+        kwargs = {k: v for k, v in body.items() if k not in NOT_PASSED}
+        response = await litellm.acompletion(**kwargs, **upstream, stream=False)
+        answer: Body = response.model_dump(exclude_none=True)
+        return answer
+
+    def tool_uses(self, answer: Body) -> list[ToolUse]:
+        uses = []
+        for call in _message(answer).get("tool_calls") or []:
+            if call.get("type") == "custom":
+                custom = call.get("custom") or {}
+                uses.append(ToolUse(str(call.get("id")), str(custom.get("name")),
+                                    str(custom.get("input") or "")))  # fmt: skip
+                continue
+            function = call.get("function") or {}
+            raw = parsed_input(function.get("arguments"))
+            uses.append(ToolUse(str(call.get("id")), str(function.get("name")), raw))
+        return uses
+
+    def schemas(self, body: Body) -> dict[str, Any]:
+        found = {}
+        for tool in body.get("tools") or []:
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(function, dict) and function.get("name"):
+                found[str(function["name"])] = function.get("parameters")
+        return found
+
+    def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
+        answer = json.loads(json.dumps(answer))
+        message = _message(answer)
+        kept, texts = [], []
+        for call in message.get("tool_calls") or []:
+            verdict = verdicts.get(str(call.get("id")))
+            if isinstance(verdict, Replace):
+                texts.append(verdict.text)
+                continue
+            if verdict is not None and verdict.edited is not None:
+                if call.get("type") == "custom":
+                    call["custom"]["input"] = input_text(verdict.edited)
+                else:
+                    call["function"]["arguments"] = input_text(verdict.edited)
+            kept.append(call)
+        if texts:
+            message["content"] = "\n\n".join([t for t in [message.get("content")] if t] + texts)
+        if kept:
+            message["tool_calls"] = kept
+        else:
+            message.pop("tool_calls", None)
+            if answer["choices"] and answer["choices"][0].get("finish_reason") == "tool_calls":
+                answer["choices"][0]["finish_reason"] = "stop"
+        return answer
+
+    def tokens(self, answer: Body) -> int | None:
+        usage = answer.get("usage") or {}
+        total = usage.get("total_tokens")
+        if isinstance(total, int):
+            return total
+        parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+        return sum(parts) if all(isinstance(p, int) for p in parts) else None  # type: ignore[arg-type]
+
+    def said(self, answer: Body) -> str:
+        content = _message(answer).get("content")
+        return content if isinstance(content, str) else result_text(content)
+
+    def results(self, body: Body) -> list[ToolResult]:
+        found = []
+        for message in body.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "tool":
+                found.append(
+                    ToolResult(
+                        str(message.get("tool_call_id")), result_text(message.get("content"))
+                    )
+                )
+        return found
+
+    def final(self, text: str, model: str) -> Body:
+        answer: Body = final_response(text, model).model_dump(exclude_none=True)
+        return answer
+
+    def frames(self, answer: Body) -> list[bytes]:
+        litellm_module()
+        from litellm.llms.base_llm.base_model_iterator import convert_model_response_to_streaming
+        from litellm.types.utils import ModelResponse
+
+        chunk = convert_model_response_to_streaming(ModelResponse(**answer))
+        return [sse(chunk.model_dump(mode="json", exclude_none=True)), sse("[DONE]")]
+
+    def keepalive(self) -> bytes:
+        return SSE_COMMENT
+
+    def error(self, status: int, kind: str, message: str) -> Body:
+        return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+
+    def stream_error(self, kind: str, message: str) -> bytes:
+        return sse(self.error(0, kind, message))
+
+
+def _message(answer: Body) -> dict[str, Any]:
+    choices = answer.get("choices") or [{}]
+    message: dict[str, Any] = choices[0].setdefault("message", {})
+    return message
+
+
+def final_response(text: str, model: str) -> Any:
+    """A whole text answer as LiteLLM's chat type (what the other formats translate)."""
+    litellm_module()
+    from litellm.types.utils import Choices, Message, ModelResponse, Usage
+
+    message = Message(role="assistant", content=text)
+    return ModelResponse(
+        model=model,
+        choices=[Choices(index=0, finish_reason="stop", message=message)],
+        usage=Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0),
+    )

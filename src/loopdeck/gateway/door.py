@@ -1,0 +1,87 @@
+"""A run's door in the gateway: the model calls its agent makes (each with the token made for
+the run), queued for the run's own task, which decides each and settles it; and how the door
+answers once the run is stopping or over, without the run: a final message (a stop: the agent
+is told to end), or a refusal (a kill, a budget's cap, a run that has ended).
+
+The server's handlers only submit calls and wait for their outcome; everything the run does
+with a call happens in the run's task, where stops, budgets and approvals work as in any run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass, field
+
+from loopdeck.gateway.answer import ApiFormat, Body
+
+REFUSED = "loopdeck_refused"  # the error's type an agent sees for a call loopdeck refuses
+REFUSED_STATUS = 403  # not retried by the agents' SDKs (429 and 5xx are)
+
+
+def new_token() -> str:
+    return "ldg-" + secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a call is answered: the decided answer, or an error (its HTTP status, its type
+    and message, in the agent's format)."""
+
+    answer: Body | None = None
+    status: int = 200
+    kind: str = ""
+    message: str = ""
+
+
+@dataclass
+class ModelCall:
+    api: ApiFormat
+    body: Body
+    stream: bool
+    headers: dict[str, str] = field(default_factory=dict)
+    answered: asyncio.Future[Outcome] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def settle(self, outcome: Outcome) -> None:
+        if not self.answered.done():
+            self.answered.set_result(outcome)
+
+    def refuse(self, message: str, status: int = REFUSED_STATUS, kind: str = REFUSED) -> None:
+        self.settle(Outcome(status=status, kind=kind, message=message))
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a door answers once its run no longer decides calls: `final` a text answer telling
+    the agent to end (a stop), else a refusal saying `message`."""
+
+    message: str
+    final: bool = False
+
+    def answer(self, call: ModelCall, model: str) -> None:
+        if self.final:
+            call.settle(Outcome(answer=call.api.final(self.message, model)))
+        else:
+            call.refuse(self.message)
+
+
+class Door:
+    def __init__(self, model: str, token: str | None = None) -> None:
+        self.token = token or new_token()
+        self.model = model  # the upstream's, named in a final message's answer
+        self.queue: asyncio.Queue[ModelCall] = asyncio.Queue()
+        self.closing: Closing | None = None
+
+    def submit(self, call: ModelCall) -> None:
+        if self.closing is not None:
+            self.closing.answer(call, self.model)
+        else:
+            self.queue.put_nowait(call)
+
+    def close(self, closing: Closing) -> None:
+        """From now on every call is answered by `closing`, those waiting too."""
+        self.closing = closing
+        while not self.queue.empty():
+            closing.answer(self.queue.get_nowait(), self.model)

@@ -1,0 +1,185 @@
+"""The gateway's HTTP server (aiohttp, on 127.0.0.1): the three formats' paths, each call let in
+by its run's token (`Authorization: Bearer` or `x-api-key`) and handed to that run's door.
+
+A streamed call is answered as a stream once its run has decided it; while it is held (a
+write waiting for the operator) the connection is kept alive with the format's keep-alive
+every `keepalive_s` (an SSE comment; Anthropic's `ping` event), the stream's headers sent at
+the first one. An error decided before the stream started is an HTTP error in the format; one
+decided after, an error event inside the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from loopdeck.gateway.answer import ApiFormat
+from loopdeck.gateway.chat_format import ChatFormat
+from loopdeck.gateway.door import Door, ModelCall, Outcome
+from loopdeck.gateway.messages_format import MessagesFormat
+from loopdeck.gateway.responses_format import ResponsesFormat
+
+FORWARDED_HEADERS = ("anthropic-beta",)
+STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+MAX_BODY = 256 * 1024 * 1024  # a long conversation with images; the default is 1 MiB
+
+
+class Clock:
+    """How a held call waits: `wait` is True once `done` is, False after `timeout_s`."""
+
+    async def wait(self, done: asyncio.Future[Any], timeout_s: float) -> bool:
+        await asyncio.wait({done}, timeout=timeout_s)
+        return done.done()
+
+
+CLOCK = Clock()
+FORMATS: dict[str, ApiFormat] = {
+    "chat": ChatFormat(), "responses": ResponsesFormat(), "messages": MessagesFormat(),
+}  # fmt: skip
+ROUTES = {
+    "/v1/chat/completions": "chat", "/chat/completions": "chat",
+    "/v1/responses": "responses", "/responses": "responses",
+    "/v1/messages": "messages",
+}  # fmt: skip
+
+
+class GatewayServer:
+    """The doors of the runs it serves, by token, and the server they are reached by."""
+
+    def __init__(self, keepalive_s: float, clock: Clock | None = None) -> None:
+        self.keepalive_s = keepalive_s
+        self.clock = clock or CLOCK
+        self.doors: dict[str, Door] = {}
+        self._opening: dict[str, asyncio.Event] = {}  # a served run's door, awaited
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        # Told of a token no door has (`serve` opens a run for it); None: refused.
+        self.unknown_token: Callable[[str], Awaitable[Door | None]] | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        app = web.Application(client_max_size=MAX_BODY)
+        for path, name in ROUTES.items():
+            app.router.add_post(path, self._handler(FORMATS[name]))
+        app.router.add_post("/v1/messages/count_tokens", self._not_served)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_route("*", "/", self._alive)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        self.url = f"http://{host}:{self._runner.addresses[0][1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        """No more calls taken; those in flight answered first (aiohttp's own bound)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def open_door(self, door: Door) -> None:
+        self.doors[door.token] = door
+        self._opening.setdefault(door.token, asyncio.Event()).set()
+
+    async def door_opened(self, token: str, run: asyncio.Future[Any]) -> Door | None:
+        """The token's door once its run opens it; None if the run ends first (or ended)."""
+        if token in self.doors or run.done():
+            return self.doors.get(token)
+        opened = asyncio.ensure_future(self._opening.setdefault(token, asyncio.Event()).wait())
+        try:
+            await asyncio.wait({opened, run}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+        return self.doors.get(token)
+
+    def close_door(self, door: Door) -> None:
+        self.doors.pop(door.token, None)
+
+    async def _door_of(self, request: web.Request) -> Door | None:
+        said = request.headers.get("authorization", "")
+        token = said[7:].strip() if said.lower().startswith("bearer ") else ""
+        token = token or request.headers.get("x-api-key", "").strip()
+        if not token:
+            return None
+        door = self.doors.get(token)
+        if door is None and self.unknown_token is not None:
+            door = await self.unknown_token(token)
+        return door
+
+    def _handler(self, api: ApiFormat) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            door = await self._door_of(request)
+            if door is None:
+                said = "no token of a loopdeck run: set the key the gateway gave the agent"
+                return _error(api, 401, "authentication_error", said)
+            try:
+                body = await request.json()
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                return _error(api, 400, "invalid_request_error", "the body is not a JSON object")
+            headers = {k: v for k in FORWARDED_HEADERS if (v := request.headers.get(k))}
+            call = ModelCall(api, body, body.get("stream") is True, headers)
+            door.submit(call)
+            if not call.stream:
+                return _answered(api, await call.answered)
+            return await self._stream(request, call)
+
+        return handle
+
+    async def _stream(self, request: web.Request, call: ModelCall) -> web.StreamResponse:
+        """The decided answer as a stream, kept alive while it is held."""
+        api = call.api
+        if await self.clock.wait(call.answered, self.keepalive_s):
+            outcome = call.answered.result()
+            if outcome.answer is None:
+                return _answered(api, outcome)
+            response = web.StreamResponse(headers=STREAM_HEADERS)
+            await response.prepare(request)
+            return await _sent(response, api.frames(outcome.answer))
+        response = web.StreamResponse(headers=STREAM_HEADERS)
+        await response.prepare(request)
+        try:
+            await response.write(api.keepalive())
+            while not await self.clock.wait(call.answered, self.keepalive_s):
+                await response.write(api.keepalive())
+        except ConnectionError:  # the agent went away while its call was held
+            return response
+        outcome = call.answered.result()
+        if outcome.answer is None:
+            return await _sent(response, [api.stream_error(outcome.kind, outcome.message)])
+        return await _sent(response, api.frames(outcome.answer))
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        door = await self._door_of(request)
+        if door is None:
+            return _error(FORMATS["chat"], 401, "authentication_error", "no token of a run")
+        model = {"id": door.model, "object": "model", "owned_by": "loopdeck"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _not_served(self, request: web.Request) -> web.StreamResponse:
+        said = f"{request.path}: not served by loopdeck's gateway (the agent estimates instead)"
+        return _error(FORMATS["messages"], 404, "not_found_error", said)
+
+    async def _alive(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+
+def _answered(api: ApiFormat, outcome: Outcome) -> web.StreamResponse:
+    if outcome.answer is not None:
+        return web.json_response(outcome.answer)
+    return _error(api, outcome.status, outcome.kind, outcome.message)
+
+
+def _error(api: ApiFormat, status: int, kind: str, message: str) -> web.StreamResponse:
+    return web.json_response(api.error(status, kind, message), status=status)
+
+
+async def _sent(response: web.StreamResponse, frames: list[bytes]) -> web.StreamResponse:
+    with contextlib.suppress(ConnectionError):
+        for frame in frames:
+            await response.write(frame)
+        await response.write_eof()
+    return response

@@ -1,0 +1,149 @@
+"""The tool uses of one answer, decided before the agent sees it. Each is recorded as a call
+(`CallProposed`, its risk and where that came from), keyed by the guard on (tool and label,
+its input less the fields the agent renews per call, the folder's hash). A repeat from an
+unchanged folder is put to the operator (`loop_say`): allowed, it goes on as any call; else it
+is replaced by text telling the model so (a `stop`, or nobody answering, stops the run
+`no_progress` once the answer is out). A read is released; a write is held for the operator
+through the run's one approval loop (`RunHost.until_held`, the receipt bound to its input and
+the folder's hash): approved, released as it was; edited, released with the operator's input
+(recorded with both); rejected, replaced by text carrying the operator's reason. Every tool
+use of the answer is decided before the answer is released, together.
+
+A released write permits the files it names to change (any file, for a command or a patch
+that names none) until the agent sends its result (`ChangeWatch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from loopdeck.core.canonical import canonical_args
+from loopdeck.core.control import StopRun
+from loopdeck.core.events import CallStatus
+from loopdeck.core.outcome import CallRecord
+from loopdeck.core.run_host import RunHost
+from loopdeck.core.schema_args import args_model_for
+from loopdeck.core.states import StopReason
+from loopdeck.core.text import capped
+from loopdeck.core.tools import ErrorCode, ToolSpec
+from loopdeck.core.workspace_changes import ChangeWatch
+from loopdeck.core.write_approvals import Approved, Rejected
+from loopdeck.gateway.answer import Release, Replace, ToolUse, Verdict
+from loopdeck.gateway.config import GatewaySettings
+from loopdeck.gateway.evidence import diff_of, label, named_paths
+from loopdeck.gateway.workspace import tool_spec
+from loopdeck.workdir.volatile import renewed, steady
+
+REPEATED = "repeats a call made from this same state of the folder"
+
+
+class ToolUses:
+    def __init__(self, host: RunHost, settings: GatewaySettings) -> None:
+        self.host = host
+        self.settings = settings
+        self.watch = ChangeWatch()
+        self.pending: dict[str, CallRecord] = {}  # released, its result not sent yet
+        self.first_of: dict[str, str] = {}  # fingerprint -> the call that first had it
+        self.stop_after: StopRun | None = None  # the guard's stop, once the answer is out
+        self._records: dict[str, tuple[CallRecord, ToolUse]] = {}
+
+    async def look(self, after: str) -> None:
+        """A change of the folder that no released write explains: named (`unrequested`)."""
+        changes = self.watch.look(await self.host.snapshot())
+        if changes:
+            self.host.unrequested(after, changes)
+
+    async def decide(self, uses: list[ToolUse], schemas: dict[str, Any]) -> dict[str, Verdict]:
+        verdicts: dict[str, Verdict] = {}
+        for use in uses:
+            record, admitted = await self._propose(use, schemas)
+            self._records[use.use_id] = (record, use)
+            if not admitted and (replaced := await self._repeat(record)) is not None:
+                verdicts[use.use_id] = replaced
+            elif self.host.tools[use.name].risk == "read":
+                verdicts[use.use_id] = Release()
+            else:
+                verdicts[use.use_id] = await self._held(use, record)
+        return verdicts
+
+    def released(self, uses: list[ToolUse], verdicts: dict[str, Verdict]) -> None:
+        """Counted against the tool-call cap (past it: raises, the answer never goes out),
+        then marked running; a write permits what it names."""
+        for _ in uses:
+            self.host.tool_ran()
+        for use in uses:
+            record, _ = self._records.pop(use.use_id)
+            verdict = verdicts[use.use_id]
+            given = verdict.edited if isinstance(verdict, Release) and verdict.edited else use.input
+            self.host.running(record)
+            self.pending[use.use_id] = record
+            if self.host.tools[use.name].risk == "write":
+                self.watch.permit(record.call_id, named_paths(given, self.host.workdir))
+        self._records.clear()
+
+    async def _propose(self, use: ToolUse, schemas: dict[str, Any]) -> tuple[CallRecord, bool]:
+        host = self.host
+        if use.name not in host.tools:
+            risk, source = self.settings.risks.risk_of(use.name)
+            host.add_tool(tool_spec(use.name, schemas.get(use.name), risk, source))
+        spec = host.tools[use.name]
+        args = self._args(spec, use.input)
+        record, admitted = await host.propose(use.name, label(use.input), args, spec.risk_source)
+        if admitted:
+            self.first_of.setdefault(record.fingerprint, record.call_id)
+        return record, admitted
+
+    def _args(self, spec: ToolSpec, value: dict[str, Any] | str) -> dict[str, Any]:
+        """The input as keyed and judged: less what the agent renews per call; a freeform
+        tool's text as `input`; checked by the tool's declared schema where it passes."""
+        data = (
+            steady(value, self.settings.volatile) if isinstance(value, dict) else {"input": value}
+        )
+        for model in (spec.args_model, args_model_for(spec.name, None)):
+            try:
+                return canonical_args(model, data)
+            except ValueError:
+                continue
+        return {"input": capped(str(data), 4000)}
+
+    async def _repeat(self, record: CallRecord) -> Verdict | None:
+        """The operator's say on a repeat; None when they allow it once."""
+        host = self.host
+        host.guard_tripped(record)
+        say, nudge, by = await host.loop_say(record, self.first_of.get(record.fingerprint))
+        if say == "allow":
+            return None
+        said = f"{record.tool} {REPEATED}"
+        host.finish(record, CallStatus.BLOCKED_REPEAT, failed(ErrorCode.REPEATED_CALL, said))
+        if say != "nudge":
+            stopped = f"; stopped by {by}" if say == "stop" else ""
+            self.stop_after = StopRun(StopReason.NO_PROGRESS, f"{said} ({record.call_id}){stopped}")
+        text = f"loopdeck: {said}; it was not run: from the same state it cannot do anything new."
+        return Replace(text + (f" The operator says: {nudge}" if say == "nudge" else ""))
+
+    async def _held(self, use: ToolUse, record: CallRecord) -> Verdict:
+        """A write, asked of the operator (or the run's approver) until an approval holds."""
+        diff = await asyncio.to_thread(diff_of, use.input, self.host.workdir)
+
+        async def carry_out(got: Approved) -> Approved:
+            return got  # the agent carries it out, once the answer is released
+
+        got = await self.host.until_held(record, diff, carry_out)
+        if isinstance(got, Rejected):
+            host = self.host
+            host.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, got.reason))
+            return Replace(
+                f"loopdeck: the operator rejected {record.tool}; it was not run. Their reason:"
+                f" {got.reason}"
+            )
+        if not got.changes:
+            return Release()
+        if isinstance(use.input, str):
+            edited = got.args.get("input")
+            return Release(edited if isinstance(edited, str) else str(edited))
+        return Release({**renewed(use.input, self.settings.volatile), **got.args})
+
+
+def failed(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"ok": False, "data": None, "error": {"code": code.value, "message": message}}

@@ -1,0 +1,92 @@
+"""The gateway's upstream: `--model` (a LiteLLM model name) at `--api-base`, its credentials in
+loopdeck's own environment, reached only through LiteLLM (`loopdeck.llm.loader`, the one
+configured import: the local price map, no telemetry). Each call is asked whole (the agent's
+stream is made from the whole answer once it is decided), never retried here (the agent
+retries what it retries), and priced by `litellm.completion_cost`: a model LiteLLM has no
+price for costs an unknown amount, never 0.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from loopdeck.gateway.answer import ApiFormat, Body
+from loopdeck.llm.client import classify
+from loopdeck.llm.loader import litellm_module
+
+UPSTREAM_FAILED = "upstream_error"
+BAD_GATEWAY = 502
+# What LiteLLM takes as its own (where to call, with which key, what to fake) rather than the
+# request's: never the agent's to set. `metadata` is the APIs' own field too, and passes.
+OWN_FIELDS = frozenset({
+    "base_url", "extra_headers", "extra_body", "extra_query", "timeout", "organization",
+    "deployment_id", "project",
+})  # fmt: skip
+OWN_PREFIXES = ("aws_", "vertex_", "azure_", "watsonx_", "litellm_")
+
+
+@functools.cache
+def _litellms_own() -> frozenset[str]:
+    litellm_module()  # configured (offline price map) before any of LiteLLM is imported
+    from litellm.types.utils import all_litellm_params
+
+    return frozenset(set(all_litellm_params) - {"metadata"}) | OWN_FIELDS
+
+
+class UpstreamFailed(Exception):
+    """The upstream refused or failed a call: its status (502 when it said none) and words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Upstream:
+    model: str
+    api_base: str | None
+    timeout_s: float
+    # The answers' model names LiteLLM has no price for: not looked up again on every call.
+    unpriced: set[str] = field(default_factory=set)
+
+    def _kwargs(self, headers: dict[str, str]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.model, "timeout": self.timeout_s, "num_retries": 0, "max_retries": 0,
+            "drop_params": True,
+        }  # fmt: skip
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if headers:
+            kwargs["extra_headers"] = dict(headers)
+        return kwargs
+
+    async def ask(self, api: ApiFormat, body: Body, headers: dict[str, str]) -> Body:
+        """The answer, in the agent's format; `UpstreamFailed` naming what the upstream said."""
+        litellm = litellm_module()
+        try:
+            return await api.call(litellm, body, self._kwargs(headers))
+        except Exception as exc:  # every failure goes back to the agent in its format
+            failed = classify(exc)
+            status = failed.status if isinstance(failed.status, int) else BAD_GATEWAY
+            raise UpstreamFailed(status, str(failed)) from exc
+
+    def reserved(self, body: Body) -> list[str]:
+        """The body's fields that would steer LiteLLM itself (its endpoint, its key, a mock
+        answer): refused, never passed on."""
+        own = _litellms_own()
+        return sorted(k for k in body if k in own or k.startswith(OWN_PREFIXES))
+
+    def cost(self, answer: Body) -> float | None:
+        """What the answer cost, by LiteLLM's prices for the upstream; None: unknown."""
+        named = str(answer.get("model") or self.model)
+        if named in self.unpriced:
+            return None
+        litellm = litellm_module()
+        try:
+            return float(litellm.completion_cost(completion_response=answer, model=self.model))
+        except Exception:  # LiteLLM raises for a model it has no price for: unknown, not 0
+            self.unpriced.add(named)
+            return None

@@ -1,0 +1,75 @@
+"""A tool use as the gateway reads it, whichever agent sent it: where its risk came from, the
+diff it makes to a file in the folder (Claude Code's `Edit`, opencode's `edit`, a multi-edit,
+Codex's `apply_patch`), the files it names (what a released write explains when they change;
+a command names none and may change anything), and its input without what the agent renews on
+every call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loopdeck.gateway.evidence import diff_of, label, named_paths
+from loopdeck.gateway.tool_risk import SCENARIO, UNKNOWN, ToolRisks
+from loopdeck.workdir.volatile import renewed, steady
+
+PATCH = (
+    "*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n"
+    "*** End Patch\n"
+)
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    return tmp_path
+
+
+def test_where_a_tools_risk_came_from() -> None:
+    risks = ToolRisks({"Bash": "read", "deploy": "write"})
+    assert risks.risk_of("Bash") == ("read", "--tool Bash=read")
+    assert risks.risk_of("Read") == ("read", "loopdeck's default for Claude Code's Read: it reads")
+    assert risks.risk_of("apply_patch")[0] == "write" and "Codex" in risks.risk_of("apply_patch")[1]
+    assert risks.risk_of("bash")[0] == "write" and "opencode" in risks.risk_of("bash")[1]
+    assert risks.risk_of("my_tool") == ("write", UNKNOWN)  # nobody said: a write
+    said = ToolRisks({"Write": "read"}, SCENARIO).risk_of("Write")[1]
+    assert said == '[gateway.tools.Write] risk = "read" in scenario.toml'
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"file_path": "ABS/calc.py", "old_string": "a - b", "new_string": "a + b"},  # Claude Code
+        {"filePath": "calc.py", "oldString": "a - b", "newString": "a + b"},  # opencode
+        {"file_path": "calc.py", "edits": [{"old_string": "a - b", "new_string": "a + b"}]},
+        PATCH,  # Codex's apply_patch: the patch is its own diff
+    ],
+)
+def test_an_edit_is_shown_as_the_diff_it_makes(given: dict[str, object] | str, work: Path) -> None:
+    if isinstance(given, dict) and str(given.get("file_path", "")).startswith("ABS/"):
+        given = {**given, "file_path": str(work / "calc.py")}
+    diff = diff_of(given, work)
+    assert "-    return a - b" in diff and "+    return a + b" in diff
+    assert named_paths(given, work) == {"calc.py"}  # absolute or relative, named relative
+
+
+def test_a_whole_file_write_is_left_to_the_approvals_own_diff(work: Path) -> None:
+    assert diff_of({"file_path": "calc.py", "content": "x\n"}, work) == ""
+    assert diff_of({"filePath": "new.py", "content": "x\n"}, work).startswith("--- /dev/null")
+
+
+def test_a_command_names_no_file_and_is_labelled_by_its_words(work: Path) -> None:
+    shell = {"command": ["bash", "-lc", "pytest   -q"], "workdir": str(work)}
+    assert named_paths(shell, work) is None  # it may change anything while it runs
+    assert label(shell) == "bash -lc pytest -q"
+    assert label({"file_path": "src/a.py", "content": "x"}) == "src/a.py"
+    assert label({}) == "(no input)"
+
+
+def test_what_an_agent_renews_per_call_is_left_out_and_put_back_after_an_edit() -> None:
+    given = {"command": ["cat", "calc.py"], "call_id": "call_9f8e7d6c5b4a", "issue_id": 2,
+             "started_at_ms": 1_760_000_000_000}  # fmt: skip
+    assert steady(given) == {"command": ["cat", "calc.py"], "issue_id": 2}
+    assert renewed(given) == {"call_id": "call_9f8e7d6c5b4a", "started_at_ms": 1_760_000_000_000}
+    assert steady(given, frozenset({"issue_id"})) == {"command": ["cat", "calc.py"]}

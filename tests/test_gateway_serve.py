@@ -1,0 +1,118 @@
+"""`loopdeck gateway serve` and `loopdeck gateway token`: one gateway for agents started
+elsewhere, each client token one run, recorded as any other. A token is the run's settings
+signed with the user's key: one not signed with it, or whose run has ended, is let in nowhere.
+A served run ends once its agent is quiet after an answer with no tool use; then its goal
+check decides."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from anthropic_loopback import AnthropicLoopback
+from gateway_clients import Client, Refused
+from gateway_helpers import WAIT_S
+from loopback_server import Call, Text
+
+from loopdeck.cli.gateway_command import own_command
+from loopdeck.cli.gateway_serve import key_path, serve
+from loopdeck.cli.parser import build_parser
+
+MODEL = "anthropic/claude-loop"
+
+
+class Signals:
+    """A stop signal the test sends."""
+
+    def __init__(self) -> None:
+        self.stop: Any = None
+
+    def aim(self, on_stop: Any) -> None:
+        self.stop = on_stop
+
+
+def parsed(*argv: str) -> Any:
+    args = build_parser().parse_args(["gateway", *argv])
+    own = own_command(args)
+    assert own is not None
+    return args, own
+
+
+@pytest.fixture(autouse=True)
+def upstream_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-upstream-anthropic")
+
+
+async def test_a_token_is_one_served_run_recorded_as_any_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    db = str(tmp_path / "s.db")
+    check = f"{sys.executable} -c \"import os, sys; sys.exit(not os.path.exists('done.txt'))\""
+    write = Call("Write", {"file_path": "done.txt", "content": "done\n"})
+    with AnthropicLoopback([write, Text("Done.")]) as upstream:
+        args, token_command = parsed(
+            "token", "--goal", "Write done.txt", "--workdir", str(work), "--check", check,
+            "--model", MODEL, "--api-base", upstream.url, "--approve", "auto",
+            "--run-id", "served-one", "--idle", "0.2",
+        )  # fmt: skip
+        assert token_command(args) == 0
+        token = capsys.readouterr().out.strip()
+        assert key_path().stat().st_mode & 0o777 == 0o600  # the user's key, theirs alone
+        serve_args, _ = parsed("serve", "--db", db)
+        signals, address = Signals(), asyncio.get_running_loop().create_future()
+        serving = asyncio.ensure_future(serve(serve_args, signals, address.set_result))
+        url = await address
+        told = {"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": token}
+        client = Client(told, "messages", stream=True)
+        client.user("write done.txt")
+        answer = await client.ask()
+        (work / "done.txt").write_text("done\n")  # the agent, elsewhere, runs it
+        client.results({answer.uses[0][0]: "wrote done.txt"})
+        assert (await client.ask()).text == "Done."
+        # Quiet after an answer with no tool use: the run ends, and its token with it.
+        recorded = await _stopped(capsys, db)
+        again = Client(told, "messages", stream=False)
+        again.user("anything more?")
+        with pytest.raises(Refused) as ended:
+            await again.ask()
+        assert ended.value.status == 401
+        forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+        with pytest.raises(Refused) as refused:
+            await Client({**told, "ANTHROPIC_API_KEY": forged}, "messages", False).ask()
+        assert refused.value.status == 401
+        signals.stop("test")
+        await serving
+    assert recorded == ("served-one", "gateway:served", "goal_met")
+
+
+async def _stopped(capsys: pytest.CaptureFixture[str], db: str) -> tuple[str, str, str]:
+    """The served run as the store has it, once it has stopped."""
+    from loopdeck.cli import main
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + WAIT_S
+    while loop.time() < end:
+        capsys.readouterr()
+        assert await asyncio.to_thread(main, ["runs", "--json", "--db", db]) == 0
+        [run] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        if run["stop_reason"]:
+            return run["run_id"], run["env"], run["stop_reason"]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the served run did not stop within {WAIT_S:g} s")
+
+
+def test_a_token_needs_its_goal_model_and_approve_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, token_command = parsed("token", "--goal", "g", "--workdir", str(tmp_path))
+    assert token_command(args) == 2
+    assert "gateway token needs --model MODEL" in capsys.readouterr().err
+    args, token_command = parsed("token", "--goal", "g", "--model", MODEL)
+    assert token_command(args) == 2
+    assert "needs --approve auto|deny|wait" in capsys.readouterr().err
