@@ -22,6 +22,7 @@ from loopdeck.core.decision_events import (
     QuestionAsked,
 )
 from loopdeck.core.event_base import CallStatus, EventBase
+from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.states import RunState, StopReason
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalWithdrawn",
     "CallStatus",
+    "DecisionsPushed",
     "EventBase",
     "GrantGiven",
     "GrantRevoked",
@@ -261,6 +263,7 @@ Event = Annotated[
     | PolicyDecided
     | QuestionAsked
     | QuestionAnswered
+    | DecisionsPushed
     | ToolRetry
     | ToolFinished
     | GuardTripped

@@ -25,9 +25,11 @@ from typing import Any, ClassVar
 
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.grant_rules import GrantRule
+from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.operator import following
+from loopdeck.operator.push_words import pushed_notes
 from loopdeck.operator.records import NotOffered, not_offered
-from loopdeck.store import deciding, outcome_queries, queries
+from loopdeck.store import deciding, outcome_queries, push_queries, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 
 BY = "console inbox"  # who decided, as the store records it
@@ -51,6 +53,7 @@ class PendingWrite:
     args_schema: dict[str, Any] = field(default_factory=dict)
     # Why the call cannot run an edit ("" when it can): an edit is told to the agent instead.
     not_editable: str = ""
+    pushed: str = ""  # its push to the operator's channels (`--notify`), "" if none
 
     @property
     def key(self) -> str:
@@ -67,6 +70,7 @@ class PendingQuestion:
     question: str
     env: str  # "env/script" of its run
     choices: tuple[str, ...] = ()
+    pushed: str = ""
     tool: ClassVar[str] = queries.QUESTION
     plan_step: ClassVar[str] = ""
 
@@ -90,6 +94,7 @@ class PendingOutcome:
     args: dict[str, Any]
     env: str  # "env/script" of its run
     live: bool
+    pushed: str = ""
     plan_step: ClassVar[str] = ""
 
     @property
@@ -100,6 +105,20 @@ class PendingOutcome:
 InboxEntry = PendingWrite | PendingQuestion | PendingOutcome
 
 
+class PushMarks:
+    """What was pushed of each entry (`--notify`), read for the runs that have entries."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.pushes: dict[str, dict[str, DecisionsPushed]] = {}
+
+    async def of(self, run_id: str, call_id: str) -> str:
+        if run_id not in self.pushes:
+            self.pushes[run_id] = await push_queries.pushes(self.store, run_id)
+        push = self.pushes[run_id].get(call_id)
+        return pushed_notes(push).get(call_id, "") if push is not None else ""
+
+
 async def read_entries(store: Store) -> list[InboxEntry]:
     """Every pending write, soonest to expire first, then every question, oldest first, then
     every unknown outcome, oldest first."""
@@ -108,6 +127,8 @@ async def read_entries(store: Store) -> list[InboxEntry]:
     def env(run_id: str) -> str:
         run = runs.get(run_id, {})
         return f"{run.get('env') or ''}/{run.get('script') or ''}"
+
+    pushed = PushMarks(store).of
 
     writes = []
     for item in await queries.pending_approvals(store):
@@ -125,6 +146,7 @@ async def read_entries(store: Store) -> list[InboxEntry]:
                 asked_again=request.get("asked_again") or "",
                 args_schema=request.get("args_schema") or {},
                 not_editable=request.get("not_editable") or "",
+                pushed=await pushed(item["run_id"], item["call_id"]),
             )
         )
     writes.sort(key=lambda write: write.expires)
@@ -135,6 +157,7 @@ async def read_entries(store: Store) -> list[InboxEntry]:
             question=q["question"],
             env=env(q["run_id"]),
             choices=tuple(q["choices"]),
+            pushed=await pushed(q["run_id"], q["question_id"]),
         )
         for q in await queries.pending_questions(store)
     ]
@@ -146,6 +169,7 @@ async def read_entries(store: Store) -> list[InboxEntry]:
             args=row["args"],
             env=env(row["run_id"]),
             live=row["live"],
+            pushed=await pushed(row["run_id"], row["call_id"]),
         )
         for row in await outcome_queries.unknown_outcomes(store)
     ]

@@ -28,6 +28,7 @@ from loopdeck.llm.profile import UnsupportedLayer
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.approving import ApproveMode, deciders
 from loopdeck.operator.kinds import kind_named, kind_of
+from loopdeck.operator.notify_config import NotifySettings
 from loopdeck.policy.sources import policy_files
 from loopdeck.store.approver import Recording
 
@@ -93,6 +94,7 @@ class RunOptions:
     phase: Callable[[str], None] | None = None
     acp: AcpTarget | None = None  # `loopdeck acp`: no env folder (`env` is only its name)
     policy: Path | None = None  # `--policy FILE`: the run's level of its policy
+    notify: NotifySettings | None = None  # `--notify`: where its decisions are pushed
 
 
 @dataclass
@@ -160,6 +162,10 @@ def prepare_run(
     assert run_model is not None, "a kind with no model of its own runs the run's model"
     runtime = Runtime(config, opened.env, run_model, approver, bus=bus, answerer=answerer,
                       agent_loop=opened.loop, policy=policy)  # fmt: skip
+    if options.notify is not None and options.notify.on:
+        from loopdeck.operator.notifications import watch_run
+
+        watch_run(runtime.bus, options.notify, recording)
     return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns)
 
 

@@ -45,11 +45,13 @@ from loopdeck.core.events import (
     UnrequestedChange,
 )
 from loopdeck.core.outcome import CallRecord
+from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
 from loopdeck.operator.context_words import context_text
 from loopdeck.operator.grant_book import GrantBook
+from loopdeck.operator.push_words import pushed_notes
 
 MAX_CALL_ROWS = 500
 
@@ -135,6 +137,7 @@ class RunView:
     # The run's standing grants, and its writes whose outcome waits for the operator's word.
     grants: GrantBook = field(default_factory=GrantBook)
     unknown: dict[str, str] = field(default_factory=dict)  # call id -> tool
+    pushed: dict[str, str] = field(default_factory=dict)  # call or question id -> its push
     _live_state: RunState = RunState.READY
 
     @property
@@ -246,10 +249,20 @@ class RunView:
         when = transcript.clock_text(e.at)
         reason = f": {e.reason}" if not e.approved and e.reason else ""
         edited = f", edited: {'; '.join(e.changes)}" if e.changes else ""
-        self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}{edited}"
+        push = f" ({self.pushed[e.call_id]})" if e.call_id in self.pushed else ""
+        self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}{edited}{push}"
         self.grants.take(e)
         if (row := self._row(e.call_id)) and e.args is not None:
             row.args = e.args
+
+    @_handles(DecisionsPushed)
+    def _on_decisions_pushed(self, e: DecisionsPushed) -> None:
+        """Said beside each decision while it waits, and after it with who took it."""
+        for call_id, said in pushed_notes(e).items():
+            before = self.pushed.get(call_id)
+            self.pushed[call_id] = said
+            if self._row(call_id) is not None and self.decided.get(call_id, "") in ("", before):
+                self.decided[call_id] = said
 
     @_handles(GrantGiven)
     def _on_grant_given(self, e: GrantGiven) -> None:

@@ -49,8 +49,10 @@ from loopdeck.core.events import (
     UnrequestedChange,
 )
 from loopdeck.core.grant_rules import GrantRule
+from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.text import short_args, visible, visible_json
+from loopdeck.operator.push_words import pushed_entry
 
 MAX_ENTRIES = 5000
 
@@ -299,6 +301,7 @@ def _approval_withdrawn(e: ApprovalWithdrawn) -> Made:
 
 
 NO_ANSWER = "nobody answered in time: the run went on alone (the guard blocked the call)"
+_makes(DecisionsPushed)(pushed_entry)  # a push of decisions: `operator/push_words.py`
 
 
 @_makes(QuestionAsked)

@@ -16,7 +16,9 @@ from loopdeck.tui.shown import toast
 from loopdeck.tui.themes import DEFAULT_THEME, is_theme_path, load_theme, load_themes, theme_folders
 
 if TYPE_CHECKING:
+    from loopdeck.operator.links import RunLink
     from loopdeck.tui.console_state import ConsoleState
+    from loopdeck.tui.run_screen import RunScreen
 
 
 def apply_themes(app: ConsoleState) -> None:
@@ -53,18 +55,26 @@ def apply_themes(app: ConsoleState) -> None:
 
 def first_screen(app: ConsoleState) -> Screen[Any]:
     """The screen the console opens on, once its run (if any) is prepared."""
-    from loopdeck.operator.links import ReplayLink
     from loopdeck.tui.fleet_screen import FleetScreen
+
+    if app.link is not None:
+        return run_screen_for(app, app.link)
+    if app.session is not None:
+        return run_screen_for(app, app.session.link())
+    return FleetScreen(app.db_path, app.now, app.shared, bell=app.bell_enabled)
+
+
+def run_screen_for(app: ConsoleState, link: RunLink) -> RunScreen:
+    """A run's screen (a finished run's replay for a `ReplayLink`), sharing the console's
+    state; from now on the app knows run screens in its stack."""
+    from loopdeck.operator.links import ReplayLink
     from loopdeck.tui.replay import ReplayScreen
     from loopdeck.tui.run_screen import RunScreen
 
-    if isinstance(app.link, ReplayLink):
-        return ReplayScreen(app.link, app.now)
-    if app.link is not None:
-        return RunScreen(app.link, app.now)
-    if app.session is not None:
-        return RunScreen(app.session.link(), app.now)
-    return FleetScreen(app.db_path, app.now)
+    app.run_screen_type = RunScreen
+    if isinstance(link, ReplayLink):
+        return ReplayScreen(link, app.now, app.shared)
+    return RunScreen(link, app.now, app.shared)
 
 
 def start_local(app: ConsoleState, path: str, script: str) -> None:
@@ -73,7 +83,6 @@ def start_local(app: ConsoleState, path: str, script: str) -> None:
     from loopdeck.core.scenario import ScenarioError
     from loopdeck.operator.launch import RunOptions
     from loopdeck.operator.session import RunSession
-    from loopdeck.tui.run_screen import RunScreen
 
     options = RunOptions(
         env=path,
@@ -82,6 +91,7 @@ def start_local(app: ConsoleState, path: str, script: str) -> None:
         api_base=app.launch_options.api_base,
         mode=app.launch_options.mode,
         budget_overrides=dict(app.launch_options.budget_overrides),
+        notify=app.launch_options.notify,
     )
     session = RunSession(app.db_path, console=True)
     try:
@@ -89,7 +99,7 @@ def start_local(app: ConsoleState, path: str, script: str) -> None:
     except ScenarioError as exc:
         toast(app, str(exc), title="cannot start", severity="error", timeout=15)
         return
-    screen = RunScreen(session.link(), app.now)
+    screen = run_screen_for(app, session.link())
     run_id = prepared.runtime.config.run_id
     app.local_runs[run_id] = screen
     app.prepared_runs.append(prepared)

@@ -16,12 +16,13 @@ UNKNOWN = (
 
 
 def described(entry: InboxEntry) -> Content:
-    ids = {"run": entry.run_id, "env": entry.env, "call": entry.call_id}
+    ids = {"run": entry.run_id, "env": entry.env, "call": entry.call_id, "pushed": entry.pushed}
+    pushed = "\n[i]$pushed[/]" if entry.pushed else ""  # `--notify`: where, till when
     if isinstance(entry, PendingOutcome):
         ended = "" if entry.live else "   [dim]the run has ended[/]"
         return markup(
             f"[b]run[/] $run · $env   [b]call[/] $call   [b]tool[/] $tool{ended}\n{UNKNOWN}\n"
-            "[b]arguments[/]\n$args\n\n[b]o[/] say whether it took effect",
+            f"[b]arguments[/]\n$args{pushed}\n\n[b]o[/] say whether it took effect",
             tool=entry.tool,
             args=visible_json(entry.args),
             **ids,
@@ -29,7 +30,7 @@ def described(entry: InboxEntry) -> Content:
     if isinstance(entry, PendingQuestion):
         return markup(
             "[b]run[/] $run · $env   [b]question[/] $call\n[b]the agent asks you[/]\n"
-            "$question\n\n[b]a[/] answer it",
+            f"$question{pushed}\n\n[b]a[/] answer it",
             question=entry.question,
             **ids,
         )
@@ -38,7 +39,7 @@ def described(entry: InboxEntry) -> Content:
     return markup(
         "[b]run[/] $run · $env   [b]call[/] $call   [b]tool[/] $tool   "
         "risk [b $risk-write]write[/]\n"
-        f"[b]plan step[/] $step\n[b]why[/] {why}\n{again}[b]arguments[/]\n$args\n\n"
+        f"[b]plan step[/] $step\n[b]why[/] {why}\n{again}[b]arguments[/]\n$args{pushed}\n\n"
         "[b]a[/] approve  [b]e[/] edit, then approve  [b]g[/] approve and grant  [b]r[/] reject",
         tool=entry.tool,
         step=entry.plan_step or "—",

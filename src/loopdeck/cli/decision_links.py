@@ -1,0 +1,188 @@
+"""`loopdeck serve --url BASE`: the one-time decision links' page, answered beside the browser
+console on the same port, under `/d/TOKEN`.
+
+A link is its own credential: it asks no console token (a phone opening a push has none),
+only its signed token (`operator/link_tokens.py`). Everything else the console's requests meet
+holds here too: the request's Host and Origin must name this server (a loopback name, its
+address, an `--allow-host` name, or BASE's own host), else 403. The form posts back with a
+value only this server makes, bound to a SameSite=Strict cookie its GET set and to the link:
+a post from another site has neither (and its Origin is refused first).
+
+`serve --url` registers the server for its store in loopdeck's data folder, so the runs of
+that store on this machine put links to it in their pushes; `serve --notify` hands the
+notification settings to each tab's console (its environment, never its command line), so
+the runs started in a tab push too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from loopdeck.cli.decision_page import page, refused
+from loopdeck.cli.notify_flags import base_authority, notify_settings
+from loopdeck.cli.serve_auth import ConsoleServer
+from loopdeck.operator import records
+from loopdeck.operator.link_decisions import LinkChoice, decide_by_link
+from loopdeck.operator.link_evidence import LinkPage, page_for
+from loopdeck.operator.link_tokens import (
+    LINK_PATH,
+    LinkClaim,
+    LinkRefused,
+    LinkServer,
+    register,
+    unregister,
+)
+from loopdeck.store.base import Location
+
+log = logging.getLogger("loopdeck.serve")
+ACTIONS = ("approve", "reject", "answer", "applied", "not-applied")
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",  # no-referrer makes a post's Origin `null`
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline';"
+    " form-action 'self'; frame-ancestors 'none'",
+}
+NOT_OURS = (
+    "This page answers only its own server's address: the request came from, or named, "
+    "another site. Nothing was decided."
+)
+NO_GUARD = (
+    "This form was not posted from this server's own page (its guard is missing or wrong): "
+    "nothing was decided. Open the link again and decide there."
+)
+
+
+def guard_cookie(port: int) -> str:
+    return f"loopdeck_link_{port}"
+
+
+class LinkDesk:
+    """The decision links of one store, answered by this server at `server.url`."""
+
+    def __init__(self, location: Location, server: LinkServer) -> None:
+        self.location = location
+        self.server = server
+
+    def middleware(self, console: ConsoleServer) -> Any:
+        """Answers `/d/…` itself (the console's token is not asked of a link); passes every
+        other request on to the console's own checks."""
+
+        @web.middleware
+        async def links(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if not request.path.startswith(LINK_PATH):
+                return await handler(request)
+            if (why := console.refusal(request)) is not None:
+                log.warning("loopdeck serve: refused %s a decision link: %s", request.method, why)
+                return _html(refused(NOT_OURS), 403)
+            return await self.answer(request, console.port)
+
+        return links
+
+    async def answer(self, request: web.Request, port: int) -> web.StreamResponse:
+        token = request.path[len(LINK_PATH) :]
+        try:
+            claim = self.server.claim_of(token, time.time())
+        except LinkRefused as exc:
+            return _html(refused(str(exc)), 403)
+        try:
+            return await self._answer(request, port, token, claim)
+        except records.StoreError as exc:  # said to the person on the page, and logged
+            log.warning("loopdeck serve: a decision link cannot read the store: %s", exc)
+            return _html(refused(f"The store cannot be read now: {exc}. Nothing was decided."), 503)
+
+    async def _answer(
+        self, request: web.Request, port: int, token: str, claim: LinkClaim
+    ) -> web.StreamResponse:
+        if request.method == "GET":
+            async with records.opened(self.location) as store:
+                shown = await page_for(store, self.server, claim)
+            return self._page(request, port, shown)
+        if request.method != "POST":
+            return _html(refused("A decision link is opened (GET) or decided (POST)."), 405)
+        form = await request.post()
+        nonce = request.cookies.get(guard_cookie(port), "")
+        fetched = request.headers.get("Sec-Fetch-Site", "same-origin")
+        guarded = self.server.signed("csrf", f"{nonce}|{token}", str(form.get("csrf", "")))
+        if not nonce or not guarded or fetched not in ("same-origin", "none"):
+            log.warning("loopdeck serve: refused a decision post without its guard")
+            return _html(refused(NO_GUARD), 403)
+        choice = _choice(form)
+        if choice is None:
+            return _html(refused("The form said no choice: nothing was decided."), 400)
+        async with records.opened(self.location) as store:
+            shown = await decide_by_link(store, self.server, claim, choice)
+        return self._page(request, port, shown)
+
+    def _page(self, request: web.Request, port: int, shown: LinkPage) -> web.StreamResponse:
+        nonce = request.cookies.get(guard_cookie(port)) or secrets.token_urlsafe(16)
+        claim: LinkClaim | None = shown.claim
+        token = self.server.token(claim) if claim is not None else ""
+        action = f"{LINK_PATH}{token}"
+        response = _html(page(shown, action, self.server.sign("csrf", f"{nonce}|{token}")), 200)
+        response.set_cookie(
+            guard_cookie(port), nonce, httponly=True, samesite="Strict", path=LINK_PATH
+        )
+        return response
+
+
+def _choice(form: Any) -> LinkChoice | None:
+    action = str(form.get("action", ""))
+    text = str(form.get("text", "")).strip()
+    if action == "answer" and (choice := str(form.get("choice", "")).strip()):
+        text = f"{choice} {text}".strip()
+    if action not in ACTIONS:
+        return None
+    return LinkChoice(action, text)  # type: ignore[arg-type]
+
+
+def _html(text: str, status: int) -> web.Response:
+    return web.Response(
+        text=text, status=status, content_type="text/html", charset="utf-8", headers=HEADERS
+    )
+
+
+class LinkedServer(ConsoleServer):
+    """The browser console, and the decision links when `links` is given."""
+
+    def __init__(self, *args: Any, links: LinkDesk | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.links = links
+
+    async def _make_app(self) -> web.Application:
+        app = await super()._make_app()
+        if self.links is not None:
+            app.middlewares.insert(0, self.links.middleware(self))
+            app.on_cleanup.append(self._unregister)
+        return app
+
+    async def _unregister(self, app: web.Application) -> None:
+        if self.links is not None:
+            unregister(self.links.location)
+
+
+def link_desk(
+    args: argparse.Namespace, location: Location, tab_env: dict[str, str]
+) -> LinkDesk | None:
+    """`serve`'s notification flags: `--notify`'s settings (checked now) put in each tab's
+    environment (`tab_env`); `--url BASE`: the desk that answers the store's links, registered
+    for its runs, BASE's host allowed as `--allow-host` would (a phone reaches it by it)."""
+    settings = notify_settings(args)
+    if settings.on:
+        from loopdeck.operator.push_channels import Channels
+
+        Channels(settings.urls)  # a URL Apprise cannot read: refused now, naming it (exit 2)
+        tab_env.update(settings.environment())
+    if not getattr(args, "url", None):
+        return None
+    server = register(location, args.url)
+    args.allow_host.append(base_authority(server.url))
+    print(f"decision links: {server.url}{LINK_PATH}… (runs of this store push them)", flush=True)
+    return LinkDesk(location, server)

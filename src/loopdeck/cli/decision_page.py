@@ -1,0 +1,152 @@
+"""The page a decision link opens: plain HTML, no script, one column that fits a 390 px phone,
+every choice a real button (keyboard and touch alike), outside text always escaped.
+
+It shows the run (env, state, budgets), the decision's evidence (a write's diff or its
+arguments, the rationale, the state it was asked in; a question and what it decides on) and
+the choices that decision takes, in a form that carries the server's guard against posts from
+another site; or, when the link decides nothing, why.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime
+
+from loopdeck.operator.link_evidence import Evidence, LinkPage, RunShown
+from loopdeck.operator.push_words import budget_words
+from loopdeck.operator.records import CHOICE_WORDS
+
+STYLE = """
+*{box-sizing:border-box}
+body{margin:0;font:16px/1.45 system-ui,sans-serif;background:#f6f6f4;color:#1b1b1b}
+main{max-width:40rem;margin:0 auto;padding:14px}
+h1{font-size:1.2rem;margin:.2rem 0 .6rem}
+.run,.note{font-size:.9rem;color:#444;margin:.3rem 0}
+.why{padding:12px;border-radius:8px;background:#fff3cd;border:1px solid #e0c36a}
+.done{padding:12px;border-radius:8px;background:#e5f3e8;border:1px solid #86c394}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #ccc;
+border-radius:6px;padding:8px;font-size:.85rem;max-height:60vh;overflow:auto}
+.add{color:#0a6b1f}.del{color:#a3121f}
+dl{display:grid;grid-template-columns:auto 1fr;gap:2px 10px;font-size:.9rem}
+dt{color:#555}dd{margin:0;overflow-wrap:anywhere}
+form{margin:.8rem 0}
+button{display:block;width:100%;min-height:48px;margin:8px 0;font-size:1.05rem;border-radius:8px;
+border:1px solid #777;background:#fff}
+button.yes{background:#1f6f3a;color:#fff;border-color:#1f6f3a}
+button.no{background:#8c1d26;color:#fff;border-color:#8c1d26}
+textarea,input[type=text]{width:100%;font-size:1rem;padding:8px;border-radius:6px;
+border:1px solid #999}
+label{display:block;margin-top:.6rem;font-size:.9rem}
+"""
+FIELD_CAP = 20000  # characters of one piece of evidence the page shows
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def document(title: str, body: str) -> str:
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        '<meta name="referrer" content="same-origin">'
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head>"
+        f"<body><main>{body}</main></body></html>"
+    )
+
+
+def refused(words: str) -> str:
+    return document("loopdeck: link refused", f'<h1>loopdeck</h1><p class="why">{_e(words)}</p>')
+
+
+def _run(run: RunShown | None) -> str:
+    if run is None:
+        return ""
+    said = f"run {run.run_id} · {run.env} · {run.state}"
+    budgets = f'<p class="run">budgets: {_e(budget_words(run.budgets))}</p>' if run.budgets else ""
+    return f'<p class="run">{_e(said)}</p>{budgets}'
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.astimezone().strftime("%H:%M:%S") if moment else ""
+
+
+def _diff(diff: str) -> str:
+    lines = []
+    for line in diff[:FIELD_CAP].splitlines():
+        header = line.startswith(("+++", "---"))
+        kind = "" if header else "add" if line[:1] == "+" else "del" if line[:1] == "-" else ""
+        lines.append(f'<span class="{kind}">{_e(line)}</span>' if kind else _e(line))
+    return '<pre class="diff">' + "\n".join(lines) + "</pre>"
+
+
+def _evidence(evidence: Evidence) -> str:
+    parts = [f"<h1>{_e(evidence.headline)}</h1>"]
+    facts = [("call", evidence.call_id)]
+    if evidence.expires_at:
+        facts.append(("valid until", _when(evidence.expires_at)))
+    if evidence.state_hash:
+        facts.append(("asked in state", evidence.state_hash[:16]))
+    if evidence.asked_again:
+        facts.append(("asked again", evidence.asked_again))
+    facts += list(evidence.evidence)
+    parts.append("<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts) + "</dl>")
+    if evidence.question:
+        parts.append(f"<pre>{_e(evidence.question[:FIELD_CAP])}</pre>")
+    if evidence.rationale:
+        parts.append(f'<p class="note">why: {_e(evidence.rationale[:FIELD_CAP])}</p>')
+    if evidence.diff:
+        parts.append(_diff(evidence.diff))
+    elif evidence.args is not None:
+        shown = json.dumps(evidence.args, indent=2, ensure_ascii=False, default=str)
+        parts.append(f"<pre>{_e(shown[:FIELD_CAP])}</pre>")
+    return "".join(parts)
+
+
+def _choices(evidence: Evidence, action: str, guard: str) -> str:
+    hidden = f'<input type="hidden" name="csrf" value="{_e(guard)}">'
+    form = f'<form method="post" action="{_e(action)}">{hidden}'
+    if evidence.what == "approval":
+        return (
+            f'{form}<button class="yes" name="action" value="approve" autofocus>Approve</button>'
+            '<label for="reason">reason, if you reject (the model reads it)</label>'
+            '<textarea id="reason" name="text" rows="2"></textarea>'
+            '<button class="no" name="action" value="reject">Reject</button></form>'
+        )
+    if evidence.what == "outcome":
+        return (
+            f'{form}<button class="yes" name="action" value="applied">It took effect</button>'
+            '<button class="no" name="action" value="not-applied">It did not</button></form>'
+        )
+    if not evidence.choices:
+        return (
+            f'{form}<input type="hidden" name="action" value="answer">'
+            '<label for="answer">your answer</label>'
+            '<textarea id="answer" name="text" rows="3" autofocus></textarea>'
+            '<button class="yes">Answer</button></form>'
+        )
+    buttons = "".join(
+        f'<button name="choice" value="{_e(c)}">{_e(c)}'
+        + (f" (with the {CHOICE_WORDS[c]} below)" if c in CHOICE_WORDS else "")
+        + "</button>"
+        for c in evidence.choices
+    )
+    words = ""
+    if any(c in CHOICE_WORDS for c in evidence.choices):
+        words = '<label for="words">words for a choice that takes them</label>'
+        words += '<input type="text" id="words" name="text">'
+    return f'{form}<input type="hidden" name="action" value="answer">{words}{buttons}</form>'
+
+
+def page(shown: LinkPage, action: str, guard: str) -> str:
+    """The page for a link: the decision to take, or where it stands."""
+    body = []
+    if shown.words:
+        kind = "done" if shown.done else "why"
+        body.append(f'<p class="{kind}">{_e(shown.words)}</p>')
+    body.append(_run(shown.run))
+    if shown.evidence is not None and shown.standing in ("open", "moved"):
+        body.append(_evidence(shown.evidence))
+        body.append(_choices(shown.evidence, action, guard))
+    return document("loopdeck: a decision", "".join(body))

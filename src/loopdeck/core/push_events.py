@@ -1,0 +1,39 @@
+"""The event of a push: decisions the run waits on, sent to the operator's channels
+(`--notify`) because nobody took them in time. Recorded by the run's own process, so every
+console, the transcript, an export and the fleet's inbox see what was pushed and where."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from loopdeck.core.event_base import EventBase
+
+# What a pushed decision is: a write's approval, a question (the agent's, the guard's, a
+# budget's pause), or the word on a write whose outcome is unknown.
+PushedWhat = Literal["approval", "question", "outcome"]
+
+
+class PushedDecision(BaseModel):
+    """One decision in a push: its id (a call's, a question's), what it is, and until when
+    its one-time link decides (None: the push carried no link, only the CLI command)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    what: PushedWhat
+    link_until: datetime | None = None
+
+
+class DecisionsPushed(EventBase):
+    """One push: the decisions it carried, the channels that took it (by their kind, `ntfy`,
+    `slack`, `json`: never their URL, which may hold a token), those that did not and why,
+    and the server its links point at ("" when it carried none)."""
+
+    kind: Literal["decisions_pushed"] = "decisions_pushed"
+    decisions: list[PushedDecision]
+    channels: list[str]
+    failed: list[str] = []
+    server: str = ""

@@ -1,0 +1,138 @@
+"""A decision taken on a link's page: through the store like any other (`store/deciding.py`:
+one winner, a locked store waited out, a run that ended or a runner gone refused), recorded
+as decided by `link`, and checked against the store just before: a link whose decision was
+taken, withdrawn, or asked again since it was made decides nothing (the page shows why, or
+the new ask to decide again).
+
+Then the page waits a little for the run to carry it out, so it can say what happened: the
+write ran, or its state had moved and the run asks again (the approval never applied: the
+receipt is bound to the state), or the run stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.operator.link_evidence import LinkPage, RunShown, page_for
+from loopdeck.operator.link_tokens import LinkClaim, LinkServer
+from loopdeck.operator.records import not_offered
+from loopdeck.store import deciding, queries
+from loopdeck.store.base import Store, StoreError
+
+BY_LINK = "link"  # who decided, as the store records it: an operator through a link
+CARRIED_OUT_S = 20.0  # how long the page waits for the run to act on the decision
+LOOK_EVERY_S = 0.2
+Action = Literal["approve", "reject", "answer", "applied", "not-applied"]
+
+
+@dataclass(frozen=True)
+class LinkChoice:
+    """What the person chose on the page, and their words (a reason, an answer)."""
+
+    action: Action
+    text: str = ""
+
+
+async def decide_by_link(
+    store: Store, server: LinkServer, claim: LinkClaim, choice: LinkChoice
+) -> LinkPage:
+    """The choice taken for the claim's decision, if it still stands open; the page after."""
+    page = await page_for(store, server, claim)
+    if page.standing != "open" or page.evidence is None:
+        return page
+    last = await _last_seq(store, claim.run_id)
+    try:
+        said = await _taken(store, claim, choice, page)
+    except (StoreError, ValueError) as exc:
+        return LinkPage("open", f"Nothing was decided: {exc}", page.run, page.evidence, claim)
+    if said is not None:
+        return said
+    if claim.what != "approval":
+        return LinkPage("decided", _done(choice), page.run, done=True)
+    return await _carried_out(store, server, claim, choice, last, page.run)
+
+
+async def _taken(
+    store: Store, claim: LinkClaim, choice: LinkChoice, page: LinkPage
+) -> LinkPage | None:
+    """None once the decision is the one recorded; else the page saying why not."""
+    run_id, call_id = claim.run_id, claim.call_id
+    if claim.what == "approval" and choice.action in ("approve", "reject"):
+        decision = ApprovalDecision(
+            call_id=call_id, approved=choice.action == "approve", by=BY_LINK, reason=choice.text
+        )
+        won = await deciding.decide(store, run_id, decision.with_reason())
+    elif claim.what == "question" and choice.action == "answer":
+        evidence = page.evidence
+        if evidence is not None and (problem := not_offered(evidence.choices, choice.text)):
+            return LinkPage("open", f"Nothing was decided: {problem}.", page.run, evidence, claim)
+        won = await deciding.answer(store, run_id, choice.text, BY_LINK, question_id=call_id)
+    elif claim.what == "outcome" and choice.action in ("applied", "not-applied"):
+        applied = choice.action == "applied"
+        why = await deciding.resolve(store, run_id, call_id, applied=applied, by=BY_LINK)
+        won = why is None
+    else:
+        raise ValueError(f"{choice.action!r} does not decide this {claim.what}")
+    if won:
+        return None
+    return _lost(page)
+
+
+def _lost(page: LinkPage) -> LinkPage:
+    return LinkPage("decided", "Someone else decided it first: yours was not recorded.", page.run)
+
+
+def _done(choice: LinkChoice) -> str:
+    match choice.action:
+        case "approve":
+            return "Approved."
+        case "reject":
+            return "Rejected: the model is told" + (f": {choice.text}" if choice.text else ".")
+        case "answer":
+            return f"Answered: {choice.text}"
+    return f"Recorded: {choice.action.replace('-', ' ')}."
+
+
+async def _last_seq(store: Store, run_id: str) -> int:
+    row = await queries.run_row(store, run_id)
+    return int(row["last_seq"] or 0) if row else 0
+
+
+async def _carried_out(
+    store: Store,
+    server: LinkServer,
+    claim: LinkClaim,
+    choice: LinkChoice,
+    after: int,
+    run: RunShown | None,
+) -> LinkPage:
+    """What the run did with the approval or rejection: waited for, within a bound."""
+    end = time.monotonic() + CARRIED_OUT_S
+    while time.monotonic() < end:
+        for row in await queries.events_after(store, claim.run_id, after):
+            after = int(row["seq"])
+            body = json.loads(row["body"])
+            if body.get("call_id") != claim.call_id and row["kind"] != "run_stopped":
+                continue
+            match row["kind"]:
+                case "tool_finished":
+                    said = f"{_done(choice)} It ran: {body['status']}."
+                    return LinkPage("decided", said, run, done=True)
+                case "approval_decided" if not body.get("approved"):
+                    return LinkPage("decided", _done(choice), run, done=True)
+                case "approval_invalidated" | "approval_requested":
+                    page = await page_for(store, server, claim)
+                    if page.standing in ("moved", "open"):
+                        return page
+                case "run_stopped":
+                    ended = body.get("stop_reason")
+                    said = f"{_done(choice)} The run then stopped ({ended})."
+                    return LinkPage("decided", said, run, done=True)
+        await asyncio.sleep(LOOK_EVERY_S)
+    said = f"{_done(choice)} Recorded; the run has not carried it out yet."
+    return LinkPage("decided", said, run, done=True)

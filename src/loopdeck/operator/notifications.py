@@ -1,0 +1,304 @@
+"""A run's decisions pushed to the operator where they are (`--notify`): a subscriber of the
+run's bus, in the run's own process, so each decision is pushed by the one process that
+knows when it is asked and taken.
+
+It follows what the run waits on from its events: a write's approval (each ask of it), a
+question (the agent's, the guard's, a budget's pause), a write whose outcome is unknown. When
+to push is `PushPlan`'s; what a push says is `push_words`'; the channels are Apprise's
+(`Channels`). A push is sent by a thread of its own, one at a time, each bounded, so the run
+never waits on a channel; what it did is recorded as the run's `DecisionsPushed` (the
+channels that took it, those that did not and why), by the run's loop. A push carries each
+decision's one-time link when a `loopdeck serve --url` answers the run's store on this
+machine (`link_tokens.registered`), else the CLI command that decides it. Once the run stops
+nothing more is pushed and its links decide nothing (`operator/link_decisions.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ApprovalWithdrawn,
+    BudgetUpdated,
+    CallStatus,
+    DecisionsPushed,
+    Event,
+    EventBus,
+    OutcomeResolved,
+    QuestionAnswered,
+    QuestionAsked,
+    RunStarted,
+    RunStopped,
+    ToolFinished,
+)
+from loopdeck.core.push_events import PushedDecision
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator.link_tokens import OUTCOME_ASK, LinkServer, ask_of_request, registered
+from loopdeck.operator.notify_config import NotifySettings
+from loopdeck.operator.push_channels import BadChannel, Channels, Delivery
+from loopdeck.operator.push_plan import PushPlan, Waiting
+from loopdeck.operator.push_words import Asked, RunAbout, args_text, push_text
+from loopdeck.store.approver import Recording
+from loopdeck.store.base import Location, shown_location
+
+LINK_LIFE_S = 12 * 3600.0  # a link to a decision that never expires (a question, an outcome)
+log = logging.getLogger("loopdeck.notify")
+Clock = Callable[[], float]
+# Where the run is recorded, asked when a push is made (None: not recorded).
+StoreOf = Callable[[], Location | None]
+
+
+def asked_write(e: ApprovalRequested) -> Asked:
+    risk = f"write, {e.risk_source}" if e.risk_source else "write"
+    content = [("arguments", args_text(e.args))]
+    content += [("why", e.rationale)] if e.rationale else []
+    content += [("diff", e.diff)] if e.diff else []
+    headline = f"approve {e.tool} ({risk})"
+    if e.asked_again:
+        headline += f", asked again: {e.asked_again}"
+    return Asked(e.call_id, "approval", headline, e.expires_at, tuple(content))
+
+
+def asked_question(e: QuestionAsked, now: datetime) -> Asked:
+    if e.topic == "ask_user":
+        headline = "answer the agent's question"
+    else:
+        headline = f"{'the guard asks' if e.topic == 'loop' else 'a budget pause'}: {e.title}"
+    content = [("question", e.question), *e.evidence]
+    until = e.acts_at or now + timedelta(seconds=LINK_LIFE_S)
+    return Asked(e.question_id, "question", headline, until, tuple(content), tuple(e.choices))
+
+
+def asked_outcome(e: ToolFinished, now: datetime) -> Asked:
+    headline = f"say whether {e.tool} took effect (its outcome is unknown)"
+    until = now + timedelta(seconds=LINK_LIFE_S)
+    return Asked(e.call_id, "outcome", headline, until, (("result", args_text(e.result)),))
+
+
+class Notifier:
+    """The pushes of one run. `take` is its bus subscriber; `tick` pushes what is due (called
+    by a timer on the run's loop, or by a test on its own clock). `inline`: each push sent
+    and recorded at once, on the caller's thread (a test's simulated day)."""
+
+    def __init__(
+        self,
+        settings: NotifySettings,
+        channels: Channels,
+        *,
+        store_of: StoreOf = lambda: None,
+        emit: Callable[..., Any] | None = None,
+        clock: Clock = time.monotonic,
+        inline: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.channels = channels
+        self.plan = PushPlan(settings.after_s)
+        self.store_of = store_of
+        self.emit = emit
+        self.clock = clock
+        self.inline = inline
+        self.run = RunAbout(run_id="", env="")
+        self.stopped = False
+        self.deliveries: list[Delivery] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._outbox: queue.Queue[Callable[[], None]] | None = None
+
+    def take(self, event: Event) -> None:
+        if self.stopped:
+            return
+        now, wall = self.clock(), datetime.now(UTC)
+        match event:
+            case RunStarted():
+                env = event.env + (f"/{event.script}" if event.script else "")
+                self.run = RunAbout(event.run_id, env)
+            case BudgetUpdated():
+                self.run = RunAbout(self.run.run_id, self.run.env, budgets=dict(event.usage))
+            case ApprovalRequested() if event.grant_id is None:
+                ask = ask_of_request(event.call_id, event.args_sha256, event.state_hash,
+                                     event.requested_at)  # fmt: skip
+                self.plan.add(f"{event.call_id}:{ask}", asked_write(event), ask, now)
+            case QuestionAsked():
+                asked = asked_question(event, wall)
+                self.plan.add(event.question_id, asked, event.question_id, now)
+            case ToolFinished() if event.status is CallStatus.OUTCOME_UNKNOWN:
+                self.plan.add(f"outcome:{event.call_id}", asked_outcome(event, wall),
+                              OUTCOME_ASK, now)  # fmt: skip
+            case ApprovalDecided() | ApprovalWithdrawn() | OutcomeResolved():
+                self.plan.settle(event.call_id)
+            case QuestionAnswered():
+                self.plan.settle(event.question_id)
+            case RunStopped():
+                self.stop()
+                return
+            case _:
+                return
+        self._arm()
+
+    def stop(self) -> None:
+        """Nothing more is pushed or recorded: the run stopped, and its links with it."""
+        self.stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._outbox is not None:
+            self._outbox.put(_END)
+
+    def tick(self) -> None:
+        """Push what is due now, then wait for what is next."""
+        self._timer = None
+        if self.stopped:
+            return
+        now = self.clock()
+        batch = self.plan.batch(now)
+        if batch:
+            self.plan.sending(batch, now)
+            self._push(batch)
+        self._arm()
+
+    def _arm(self) -> None:
+        if self.inline or self.stopped:
+            return
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # a bus driven with no loop (a test of the words): no timer
+        if self._timer is not None:
+            self._timer.cancel()
+        wake = self.plan.wake()
+        self._timer = None
+        if wake is not None:
+            self._timer = self._loop.call_later(max(0.0, wake - self.clock()), self.tick)
+
+    def _push(self, batch: list[Waiting]) -> None:
+        """The push of `batch`: made and sent by the sender's thread (its links need the
+        server's files read), told back to the run's loop."""
+        run = self.run
+
+        def send() -> None:
+            pushed, title, body, where = self._made(run, batch)
+            delivery = self.channels.send(title, body)
+            self._sent(batch, pushed, delivery, where)
+
+        if self.inline:
+            send()
+            return
+        self._outbox_put(send)
+
+    def _made(
+        self, about: RunAbout, batch: list[Waiting]
+    ) -> tuple[list[PushedDecision], str, str, str]:
+        """What the push says (each decision with its link, when a server answers the
+        store's links), and what is recorded of it."""
+        store = self.store_of()
+        server = _server(store)
+        run = RunAbout(about.run_id, about.env, shown_location(store), about.budgets)
+        asked, pushed = [], []
+        for waiting in batch:
+            one, until = waiting.asked, waiting.asked.valid_until
+            link = ""
+            if server is not None and until is not None and until.timestamp() > time.time():
+                claim = server.claim(run.run_id, one.call_id, waiting.ask, one.what,
+                                     int(until.timestamp()))  # fmt: skip
+                link = server.link(claim)
+            asked.append(Asked(one.call_id, one.what, one.headline, until, one.content,
+                               one.answers, link))  # fmt: skip
+            pushed.append(PushedDecision(call_id=one.call_id, what=one.what,
+                                         link_until=until if link else None))  # fmt: skip
+        title, body = push_text(run, asked, content=self.settings.content)
+        return pushed, title, body, server.url if server is not None else ""
+
+    def _sent(
+        self, batch: list[Waiting], pushed: list[PushedDecision], delivery: Delivery, where: str
+    ) -> None:
+        """What a push did, on the run's loop: the plan told, the push recorded."""
+        if not self.inline:
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                return
+            # the loop may close as the push goes: the run has ended
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._record, batch, pushed, delivery, where)
+            return
+        self._record(batch, pushed, delivery, where)
+
+    def _record(
+        self, batch: list[Waiting], pushed: list[PushedDecision], delivery: Delivery, where: str
+    ) -> None:
+        self.deliveries.append(delivery)
+        if self.stopped:
+            return  # the run's last event is its stop
+        self.plan.sent(batch, self.clock(), took=delivery.sent)
+        if self.emit is not None:
+            self.emit(
+                DecisionsPushed,
+                run_id=self.run.run_id,
+                decisions=pushed,
+                channels=list(delivery.took),
+                failed=list(delivery.failed),
+                server=where,
+            )
+        self._arm()
+
+    def _outbox_put(self, send: Callable[[], None]) -> None:
+        if self._outbox is None:
+            self._outbox = queue.Queue()
+            threading.Thread(
+                target=_sender, args=(self._outbox,), name="loopdeck-notify", daemon=True
+            ).start()
+        self._outbox.put(send)
+
+
+def _END() -> None:
+    """Told to the sender: the run stopped, nothing more goes."""
+
+
+def _sender(outbox: queue.Queue[Callable[[], None]]) -> None:
+    """Sends the run's pushes one at a time; a push still going when the run stops is left
+    to finish on its own (a daemon thread: it holds no exit)."""
+    while (send := outbox.get()) is not _END:
+        try:
+            send()
+        except Exception:  # said, never silent; the next push still goes
+            log.exception("loopdeck notify: a push failed")
+
+
+def _server(store: Location | None) -> LinkServer | None:
+    if store is None:
+        return None
+    try:
+        return registered(store)
+    except OSError as exc:
+        log.warning("loopdeck notify: decision links are off (%s)", exc)
+        return None
+
+
+def watch_run(bus: EventBus, settings: NotifySettings, recording: Recording | None) -> Notifier:
+    """`--notify` on a run being prepared: its pushes, the links to its store's server. A URL
+    Apprise cannot read refuses the run (`ScenarioError`: exit 2), naming it."""
+    try:
+        channels = Channels(settings.urls)
+    except BadChannel as exc:
+        raise ScenarioError(str(exc)) from None
+
+    def store_of() -> Location | None:
+        if recording is None:
+            return None
+        try:
+            return recording.store.path
+        except RuntimeError:  # not open yet: nothing is asked before it is
+            return None
+
+    notifier = Notifier(settings, channels, store_of=store_of, emit=bus.emit)
+    bus.subscribe(notifier.take)
+    return notifier

@@ -1,0 +1,290 @@
+"""Pushes of the decisions a run waits on (`--notify`): one push per decision over a simulated
+day of 200 asks in bursts, sent through Apprise to a loopback webhook receiver and a loopback
+ntfy-compatible server; none for a decision taken in time; no content without
+--notify-content and never a secret; settings from the flags, the environment and the config
+file; what the console shows of a push."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from notify_receivers import ntfy, webhook
+
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CallStatus,
+    DecisionsPushed,
+    OutcomeResolved,
+    QuestionAnswered,
+    QuestionAsked,
+    RunStarted,
+    ToolFinished,
+)
+from loopdeck.operator.notifications import Notifier
+from loopdeck.operator.notify_config import NotifyConfigError, NotifySettings, resolved
+from loopdeck.operator.push_channels import BadChannel, Channels
+from loopdeck.operator.push_words import Asked, RunAbout, push_text
+from loopdeck.operator.runview import RunView
+from loopdeck.operator.transcript import Transcript
+
+AFTER_S = 30.0
+RUN = "day-run"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def quick_ntfy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apprise waits 5.5 s between two requests to one ntfy server, in real time; the day
+    here is simulated, its pushes come seconds apart: that pace is not what is tested."""
+    from apprise.plugins.ntfy import NotifyNtfy
+
+    monkeypatch.setattr(NotifyNtfy, "request_rate_per_sec", 0)
+
+
+def _request(call_id: str, n: int) -> ApprovalRequested:
+    now = datetime.now(UTC)
+    return ApprovalRequested(
+        run_id=RUN, call_id=call_id, tool="write_file", args={"path": f"f{n}.txt"},
+        args_sha256=f"{n:064x}", state_hash="s" * 16, fingerprint="fp", plan_step=None,
+        requested_at=now, expires_at=now + timedelta(seconds=300),
+    )  # fmt: skip
+
+
+def _ask(kind: str, n: int) -> tuple[Any, Any]:
+    """An ask of `kind` and the event that takes it."""
+    if kind == "approval":
+        call = f"c{n}"
+        decided = ApprovalDecided(run_id=RUN, call_id=call, approved=True, reason="", by="link")
+        return _request(call, n), decided
+    if kind == "question":
+        question = f"q{n}"
+        asked = QuestionAsked(run_id=RUN, question_id=question, question="which order?")
+        return asked, QuestionAnswered(run_id=RUN, question_id=question, answer="1", by="link")
+    call = f"c{n}"
+    finished = ToolFinished(
+        run_id=RUN, call_id=call, tool="restart", status=CallStatus.OUTCOME_UNKNOWN, result={},
+        duration_ms=1.0,
+    )  # fmt: skip
+    return finished, OutcomeResolved(run_id=RUN, call_id=call, tool="restart", applied=True, by="x")
+
+
+Day = tuple[list[tuple[float, int, Any]], set[str], set[str]]
+
+
+def _day(rng: random.Random, asks: int) -> Day:
+    """A day's timeline of asks in bursts (1 to 8 within 5 s, minutes apart), each taken in
+    time (within `AFTER_S`) or late (two minutes to forty); the ids of all, and of those taken
+    in time."""
+    timeline: list[tuple[float, int, Any]] = []
+    asked: set[str] = set()
+    in_time: set[str] = set()
+    t, n = 0.0, 0
+    while n < asks:
+        t += rng.uniform(120, 720)
+        for _ in range(min(rng.randint(1, 8), asks - n)):
+            n += 1
+            asked_at = t + rng.uniform(0, 5)
+            quick = rng.random() < 0.4
+            wait = rng.uniform(1, AFTER_S - 5) if quick else rng.uniform(120, 2400)
+            kind = rng.choice(["approval"] * 6 + ["question"] * 3 + ["outcome"])
+            ask, taken = _ask(kind, n)
+            timeline += [(asked_at, n, ask), (asked_at + wait, n, taken)]
+            asked.add(f"{'q' if kind == 'question' else 'c'}{n}")
+            if quick:
+                in_time.add(f"{'q' if kind == 'question' else 'c'}{n}")
+    return sorted(timeline, key=lambda item: (item[0], item[1])), asked, in_time
+
+
+def test_a_day_of_200_asks_in_bursts_pushes_each_decision_once(quick_ntfy: None) -> None:
+    clock, recorded = FakeClock(), []
+    with webhook() as (hook, hooked), ntfy() as (topic, published):
+        settings = NotifySettings((hook, topic), after_s=AFTER_S)
+        notifier = Notifier(
+            settings, Channels(settings.urls), clock=clock, inline=True,
+            emit=lambda cls, **fields: recorded.append(cls(**fields)),
+        )  # fmt: skip
+        notifier.take(RunStarted(run_id=RUN, env="order_support", script="solve", model="m",
+                                 mode="react", goal="g", budget={}))  # fmt: skip
+        timeline, asked, in_time = _day(random.Random(40), 200)
+        for at, _, event in timeline:
+            while (wake := notifier.plan.wake()) is not None and wake <= at:
+                clock.now = wake
+                notifier.tick()
+            clock.now = at
+            notifier.take(event)
+        assert notifier.plan.waiting == {}  # every decision was taken by the day's end
+
+        pushes = [event for event in recorded if isinstance(event, DecisionsPushed)]
+        pushed = Counter(d.call_id for push in pushes for d in push.decisions)
+        assert pushes and all(push.channels == ["json", "ntfy"] for push in pushes)
+        assert max(pushed.values()) == 1  # one push per decision, at most
+        assert not in_time & set(pushed)  # none for a decision taken in time
+        assert len(asked) == 200
+        assert set(pushed) == asked - in_time  # every decision that waited was pushed
+        assert any(len(push.decisions) > 1 for push in pushes)  # a burst goes in one push
+        # Each push reached both channels, as Apprise sent it.
+        assert len(hooked.wait_for(len(pushes))) == len(pushes)
+        assert len(published.wait_for(len(pushes))) == len(pushes)
+        first = published.items[0]["body"]
+        assert first["topic"] == "decisions" and first["title"].startswith("loopdeck:")
+        said = " ".join(item["body"]["message"] for item in hooked.items)
+        assert all(f"[{call}]" in said for call in pushed)
+        print(
+            f"\nclosing note: {len(pushes)} pushes for {len(asked)} decisions over a day"
+            f" ({len(in_time)} taken in time, never pushed): {len(pushes) / len(asked):.2f}"
+            f" pushes per decision, {len(pushes) / len(pushed):.2f} per decision pushed"
+        )
+
+
+def test_a_push_carries_no_content_without_the_flag_and_never_a_secret() -> None:
+    secret = "sk-live-4f9c2b7e1d"
+    asked = Asked(
+        "c3", "approval", "approve write_file (write)", datetime.now(UTC),
+        content=(("arguments", f'{{"token": "{secret}", "path": "notes.txt"}}'),
+                 ("why", "the model's own words")),
+    )  # fmt: skip
+    run = RunAbout("r1", "env/solve", "/tmp/runs.db", {"turns": (4, 30), "cost_usd": (0.01, 0.5)})
+    secrets = {secret: "OPENAI_API_KEY"}
+    _, body = push_text(run, [asked], content=False, secrets=secrets)
+    assert "notes.txt" not in body and "the model's own words" not in body
+    assert "approve write_file (write) [c3]" in body and "turns 4/30" in body
+    assert "loopdeck approve r1 c3 --db /tmp/runs.db" in body
+    _, with_content = push_text(run, [asked], content=True, secrets=secrets)
+    assert "notes.txt" in with_content and "the model's own words" in with_content
+    assert secret not in with_content and "[OPENAI_API_KEY left out]" in with_content
+
+
+def test_the_environments_secrets_are_found_by_their_names() -> None:
+    from loopdeck.operator.push_words import secret_values
+
+    environ = {"ANTHROPIC_API_KEY": "sk-ant-123456", "PATH": "/usr/bin:/bin",
+               "GH_TOKEN": "ghp_abcdef", "DEBUG": "1", "PGPASSWORD": "hunter22"}  # fmt: skip
+    found = secret_values(environ)
+    assert set(found.values()) == {"ANTHROPIC_API_KEY", "GH_TOKEN", "PGPASSWORD"}
+
+
+def test_settings_come_from_the_flags_then_the_environment_then_the_config(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('notify = ["ntfy://a/t"]\nnotify_after = 45\nnotify_content = true\n')
+    environ = {"LOOPDECK_CONFIG": str(config)}
+    assert resolved(environ=environ) == NotifySettings(("ntfy://a/t",), 45.0, True)
+    environ["LOOPDECK_NOTIFY"] = "json://b:1/x  ntfy://c/t"
+    assert resolved(environ=environ).urls == ("json://b:1/x", "ntfy://c/t")
+    assert resolved(["slack://T/B/C"], 5, environ=environ) == NotifySettings(
+        ("slack://T/B/C",), 5.0, True
+    )
+    assert resolved(environ={"LOOPDECK_CONFIG": "none"}) == NotifySettings()
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('notify = "ntfy://a/t"', "notify must be a list of URLs"),
+        ('notfy = ["ntfy://a/t"]', "unknown key 'notfy'"),
+        ("notify_after = -1", "notify_after must be 0 or more seconds"),
+        ("notify = [", "not TOML"),
+    ],
+)
+def test_a_config_that_cannot_be_read_is_refused_naming_it(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    with pytest.raises(NotifyConfigError, match=said) as caught:
+        resolved(environ={"LOOPDECK_CONFIG": str(config)})
+    assert str(config) in str(caught.value)
+
+
+def test_a_url_apprise_cannot_read_is_refused_without_its_secret() -> None:
+    with pytest.raises(BadChannel, match="not a URL Apprise can send to") as caught:
+        Channels(["ntfy://a/t", "nosuch://user:hunter22@host/tok-abc"])
+    assert "hunter22" not in str(caught.value) and "tok-abc" not in str(caught.value)
+
+
+def test_a_channel_that_does_not_take_a_push_is_said_and_tried_again(quick_ntfy: None) -> None:
+    clock, recorded = FakeClock(), []
+    with webhook() as (hook, hooked):
+        dead = "json://127.0.0.1:9/nobody"  # the discard port: nothing listens
+        settings = NotifySettings((hook, dead), after_s=AFTER_S)
+        notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True,
+                            emit=lambda cls, **fields: recorded.append(cls(**fields)))  # fmt: skip
+        notifier.take(_request("c1", 1))
+        clock.now = AFTER_S
+        notifier.tick()
+        [push] = recorded
+        assert push.channels == ["json"] and push.failed[0].startswith("json: ")
+        assert len(hooked.wait_for(1)) == 1
+        assert notifier.plan.wake() is None  # one channel took it: pushed, not again
+
+
+def test_the_console_shows_the_push_beside_the_decision_and_the_channel_once_taken() -> None:
+    from loopdeck.core.events import CallProposed
+    from loopdeck.core.push_events import PushedDecision
+
+    view, transcript = RunView(), Transcript()
+    until = datetime.now(UTC) + timedelta(minutes=5)
+    events = [
+        CallProposed(
+            run_id=RUN, call_id="c1", round=1, tool="write_file", args={}, risk="write",
+            fingerprint="f", state_hash="s",
+        ),
+        _request("c1", 1),
+        DecisionsPushed(
+            run_id=RUN, decisions=[PushedDecision(call_id="c1", what="approval", link_until=until)],
+            channels=["ntfy"], server="https://box",
+        ),
+    ]  # fmt: skip
+    for event in events:
+        view.apply(event)
+        transcript.apply(event)
+    assert view.decided["c1"].startswith("pushed via ntfy at ")
+    assert "link until" in view.decided["c1"]
+    entry = transcript.entries[-1]
+    assert entry.title == "pushed · c1 (approval) · via ntfy"
+    assert "one-time links to https://box" in entry.body
+    view.apply(ApprovalDecided(run_id=RUN, call_id="c1", approved=True, reason="", by="link"))
+    assert view.decided["c1"].startswith("approved by link at ")
+    assert "(pushed via ntfy at " in view.decided["c1"]
+
+
+async def test_a_run_whose_decision_is_taken_in_time_pushes_nothing(tmp_path: Path) -> None:
+    """A real run, recorded: its write waits, is approved through the store at once, and the
+    run ends with no push (the webhook took nothing, no `decisions_pushed` event)."""
+    from store_helpers import wait_for_pending
+
+    from loopdeck.cli.runs import run_recorded_headless
+    from loopdeck.operator import records
+    from loopdeck.operator.launch import RunOptions
+
+    db = tmp_path / "runs.db"
+    with webhook() as (hook, hooked):
+        options = RunOptions(env="order_support", script="solve", approve="wait",
+                             notify=NotifySettings((hook,), after_s=AFTER_S))  # fmt: skip
+        run = asyncio.create_task(run_recorded_headless(options, db))
+        pending = await wait_for_pending(db)
+        async with records.opened(db) as store:
+            run_id, call_id = pending["run_id"], pending["call_id"]
+            decided = await records.decide(
+                store, run_id, call_id, approved=True, by="cli", reason="", tell=print
+            )
+            assert decided.won
+        outcome = await run
+        async with records.opened(db) as store:
+            kinds = [line async for line in records.event_bodies(store, outcome.run_id)]
+    assert outcome.stop_reason.value == "goal_met"
+    assert not any('"decisions_pushed"' in line for line in kinds)
+    assert len(hooked) == 0
