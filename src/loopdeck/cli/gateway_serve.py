@@ -118,6 +118,7 @@ async def serve(
 ) -> None:
     """Serves until a stop signal (`serving` is told its address); then every live run is
     killed and recorded."""
+    from loopdeck.cli.notify_flags import notify_settings
     from loopdeck.operator.session import RunSession
     from loopdeck.store.base import default_db_path
 
@@ -127,7 +128,9 @@ async def serve(
         session = RunSession(args.db or default_db_path(), say=_say)
         try:
             async with session.opened():
-                session.prepare(served_options(claims, token, server))
+                options = served_options(claims, token, server)
+                options.notify = notify_settings(args)  # this server's channels, every run
+                session.prepare(options)
                 sessions[token] = session
                 _say(f"run {claims['run_id']} started for its token")
                 outcome = await session.record()
