@@ -15,7 +15,7 @@ from typing import Any
 
 from conftest import Recorder
 
-from loopdeck.cli.gateway_target import gateway_target
+from loopdeck.cli.gateway_target import GatewayTarget
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest, Approver, AutoApprover
 from loopdeck.core.events import EventBus
 from loopdeck.core.outcome import RunOutcome
@@ -85,7 +85,7 @@ class GatewayRun:
     task: asyncio.Task[RunOutcome] | None = None
 
     def start(self) -> None:
-        target = gateway_target(
+        target = GatewayTarget(
             goal="the test's goal", workdir=self.workdir, command=self.command, check=self.check,
             env=self.env, model=self.model, api_base=self.api_base, tools=self.tools,
         )  # fmt: skip

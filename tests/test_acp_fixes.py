@@ -16,10 +16,11 @@ from conftest import prepare, run_env
 
 from loopdeck.acp_env.agent_process import AgentFailed, AgentProcess
 from loopdeck.acp_env.config import AgentConfig
-from loopdeck.acp_env.workspace import SKIPPED, WorkspaceEnvironment, _digest
+from loopdeck.acp_env.workspace import WorkspaceEnvironment
 from loopdeck.cli import main
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import StopReason
+from loopdeck.workdir.tree import SKIPPED, digest
 
 FAILING_AGENT = """
 import asyncio
@@ -188,7 +189,7 @@ def walked_as_before(workdir: Path) -> dict[str, str]:
         for name in names:
             path = Path(folder) / name
             if path.exists():  # a broken link is no file
-                files[path.relative_to(workdir).as_posix()] = _digest(str(path))
+                files[path.relative_to(workdir).as_posix()] = digest(str(path))
     return dict(sorted(files.items()))
 
 
@@ -222,7 +223,7 @@ def test_a_file_is_hashed_again_only_where_its_size_or_mtime_moved(tmp_path: Pat
     os.utime(tmp_path / "f.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert workspace.snapshot()["files"]["f.txt"] == first  # size and mtime kept: not read
     os.utime(tmp_path / "f.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert workspace.snapshot()["files"]["f.txt"] == _digest(str(tmp_path / "f.txt")) != first
+    assert workspace.snapshot()["files"]["f.txt"] == digest(str(tmp_path / "f.txt")) != first
     (tmp_path / "f.txt").unlink()
     assert workspace.snapshot()["files"] == {}
 

@@ -1,12 +1,14 @@
 """A write in the model's answer is held for the operator before the agent sees it (the test
 plays the agent through the gateway, `gateway_clients.py`): approved, it is released as it
 was; edited, with the operator's input (recorded with both); rejected, replaced by text with
-the operator's reason, so the agent never runs it and the model reads why. Several tool uses
+the operator's reason, so the agent never runs it and the model reads why (told by the gateway
+itself when nothing else of the answer goes to the agent). Several tool uses
 in one answer are decided together and released in one answer. A read goes out at once."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +17,11 @@ from anthropic_loopback import AnthropicLoopback
 from gateway_clients import Client
 from gateway_helpers import Decider, GatewayRun, approve, door_command, door_run, until
 from loopback_server import Call, Text
-from openai_loopback import Calls, OpenAILoopback
+from openai_loopback import USAGE_IN, USAGE_OUT, Calls, OpenAILoopback
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import ApprovalDecided, ApprovalRequested, CallProposed, ToolFinished
+from loopdeck.gateway.config import RETELLS
 
 FORMATS = ("chat", "responses", "messages")
 WRITE = Call("Write", {"file_path": "a.txt", "content": "from the model\n"}, text="On it.")
@@ -38,8 +41,9 @@ def upstream_for(api: str, script: list[Any]) -> tuple[Any, str]:
 
 async def first_answer(
     tmp_path: Path, api: str, decider: Decider, script: list[Any]
-) -> tuple[GatewayRun, Any, list[Any]]:
-    """The run, its outcome, and the answer the agent got to its first call."""
+) -> tuple[GatewayRun, Any, list[Any], list[dict[str, Any]]]:
+    """The run, its outcome, the answer the agent got to its first call, and the bodies the
+    upstream was asked."""
     work = tmp_path / "work"
     work.mkdir()
     door_file = tmp_path / "door.json"
@@ -52,31 +56,67 @@ async def first_answer(
             answer = await client.ask()
         outcome = await run.outcome()
         assert upstream.problems() == []
-    return run, outcome, [answer]
+        asked = [seen.body for seen in upstream.main_requests()]
+    return run, outcome, [answer], asked
+
+
+def reject(request: ApprovalRequest) -> ApprovalDecision:
+    return ApprovalDecision(call_id=request.call_id, approved=False, reason="not a.txt", by="test")
 
 
 @pytest.mark.parametrize("api", FORMATS)
-async def test_a_rejected_write_never_reaches_the_agent_and_says_the_reason(
+async def test_a_rejected_write_never_reaches_the_agent_and_the_model_is_told_the_reason(
     api: str, tmp_path: Path
 ) -> None:
-    def reject(request: ApprovalRequest) -> ApprovalDecision:
-        return ApprovalDecision(call_id=request.call_id, approved=False, reason="not a.txt",
-                                by="test")  # fmt: skip
-
-    run, outcome, [answer] = await first_answer(tmp_path, api, Decider(reject), [WRITE])
+    """The answer's only tool use is rejected: rather than a text answer the agent would end on
+    (the model never hearing why), the gateway asks the model again with the operator's reason
+    as the write's result, counted as a model call; the agent gets the follow-up, the
+    gateway's words first."""
+    script = [WRITE, Text("I will leave a.txt alone.")]
+    run, outcome, [answer], asked = await first_answer(tmp_path, api, Decider(reject), script)
     assert answer.uses == []  # nothing for the agent to run
     assert answer.text.startswith("On it.")
     assert "the operator rejected Write: a.txt; it was not run" in answer.text
     assert "Their reason: not a.txt" in answer.text
+    assert answer.text.endswith("I will leave a.txt alone.")
+    first, told = asked
+    assert "not a.txt" not in json.dumps(first) and "Their reason: not a.txt" in json.dumps(told)
+    assert result_of(api, told) == (
+        "loopdeck: the operator rejected Write: a.txt; it was not run. Their reason: not a.txt"
+    )
     [decided] = run.events(ApprovalDecided)
     assert not decided.approved and decided.reason == "not a.txt"
     [call] = outcome.calls
     assert call.status.value == "rejected"
+    assert outcome.model_calls == 2 and outcome.tokens == 2 * (USAGE_IN + USAGE_OUT)
+
+
+async def test_a_model_that_proposes_only_rejected_writes_is_told_a_bounded_number_of_times(
+    tmp_path: Path,
+) -> None:
+    """Each follow-up is another rejected write: the gateway asks again at most `RETELLS`
+    times, then the agent gets every reason as text."""
+    writes = [Call("Write", {"file_path": "a.txt", "content": f"try {n}\n"}) for n in range(9)]
+    _, outcome, [answer], asked = await first_answer(tmp_path, "chat", Decider(reject), writes)
+    assert len(asked) == 1 + RETELLS
+    assert answer.uses == [] and answer.text.count("Their reason: not a.txt") == 1 + RETELLS
+    assert [c.status.value for c in outcome.calls] == ["rejected"] * (1 + RETELLS)
+
+
+def result_of(api: str, body: dict[str, Any]) -> str:
+    """The last tool result a request carries, in its format."""
+    if api == "chat":
+        return str(body["messages"][-1]["content"])
+    if api == "responses":
+        return str(body["input"][-1]["output"])
+    [block] = body["messages"][-1]["content"]
+    assert block["is_error"] is True
+    return str(block["content"])
 
 
 @pytest.mark.parametrize("api", FORMATS)
 async def test_an_approved_write_is_released_as_the_model_said_it(api: str, tmp_path: Path) -> None:
-    run, _, [answer] = await first_answer(tmp_path, api, Decider(approve), [WRITE])
+    run, _, [answer], _ = await first_answer(tmp_path, api, Decider(approve), [WRITE])
     [(_, tool, given)] = answer.uses
     assert (tool, given) == ("Write", {"file_path": "a.txt", "content": "from the model\n"})
     [asked] = run.events(ApprovalRequested)
@@ -93,7 +133,7 @@ async def test_an_edited_write_is_released_with_the_operators_input(
     def edit(request: ApprovalRequest) -> ApprovalDecision:
         return ApprovalDecision(call_id=request.call_id, approved=True, args=edited, by="test")
 
-    run, _, [answer] = await first_answer(tmp_path, api, Decider(edit), [WRITE])
+    run, _, [answer], _ = await first_answer(tmp_path, api, Decider(edit), [WRITE])
     [(_, tool, given)] = answer.uses
     assert (tool, given) == ("Write", edited)
     [proposed] = run.events(CallProposed)

@@ -6,7 +6,8 @@ gateway to a loopback upstream that plays a script and checks every request body
 would (`gateway_upstreams.py`, `openai_loopback.py`). The operator decides from another
 terminal (`loopdeck approve|reject|cancel`), as a user would:
 
-- a rejected write never lands, and the model is told the operator's reason;
+- a rejected write never lands, and the model is told the operator's reason: by the agent's
+  next call, or, when the write was all the answer held, by the gateway asking it again;
 - an approved one lands once; an edited one lands as the operator wrote it;
 - a read repeated from one state is caught; a token cap stops the agent within one call;
 - a stop or a kill leaves no process of the agent, a daemon its shell started included.
@@ -362,6 +363,29 @@ def test_a_rejected_write_never_lands_and_the_model_is_told_why(
     assert in_request(after, NOTES.strip()), run.why  # and the read's result
     [decided] = kinds(run.found, "approval_decided")
     assert decided["approved"] is False, run.why
+    assert run.outcome["stop_reason"] == "stalled", run.why
+    assert run.left == [], run.why + f"\nleft: {processes_said(run.left)}"
+
+
+def test_a_write_rejected_alone_is_told_to_the_model_by_the_gateway(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """The answer holds the write alone: released as text, `claude -p` would end on it and the
+    model would never hear why. The gateway asks the model again itself, the reason as the
+    write's result; the agent gets the model's follow-up (the gateway's words first) and ends."""
+    work = tmp_path / "work"
+    after = "Understood: I will leave out.txt alone."
+    script = [agent.write(work, "out.txt", BY_MODEL), Text(after)]
+    run = play(agent, tmp_path, script, "wait", operator=decide("reject", "--reason", REASON))
+    run.upstream_clean()
+    assert not (run.work / "out.txt").exists(), run.why
+    first, told = run.main_requests()  # the second asked by the gateway, not the agent
+    assert not in_request(first, REASON), run.why
+    assert in_request(told, f"Their reason: {REASON}"), run.why  # the model is told
+    assert after in run.gateway.agent_said(), run.why  # the model's follow-up reached the agent
+    [decided] = kinds(run.found, "approval_decided")
+    assert decided["approved"] is False, run.why
+    assert run.outcome["model_calls"] == 2, run.why  # counted as any model call
     assert run.outcome["stop_reason"] == "stalled", run.why
     assert run.left == [], run.why + f"\nleft: {processes_said(run.left)}"
 

@@ -2,7 +2,9 @@
 past it in the agent's own format, naming the cap, and the run stops naming it (at most one
 call past any cap reaches the upstream); the guard replaces a repeat from an unchanged folder
 by text and the run stops `no_progress`; a stop answers the agent's next call with a final
-message; a kill refuses every call and ends the agent's process group, children included."""
+message, even while the upstream holds the call, and a cap gives the agent its grace to exit
+on its own; a kill refuses every call and ends the agent's process group, children included;
+a pause holds the agent's next model call until it is resumed."""
 
 from __future__ import annotations
 
@@ -14,14 +16,23 @@ from typing import Any
 import pytest
 from anthropic_loopback import AnthropicLoopback
 from gateway_clients import Client, Refused
-from gateway_helpers import AGENT, Decider, GatewayRun, approve, door_command, door_run, until
-from loopback_server import Call
+from gateway_helpers import (
+    AGENT,
+    Decider,
+    GatewayRun,
+    approve,
+    door_command,
+    door_of,
+    door_run,
+    until,
+)
+from loopback_server import Call, Text
 from openai_loopback import USAGE_IN, USAGE_OUT, OpenAILoopback
 from process_helpers import live_processes
 
-from loopdeck.core.events import GuardTripped
+from loopdeck.core.events import GuardTripped, OperatorCommand
 from loopdeck.core.states import StopReason
-from loopdeck.gateway.door import Closing, Door, ModelCall
+from loopdeck.gateway.door import REFUSED_STATUS, Closing, Door, ModelCall
 from loopdeck.gateway.server import FORMATS as FORMATS_BY_NAME
 
 FORMATS = ("chat", "responses", "messages")
@@ -67,7 +78,7 @@ async def test_a_token_cap_refuses_the_call_past_it_naming_the_cap(
                 await client.ask()  # its usage takes the run past the cap
         outcome = await run.outcome()
         asked = len(upstream.main_requests())
-    assert refused.value.status == 403
+    assert refused.value.status == REFUSED_STATUS == 400  # not retried, printed as said
     assert "tokens budget exhausted: 300 of 200; the run has stopped" in refused.value.message
     assert asked == 2  # at most one call past the cap
     assert outcome.stop_reason is StopReason.TOKEN_LIMIT
@@ -132,8 +143,8 @@ async def test_a_closed_door_answers_every_call_itself(api: str) -> None:
     door.submit(later)
     refused = later.answered.result()
     assert (refused.status, refused.kind, refused.message) == (
-        403, "loopdeck_refused", "loopdeck: killed by test")  # fmt: skip
-    assert "killed by test" in str(chosen.error(403, refused.kind, refused.message))
+        400, "loopdeck_refused", "loopdeck: killed by test")  # fmt: skip
+    assert "killed by test" in str(chosen.error(400, refused.kind, refused.message))
 
 
 @pytest.mark.parametrize("api", FORMATS)
@@ -209,3 +220,72 @@ async def test_a_kill_refuses_the_held_call_and_leaves_no_agent_process(
     assert outcome.stop_reason is StopReason.KILLED
     assert live_processes(child) == [] and live_processes(marker) == []
     assert not (work / "a.txt").exists()
+
+
+async def test_a_stop_while_the_upstream_holds_the_call_answers_it_with_a_final_message(
+    tmp_path: Path, work: Path
+) -> None:
+    """The model never answers: a stop does not wait for it (nor for the deadline), the
+    agent's call is answered with the final message and the run stops `cancelled`."""
+    door_file = tmp_path / "door.json"
+    loopback = OpenAILoopback([READ])
+    loopback.hang = True
+    with loopback as upstream:
+        run = GatewayRun(work, door_command(door_file), "openai/loop-model", upstream.url)
+        async with door_run(run, door_file) as door:
+            client = Client(door.told, "chat", stream=True)
+            client.user("read")
+            asking = asyncio.ensure_future(client.ask())
+            await until("the call held upstream", upstream.hanging.is_set)
+            run.runtime.cancel(by="test")
+            answer = await asking
+        outcome = await run.outcome()
+    assert answer.uses == [] and "the run has stopped (cancelled" in answer.text
+    assert outcome.stop_reason is StopReason.CANCELLED
+
+
+async def test_a_cap_gives_the_agent_its_grace_to_exit_on_its_own(
+    tmp_path: Path, work: Path
+) -> None:
+    """Refused at a cap, the agent is not ended at once (a kill is): it has its grace to show
+    the refusal and exit, as Claude Code prints it and exits. Its own status says it did."""
+    door_file = tmp_path / "door.json"
+    with OpenAILoopback([READ, READ]) as upstream:
+        run = GatewayRun(work, door_command(door_file), "openai/loop-model", upstream.url,
+                         budget={"max_turns": 1})  # fmt: skip
+        run.start()
+        door = await door_of(door_file)
+        client = Client(door.told, "chat", stream=False)
+        client.user("read")
+        first = await client.ask()
+        client.results({first.uses[0][0]: "notes\n"})
+        with pytest.raises(Refused, match="turns budget exhausted: 1 of 1"):
+            await client.ask()
+        door.end(7)  # the agent exits once it has shown the refusal
+        outcome = await run.outcome()
+    assert outcome.stop_reason is StopReason.TURN_LIMIT
+    # Its own exit, not loopdeck's SIGTERM (the guardian's 128 + 15), which a kill sends at once.
+    assert run.runtime.agent.agent.proc.returncode == 7
+
+
+async def test_a_pause_holds_the_agents_next_model_call_until_resumed(
+    tmp_path: Path, work: Path
+) -> None:
+    door_file = tmp_path / "door.json"
+    with OpenAILoopback([READ, Text("Done.")]) as upstream:
+        run = GatewayRun(work, door_command(door_file), "openai/loop-model", upstream.url)
+        async with door_run(run, door_file) as door:
+            client = Client(door.told, "chat", stream=True)
+            client.user("read")
+            run.runtime.pause(by="test")
+            asking = asyncio.ensure_future(client.ask())
+            await until("the call held by the pause", lambda: run.runtime.ledger.held == "paused")
+            assert upstream.main_requests() == [] and not asking.done()
+            run.runtime.resume(by="test")
+            first = await asking
+            assert [tool for _, tool, _ in first.uses] == ["Read"]
+            assert len(upstream.main_requests()) == 1
+        outcome = await run.outcome()
+    assert [(e.command, e.by) for e in run.events(OperatorCommand)] == [
+        ("pause", "test"), ("resume", "test")]  # fmt: skip
+    assert outcome.operator_wait_s > 0

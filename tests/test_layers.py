@@ -19,12 +19,12 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "loopdeck"
 LAYERS = (
     "core", "store", "llm", "operator", "tui", "cli", "tuning", "workdir",
-    "python_env", "mcp_env", "acp_env", "policy",
+    "python_env", "mcp_env", "acp_env", "gateway", "policy",
 )  # fmt: skip
 # Each kind of run is a package of its own, registered in `operator/kinds.py` by module path:
 # no kind imports another (what two share is in `workdir` or `core`), and nothing but its own
 # package imports it (`tests/test_run_kinds.py`).
-KINDS = ("python_env", "mcp_env", "acp_env")
+KINDS = ("python_env", "mcp_env", "acp_env", "gateway")
 ABOVE_KINDS = frozenset({"store", "llm", "operator", "tui", "cli", "tuning", "textual"})
 
 # What each layer must not import (a layer or a third-party top-level package).
@@ -41,9 +41,12 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     # What the kinds that work in a folder share (the guardian, the goal check): below them.
     "workdir": frozenset({*ABOVE_KINDS, *KINDS, "mcp", "acp"}),
     # The kinds of run: below the operator's door, fenced from each other.
-    "python_env": frozenset({*ABOVE_KINDS, "mcp_env", "acp_env", "mcp", "acp"}),
-    "mcp_env": frozenset({*ABOVE_KINDS, "python_env", "acp_env", "acp"}),
-    "acp_env": frozenset({*ABOVE_KINDS, "python_env", "mcp_env", "mcp"}),
+    "python_env": frozenset({*ABOVE_KINDS, "mcp_env", "acp_env", "gateway", "mcp", "acp"}),
+    "mcp_env": frozenset({*ABOVE_KINDS, "python_env", "acp_env", "gateway", "acp"}),
+    "acp_env": frozenset({*ABOVE_KINDS, "python_env", "mcp_env", "gateway", "mcp"}),
+    # Its upstream is a model: it reaches `llm` (one of ABOVE_KINDS) only as ONLY_THROUGH says;
+    # its server is aiohttp's.
+    "gateway": frozenset({*ABOVE_KINDS, "python_env", "mcp_env", "acp_env", "mcp", "acp"}),
     "store": frozenset({"operator", "tui", "cli", "tuning", "workdir", *KINDS, "mcp", "acp"}),
     "llm": frozenset({"store", "operator", "tui", "cli", "workdir", *KINDS, "mcp", "acp"}),
     "operator": frozenset({"tui", "cli", "textual", *KINDS}),
@@ -57,6 +60,10 @@ FORBIDDEN: dict[str, frozenset[str]] = {
 # store/base.py, which loads no engine (its parser and `--help` stay light).
 ONLY_THROUGH: dict[tuple[str, str], frozenset[str]] = {
     ("cli", "store"): frozenset({"loopdeck.store.base"}),
+    # The gateway's upstream: LiteLLM configured before it is imported (`loader.py`: the local
+    # price map, never the network's), a provider's failure classified and its credentials
+    # checked (`client.py`). Nothing else of `llm`: no profile, no loop of loopdeck's own.
+    ("gateway", "llm"): frozenset({"loopdeck.llm.loader", "loopdeck.llm.client"}),
 }
 
 # Edges that are still there because their move is another part of the work, as
@@ -301,6 +308,27 @@ def test_the_cli_reaches_the_store_only_through_its_base(tmp_path: Path) -> None
     )
     assert [str(i) for i in violations(imports)] == [
         "src/loopdeck/cli/bad.py:2: loopdeck.cli.bad imports loopdeck.store.queries"
+    ]
+
+
+def test_the_gateway_reaches_llm_only_through_its_loader_and_client(tmp_path: Path) -> None:
+    llm = {f"loopdeck/llm/{name}.py": "" for name in ("__init__", "loader", "client", "profile")}
+    imports = _write(
+        tmp_path,
+        {
+            **llm,
+            "loopdeck/gateway/ok.py": "from loopdeck.llm.loader import litellm_module\n"
+            "from loopdeck.llm.client import classify\nfrom aiohttp import web\n",
+            "loopdeck/gateway/bad.py": "def f():\n    from loopdeck.llm import profile\n",
+            "loopdeck/acp_env/bad.py": "from loopdeck.gateway import ok\n",
+            "loopdeck/gateway/worse.py": "import loopdeck.acp_env.bad\nimport mcp\n",
+        },
+    )
+    assert sorted(str(i) for i in violations(imports)) == [
+        "src/loopdeck/acp_env/bad.py:1: loopdeck.acp_env.bad imports loopdeck.gateway.ok",
+        "src/loopdeck/gateway/bad.py:2: loopdeck.gateway.bad imports loopdeck.llm.profile",
+        "src/loopdeck/gateway/worse.py:1: loopdeck.gateway.worse imports loopdeck.acp_env.bad",
+        "src/loopdeck/gateway/worse.py:2: loopdeck.gateway.worse imports mcp",
     ]
 
 

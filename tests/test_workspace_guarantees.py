@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from conftest import Recorder
 
-from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, shown_input, steady
+from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, shown_input
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import ApprovalDecided, EventBus
 from loopdeck.core.workspace_changes import ChangeWatch
 from loopdeck.operator import kinds
 from loopdeck.operator.launch import RunOptions, prepare_run
+from loopdeck.workdir.volatile import steady
 
 
 def files(**hashes: str) -> dict[str, Any]:

@@ -12,15 +12,14 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import signal
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.config import AgentConfig
 from loopdeck.core.text import capped
+from loopdeck.workdir.agent_command import MissingVariable, expanded
 from loopdeck.workdir.goal_check import stderr_tail
 from loopdeck.workdir.guardian import end_cgroup
 
@@ -35,17 +34,10 @@ class AgentFailed(Exception):
 
 def agent_environment(config: AgentConfig) -> dict[str, str]:
     """loopdeck's environment with the scenario's `env`: `${VAR}` from loopdeck's own."""
-    env = dict(os.environ)
-    for name, value in config.env.items():
-        env[name] = re.sub(r"\$\{(\w+)\}", partial(_from_env, name), value)
-    return env
-
-
-def _from_env(name: str, match: re.Match[str]) -> str:
-    var = match.group(1)
-    if var not in os.environ:
-        raise AgentFailed(f"[agent] env {name}: ${{{var}}} is not set in loopdeck's environment")
-    return os.environ[var]
+    try:
+        return {**os.environ, **expanded(config.env, "[agent] env")}
+    except MissingVariable as missing:
+        raise AgentFailed(str(missing)) from None
 
 
 class _SdkRecords(logging.Filter):

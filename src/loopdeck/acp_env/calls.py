@@ -20,7 +20,7 @@ from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.bridge import Bridge, FileWriteAsked, OutsideWorkdir, TerminalAsked, inside
-from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, named_paths, shown_input, steady
+from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, named_paths, shown_input
 from loopdeck.acp_env.held_calls import HeldCall
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
@@ -32,6 +32,7 @@ from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
 from loopdeck.core.workspace_changes import ChangeWatch
 from loopdeck.core.write_approvals import Approved, Rejected
+from loopdeck.workdir.volatile import steady
 
 REPEATED = "repeated with the same input and no change to the working copy"
 

@@ -4,8 +4,6 @@ target (the user's folder, in place)."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.config import TABLE, AgentConfig, agent_config, agent_turns
@@ -13,17 +11,12 @@ from loopdeck.core.envdir import EnvDir
 from loopdeck.core.environment import Environment
 from loopdeck.core.run_kind import OpenedRun, Opening
 from loopdeck.core.scenario import ScenarioError
-
-LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-y", "-m", "--yes"})
+from loopdeck.workdir.agent_command import command_name
 
 
 def agent_name(command: list[str]) -> str:
     """An ACP agent as the run's model is named: `acp gemini-cli`, `acp scripted_agent`."""
-    named = next((part for part in command if Path(part).name not in LAUNCHERS), command[0])
-    last = named.rsplit("/", 1)[-1]
-    last = re.sub(r"(?<=.)@[^@/]*$", "", last)  # an npm package's @version
-    last = re.sub(r"\.(py|js|mjs|cjs|ts|sh|exe)$", "", last)
-    return "acp " + last.rsplit(".", 1)[-1]  # a module's last name (`-m pkg.agent`)
+    return "acp " + command_name(command)
 
 
 def plays_a_script(agent: AgentConfig) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopdeck.cli.gateway_parser import add_gateway_flags
-from loopdeck.cli.gateway_target import gateway_target
+from loopdeck.cli.gateway_target import GatewayTarget
 from loopdeck.cli.parser import EXIT_BAD_INPUT, add_agent_flags, add_run_flags, budget_overrides
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def gateway_options(args: argparse.Namespace) -> RunOptions:
     from loopdeck.operator.launch import RunOptions
 
     workdir = args.workdir.resolve()
-    target = gateway_target(
+    target = GatewayTarget(
         goal=args.goal, workdir=workdir, command=list(args.agent_command), check=args.check,
         env=dict(args.agent_env), model=args.model, api_base=args.api_base,
         tools=dict(args.tools),

@@ -83,10 +83,10 @@ def run_token(args: argparse.Namespace) -> int:
 
 def served_options(claims: dict[str, Any], token: str, server: Any) -> RunOptions:
     """A token's settings as its run's options."""
-    from loopdeck.cli.gateway_target import gateway_target
+    from loopdeck.cli.gateway_target import GatewayTarget
     from loopdeck.operator.launch import RunOptions
 
-    target: Any = gateway_target(
+    target = GatewayTarget(
         goal=claims["goal"], workdir=Path(claims["workdir"]), command=[], check=claims["check"],
         env={}, model=claims["model"], api_base=claims["api_base"], tools=claims["tools"],
         token=token, served_by=server, idle_s=claims.get("idle_s"),

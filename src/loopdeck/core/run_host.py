@@ -132,6 +132,11 @@ class RunHost:
         await rt.check_budget_pause()
         return rt.round
 
+    async def checkpoint(self) -> None:
+        """Before each model call of the kind's loop: a stop asked for lands here, a pause
+        holds the run here until it is resumed (the agent's clock stopped meanwhile)."""
+        await self._rt.control.checkpoint()
+
     def fail(self, reason: StopReason, detail: str) -> None:
         """From outside the run's task (its agent's process died): the run stops at once."""
         self._rt.control.fail(reason, detail)

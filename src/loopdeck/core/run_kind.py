@@ -33,12 +33,15 @@ LoopMaker = Callable[[RunHost], Turns]
 
 
 class Target(Protocol):
-    """A run with no env folder (`loopdeck acp`): what it works on, said by its kind."""
+    """A run with no env folder (`loopdeck acp`, `loopdeck gateway`): what it works on, said
+    by its kind. Read-only, as the CLI's frozen targets are."""
 
-    kind: str
-    goal: str
-    workdir: Path
-
+    @property
+    def kind(self) -> str: ...
+    @property
+    def goal(self) -> str: ...
+    @property
+    def workdir(self) -> Path: ...
     @property
     def env_name(self) -> str: ...
 

@@ -70,6 +70,13 @@ class ApiFormat(Protocol):
     def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
         """The answer with each tool use released, edited or replaced by text."""
 
+    def retold(self, body: Body, answer: Body, results: dict[str, str]) -> Body:
+        """The request `body` asked again, the model told what became of its tool uses: its
+        answer as its turn, each tool use answered by the result in `results` (by id)."""
+
+    def prefixed(self, answer: Body, text: str) -> Body:
+        """The answer with `text` said first (what the gateway told the model before it)."""
+
     def tokens(self, answer: Body) -> int | None:
         """Tokens the call spent, from the answer's usage; None: it says none."""
 
@@ -117,6 +124,11 @@ def parsed_input(raw: Any) -> dict[str, Any] | str:
             return raw
         return value if isinstance(value, dict) else raw
     return {} if raw is None else str(raw)
+
+
+def present(block: dict[str, Any]) -> dict[str, Any]:
+    """A part of an answer as a request carries it back: its fields that say something."""
+    return {key: value for key, value in block.items() if value is not None}
 
 
 def input_text(value: dict[str, Any] | str) -> str:

@@ -1,10 +1,18 @@
 """One model call of the agent's, in its run's task: the results of the tool uses released
 before it recorded (`ToolFinished`) and the workspace looked at (a change no released write
-explains is an `unrequested_change`); the turn counted against the caps before it goes
-upstream; the answer asked whole, its tokens and cost spent (past a cap: this call is refused
-and the run stops naming the cap); its tool uses decided (`tool_uses.py`); the decided answer
-settled for the agent. A call the run cannot answer (it stops on the way) is left unsettled:
-the loop's end answers it as the door closes (a final message, or a refusal naming why).
+explains is an `unrequested_change`); the run's stops and pauses taken and the turn counted
+against the caps before it goes upstream; the answer asked whole, its tokens and cost spent
+(past a cap: this call is refused and the run stops naming the cap); its tool uses decided
+(`tool_uses.py`); the decided answer settled for the agent. A call the run cannot answer (it
+stops on the way) is left unsettled: the loop's end answers it as the door closes (a final
+message, or a refusal naming why).
+
+An answer whose every tool use was taken out (rejected by the operator, a repeat put back to
+the model) would reach the agent as text only, and an agent such as `claude -p` ends on that:
+the model would never read why. So the gateway tells the model itself: it asks the upstream
+again with the answer as the model's turn and each tool use answered by what became of it
+(the operator's reason), counted as any model call, and the agent gets that follow-up,
+decided as any answer, with the gateway's words said first. At most `RETELLS` times a call.
 """
 
 from __future__ import annotations
@@ -17,8 +25,8 @@ from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.gateway.answer import Body, Release
-from loopdeck.gateway.config import GatewaySettings
+from loopdeck.gateway.answer import Body, Release, Replace, ToolUse
+from loopdeck.gateway.config import RETELLS, GatewaySettings
 from loopdeck.gateway.door import ModelCall, Outcome
 from loopdeck.gateway.tool_uses import ToolUses, failed
 from loopdeck.gateway.upstream import UPSTREAM_FAILED, Upstream, UpstreamFailed
@@ -44,7 +52,6 @@ class GatewayCalls:
 
     async def take(self, call: ModelCall) -> None:
         """The call decided and settled; raises what stops the run (the call then unsettled)."""
-        host = self.host
         self.current, self.quiet = call, False
         if reserved := self.upstream.reserved(call.body):
             said = ", ".join(reserved)
@@ -52,13 +59,24 @@ class GatewayCalls:
                         400, "invalid_request_error")  # fmt: skip
             return
         await self._results(call)
+        try:
+            answer = await self._asked(call, call.body)
+        except UpstreamFailed as failure:
+            call.refuse(failure.message, failure.status, UPSTREAM_FAILED)
+            self._failed(failure)
+            return
+        await self._decided(call, answer)
+
+    async def _asked(self, call: ModelCall, body: Body) -> Body:
+        """One model call: a stop or a pause taken first, the turn counted against the caps
+        before it goes upstream, what it spent after (past a cap: raises). A stop while it is
+        upstream abandons it: the agent is answered as the door closes."""
+        host = self.host
+        await host.checkpoint()
         host.turn_started()  # a cap already reached refuses the call before it goes upstream
         started = time.perf_counter()
-        try:
-            answer = await host.interruptible(self.upstream.ask(call.api, call.body, call.headers))
-        except UpstreamFailed as failure:
-            self._failed(call, failure)
-            return
+        asking = self.upstream.ask(call.api, body, call.headers)
+        answer = await host.interruptible(asking, by_cancel=True)
         self.failures = 0
         tokens, cost = call.api.tokens(answer), self.upstream.cost(answer)
         if cost is not None:
@@ -66,18 +84,32 @@ class GatewayCalls:
         host.turn_ended(tokens=tokens, cost_usd=cost, said=call.api.said(answer),
                         latency_ms=(time.perf_counter() - started) * 1000)  # fmt: skip
         await host.spent(tokens=tokens, cost_usd=self.cost_so_far if cost is not None else None)
-        await self._decided(call, answer)
+        return answer
 
     async def _decided(self, call: ModelCall, answer: Body) -> None:
-        uses = call.api.tool_uses(answer)
-        if not uses:
-            self.quiet = True
-            call.settle(Outcome(answer=answer))
-            return
-        verdicts = await self.uses.decide(uses, call.api.schemas(call.body))
-        decided = call.api.decided(answer, verdicts)
-        released = [use for use in uses if isinstance(verdicts.get(use.use_id), Release)]
-        self.uses.released(released, verdicts)  # counted against the tool-call cap first
+        api, body, told = call.api, call.body, []
+        decided, released = answer, list[ToolUse]()  # what the agent gets, what it runs
+        for retell in range(RETELLS + 1):
+            uses = api.tool_uses(answer)
+            if not uses:
+                decided, released = answer, []
+                break
+            verdicts = await self.uses.decide(uses, api.schemas(call.body))
+            decided = api.decided(answer, verdicts)
+            released = [use for use in uses if isinstance(verdicts.get(use.use_id), Release)]
+            self.uses.released(released, verdicts)  # counted against the tool-call cap first
+            if released or self.uses.stop_after is not None or retell == RETELLS:
+                break
+            replaced = {k: v.text for k, v in verdicts.items() if isinstance(v, Replace)}
+            body = api.retold(body, answer, replaced)
+            try:
+                answer = await self._asked(call, body)
+            except UpstreamFailed as failure:  # the agent gets the text it would have had
+                self._failed(failure)
+                break
+            told.append(api.said(decided))
+        if told:
+            decided = api.prefixed(decided, "\n\n".join(t for t in told if t))
         self.quiet = not released
         call.settle(Outcome(answer=decided))
         if released:
@@ -104,11 +136,10 @@ class GatewayCalls:
             ended.append(record.call_id)
         await self.uses.look(f"the results of {', '.join(ended)}" if ended else "a model call")
 
-    def _failed(self, call: ModelCall, failure: UpstreamFailed) -> None:
-        """The upstream's failure goes back to the agent, which retries what it retries; a
+    def _failed(self, failure: UpstreamFailed) -> None:
+        """The upstream's failure went back to the agent, which retries what it retries; a
         run whose upstream fails call after call is stopped, naming it."""
         self.failures += 1
-        call.refuse(failure.message, failure.status, UPSTREAM_FAILED)
         self.host.finding(f"the upstream failed a call: {capped(failure.message, 300)}")
         if self.failures >= MAX_FAILURES:
             said = capped(failure.message, 500)

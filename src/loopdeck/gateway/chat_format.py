@@ -17,6 +17,7 @@ from loopdeck.gateway.answer import (
     Verdict,
     input_text,
     parsed_input,
+    present,
     result_text,
     sse,
 )
@@ -78,6 +79,23 @@ class ChatFormat:
             message.pop("tool_calls", None)
             if answer["choices"] and answer["choices"][0].get("finish_reason") == "tool_calls":
                 answer["choices"][0]["finish_reason"] = "stop"
+        return answer
+
+    def retold(self, body: Body, answer: Body, results: dict[str, str]) -> Body:
+        message = _message(answer)
+        calls = [present(call) for call in message.get("tool_calls") or []]
+        turn = {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+        answered = [
+            {"role": "tool", "tool_call_id": use_id, "content": text}
+            for use_id, text in results.items()
+        ]
+        return {**body, "messages": [*(body.get("messages") or []), turn, *answered]}
+
+    def prefixed(self, answer: Body, text: str) -> Body:
+        answer = json.loads(json.dumps(answer))
+        message = _message(answer)
+        said = message.get("content")
+        message["content"] = f"{text}\n\n{said}" if isinstance(said, str) and said else text
         return answer
 
     def tokens(self, answer: Body) -> int | None:

@@ -34,6 +34,10 @@ KEEPALIVE_S = 10.0
 GRACE_S = 5.0
 IDLE_S = 60.0  # a served run's agent this long quiet after an answer with no tool use: ended
 UPSTREAM_TIMEOUT_S = 600.0  # a whole answer, never streamed, of a long model turn
+# Times one call of the agent's may be asked again to tell the model that every tool use of its
+# answer was taken out (rejected, a repeat): a model that proposes only what is refused, again
+# and again, then reaches the agent with the reasons as text.
+RETELLS = 3
 
 
 class ToolSaid(BaseModel):

@@ -3,6 +3,14 @@ the run), queued for the run's own task, which decides each and settles it; and 
 answers once the run is stopping or over, without the run: a final message (a stop: the agent
 is told to end), or a refusal (a kill, a budget's cap, a run that has ended).
 
+A refusal is HTTP 400 in the agent's format. The agents retry what they take for a passing
+fault: 429 and 5xx (Claude Code for minutes, with backoff; the `openai` SDK twice), so a cap
+or a kill said with them would be asked again and again. 403 is not retried, but Claude Code
+prints it as "Failed to authenticate", sending its user after a key. 400 is printed as it is
+("API Error: 400 <our message naming the cap>") and ends the agent; Claude Code re-sends it
+up to six times within a second first, each answered here by the closed door, never upstream,
+so none is a call past the cap.
+
 The server's handlers only submit calls and wait for their outcome; everything the run does
 with a call happens in the run's task, where stops, budgets and approvals work as in any run.
 """
@@ -16,7 +24,7 @@ from dataclasses import dataclass, field
 from loopdeck.gateway.answer import ApiFormat, Body
 
 REFUSED = "loopdeck_refused"  # the error's type an agent sees for a call loopdeck refuses
-REFUSED_STATUS = 403  # not retried by the agents' SDKs (429 and 5xx are)
+REFUSED_STATUS = 400  # not retried, printed as said (see above: 403, 429 and 5xx are not)
 
 
 def new_token() -> str:
@@ -55,10 +63,13 @@ class ModelCall:
 @dataclass(frozen=True)
 class Closing:
     """How a door answers once its run no longer decides calls: `final` a text answer telling
-    the agent to end (a stop), else a refusal saying `message`."""
+    the agent to end (a stop), else a refusal saying `message`; `grace`: the agent is given
+    its grace to exit on its own (to show what it was told) before its process group is
+    ended, rather than at once (a kill)."""
 
     message: str
     final: bool = False
+    grace: bool = False
 
     def answer(self, call: ModelCall, model: str) -> None:
         if self.final:

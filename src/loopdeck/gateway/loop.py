@@ -4,9 +4,11 @@ the door as its endpoint, and its model calls taken in order by the run's task u
 exits; then the goal check decides (`judge.py`). The agent's own claim never ends a run.
 
 However the run ends the door closes first: a stop (`cancel`, the guard, an unrequested
-change) answers the agent's next calls with a final message telling it to end, and the agent is
-given `grace_s` to exit; a kill, a budget's cap or a deadline refuses every further call, naming
-why, and the agent's process group is ended at once. No agent process outlives the run.
+change) answers the agent's next calls, and the one being decided, with a final message telling
+it to end; a budget's cap or a deadline refuses every further call, naming why. Either way the
+agent is given `grace_s` to exit on its own (to show what it was told), then its process group
+is ended. A kill refuses every call and ends the group at once. No agent process outlives the
+run.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from loopdeck.gateway.door import Closing, Door, ModelCall
 from loopdeck.gateway.judge import judged
 from loopdeck.gateway.server import GatewayServer
 
-# Stops whose calls are refused (the agent must not go on), not answered with a final message.
+# Stops whose calls are refused (the agent must not go on), not answered with a final message;
+# all but a kill give the agent its grace to exit on its own first.
 REFUSING = frozenset({
     StopReason.KILLED, StopReason.TURN_LIMIT, StopReason.TOOL_CALL_LIMIT, StopReason.TOKEN_LIMIT,
     StopReason.COST_LIMIT, StopReason.DEADLINE,
@@ -134,14 +137,14 @@ class GatewayLoop:
 
     async def _wind_down(self, closing: Closing) -> None:
         """The door closed (the call being decided answered too), the agent given its grace
-        after a final message or ended at once, the server stopped when it is the run's."""
+        to exit on its own or ended at once, the server stopped when it is the run's."""
         self.door.close(closing)
         for call in self.calls.unsettled():
             closing.answer(call, self.door.model)
         if self.agent is not None:
             proc = self.agent.proc
             try:
-                if closing.final and proc is not None and proc.returncode is None:
+                if closing.grace and proc is not None and proc.returncode is None:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self.settings.grace_s):
                             await proc.wait()
@@ -156,12 +159,14 @@ class GatewayLoop:
 def closing_for(stop: BaseException) -> Closing:
     """How the door answers once the run stops this way."""
     if isinstance(stop, BudgetExhausted):
-        return Closing(f"loopdeck: {stop}; the run has stopped")
+        return Closing(f"loopdeck: {stop}; the run has stopped", grace=True)
     if isinstance(stop, StopRun | Interrupted):
         said = f"loopdeck: the run has stopped ({stop.reason.value}: {stop.detail})"
         if stop.reason in REFUSING:
-            return Closing(said)
+            return Closing(said, grace=stop.reason is not StopReason.KILLED)
         if stop.reason is StopReason.GOAL_MET:
-            return Closing(ENDED)
-        return Closing(f"{said}. Stop now: call no more tools and end your turn.", final=True)
+            return Closing(ENDED, grace=True)
+        return Closing(
+            f"{said}. Stop now: call no more tools and end your turn.", final=True, grace=True
+        )
     return Closing(f"loopdeck: the run has stopped ({type(stop).__name__})")

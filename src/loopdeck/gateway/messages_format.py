@@ -16,6 +16,7 @@ from loopdeck.gateway.answer import (
     ToolUse,
     Verdict,
     parsed_input,
+    present,
     result_text,
     sse,
 )
@@ -23,6 +24,7 @@ from loopdeck.gateway.chat_format import final_response
 from loopdeck.llm.loader import litellm_module
 
 NOT_PASSED = frozenset({"model", "stream"})
+THINKING = frozenset({"thinking", "redacted_thinking"})
 USAGE_FIELDS = (
     "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
 )  # fmt: skip
@@ -71,6 +73,23 @@ class MessagesFormat:
         answer["content"] = content
         if not uses and answer.get("stop_reason") == "tool_use":
             answer["stop_reason"] = "end_turn"
+        return answer
+
+    def retold(self, body: Body, answer: Body, results: dict[str, str]) -> Body:
+        turn = {"role": "assistant", "content": [present(b) for b in answer.get("content") or []]}
+        answered = [
+            {"type": "tool_result", "tool_use_id": use_id, "content": text, "is_error": True}
+            for use_id, text in results.items()
+        ]
+        messages = [*(body.get("messages") or []), turn, {"role": "user", "content": answered}]
+        return {**body, "messages": messages}
+
+    def prefixed(self, answer: Body, text: str) -> Body:
+        """`text` first, after the thinking an answer must start with."""
+        answer = json.loads(json.dumps(answer))
+        content = answer.get("content") or []
+        at = next((i for i, b in enumerate(content) if b.get("type") not in THINKING), len(content))
+        answer["content"] = [*content[:at], {"type": "text", "text": text}, *content[at:]]
         return answer
 
     def tokens(self, answer: Body) -> int | None:

@@ -18,6 +18,7 @@ from loopdeck.gateway.answer import (
     Verdict,
     input_text,
     parsed_input,
+    present,
     result_text,
     sse,
 )
@@ -26,7 +27,8 @@ from loopdeck.llm.loader import litellm_module
 
 NOT_PASSED = frozenset({"model", "stream", "stream_options"})
 CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
-OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output", "local_shell_call_output"})
+OUTPUT_OF = {kind: f"{kind}_output" for kind in CALLS}  # a call's kind -> its output's
+OUTPUTS = frozenset(OUTPUT_OF.values())
 LOCAL_SHELL = "local_shell"  # a `local_shell_call`'s tool, its input the call's `action`
 CHUNK = 1 << 20  # text sent in one delta: the answer is whole, nothing is gained by slicing
 
@@ -74,6 +76,31 @@ class ResponsesFormat:
                 _edit(item, verdict.edited)
             output.append(item)
         answer["output"] = output
+        return answer
+
+    def retold(self, body: Body, answer: Body, results: dict[str, str]) -> Body:
+        """The answer's items and an output for each call. A conversation the upstream keeps
+        (`previous_response_id`) goes on from the answer; any other is sent whole again."""
+        items = [present(item) for item in answer.get("output") or []]
+        kinds = {str(item.get("call_id")): item.get("type") for item in items}
+        outputs = [
+            {"type": OUTPUT_OF.get(str(kinds.get(use_id)), "function_call_output"),
+             "call_id": use_id, "output": text}
+            for use_id, text in results.items()
+        ]  # fmt: skip
+        if body.get("previous_response_id") and answer.get("id"):
+            return {**body, "previous_response_id": answer["id"], "input": outputs}
+        asked = body.get("input")
+        earlier = asked if isinstance(asked, list) else [{"role": "user", "content": asked or ""}]
+        return {**body, "input": [*earlier, *items, *outputs]}
+
+    def prefixed(self, answer: Body, text: str) -> Body:
+        """`text` as a message first, after the reasoning an answer starts with."""
+        answer = json.loads(json.dumps(answer))
+        output = answer.get("output") or []
+        at = next((i for i, item in enumerate(output) if item.get("type") != "reasoning"),
+                  len(output))  # fmt: skip
+        answer["output"] = [*output[:at], _text_item(text), *output[at:]]
         return answer
 
     def tokens(self, answer: Body) -> int | None:

@@ -19,7 +19,7 @@ from loopdeck.core.budgets import Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir, workdir_in_script
 from loopdeck.core.events import EventBus
 from loopdeck.core.policy_gate import PolicyGate
-from loopdeck.core.run_kind import Opening, RunKind
+from loopdeck.core.run_kind import Opening, RunKind, Target
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import Scenario, ScenarioError, Script
 from loopdeck.core.script_check import check_script
@@ -92,7 +92,7 @@ class RunOptions:
     settings: list[str] = field(default_factory=list)  # `--set KEY=VALUE`, scenario.toml
     # Told what the preparation waits for, in words (the console's first frame says it).
     phase: Callable[[str], None] | None = None
-    acp: AcpTarget | None = None  # `loopdeck acp`: no env folder (`env` is only its name)
+    acp: Target | None = None  # `loopdeck acp`, `gateway`: no env folder (`env` only its name)
     policy: Path | None = None  # `--policy FILE`: the run's level of its policy
     notify: NotifySettings | None = None  # `--notify`: where its decisions are pushed
 
