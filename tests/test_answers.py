@@ -81,7 +81,7 @@ async def test_the_script_acts_on_the_order_the_operator_named() -> None:
 
     class Operator:
         async def answer(self, run_id, question_id, question):
-            return Answer(text=" ORD-2001 ", by="test")
+            return Answer(text="ORD-2001, the other one", by="test")
 
     options = RunOptions(env=str(ENV), script="ask-then-act", approve="auto")
     outcome, recorder = await _run(options, Operator())

@@ -95,16 +95,20 @@ async def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
         waited += 0.05
 
 
+# The dialog's own countdown, taken once: a second attempt's patch wraps this one, not the
+# first attempt's (whose failure is on), so its dialog comes up before it fails.
+_COUNTDOWN = ApprovalDialog._tick
+
+
 async def _a_screen_fails(db: Path, run_id: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The approval dialog's countdown (a screen's timer) raises while the run waits on it;
     the traceback file it named."""
     broken = {"on": False}
-    countdown = ApprovalDialog._tick
 
     def tick(self: ApprovalDialog) -> None:
         if broken["on"]:
             raise Injected("the test's failure")
-        countdown(self)
+        _COUNTDOWN(self)
 
     monkeypatch.setattr(ApprovalDialog, "_tick", tick)
     app = _run_app(db, run_id)

@@ -95,7 +95,7 @@ async def test_replay_steps_back_and_forth(db) -> None:
         assert kind in subtitle
         # who decided each approval, shown with the call it decided
         assert screen.view.decided["c2"].startswith("approved by auto at ")
-        screen._show_detail("c2")
+        screen.show_detail("c2")
         await pilot.pause()
         assert "approved by auto" in str(screen.query_one("#detail-body").render())
 

@@ -25,6 +25,7 @@ from loopdeck.store.queries import QUESTION_NEVER_EXPIRES
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.fleet_table import FleetTable
+from loopdeck.tui.shared_state import SharedState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SIZES = [(80, 24), (100, 30), (160, 48)]
@@ -157,7 +158,7 @@ class FleetApp(App[None]):
         self.seen_runs: set[str] = set()
 
     def on_mount(self) -> None:
-        self.push_screen(FleetScreen(self.db, lambda: NOW))
+        self.push_screen(FleetScreen(self.db, lambda: NOW, SharedState(seen_runs=self.seen_runs)))
 
 
 async def _fleet_of(pilot: Any, app: FleetApp, rows: list[FleetRow]) -> FleetScreen:

@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 from console_helpers import wait_until
+from textual import on
 from textual.app import App, ComposeResult
 
 from loopdeck.operator.fleet import FleetRow
+from loopdeck.tui.console_messages import RunChosen
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.fleet_table import FleetTable
+from loopdeck.tui.shared_state import SharedState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SIZE = (120, 30)
@@ -39,7 +42,8 @@ class TableApp(App[None]):
 
 
 class FleetApp(App[None]):
-    """The fleet screen on an empty store, its rows put in by the test; `open_run` noted."""
+    """The fleet screen on an empty store, its rows put in by the test; a run it asks to open
+    (`RunChosen`) noted."""
 
     def __init__(self, db: Path) -> None:
         super().__init__()
@@ -48,10 +52,11 @@ class FleetApp(App[None]):
         self.seen_runs: set[str] = set()
 
     def on_mount(self) -> None:
-        self.push_screen(FleetScreen(self.db, lambda: NOW))
+        self.push_screen(FleetScreen(self.db, lambda: NOW, SharedState(seen_runs=self.seen_runs)))
 
-    def open_run(self, run_id: str, live: bool) -> None:
-        self.opened.append((run_id, live))
+    @on(RunChosen)
+    def open_run(self, chosen: RunChosen) -> None:
+        self.opened.append((chosen.run_id, chosen.live))
 
 
 async def _fleet_screen(pilot: Any, app: FleetApp, rows: list[FleetRow]) -> FleetScreen:

@@ -236,6 +236,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
 ) -> None:
     from loopdeck.tui import launcher
     from loopdeck.tui.fleet_screen import FleetScreen
+    from loopdeck.tui.shared_state import SharedState
 
     monkeypatch.setattr(launcher, "litellm_module", lambda: None)
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -262,7 +263,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
         await asyncio.to_thread(for_each_example(app, in_inbox, hostile, n=n))
         inbox.dismiss(None)
 
-        fleet = FleetScreen(db, lambda: now)
+        fleet = FleetScreen(db, lambda: now, SharedState())
         await app.push_screen(fleet)
 
         async def in_fleet(text: str) -> None:
@@ -447,7 +448,7 @@ async def test_a_call_argument_items_0_is_shown_in_the_call_panel(tmp_path: Path
         screen = run_screen(app)
         assert screen is not None
         call = next(c for c in screen.view.calls.values() if c.args.get("key") == "items[0")
-        screen._show_detail(call.call_id)
+        screen.show_detail(call.call_id)
         await pilot.pause()
         detail = str(screen.query_one("#detail-body").render())
         assert '"key": "items[0"' in detail and "no config key 'items[0'" in detail
@@ -481,7 +482,7 @@ async def test_a_call_argument_items_0_in_the_inbox_and_an_attached_run(tmp_path
             await wait_until(pilot, lambda: not isinstance(app.screen, InboxScreen))
             screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
             call = next(c for c in screen.view.calls.values() if c.args.get("key") == "items[0")
-            screen._show_detail(call.call_id)
+            screen.show_detail(call.call_id)
             await pilot.pause()
             assert '"key": "items[0"' in str(screen.query_one("#detail-body").render())
             assert app.is_running

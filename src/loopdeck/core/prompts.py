@@ -87,7 +87,24 @@ def findings_message(reasons: list[str]) -> dict[str, Any]:
 
 
 OPERATOR_ANSWERS = "\nThe operator answers: "
-ANSWER_SLOT = "{answer}"  # in a script's text or arguments: the operator's latest answer
+# In a script's text or arguments: the operator's latest answer, whole (`{answer}`) or the
+# first match of a pattern in it (`{answer:ORD-\d+}`, a pattern without braces), as a model
+# would pick what it needs out of "ORD-1042, keep it".
+ANSWER_SLOT = "{answer"
+ANSWER_SLOTS = re.compile(r"\{answer(?::([^{}]+))?\}")
+
+
+def answer_slots_filled(text: str, answer: str | None) -> str:
+    """`text` with every answer slot filled from `answer` ("(no answer)" when there is none;
+    the whole answer when a slot's pattern finds nothing in it)."""
+
+    def filled(slot: re.Match[str]) -> str:
+        if answer is None:
+            return "(no answer)"
+        found = re.search(slot.group(1), answer) if slot.group(1) else None
+        return found.group(0) if found else answer
+
+    return ANSWER_SLOTS.sub(filled, text)
 
 
 def answer_message(question: str, answer: str) -> dict[str, Any]:

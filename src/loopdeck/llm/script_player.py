@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopdeck.core.compaction import COMPACTED, dropped_turns
-from loopdeck.core.prompts import ANSWER_SLOT, last_answer
+from loopdeck.core.prompts import ANSWER_SLOT, answer_slots_filled, last_answer
 from loopdeck.core.scenario import Script, ScriptTurn
 
 
@@ -107,7 +107,7 @@ def answered(value: Any, messages: list[dict[str, Any]]) -> Any:
     if isinstance(value, str):
         if ANSWER_SLOT not in value:
             return value
-        return value.replace(ANSWER_SLOT, last_answer(messages) or "(no answer)")
+        return answer_slots_filled(value, last_answer(messages))
     if isinstance(value, dict):
         return {k: answered(v, messages) for k, v in value.items()}
     if isinstance(value, list):

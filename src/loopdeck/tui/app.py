@@ -9,24 +9,28 @@ as `ConsoleStart.prepare` is prepared on a thread behind that frame. How the con
 An action (a key, a click, a command) that raises is said and the console goes on
 (`run_action`); a failure Textual cannot go on from ends the console with a non-zero exit,
 each of its runs recording its stop `crashed` first (`console_failure`).
+
+What a screen asks of the console arrives here as a message (`console_messages`: open a run,
+start one, back to the fleet, done with a run), handled with `@on`; no screen calls the app.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from functools import partial
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from textual import work
+from textual import on, work
 from textual.app import SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from loopdeck.tui import console_failure, console_quit
-from loopdeck.tui.console_quit import run_screen_of
-from loopdeck.tui.console_start import apply_themes, first_screen, start_local
+from loopdeck.tui.console_messages import BackToFleet, NewRunAsked, RunChosen, RunLeft
+from loopdeck.tui.console_start import apply_themes, first_screen, run_screen_for, start_local
 from loopdeck.tui.console_state import ConsoleStart, ConsoleState, Preparation
 from loopdeck.tui.failures import handler_failed, worker_failed
 from loopdeck.tui.preparing import PreparingScreen
@@ -36,8 +40,6 @@ from loopdeck.tui.themes import APP_VARIABLES
 if TYPE_CHECKING:
     from textual.actions import ActionParseResult
     from textual.dom import DOMNode
-
-    from loopdeck.tui.run_screen import RunScreen
 
 __all__ = ["ConsoleStart", "LoopdeckApp", "Preparation"]
 
@@ -68,7 +70,7 @@ class LoopdeckApp(ConsoleState):
             lambda by: console_quit.signal_again(self, by),
         )
         apply_themes(self)
-        if not self.fleet_home and self.db_path is not None:
+        if not self.shared.fleet_home and self.db_path is not None:
             self.call_after_refresh(self._count_waiting)  # after the first frame
         if self.prepare is not None:
             self.push_screen(PreparingScreen(self.preparing))
@@ -82,7 +84,7 @@ class LoopdeckApp(ConsoleState):
             self.screen.phase(doing)
 
     @work(thread=True, group="prepare", exit_on_error=False, description="preparing the run")
-    def _prepare_run(self) -> Screen[Any]:
+    def _prepare_run(self) -> Screen[None]:
         """Behind the first frame: the heavy imports, the store's check, the env and model."""
         assert self.prepare is not None
         self.session = self.prepare()
@@ -94,15 +96,17 @@ class LoopdeckApp(ConsoleState):
         other runs · i"), counted until the console leaves."""
         # Its modules (the store's) are imported off the loop: the first frames and the
         # run's preparation do not wait behind them.
-        counting = await asyncio.to_thread(import_module, "loopdeck.tui.waiting_elsewhere")
-        await counting.count_waiting(self, self.stop_counting)
+        await asyncio.to_thread(import_module, "loopdeck.tui.waiting_elsewhere")
+        from loopdeck.tui.waiting_elsewhere import count_waiting  # imported just now
+
+        await count_waiting(self.shared, self.db_path, self.stop_counting)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group != "prepare":  # any other worker of the app: said if it fails
             worker_failed(self, event)
             return
         if event.state is WorkerState.SUCCESS:
-            self.switch_screen(cast(Screen[Any], event.worker.result))
+            self.switch_screen(cast(Screen[None], event.worker.result))
         elif event.state is WorkerState.ERROR:
             self.launch_error = event.worker.error
             self.exit(return_code=2)  # the CLI names the error once the terminal is back
@@ -111,34 +115,41 @@ class LoopdeckApp(ConsoleState):
         if choice is not None:
             start_local(self, *choice)
 
-    def new_run(self) -> None:
+    @on(NewRunAsked)
+    def _new_run(self) -> None:
         from loopdeck.tui.launcher import LauncherScreen
 
         self.push_screen(LauncherScreen(), self._launch)
 
-    def open_run(self, run_id: str, live: bool) -> None:
+    @on(RunChosen)
+    def _open_run(self, chosen: RunChosen) -> None:
         """From the fleet: a run of this console, another process's live run, or a replay."""
         from loopdeck.operator.links import ReplayLink
         from loopdeck.operator.store_link import StoreLink
-        from loopdeck.tui.replay import ReplayScreen
-        from loopdeck.tui.run_screen import RunScreen
 
-        if run_id in self.local_runs:
-            self.push_screen(f"run-{run_id}")
-        elif live:
-            self.push_screen(RunScreen(StoreLink(self.db_path, run_id), self.now))
+        if chosen.run_id in self.local_runs:
+            self.push_screen(f"run-{chosen.run_id}")
+        elif chosen.live:
+            self.push_screen(run_screen_for(self, StoreLink(self.db_path, chosen.run_id)))
         else:
-            self.push_screen(ReplayScreen(ReplayLink(self.db_path, run_id), self.now))
+            self.push_screen(run_screen_for(self, ReplayLink(self.db_path, chosen.run_id)))
 
-    def back_to_fleet(self) -> None:
+    @on(BackToFleet)
+    def _back_to_fleet(self) -> None:
         """Escape from a run: the fleet again; nothing stops."""
-        if self.fleet_home and len(self.screen_stack) > 2:
+        if self.shared.fleet_home and len(self.screen_stack) > 2:
             self.pop_screen()
+
+    @on(RunLeft)
+    def _leave_run(self, left: RunLeft) -> None:
+        """A run screen is done with: back to the fleet it came from, or out."""
+        console_quit.leave_run(self, left.screen, left.view)
 
     def action_inbox(self) -> None:
         from loopdeck.tui.inbox import InboxScreen
 
-        if (self.fleet_home or self.db_path) and not isinstance(self.screen, InboxScreen):
+        self.inbox_type = InboxScreen
+        if (self.shared.fleet_home or self.db_path) and not self.inbox_shown():
             self.push_screen(InboxScreen(self.db_path, self.now))
 
     async def run_action(
@@ -174,10 +185,6 @@ class LoopdeckApp(ConsoleState):
         for prepared in self.prepared_runs:
             prepared.cleanup()
 
-    def leave_run(self, screen: RunScreen) -> None:
-        """A run screen is done with: back to the fleet it came from, or out."""
-        console_quit.leave_run(self, screen)
-
     async def action_quit(self) -> None:
         """ctrl+q asks like `q` when a run is live; nothing is left to a crash record."""
         self.action_quit_run()
@@ -188,10 +195,10 @@ class LoopdeckApp(ConsoleState):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         typing = typing_into(self.focused)
         if action == "inbox":  # not on the inbox itself: `i` there would say nothing new
-            here = getattr(self.screen, "is_inbox", False)
-            return (self.fleet_home or self.db_path is not None) and not typing and not here
+            home = self.shared.fleet_home or self.db_path is not None
+            return home and not typing and not self.inbox_shown()
         if action in ("run_stop", "run_kill", "run_pause", "typed_stop", "typed_kill"):
-            run = run_screen_of(self)
+            run = self.shown_run()
             return run is not None and run.running and typing == action.startswith("typed")
         if action == "quit_run":
             return not typing
@@ -202,7 +209,7 @@ class LoopdeckApp(ConsoleState):
 
         if isinstance(self.screen, QuestionDialog) and self.screen.answers_stop:
             self.screen.answer_stop()  # the guard's or a budget's question: `s` is its answer
-        elif run := run_screen_of(self):
+        elif run := self.shown_run():
             run.action_stop()
 
     def action_typed_stop(self) -> None:
@@ -214,17 +221,17 @@ class LoopdeckApp(ConsoleState):
     def action_run_kill(self) -> None:
         from loopdeck.tui.dialogs import ConfirmKillDialog
 
-        if (run := run_screen_of(self)) and not isinstance(self.screen, ConfirmKillDialog):
+        if (run := self.shown_run()) and not isinstance(self.screen, ConfirmKillDialog):
             run.action_kill()
 
     def action_run_pause(self) -> None:
-        if run := run_screen_of(self):
+        if run := self.shown_run():
             run.action_pause()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """The run's own commands first; Textual's screenshot, theme picker and quit are not
         an operator's (quitting a run is `q`, which asks)."""
-        run = run_screen_of(self)
+        run = self.shown_run()
         if run is not None and run.running:
             yield SystemCommand(
                 "run: stop after current tools", "end with cancelled", run.action_stop
@@ -266,11 +273,15 @@ class LoopdeckApp(ConsoleState):
                 yield SystemCommand(
                     f"theme: {name}",
                     "switch the console's theme",
-                    lambda n=name: setattr(self, "theme", n),
+                    partial(self.use_theme, name),
                 )
         yield SystemCommand(
             "keys", "every key of this screen and the console's, in words", self.show_keys
         )
+
+    def use_theme(self, name: str) -> None:
+        """The palette's `theme: NAME`."""
+        self.theme = name
 
     def show_keys(self) -> None:
         """The palette's `keys`: the console's own keys screen, for the screen it was on."""

@@ -4,12 +4,12 @@ stop, `crashed` with "console failed: <error>; the traceback is in <file>", and 
 leaves non-zero (Textual's return code 1) with a farewell line naming the file.
 
 Textual cancels every worker as it ends, before its screens and the app unmount. So each run
-of this console is driven in a task of its own (`RunScreen.drive`, listed in the app's
-`own_drives`): `failed` (from the app's `_handle_exception`, Textual's one door for such an
-exception) writes the traceback and tells each live run to stop; the app's unmount
-(`runs_recorded`) waits for each to record its stop, its writer closed, before the sessions
-are cleaned up. A plain exit with a run still live (the quit paths kill live runs first: only
-a test leaves so) cancels it, as Textual's worker cancellation did.
+of this console is driven in a task of its own (`RunScreen.drive`, listed in
+`SharedState.own_drives`): `failed` (from the app's `_handle_exception`, Textual's one door
+for such an exception) writes the traceback and tells each live run to stop; the app's
+unmount (`runs_recorded`) waits for each to record its stop, its writer closed, before the
+sessions are cleaned up. A plain exit with a run still live (the quit paths kill live runs
+first: only a test leaves so) cancels it, as Textual's worker cancellation did.
 
 An action that raises is not this: it is said and the console goes on (`failures.py`).
 """
@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from loopdeck.tui.failures import said
 
 if TYPE_CHECKING:
-    from loopdeck.core.outcome import RunOutcome
-    from loopdeck.core.runtime import Runtime
+    from loopdeck.tui.shared_state import SharedState
 
 # What the runs get to record their stop; one that is still loading its model library
 # (LiteLLM's import, seconds on a loaded machine) stops once it is loaded.
@@ -36,19 +35,11 @@ RECORD_STOP_S = 60.0
 ERROR_SHOWN = 300  # characters of the error kept in the stop's detail (the file has it all)
 
 
-@dataclass(frozen=True)
-class OwnDrive:
-    """A run this console drives: its runtime, and the task that drives and records it."""
-
-    runtime: Runtime
-    task: asyncio.Task[RunOutcome | None]
-
-
 class Console(Protocol):
     """What of the console a failure reads and sets (`ConsoleState`'s)."""
 
     failure: ConsoleFailure | None
-    own_drives: dict[str, OwnDrive]
+    shared: SharedState  # its `own_drives`
     farewell: str
 
 
@@ -143,7 +134,7 @@ def failed(app: Console, error: BaseException) -> None:
     except OSError as exc:
         failure = ConsoleFailure(error, None, file_problem=said(exc))
     app.failure = failure
-    for run_id, drive in app.own_drives.items():
+    for run_id, drive in app.shared.own_drives.items():
         if not drive.task.done():
             drive.runtime.control.fail(StopReason.CRASHED, failure.detail)
             failure.told.append(run_id)
@@ -153,7 +144,7 @@ def failed(app: Console, error: BaseException) -> None:
 async def runs_recorded(app: Console) -> None:
     """The app is going: after a failure, each run's stop recorded (bounded), the farewell
     saying which were; otherwise a run still live is cancelled, as Textual's workers were."""
-    drives = [drive.task for drive in app.own_drives.values() if not drive.task.done()]
+    drives = [drive.task for drive in app.shared.own_drives.values() if not drive.task.done()]
     if not drives:
         return
     if app.failure is None:
@@ -164,6 +155,6 @@ async def runs_recorded(app: Console) -> None:
     for task in ended:  # a run that ended in error said so on its screen; taken, not logged
         if not task.cancelled():
             task.exception()
-    running = {drive.task: run_id for run_id, drive in app.own_drives.items()}
+    running = {drive.task: run_id for run_id, drive in app.shared.own_drives.items()}
     app.failure.unrecorded = [running[task] for task in late]
     app.farewell = app.failure.farewell()

@@ -3,35 +3,29 @@ farewell line the terminal shows once the console is gone."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
+
+from textual.screen import Screen
 
 from loopdeck.tui.preparing import PreparingScreen
 from loopdeck.tui.shown import toast
 
 if TYPE_CHECKING:
+    from loopdeck.operator.runview import RunView
     from loopdeck.tui.console_state import ConsoleState
     from loopdeck.tui.run_screen import RunScreen
 
 
-def run_screen_of(app: ConsoleState) -> RunScreen | None:
-    """The topmost run screen. A duck-typed test: asked for every key's bindings, it must not
-    import the run's screen (and all it needs) before the first frame."""
-    for screen in reversed(app.screen_stack):
-        if getattr(screen, "is_run_screen", False):
-            return cast("RunScreen", screen)
-    return None
-
-
-def leave_run(app: ConsoleState, screen: RunScreen) -> None:
-    """A run screen is done with: back to the fleet it came from, or out."""
-    view = screen.view
+def leave_run(app: ConsoleState, screen: Screen[None], view: RunView) -> None:
+    """A run screen is done with: back to the fleet it came from, or out, with a farewell
+    line from its view."""
     if view.run_id:
         from loopdeck.operator.records import shown_location
 
         how = view.stop_reason or f"still {view.shown_state} (detached)"
         db = f" --db {shown_location(app.db_path)}" if app.db_path else ""
         app.farewell = f"run {view.run_id} · {how} · replay: loopdeck replay {view.run_id}{db}"
-    if app.fleet_home:
+    if app.shared.fleet_home:
         while app.screen is not screen and len(app.screen_stack) > 2:
             app.pop_screen()
         if app.screen is screen:
@@ -49,7 +43,7 @@ def quit_run(app: ConsoleState) -> None:
     from loopdeck.core.text import plural
     from loopdeck.tui.dialogs import ConfirmDialog
 
-    run = run_screen_of(app)
+    run = app.shown_run()
     if isinstance(app.screen, ConfirmDialog) or app.quitting_all:
         return
     if run is not None:
@@ -78,12 +72,12 @@ def stop_by_signal(app: ConsoleState, by: str) -> None:
     """A stop signal: this console's live runs are killed, recorded as killed by it, and
     the console leaves once each has recorded its stop, with the farewell line."""
     own = [s for s in _own_runs(app) if s.running]
-    run = run_screen_of(app)
-    if not own and run is not None and not app.fleet_home:
+    run = app.shown_run()
+    if not own and run is not None and not app.shared.fleet_home:
         run.leave()  # its run had ended: the farewell says how
     elif isinstance(app.screen, PreparingScreen) or not own:
         app.exit(0)
-    elif app.fleet_home:
+    elif app.shared.fleet_home:
         _kill_all_then_exit(app, own, by=by)
     else:
         own[0].quit_killed(by)
@@ -104,10 +98,7 @@ def _kill_all_then_exit(app: ConsoleState, screens: list[RunScreen], by: str) ->
 
 def _own_runs(app: ConsoleState) -> list[RunScreen]:
     """The run screens of this process's own runs (not another process's, attached)."""
-    screens: list[RunScreen] = [*app.local_runs.values()]
-    screens += [
-        cast("RunScreen", s) for s in app.screen_stack if getattr(s, "is_run_screen", False)
-    ]
+    screens = [*app.local_runs.values(), *app.shown_runs()]
     return [s for s in dict.fromkeys(screens) if s.link.runtime is not None]
 
 

@@ -8,7 +8,7 @@ first needed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.screen import Screen
 
@@ -53,7 +53,7 @@ def apply_themes(app: ConsoleState) -> None:
         toast(app, problem, title="theme", severity="error", timeout=15)
 
 
-def first_screen(app: ConsoleState) -> Screen[Any]:
+def first_screen(app: ConsoleState) -> Screen[None]:
     """The screen the console opens on, once its run (if any) is prepared."""
     from loopdeck.tui.fleet_screen import FleetScreen
 

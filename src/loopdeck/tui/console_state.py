@@ -1,6 +1,7 @@
 """What the console holds (`ConsoleState`, the base of `LoopdeckApp`) and what it opens on
 (`ConsoleStart`). `console_start` and `console_quit` work on a `ConsoleState`, so neither
-names the app that uses them.
+names the app that uses them. What its screens share is its `SharedState`, given to each
+screen as it is made: no screen reads the app.
 
 Light on purpose, like `loopdeck.tui.app`: only Textual and the stop signals are imported.
 """
@@ -17,13 +18,15 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from loopdeck.stop_signals import StopSignals
+from loopdeck.tui.shared_state import SharedState
 
 if TYPE_CHECKING:
     from loopdeck.operator.launch import PreparedRun, RunOptions
     from loopdeck.operator.links import RunLink
     from loopdeck.operator.records import Location
     from loopdeck.operator.session import RunSession
-    from loopdeck.tui.console_failure import ConsoleFailure, OwnDrive
+    from loopdeck.tui.console_failure import ConsoleFailure
+    from loopdeck.tui.inbox import InboxScreen
     from loopdeck.tui.run_screen import RunScreen
 
 
@@ -102,22 +105,19 @@ class ConsoleState(App[int]):
         self.theme_problems: list[str] = []
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
-        self.fleet_home = start.fleet_home
-        # What waits for the operator in each run of the store (the fleet's rows, or
-        # count_waiting): a run's header says "+N in other runs" from it.
-        self.waiting_by_run: dict[str, int] = {}
-        # Runs the operator has looked at (opened from the fleet, or watched to their stop):
-        # the fleet marks no other stop as unseen (●).
-        self.seen_runs: set[str] = set()
+        # What its screens share: the fleet as home, the runs looked at, what waits in each
+        # run, this console's own drives.
+        self.shared = SharedState(fleet_home=start.fleet_home)
         self.stop_counting = asyncio.Event()
         self.bell_enabled = True
         self.local_runs: dict[str, RunScreen] = {}
         self.quitting_all = False  # this console's live runs are being killed, to leave
         self.prepared_runs: list[PreparedRun] = []  # runs started from the fleet, to clean up
-        # This console's own runs, each driven in a task Textual's workers do not own
-        # (`RunScreen.drive`), by run id: a console that fails waits for each to record its
-        # stop (`console_failure`).
-        self.own_drives: dict[str, OwnDrive] = {}
+        # The run screen's class and the inbox's, once a screen of theirs was made: the app
+        # knows them in its stack by these, without importing their modules (and all a run
+        # needs) before the first frame.
+        self.run_screen_type: type[RunScreen] | None = None
+        self.inbox_type: type[InboxScreen] | None = None
         # The failure the console could not go on from, once there is one (`console_failure`).
         self.failure: ConsoleFailure | None = None
         # SIGTERM and SIGINT kill this console's live runs, then leave as `q` does.
@@ -127,6 +127,21 @@ class ConsoleState(App[int]):
     def prepared(self) -> PreparedRun | None:
         """The run this console was opened on, once prepared."""
         return None if self.session is None else self.session.prepared
+
+    def shown_runs(self) -> list[RunScreen]:
+        """The run screens in the stack, the bottom one first."""
+        kind = self.run_screen_type
+        return [] if kind is None else [s for s in self.screen_stack if isinstance(s, kind)]
+
+    def shown_run(self) -> RunScreen | None:
+        """The topmost run screen in the stack (under a dialog, say)."""
+        shown = self.shown_runs()
+        return shown[-1] if shown else None
+
+    def inbox_shown(self) -> bool:
+        """The inbox is the screen on top."""
+        kind = self.inbox_type
+        return kind is not None and isinstance(self.screen, kind)
 
     @property
     def launch_options(self) -> RunOptions:

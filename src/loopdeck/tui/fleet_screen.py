@@ -1,4 +1,8 @@
-"""The console's home: every run in the store, live, with the ones that need you on top."""
+"""The console's home: every run in the store, live, with the ones that need you on top.
+
+What it asks of the console is a message (`console_messages`: open the run chosen, start a
+new one); what it shares with the run screens (the runs looked at, what waits in each run) is
+the console's `SharedState`."""
 
 from __future__ import annotations
 
@@ -21,9 +25,11 @@ from loopdeck.core.text import plural, visible
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator.fleet import SORTS, Alerts, Fleet, FleetRow, Sort, waiting_text
 from loopdeck.operator.records import shown_location
+from loopdeck.tui.console_messages import NewRunAsked, RunChosen
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.fleet_table import FleetTable
 from loopdeck.tui.keys_bar import KeysBar
+from loopdeck.tui.shared_state import SharedState
 from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.shown_input import ShownInput
 
@@ -56,10 +62,21 @@ class FleetScreen(Screen[None]):
         *_sort_keys(),
     ]
 
-    def __init__(self, db_path: Location | None, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        db_path: Location | None,
+        now: Callable[[], datetime],
+        shared: SharedState,
+        *,
+        bell: bool = True,
+    ) -> None:
+        """`shared` is the console's (`ConsoleState.shared`); `bell`: each alert rings the
+        terminal's bell too (`--no-bell` turns it off)."""
         super().__init__()
         self.db_path = db_path
         self.now = now
+        self.shared = shared
+        self.bell = bell
         self.fleet = Fleet()
         self.alerts = Alerts()
         self.filter_text = ""
@@ -72,7 +89,7 @@ class FleetScreen(Screen[None]):
         yield Static(id="fleet-header")
         yield ShownInput(placeholder="filter runs: any column shown (id, state, stop, env…)",
                     id="fleet-filter")  # fmt: skip
-        yield FleetTable(id="fleet-table", classes="panel")
+        yield FleetTable(id="fleet-table", classes="panel", seen_runs=self.shared.seen_runs)
         yield KeysBar()
 
     def on_mount(self) -> None:
@@ -114,7 +131,7 @@ class FleetScreen(Screen[None]):
         alerts = self.alerts.check(self.fleet, self.now())
         for alert in alerts:
             toast(self, alert.text, title="loopdeck", severity=alert.severity)  # type: ignore[arg-type]
-        if alerts and getattr(self.app, "bell_enabled", True):
+        if alerts and self.bell:
             self.app.bell()
 
     def _each_second(self) -> None:
@@ -144,8 +161,9 @@ class FleetScreen(Screen[None]):
         self.query_one(FleetTable).show(self._shown(now), now)
         waiting, questions = self.fleet.waiting, self.fleet.questions
         # Read by every run's header ("+N in other runs").
-        by_run = {row.run_id: row.pending for row in self.fleet.rows.values() if row.pending}
-        setattr(self.app, "waiting_by_run", by_run)  # noqa: B010
+        self.shared.waiting_by_run = {
+            row.run_id: row.pending for row in self.fleet.rows.values() if row.pending
+        }
         said_waiting = waiting_text(waiting - questions, questions)
         badge = f"  [b reverse $warning] ⚠ {said_waiting} waiting · i [/]" if waiting else ""
         shown = " · filter “$filter”" if self.filter_text else ""
@@ -192,18 +210,12 @@ class FleetScreen(Screen[None]):
         run_id = self.selected_run()
         if run_id is None:
             return
-        row = self.fleet.rows[run_id]
-        seen: set[str] = getattr(self.app, "seen_runs", set())
-        seen.add(run_id)
-        opener = getattr(self.app, "open_run", None)
-        if opener is not None:
-            opener(run_id, row.live)
+        self.shared.seen_runs.add(run_id)
+        self.post_message(RunChosen(run_id, self.fleet.rows[run_id].live))
         self.render_fleet()
 
     def action_new_run(self) -> None:
-        starter = getattr(self.app, "new_run", None)
-        if starter is not None:
-            starter()
+        self.post_message(NewRunAsked())
 
     def action_filter(self) -> None:
         box = self.query_one("#fleet-filter", Input)

@@ -13,6 +13,7 @@ the rows shown): however far down the cursor or the view is, what waits for you 
 
 from __future__ import annotations
 
+from collections.abc import Set
 from datetime import datetime
 from typing import ClassVar
 
@@ -56,8 +57,17 @@ class FleetTable(LineTable):
 
     virtual_size = grows_in_place()  # more runs move the scrollbar, not the screen
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        id: str | None = None,
+        classes: str | None = None,
+        seen_runs: Set[str] = frozenset(),
+    ) -> None:
+        """`seen_runs`: the runs the operator has looked at (the console's, as they grow): no
+        other stopped run is marked unseen (●)."""
         super().__init__(id=id, classes=classes)
+        self.seen_runs = seen_runs
         self._rows: list[FleetRow] = []
         self._index: dict[str, int] = {}
         self._cells: dict[str, tuple[Look, list[Text]]] = {}
@@ -156,18 +166,14 @@ class FleetTable(LineTable):
             return Text("⚠", style=f"bold {self._color('warning')}")
         if need == "paused":
             return Text("⏸", style=f"bold {self._color('warning')}")
-        if not row.live and row.run_id not in self._seen() and row.started_at is not None:
+        if not row.live and row.run_id not in self.seen_runs and row.started_at is not None:
             return Text("●", style=self._color("accent"))
         return Text("")
-
-    def _seen(self) -> set[str]:
-        seen: set[str] = getattr(self.app, "seen_runs", set())
-        return seen
 
     def _look(self, row: FleetRow, age: str) -> Look:
         """Everything a row's cells are made of: the same look, the same cells."""
         projected = None if row.projected_s is None else elapsed_text(row.projected_s)
-        return (age, row.needs_operator, row.live, row.run_id in self._seen(), row.state,
+        return (age, row.needs_operator, row.live, row.run_id in self.seen_runs, row.state,
                 row.paused, row.stop_reason, row.env, row.script, row.model, row.pending,
                 row.questions, row.closest, row.closest_fraction >= 0.8, projected,
                 row.last_finding, row.runner, row.started_at is None)  # fmt: skip

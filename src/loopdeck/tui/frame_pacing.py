@@ -9,7 +9,6 @@ from collections.abc import Callable
 from textual.screen import Screen
 
 from loopdeck.core.events import Event
-from loopdeck.operator.links import RunLink
 from loopdeck.operator.transcript import Entry
 
 FRAME_INTERVAL_S = 1 / 20
@@ -40,7 +39,7 @@ class FramePacer:
     The runtime shares this event loop. After a frame that took T seconds from folding the
     events to the painted screen, the next waits at least FRAME_SHARE x T more, so a runaway
     keeps most of the loop; the wait is capped (MAX_FRAME_WAIT_S) so the screen never falls far
-    behind. While the link reads a long history (`reading_history`), frames come every
+    behind. While the link reads a long history (`reading_history()`), frames come every
     HISTORY_FRAME_S: the folding gets the loop. Stops, approvals and keys flush at once, never
     waiting for this.
     """
@@ -48,12 +47,12 @@ class FramePacer:
     def __init__(
         self,
         screen: Screen[None],
-        link: RunLink,
         buffer: list[Event],
         flush: Callable[[], None],
+        reading_history: Callable[[], bool],
     ) -> None:
         self.screen = screen
-        self.link = link
+        self.reading_history = reading_history
         self.buffer = buffer  # the events that arrived since the last frame
         self.flush = flush
         self._next_frame_at = 0.0
@@ -83,7 +82,7 @@ class FramePacer:
 
     def _painted(self, started: float) -> None:
         now = time.monotonic()
-        if getattr(self.link, "reading_history", False):
+        if self.reading_history():
             self._next_frame_at = now + HISTORY_FRAME_S
         else:
             wait = max(FRAME_SHARE * (now - started), MIN_FRAME_WAIT_S)

@@ -57,8 +57,6 @@ class InboxScreen(Screen[None]):
     outcomes. A decision goes through the store's atomic update (one winner); the inbox stays
     open with the next entry selected."""
 
-    is_inbox = True  # how the app knows it is shown, without importing this module
-
     BINDINGS = [
         Binding("a", "approve", "Approve/answer", id="inbox.approve"),
         Binding("e", "edit('edit')", "Edit…", id="inbox.edit"),

@@ -12,6 +12,7 @@ from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.run_screen import RunScreen
+from loopdeck.tui.shared_state import SharedState
 from loopdeck.tui.transcript_view import TranscriptLog
 
 
@@ -25,8 +26,8 @@ class ReplayScreen(RunScreen):
         Binding("end", "jump(-1)", "End", id="replay.end", priority=True),
     ]
 
-    def __init__(self, link: ReplayLink, now: Callable[[], datetime]) -> None:
-        super().__init__(link, now)
+    def __init__(self, link: ReplayLink, now: Callable[[], datetime], shared: SharedState) -> None:
+        super().__init__(link, now, shared)
         self.replay = link
         self.position = 0
 
@@ -59,7 +60,7 @@ class ReplayScreen(RunScreen):
             if entry := self.transcript.apply(event):
                 entries.append(entry)
         self.position = position
-        self.feed_transcript(entries)
+        self.panels.feed_transcript(entries)
         self.render_view()
         subtitle = "replay · no events"
         if position:

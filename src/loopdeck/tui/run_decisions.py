@@ -6,82 +6,80 @@ failure by `failures`."""
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.screen import Screen
 
+from loopdeck.operator.links import RunLink
 from loopdeck.operator.replay_link import ReplayLink
+from loopdeck.operator.runview import RunView
+from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ConfirmDialog
-from loopdeck.tui.grants_panel import GrantsPanel
-from loopdeck.tui.run_keys import RunKeysPart
 from loopdeck.tui.shown import markup
 
 
-class RunDecisionsPart(RunKeysPart):
-    BINDINGS = [
-        Binding("o", "outcome", "Outcome?", id="run.outcome"),
-        Binding("G", "revoke", "Revoke grant", id="run.revoke"),
-    ]
-    _offered: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # what o and G act on
+class RunDecisions:
+    """`o` and `G` of a run screen: whether each applies to the view, and what each opens."""
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "outcome":  # a replay only reads: `loopdeck resolve` says it
-            return bool(self.view.unknown) and not isinstance(self.link, ReplayLink)
-        if action == "revoke":
-            return self.running and not self.quitting and bool(self._active_grants())
-        return super().check_action(action, parameters)
+    def __init__(self, screen: Screen[None], link: RunLink, offers: ApprovalOffers) -> None:
+        self.screen = screen
+        self.link = link
+        self.offers = offers
+        self._offered: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # what o and G act on
 
-    def _active_grants(self) -> list[str]:
-        return [row.grant_id for row in self.view.grants.of_run(self.view.run_id) if row.active]
+    def can_resolve(self, view: RunView) -> bool:
+        """`o`: an outcome is unknown (a replay only reads: `loopdeck resolve` says it)."""
+        return bool(view.unknown) and not isinstance(self.link, ReplayLink)
 
-    def render_view(self) -> None:
-        super().render_view()
-        self.query_one(GrantsPanel).show(self.view)
-        offered = (tuple(self.view.unknown), tuple(self._active_grants()))
-        if offered != self._offered:  # `o` and `G` come and go with what they act on
+    def can_revoke(self, view: RunView) -> bool:
+        """`G`: a grant of the run is active (the screen asks while the run is live)."""
+        return bool(self._active_grants(view))
+
+    def _active_grants(self, view: RunView) -> list[str]:
+        return [row.grant_id for row in view.grants.of_run(view.run_id) if row.active]
+
+    def drawn(self, view: RunView) -> None:
+        """After a frame: `o` and `G` come and go with what they act on."""
+        offered = (tuple(view.unknown), tuple(self._active_grants(view)))
+        if offered != self._offered:
             self._offered = offered
-            self.refresh_bindings()
-
-    def _tick(self) -> None:
-        super()._tick()
-        if self.view.grants.rows:  # a grant's time runs out with no event
-            self.query_one(GrantsPanel).show(self.view)
+            self.screen.refresh_bindings()
 
     # -- o: an unknown outcome -------------------------------------------------------------
-    def action_outcome(self) -> None:
+    def ask_outcome(self, view: RunView) -> None:
         from loopdeck.tui.decision_dialogs import OutcomeDialog
 
-        selected = self.query_one(CallsTable).cursor_key
-        call_id = selected if selected in self.view.unknown else next(iter(self.view.unknown), None)
+        selected = self.screen.query_one(CallsTable).cursor_key
+        call_id = selected if selected in view.unknown else next(iter(view.unknown), None)
         if call_id is None:
             return
-        row = self.view.calls.get(call_id)
+        row = view.calls.get(call_id)
 
         def said(applied: bool | None) -> None:
             if applied is not None:
                 self.offers.resolve(call_id, applied)
-            self.call_after_refresh(self.offers.offer_next)
+            self.screen.call_after_refresh(self.offers.offer_next)
 
-        tool = self.view.unknown[call_id]
+        tool = view.unknown[call_id]
         dialog = OutcomeDialog(
             call_id, tool, row.args if row else None, result=row.result if row else None
         )
-        self.app.push_screen(dialog, said)
+        self.screen.app.push_screen(dialog, said)
 
     # -- G: revoke a grant -----------------------------------------------------------------
-    def action_revoke(self) -> None:
+    def ask_revoke(self, view: RunView) -> None:
         from loopdeck.tui.decision_dialogs import GrantPicker, grant_line
 
-        rows = [row for row in self.view.grants.of_run(self.view.run_id) if row.active]
+        rows = [row for row in view.grants.of_run(view.run_id) if row.active]
         if not rows:
             return
 
         def chosen(grant_id: str | None) -> None:
             if grant_id is not None:
                 self.offers.revoke(grant_id)
-            self.call_after_refresh(self.offers.offer_next)
+            self.screen.call_after_refresh(self.offers.offer_next)
 
         if len(rows) > 1:
-            self.app.push_screen(GrantPicker(rows), chosen)
+            self.screen.app.push_screen(GrantPicker(rows), chosen)
             return
         [row] = rows
         question = markup(
@@ -89,6 +87,6 @@ class RunDecisionsPart(RunKeysPart):
             "Later calls it covered are asked again.\n\n[b]y[/] revoke   [b]n[/] keep it",
             line=grant_line(row),
         )
-        self.app.push_screen(
+        self.screen.app.push_screen(
             ConfirmDialog(question), lambda yes: chosen(row.grant_id if yes else None)
         )

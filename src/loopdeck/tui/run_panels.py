@@ -1,15 +1,27 @@
-"""The run screen's panels, drawn from the view: events arrive in a buffer and are folded
-and drawn at most once a frame (`FramePacer`); the spinner's tick redraws what moves."""
+"""What the run screen shows, drawn from its view: `RunPanels`. Each panel renders itself from
+a `RunView` (`panels`); this part says which, when and with what: every panel once a frame
+of events (`RunScreen.flush`), what moves with time on the spinner's tick (the header's
+clocks, the plan's spinner, the budgets, a grant's expiry), the header (the run, its clocks,
+what waits here and in the store's other runs), the notice for a terminal too small to show
+a run, and the transcript (its side panel a live tail; `t` has everything)."""
 
 from __future__ import annotations
 
-from textual import events, on
+from datetime import datetime
+
+from textual.screen import Screen
+from textual.widgets import Static
 
 from loopdeck.core.events import CallStatus
 from loopdeck.core.text import plural
-from loopdeck.operator.transcript import Entry
+from loopdeck.operator import run_waits
+from loopdeck.operator.links import RunLink
+from loopdeck.operator.runview import RunView
+from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.tui import link_facets
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.frame_pacing import tail_that_fits
+from loopdeck.tui.grants_panel import GrantsPanel
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
@@ -17,38 +29,110 @@ from loopdeck.tui.panels import (
     GoalLine,
     OutcomePanel,
     PlanPanel,
+    RunHeader,
     StateMachinePanel,
     title,
 )
-from loopdeck.tui.run_header import RunHeaderPart
-from loopdeck.tui.transcript_view import TranscriptLog
+from loopdeck.tui.shared_state import SharedState
+from loopdeck.tui.shown import markup
+from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
 
 RUNNING = (CallStatus.PROPOSED, CallStatus.RUNNING)  # the Call panel holds its height
 PANEL_KEPT = 200  # lines the transcript side panel keeps (a live tail; `t` has everything)
+MIN_SIZE = (80, 24)
+TITLES = {"states": "State", "plan": "Plan", "budgets": "Budgets", "calls": "Calls"}
+TITLES |= {"findings": "Findings", "detail": "Call", "transcript-panel": "Transcript · t"}
 
 
-class RunPanelsPart(RunHeaderPart):
-    def flush(self) -> None:
-        """Fold what arrived into the view and the transcript, and draw it (`FramePacer`)."""
-        if not self._buffer:
-            return
-        self._pacer.begun()
-        events, self._buffer[:] = list(self._buffer), []
-        entries: list[Entry] = []
-        for event in events:
-            self.view.apply(event)
-            if entry := self.transcript.apply(event):
-                entries.append(entry)
-        self.feed_transcript(entries)
-        self.render_view()
+class RunPanels:
+    """The run screen's panels, drawn from the view the screen hands over; the run's state
+    is the screen's, and nothing here holds any of it."""
+
+    def __init__(self, screen: Screen[None], link: RunLink, shared: SharedState) -> None:
+        self.screen = screen
+        self.link = link
+        self.shared = shared
+        self.frame = 0  # the spinner's step
+        self.full_transcript: TranscriptScreen | None = None  # `t`, while it is open
+
+    def titled(self) -> None:
+        for widget_id, text in TITLES.items():
+            title(self.screen.query_one(f"#{widget_id}"), text)
+
+    def show(self, view: RunView, now: datetime) -> None:
+        """Every panel, as the view stands at `now`."""
+        query = self.screen.query_one
+        self.show_header(view, now)
+        query(GoalLine).show(view)
+        query(StateMachinePanel).show(view)
+        query(PlanPanel).show(view, self.waiting_for(view), self.frame)
+        self._show_budgets(view, now)
+        query(OutcomePanel).show(view)
+        query(FindingsPanel).show(view)
+        table = query(CallsTable)
+        table.sync(view)
+        repeats = f" · {plural(view.repeats, 'repeat')} blocked" if view.repeats else ""
+        if view.unknown:  # only the operator can say whether those took effect
+            unknown = plural(len(view.unknown), "outcome")
+            repeats += f" · [b $warning]{unknown} unknown · o[/]"
+        title(table, f"Calls · {view.calls_seen:,}{repeats}")
+        if table.row_count:
+            self.show_detail(view, table.cursor_key)
+        query(GrantsPanel).show(view)
+
+    def tick(self, view: RunView, now: datetime, frame_due: bool) -> None:
+        """The spinner's step: what moves with time is drawn again, unless a frame of events
+        is due (it draws all of this, the spinner's step too)."""
+        self.frame += 1
+        if not frame_due:
+            self.show_header(view, now)
+            if not view.plans:
+                self.screen.query_one(PlanPanel).show(view, self.waiting_for(view), self.frame)
+            if not view.finished:  # under a dialog too: "waiting on you" counts there
+                self._show_budgets(view, now)
+        if view.grants.rows:  # a grant's time runs out with no event
+            self.screen.query_one(GrantsPanel).show(view)
+
+    def show_header(self, view: RunView, now: datetime) -> None:
+        """The run, its clocks, and what waits: here, and in the store's other runs."""
+        agent_s, operator_s = view.times(now)
+        pending, questions = len(self.link.pending()), len(self.link.questions())
+        by_run = self.shared.waiting_by_run
+        elsewhere = sum(n for run_id, n in by_run.items() if run_id != view.run_id)
+        outage = link_facets.store_outage(self.link)  # an attached run's store, unreadable
+        outage = outage or view.store_outage  # the run holds: its store takes no writes
+        self.screen.query_one(RunHeader).show(
+            view, agent_s, operator_s, pending, self.frame, elsewhere, outage, questions
+        )
+
+    def waiting_for(self, view: RunView) -> str:
+        if view.run_id:
+            return run_waits.waiting_for(view)
+        return link_facets.phase(self.link) or "the run to start"
+
+    def _show_budgets(self, view: RunView, now: datetime) -> None:
+        agent_s, operator_s = view.times(now)
+        self.screen.query_one(BudgetPanel).show(view, agent_s, operator_s)
+
+    def show_detail(self, view: RunView, call_id: str | None) -> None:
+        """The selected call in full in the Call panel."""
+        row = view.calls.get(call_id or "")
+        following = self.screen.query_one(CallsTable).at_newest and not view.finished
+        self.screen.query_one(CallDetail).show(
+            row,
+            view.decided.get(call_id or "", ""),
+            hold_height=following and row is not None and row.status in RUNNING,
+            guard_held=row is not None and row.call_id == view.guard_held,
+        )
 
     def feed_transcript(self, entries: list[Entry]) -> None:
+        """New entries to the side panel (a live tail) and to `t`'s screen while it is open."""
         if not entries:
             return
-        panel = self.query_one("#transcript-panel", TranscriptLog)
+        panel = self.screen.query_one("#transcript-panel", TranscriptLog)
         if panel.display:
-            # The panel is a live tail (`t` has everything). A burst longer than the lines it
-            # keeps replaces it with what fills its height; otherwise every entry is added.
+            # A burst longer than the lines the panel keeps replaces it with what fills its
+            # height; otherwise every entry is added.
             kept = tail_that_fits(entries, PANEL_KEPT)
             if len(kept) < len(entries) and panel.following:
                 panel.show_tail(tail_that_fits(kept, panel.size.height))
@@ -56,59 +140,28 @@ class RunPanelsPart(RunHeaderPart):
                 panel.show_only(tail_that_fits(kept, panel.size.height))
             else:
                 panel.add(entries)
-        if self._transcript_screen is not None:
-            self._transcript_screen.add(entries)
+        if self.full_transcript is not None:
+            self.full_transcript.add(entries)
 
-    def _tick(self) -> None:
-        self._frame += 1
-        if self._buffer:
-            return  # a frame is on its way and draws all of this (the spinner's step too)
-        self._render_header()
-        if not self.view.plans:
-            self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
-        if not self.view.finished:  # under a dialog too: "waiting on you" counts there
-            self._render_budgets()
+    def open_transcript(self, transcript: Transcript, run_id: str) -> None:
+        """`t`: everything the run said and did, on a screen of its own, fed while open."""
+        if self.full_transcript is not None:
+            return
+        heading = markup("[b]Transcript[/] · run $run · esc returns to the run", run=run_id or "…")
+        self.full_transcript = TranscriptScreen(transcript, heading)
 
-    def _render_budgets(self) -> None:
-        agent_s, operator_s = self.view.times(self.clock_now())
-        self.query_one(BudgetPanel).show(self.view, agent_s, operator_s)
+        def closed(_: None) -> None:
+            self.full_transcript = None
 
-    def render_view(self) -> None:
-        self._render_header()
-        self.query_one(GoalLine).show(self.view)
-        self.query_one(StateMachinePanel).show(self.view)
-        self.query_one(PlanPanel).show(self.view, self.waiting_for(), self._frame)
-        self._render_budgets()
-        self.query_one(OutcomePanel).show(self.view)
-        self.query_one(FindingsPanel).show(self.view)
-        table = self.query_one(CallsTable)
-        table.sync(self.view)
-        repeats = f" · {plural(self.view.repeats, 'repeat')} blocked" if self.view.repeats else ""
-        if self.view.unknown:  # only the operator can say whether those took effect
-            unknown = plural(len(self.view.unknown), "outcome")
-            repeats += f" · [b $warning]{unknown} unknown · o[/]"
-        title(table, f"Calls · {self.view.calls_seen:,}{repeats}")
-        if table.row_count:
-            self._show_detail(table.cursor_key)
-        if self.view.finished:
-            self.refresh_bindings()
-            if self.app.screen is self:
-                self.mark_seen()
+        self.screen.app.push_screen(self.full_transcript, closed)
 
-    def _show_detail(self, call_id: str | None) -> None:
-        row = self.view.calls.get(call_id or "")
-        following = self.query_one(CallsTable).at_newest and not self.view.finished
-        self.query_one(CallDetail).show(
-            row,
-            self.view.decided.get(call_id or "", ""),
-            hold_height=following and row is not None and row.status in RUNNING,
-            guard_held=row is not None and row.call_id == self.view.guard_held,
-        )
-
-    @on(CallsTable.Highlighted, "#calls")
-    def _show_call(self, event: CallsTable.Highlighted) -> None:
-        self._show_detail(event.call_id)
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._check_size(event.size.width, event.size.height)
-        self.query_one(CallsTable).fit(self.view)
+    def check_size(self, width: int, height: int) -> None:
+        """The notice for a terminal too small to show a run, shown or hidden."""
+        notice = self.screen.query_one("#too-small", Static)
+        small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        notice.display = small
+        if small:
+            notice.update(
+                f"terminal is {width}x{height}: loopdeck needs at least "
+                f"{MIN_SIZE[0]}x{MIN_SIZE[1]} to show a run; enlarge it (t opens the transcript)"
+            )

@@ -1,8 +1,15 @@
 """The main screen: one run, side by side, with the kill switch and the approval queue.
 
-`RunScreen` is its state, its widgets and the worker that drives the run; each other concern
-is a part it is built from: `run_header` (its state's shape, the header), `run_panels` (the
-panels, drawn once a frame), `run_keys` (what the keys do), `run_dialogs` (what they open).
+`RunScreen` holds the run: its link, the view and the transcript its events are folded into
+(at most once a frame, `FramePacer`), how its drive ended. It composes the panels, drives the
+run in a worker and binds the run's keys. Each other concern is a part it holds, not a class
+it inherits: `RunPanels` (`run_panels`: the panels, the header and the transcript, drawn from
+the view), `ApprovalOffers` (the approval and question dialogs, one at a time) and
+`RunDecisions` (`o` and `G`). Textual finds actions, `check_action` and `@on` handlers on the
+screen itself: they stay here, and hand over to the part.
+
+What the screen asks of the console is a message (`console_messages`: back to the fleet, done
+with this run); what it reads and records of it is `SharedState`, given when it is made.
 """
 
 from __future__ import annotations
@@ -12,9 +19,11 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
@@ -23,10 +32,12 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.runview import RunView
-from loopdeck.operator.transcript import Transcript
-from loopdeck.tui.approval_offers import ApprovalOffers
+from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.tui import link_facets
+from loopdeck.tui.approval_offers import ApprovalOffers, ApprovalsChanged
 from loopdeck.tui.calls_table import CallsTable
-from loopdeck.tui.console_failure import OwnDrive
+from loopdeck.tui.console_messages import BackToFleet, RunLeft
+from loopdeck.tui.dialogs import BY, ConfirmKillDialog, ConfirmQuitDialog
 from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
 from loopdeck.tui.grants_panel import GrantsPanel
@@ -40,48 +51,72 @@ from loopdeck.tui.panels import (
     PlanPanel,
     RunHeader,
     StateMachinePanel,
-    title,
 )
-from loopdeck.tui.run_dialogs import RunDialogsPart
-from loopdeck.tui.run_header import MIN_SIZE
-from loopdeck.tui.run_panels import PANEL_KEPT, RUNNING
-from loopdeck.tui.transcript_view import TranscriptLog, TranscriptScreen
-
-__all__ = ["MIN_SIZE", "PANEL_KEPT", "RUNNING", "RunScreen"]
+from loopdeck.tui.run_decisions import RunDecisions
+from loopdeck.tui.run_panels import PANEL_KEPT, RunPanels
+from loopdeck.tui.shared_state import OwnDrive, SharedState
+from loopdeck.tui.shown import toast
+from loopdeck.tui.transcript_view import TranscriptLog
 
 SPIN_INTERVAL_S = 0.2
 
 
-class RunScreen(RunDialogsPart):
-    is_run_screen = True  # how the app finds a run's screen without importing this module
-
+class RunScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-short"), (40, "-tall")]
+    # The kill switch itself (`s`, `k`, `p`, `q`) is bound on the app, over any dialog, and
+    # lands here (`action_stop`, `action_kill`, `action_pause`, `action_quit_run`).
+    BINDINGS = [
+        Binding("w", "approvals", "Approvals", id="run.approvals"),
+        Binding("t", "transcript", "Transcript", id="run.transcript"),
+        Binding("m", "message", "Message", id="run.message"),
+        # `m` on a run that has ended still opens its box (marked so): the letters typed next
+        # are typed there, never taken as the run's keys.
+        Binding("m", "message_ended", "Message", id="run.message_ended", show=False),
+        Binding("escape", "back", "Fleet", id="run.back"),
+        Binding("left_square_bracket", "plan(-1)", "Prev plan", id="plan.prev", show=False),
+        Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
+        Binding("o", "outcome", "Outcome?", id="run.outcome"),
+        Binding("G", "revoke", "Revoke grant", id="run.revoke"),
+    ]
 
-    def __init__(self, link: RunLink, now: Callable[[], datetime]) -> None:
+    def __init__(self, link: RunLink, now: Callable[[], datetime], shared: SharedState) -> None:
+        """`shared` is the console's (`ConsoleState.shared`): what waits in other runs, the
+        runs looked at, this console's own drives."""
         super().__init__()
         self.link = link
         self.now = now
+        self.shared = shared
         self.view = RunView()
         self.transcript = Transcript()
         self.outcome: RunOutcome | None = None
-        self.driven = False
-        self.quitting = False
-        self._buffer: list[Event] = []
+        self.driven = False  # the link's drive has returned (or failed)
+        self.quitting = False  # leaving once the run has recorded its stop
+        self._buffer: list[Event] = []  # events not yet folded into the view (`flush`)
         # `flush` looked up at each frame, not bound here: the screen's own, as it is then
-        self._pacer = FramePacer(self, link, self._buffer, lambda: self.flush())
-        self.offers = ApprovalOffers(
-            self, link, now, put_off=self._render_header, asked=self.view.questions.get
+        self._pacer = FramePacer(
+            self, self._buffer, lambda: self.flush(), partial(link_facets.reading_history, link)
         )
-        self._transcript_screen: TranscriptScreen | None = None
-        self._frame = 0
+        self.panels = RunPanels(self, link, self.shared)
+        self.offers = ApprovalOffers(
+            self, link, now, put_off=self._show_header, asked=self.view.questions.get
+        )
+        self.decisions = RunDecisions(self, link, self.offers)
         self._unsubscribe: list[Callable[[], None]] = []
+
+    @property
+    def running(self) -> bool:
+        return not self.view.finished and not self.driven
 
     @property
     def runtime(self) -> Runtime:
         """The in-process runtime (local runs only)."""
         assert self.link.runtime is not None
         return self.link.runtime
+
+    def clock_now(self) -> datetime:
+        """The time the screen shows the run at: now, or a replay's current event."""
+        return self.now()
 
     def compose(self) -> ComposeResult:
         yield Static(id="too-small")
@@ -101,21 +136,18 @@ class RunScreen(RunDialogsPart):
         yield KeysBar()
 
     def on_mount(self) -> None:
-        titles = {"states": "State", "plan": "Plan", "budgets": "Budgets", "calls": "Calls"}
-        titles |= {"findings": "Findings", "detail": "Call", "transcript-panel": "Transcript · t"}
-        for widget_id, text in titles.items():
-            title(self.query_one(f"#{widget_id}"), text)
+        self.panels.titled()
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
         self._unsubscribe.append(self.link.on_approvals(self._queue_changed))
-        on_failure = getattr(self.link, "on_failure", None)  # an attached run's commands
-        if on_failure is not None:
-            self._unsubscribe.append(on_failure(partial(say, self, title="run")))
+        told = link_facets.on_failure(self.link, partial(say, self, title="run"))
+        if told is not None:  # a local run's recording, an attached run's commands
+            self._unsubscribe.append(told)
         self.app.theme_changed_signal.subscribe(
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
         self.set_interval(FRAME_INTERVAL_S, self._pacer.due)
         self.set_interval(SPIN_INTERVAL_S, self._tick)
-        self._check_size(self.size.width, self.size.height)
+        self.panels.check_size(self.size.width, self.size.height)
         self.render_view()
         # The run starts once its screen is painted: the operator sees it before the agent
         # acts, and the first events do not wait behind the mount's layout.
@@ -131,9 +163,11 @@ class RunScreen(RunDialogsPart):
     async def on_unmount(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-        close = getattr(self.link, "close", None)
-        if close is not None:
-            await close()
+        await link_facets.close(self.link)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.panels.check_size(event.size.width, event.size.height)
+        self.query_one(CallsTable).fit(self.view)
 
     # -- the run, in a worker ------------------------------------------------------------
     @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")
@@ -145,9 +179,7 @@ class RunScreen(RunDialogsPart):
         # (`console_failure`). A plain exit cancels it as before.
         runtime = self.link.runtime
         driving = asyncio.ensure_future(self.link.drive())
-        own_drives = getattr(self.app, "own_drives", None)  # the console's (`ConsoleState`)
-        if own_drives is not None:
-            own_drives[runtime.config.run_id] = OwnDrive(runtime, driving)
+        self.shared.own_drives[runtime.config.run_id] = OwnDrive(runtime, driving)
         return await asyncio.shield(driving)
 
     @on(Worker.StateChanged)
@@ -176,3 +208,164 @@ class RunScreen(RunDialogsPart):
 
     def after_drive(self) -> None:
         """Called once the link's drive finished; a replay starts stepping from here."""
+
+    # -- what arrives, drawn ---------------------------------------------------------------
+    def _queue_changed(self) -> None:
+        self.post_message(ApprovalsChanged())
+
+    @on(ApprovalsChanged)
+    def _approvals_changed(self) -> None:
+        self.flush()
+        self._show_header()
+        self.refresh_bindings()
+        self.offers.changed()
+
+    def flush(self) -> None:
+        """Fold what arrived into the view and the transcript, and draw it (`FramePacer`)."""
+        if not self._buffer:
+            return
+        self._pacer.begun()
+        events, self._buffer[:] = list(self._buffer), []
+        entries: list[Entry] = []
+        for event in events:
+            self.view.apply(event)
+            if entry := self.transcript.apply(event):
+                entries.append(entry)
+        self.panels.feed_transcript(entries)
+        self.render_view()
+
+    def render_view(self) -> None:
+        """Every panel from the view; the keys that come and go with it told."""
+        self.panels.show(self.view, self.clock_now())
+        if self.view.finished:
+            self.refresh_bindings()
+            if self.app.screen is self:
+                self.mark_seen()
+        self.decisions.drawn(self.view)
+
+    def _show_header(self) -> None:
+        self.panels.show_header(self.view, self.clock_now())
+
+    def _tick(self) -> None:
+        self.panels.tick(self.view, self.clock_now(), frame_due=bool(self._buffer))
+
+    def show_detail(self, call_id: str | None) -> None:
+        """The call in the Call panel."""
+        self.panels.show_detail(self.view, call_id)
+
+    @on(CallsTable.Highlighted, "#calls")
+    def _show_call(self, event: CallsTable.Highlighted) -> None:
+        self.show_detail(event.call_id)
+
+    def mark_seen(self) -> None:
+        """This run's stop was on screen: the fleet does not mark it unseen (●)."""
+        self.shared.seen_runs.add(self.view.run_id)
+
+    # -- the keys --------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        live = self.running and not self.quitting
+        if action == "outcome":
+            return self.decisions.can_resolve(self.view)
+        if action == "revoke":
+            return live and self.decisions.can_revoke(self.view)
+        if action == "approvals":
+            return bool(self.link.pending() or self.link.questions())
+        if action == "back":
+            return self.shared.fleet_home
+        if action == "message":
+            return live
+        if action == "message_ended":
+            return not live
+        return True
+
+    def action_approvals(self) -> None:
+        self.offers.reopen()
+
+    def action_transcript(self) -> None:
+        if self.panels.full_transcript is None:
+            self.flush()
+            self.panels.open_transcript(self.transcript, self.view.run_id)
+
+    def action_outcome(self) -> None:
+        self.decisions.ask_outcome(self.view)
+
+    def action_revoke(self) -> None:
+        self.decisions.ask_revoke(self.view)
+
+    def action_plan(self, delta: int) -> None:
+        self.query_one(PlanPanel).browse(self.view, delta)
+
+    def action_back(self) -> None:
+        if self.view.finished:  # left after its stop was on screen
+            self.mark_seen()
+        self.post_message(BackToFleet())
+
+    def action_message(self) -> None:
+        """`m`: a box for the operator's words; sent to the run, heard before its next turn."""
+        from loopdeck.tui.message_dialog import MessageDialog
+
+        def typed(text: str | None) -> None:
+            if text is None:
+                return
+            if not self.running:
+                toast(self, "the run has stopped: nobody is left to hear it", title="not sent")
+                return
+            self.link.message(text, by=BY)
+            self.notify("message sent: the model hears it before its next turn")
+
+        self.app.push_screen(MessageDialog(self.view.run_id), typed)
+
+    def action_message_ended(self) -> None:
+        from loopdeck.tui.message_dialog import MessageDialog
+
+        toast(self, "the run has ended: nobody is left to hear a message", title="not sent")
+        self.app.push_screen(MessageDialog(self.view.run_id, ended=True))
+
+    def action_stop(self) -> None:
+        self.link.stop(by="console")
+        self.notify("stopping after the current tools")
+
+    def action_pause(self) -> None:
+        if self.view.paused:
+            self.link.resume(by="console")
+        else:
+            self.link.pause(by="console")
+
+    def action_kill(self) -> None:
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.link.kill(by="console")
+
+        self.app.push_screen(ConfirmKillDialog(), confirmed)
+
+    def action_quit_run(self) -> None:
+        """`q`: a live run of this process is killed (asked first, like `k`), then the screen
+        is left once the run has recorded its stop. An attached console just detaches."""
+        if self.quitting:
+            return
+        if not (self.running and self.link.runtime is not None):
+            self.leave()
+            return
+
+        def confirmed(yes: bool | None) -> None:
+            if yes and self.running:
+                self.quitting = True
+                self.offers.shut_down()
+                self.link.kill(by="console (quit)")
+            elif yes:
+                self.leave()
+
+        self.app.push_screen(ConfirmQuitDialog(), confirmed)
+
+    def quit_killed(self, by: str) -> None:
+        """Kill the live run without asking (a stop signal), and leave once it recorded it."""
+        if self.quitting or not self.running:
+            return
+        self.quitting = True
+        self.offers.shut_down()
+        self.link.kill(by=by)
+
+    def leave(self) -> None:
+        """Done with this run: the console takes it from here (`RunLeft`)."""
+        self.flush()
+        self.post_message(RunLeft(self, self.view))

@@ -1,0 +1,46 @@
+"""What the run screen reads of a link beyond `RunLink`, by the link's own class: what a run
+waits for before its first events (a local run, an attached one), an attached run's store
+outage and long history, the failures its link tells while it goes on, and its close.
+
+A replay has none of these: each says so with its empty value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loopdeck.operator.links import LocalLink, RunLink
+from loopdeck.operator.store_link import StoreLink
+
+# Told of what failed ("stop not sent: …") and what it means for the run.
+FailureListener = Callable[[str, str], None]
+
+
+def phase(link: RunLink) -> str:
+    """What the run waits for before its first events ("the model library (LiteLLM) to
+    load"); empty for a replay."""
+    return link.phase if isinstance(link, LocalLink | StoreLink) else ""
+
+
+def store_outage(link: RunLink) -> str:
+    """While an attached run's store cannot be read: "store unreachable since …"."""
+    return link.store_outage if isinstance(link, StoreLink) else ""
+
+
+def reading_history(link: RunLink) -> bool:
+    """An attached run's long history is being read: frames show progress, not each batch."""
+    return isinstance(link, StoreLink) and link.reading_history
+
+
+def on_failure(link: RunLink, listener: FailureListener) -> Callable[[], None] | None:
+    """What the link tells of its failures while the run goes on (a local run's recording, an
+    attached run's commands); returns how to stop listening, None for a replay."""
+    if isinstance(link, LocalLink | StoreLink):
+        return link.on_failure(listener)
+    return None
+
+
+async def close(link: RunLink) -> None:
+    """An attached run's link stops following the store; the others have nothing to close."""
+    if isinstance(link, StoreLink):
+        await link.close()
