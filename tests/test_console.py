@@ -137,10 +137,13 @@ async def test_pause_holds_the_loop_and_resume_releases_it() -> None:
         )
         screen = run_screen(app)
         await pilot.press("p")
-        await pilot.pause(0.1)
+        # Parked at its checkpoint: the pause holds the agent's clock, and no turn starts
+        # however many times the console's loop turns over.
+        await wait_until(pilot, lambda: screen.runtime.ledger.held == "paused")
         held = screen.runtime.ledger.turns
-        await pilot.pause(0.4)
-        assert screen.runtime.ledger.turns == held
+        for _ in range(20):
+            await pilot.pause()
+        assert screen.runtime.ledger.turns == held and screen.runtime.ledger.held == "paused"
         assert "PAUSED" in str(screen.query_one("#states").render())
         await pilot.press("p")
         await wait_until(pilot, lambda: screen.runtime.ledger.turns > held + 3)

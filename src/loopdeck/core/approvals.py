@@ -22,10 +22,12 @@ def args_digest(args: dict[str, Any]) -> str:
     return sha256_hex(args)
 
 
-class ApprovalRequest(BaseModel):
+class AskedCall(BaseModel):
+    """A write as it is asked: what the request and its `approval_requested` event both carry,
+    said once (the event is `AskedCall` with an event's head, `core/decision_events.py`)."""
+
     model_config = ConfigDict(frozen=True)
 
-    run_id: str
     call_id: str
     tool: str
     args: dict[str, Any]
@@ -48,6 +50,19 @@ class ApprovalRequest(BaseModel):
     not_editable: str = ""
     # A file write's change to the working copy as a unified diff ("" for other writes).
     diff: str = ""
+
+
+class _OfRun(BaseModel):
+    """The run a request is of: the first of its fields, as an event's `run_id` is."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+
+
+class ApprovalRequest(AskedCall, _OfRun):
+    """One write asked of an approver: the asked call, of its run, and the rule that asked."""
+
     # The policy's rule that hands this call to the operator, and why (None: no rule did).
     asked_by: DecidedBy | None = None
 

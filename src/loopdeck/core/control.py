@@ -62,15 +62,14 @@ class RunControl:
     def _record(self, command: Literal["cancel", "kill", "pause", "resume"], by: str) -> None:
         self._emit(OperatorCommand, run_id=self._run_id, command=command, by=by)
 
-    def _interrupt_now(self, reason: StopReason, detail: str, *, cancel_only: bool = False) -> None:
+    def _interrupt_now(self, reason: StopReason, detail: str) -> None:
         if self._interrupt is None:
             self._interrupt = (reason, detail)
         task = self._inflight
         if task is None or self._cancelled_inflight:
             return
-        if self._inflight_cancellable or not cancel_only:
-            self._cancelled_inflight = True
-            task.cancel()
+        self._cancelled_inflight = True
+        task.cancel()
 
     def request_cancel(self, by: str) -> None:
         if self.cancel_requested_by is not None:

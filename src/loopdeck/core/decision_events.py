@@ -6,27 +6,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from loopdeck.core.approvals import AskedCall
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.event_base import EventBase
 
 
-class ApprovalRequested(EventBase):
+class _ApprovalRequestedHead(EventBase):
+    """The event's head: run, number, time and kind, first in a stored row as in any event
+    (`store/chain.py` reads `at` where it stands)."""
+
     kind: Literal["approval_requested"] = "approval_requested"
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    args_sha256: str
-    state_hash: str
-    fingerprint: str
-    plan_step: str | None
-    requested_at: datetime
-    expires_at: datetime
-    rationale: str = ""
-    asked_again: str = ""
-    args_schema: dict[str, Any] = {}  # the tool's argument schema, for an edit
-    risk_source: str = ""  # where the risk came from (an MCP server's annotation)
-    not_editable: str = ""  # why an edit cannot be carried out ("" when it can)
-    diff: str = ""  # a file write's change to the working copy, as a unified diff
+
+
+class ApprovalRequested(AskedCall, _ApprovalRequestedHead):
+    """A write asked: the request's call (`AskedCall`, declared once in `core/approvals.py`),
+    stored with the same fields in the same order as before they were shared."""
+
     # Approved by this standing grant as it is asked: never pending, nobody is asked.
     grant_id: str | None = None
     # The policy's rule that hands this call to the operator, and why (None: no rule did).

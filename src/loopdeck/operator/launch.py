@@ -4,7 +4,6 @@ its workspace, or a target with no env folder (`loopdeck acp`) on the user's fol
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from loopdeck import settings
 from loopdeck.bundled import bundled_folder
 from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import Budget
@@ -44,8 +44,7 @@ BUDGET_FLAGS = {
 
 def sample_envs_root() -> Path:
     """The sample envs inside the package (LOOPDECK_SAMPLE_ENVS names another folder)."""
-    configured = os.environ.get("LOOPDECK_SAMPLE_ENVS")
-    return Path(configured) if configured else bundled_folder("sample_envs")
+    return settings.current().sample_envs or bundled_folder("sample_envs")
 
 
 def resolve_env_dir(spec: str, settings: list[str] | None = None) -> EnvDir:

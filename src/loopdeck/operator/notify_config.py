@@ -16,7 +16,6 @@ Light: no channel's library is imported here (`operator/push_channels.py` checks
 from __future__ import annotations
 
 import math
-import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,10 +24,12 @@ from typing import Any
 
 from platformdirs import user_config_path
 
+from loopdeck import settings
+from loopdeck.settings import Settings
+
 NOTIFY_VAR = "LOOPDECK_NOTIFY"
 AFTER_VAR = "LOOPDECK_NOTIFY_AFTER"
 CONTENT_VAR = "LOOPDECK_NOTIFY_CONTENT"
-CONFIG_VAR = "LOOPDECK_CONFIG"
 CONFIG_FILE = "config.toml"
 DEFAULT_AFTER_S = 30.0
 CONFIG_KEYS = ("notify", "notify_after", "notify_content")
@@ -65,12 +66,16 @@ class NotifySettings:
         }
 
 
+def _settings(environ: Mapping[str, str] | None) -> Settings:
+    """This process's settings, or those another environment says (a test's, a child's)."""
+    return settings.current() if environ is None else Settings.read(environ)
+
+
 def config_path(environ: Mapping[str, str] | None = None) -> Path | None:
     """loopdeck's config file, when there is one to read."""
-    environ = os.environ if environ is None else environ
-    named = environ.get(CONFIG_VAR)
+    named = _settings(environ).config
     if named is not None:
-        return None if named.strip().lower() in ("", "none") else Path(named)
+        return None if named == settings.NO_FILE else named
     path = user_config_path("loopdeck") / CONFIG_FILE
     return path if path.is_file() else None
 
@@ -112,8 +117,7 @@ def after_seconds(text: str, where: str) -> float:
     return value
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool | None:
-    value = environ.get(name)
+def _flag(value: str | None, name: str) -> bool | None:
     if value is None:
         return None
     word = value.strip().lower()
@@ -130,15 +134,15 @@ def resolved(
 ) -> NotifySettings:
     """The settings from the flags given (`urls`, `after_s`, `content`), else the
     environment's, else the config file's."""
-    environ = os.environ if environ is None else environ
+    said_here = _settings(environ)
     config = read_config(config_path(environ))
     chosen = [u.strip() for u in urls if u.strip()]
     if not chosen:
-        chosen = environ.get(NOTIFY_VAR, "").split() or list(config.get("notify", []))
-    if after_s is None and AFTER_VAR in environ:
-        after_s = after_seconds(environ[AFTER_VAR], AFTER_VAR)
+        chosen = list(said_here.notify) or list(config.get("notify", []))
+    if after_s is None and said_here.notify_after is not None:
+        after_s = after_seconds(said_here.notify_after, AFTER_VAR)
     if after_s is None:
         after_s = float(config.get("notify_after", DEFAULT_AFTER_S))
-    said = _flag(environ, CONTENT_VAR)
+    said = _flag(said_here.notify_content, CONTENT_VAR)
     wanted = content or (said if said is not None else bool(config.get("notify_content")))
     return NotifySettings(tuple(dict.fromkeys(chosen)), after_s, wanted)

@@ -6,11 +6,11 @@ looks for files, so a run without a policy never loads the expression engine.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from platformdirs import user_config_path
 
+from loopdeck import settings
 from loopdeck.policy.document import PolicyError
 
 FILE_NAME = "policy.toml"
@@ -19,9 +19,9 @@ USER_POLICY = "LOOPDECK_USER_POLICY"
 
 def user_policy_path() -> Path | None:
     """The user's policy file, when there is one to read."""
-    configured = os.environ.get(USER_POLICY)
+    configured = settings.current().user_policy
     if configured is not None:
-        return None if configured.strip().lower() in ("", "none") else Path(configured)
+        return None if configured == settings.NO_FILE else configured
     path = user_config_path("loopdeck") / FILE_NAME
     return path if path.is_file() else None
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from textual.theme import Theme
 
+from loopdeck import settings
 from loopdeck.bundled import bundled_folder, user_themes_folder
 
 DEFAULT_THEME = "loopdeck-dark"
@@ -34,9 +35,9 @@ _COLOR_KEYS = (
 def theme_folders() -> list[Path]:
     """Where themes are read from, in order: the bundled ones, then the user's own
     (`<user config>/loopdeck/themes`); LOOPDECK_THEMES names another folder instead of both."""
-    configured = os.environ.get("LOOPDECK_THEMES")
+    configured = settings.current().themes
     if configured:
-        return [Path(configured)]
+        return [configured]
     return [bundled_folder("themes"), user_themes_folder()]
 
 

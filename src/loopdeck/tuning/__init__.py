@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loopdeck import settings
 from loopdeck.tuning import collector, lock_switching
 from loopdeck.tuning.guards import python_refusal
 
@@ -106,7 +106,7 @@ def for_headless() -> list[str]:
 
 
 def off() -> bool:
-    return os.environ.get(SWITCH, "").strip().lower() == "off"
+    return settings.current().tuning_off
 
 
 def _apply(tunings: tuple[Tuning, ...]) -> list[str]:
