@@ -51,7 +51,7 @@ $(BENCH_STAMP): $(STAMP)
 
 # Issue 11's targets as one PASS/FAIL table (targets.py), after the earlier benches' figures.
 bench: $(BENCH_STAMP)
-	cd bench && ../$(PY) console_quit.py && ../$(PY) fleet_lag.py && ../$(PY) steps_per_second.py && ../$(PY) pg_store.py && ../$(PY) mcp_overhead.py && ../$(PY) acp_overhead.py && ../$(PY) fleet_console.py && ../$(PY) serve_first_frame.py && ../$(PY) otlp_exit.py && ../$(PY) log_chain.py && ../$(PY) targets.py
+	cd bench && ../$(PY) console_quit.py && ../$(PY) fleet_lag.py && ../$(PY) steps_per_second.py && ../$(PY) pg_store.py && ../$(PY) acp_overhead.py && ../$(PY) fleet_console.py && ../$(PY) serve_first_frame.py && ../$(PY) otlp_exit.py && ../$(PY) log_chain.py && ../$(PY) targets.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -2,11 +2,12 @@
 
 1. The per-call cost of `LiteLLMModel("scripted")` at 20 and at 500 messages of history, and
    the steps/s of a supervised run of 20 and of 200 steps: flat in history means the long
-   ones cost at most 1.5x (calls) and run at least 0.8x as fast (runs).
-2. The supervised loop at 200 steps next to pydantic-ai's own agent loop with its in-process
-   `FunctionModel` (same tool, 200 steps), and next to LiteLLM's own floor: `litellm.acompletion`
-   alone, on the same scripted provider with the same history (the 200-step run's own calls,
-   recorded and replayed).
+   ones cost at most 1.5x (calls) and run at least 0.9x as fast (runs, issue 43).
+2. The supervised loop at 20 and at 200 steps next to pydantic-ai's own agent loop with its
+   in-process `FunctionModel` (same tool, same steps: a short run as fast as the peer's, a
+   long one twice as fast, issue 43), and at 200 steps next to LiteLLM's own floor:
+   `litellm.acompletion` alone, on the same scripted provider with the same history (the
+   200-step run's own calls, recorded and replayed).
 
     .venv/bin/python bench/model_path.py
 """
@@ -293,8 +294,11 @@ async def measure() -> list[Row]:
     longs: list[float] = []
     floors: list[float] = []
     peers: list[float | None] = []
+    short_peers: list[float | None] = []
+    await peer_rate(5)  # pydantic-ai's first run sets itself up: not part of any figure
     for _ in range(4):
         shorts.append(await supervised_rate(20))
+        short_peers.append(await peer_rate(20))
         longs.append(await supervised_rate(200))
         floors.append(await floor_rate(200, calls))
         peers.append(await peer_rate(200))
@@ -321,7 +325,7 @@ async def measure() -> list[Row]:
         Row("1 call cost, 500 vs 20 msgs", f"{long_ms:.2f} ms", f"{short_ms:.2f} ms",
             long_ms / short_ms, "<= 1.5x"),
         Row("1 run rate, 200 vs 20 steps", f"{long_rate:.0f} steps/s", f"{short_rate:.0f} steps/s",
-            long_rate / short_rate, ">= 0.8x"),
+            long_rate / short_rate, ">= 0.9x"),
         Row("2 vs LiteLLM floor, 200 steps", f"{long_rate:.0f} steps/s", f"{floor:.0f} steps/s",
             long_rate / floor, ">= 0.9x"),
     ]  # fmt: skip
@@ -330,13 +334,18 @@ async def measure() -> list[Row]:
         print("pydantic-ai is not installed: `make bench` installs it (the bench extra)")
         return rows
     peer = best(measured)
-    print(f"pydantic-ai FunctionModel agent loop, 200 steps: {peer:.0f} steps/s")
+    short_peer = best([p for p in short_peers if p is not None])
+    print(
+        f"pydantic-ai FunctionModel agent loop: {short_peer:.0f} steps/s at 20 steps, "
+        f"{peer:.0f} at 200"
+    )
     print(f"LiteLLM's floor is {floor / peer:.2f}x the peer")
-    rows.insert(
-        2,
+    rows[2:2] = [
+        Row("2 vs pydantic-ai, 20 steps", f"{short_rate:.0f} steps/s",
+            f"{short_peer:.0f} steps/s", short_rate / short_peer, ">= 1x"),
         Row("2 vs pydantic-ai, 200 steps", f"{long_rate:.0f} steps/s", f"{peer:.0f} steps/s",
             long_rate / peer, ">= 2x"),
-    )  # fmt: skip
+    ]  # fmt: skip
     return rows
 
 

@@ -70,6 +70,12 @@ def _gateway() -> list[Row]:
     return gateway_latency.measure()
 
 
+def _workers() -> list[Row]:
+    import workers
+
+    return workers.measure()
+
+
 GROUPS: dict[str, Callable[[], list[Row]]] = {
     "model_path": _model_path,
     "console_load": _console_load,
@@ -79,6 +85,7 @@ GROUPS: dict[str, Callable[[], list[Row]]] = {
     "mcp": _mcp,
     "log_chain": _log_chain,
     "gateway": _gateway,
+    "workers": _workers,
 }
 MARK = "ROWS "
 

@@ -87,3 +87,27 @@ def test_retries_and_compactions_reach_the_operators_view() -> None:
     )
     assert view.model_retries == 1 and "RateLimit" in view.last_model_error
     assert view.last_compaction == (900, 400)
+
+
+@pytest.mark.parametrize(
+    ("model", "window"),
+    [
+        ("openai/gpt-4o-mini", 128_000),  # get_model_info knows it
+        ("azure/mistral-large-latest", 32_000),  # in the map, under the name as given
+        ("bedrock_converse/writer.palmyra-x4-v1:0", 128_000),  # the map's, without the prefix
+    ],
+)
+def test_a_model_litellm_knows_gets_its_window_without_the_scenario_saying_it(
+    model: str, window: int
+) -> None:
+    from loopdeck.llm.client import LiteLLMModel
+
+    assert profile_for(model).max_input_tokens == window
+    assert LiteLLMModel(model).context_window == window  # compaction keeps the run inside it
+    assert profile_for(model, {"max_input_tokens": 9_000}).max_input_tokens == 9_000
+
+
+def test_a_model_nobody_knows_has_no_window() -> None:
+    assert profile_for("openai/my-vllm-model").max_input_tokens is None
+    # a bare name under another provider's entry is not taken for it
+    assert profile_for("ai21x/jamba-1.5-mini").max_input_tokens is None

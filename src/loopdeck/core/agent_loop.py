@@ -78,8 +78,7 @@ class AgentLoop:
             rt.ledger.start_round()
             rt.round = rt.ledger.rounds
             rt.move(RunState.PLANNING)
-            await self._plan(last_findings)
-            before = await rt.snapshot()
+            before = await self._plan(last_findings)  # the state the round starts from
             rt.move(RunState.DECIDING)
             conversation = executor_messages(
                 "\n".join(f"{i}. {s}" for i, s in enumerate(rt.plan, 1)), rt.messages.heard
@@ -89,11 +88,12 @@ class AgentLoop:
 
     async def _react(self) -> None:
         rt = self.rt
-        conversation = react_messages(rt.config.goal, await rt.snapshot())
+        first = await rt.snapshot()  # what the model is shown is the first round's start
+        conversation = react_messages(rt.config.goal, first)
         while True:
             rt.ledger.start_round()
             rt.round = rt.ledger.rounds
-            before = await rt.snapshot()
+            before = first if rt.round == 1 else await rt.snapshot()
             rt.move(RunState.DECIDING)
             tripped = await self._executor_turns(conversation)
             if tripped:
@@ -102,7 +102,9 @@ class AgentLoop:
             findings = findings_or_stop(await rt.review_round(before))
             conversation.append(findings_message(findings))
 
-    async def _plan(self, findings: list[str]) -> None:
+    async def _plan(self, findings: list[str]) -> dict[str, Any]:
+        """The round's plan, made on the state as the round starts: that state, returned
+        (the round's review compares the state at its end with it)."""
         rt = self.rt
         snapshot = await rt.snapshot()
         rt.messages.take()  # the planner hears every message so far, the executor the rest
@@ -115,6 +117,7 @@ class AgentLoop:
             raise StopRun(StopReason.INVALID_DECISION, "the planner returned an empty plan")
         rt.plan = steps
         rt.emit(PlanWritten, run_id=rt.config.run_id, round=rt.round, steps=steps)
+        return snapshot
 
     async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
         """Run model turns until a final decision or a guard trip; True if the guard tripped."""

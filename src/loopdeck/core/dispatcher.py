@@ -18,6 +18,7 @@ from loopdeck.core.approvals import ApprovalReceipt
 from loopdeck.core.control import StopRun
 from loopdeck.core.env_faults import described, home_of
 from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
+from loopdeck.core.state_reads import StateReads
 from loopdeck.core.text import capped, escape_surrogates, json_text
 from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import (
@@ -76,6 +77,8 @@ class Dispatcher:
         self.backoff_s = backoff_s
         self.result_char_cap = result_char_cap
         self.env_thread = env_thread or EnvThread()
+        # The run's reads of the state, told of each tool before it runs (`before_tool`).
+        self.state_reads: StateReads | None = None
 
     async def _invoke(self, spec: ToolSpec, args: BaseModel, then: Then | None) -> Any:
         label = f"tool {spec.name}"
@@ -108,6 +111,8 @@ class Dispatcher:
             if problem is not None:
                 raise ReceiptRefused(problem)
         parsed = spec.args_model.model_validate(args)
+        if self.state_reads is not None:  # a read-only tool needs no read after it
+            then = self.state_reads.before_tool(spec, then)
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         data, failure, attempts = await self._attempts(spec, parsed, on_retry, then)

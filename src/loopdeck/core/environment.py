@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -44,6 +44,11 @@ def tool(
     return mark
 
 
+# When an env's state may change: `any_time` (on its own, or by any tool: read on every look)
+# or `by_writes` (only by the tools that are not read-only: read again once per change).
+StateChanges = Literal["any_time", "by_writes"]
+
+
 class Environment:
     """Subclass this in an env's `env.py` and expose it as `make_env(workdir, data)`.
 
@@ -51,9 +56,18 @@ class Environment:
     every call (timestamps, counters) would make the no-progress guard blind.
     """
 
+    # A Python env's tools default to `read` risk, which says nothing about the state they
+    # leave alone: it says `by_writes` itself when only its write tools change its state.
+    state_changes: StateChanges = "any_time"
+
     def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
         self.workdir = workdir
         self.data = data
+
+    def leaves_state(self, spec: ToolSpec) -> bool:
+        """Whether running this tool leaves the state as it was (no read after it under
+        `by_writes`)."""
+        return spec.risk == "read"
 
     def snapshot(self) -> dict[str, Any]:
         raise NotImplementedError

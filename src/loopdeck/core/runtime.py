@@ -46,6 +46,7 @@ from loopdeck.core.recording import Journal, RecordingHold
 from loopdeck.core.review import Verdict, review
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.run_kind import LoopMaker
+from loopdeck.core.state_reads import StateReads
 from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, escape_surrogates
 from loopdeck.core.write_approvals import WriteApprovals
@@ -86,8 +87,13 @@ class Runtime:
         self.tools = {spec.name: spec for spec in env.tools()}
         self.tool_schemas = [spec.json_schema() for spec in self.tools.values()]
         self.env_thread = EnvThread(config.env_stray_wait_s)
+        # The env's state, read once per change (a kind's own loop: on every look).
+        self.state_reads = StateReads(
+            env, self.env_thread, self.interruptible, own_loop=agent_loop is not None
+        )
         dispatcher = dispatcher or Dispatcher()
         dispatcher.env_thread = self.env_thread
+        dispatcher.state_reads = self.state_reads
         self.calls = CallHandler(self, WriteApprovals(self, approver, policy), dispatcher)
         # The agent's loop: loopdeck's own (a model's turns), or a kind's own, which reaches
         # the run only through its `RunHost`.
@@ -144,23 +150,21 @@ class Runtime:
         return await self.interruptible(self.env_thread.call(label, fn, *args))
 
     async def snapshot(self) -> dict[str, Any]:
-        return await self.env_call("snapshot", self.env.snapshot)
+        return await self.state_reads.snapshot()
 
     async def state_hash(self) -> str:
-        return await self.env_call("fingerprint", self.env.fingerprint)
+        return await self.state_reads.state_hash()
 
     @property
     def snapshot_after_tool(self) -> Then:
         """Taken on the env thread straight after a sync tool returns, in the same hand-over
         (`EnvThread.call(then=...)`); `check_goal_after` takes it from there."""
-        return ("snapshot", self.env.snapshot)
+        return self.state_reads.then
 
     async def check_goal_after(self, record: CallRecord) -> None:
         """A call that changed the env's snapshot is followed by the goal check: a met goal
         stops the run at once, not only at the end of the round."""
-        label, snapshot = self.snapshot_after_tool
-        after: dict[str, Any] = await self.interruptible(self.env_thread.after(label, snapshot))
-        after_hash = short_hash(after)
+        after, after_hash = await self.state_reads.after_tool()
         if after_hash == self._checked_hash:
             return
         self._checked_hash = after_hash
@@ -232,8 +236,12 @@ class Runtime:
     @contextlib.contextmanager
     def operator_time(self, why: str) -> Iterator[None]:
         """The operator is being waited on: the agent's deadline stops until this ends."""
+        # Whatever happened while the operator was waited on, the state is read again.
         if self.ledger.held is not None or self._deadline is None:
-            yield
+            try:
+                yield
+            finally:
+                self.state_reads.forget()
             return
         self.ledger.hold(why)
         self._deadline.cancel()
@@ -241,6 +249,7 @@ class Runtime:
         try:
             yield
         finally:
+            self.state_reads.forget()
             self.ledger.release()
             self._arm_deadline()
             self.publish_budget()

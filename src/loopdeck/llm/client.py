@@ -11,7 +11,7 @@ from typing import Any
 from loopdeck.core.model import ModelReply, ModelRequest, ProviderError, RawToolCall
 from loopdeck.core.scenario import Script, ScriptedPrice
 from loopdeck.core.text import capped
-from loopdeck.llm.loader import litellm_module
+from loopdeck.llm.loader import litellm_module, loaded
 from loopdeck.llm.profile import ModelProfile, profile_for
 from loopdeck.llm.prompt_program import check_layers, compile_request
 from loopdeck.llm.script_player import prompt_tokens
@@ -150,6 +150,8 @@ class LiteLLMModel:
             kwargs["output_cost_per_token"] = self.price.output_per_million / 1e6
             kwargs["metadata"] = {
                 "loopdeck_script": self._script_key,
+                # The provider prices its own reply (LiteLLM takes a stamped cost as it is).
+                "loopdeck_price": (kwargs["input_cost_per_token"], kwargs["output_cost_per_token"]),
                 "loopdeck_role": request.role,
                 "loopdeck_round": request.round,
                 "loopdeck_react": self.react,
@@ -185,8 +187,10 @@ class LiteLLMModel:
             return None
 
     async def prepare(self) -> None:
-        """Import LiteLLM off the event loop, before the run's clock and first timeout."""
-        await asyncio.to_thread(litellm_module)
+        """Import LiteLLM off the event loop, before the run's clock and first timeout; once
+        a process has it, a run starts with no hand-over to a thread for it."""
+        if not loaded():
+            await asyncio.to_thread(litellm_module)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         litellm = litellm_module()

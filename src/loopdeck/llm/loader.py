@@ -9,6 +9,8 @@ from typing import Any
 
 from loopdeck.tuning import collector
 
+log = logging.getLogger("loopdeck.llm")
+
 
 @cache
 def litellm_module() -> Any:
@@ -33,6 +35,11 @@ def litellm_module() -> Any:
     return litellm
 
 
+def loaded() -> bool:
+    """True once `litellm_module` has imported LiteLLM in this process."""
+    return litellm_module.cache_info().currsize > 0
+
+
 def _import_litellm() -> Any:
     import litellm
 
@@ -46,4 +53,28 @@ def _import_litellm() -> Any:
     from loopdeck.llm import litellm_passes
 
     litellm_passes.install()
+    _first_call_ahead(litellm)
     return litellm
+
+
+def _first_call_ahead(litellm: Any) -> None:
+    """What LiteLLM does on its first call in a process, done here, with the import: ~0.9 s
+    of imports (its proxy's types, hundreds of pydantic classes) and tiktoken's default
+    encoding, which its custom providers are handed. Made on the first call, it was the
+    run's first step (on its clock, inside its timeout) and, under a console, the worker
+    thread holding the interpreter's lock in long stretches while the console's loop waited,
+    then its collector walking the new classes there. Here it is off the loop, before any
+    clock, and under the import's collector hold (frozen with LiteLLM's modules where an
+    entry point asked for that). A canned reply (`mock_response`, nothing sent; `no-log`:
+    no callback hears of it) and a token count, both LiteLLM's public calls; should either
+    fail, the first call does it, as before, and the log says why."""
+    try:
+        litellm.completion(
+            model="openai/gpt-4o-mini",
+            messages=[{"role": "user", "content": "loopdeck: warm-up"}],
+            mock_response="ok",
+            **{"no-log": True},
+        )
+        litellm.token_counter(model="", text="loopdeck: warm-up")
+    except Exception as exc:  # LiteLLM changed: nothing is lost but the head start
+        log.info("LiteLLM's first-call setup is left to the first call: %s", exc)

@@ -1,4 +1,10 @@
-"""What a model can carry, from LiteLLM's model map, overridable in `scenario.toml`."""
+"""What a model can carry, from LiteLLM's model map, overridable in `scenario.toml`.
+
+Its window (`max_input_tokens`) keeps a long run's conversation inside it
+(`core/compaction.py`): a model LiteLLM knows gets its window without the scenario saying it,
+from `get_model_info`, or from the map itself (`model_cost`) for a name that function does not
+resolve (an entry under the name as given, or under the name without its provider prefix when
+the entry is that provider's). A model nobody knows has no window: nothing is guessed."""
 
 from __future__ import annotations
 
@@ -42,7 +48,26 @@ def profile_for(model: str, overrides: dict[str, Any] | None = None) -> ModelPro
             "tool_calling": bool(info.get("supports_function_calling")),
             "json_schema": bool(info.get("supports_response_schema")),
             "temperature": "temperature" in params if params else True,
-            "max_input_tokens": info.get("max_input_tokens"),
+            "max_input_tokens": _window(info),
             "known_price": info.get("input_cost_per_token") is not None,
         }
+    if found.get("max_input_tokens") is None:
+        found["max_input_tokens"] = _window(_map_entry(litellm.model_cost, model))
     return ModelProfile.model_validate({**found, **(overrides or {})})
+
+
+def _map_entry(table: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """The model's entry in LiteLLM's map: under its name, or under the name without its
+    provider prefix if that entry is the same provider's (`bedrock_converse/writer…`)."""
+    entry = table.get(model)
+    if entry is None and "/" in model:
+        provider, bare = model.split("/", 1)
+        entry = table.get(bare)
+        if not isinstance(entry, dict) or entry.get("litellm_provider") != provider:
+            entry = None
+    return entry if isinstance(entry, dict) else None
+
+
+def _window(info: Any) -> int | None:
+    window = info.get("max_input_tokens") if info else None
+    return window if isinstance(window, int) and window > 0 else None

@@ -9,7 +9,7 @@ from typing import Any
 
 from loopdeck.core.scenario import Script
 from loopdeck.llm.loader import litellm_module
-from loopdeck.llm.script_player import play
+from loopdeck.llm.script_player import ScriptedReply, play
 from loopdeck.tuning.lock_switching import give_way
 
 PROVIDER = "loopdeck-scripted"
@@ -94,9 +94,21 @@ def _handler_class() -> type:
                 completion_tokens=reply.completion_tokens,
                 total_tokens=reply.prompt_tokens + reply.completion_tokens,
             )
+            _priced(response, meta.get("loopdeck_price"), reply)
             return response
 
     return ScriptedLLM
+
+
+def _priced(response: Any, price: tuple[float, float] | None, reply: ScriptedReply) -> None:
+    """The reply priced by the provider, at the script's per-token price, as a provider that
+    knows its price says it: LiteLLM takes a reply's stamped cost as it is, where it would
+    otherwise look the model up in its price map (a third of its own work on a call)."""
+    if price is not None:
+        input_cost, output_cost = price
+        response._hidden_params["response_cost"] = (
+            reply.prompt_tokens * input_cost + reply.completion_tokens * output_cost
+        )
 
 
 class _HandedOver(Coroutine[Any, Any, Any]):

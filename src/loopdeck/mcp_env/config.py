@@ -8,6 +8,7 @@ env = { SOME_VAR = "value" }
 startup_timeout_s = 30
 snapshot = [ { resource = "file:///{workdir}/notes.md" },
              { tool = "list_directory", args = { path = "{workdir}" } } ]
+state_changes = "any_time"   # the state changes on its own: read before every call
 
 [mcp.tools.write_file]
 risk = "write"
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loopdeck.core.envdir import EnvDir, workdir_in
+from loopdeck.core.environment import StateChanges
 from loopdeck.core.tools import Risk
 
 TABLE = "mcp"
@@ -70,6 +72,10 @@ class McpConfig(BaseModel):
     # The state the guard keys on and receipts bind to; "none": not observed (the guard keys
     # on the count of executed writes). Required unless `env.py` gives `snapshot()`.
     snapshot: list[SnapshotEntry] | Literal["none"] | None = None
+    # How that state changes (`core/state_reads.py`): "by_writes" (the MCP env's own default:
+    # read again only after a tool the server does not mark read-only) or "any_time" (it
+    # changes on its own: read on every look). None: the env's own (`env.py`'s class says).
+    state_changes: StateChanges | None = None
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
     call_timeout_s: float = Field(default=30.0, gt=0)  # a tool's timeout when none is set
 

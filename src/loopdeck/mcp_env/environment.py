@@ -4,7 +4,11 @@ Its tools come from `tools/list`: each an async loopdeck tool whose arguments mo
 server's JSON Schema (`schema_args.py`), whose risk is the server's annotation unless the
 scenario overrides it (`readOnlyHint: true` → read; anything else → write, asked for), and
 whose result is the server's content, normalized (`results.py`). Its state is the scenario's
-`snapshot` entries, read through the server; its goal check the scenario's `goal_check`.
+`snapshot` entries, read through the server; its goal check the scenario's `goal_check`. The
+state changes only by the tools the server does not mark read-only (`leaves_state`; a
+scenario's override to `read` skips the approval, not the read after it), so it is read once
+per change (`state_changes = "by_writes"`, `core/state_reads.py`), unless the scenario says it
+changes on its own (`[mcp] state_changes = "any_time"`).
 
 An `env.py` may subclass it (`make_env(workdir, data)` returning one) to write `snapshot()`
 or `unmet()` in Python; `self.read_resource(uri)` and `self.call_tool(name, args)` reach the
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.control import StopRun
-from loopdeck.core.environment import Environment
+from loopdeck.core.environment import Environment, StateChanges
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import StopReason
 from loopdeck.core.tools import Risk, ToolSpec
@@ -32,6 +36,8 @@ NOT_OBSERVED = 'not observed (snapshot = "none"): the guard keys on the writes e
 
 
 class McpEnvironment(Environment):
+    state_changes: StateChanges = "by_writes"
+
     def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
         super().__init__(workdir, data)
         self.connection: McpConnection | None = None
@@ -40,6 +46,7 @@ class McpEnvironment(Environment):
         self.goal_check_timeout_s = 60.0
         self.writes_executed = 0
         self._specs: list[ToolSpec] = []
+        self._read_only: set[str] = set()  # the tools the server marks readOnlyHint
 
     # -- the run's server ------------------------------------------------------------
     def connect(
@@ -47,9 +54,12 @@ class McpEnvironment(Environment):
     ) -> None:
         """Start the server and take its tools; `ServerFailed` names why it could not."""
         self.config, self.goal_check, self.goal_check_timeout_s = config, goal_check, check_s
+        if config.state_changes is not None:
+            self.state_changes = config.state_changes
         self.connection = McpConnection(config, self.workdir, errlog)
         self.connection.start()
         self._specs = [self._spec(tool) for tool in self.connection.tools]
+        self._read_only = {tool.name for tool in self.connection.tools if tool.read_only is True}
         _snapshot_reads_only(config, self._specs)
 
     def close(self) -> None:
@@ -65,6 +75,11 @@ class McpEnvironment(Environment):
     # -- tools ---------------------------------------------------------------------------
     def tools(self) -> list[ToolSpec]:
         return list(self._specs)
+
+    def leaves_state(self, spec: ToolSpec) -> bool:
+        """True for a tool the server marks read-only and the scenario does not make a write:
+        the state is not read again after it (`core/state_reads.py`)."""
+        return spec.risk == "read" and spec.name in self._read_only
 
     def _spec(self, tool: ServerTool) -> ToolSpec:
         assert self.config is not None
