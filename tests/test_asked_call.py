@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from loopdeck.core.approvals import ApprovalRequest, AskedCall, request_for
+from loopdeck.core.approvals import ApprovalRequest, request_for
+from loopdeck.core.asked_call import AskedCall
 from loopdeck.core.events import ApprovalRequested
 
 # The stored row's fields, in order (`store/chain.py` reads `at` where it stands; older

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from loopdeck.core.asked_call import AskedCall
 from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.grant_rules import GrantRule
@@ -20,36 +21,6 @@ from loopdeck.core.grant_rules import GrantRule
 
 def args_digest(args: dict[str, Any]) -> str:
     return sha256_hex(args)
-
-
-class AskedCall(BaseModel):
-    """A write as it is asked: what the request and its `approval_requested` event both carry,
-    said once (the event is `AskedCall` with an event's head, `core/decision_events.py`)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    args_sha256: str
-    state_hash: str
-    fingerprint: str
-    plan_step: str | None
-    requested_at: datetime
-    expires_at: datetime
-    # The model's own words for the turn that proposed the call ("" when it gave none).
-    rationale: str = ""
-    # Why this call is asked again ("" on the first ask): the last receipt's problem.
-    asked_again: str = ""
-    # The tool's argument schema (JSON Schema), for an operator editing the arguments.
-    args_schema: dict[str, Any] = {}
-    risk_source: str = ""  # where the write's risk came from (an MCP server's annotation)
-    # Why an edit of this call's arguments cannot be carried out ("" when it can): the call
-    # is the agent's own and runs the agent's input. Such a call is approved or rejected as
-    # proposed; an edit is offered as "reject and tell the agent" instead.
-    not_editable: str = ""
-    # A file write's change to the working copy as a unified diff ("" for other writes).
-    diff: str = ""
 
 
 class _OfRun(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from loopdeck.core.approvals import AskedCall
+from loopdeck.core.asked_call import AskedCall
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.event_base import EventBase
 
