@@ -352,7 +352,6 @@ SETTINGS_MODULE = "loopdeck.settings"
 # remain; a module listed that reads none any more fails (take it off).
 SETTINGS_STILL_TO_MOVE: frozenset[str] = frozenset(
     {
-        "loopdeck.llm.litellm_passes",
         "loopdeck.store.base",
         "loopdeck.store.leases",
         "loopdeck.store.liveness",

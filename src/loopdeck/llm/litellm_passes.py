@@ -29,12 +29,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from loopdeck import settings
 from loopdeck.tuning.lock_switching import give_way
 
 Pass = Callable[..., Any]
@@ -212,7 +212,7 @@ def sources_digest(places: tuple[tuple[str, str], ...]) -> str | None:
 def install() -> list[str]:
     """Puts each pass in place of LiteLLM's function. Returns the names of those left out:
     LiteLLM's functions are not the ones they were written against (or are gone)."""
-    if os.environ.get("LOOPDECK_STOCK_LITELLM") == "1":
+    if settings.current().stock_litellm:
         return sorted(REPLACEMENTS)
     left_out: list[str] = []
     for name, replacement in REPLACEMENTS.items():
