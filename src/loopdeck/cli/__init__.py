@@ -68,6 +68,10 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
         from loopdeck.cli.serve import run_serve
 
         return run_serve
+    if args.command in ("submit", "worker", "fork"):
+        from loopdeck.cli.worker_commands import run_worker_command
+
+        return run_worker_command
     from loopdeck.cli import runs
 
     if args.command == "console":

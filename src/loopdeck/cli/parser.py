@@ -20,6 +20,7 @@ from loopdeck.cli.gateway_parser import add_gateway_command
 from loopdeck.cli.notify_flags import add_notify_flags
 from loopdeck.cli.policy_commands import add_policy_command
 from loopdeck.cli.serve import add_serve_command
+from loopdeck.cli.worker_commands import add_worker_commands
 from loopdeck.store.base import DB_HELP, store_location
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
@@ -157,14 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
     console.add_argument("--db", type=store_location, help=DB_HELP)
-    console.add_argument(
-        "--no-bell", action="store_true", help="alerts as toasts only, without the bell"
-    )
+    console.add_argument("--no-bell", action="store_true", help="alerts as toasts only, no bell")
     add_notify_flags(console)
 
     add_store_commands(commands)
     add_policy_command(commands)
     add_serve_command(commands)
+    add_worker_commands(commands, add_run_flags)
     add_env_commands(commands)
     return parser
 

@@ -23,6 +23,7 @@ from loopdeck.core.decision_events import (
 )
 from loopdeck.core.event_base import CallStatus, EventBase
 from loopdeck.core.push_events import DecisionsPushed
+from loopdeck.core.replay_events import ModelReplied, RunForked, RunMoved, StateSeen
 from loopdeck.core.states import RunState, StopReason
 
 __all__ = [
@@ -35,11 +36,15 @@ __all__ = [
     "EventBase",
     "GrantGiven",
     "GrantRevoked",
+    "ModelReplied",
     "OutcomeResolved",
     "PolicyDecided",
     "PolicyInForce",
     "QuestionAnswered",
     "QuestionAsked",
+    "RunForked",
+    "RunMoved",
+    "StateSeen",
 ]
 
 
@@ -276,6 +281,10 @@ Event = Annotated[
     | RecordingHeld
     | RecordingResumed
     | UnrequestedChange
+    | ModelReplied
+    | StateSeen
+    | RunMoved
+    | RunForked
     | RunStopped,
     Field(discriminator="kind"),
 ]
@@ -311,6 +320,11 @@ class EventBus:
         # and a subscriber added or removed while an event is handed out does not disturb it.
         self._subscribers: tuple[Subscriber, ...] = ()
         self._seq = 0
+
+    @property
+    def last_seq(self) -> int:
+        """The number of the last event handed out (0: none yet)."""
+        return self._seq
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         self._subscribers += (subscriber,)

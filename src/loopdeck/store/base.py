@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 import platformdirs
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 APP_ID = "loopdeck"
+# v6: the `leases` table, runs placed on workers (`store/leases.py`).
 # v5: each event's `hash`, its link in its run's hash chain (`store/chain.py`). The meta key
 # CHAIN_SINCE holds when the store's chain began (its creation, or its migration to v5):
 # events without a hash from before then are reported unverified, never as intact.
@@ -166,6 +167,11 @@ class Beats(Protocol):
     """A blocking connection for the heartbeat thread."""
 
     def beat(self, run_id: str, at: float) -> None: ...
+    def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
+        """A worker's leases pushed to `until` and its runs' heartbeats to `at`, in one
+        transaction: the (run, epoch) of each run it still holds (`store/leases.py`)."""
+        ...
+
     def close(self) -> None: ...
 
 

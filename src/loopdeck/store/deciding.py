@@ -18,7 +18,8 @@ elsewhere is called crashed after (`LOOPDECK_CRASH_SILENCE_S`) cannot reach the 
 login refused, its server out of its reach): it would not hear the decision, which is refused
 too (`RunnerOutOfReach`), nothing marked. A decision or an answer for a run that ended is
 refused (`RunEnded`): its requests were withdrawn at its stop. Only the word on an unknown
-outcome outlives its run.
+outcome outlives its run. A run placed on workers (`store/leases.py`) takes a decision
+whichever worker holds it, or none: the row is what the next one reads when it goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.store import outcome_queries, queries
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
+from loopdeck.store.leases import is_placed
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 RETRY_FOR_S = 60.0
@@ -197,7 +199,9 @@ async def _while_runner_alive(
             " WHERE run_id = ?",
             (run_id,),
         )
-        if rows and rows[0]["state"] in queries.LIVE_STATES:
+        if rows and rows[0]["state"] in queries.LIVE_STATES and await is_placed(tx, run_id):
+            pass  # a worker goes on with it: the decision waits in its row
+        elif rows and rows[0]["state"] in queries.LIVE_STATES:
             here, now, silence_s = this_host(), time.time(), crash_silence_s()
             gone = runner_gone(rows[0], here=here, now=now, silence_s=silence_s)
             if gone is None and (silent := _out_of_reach(rows[0], here, now, silence_s)):

@@ -21,6 +21,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from loopdeck.store.base import StoreError, StoreRefused, StoreUnavailable
+from loopdeck.store.leases import BEAT_HELD, RENEW
 
 CONNECT_TIMEOUT_S = 3  # libpq counts whole seconds, at least 2
 # An established connection whose server vanished (a host down, a network cut) fails within
@@ -294,6 +295,19 @@ class PgBeats:
             if isinstance(error, StoreUnavailable):
                 self.close()  # the next beat opens a new one
             raise error from exc
+
+    def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                held = conn.execute(_sql(RENEW), (until, holder)).fetchall()
+                conn.execute(_sql(BEAT_HELD), (at, holder))
+        except psycopg.Error as exc:
+            error = failure(self.path, exc, conn)
+            if isinstance(error, StoreUnavailable):
+                self.close()  # the next renewal opens a new one
+            raise error from exc
+        return [(str(run_id), int(epoch)) for run_id, epoch in held]
 
     def close(self) -> None:
         conn, self.conn = self.conn, None

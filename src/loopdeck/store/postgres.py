@@ -6,8 +6,9 @@ never stored. Same guarantees as the SQLite store:
 - each run's events in order with no gaps: writers of one run's events (its runner, a reader
   marking it crashed) take a transaction-scoped advisory lock on the run first;
 - one winner per decision: `UPDATE … WHERE state = 'pending'` under row locks;
-- live following by LISTEN/NOTIFY: triggers announce every change to events, approvals,
-  commands and a run's state, so waiters wake at once instead of at their next poll.
+- live following by LISTEN/NOTIFY: triggers announce new events (once a statement: a
+  writer's batch is one NOTIFY, not one an event), approvals, commands and the queue's
+  leases, so waiters wake at once instead of at their next poll.
 
 A server that goes away (restarted, stopped, out of reach) is waited out: a statement that
 finds it gone raises StoreUnavailable ("server unreachable: …"), and every connection (the
@@ -43,6 +44,7 @@ from loopdeck.store.base import (
     redact,
 )
 from loopdeck.store.feed import POSTGRES_FEED, POSTGRES_HORIZON, fill_summaries
+from loopdeck.store.leases import LEASES_TABLE
 from loopdeck.store.pg_connection import (
     Backoff,
     PgBeats,
@@ -81,17 +83,21 @@ CREATE TABLE IF NOT EXISTS runs (
     consumed_at DOUBLE PRECISION
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
-{ADDED}
+{LEASES_TABLE}{ADDED}
 {POSTGRES_FEED}
 CREATE OR REPLACE FUNCTION loopdeck_notify() RETURNS trigger AS $$
 BEGIN PERFORM pg_notify('{CHANNEL}', NEW.run_id); RETURN NULL; END $$ LANGUAGE plpgsql;
-CREATE OR REPLACE TRIGGER loopdeck_events AFTER INSERT ON events
+CREATE OR REPLACE FUNCTION loopdeck_notify_batch() RETURNS trigger AS $$
+BEGIN PERFORM pg_notify('{CHANNEL}', run_id) FROM (SELECT DISTINCT run_id FROM batch) AS runs;
+RETURN NULL; END $$ LANGUAGE plpgsql;
+CREATE OR REPLACE TRIGGER loopdeck_events AFTER INSERT ON events REFERENCING NEW TABLE AS batch
+    FOR EACH STATEMENT EXECUTE FUNCTION loopdeck_notify_batch();
+DROP TRIGGER IF EXISTS loopdeck_runs ON runs;
+CREATE OR REPLACE TRIGGER loopdeck_leases AFTER INSERT OR UPDATE OF state ON leases
     FOR EACH ROW EXECUTE FUNCTION loopdeck_notify();
 CREATE OR REPLACE TRIGGER loopdeck_approvals AFTER INSERT OR UPDATE ON approvals
     FOR EACH ROW EXECUTE FUNCTION loopdeck_notify();
 CREATE OR REPLACE TRIGGER loopdeck_commands AFTER INSERT ON commands
-    FOR EACH ROW EXECUTE FUNCTION loopdeck_notify();
-CREATE OR REPLACE TRIGGER loopdeck_runs AFTER INSERT OR UPDATE OF state ON runs
     FOR EACH ROW EXECUTE FUNCTION loopdeck_notify();
 """
 

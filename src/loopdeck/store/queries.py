@@ -19,6 +19,7 @@ from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
+from loopdeck.store.leases import LIVE as PLACED
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
 # Every state but the terminal ones, from the state machine itself: a run waiting for the
@@ -49,10 +50,13 @@ async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> 
     silence = crash_silence_s() if silence_s is None else silence_s
     here, now = this_host(), time.time()
     # Only the runs that may be gone: this host's (their pid is looked at) and the silent.
+    # A run a worker holds or will (`store/leases.py`) is never marked: a worker gone is
+    # replaced by another, which goes on with the run.
     rows = await store.fetchall(
         "SELECT run_id, pid, host, heartbeat_at, pid_started FROM runs"
         f" WHERE state IN {LIVE_STATES}"
-        " AND (host = ? OR heartbeat_at IS NULL OR heartbeat_at < ?)",
+        " AND (host = ? OR heartbeat_at IS NULL OR heartbeat_at < ?)"
+        f" AND run_id NOT IN (SELECT run_id FROM leases WHERE state IN {PLACED})",
         (here, now - silence),
     )
     crashed: list[str] = []
@@ -261,6 +265,26 @@ async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
     for row in rows:
         await store.execute(
             "UPDATE commands SET consumed_at = ? WHERE id = ?", (time.time(), row["id"])
+        )
+    return [_command(dict(row)) for row in rows]
+
+
+async def take_commands_of(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
+    """`take_commands` for many runs at once (a worker's): one read, one mark, each command
+    with its `run_id`."""
+    if not run_ids:
+        return []
+    marks = ", ".join("?" for _ in run_ids)
+    rows = await store.fetchall(
+        'SELECT id, run_id, command, "by" FROM commands WHERE consumed_at IS NULL'
+        f" AND run_id IN ({marks}) ORDER BY id",
+        tuple(run_ids),
+    )
+    if rows:
+        taken = ", ".join("?" for _ in rows)
+        await store.execute(
+            f"UPDATE commands SET consumed_at = ? WHERE id IN ({taken})",
+            (time.time(), *(row["id"] for row in rows)),
         )
     return [_command(dict(row)) for row in rows]
 

@@ -4,7 +4,9 @@ the ones not yet in it, in order, with the rows they change, and removes the fil
 
 A file still held (flock) belongs to a live writer, which commits its events itself: it is
 left alone. A reader's `crashed` mark on the run (its runner had gone before its events were
-in) is undone as the live writer undoes it, and the correction is recorded."""
+in) is undone as the live writer undoes it, and the correction is recorded. A worker's spill
+(its header names its lease's epoch) is written under that epoch's fence: a run another
+worker holds now refuses it, and the file is removed, its events never written."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from loopdeck.core.events import EVENT_ADAPTER, Event, RunCorrected, StateChanged
 from loopdeck.store.base import Store, StoreError
+from loopdeck.store.leases import LeaseLost
 from loopdeck.store.spill import FORMAT, spills_of
 from loopdeck.store.writer import EventWriter
 
@@ -35,6 +38,8 @@ async def bring_back_spills(store: Store) -> list[str]:
                 continue  # its writer is alive and commits these itself
             try:
                 note = await _write_back(store, path, header)
+            except LeaseLost as exc:
+                note = f"{path}: dropped, never written: {exc}"
             except StoreError as exc:
                 notes.append(f"{path}: not written into the store yet ({exc}); kept for later")
                 continue
@@ -73,7 +78,12 @@ async def _write_back(store: Store, path: Path, header: dict[str, Any]) -> str:
     events = [e for e in _spilled_events(path, run_id) if e.seq not in present]
     if not events:
         return ""
-    writer = EventWriter(store, approve_mode=str(header.get("approve_mode") or ""))
+    epoch = header.get("epoch")
+    writer = EventWriter(
+        store,
+        approve_mode=str(header.get("approve_mode") or ""),
+        fence=None if epoch is None else (run_id, int(epoch)),
+    )
     # The rows keep naming the runner that made the events, not this process.
     writer.pid, writer.host = int(header.get("pid") or 0), str(header.get("host") or "")
     writer.pid_started = header.get("pid_started")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from loopdeck.core.events import Event, RunCorrected, RunStarted
 from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.recorded_inputs import record_inputs
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.unknown_outcomes import Unresolvable
 from loopdeck.store import queries
@@ -19,7 +21,7 @@ from loopdeck.store.writer import EventWriter
 COMMAND_POLL_S = 0.1
 
 
-async def _serve_commands(
+async def serve_commands(
     store: Store, runtime: Runtime, done: asyncio.Event, say: Callable[[str], None]
 ) -> None:
     """Until `done`: a cancellation alone is not enough on Python 3.11, whose `wait_for` can
@@ -63,26 +65,31 @@ async def _apply_commands(
     store: Store, runtime: Runtime, run_id: str, say: Callable[[str], None]
 ) -> None:
     for command in await queries.take_commands(store, run_id):
-        by = command["by"]
-        if command["command"] == "cancel":
-            runtime.cancel(after_current_tools=True, by=by)
-        elif command["command"] == "kill":
-            runtime.kill(by=by)
-        elif command["command"] == "pause":
-            runtime.pause(by=by)
-        elif command["command"] == "resume":
-            runtime.resume(by=by)
-        elif command["command"] == queries.MESSAGE:
-            runtime.message(command["text"], by=by)
-        elif command["command"] == queries.REVOKE:
-            if why := runtime.revoke(str(command["said"]["grant_id"]), by=by):
-                say(f"run {run_id}: revoke from {by} not done: {why}")
-        elif command["command"] == queries.RESOLVE:
-            said = command["said"]
-            try:
-                runtime.resolve(str(said["call_id"]), bool(said["applied"]), by=by)
-            except Unresolvable as exc:
-                say(f"run {run_id}: resolution from {by} not taken: {exc}")
+        apply_command(runtime, command, say)
+
+
+def apply_command(runtime: Runtime, command: dict[str, Any], say: Callable[[str], None]) -> None:
+    """One command from another terminal (`queries.take_commands`), done in the run."""
+    run_id, by = runtime.config.run_id, command["by"]
+    if command["command"] == "cancel":
+        runtime.cancel(after_current_tools=True, by=by)
+    elif command["command"] == "kill":
+        runtime.kill(by=by)
+    elif command["command"] == "pause":
+        runtime.pause(by=by)
+    elif command["command"] == "resume":
+        runtime.resume(by=by)
+    elif command["command"] == queries.MESSAGE:
+        runtime.message(command["text"], by=by)
+    elif command["command"] == queries.REVOKE:
+        if why := runtime.revoke(str(command["said"]["grant_id"]), by=by):
+            say(f"run {run_id}: revoke from {by} not done: {why}")
+    elif command["command"] == queries.RESOLVE:
+        said = command["said"]
+        try:
+            runtime.resolve(str(said["call_id"]), bool(said["applied"]), by=by)
+        except Unresolvable as exc:
+            say(f"run {run_id}: resolution from {by} not taken: {exc}")
 
 
 class RunAbandoned(Exception):
@@ -146,6 +153,8 @@ class RecordedRun:
     async def run(self) -> RunOutcome:
         runtime = self.runtime
         run_id = runtime.config.run_id
+        # Its model's replies and its env's state as seen, in its log: it can be forked.
+        record_inputs(runtime)
         unsubscribe = runtime.bus.subscribe(self.writer)
         self._unsubscribe_start = runtime.bus.subscribe(self._on_start)
         runtime.journal = self.writer
@@ -157,7 +166,7 @@ class RecordedRun:
         heartbeat = Heartbeat(self.store, run_id)
         heartbeat.start()
         done = asyncio.Event()
-        commands = asyncio.create_task(_serve_commands(self.store, runtime, done, self.say))
+        commands = asyncio.create_task(serve_commands(self.store, runtime, done, self.say))
         # The runtime in a task of its own: `abandon` can cancel it and nothing else.
         self._running = asyncio.create_task(runtime.run(), name=f"loopdeck-run-{run_id}")
         try:
@@ -203,3 +212,6 @@ class RecordedRun:
             )
         problems = "; ".join(self.writer.spill_problems) or "nothing was left to write"
         return f"{exc}; the unsaved events could not be spilled anywhere either ({problems})"
+
+
+_serve_commands = serve_commands  # the name the runner's tests know it by

@@ -29,6 +29,7 @@ from loopdeck.store.base import (
 )
 from loopdeck.store.feed import SQLITE_FEED, fill_summaries
 from loopdeck.store.files import private_store_files, store_folder
+from loopdeck.store.leases import BEAT_HELD, LEASES_TABLE, RENEW
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,7 +45,7 @@ CREATE TABLE IF NOT EXISTS runs (
     by TEXT NOT NULL, created_at REAL NOT NULL, consumed_at REAL
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
-"""
+{LEASES_TABLE}"""
 DEFAULT_BUSY_TIMEOUT_S = 5.0
 
 
@@ -86,6 +87,17 @@ class _SqliteBeats:
 
     def beat(self, run_id: str, at: float) -> None:
         self.db.execute("UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", (at, run_id))
+
+    def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            held = [(str(r[0]), int(r[1])) for r in self.db.execute(RENEW, (until, holder))]
+            self.db.execute(BEAT_HELD, (at, holder))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return held
 
     def close(self) -> None:
         self.db.close()

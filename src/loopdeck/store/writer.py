@@ -5,7 +5,11 @@ login refused) the writer is in an outage: the events stay queued in order, are 
 outside the store's folder (`store/spill.py`), and the commit is tried again with a bounded
 backoff; the runtime holds meanwhile (`Journal.outage`, `recovered()`). The first commit that
 lands writes the queue in order and ends the outage. What each event's rows are is
-`store/event_rows.py`'s; each event's link in its run's hash chain, `store/chain.py`'s."""
+`store/event_rows.py`'s; each event's link in its run's hash chain, `store/chain.py`'s.
+
+A worker's run is fenced (`fence`: its run and lease epoch): each commit checks the lease in
+its own transaction (`store/leases.py`). Refused (`LeaseLost`), the writer drops what it holds
+and every later event, never retries and never spills, and tells `on_lease_lost`."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
 from loopdeck.store.chain import CHAINED_COLUMNS, EVENT_COLUMNS, EventRow, RunChain
 from loopdeck.store.event_rows import RunRows, event_json, event_row
+from loopdeck.store.leases import LeaseLost, check
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.spill import Spill
 
@@ -44,9 +49,16 @@ Queued = tuple[Event, EventRow | None, str, str | None]
 class EventWriter:
     """A bus subscriber that queues events and commits them in batches, in order."""
 
-    def __init__(self, store: Store, *, approve_mode: str = "") -> None:
+    def __init__(
+        self, store: Store, *, approve_mode: str = "", fence: tuple[str, int] | None = None
+    ) -> None:
         self.store = store
         self.approve_mode = approve_mode
+        # A worker's run: (run id, lease epoch), checked by every commit; None: not fenced.
+        self.fence = fence
+        self.lost: LeaseLost | None = None
+        self.on_lease_lost: Callable[[LeaseLost], None] | None = None
+        self.taking = True  # False: a worker let the run go; what comes after is not its
         self.pid = os.getpid()
         self.pid_started = process_started(self.pid)
         self.host = this_host()
@@ -76,6 +88,8 @@ class EventWriter:
         self.close_retry_s = CLOSE_RETRY_S
 
     def __call__(self, event: Event) -> None:
+        if self.lost is not None or not self.taking:
+            return  # the run is another worker's now: nothing more of this one is kept
         try:
             row: EventRow | None = event_row(event)
         except Exception:  # never the publisher's problem: the commit reports it
@@ -83,8 +97,15 @@ class EventWriter:
         chain = self.chain
         after = chain.tail_hash
         self._queue.append((event, row, after, chain.queued(event.seq, row)))
-        if len(self._queue) >= BATCH_MAX and self.outage is None:  # an outage keeps its pace
+        if self.outage is not None:
+            return  # an outage keeps its own pace
+        if len(self._queue) >= BATCH_MAX:
             self._wake.set()
+        elif len(self._queue) == 1 and self._task is not None:
+            # A batch begins: committed BATCH_INTERVAL_S from now. An idle writer (its run
+            # waits on its operator, or in a long tool) is never woken for nothing: a worker
+            # holds hundreds of them.
+            self._task.get_loop().call_later(BATCH_INTERVAL_S, self._wake.set)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="loopdeck-event-writer")
@@ -92,12 +113,17 @@ class EventWriter:
     async def _loop(self) -> None:
         wait = BATCH_INTERVAL_S
         while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await bounded(self._wake.wait(), wait)
+            if self._queue or self.outage is not None:
+                with contextlib.suppress(TimeoutError):
+                    await bounded(self._wake.wait(), wait)
+            else:
+                await self._wake.wait()  # idle until an event's batch is due, or `close`
             self._wake.clear()
             try:
                 await self.flush()
                 wait = BATCH_INTERVAL_S
+            except LeaseLost:
+                return  # nothing more is committed: `on_lease_lost` was told
             except StoreError as exc:
                 self.error = exc  # kept, retried; nothing queued is dropped
                 if self.outage is not None:
@@ -116,6 +142,9 @@ class EventWriter:
             batch, self._queue = self._queue, []
             try:
                 await self._commit(batch)
+            except LeaseLost as exc:
+                self._lose(exc)
+                raise
             except StoreUnavailable as exc:
                 self._queue = batch + self._queue
                 self._enter_outage(exc)
@@ -135,6 +164,16 @@ class EventWriter:
             self.error = None
             if self.outage is not None:
                 self._end_outage()
+
+    def _lose(self, exc: LeaseLost) -> None:
+        """Refused by the fence: what is queued (and spilled) is dropped, never written."""
+        self._queue, self.lost, self.error = [], exc, exc
+        if self._spill is not None:
+            self._spill.release(remove=True)
+        self.outage = None
+        self._available.set()  # nobody waits on a store this run may not write any more
+        if self.on_lease_lost is not None:
+            self.on_lease_lost(exc)
 
     def _enter_outage(self, exc: StoreUnavailable) -> None:
         """The store cannot take writes: say so (cause, since, last error) and spill."""
@@ -165,7 +204,8 @@ class EventWriter:
             self._spill = Spill(
                 self.store.path,
                 {"run_id": self._queue[0][0].run_id, "pid": self.pid, "host": self.host,
-                 "pid_started": self.pid_started, "approve_mode": self.approve_mode},
+                 "pid_started": self.pid_started, "approve_mode": self.approve_mode,
+                 "epoch": None if self.fence is None else self.fence[1]},
             )  # fmt: skip
         last = self._queue[-1][0].seq
         if self._spill.path is not None and last == self._spilled_through:
@@ -190,6 +230,8 @@ class EventWriter:
             try:
                 await self.flush()
                 return
+            except LeaseLost:
+                return  # dropped, as it must be: `on_lease_lost` was told
             except StoreRefused:
                 raise
             except StoreUnavailable:
@@ -230,6 +272,8 @@ class EventWriter:
         run_id = batch[0][0].run_id
         last = None
         async with self.store.transaction(run_id) as tx:
+            if self.fence is not None:
+                await check(tx, self.store, *self.fence)
             correction = await self.rows.undo_a_false_crash(tx, run_id)
             if correction is not None and self.on_correction is not None:
                 self.on_correction(correction)

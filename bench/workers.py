@@ -1,0 +1,209 @@
+"""Runs placed on workers (issue 42): a thousand runs of `shared_orders` (its orders in a
+folder every worker sees, each look at an order taking STEP_S) submitted to one PostgreSQL
+store on a throwaway loopback cluster, ten `loopdeck worker` processes (each a host of its
+own) claiming and running them, and this process following the store as the console's fleet
+does (`Fleet.refresh` driven by `following.poll`, woken by NOTIFY), with the queue read every
+50 ms beside it.
+
+Printed: from a claim (the lease seen held) to the run's first event in the fleet, median and
+p99; from an event's making (its `at`, before the writer's batch and commit) to the fleet
+showing its run at that event, median and p99, over every event of every run; how long the
+thousand took. Targets: claim → first event p99 <= 2 s, event → fleet p99 <= 250 ms.
+
+And what recording a run's inputs costs (`record_inputs`: each model reply and each change of
+the env's state in the log, what makes a run resumable and forkable): supervised steps/s of
+a zero-latency model (`steps_per_second.py`'s loop) with it over without it, the median of
+rounds that measure both back to back. Target: at least 85 %.
+
+    .venv/bin/python bench/workers.py [RUNS] [WORKERS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from targets_table import Row
+
+from loopdeck.operator import following
+from loopdeck.operator.fleet import Fleet
+from loopdeck.operator.launch import RunOptions
+from loopdeck.operator.placement import checked, submitted
+from loopdeck.store import leases
+from loopdeck.store.base import Location, Store
+from loopdeck.store.opening import open_store
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+from pg_cluster import Cluster
+
+STEP_S = 2.0
+CLAIM_TARGET_MS = 2000.0
+LAG_TARGET_MS = 250.0
+BOUND_S = 900.0
+
+
+def start_workers(url: str, workers: int, slots: int) -> list[subprocess.Popen[str]]:
+    command = [sys.executable, "-m", "loopdeck", "worker", "--db", url, "--slots", str(slots)]
+    started = []
+    for i in range(workers):
+        env = {**os.environ, "LOOPDECK_HOST": f"worker-{i:02d}"}
+        quiet = subprocess.DEVNULL
+        started.append(subprocess.Popen(command, stdout=quiet, stderr=quiet, env=env))
+    return started
+
+
+async def submit_all(store: Store, runs: int, root: Path) -> list[str]:
+    settings = [f'data.state_root="{root}"', f"data.step_s={STEP_S}"]
+    run = checked(RunOptions(env="shared_orders", script="solve", approve="auto",
+                             settings=settings))  # fmt: skip
+    kept = submitted(run)
+    ids = [f"bench{n:05d}" for n in range(runs)]
+    for run_id in ids:
+        await leases.submit(store, run_id, {**kept, "run_id": run_id})
+    return ids
+
+
+async def watch_claims(store: Store, claimed: dict[str, float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        now = time.time()
+        for row in await store.fetchall("SELECT run_id FROM leases WHERE state != 'queued'"):
+            claimed.setdefault(str(row[0]), now)
+        await asyncio.sleep(0.05)
+
+
+async def follow(url: Location, runs: int, workers: int) -> dict[str, Any]:
+    store = await open_store(url)
+    fleet, stop = Fleet(), asyncio.Event()
+    seen: dict[str, tuple[list[int], list[float]]] = {}
+    claimed: dict[str, float] = {}
+
+    def changed() -> None:
+        now = time.time()
+        for row in fleet.rows.values():
+            seqs, times = seen.setdefault(row.run_id, ([], []))
+            if not seqs or row.seen_seq > seqs[-1]:
+                seqs.append(row.seen_seq)
+                times.append(now)
+
+    with tempfile.TemporaryDirectory() as folder:
+        ids = await submit_all(store, runs, Path(folder))
+        started = time.monotonic()
+        procs = start_workers(str(url), workers, slots=runs // workers + 10)
+        tasks = [asyncio.create_task(following.poll(fleet, store, stop, changed)),
+                 asyncio.create_task(watch_claims(store, claimed, stop))]  # fmt: skip
+        try:
+            while time.monotonic() - started < BOUND_S:
+                rows = await store.fetchall("SELECT COUNT(*) FROM leases WHERE state = 'ended'")
+                if int(rows[0][0]) == runs:
+                    break
+                await asyncio.sleep(1.0)
+            took = time.monotonic() - started
+            await asyncio.sleep(1.0)  # the last commits' reads
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=60)
+        made = await _made(store, ids)
+    await store.close()
+    return {"seen": seen, "claimed": claimed, "made": made, "took": took, "ids": ids}
+
+
+async def _made(store: Store, ids: list[str]) -> dict[str, list[tuple[int, float]]]:
+    """Each run's events: their numbers and when they were made."""
+    made: dict[str, list[tuple[int, float]]] = {}
+    for run_id in ids:
+        rows = await store.fetchall(
+            "SELECT seq, body FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+        )
+        made[run_id] = [(int(r[0]), _at(r[1])) for r in rows]
+    return made
+
+
+def _at(body: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(json.loads(body)["at"]).timestamp()
+
+
+def figures(found: dict[str, Any]) -> tuple[list[float], list[float]]:
+    claims, lags = [], []
+    for run_id in found["ids"]:
+        seqs, times = found["seen"].get(run_id, ([], []))
+        if times and run_id in found["claimed"]:
+            claims.append(max(0.0, times[0] - found["claimed"][run_id]))
+        for seq, at in found["made"][run_id]:
+            i = bisect.bisect_left(seqs, seq)
+            if i < len(seqs):
+                lags.append(max(0.0, times[i] - at))
+    return sorted(claims), sorted(lags)
+
+
+def p99(values: list[float]) -> float:
+    return values[max(0, int(len(values) * 0.99) - 1)] if values else float("nan")
+
+
+def recording_cost(steps: int = 3000, rounds: int = 7) -> Row:
+    from steps_per_second import ZeroLatencyModel, runtime_for
+    from steps_per_second import measure as steps_per_s
+
+    from loopdeck.core.recorded_inputs import record_inputs
+
+    ratios = []
+    for n in range(rounds):
+        plain = runtime_for(steps, ZeroLatencyModel())
+        recorded = runtime_for(steps, ZeroLatencyModel())
+        record_inputs(recorded)
+        sides = [(plain, "plain"), (recorded, "recorded")][:: 1 if n % 2 else -1]
+        rates = {name: asyncio.run(steps_per_s(rt, steps)) for rt, name in sides}
+        ratios.append(rates["recorded"] / rates["plain"])
+    ratio = statistics.median(ratios)
+    print(f"recording a run's inputs: {ratio:.0%} of the steps/s without it (median of {rounds})")
+    return Row("workers: steps/s with inputs recorded / without", f"{ratio:.2f}", "1.00",
+               ratio, ">= 0.85x")  # fmt: skip
+
+
+def measure(runs: int = 1000, workers: int = 10) -> list[Row]:
+    cluster = Cluster().start()
+    os.environ["PGPASSWORD"] = cluster.password
+    try:
+        found = asyncio.run(follow(cluster.bare_url, runs, workers))
+    finally:
+        cluster.stop()
+    claims, lags = figures(found)
+    print(f"{runs:,} runs on {workers} workers (PostgreSQL): all ended in {found['took']:.0f} s")
+    print(f"  claim -> first event in the fleet: median {statistics.median(claims) * 1000:.0f} ms,"
+          f" p99 {p99(claims) * 1000:.0f} ms over {len(claims):,} runs")  # fmt: skip
+    print(f"  event made -> fleet: median {statistics.median(lags) * 1000:.0f} ms,"
+          f" p99 {p99(lags) * 1000:.0f} ms over {len(lags):,} events")  # fmt: skip
+    name = f"{runs:,} runs / {workers} workers"
+    return [
+        recording_cost(),
+        Row(f"workers: claim -> first event p99 ({name})", f"{p99(claims) * 1000:.0f} ms",
+            f"{CLAIM_TARGET_MS:.0f} ms", p99(claims) * 1000 / CLAIM_TARGET_MS, "<= 1x"),
+        Row(f"workers: event -> fleet p99 ({name})", f"{p99(lags) * 1000:.0f} ms",
+            f"{LAG_TARGET_MS:.0f} ms", p99(lags) * 1000 / LAG_TARGET_MS, "<= 1x"),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    numbers = [int(arg) for arg in sys.argv[1:] if arg.isdigit()]
+    runs = numbers[0] if numbers else 1000
+    workers = numbers[1] if len(numbers) > 1 else 10
+    for row in measure(runs, workers):
+        print(f"{row.target}: {row.figure} (target {row.reference})")
+
+
+if __name__ == "__main__":
+    main()

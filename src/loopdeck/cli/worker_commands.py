@@ -1,0 +1,173 @@
+"""`loopdeck submit`, `loopdeck worker` and `loopdeck fork`: runs placed on workers (their
+run's flags are `run`'s, handed in by the parser, so this module imports nothing of it).
+
+    loopdeck submit ENV_DIR [--script NAME] [run's options] [--db URL]
+    loopdeck worker [--db URL] [--slots N]
+    loopdeck fork RUN_ID --at CALL_ID [--model M] [--script NAME] [--message TEXT] [--db URL]
+
+Light at import: what each runs is imported when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from loopdeck.store.base import DB_HELP, default_db_path, store_location
+
+RunFlags = Callable[[argparse.ArgumentParser], None]
+WORKER_COMMANDS = ("submit", "worker", "fork")
+# `run`'s flags that mean nothing for a run no terminal watches: refused by name.
+NOT_FOR_SUBMIT = {
+    "headless": "a submitted run is always headless",
+    "theme": "a submitted run has no console",
+    "otlp": "a worker sends no trace of its own",
+    "otlp_content": "a worker sends no trace of its own",
+    "notify": "a worker pushes nothing of its own",
+    "notify_after": "a worker pushes nothing of its own",
+    "notify_content": "a worker pushes nothing of its own",
+}
+
+
+def _slots(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 1000, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
+def add_worker_commands(commands: Any, run_flags: RunFlags) -> None:
+    submit = commands.add_parser(
+        "submit", help="record a run as queued for `loopdeck worker`; prints its id"
+    )
+    submit.add_argument("env", metavar="ENV_DIR", help="env folder (one every worker sees)")
+    submit.add_argument("--script", help="script the offline model plays (default: solve)")
+    submit.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
+    submit.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
+    submit.add_argument("--mode", choices=["rounds", "react"])
+    submit.add_argument("--model-timeout", type=_seconds, metavar="SECONDS")
+    submit.add_argument("--set", dest="settings", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a scenario.toml value")  # fmt: skip
+    run_flags(submit)
+    worker = commands.add_parser(
+        "worker", help="claim queued runs and run them, each under a lease, until stopped"
+    )
+    worker.add_argument("--db", type=store_location, help=DB_HELP)
+    worker.add_argument("--slots", type=_slots, default=4, help="runs at once (default 4)")
+    fork = commands.add_parser(
+        "fork", help="a new run from a run's events up to one of its calls, queued for a worker"
+    )
+    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument("--at", required=True, metavar="CALL_ID",
+                      help="the call whose model turn is asked again")  # fmt: skip
+    fork.add_argument("--model", help="the model from the fork on (default: the run's)")
+    fork.add_argument("--script", help="the script the offline model plays from the fork on")
+    fork.add_argument("--message", metavar="TEXT", help="said to the agent at the fork")
+    fork.add_argument("--env", dest="env_dir", metavar="ENV_DIR",
+                      help="the run's env folder, when it was not submitted")  # fmt: skip
+    fork.add_argument("--set", dest="settings", action="append", default=[],
+                      metavar="KEY=VALUE", help="override a scenario.toml value")  # fmt: skip
+    fork.add_argument("--db", type=store_location, help=DB_HELP)
+    fork.add_argument("--json", action="store_true", help="one JSON value on the last line")
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    if args.command == "worker":
+        return _worker(args)
+    if args.command == "fork":
+        return _fork(args)
+    return _submit(args)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from loopdeck.core.scenario import ScenarioError
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.placement import submit
+
+    for flag, why in NOT_FOR_SUBMIT.items():
+        if getattr(args, flag, None):
+            raise ScenarioError(f"--{flag.replace('_', '-')}: {why}")
+    budgets = ("max_turns", "max_tool_calls", "max_tokens", "max_cost", "deadline", "max_rounds")
+    options = RunOptions(
+        env=args.env, script=args.script, model=args.model, api_base=args.api_base,
+        mode=args.mode, approve=args.approve, run_id=args.run_id,
+        budget_overrides={name: getattr(args, name) for name in budgets},
+        model_timeout_s=args.model_timeout, pause_at=args.pause_at,
+        settings=list(args.settings), policy=args.policy,
+    )  # fmt: skip
+    run_id = asyncio.run(submit(args.db or default_db_path(), options))
+    if args.json:
+        print(json.dumps({"run_id": run_id}))
+    else:
+        print(run_id)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """Until SIGTERM or SIGINT: then no more claims, and each run it holds is handed back to
+    the queue where it is (a second signal leaves at once: their leases run out)."""
+    import asyncio
+    import os
+    import signal
+
+    from loopdeck import tuning
+    from loopdeck.operator.worker import Worker
+
+    tuning.for_headless()
+    worker = Worker(args.db or default_db_path(), slots=args.slots, say=_said)
+
+    async def until_stopped() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stopping(number: int) -> None:
+            if stop.is_set():
+                os._exit(128 + number)
+            _said(f"worker {worker.name.holder}: stopping, its runs handed back")
+            stop.set()
+
+        for number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(number, stopping, number)
+        await worker.run(stop)
+
+    asyncio.run(until_stopped())
+    return 0
+
+
+def _said(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _fork(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from loopdeck.operator.fork import fork
+
+    location = args.db or default_db_path()
+    forked = fork(location, args.run_id, args.at, model=args.model, script=args.script,
+                  message=args.message, env=args.env_dir, settings=args.settings)  # fmt: skip
+    run_id = asyncio.run(forked)
+    if args.json:
+        print(json.dumps({"run_id": run_id, "forked_from": args.run_id, "at": args.at}))
+    else:
+        print(run_id)
+        print(f"forked from {args.run_id} at {args.at}: queued for a worker", file=sys.stderr)
+    return 0

@@ -1,0 +1,155 @@
+"""`loopdeck fork RUN_ID --at CALL_ID`: a new run from a run's events up to one of its calls,
+queued for a worker, which rebuilds it from them and goes on from the model turn that
+proposed the call: that turn and everything after it are the fork's own, with the model,
+script or message the fork changes.
+
+The run is rebuilt as a worker goes on with a run it takes over (`core/replay_log.py`): the
+recorded model replies before the fork are served again (no call, no cost) and the fork's log
+begins with the events the rebuilt run makes, its own from its first. Its env is put in the
+state the run saw at the fork, where it can be (`env.restore(snapshot)`, on the fork's own
+state: `reopen(fork_id)`); where it cannot, or where the restored state is not that one,
+every standing grant given before the fork is revoked as the fork goes live: nothing approved
+before it then runs without being asked again (a receipt is bound to its state anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from loopdeck.core.canonical import short_hash
+from loopdeck.core.events import CallProposed, Event, StateSeen
+from loopdeck.core.replay_events import ModelReplied, RunForked
+from loopdeck.core.replay_log import ReplayLog
+from loopdeck.core.runtime import Runtime
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator.launch import BUDGET_FLAGS
+from loopdeck.operator.records import known_run
+from loopdeck.operator.resume import load_log
+from loopdeck.store import leases
+from loopdeck.store.base import Location, Store
+from loopdeck.store.opening import open_store
+
+FORKED_BY = "fork"  # who revokes the grants the fork's state does not hold
+
+
+def fork_point(log: list[Event], run_id: str, at_call: str) -> int:
+    """The last event before the model turn that proposed `at_call`: what the fork is
+    rebuilt through."""
+    proposed = next((e for e in log if isinstance(e, CallProposed) and e.call_id == at_call), None)
+    if proposed is None:
+        calls = [e.call_id for e in log if isinstance(e, CallProposed)]
+        named = f"its calls: {', '.join(calls)}" if calls else "it proposed no call"
+        raise ScenarioError(f"run {run_id} has no call {at_call} ({named})")
+    turn = next(
+        (e for e in reversed(log) if isinstance(e, ModelReplied) and e.seq < proposed.seq), None
+    )
+    if turn is None:
+        raise ScenarioError(
+            f"run {run_id} cannot be forked at {at_call}: no model reply of its is in the log"
+            " (it was recorded before loopdeck kept them, or its agent drives its own loop)"
+        )
+    return turn.asked_after
+
+
+async def fork(
+    location: Location,
+    run_id: str,
+    at_call: str,
+    *,
+    model: str | None = None,
+    script: str | None = None,
+    message: str | None = None,
+    env: str | None = None,
+    settings: list[str] | None = None,
+) -> str:
+    """The fork queued for a worker; its run id."""
+    store = await open_store(location, create=False)
+    try:
+        row = await known_run(store, run_id)
+        run_id = str(row["run_id"])
+        log = await load_log(store, run_id)
+        through = fork_point(log, run_id, at_call)
+        options = await _options_of(store, run_id, row, log, env)
+        changed = []
+        for name, value in (("model", model), ("script", script)):
+            if value is not None:
+                options[name] = value
+                changed.append(f"{name} {value}")
+        if message:
+            changed.append("a message to the agent")
+        if settings:
+            options["settings"] = [*options.get("settings", []), *settings]
+            changed += [f"--set {text}" for text in settings]
+        fork_id = uuid.uuid4().hex[:12]
+        options["run_id"] = fork_id
+        options["fork"] = {"source": run_id, "at": at_call, "through": through,
+                           "message": message, "changed": changed}  # fmt: skip
+        await leases.submit(store, fork_id, options)
+    finally:
+        await store.close()
+    return fork_id
+
+
+async def _options_of(
+    store: Store, run_id: str, row: dict[str, Any], log: list[Event], env: str | None
+) -> dict[str, Any]:
+    """The run's options as submitted; a run that was not submitted, as its log and row say
+    (its env by `--env`, else by the name a sample env has)."""
+    placed = await leases.placement(store, run_id)
+    if placed is not None:
+        import json
+
+        options: dict[str, Any] = json.loads(placed["options"])
+        options.pop("fork", None)
+        if env is not None:
+            options["env"] = env
+        return options
+    started = log[0] if log else None
+    budget = getattr(started, "budget", {}) or {}
+    flags = {field: flag for flag, field in BUDGET_FLAGS.items()}
+    return {
+        "env": env or str(row["env"]),
+        "script": row["script"],
+        "model": row["model"],
+        "mode": row["mode"],
+        "approve": row["approve_mode"] if row["approve_mode"] in ("auto", "deny") else "wait",
+        "budget_overrides": {flags[k]: v for k, v in budget.items() if k in flags},
+        "settings": [],
+    }
+
+
+async def source_of(store: Store, forked: dict[str, Any]) -> ReplayLog:
+    """The events a fork is rebuilt from: its source's, through the fork point."""
+    log = await load_log(store, str(forked["source"]))
+    return ReplayLog([e for e in log if e.seq <= int(forked["through"])])
+
+
+async def restored(runtime: Runtime, replay: ReplayLog) -> bool:
+    """The fork's env put in the state its source saw at the fork, where it can be; whether
+    it is in that state now."""
+    seen = replay.last_of(StateSeen)
+    env = runtime.env
+    restore = getattr(env, "restore", None)
+    if seen is None or seen.snapshot is None or not callable(restore):
+        return False
+    await asyncio.to_thread(restore, seen.snapshot)
+    now = await asyncio.to_thread(env.snapshot)
+    return bool(short_hash(now) == seen.fingerprint)
+
+
+def went_live(runtime: Runtime, replay: ReplayLog, forked: dict[str, Any], same: bool) -> None:
+    """The fork is rebuilt: say so, revoke what was granted for a state it is not in, and
+    tell the agent the fork's message before its next turn."""
+    run_id = runtime.config.run_id
+    runtime.emit(RunForked, run_id=run_id, source=str(forked["source"]), at_call=str(forked["at"]),
+                 through_seq=int(forked["through"]), changed=list(forked.get("changed") or []),
+                 state_restored=same)  # fmt: skip
+    if not same:
+        for grant in list(runtime.calls.approvals.grants.given):
+            runtime.revoke(
+                grant.grant_id, by=f"{FORKED_BY} (its state is not the one it was given in)"
+            )
+    if forked.get("message"):
+        runtime.message(str(forked["message"]), by=FORKED_BY)

@@ -1,0 +1,288 @@
+"""One run a worker claimed: prepared from its submitted options, rebuilt from its log when it
+has one (`operator/resume.py`), recorded under its lease (every commit fenced by the lease's
+epoch), until it stops, its lease is lost, or the worker lets it go (handed back, parked).
+
+A lost lease stops the run at once: its writer keeps nothing more, it acts on nothing more
+(the model wrapper and the dispatcher check the lease first: `Lease.ensure`), and its runtime
+is killed here without a word of it reaching the store: the run is another worker's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loopdeck.core.control import Interrupted
+from loopdeck.core.events import ApprovalRequested, Event, StateChanged
+from loopdeck.core.recorded_inputs import ReplayBus, record_inputs
+from loopdeck.core.replay_events import RunForked, RunMoved
+from loopdeck.core.replay_log import ReplayLog
+from loopdeck.core.runtime import Runtime
+from loopdeck.core.states import StopReason
+from loopdeck.operator.approving import deciders
+from loopdeck.operator.fork import restored, source_of
+from loopdeck.operator.fork import went_live as fork_live
+from loopdeck.operator.launch import prepare_run
+from loopdeck.operator.parking import Parking
+from loopdeck.operator.placement import run_options
+from loopdeck.operator.resume import Refreshed, load_log, record_stop, stopped, unresumable
+from loopdeck.store import leases
+from loopdeck.store.approver import StoreApprover
+from loopdeck.store.base import Store, StoreError
+from loopdeck.store.runner import apply_command
+from loopdeck.store.writer import EventWriter
+
+Say = Callable[[str], None]
+ENSURE_POLL_S = 0.05
+
+
+class Lease:
+    """This worker's hold on one run, as its heartbeat last confirmed it."""
+
+    def __init__(self, run_id: str, epoch: int, hold_s: float) -> None:
+        self.run_id, self.epoch, self.hold_s = run_id, epoch, hold_s
+        self.since = time.monotonic()
+        self.valid_until = self.since + hold_s
+        self.lost: str | None = None
+        self.on_lost: Callable[[str], None] = lambda why: None
+        self._loop = asyncio.get_running_loop()
+
+    def renewed(self, at: float) -> None:
+        """Confirmed by a renewal begun at `at` (monotonic)."""
+        self.valid_until = max(self.valid_until, at + self.hold_s)
+
+    def lose(self, why: str) -> None:
+        """From any thread: the run is not this worker's any more."""
+        if self.lost is None:
+            self.lost = why
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is everything
+                self._loop.call_soon_threadsafe(self.on_lost, why)
+
+    async def ensure(self) -> None:
+        """Before acting: the lease holds, or the next renewal says it does; else the run
+        stops here (`Interrupted`), acting on nothing."""
+        while True:
+            if self.lost is not None:
+                raise Interrupted(StopReason.KILLED, f"lease lost: {self.lost}")
+            now = time.monotonic()
+            if now < self.valid_until:
+                return
+            if now > self.valid_until + self.hold_s:
+                self.lose(f"no renewal reached the store for {self.hold_s:.0f}s")
+                continue
+            await asyncio.sleep(ENSURE_POLL_S)
+
+
+class LeasedRun:
+    """A claimed run on this worker; `store` and `writer` are what its approvers ask."""
+
+    def __init__(
+        self, store: Store, claim: leases.Claim, lease: Lease, worker: leases.WorkerName, say: Say
+    ) -> None:
+        self._store = store
+        self.claim = claim
+        self.lease = lease
+        self.worker = worker
+        self.say = say
+        self._writer: EventWriter | None = None
+        self.runtime: Runtime | None = None
+        self.let_go_as: str | None = None  # handed back or parked: how it left this worker
+        self.live = False  # its runtime takes commands from other terminals
+        self.bus: ReplayBus | None = None
+        self.started = asyncio.Event()  # its runtime runs (or it left without one)
+        lease.on_lost = self._lost
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def writer(self) -> EventWriter:
+        if self._writer is None:
+            raise RuntimeError("the run is not being recorded yet")
+        return self._writer
+
+    @property
+    def run_id(self) -> str:
+        return self.claim.run_id
+
+    async def run(self) -> str:
+        """The run here until it stops or leaves this worker; what became of it, in words."""
+        try:
+            return await self._run()
+        finally:
+            self.started.set()
+
+    async def _run(self) -> str:
+        log = await load_log(self.store, self.run_id)
+        if stopped(log):
+            await self._end("it had stopped")
+            return "had stopped already: its lease ended"
+        forked = self.claim.options.get("fork")
+        if forked is not None and any(isinstance(e, RunForked) for e in log):
+            forked = None  # the fork went live: it goes on from its own log, as any run
+        replay = ReplayLog(log) if log else None
+        if forked is not None:  # rebuilt from its source, past what its log has already
+            replay = await source_of(self.store, forked)
+        options = run_options(self.claim.options, self.run_id)
+        bus = self.bus = ReplayBus(forward=forked is not None, already=log[-1].seq if log else 0)
+        try:
+            chosen = deciders(options.approve, model=options.model or "", console=False,
+                              recording=self)  # fmt: skip
+            approver = chosen.approver
+            if log and isinstance(approver, StoreApprover):
+                approver = Refreshed(self, {e.call_id for e in log
+                                            if isinstance(e, ApprovalRequested)})  # fmt: skip
+            prepared = prepare_run(options, approver=approver, answerer=chosen.answerer,
+                                   bus=bus, recording=self)  # fmt: skip
+        except Exception as exc:  # its env or model cannot be made on this worker
+            return await self._crash(f"could not be prepared on {self.worker.host}: {exc}")
+        try:
+            why = unresumable(prepared.runtime, reopened=forked is None) if replay else None
+            if why is not None:
+                lost = (
+                    "it cannot be forked" if forked else "its worker was lost and it cannot go on"
+                )
+                return await self._crash(f"{lost}: {why}")
+            await self._open(prepared.runtime, bus, replay, forked)
+            return await self._drive(prepared.runtime, log, replay)
+        finally:
+            prepared.cleanup()
+
+    async def _open(
+        self, runtime: Runtime, bus: ReplayBus, replay: ReplayLog | None,
+        forked: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        """Its env reopened where its state is (a fork's restored to its source's), its
+        inputs recorded and, from a log, served until it has no more."""
+        self.runtime = runtime
+        reopen = getattr(runtime.env, "reopen", None)
+        if callable(reopen):
+            await asyncio.to_thread(reopen, self.run_id)
+        if replay is not None:
+            bus.follow(replay)
+            if forked is not None:
+                same = await restored(runtime, replay)
+                replay.on_live.append(lambda: fork_live(runtime, replay, forked, same))
+                replay.on_live.append(lambda: setattr(self, "live", True))
+            else:
+                replay.on_live.append(lambda: self._went_live(runtime, replay))
+        record_inputs(runtime, replay, self._may_act)
+
+    async def _drive(self, runtime: Runtime, log: list[Event], replay: ReplayLog | None) -> str:
+        writer = self._writer = EventWriter(
+            self.store, approve_mode=str(self.claim.options.get("approve") or ""),
+            fence=(self.run_id, self.claim.epoch),
+        )  # fmt: skip
+        if log:
+            last = next((e for e in reversed(log) if isinstance(e, StateChanged)), None)
+            asked = {e.call_id for e in log if isinstance(e, ApprovalRequested)}
+            writer.resume_from(None if last is None else last.target.value, asked)
+        writer.on_lease_lost = lambda exc: self._lost(str(exc))
+        unsubscribe = runtime.bus.subscribe(writer)
+        runtime.journal = writer
+        writer.start()
+        self.live = replay is None
+        self.started.set()
+        parking = Parking(runtime, replay, self.worker.host, self.let_go)
+        unwatch = runtime.bus.subscribe(parking.seen)
+        watching = None
+        if self.claim.options.get("approve") == "wait":
+            watching = asyncio.create_task(parking.watch())
+        try:
+            outcome = await runtime.run()
+        finally:
+            unwatch()
+            self.live = False
+            if watching is not None:
+                watching.cancel()
+            await self._close(writer)
+            unsubscribe()
+        if replay is not None and replay.diverged is not None:
+            return await self._crash(replay.diverged)
+        if self.let_go_as is not None:
+            return self.let_go_as
+        if writer.lost is not None or self.lease.lost is not None:
+            return f"left: {writer.lost or self.lease.lost}"
+        await self._end(f"{outcome.stop_reason.value} on {self.worker.host}")
+        return f"{outcome.stop_reason.value}: {outcome.detail}"
+
+    def _went_live(self, runtime: Runtime, replay: ReplayLog) -> None:
+        """The log has no more: the run goes on here, its move recorded first."""
+        claim = self.claim
+        runtime.emit(RunMoved, run_id=self.run_id, host=self.worker.host, was=claim.was,
+                     epoch=claim.epoch, note=claim.note, after_seq=replay.last_seq)  # fmt: skip
+        self.live = True
+
+    def take(self, command: dict[str, Any]) -> None:
+        """A command from another terminal (the worker reads them for all its runs)."""
+        if self.runtime is not None and self.live and self.let_go_as is None:
+            apply_command(self.runtime, command, self.say)
+
+    async def _may_act(self) -> None:
+        await self.lease.ensure()
+
+    def _lost(self, why: str) -> None:
+        """The run is not this worker's any more: nothing more of it is kept or done here."""
+        self.lease.lose(why)
+        self.live = False
+        if self._writer is not None:
+            self._writer.taking = False
+        if self.runtime is not None and self.let_go_as is None:
+            self._stop(f"worker {self.worker.host}: lease lost")
+
+    async def let_go(
+        self, state: str, note: str, until: float | None = None,
+        still: Callable[[], bool] = lambda: True,
+    ) -> bool:  # fmt: skip
+        """The run leaves this worker where it is (`queued`: handed back; `parked`), if
+        `still` holds now: it acts on nothing more, what it did is committed, the lease let
+        go, then its runtime is stopped here without a word of it reaching the store."""
+        if self.let_go_as is not None or self.lease.lost is not None or not still():
+            return False
+        self.let_go_as, self.live = note, False
+        self.lease.lose(note)
+        writer = self._writer
+        if writer is not None:
+            writer.taking = False
+            with contextlib.suppress(StoreError):
+                await writer.flush()
+        await leases.let_go(self.store, self.run_id, self.claim.epoch, state, note, until=until)
+        self._stop(f"worker {self.worker.host}: {note}")
+        return True
+
+    def _stop(self, by: str) -> None:
+        """The runtime killed here, nothing of it kept (nor checked against its log)."""
+        if self.bus is not None:
+            self.bus.drop()
+        if self.runtime is not None:
+            self.runtime.kill(by=by)
+
+    async def _close(self, writer: EventWriter) -> None:
+        """What is left committed; a store that cannot take it for now: spilled under the
+        lease's epoch (brought back by the next process to open the store, if the lease has
+        not moved by then), said."""
+        try:
+            await writer.close()
+        except StoreError as exc:
+            spilled = writer.spill()
+            where = f"kept in {spilled}" if spilled is not None else "lost: nowhere took them"
+            self.say(f"run {self.run_id}: its last events could not be written ({exc}); {where}")
+
+    async def _end(self, why: str) -> None:
+        with contextlib.suppress(StoreError):
+            await leases.let_go(self.store, self.run_id, self.claim.epoch, leases.ENDED, why)
+
+    async def _crash(self, detail: str) -> str:
+        """The run ends `crashed` here, saying why, under its lease, after what it has."""
+        options = dict(self.claim.options)
+        log = await load_log(self.store, self.run_id)
+        try:
+            await record_stop(self.store, self.run_id, self.claim.epoch, log, detail, options)
+        except leases.LeaseLost as exc:
+            return f"left: {exc}"
+        await self._end(f"crashed: {detail}")
+        return f"crashed: {detail}"

@@ -1,0 +1,75 @@
+"""Runs placed on workers: `loopdeck submit` records a run as queued with its options, as
+JSON any worker reads back (`run_options`), after checking here what can be checked before a
+worker takes it (its env folder, its kind, its script, who decides its writes).
+
+An env folder is kept by its absolute path (a worker on another host must see the same path:
+storage both hosts see), a bundled sample env by its name.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator.approving import default_approve_mode
+from loopdeck.operator.launch import RunOptions, resolve_env_dir
+from loopdeck.store import leases
+from loopdeck.store.base import Location
+from loopdeck.store.opening import open_store
+
+# What of `RunOptions` a submitted run keeps (the rest is this process's: a console's phase,
+# `loopdeck acp`'s target, pushes).
+KEPT = (
+    "env", "script", "model", "api_base", "mode", "approve", "budget_overrides", "run_id",
+    "model_timeout_s", "pause_at", "settings", "policy",
+)  # fmt: skip
+
+
+def submitted(options: RunOptions) -> dict[str, Any]:
+    """The options as the queue keeps them (JSON)."""
+    kept = {name: value for name, value in asdict(options).items() if name in KEPT}
+    kept["policy"] = None if options.policy is None else str(Path(options.policy).resolve())
+    path = Path(options.env).expanduser()
+    if path.is_dir():  # as `resolve_env_dir` finds it: a folder here before a sample's name
+        kept["env"] = str(path.resolve())
+    return kept
+
+
+def run_options(kept: dict[str, Any], run_id: str) -> RunOptions:
+    """A submitted run's options, as a worker prepares it."""
+    chosen = {name: kept[name] for name in KEPT if name in kept}
+    chosen["run_id"] = run_id
+    if chosen.get("policy"):
+        chosen["policy"] = Path(chosen["policy"])
+    return RunOptions(**chosen)
+
+
+def checked(options: RunOptions) -> RunOptions:
+    """What a worker would refuse, refused now (`ScenarioError`, exit 2): the env folder and
+    its kind, the script, a real model without `--approve`. A run waits in the queue with
+    `--approve wait` unless told otherwise: nobody is at its worker's console."""
+    env_dir = resolve_env_dir(options.env, options.settings)
+    if options.script is not None:
+        env_dir.script(options.script)
+    model = options.model or env_dir.scenario.model
+    approve = options.approve or default_approve_mode(model)
+    if options.policy is not None and not Path(options.policy).is_file():
+        raise ScenarioError(f"--policy {options.policy}: no such file")
+    options.approve = approve
+    return options
+
+
+async def submit(location: Location, options: RunOptions) -> str:
+    """The run recorded as queued in the store (made if missing); its id."""
+    options = checked(options)
+    run_id = options.run_id or uuid.uuid4().hex[:12]
+    options.run_id = run_id
+    store = await open_store(location)
+    try:
+        await leases.submit(store, run_id, submitted(options))
+    finally:
+        await store.close()
+    return run_id

@@ -1,0 +1,186 @@
+"""`loopdeck worker`: claims queued runs from a store and runs them, as many at once as it has
+slots, each under a lease (`store/leases.py`) its heartbeat renews.
+
+The heartbeat is a thread with a connection of its own (`Renewal`): a busy loop or env code
+cannot starve it, and a process stopped (SIGSTOP) or dead renews nothing, so its leases run
+out and other workers take its runs. Every lease is checked before each model call and each
+tool (`Lease.ensure`): a lease the store no longer confirms (another worker holds the run, or
+no renewal came through for a whole lease) stops the run here at once, acting on nothing,
+and its writer keeps nothing more (the store's fence refuses it anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+
+from loopdeck.llm.loader import litellm_module
+from loopdeck.operator.leased_run import Lease, LeasedRun
+from loopdeck.store import leases, queries
+from loopdeck.store.base import Beats, Location, Store, StoreError
+from loopdeck.store.opening import open_store
+
+CLAIM_GAP_S = 0.2  # an empty claim is not tried again sooner
+CLAIM_POLL_S = 0.5  # nor later, when nothing announced a change
+COMMANDS_GAP_S = 0.1  # the commands of this worker's runs read at most this often
+Say = Callable[[str], None]
+
+
+class Renewal:
+    """The heartbeat of every lease this worker holds, in one statement every quarter lease."""
+
+    def __init__(self, store: Store, holder: str, hold_s: float, held: dict[str, Lease]):
+        self.store, self.holder, self.hold_s, self.held = store, holder, hold_s, held
+        self.failing: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="loopdeck-leases", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _renew(self) -> None:
+        try:
+            beats = self.store.open_beats(self.hold_s / 4)
+        except Exception as exc:
+            self.failing = f"{type(exc).__name__}: {exc}"
+            return
+        try:
+            while not self._stop.wait(self.hold_s / 4):
+                self.once(beats)
+        finally:
+            beats.close()
+
+    def once(self, beats: Beats) -> None:
+        began = time.monotonic()
+        try:
+            held = set(beats.renew(self.holder, time.time() + self.hold_s, time.time()))
+        except Exception as exc:  # unreachable or locked for a moment: `ensure` waits
+            self.failing = f"{type(exc).__name__}: {exc}"
+            return
+        self.failing = None
+        for lease in list(self.held.values()):
+            if lease.since > began:
+                continue  # claimed after this renewal began: its claim is its lease
+            if (lease.run_id, lease.epoch) in held:
+                lease.renewed(began)
+            else:
+                lease.lose("the store names another holder (its lease expired and moved)")
+
+
+class Worker:
+    """Claims and runs queued runs, `slots` at a time, until `stop` is set."""
+
+    def __init__(self, location: Location, *, slots: int = 4, say: Say = print) -> None:
+        self.location = location
+        self.slots = slots
+        self.say = say
+        self.name = leases.WorkerName.here()
+        self.hold_s = leases.lease_s()
+        self.held: dict[str, Lease] = {}
+        self.runs: dict[str, asyncio.Task[None]] = {}
+        self.leased: dict[str, LeasedRun] = {}
+        self._freed = asyncio.Event()
+        self.store: Store | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        store = self.store = await open_store(self.location)
+        renewal = Renewal(store, self.name.holder, self.hold_s, self.held)
+        renewal.start()
+        # The model library loaded before the first claim: no claimed run waits on it.
+        await asyncio.to_thread(litellm_module)
+        self.say(f"worker {self.name.holder}: {self.slots} slots on {store.path}")
+        commands = asyncio.create_task(self._commands(store, stop))
+        try:
+            await self._claiming(store, stop)
+        finally:
+            await commands
+            renewal.stop()
+            await self._hand_back(store)
+            await store.close()
+
+    async def _claiming(self, store: Store, stop: asyncio.Event) -> None:
+        unreachable = False
+        while not stop.is_set():
+            claimed = None
+            if len(self.runs) < self.slots:
+                try:
+                    claimed = await leases.claim(store, self.name, self.hold_s)
+                    unreachable = False
+                except StoreError as exc:
+                    if not unreachable:
+                        self.say(f"worker {self.name.holder}: cannot claim for now: {exc}")
+                    unreachable = True
+            if claimed is not None:
+                # The next claim once this run has started: a worker takes no more runs than
+                # it can start, and the rest stay in the queue for the others.
+                started = self._start(store, claimed).started
+                await asyncio.wait({asyncio.ensure_future(started.wait())}, timeout=self.hold_s)
+                continue
+            await self._wait(store, stop)
+
+    async def _commands(self, store: Store, stop: asyncio.Event) -> None:
+        """Commands from other terminals (cancel, kill, pause, message…) to this worker's
+        runs, read for all of them at once and taken by each once it is live; a store that
+        cannot be read is said once and tried again."""
+        failing = False
+        while not stop.is_set():
+            live = {run_id: run for run_id, run in self.leased.items() if run.live}
+            try:
+                for command in await queries.take_commands_of(store, list(live)):
+                    live[command["run_id"]].take(command)
+                failing = False
+            except StoreError as exc:
+                if not failing:
+                    self.say(f"worker {self.name.holder}: commands cannot be read now: {exc}")
+                failing = True
+            await asyncio.sleep(COMMANDS_GAP_S)
+            await store.wait_for_change(COMMANDS_GAP_S)
+
+    async def _wait(self, store: Store, stop: asyncio.Event) -> None:
+        await asyncio.sleep(CLAIM_GAP_S)
+        self._freed.clear()
+        waits = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._freed.wait()),
+                 asyncio.ensure_future(store.wait_for_change(CLAIM_POLL_S))}  # fmt: skip
+        try:
+            await asyncio.wait(waits, timeout=CLAIM_POLL_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+    def _start(self, store: Store, claimed: leases.Claim) -> LeasedRun:
+        lease = self.held[claimed.run_id] = Lease(claimed.run_id, claimed.epoch, self.hold_s)
+        self.say(f"run {claimed.run_id}: {claimed.note} (epoch {claimed.epoch})")
+        run = self.leased[claimed.run_id] = LeasedRun(store, claimed, lease, self.name, self.say)
+        task = asyncio.create_task(self._run(run), name=f"loopdeck-leased-{claimed.run_id}")
+        self.runs[claimed.run_id] = task
+        return run
+
+    async def _run(self, run: LeasedRun) -> None:
+        run_id = run.claim.run_id
+        try:
+            said = await run.run()
+        except Exception as exc:  # a bug: said, and the run is left to its lease
+            said = f"failed here ({type(exc).__name__}: {exc}); its lease runs out"
+        finally:
+            self.held.pop(run_id, None)
+            self.runs.pop(run_id, None)
+            self.leased.pop(run_id, None)
+            self._freed.set()
+        self.say(f"run {run_id}: {said}")
+
+    async def _hand_back(self, store: Store) -> None:
+        """Stopping: each run this worker holds goes back to the queue, where it is, for
+        another worker to go on with."""
+        note = f"handed back by {self.name.host} (its worker stopped)"
+        for run in list(self.leased.values()):
+            with contextlib.suppress(StoreError):
+                await run.let_go(leases.QUEUED, note)
+        runs = [task for task in self.runs.values() if not task.done()]
+        if runs:
+            await asyncio.wait(runs)

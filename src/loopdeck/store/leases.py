@@ -1,0 +1,259 @@
+"""Runs placed on workers (`loopdeck submit`, `loopdeck worker`): the queue, the claims, the
+leases and the fence, in one table of the store (`leases`, schema v6) beside the event log.
+
+A submitted run is a row `queued` with the options it was submitted with. A worker claims one
+(`claim`): the row becomes `held` by that worker, its `epoch` one higher, its lease running
+until `expires_at`, which the worker's heartbeat pushes forward (`Beats.renew`, every holder's
+runs in one statement). A lease that ran out is claimable again: its worker died, hangs, or
+lost the store; the next claim moves the run to another worker with the next epoch.
+
+The fence: every commit of a run's events checks, inside its own transaction, that the run is
+still held under the committing worker's epoch (`check`), with the lease's row locked on
+PostgreSQL (a claim skips a row locked by a commit in flight, and a commit waits for a claim
+that came first), so a worker whose lease moved appends nothing: `LeaseLost`, which its writer
+never retries or spills. The claim reads no events: whoever claims reads the log afterwards,
+and sees every commit made under the epoch before its own.
+
+A run waiting on the operator past a short bound is `parked` by its worker (no worker holds
+it) and becomes claimable once nothing of it is pending any more (`CLAIMABLE`). A run that
+stopped is `ended`. Claims take the oldest claimable run first; PostgreSQL's `FOR UPDATE SKIP
+LOCKED` lets many workers claim at once without waiting on each other, SQLite's one writer
+makes the same statement safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from loopdeck.store.base import Store, StoreError, Tx
+from loopdeck.store.liveness import process_started, this_host
+
+QUEUED, HELD, PARKED, ENDED = "queued", "held", "parked", "ended"
+LIVE = (QUEUED, HELD, PARKED)  # a run a worker holds or will: no reader marks it crashed
+DEFAULT_LEASE_S = 10.0
+DEFAULT_PARK_AFTER_S = 10.0
+
+# One text both engines take (SQLite reads DOUBLE PRECISION as REAL, BIGINT as INTEGER).
+LEASES_TABLE = """
+CREATE TABLE IF NOT EXISTS leases (
+    run_id TEXT PRIMARY KEY, options TEXT NOT NULL, state TEXT NOT NULL,
+    epoch BIGINT NOT NULL DEFAULT 0, holder TEXT, host TEXT, expires_at DOUBLE PRECISION,
+    submitted_at DOUBLE PRECISION NOT NULL, moved_at DOUBLE PRECISION, note TEXT
+);
+CREATE INDEX IF NOT EXISTS leases_claimable ON leases (state, expires_at);
+"""
+
+# What a worker may claim: a queued run, a run whose lease ran out, a parked run whose
+# operator has decided (nothing of it pending), whose request expired, or which was sent a
+# command (a cancel, a message: its runtime takes it).
+CLAIMABLE = (
+    f"(state = '{QUEUED}' OR (state = '{HELD}' AND expires_at < ?)"
+    f" OR (state = '{PARKED}' AND (expires_at < ? OR NOT EXISTS (SELECT 1 FROM approvals a"
+    " WHERE a.run_id = leases.run_id AND a.state = 'pending') OR EXISTS (SELECT 1 FROM"
+    " commands c WHERE c.run_id = leases.run_id AND c.consumed_at IS NULL))))"
+)
+RENEW = (
+    f"UPDATE leases SET expires_at = ? WHERE holder = ? AND state = '{HELD}'"
+    " RETURNING run_id, epoch"
+)
+BEAT_HELD = (
+    "UPDATE runs SET heartbeat_at = ? WHERE run_id IN"
+    f" (SELECT run_id FROM leases WHERE holder = ? AND state = '{HELD}')"
+)
+
+
+def park_after_s() -> float:
+    """How long a run waits on its operator in a worker before it is parked, its slot freed
+    (`LOOPDECK_PARK_AFTER_S`, default 10 s)."""
+    configured = os.environ.get("LOOPDECK_PARK_AFTER_S")
+    try:
+        value = float(configured) if configured else DEFAULT_PARK_AFTER_S
+    except ValueError:
+        return DEFAULT_PARK_AFTER_S
+    return value if value > 0 else DEFAULT_PARK_AFTER_S
+
+
+def lease_s() -> float:
+    """How long a claim holds without a renewal (`LOOPDECK_LEASE_S`, default 10 s): a worker
+    gone is replaced this long after its last renewal."""
+    configured = os.environ.get("LOOPDECK_LEASE_S")
+    try:
+        value = float(configured) if configured else DEFAULT_LEASE_S
+    except ValueError:
+        return DEFAULT_LEASE_S
+    return value if value > 0 else DEFAULT_LEASE_S
+
+
+class LeaseLost(StoreError):
+    """The run is no longer this worker's (another worker claimed it under a higher epoch,
+    or it was parked or ended): nothing more of this worker's is appended, nothing run."""
+
+
+@dataclass(frozen=True)
+class WorkerName:
+    """Who holds a lease: the worker's host, its process and a token of its own (a pid is
+    reused; the token is not)."""
+
+    host: str
+    pid: int
+    token: str
+
+    @classmethod
+    def here(cls) -> WorkerName:
+        return cls(this_host(), os.getpid(), uuid.uuid4().hex[:8])
+
+    @property
+    def holder(self) -> str:
+        return f"{self.host}/{self.pid}/{self.token}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this worker now holds: its epoch (every commit carries it), the options it was
+    submitted with, and where it was before (None: its first start)."""
+
+    run_id: str
+    epoch: int
+    options: dict[str, Any]
+    was: str | None  # the previous holder's host, or None
+    was_state: str
+    note: str
+
+
+async def submit(store: Store, run_id: str, options: dict[str, Any]) -> None:
+    """The run recorded as queued, for the next free worker; an id the store already holds
+    (queued, or a run of its own) is refused."""
+    async with store.transaction(run_id) as tx:
+        taken = await tx.fetchall(
+            "SELECT 1 FROM leases WHERE run_id = ? UNION ALL SELECT 1 FROM runs WHERE run_id = ?",
+            (run_id, run_id),
+        )
+        if taken:
+            raise StoreError(f"{store.path}: already holds a run with id {run_id}; choose another")
+        await tx.execute(
+            "INSERT INTO leases (run_id, options, state, submitted_at, note)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (run_id, json.dumps(options), QUEUED, time.time(), "queued"),
+        )
+
+
+def _locking(store: Store) -> str:
+    return " FOR UPDATE SKIP LOCKED" if store.backend == "postgresql" else ""
+
+
+async def claim(
+    store: Store, worker: WorkerName, hold_s: float, *, now: float | None = None
+) -> Claim | None:
+    """The oldest claimable run, now this worker's under the next epoch; None when there is
+    none. The run's row names this worker as its runner (the fleet shows where it is)."""
+    now = time.time() if now is None else now
+    async with store.transaction() as tx:
+        rows = await tx.fetchall(
+            "SELECT run_id, epoch, options, state, host, expires_at FROM leases"
+            f" WHERE {CLAIMABLE} ORDER BY submitted_at LIMIT 1{_locking(store)}",
+            (now, now),
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        run_id, epoch = str(row["run_id"]), int(row["epoch"]) + 1
+        was = None if row["host"] is None else str(row["host"])
+        note = _move_note(str(row["state"]), was, worker.host, float(row["expires_at"] or 0), now)
+        await tx.execute(
+            "UPDATE leases SET state = ?, epoch = ?, holder = ?, host = ?, expires_at = ?,"
+            " moved_at = ?, note = ? WHERE run_id = ?",
+            (HELD, epoch, worker.holder, worker.host, now + hold_s, now, note, run_id),
+        )
+        await tx.execute(
+            "UPDATE runs SET pid = ?, host = ?, pid_started = ?, heartbeat_at = ? WHERE run_id = ?",
+            (worker.pid, worker.host, process_started(worker.pid), now, run_id),
+        )
+    return Claim(run_id, epoch, json.loads(row["options"]), was, str(row["state"]), note)
+
+
+def _move_note(state: str, was: str | None, host: str, expired: float, now: float) -> str:
+    """A claim in words: `started on host B`, `resumed on host B after host A's lease
+    expired 3s ago`, `resumed on host B once its operator decided`."""
+    if state == QUEUED and was is None:
+        return f"started on {host}"
+    if state == QUEUED:
+        return f"resumed on {host} after {was} handed it back"
+    if state == PARKED:
+        return f"resumed on {host} once its operator decided (parked by {was})"
+    return f"resumed on {host} after {was}'s lease expired {max(now - expired, 0):.0f}s ago"
+
+
+async def check(tx: Tx, store: Store, run_id: str, epoch: int) -> None:
+    """Inside a commit's transaction: the run is still held under `epoch`, else `LeaseLost`.
+    On PostgreSQL the row stays locked until the commit ends, and a transaction left idle
+    (its process stopped mid-commit) is ended by the server after a lease, so a stopped
+    worker cannot keep a run from moving."""
+    if store.backend == "postgresql":
+        idle_ms = int(lease_s() * 1000)
+        rows = await tx.fetchall(
+            "SELECT epoch, state, holder, set_config('idle_in_transaction_session_timeout', ?,"
+            " true) FROM leases WHERE run_id = ? FOR UPDATE",
+            (str(idle_ms), run_id),
+        )
+    else:
+        rows = await tx.fetchall(
+            "SELECT epoch, state, holder FROM leases WHERE run_id = ?", (run_id,)
+        )
+    if not rows:
+        raise LeaseLost(f"run {run_id} is not in the store's queue: epoch {epoch} may not write")
+    held, state = int(rows[0]["epoch"]), str(rows[0]["state"])
+    if held != epoch or state != HELD:
+        where = rows[0]["holder"] or "nobody"
+        raise LeaseLost(
+            f"run {run_id} moved on (epoch {held}, {state}, held by {where}): this worker's"
+            f" epoch {epoch} may append nothing more"
+        )
+
+
+async def let_go(
+    store: Store, run_id: str, epoch: int, state: str, note: str, *, until: float | None = None
+) -> bool:
+    """The run leaves this worker's hands: `ended` (it stopped), `parked` (it waits on its
+    operator; `until` its request's expiry) or `queued` (handed back). False when it was no
+    longer this worker's."""
+    changed = await store.execute(
+        "UPDATE leases SET state = ?, holder = NULL, expires_at = ?, moved_at = ?, note = ?"
+        f" WHERE run_id = ? AND epoch = ? AND state = '{HELD}'",
+        (state, until, time.time(), note, run_id, epoch),
+    )
+    return changed == 1
+
+
+async def placement(store: Store, run_id: str) -> dict[str, Any] | None:
+    """A submitted run's row: its state, epoch, holder, lease and last move."""
+    rows = await store.fetchall(
+        "SELECT run_id, options, state, epoch, holder, host, expires_at, submitted_at,"
+        " moved_at, note FROM leases WHERE run_id = ?",
+        (run_id,),
+    )
+    return dict(rows[0]) if rows else None
+
+
+async def is_placed(store: Store | Tx, run_id: str) -> bool:
+    """Whether a worker holds the run or will (queued, held, parked)."""
+    rows = await store.fetchall(
+        f"SELECT 1 FROM leases WHERE run_id = ? AND state IN {LIVE}", (run_id,)
+    )
+    return bool(rows)
+
+
+async def refresh_request(
+    store: Store, run_id: str, call_id: str, requested_at: str, expires_at: str
+) -> None:
+    """A write asked before its run moved, still pending: its expiry counted again from the
+    ask of the worker that goes on with it (a decision made meanwhile stays as it is)."""
+    await store.execute(
+        "UPDATE approvals SET requested_at = ?, expires_at = ?"
+        " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
+        (requested_at, expires_at, run_id, call_id),
+    )

@@ -1,0 +1,404 @@
+"""Runs placed on workers (issue 42): claims and leases with an epoch, the fence on every
+commit, and a run that goes on from its log in another worker after its own was lost."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from worker_helpers import (
+    lease_state,
+    left_by_a_lost_worker,
+    options,
+    significant,
+    stored,
+    uninterrupted,
+    with_a_worker,
+    writes,
+)
+
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    RunMoved,
+    RunStarted,
+    RunStopped,
+    ToolFinished,
+)
+from loopdeck.core.outcome import CallStatus
+from loopdeck.operator.placement import submit, submitted
+from loopdeck.store import deciding, leases, queries
+from loopdeck.store.base import Location
+from loopdeck.store.opening import open_store
+from loopdeck.store.replay import bring_back_spills
+from loopdeck.store.spill import Spill
+from loopdeck.store.verification import verify_run
+from loopdeck.store.writer import EventWriter
+
+A = leases.WorkerName("host-a", 101, "aaaa")
+B = leases.WorkerName("host-b", 202, "bbbb")
+
+
+async def test_each_queued_run_is_claimed_once_and_a_stale_epoch_appends_nothing(
+    db: Location, tmp_path: Path
+) -> None:
+    store = await open_store(db)
+    try:
+        for name in ("r1", "r2"):
+            await leases.submit(store, name, submitted(options(tmp_path, run_id=name)))
+        first = await leases.claim(store, A, 30)
+        second = await leases.claim(store, B, 30)
+        assert first is not None and second is not None
+        assert {first.run_id, second.run_id} == {"r1", "r2"}
+        assert (first.epoch, first.note) == (1, "started on host-a")
+        assert await leases.claim(store, B, 30) is None  # every run is held
+        # host-a's lease runs out: host-b takes the run under the next epoch
+        await store.execute("UPDATE leases SET expires_at = ? WHERE run_id = ?",
+                            (time.time() - 5, first.run_id))  # fmt: skip
+        moved = await leases.claim(store, B, 30)
+        assert moved is not None and (moved.run_id, moved.epoch) == (first.run_id, 2)
+        assert moved.note.startswith("resumed on host-b after host-a's lease expired")
+        stale = EventWriter(store, fence=(first.run_id, first.epoch))
+        event = RunStarted(run_id=first.run_id, seq=1, env="e", script=None, model="m",
+                           mode="rounds", goal="g", budget={})  # fmt: skip
+        stale(event)
+        lost: list[str] = []
+        stale.on_lease_lost = lambda exc: lost.append(str(exc))
+        with pytest.raises(leases.LeaseLost):
+            await stale.flush()
+        assert lost and "epoch 1 may append nothing more" in lost[0]
+        stale(event)  # kept no more
+        await stale.close()
+        assert await stored(store, first.run_id) == []
+        current = EventWriter(store, fence=(first.run_id, moved.epoch))
+        current(event)
+        await current.flush()
+        assert [e.seq for e in await stored(store, first.run_id)] == [1]
+    finally:
+        await store.close()
+
+
+async def test_a_stale_workers_spill_is_dropped_never_written(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        await leases.submit(store, "r1", submitted(options(tmp_path, run_id="r1")))
+        old = await leases.claim(store, A, 30)
+        assert old is not None
+        await store.execute("UPDATE leases SET expires_at = 0 WHERE run_id = 'r1'")
+        assert await leases.claim(store, B, 30) is not None  # the lease moved on
+        header = {"run_id": "r1", "pid": 1, "host": "host-a", "pid_started": None,
+                  "approve_mode": "auto", "epoch": 1}  # fmt: skip
+        spill = Spill(store.path, header)
+        event = RunStarted(run_id="r1", seq=1, env="e", script=None, model="m", mode="rounds",
+                           goal="g", budget={})  # fmt: skip
+        path = spill.write([event.model_dump_json()])
+        spill.release(remove=False)
+        notes = await bring_back_spills(store)
+        assert path is not None and not path.exists()
+        assert "dropped, never written" in notes[0]
+        assert await stored(store, "r1") == []
+    finally:
+        await store.close()
+
+
+async def test_a_worker_runs_submitted_runs_to_their_end(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    ids = [await submit(db, options(tmp_path)) for _ in range(3)]
+    store = await open_store(db)
+    try:
+
+        async def all_ended() -> bool:
+            return [await lease_state(store, run_id) for run_id in ids] == ["ended"] * 3
+
+        await with_a_worker(db, all_ended, slots=2)
+        for run_id in ids:
+            row = await queries.run_row(store, run_id)
+            assert row is not None and row["stop_reason"] == "goal_met"
+            assert [w["tool"] for w in writes(tmp_path, run_id)] == [
+                "add_note", "update_delivery_address"
+            ]  # fmt: skip
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("lost_after", ["plan_written", "call_proposed", "tool_finished"])
+async def test_a_run_goes_on_from_its_log_as_if_its_worker_was_never_lost(
+    lost_after: str, tmp_path: Path
+) -> None:
+    """Lost after its first event of that kind, the run is rebuilt from its log on another
+    worker and makes the same events an uninterrupted run makes; what ran before the loss
+    is not run again."""
+    whole = await uninterrupted(tmp_path / "first", "r1")
+    cut = next(i for i, e in enumerate(whole) if e.kind == lost_after) + 1
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        root = tmp_path / "shared"
+        await left_by_a_lost_worker(store, root, "r1", whole[:cut], options(root, run_id="r1"))
+
+        async def ended() -> bool:
+            return await lease_state(store, "r1") == "ended"
+
+        await with_a_worker(db, ended)
+        log = await stored(store, "r1")
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        assert significant(log) == significant(whole)
+        moved = [e for e in log if isinstance(e, RunMoved)]
+        assert len(moved) == 1 and moved[0].after_seq == cut and moved[0].was == "host-a"
+        assert "lease expired" in moved[0].note
+        proof = await verify_run(store, "r1")
+        assert proof.broken is None and proof.events == len(log)
+        ran_before = {e.call_id for e in whole[:cut] if isinstance(e, ToolFinished)}
+        ran_after = [w["tool"] for w in writes(root, "r1")]
+        assert ran_after == [
+            e.tool for e in whole if isinstance(e, ToolFinished) and e.call_id not in ran_before
+            and e.tool in ("add_note", "update_delivery_address")
+        ]  # fmt: skip
+    finally:
+        await store.close()
+
+
+async def test_a_write_in_flight_when_the_worker_was_lost_is_outcome_unknown(
+    tmp_path: Path,
+) -> None:
+    whole = await uninterrupted(tmp_path / "first", "r1")
+    approved = next(i for i, e in enumerate(whole) if isinstance(e, ApprovalDecided))
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        root = tmp_path / "shared"
+        await left_by_a_lost_worker(
+            store, root, "r1", whole[: approved + 1], options(root, run_id="r1")
+        )
+
+        async def ended() -> bool:
+            return await lease_state(store, "r1") == "ended"
+
+        await with_a_worker(db, ended)
+        log = await stored(store, "r1")
+        call = whole[approved].call_id  # type: ignore[union-attr]
+        finished = [e for e in log if isinstance(e, ToolFinished) and e.call_id == call]
+        assert [e.status for e in finished] == [CallStatus.OUTCOME_UNKNOWN]
+        assert "not run again" in json.dumps(finished[0].result)
+        assert "add_note" not in [w["tool"] for w in writes(root, "r1")]  # never run here
+        assert call in await queries.outcome_unknown(store, "r1")
+    finally:
+        await store.close()
+
+
+async def test_a_decision_made_while_no_worker_held_the_run_is_taken(tmp_path: Path) -> None:
+    whole = await uninterrupted(tmp_path / "first", "r1")
+    asked = next(i for i, e in enumerate(whole) if isinstance(e, ApprovalRequested))
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        root = tmp_path / "shared"
+        run = options(root, approve="wait", run_id="r1")
+        await left_by_a_lost_worker(store, root, "r1", whole[: asked + 1], run)
+        call = whole[asked].call_id  # type: ignore[union-attr]
+        decision = queries.pending_approvals
+        assert [p["call_id"] for p in await decision(store, "r1")] == [call]
+        from loopdeck.core.approvals import ApprovalDecision
+
+        assert await deciding.decide(
+            store, "r1", ApprovalDecision(call_id=call, approved=True, by="operator")
+        )
+
+        async def waits_again() -> bool:  # the next write waits: approve it too
+            for item in await queries.pending_approvals(store, "r1"):
+                await deciding.decide(store, "r1", ApprovalDecision(
+                    call_id=item["call_id"], approved=True, by="operator"))  # fmt: skip
+            return await lease_state(store, "r1") == "ended"
+
+        await with_a_worker(db, waits_again)
+        log = await stored(store, "r1")
+        decided = [e for e in log if isinstance(e, ApprovalDecided) and e.call_id == call]
+        assert [(e.approved, e.by) for e in decided] == [(True, "operator")]
+        assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value == "goal_met"
+        assert [w["tool"] for w in writes(root, "r1")] == ["add_note", "update_delivery_address"]
+    finally:
+        await store.close()
+
+
+async def test_an_env_that_keeps_its_state_in_memory_ends_crashed_naming_why(
+    tmp_path: Path,
+) -> None:
+    from conftest import SAMPLES
+
+    from loopdeck.core.events import EventBus
+    from loopdeck.core.recorded_inputs import record_inputs
+    from loopdeck.operator.launch import RunOptions, prepare_run
+
+    run = RunOptions(env=str(SAMPLES / "order_support"), script="solve", approve="auto",
+                     run_id="r1")  # fmt: skip
+    bus = EventBus()
+    whole: list = []
+    bus.subscribe(whole.append)
+    prepared = prepare_run(run, bus=bus)
+    record_inputs(prepared.runtime)
+    await prepared.runtime.run()
+    prepared.cleanup()
+    cut = next(i for i, e in enumerate(whole) if e.kind == "tool_finished") + 1
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        await leases.submit(store, "r1", submitted(run))
+        claim = await leases.claim(store, A, 0.001)
+        assert claim is not None
+        writer = EventWriter(store, approve_mode="auto", fence=("r1", claim.epoch))
+        await writer.write_back(whole[:cut])
+
+        async def ended() -> bool:
+            return await lease_state(store, "r1") == "ended"
+
+        await with_a_worker(db, ended)
+        log = await stored(store, "r1")
+        assert [e.seq for e in log] == list(range(1, cut + 2))
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed"
+        assert "keeps its state in the lost worker's memory" in stop.detail
+        assert "OrderSupport" in stop.detail
+    finally:
+        await store.close()
+
+
+async def test_a_run_waiting_on_its_operator_is_parked_and_goes_on_when_decided(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Its slot freed while it waits (another run takes it), the run comes back to a worker
+    when its write is decided, and no write or decision is lost or doubled."""
+    from loopdeck.core.approvals import ApprovalDecision
+
+    monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "0.5")
+    db = tmp_path / "s.db"
+    waiting = await submit(db, options(tmp_path, approve="wait"))
+    other = await submit(db, options(tmp_path))  # claimed only once the first one is parked
+    store = await open_store(db)
+    try:
+        decided: list[str] = []
+
+        async def both_ended() -> bool:
+            other_ended = await lease_state(store, other) == "ended"
+            if other_ended and await lease_state(store, waiting) == "parked":
+                for item in await queries.pending_approvals(store, waiting):
+                    decision = ApprovalDecision(call_id=item["call_id"], approved=True,
+                                                by="operator")  # fmt: skip
+                    if await deciding.decide(store, waiting, decision):
+                        decided.append(item["call_id"])
+            return [await lease_state(store, r) for r in (waiting, other)] == ["ended"] * 2
+
+        worker = await with_a_worker(db, both_ended, slots=1)
+        said = worker.said  # type: ignore[attr-defined]
+        assert any(line.startswith(f"run {waiting}: parked by") for line in said), said
+        log = await stored(store, waiting)
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value == "goal_met"
+        moves = [e.note for e in log if isinstance(e, RunMoved)]
+        assert moves and all("once its operator decided" in note for note in moves)
+        by_operator = [e.call_id for e in log if isinstance(e, ApprovalDecided)]
+        assert by_operator == decided == ["c3", "c5"]
+        assert [w["tool"] for w in writes(tmp_path, waiting)] == [
+            "add_note", "update_delivery_address"
+        ]  # fmt: skip
+    finally:
+        await store.close()
+
+
+async def test_a_workers_run_hears_messages_and_stops_when_cancelled(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    run = options(tmp_path)
+    run.settings.append("data.step_s=0.3")
+    run_id = await submit(db, run)
+    store = await open_store(db)
+    try:
+        sent: list[str] = []
+
+        async def cancelled() -> bool:
+            log = await stored(store, run_id)
+            if not sent and any(isinstance(e, ToolFinished) for e in log):
+                await queries.send_message(store, run_id, "Mind the second order.", "operator")
+                sent.append("message")
+            elif sent == ["message"] and any(e.kind == "operator_message" for e in log):
+                await queries.send_command(store, run_id, "cancel", "operator")
+                sent.append("cancel")
+            return await lease_state(store, run_id) == "ended"
+
+        await with_a_worker(db, cancelled)
+        log = await stored(store, run_id)
+        assert sent == ["message", "cancel"]
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "cancelled"
+        assert "stopped after current tools by operator" in stop.detail
+    finally:
+        await store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("events", [5, 200])  # one INSERT, and COPY
+async def test_a_writers_batch_is_announced_by_one_notify(
+    events: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+    from conftest import fresh_pg_database
+
+    from loopdeck.core.events import ReviewVerdict
+    from loopdeck.store.postgres import CHANNEL
+
+    url = fresh_pg_database(monkeypatch)
+    store = await open_store(url)
+    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    try:
+        await listener.execute(f"LISTEN {CHANNEL}")
+        await store.execute("SET track_functions = 'pl'")  # the writer's connection
+        writer = EventWriter(store)
+        writer(RunStarted(run_id="r1", seq=1, env="e", script=None, model="m", mode="rounds",
+                          goal="g", budget={}))  # fmt: skip
+        for seq in range(2, events + 1):
+            writer(ReviewVerdict(run_id="r1", seq=seq, round=1, verdict="fail", reasons=[],
+                                 before_hash="a", after_hash="b"))  # fmt: skip
+        await writer.flush()
+        heard = [note.payload async for note in listener.notifies(timeout=1.0)]
+        assert heard == ["r1"]
+        await store.fetchall("SELECT pg_stat_force_next_flush()")
+        await store.fetchall("SELECT 1")  # the flush happens once this session is idle
+        rows = await store.fetchall(
+            "SELECT SUM(calls) FROM pg_stat_user_functions WHERE funcname LIKE 'loopdeck_notify%'"
+        )
+        assert int(rows[0][0]) == 1  # one trigger call for the whole batch, not one an event
+    finally:
+        await listener.close()
+        await store.close()
+
+
+async def test_a_stopping_worker_hands_its_runs_back_and_another_goes_on(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    run = options(tmp_path)
+    run.settings.append("data.step_s=0.3")
+    run_id = await submit(db, run)
+    store = await open_store(db)
+    try:
+
+        async def under_way() -> bool:
+            return any(isinstance(e, ToolFinished) for e in await stored(store, run_id))
+
+        await with_a_worker(db, under_way)  # then stopped, as SIGTERM stops `loopdeck worker`
+        row = await leases.placement(store, run_id)
+        assert row is not None and row["state"] == "queued"
+        assert row["note"].startswith("handed back by")
+
+        async def ended() -> bool:
+            return await lease_state(store, run_id) == "ended"
+
+        await with_a_worker(db, ended)
+        log = await stored(store, run_id)
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        assert log[-1].stop_reason.value == "goal_met"  # type: ignore[attr-defined]
+        moved = [e.note for e in log if isinstance(e, RunMoved)]
+        assert len(moved) == 1 and "handed it back" in moved[0]
+        ran = [w["tool"] for w in writes(tmp_path, run_id)]
+        assert ran == ["add_note", "update_delivery_address"]
+    finally:
+        await store.close()
