@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,17 @@ def _private_store(
     monkeypatch.setenv("LOOPDECK_CONFIG", "none")
     monkeypatch.delenv("LOOPDECK_NOTIFY", raising=False)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit() -> Iterator[None]:
+    """A test leaves the interpreter's recursion limit as it found it. Building CEL's parser
+    (a first policy read, `loopdeck/policy/expressions.py`) raises it for the whole process,
+    and how deep a JSON reply is parsed before it is refused depends on it: without this, a
+    test's outcome would depend on which tests ran before it in its process (xdist's worker)."""
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
 
 
 @pytest.fixture

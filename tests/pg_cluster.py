@@ -81,7 +81,7 @@ class Cluster:
         )  # fmt: skip
         if done.returncode != 0:
             raise ClusterUnavailable(f"initdb failed: {done.stderr.strip() or done.stdout}")
-        self.start_server()
+        self._start_on_a_free_port()
         done = self._as_server(
             str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
             "-U", self.user, "loopdeck",
@@ -89,6 +89,19 @@ class Cluster:
         if done.returncode != 0:
             raise ClusterUnavailable(f"createdb failed: {done.stderr.strip()}")
         return self
+
+    def _start_on_a_free_port(self, tries: int = 3) -> None:
+        """The port was free when picked, but another process (another pytest-xdist worker's
+        cluster, a test's listener) can take it before the server binds it: another then."""
+        for _ in range(tries - 1):
+            try:
+                self.start_server()
+                return
+            except ClusterUnavailable as exc:
+                if "already in use" not in str(exc):
+                    raise
+            self.port = _free_port()
+        self.start_server()
 
     def start_server(self) -> None:
         """Start the server on its data and port (again, after `stop_server`)."""

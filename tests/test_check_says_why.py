@@ -16,7 +16,14 @@ from conftest import SAMPLES
 def _user_env(tmp_path: Path, name: str = "mine") -> Path:
     dest = tmp_path / name
     shutil.copytree(SAMPLES / "service_outage", dest, ignore=shutil.ignore_patterns("__py*"))
+    _short_rollout(dest)
     return dest
+
+
+def _short_rollout(env: Path) -> None:
+    """`slow-rollout` watches for 1 s, not the sample's 15: `check` plays every script, and
+    these tests are about the causes it names, not the wait."""
+    _edit(env / "scenario.toml", "args = { seconds = 15 }", "args = { seconds = 1 }")
 
 
 def _edit(path: Path, old: str, new: str) -> None:
@@ -39,6 +46,7 @@ def test_init_env_names_the_copy_after_its_folder(cli, tmp_path, capsys) -> None
     scenario = tomllib.loads((tmp_path / "mydesk" / "scenario.toml").read_text())
     assert scenario["name"] == "mydesk"
     assert scenario["goal"].startswith("Bring the orders service back")  # the rest is kept
+    _short_rollout(tmp_path / "mydesk")
     from loopdeck.cli import main
 
     assert main(["check", str(tmp_path / "mydesk")]) == 0

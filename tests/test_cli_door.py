@@ -9,7 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -158,8 +160,16 @@ def test_answering_a_run_that_waits_for_approval_points_to_approve(tmp_path) -> 
     assert f"loopdeck reject {run_id} c1" in answered.stderr
 
 
-def test_runs_at_100_columns_shows_whole_ids_newest_first(tmp_path) -> None:
-    db = tmp_path / "store.db"
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path: the runs table's title names the store's path, and a test's
+    tmp_path is long (longer still under a pytest-xdist worker, `popen-gw0/` in it)."""
+    with tempfile.TemporaryDirectory(prefix="ld-") as folder:
+        yield Path(folder)
+
+
+def test_runs_at_100_columns_shows_whole_ids_newest_first(short_dir) -> None:
+    db = short_dir / "store.db"
     ids = {"2026-01-01T00:00:00+00:00": "0ld3r0ld3r00", "2026-01-02T00:00:00+00:00": "n3w3rn3w3r00"}
 
     async def two_runs() -> None:

@@ -3,6 +3,10 @@ this console and from an attached one; hostile text escaped on screen, capped fo
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 from conftest import HARNESS, SAMPLES
 from console_helpers import console_app, finished, run_screen, wait_until
@@ -12,6 +16,7 @@ from textual.widgets import Input
 
 from loopdeck.core.events import OperatorMessage
 from loopdeck.core.operator_messages import MESSAGE_CAP
+from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.operator.store_link import StoreLink
@@ -40,6 +45,26 @@ async def _type_message(pilot, app, text: str) -> None:
     await wait_until(pilot, lambda: not isinstance(app.screen, MessageDialog))
 
 
+@contextlib.contextmanager
+def _next_turn_held(runtime: Runtime) -> Iterator[None]:
+    """The run's next model turn waits at its checkpoint while this lasts: the typing ends
+    before it, however long a loaded machine takes over the keys (the slow tool's 4 s are no
+    bound on that). Nothing the keys do is held: a stop, a pause or a kill still lands."""
+    typed = asyncio.Event()
+    checkpoint = runtime.control.checkpoint
+
+    async def after_the_typing() -> None:
+        await typed.wait()
+        await checkpoint()
+
+    runtime.control.checkpoint = after_the_typing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        typed.set()
+        runtime.control.checkpoint = checkpoint  # type: ignore[method-assign]
+
+
 async def test_m_sends_a_message_the_model_hears_before_its_next_turn() -> None:
     """While the slow tool runs, `m`: typed letters stay in the box (`s`, `p` and `k` do not
     stop, pause or kill), the next model turn hears it, the transcript says who and when."""
@@ -53,8 +78,9 @@ async def test_m_sends_a_message_the_model_hears_before_its_next_turn() -> None:
         screen.link.subscribe(
             lambda e: events.append(e) if isinstance(e, OperatorMessage) else None
         )
-        await _type_message(pilot, app, SAID)
         runtime = screen.link.runtime
+        with _next_turn_held(runtime):
+            await _type_message(pilot, app, SAID)
         assert [(e.text, e.by) for e in events] == [(SAID, "console")]
         assert runtime.messages.heard == []  # the slow tool is still running
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))

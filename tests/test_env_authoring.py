@@ -17,6 +17,11 @@ from loopdeck.operator.launch import resolve_env_dir
 def _user_env(tmp_path: Path, name: str = "mine") -> Path:
     dest = tmp_path / name
     shutil.copytree(SAMPLES / "service_outage", dest, ignore=shutil.ignore_patterns("__py*"))
+    # `slow-rollout` watches for 1 s, not the sample's 15 (`check` plays every script).
+    scenario = dest / "scenario.toml"
+    text = scenario.read_text()
+    assert "args = { seconds = 15 }" in text
+    scenario.write_text(text.replace("args = { seconds = 15 }", "args = { seconds = 1 }"))
     return dest
 
 
@@ -51,6 +56,9 @@ def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkey
     assert code == 2 and "no sample env named 'no_such_env'" in err
 
 
+# The sample as shipped, its 15 s rollout watch included: `make stress` (CI too). `make test`
+# checks the same scripts on a copy (test_check_says_why.py's init-env test).
+@pytest.mark.slow
 def test_check_passes_on_a_sample_env_and_runs_several_calls_in_one_turn(cli, capsys) -> None:
     from loopdeck.cli import main
 
