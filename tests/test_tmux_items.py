@@ -196,7 +196,8 @@ def test_the_chooser_opens_on_the_tour(tmp_path: Path, size: tuple[int, int]) ->
     try:
         terminal.wait_for("n starts a run")
         terminal.press("n")
-        screen = terminal.wait_for("Start here")
+        terminal.wait_for("Start here")
+        screen = terminal.wait_for("Env folder")  # the chooser's key line, a frame after it
         lines = screen.splitlines()
         first = next(i for i, line in enumerate(lines) if "Start here" in line)
         tour = "\n".join(lines[first : first + 4])
