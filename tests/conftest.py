@@ -92,10 +92,10 @@ def _private_store(
 
 @pytest.fixture(autouse=True)
 def _recursion_limit() -> Iterator[None]:
-    """A test leaves the interpreter's recursion limit as it found it. Building CEL's parser
-    (a first policy read, `loopdeck/policy/expressions.py`) raises it for the whole process,
-    and how deep a JSON reply is parsed before it is refused depends on it: without this, a
-    test's outcome would depend on which tests ran before it in its process (xdist's worker)."""
+    """A test leaves the interpreter's recursion limit as it found it: how deep a JSON reply
+    is parsed before it is refused depends on it, and a test's outcome must not depend on
+    which tests ran before it in its process (xdist's worker). CEL's parser raises it when
+    built; `loopdeck/policy/expressions.py` puts it back (`test_policy_leaves_the_limit`)."""
     limit = sys.getrecursionlimit()
     yield
     sys.setrecursionlimit(limit)

@@ -198,3 +198,26 @@ def test_a_runs_rules_count_their_uses_and_the_states_they_allowed_in(tmp_path: 
     assert gate.decide(case_facts(_case(state={"hash": "s3"})), None).effect == "none"
     assert gate.book.counted == {"run:few": 2} and gate.book.allowed_in == {"run:few": "s2"}
     assert isinstance(gate.book, RuleBook)
+
+
+def test_policy_leaves_the_limit() -> None:
+    """Reading a policy leaves the interpreter's recursion limit as it was (CEL's parser
+    raises it for the whole process when built); a condition nested too deep is refused."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from loopdeck.policy.expressions import Condition, ExpressionError\n"
+        "before = sys.getrecursionlimit()\n"
+        "assert Condition('(' * 12 + 'true' + ')' * 12).holds({})\n"
+        "try:\n"
+        "    Condition('(' * 5000 + 'true' + ')' * 5000)\n"
+        "except ExpressionError as exc:\n"
+        "    print(exc)\n"
+        "print(before, sys.getrecursionlimit())\n"
+    )
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    deep, limits = said.stdout.splitlines()
+    assert "nested too deep" in deep
+    assert limits.split()[0] == limits.split()[1]

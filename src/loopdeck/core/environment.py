@@ -79,6 +79,17 @@ class Environment:
     def close(self) -> None:
         """The run is over: release what the env holds (an MCP env stops its server)."""
 
+    def not_reopenable(self) -> str | None:
+        """Why another worker could not find this env's state if this one were lost (a run
+        then ends `crashed` naming it); None when it can: the env has `reopen(run_id)`,
+        which rebuilds the state where it lives (a folder both hosts see, a server)."""
+        if callable(getattr(self, "reopen", None)):
+            return None
+        return (
+            f"its env ({type(self).__name__}) keeps its state in the lost worker's memory: it"
+            " has no reopen(run_id) to find it elsewhere"
+        )
+
     def fingerprint(self) -> str:
         return short_hash(self.snapshot())
 

@@ -66,6 +66,20 @@ class McpEnvironment(Environment):
         if self.connection is not None:
             self.connection.close()
 
+    def reopen(self, run_id: str) -> None:
+        """The run goes on in another worker. A server over HTTP (`url`) keeps its state
+        itself: this worker connected to it as the lost one did, there is nothing to rebuild."""
+
+    def not_reopenable(self) -> str | None:
+        if type(self).reopen is not McpEnvironment.reopen:
+            return None  # the env's own env.py knows where its server keeps the state
+        if self.config is not None and self.config.url is not None:
+            return None
+        return (
+            "its MCP server was started by the lost worker ([mcp] command): its state went"
+            " with it; a server over HTTP ([mcp] url) or an env.py with reopen(run_id) resumes"
+        )
+
     @property
     def _server(self) -> McpConnection:
         if self.connection is None:

@@ -55,12 +55,7 @@ def unresumable(runtime: Runtime, *, reopened: bool = True) -> str | None:
             "its agent drives its own loop in its own process (an agent's session cannot be"
             " rebuilt from the log)"
         )
-    if reopened and not callable(getattr(env, "reopen", None)):
-        return (
-            f"its env ({type(env).__name__}) keeps its state in the lost worker's memory: it"
-            " has no reopen(run_id) to find it elsewhere"
-        )
-    return None
+    return env.not_reopenable() if reopened else None
 
 
 async def record_stop(

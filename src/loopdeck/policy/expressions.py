@@ -11,6 +11,7 @@ with CEL's words.
 from __future__ import annotations
 
 import functools
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +30,12 @@ WORDS_CAP = 300  # what an error says of itself (CEL's words can name a whole ac
 Activation = dict[str, Any]
 
 
+# CEL's evaluator recurses a few frames per level of the parse tree (about ten levels per
+# pair of parentheses): at the interpreter's usual limit (1000) a tree 250 deep fails. A
+# condition is refused when read past this, never when a call is being decided.
+MOST_NESTED = 150
+
+
 class ExpressionError(ValueError):
     """A condition that cannot be read: its words say where."""
 
@@ -39,7 +46,16 @@ class ConditionFailed(Exception):
 
 @functools.cache
 def _environment() -> celpy.Environment:
-    return celpy.Environment()  # builds CEL's parser: once, when a first policy is read
+    """CEL's parser, built once, when a first policy is read. Building it raises the
+    interpreter's recursion limit for the whole process (to 2500, for deeply nested CEL):
+    it is put back, as how deep anything else in the process may go (a hostile JSON reply
+    parsed before it is refused) is not the policy's to change. A condition nested too deep
+    for it is refused when read, naming why."""
+    limit = sys.getrecursionlimit()
+    try:
+        return celpy.Environment()
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 class Condition:
@@ -49,6 +65,12 @@ class Condition:
             tree = _environment().compile(text)
         except CELParseError as exc:
             raise ExpressionError(f"not a CEL expression: {_parse_words(exc)}") from None
+        deep = _depth(tree)
+        if deep > MOST_NESTED:
+            raise ExpressionError(
+                f"nested too deep to be evaluated (its parse tree is {deep} deep, at most"
+                f" {MOST_NESTED}): write it flatter"
+            )
         unknown = sorted(_root_names(tree) - ROOTS)
         if unknown:
             raise ExpressionError(
@@ -61,11 +83,25 @@ class Condition:
             value = self._program.evaluate(activation)
         except CELEvalError as exc:
             raise ConditionFailed(_first_line(exc)) from None
+        except RecursionError:
+            raise ConditionFailed("nested too deep to be evaluated here") from None
         if isinstance(value, CELEvalError):
             raise ConditionFailed(_first_line(value))
         if not isinstance(value, celtypes.BoolType):
             raise ConditionFailed(f"gives {type(value).__name__} {value!s:.60}, not a bool")
         return bool(value)
+
+
+def _depth(tree: Tree[Token]) -> int:
+    """How deep the parse tree goes (walked without recursion)."""
+    deepest = 0
+    stack: list[tuple[Tree[Token] | Token, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(node, Tree):
+            stack.extend((child, depth + 1) for child in node.children)
+    return deepest
 
 
 def cel_value(value: Any) -> Any:
