@@ -8,6 +8,7 @@ from textual.widgets import Input
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import StopReason
+from loopdeck.tui.approval_offers import ApprovalsChanged
 from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog
 from loopdeck.tui.panels import RunHeader
 
@@ -57,7 +58,8 @@ async def test_escape_leaves_the_call_pending_and_w_reopens_it() -> None:
         await pilot.press("escape")
         screen = run_screen(app)
         await wait_until(pilot, lambda: app.screen is screen)
-        await pilot.pause(0.3)
+        screen.post_message(ApprovalsChanged())  # what the queue's next change sends
+        await pilot.pause()
         assert app.screen is screen  # not reopened by itself
         assert "1 approval waiting" in str(screen.query_one(RunHeader).render())
         assert screen.outcome is None
