@@ -54,7 +54,7 @@ def fork_point(log: list[Event], run_id: str, at_call: str) -> int:
 
 
 async def fork(
-    location: Location,
+    location: Location | None,
     run_id: str,
     at_call: str,
     *,

@@ -47,10 +47,12 @@ from loopdeck.core.events import (
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.recording import outage_text, outage_words
+from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.states import RunState
 from loopdeck.operator import transcript
 from loopdeck.operator.context_words import context_text
 from loopdeck.operator.grant_book import GrantBook
+from loopdeck.operator.move_words import forked_words, move_words
 from loopdeck.operator.push_words import pushed_notes
 
 MAX_CALL_ROWS = 500
@@ -138,6 +140,10 @@ class RunView:
     grants: GrantBook = field(default_factory=GrantBook)
     unknown: dict[str, str] = field(default_factory=dict)  # call id -> tool
     pushed: dict[str, str] = field(default_factory=dict)  # call or question id -> its push
+    # Where a worker runs it (`loopdeck worker`), its last move and where it was forked from.
+    host: str = ""
+    moved: str = ""
+    forked: str = ""
     _live_state: RunState = RunState.READY
 
     @property
@@ -359,6 +365,14 @@ class RunView:
     @_handles(OperatorMessage)
     def _on_operator_message(self, e: OperatorMessage) -> None:
         self.notes.append(f"message by {e.by}")
+
+    @_handles(RunMoved)
+    def _on_run_moved(self, e: RunMoved) -> None:
+        self.host, self.moved = e.host, move_words(e)
+
+    @_handles(RunForked)
+    def _on_run_forked(self, e: RunForked) -> None:
+        self.forked = forked_words(e)
 
     @_handles(RunCorrected)
     def _on_run_corrected(self, e: RunCorrected) -> None:

@@ -51,7 +51,9 @@ from loopdeck.core.events import (
 from loopdeck.core.grant_rules import GrantRule
 from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.recording import outage_text, outage_words
+from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.text import short_args, visible, visible_json
+from loopdeck.operator.move_words import forked_entry, moved_entry
 from loopdeck.operator.push_words import pushed_entry
 
 MAX_ENTRIES = 5000
@@ -302,6 +304,8 @@ def _approval_withdrawn(e: ApprovalWithdrawn) -> Made:
 
 NO_ANSWER = "nobody answered in time: the run went on alone (the guard blocked the call)"
 _makes(DecisionsPushed)(pushed_entry)  # a push of decisions: `operator/push_words.py`
+_makes(RunMoved)(moved_entry)  # a run's moves: `operator/move_words.py`
+_makes(RunForked)(forked_entry)
 
 
 @_makes(QuestionAsked)

@@ -21,6 +21,7 @@ from loopdeck.tui.shown import toast
 # What a failed worker of each group means for the run, said after the error.
 MEANING = {
     "decisions": "it is still pending: w offers it again",
+    "fork": "nothing was forked: f again",
     "inbox": "the inbox no longer follows the store: close it and open it again",
     "inbox-decide": "it is still pending: decide again",
     "outcomes": "its outcome is still unknown: o asks again",

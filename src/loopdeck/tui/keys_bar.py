@@ -25,6 +25,7 @@ SHORT = {
     "run.approvals": "wait",
     "run.transcript": "log",
     "run.message": "msg",
+    "run.fork": "fork",
     "run.back": "fleet",
     "run.stop": "stop",
     "run.kill": "kill",

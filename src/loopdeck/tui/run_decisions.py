@@ -2,19 +2,41 @@
 outcome is unknown took effect (the selected call, else the oldest such), `G` revokes a
 standing grant (asked first; a chooser when several are active). Each goes to the run's link
 through `ApprovalOffers` (in a worker of the screen): what came of it is said in a toast, a
-failure by `failures`."""
+failure by `failures`.
+
+And `f` forks the run at the selected call (`ForkDialog`, then `operator/fork.py` in a worker
+of the screen, on the store the run is recorded in): the fork's id in a toast, or why not."""
 
 from __future__ import annotations
 
+import shlex
+
 from textual.screen import Screen
 
-from loopdeck.operator.links import RunLink
+from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator.links import LocalLink, RunLink
+from loopdeck.operator.records import Location, StoreError, shown_location
 from loopdeck.operator.replay_link import ReplayLink
 from loopdeck.operator.runview import RunView
+from loopdeck.operator.store_link import StoreLink
 from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ConfirmDialog
-from loopdeck.tui.shown import markup
+from loopdeck.tui.failures import FAILED_FOR_S
+from loopdeck.tui.fork_dialog import ForkAsked
+from loopdeck.tui.shown import markup, toast
+
+NOT_RECORDED = "this run is not recorded in a store: there are no events to fork it from"
+
+
+def recorded_in(link: RunLink) -> tuple[bool, Location | None]:
+    """Whether the run is in a store, and which (None: the default store, as `--db` is)."""
+    if isinstance(link, LocalLink):
+        location = link.session.location
+        return location is not None, location
+    if isinstance(link, StoreLink | ReplayLink):
+        return True, link.db_path
+    return False, None
 
 
 class RunDecisions:
@@ -90,3 +112,49 @@ class RunDecisions:
         self.screen.app.push_screen(
             ConfirmDialog(question), lambda yes: chosen(row.grant_id if yes else None)
         )
+
+    # -- f: fork at a call -----------------------------------------------------------------
+    def can_fork(self, view: RunView) -> bool:
+        """`f`: the run has a call to fork at."""
+        return bool(view.calls)
+
+    def ask_fork(self, view: RunView) -> None:
+        from loopdeck.tui.fork_dialog import ForkDialog
+
+        call_id = self.screen.query_one(CallsTable).cursor_key
+        row = view.calls.get(call_id) if call_id is not None else None
+        if row is None:
+            return
+        recorded, location = recorded_in(self.link)
+        if not recorded:
+            toast(self.screen, NOT_RECORDED, title="not forked", severity="error",
+                  timeout=FAILED_FOR_S)  # fmt: skip
+            return
+        run_id = view.run_id
+
+        def asked(changes: ForkAsked | None) -> None:
+            if changes is not None:
+                self.screen.run_worker(self.fork(location, run_id, row.call_id, changes),
+                                       group="fork", exit_on_error=False)  # fmt: skip
+
+        dialog = ForkDialog(run_id, row, view.env, view.model, view.script or "")
+        self.screen.app.push_screen(dialog, asked)
+
+    async def fork(
+        self, location: Location | None, run_id: str, call_id: str, changes: ForkAsked
+    ) -> str | None:
+        """The fork queued, said in a toast; its id, or None when the store refused it (said
+        why). Anything else raised is the worker's error, said by `failures`."""
+        from loopdeck.operator.fork import fork
+
+        try:
+            fork_id = await fork(location, run_id, call_id, model=changes.model,
+                                 script=changes.script, message=changes.message)  # fmt: skip
+        except (ScenarioError, StoreError, ValueError, OSError) as exc:
+            toast(self.screen, f"run {run_id} at {call_id}: {exc}", title="not forked",
+                  severity="error", timeout=FAILED_FOR_S)  # fmt: skip
+            return None
+        db = f" --db {shlex.quote(shown_location(location))}" if location is not None else ""
+        toast(self.screen, f"forked as {fork_id} at {call_id}: queued for a worker"
+              f" (`loopdeck worker{db}` runs it)", title="forked")  # fmt: skip
+        return fork_id

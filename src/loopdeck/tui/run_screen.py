@@ -78,6 +78,7 @@ class RunScreen(Screen[None]):
         Binding("right_square_bracket", "plan(1)", "Next plan", id="plan.next", show=False),
         Binding("o", "outcome", "Outcome?", id="run.outcome"),
         Binding("G", "revoke", "Revoke grant", id="run.revoke"),
+        Binding("f", "fork", "Fork", id="run.fork"),
     ]
 
     def __init__(self, link: RunLink, now: Callable[[], datetime], shared: SharedState) -> None:
@@ -276,6 +277,8 @@ class RunScreen(Screen[None]):
             return live
         if action == "message_ended":
             return not live
+        if action == "fork":
+            return self.decisions.can_fork(self.view)
         return True
 
     def action_approvals(self) -> None:
@@ -291,6 +294,10 @@ class RunScreen(Screen[None]):
 
     def action_revoke(self) -> None:
         self.decisions.ask_revoke(self.view)
+
+    def action_fork(self) -> None:
+        """`f`: fork the run at the selected call (`RunDecisions.ask_fork`)."""
+        self.decisions.ask_fork(self.view)
 
     def action_plan(self, delta: int) -> None:
         self.query_one(PlanPanel).browse(self.view, delta)
