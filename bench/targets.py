@@ -76,6 +76,12 @@ def _workers() -> list[Row]:
     return workers.measure()
 
 
+def _runs_listing() -> list[Row]:
+    import runs_listing
+
+    return runs_listing.measure(1000)
+
+
 GROUPS: dict[str, Callable[[], list[Row]]] = {
     "model_path": _model_path,
     "console_load": _console_load,
@@ -86,6 +92,7 @@ GROUPS: dict[str, Callable[[], list[Row]]] = {
     "log_chain": _log_chain,
     "gateway": _gateway,
     "workers": _workers,
+    "runs_listing": _runs_listing,
 }
 MARK = "ROWS "
 

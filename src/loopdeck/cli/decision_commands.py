@@ -8,12 +8,13 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.arg_edits import check_edit, told_instead_of
-from loopdeck.operator.records import Asked, GrantRule, Store
+from loopdeck.operator.records import Asked, GrantRule, PendingOutcome, PendingWrite, Store
 
 
 class BadDecision(ValueError):
@@ -80,7 +81,7 @@ def decided_words(args: argparse.Namespace, grant: GrantRule | None) -> str:
 async def grants(store: Store, args: argparse.Namespace) -> int:
     """Each grant in two lines (a table would cut the rule or the run id at 80 columns)."""
     if args.run_id is not None:
-        args.run_id = (await records.known_run(store, args.run_id))["run_id"]
+        args.run_id = (await records.named_run(store, args.run_id)).run_id
     rows = await records.grants(store, args.run_id)
     if args.json:
         print(json.dumps([_grant_json(row) for row in rows], default=str))
@@ -94,7 +95,7 @@ async def grants(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
-def _grant_json(row: records.GrantRow) -> dict[str, Any]:
+def _grant_json(row: records.GrantRow) -> dict[str, object]:
     return {
         "run_id": row.run_id,
         "grant_id": row.grant_id,
@@ -110,7 +111,7 @@ def _grant_json(row: records.GrantRow) -> dict[str, Any]:
 
 async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
     """Exit 1 if the grant is not there or no longer active."""
-    args.run_id = (await records.known_run(store, args.run_id))["run_id"]
+    args.run_id = (await records.named_run(store, args.run_id)).run_id
     why = await records.revoke(store, args.run_id, args.grant_id, by)
     if why:
         print(f"loopdeck: {visible(why)}", file=sys.stderr)
@@ -124,7 +125,7 @@ async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
 
 async def resolve(store: Store, args: argparse.Namespace, by: str, tell: records.Tell) -> int:
     """Exit 1 if the call's outcome is not unknown (already resolved, never asked)."""
-    args.run_id = (await records.known_run(store, args.run_id))["run_id"]
+    args.run_id = (await records.named_run(store, args.run_id)).run_id
     applied = args.outcome == "applied"
     why = await records.resolve(store, args.run_id, args.call_id, applied=applied, by=by, tell=tell)
     if why:
@@ -138,27 +139,27 @@ async def resolve(store: Store, args: argparse.Namespace, by: str, tell: records
     return 0 if why is None else 1
 
 
-async def print_unknown(store: Store) -> list[dict[str, Any]]:
+async def print_unknown(store: Store) -> list[PendingOutcome]:
     """`pending`'s writes whose outcome is unknown, each with the command that resolves it
     (on stderr: stdout keeps its one table or JSON value)."""
     unknown = await records.unknown_outcomes(store)
     for item in unknown:
-        run_id, call_id = visible(item["run_id"]), visible(item["call_id"])
+        run_id, call_id = visible(item.run_id), visible(item.call_id)
         print(
-            f"{run_id} {call_id} {visible(item['tool'])}: outcome unknown"
-            f" ({item['outcome'] or 'never recorded'})  → loopdeck resolve {run_id} {call_id}"
+            f"{run_id} {call_id} {visible(item.tool)}: outcome unknown"
+            f" ({item.outcome or 'never recorded'})  → loopdeck resolve {run_id} {call_id}"
             " applied|not-applied",
             file=sys.stderr,
         )
     return unknown
 
 
-def print_diffs(writes: list[dict[str, Any]]) -> None:
+def print_diffs(writes: Sequence[PendingWrite]) -> None:
     """`pending`'s file writes, each as the diff it makes to the working copy (on stderr:
     stdout keeps its one table or JSON value)."""
     for item in writes:
-        if item.get("diff"):
-            said = f"{item['run_id']} {item['call_id']} {item['tool']} would change:"
+        if item.diff:
+            said = f"{item.run_id} {item.call_id} {item.tool} would change:"
             print(visible(said), file=sys.stderr)
-            for line in str(item["diff"]).splitlines():
+            for line in item.diff.splitlines():
                 print(f"    {visible(line)}", file=sys.stderr)

@@ -2,7 +2,8 @@
 `resume`, `export`, `attach` and `replay` (and, from `cli/decision_commands.py`, `grants`,
 `revoke` and `resolve`; from `cli/verify_command.py`, `verify`): supervising recorded runs
 from another process, one function a command, each reaching the store through
-`operator/records.py`."""
+`operator/records.py`. Those two modules are imported by the commands that use them: what
+`loopdeck runs` loads is what it needs (issue 43: `runs` at 1,000 runs in 0.3 s)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,12 @@ import json
 import shlex
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import UTC, datetime
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
 from rich.text import Text
 
-from loopdeck.cli import decision_commands, tables, verify_command
+from loopdeck.cli import tables
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.records import Store
@@ -40,6 +40,8 @@ def run_store_command(args: argparse.Namespace) -> int:
 
         return open_remote_console(args)
     if args.command == "verify" and args.export is not None:  # a file, not a store
+        from loopdeck.cli import verify_command
+
         return verify_command.verify_export(args)
     return asyncio.run(_store_command(args))
 
@@ -47,7 +49,7 @@ def run_store_command(args: argparse.Namespace) -> int:
 async def _store_command(args: argparse.Namespace) -> int:
     async with records.opened(args.db, notes=_tell) as store:
         if getattr(args, "run_id", None):  # a unique prefix names its run from here on
-            args.run_id = (await records.known_run(store, args.run_id))["run_id"]
+            args.run_id = (await records.named_run(store, args.run_id)).run_id
         return await COMMANDS[args.command](store, args)
 
 
@@ -56,11 +58,19 @@ def _tell(message: str) -> None:
     print(f"loopdeck: {message}", file=sys.stderr, flush=True)
 
 
-def _print(value: Any, as_json: bool, table: Table | None = None, text: str = "") -> None:
+Json = dict[str, object] | list[dict[str, object]]  # what `--json` prints: one value
+
+
+def _print(
+    value: Json, as_json: bool, table: Callable[[int], RenderableType] | None = None, text: str = ""
+) -> None:
+    """One JSON value, else the table (made for the terminal's width: only when it is
+    printed), else the text."""
     if as_json:
         print(json.dumps(value, default=str))
     elif table is not None:
-        Console().print(table)
+        console = Console()
+        console.print(table(console.width))
     elif text:
         print(text)
 
@@ -69,7 +79,8 @@ async def _runs(store: Store, args: argparse.Namespace) -> int:
     runs = await records.runs(store)
     title = Text(f"runs in {visible(str(store.path))}, newest first")
     # Ids and times never cut; the other columns give way to the terminal's width.
-    _print(runs, args.json, tables.runs_table(title, runs, Console().width))
+    listed: Json = [run.as_json() for run in runs] if args.json else []
+    _print(listed, args.json, lambda width: tables.runs_table(title, runs, width))
     return 0
 
 
@@ -77,22 +88,25 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
     """What waits for the operator: the writes (an expired one marked so: approving it is
     refused, a rejection still reaches the model), the questions with the answers they take
     and the unknown outcomes (those two on stderr)."""
+    from loopdeck.cli import decision_commands
+
     pending, questions = await records.pending(store)
+    now = datetime.now(UTC)  # what has expired, the same in the table and in `--json`
     unknown = await decision_commands.print_unknown(store)
     for question in questions:
-        run_id = visible(question["run_id"])
-        forms = [shlex.quote(form) for form in records.answer_forms(question["choices"])]
+        run_id = visible(question.run_id)
+        forms = [shlex.quote(form) for form in records.answer_forms(question.choices)]
         print(
-            f"{run_id} asks ({visible(question['question_id'])}): "
-            f"{visible(question['question'])}  → loopdeck answer {run_id} "
+            f"{run_id} asks ({visible(question.call_id)}): "
+            f"{visible(question.question)}  → loopdeck answer {run_id} "
             f"{visible('|'.join(forms)) or 'TEXT'}",
             file=sys.stderr,
         )
     decision_commands.print_diffs(pending)
-    table = tables.pending_table(pending, Console().width)
-    if args.json and unknown:  # the writes first, as before; then what needs your word
-        pending = [*pending, *({**item, "outcome_unknown": True} for item in unknown)]
-    _print(pending, args.json, table)
+    # The writes first, as before; then what needs your word.
+    listed = [write.as_json(now) for write in pending]
+    listed += [{**item.as_json(), "outcome_unknown": True} for item in unknown]
+    _print(listed, args.json, lambda width: tables.pending_table(pending, now, width))
     return 0
 
 
@@ -100,7 +114,9 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     """`approve` or `reject`: exit 1 if it will not be carried out (another decision came
     first, nothing was pending, the request expired, the run ended), 2 if it cannot be taken
     as written (an edit the call cannot carry out, arguments its schema refuses)."""
-    await records.known_run(store, args.run_id)
+    from loopdeck.cli import decision_commands
+
+    await records.named_run(store, args.run_id)
     approved = args.command == "approve"
     reason = "" if approved else args.reason
     asked = await records.asked(store, args.run_id, args.call_id)
@@ -120,15 +136,15 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
         ended = str(exc)
         state, by = (asked.state, asked.by) if asked else (None, None)
         decision = records.Decision(False, state, by)
-    result: dict[str, Any] = {
+    result: dict[str, object] = {
         "run_id": args.run_id,
         "call_id": args.call_id,
         "decided": decision.won,
         "state": decision.state,
     }
     if not decision.won:
-        result["message"] = _not_decided(args, decision, ended)
-        print(f"loopdeck: {visible(args.call_id + ': ' + result['message'])}", file=sys.stderr)
+        result["message"] = message = _not_decided(args, decision, ended)
+        print(f"loopdeck: {visible(args.call_id + ': ' + message)}", file=sys.stderr)
     done = f"{args.call_id}: rejected"
     if approved:
         done = decision_commands.decided_words(args, grant)
@@ -162,7 +178,7 @@ def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: st
 async def _answer(store: Store, args: argparse.Namespace) -> int:
     """Exit 1 if no question waits or the run ended; 2 (`NotOffered`, from `records`) if the
     question takes only fixed choices and this is none of them."""
-    await records.known_run(store, args.run_id)
+    await records.named_run(store, args.run_id)
     try:
         won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)
     except records.RunEnded as exc:
@@ -190,10 +206,10 @@ async def _answer(store: Store, args: argparse.Namespace) -> int:
 
 async def _ended(store: Store, args: argparse.Namespace) -> bool:
     """Whether the run already ended (said, as the command's refusal): nothing to send."""
-    run = await records.known_run(store, args.run_id)
-    if run["state"] in records.LIVE_STATES:
+    run = await records.named_run(store, args.run_id)
+    if run.live:
         return False
-    message = f"run {args.run_id} already ended ({run['stop_reason']}): nothing to {args.command}"
+    message = f"run {args.run_id} already ended ({run.stop_reason}): nothing to {args.command}"
     print(f"loopdeck: {visible(message)}", file=sys.stderr)
     _print({"run_id": args.run_id, "command": None, "message": message}, args.json)
     return True
@@ -229,7 +245,7 @@ async def _export(store: Store, args: argparse.Namespace) -> int:
     """The run's events as JSON lines, each with its hash in the run's chain (`loopdeck
     verify --export FILE` checks them), or (`--otlp URL`) sent as one OpenTelemetry trace:
     one line, its trace id and spans; exit 2 naming the URL if it was not taken."""
-    await records.known_run(store, args.run_id)
+    await records.named_run(store, args.run_id)
     if args.otlp_content and not args.otlp:
         print("loopdeck: --otlp-content goes with --otlp URL", file=sys.stderr)
         return 2
@@ -250,6 +266,30 @@ async def _export(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _grants(store: Store, args: argparse.Namespace) -> int:
+    from loopdeck.cli import decision_commands
+
+    return await decision_commands.grants(store, args)
+
+
+async def _revoke(store: Store, args: argparse.Namespace) -> int:
+    from loopdeck.cli import decision_commands
+
+    return await decision_commands.revoke(store, args, operator())
+
+
+async def _resolve(store: Store, args: argparse.Namespace) -> int:
+    from loopdeck.cli import decision_commands
+
+    return await decision_commands.resolve(store, args, operator(), _tell)
+
+
+async def _verify(store: Store, args: argparse.Namespace) -> int:
+    from loopdeck.cli import verify_command
+
+    return await verify_command.verify(store, args)
+
+
 COMMANDS: dict[str, Command] = {
     "runs": _runs,
     "pending": _pending,
@@ -261,8 +301,8 @@ COMMANDS: dict[str, Command] = {
     "pause": _send,
     "resume": _send,
     "export": _export,
-    "grants": decision_commands.grants,
-    "revoke": lambda store, args: decision_commands.revoke(store, args, operator()),
-    "resolve": lambda store, args: decision_commands.resolve(store, args, operator(), _tell),
-    "verify": verify_command.verify,
+    "grants": _grants,
+    "revoke": _revoke,
+    "resolve": _resolve,
+    "verify": _verify,
 }

@@ -4,6 +4,12 @@ Ids and times are never cut: they are what `attach`, `approve` and a reader's ey
 the table is wider than the terminal, the least useful columns give way, in a stated order:
 a time is written shorter, a column is dropped, free text (a write's arguments) ends in "…".
 Everything is in `--json`.
+
+A table that fits has its rows written here, a line each, exactly as Rich would lay them out
+(`Drawn`; Rich still draws its title, header and edges): Rich's layout of each cell cost
+0.7 ms a row, most of `loopdeck runs` at 1,000 runs. A table that does not fit, or a cell
+with a line break or a tab, is Rich's own (`tests/test_cli_table_rows.py` holds the two
+the same).
 """
 
 from __future__ import annotations
@@ -12,15 +18,18 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import cached_property
 
 from rich import box
 from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from loopdeck.core.text import visible
 from loopdeck.operator import records
+from loopdeck.operator.records import PendingWrite, RunEntry
 
 RUN_COLUMNS = (
     "run_id", "env", "script", "model", "state", "stop_reason", "started_at", "tokens",
@@ -36,20 +45,47 @@ class Column:
     keep: bool = False  # an id or a time: never cut
     cut: int = 0  # free text that may end in "…": the fewest cells worth showing of it
 
-    @property
-    def widest(self) -> int:
-        return max(cell_len(visible(cell)) for cell in (self.header, *self.cells))
+    @cached_property
+    def shown(self) -> tuple[str, ...]:
+        """Its cells as the terminal shows them (`visible`), each made once."""
+        return _shown(self.cells)
 
-    @property
+    @cached_property
+    def sizes(self) -> tuple[int, ...]:
+        """Each shown cell's width in the terminal's cells."""
+        return _sizes(self.shown)
+
+    @cached_property  # measured once: the table's fitting asks it at every step
+    def widest(self) -> int:
+        return max((cell_len(visible(self.header)), *self.sizes))
+
+    @cached_property
     def least(self) -> int:
         return min(self.widest, self.cut) if self.cut else self.widest
+
+
+def _shown(cells: tuple[str, ...]) -> tuple[str, ...]:
+    made: dict[str, str] = {}  # a listing repeats its envs, states and models
+    return tuple(
+        made[cell] if cell in made else made.setdefault(cell, visible(cell)) for cell in cells
+    )
+
+
+def _sizes(cells: tuple[str, ...]) -> tuple[int, ...]:
+    measured: dict[str, int] = {}
+    return tuple(
+        measured[cell] if cell in measured else measured.setdefault(cell, cell_len(cell))
+        for cell in cells
+    )
 
 
 # What gives way, in order: (the column's header, what it becomes; None: it is dropped).
 GiveWay = Sequence[tuple[str, Column | None]]
 
 
-def fitted(title: Text | str, columns: list[Column], give_way: GiveWay, width: int) -> Table:
+def fitted(
+    title: Text | str, columns: list[Column], give_way: GiveWay, width: int
+) -> RenderableType:
     """The table of `columns` as wide as `width` allows, each step of `give_way` taken only
     while the table is still too wide."""
     shown = list(columns)
@@ -70,38 +106,89 @@ def _least_width(columns: list[Column]) -> int:
     return sum(column.least + GAP for column in columns)
 
 
-def _table(title: Text | str, columns: list[Column], width: int) -> Table:
+def _table(title: Text | str, columns: list[Column], width: int) -> RenderableType:
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     fits = _least_width(columns) <= width
     room = width - sum(column.widest + GAP for column in columns if not column.cut)
     free = [column for column in columns if column.cut]
+    widths = []
     for column in columns:
         if column.cut:  # what is left, shared
             shown = max(column.least, min(column.widest, room // len(free) - GAP))
             table.add_column(column.header, width=shown if fits else None, no_wrap=True)
         elif column.keep:
+            shown = column.widest
             table.add_column(column.header, no_wrap=True, min_width=column.widest)
         else:  # as wide as its widest cell; once nothing else gives way, folded, never cut
+            shown = column.widest
             table.add_column(column.header, width=column.widest if fits else None, overflow="fold")
-    for row in zip(*(column.cells for column in columns), strict=True):
-        table.add_row(*(Text(visible(cell)) for cell in row))  # never markup
+        widths.append(shown)
+    rows = list(zip(*(column.shown for column in columns), strict=True))
+    if fits and not any(_breaks(cell) for column in columns for cell in column.shown):
+        sizes = zip(*(column.sizes for column in columns), strict=True)
+        return Drawn(
+            table, [_line(row, size, widths) for row, size in zip(rows, sizes, strict=True)]
+        )
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # never markup
     return table
 
 
+def _breaks(cell: str) -> bool:
+    """A cell Rich would lay out on more than one line, or with its tabs expanded."""
+    return "\n" in cell or "\t" in cell
+
+
+def _line(cells: Sequence[str], sizes: Sequence[int], widths: list[int]) -> str:
+    """One row of a table that fits, as Rich draws it (`SIMPLE_HEAD`, no padding at the edges,
+    padding collapsed): each cell at its column's width, cut with "…" where its column is
+    narrower, two spaces between columns, one at each edge."""
+    shown = []
+    for cell, size, width in zip(cells, sizes, widths, strict=True):
+        if size > width:
+            cut = Text(cell)
+            cut.truncate(width, overflow="ellipsis")
+            cell, size = cut.plain, cut.cell_len
+        shown.append(cell + " " * (width - size))
+    return " " + "  ".join(shown) + " "
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A table that fits the terminal with a row a line: Rich draws its title, header and
+    edges (`head`, the same table with no rows, so each column has the width it would have
+    with them) and the rows are written between them, as Rich would write them, at a
+    hundredth of the cost (0.7 ms a row through Rich's own layout of each cell)."""
+
+    head: Table
+    rows: list[str]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = console.render_lines(self.head, options, pad=False, new_lines=False)
+        for line in lines[:-1]:  # the title, the header and its rule
+            yield from line
+            yield Segment.line()
+        for row in self.rows:
+            yield Segment(row)
+            yield Segment.line()
+        yield from lines[-1]  # the bottom edge
+        yield Segment.line()
+
+
 # -- `loopdeck runs` ----------------------------------------------------------------------------
-def runs_table(title: Text | str, runs: list[dict[str, Any]], width: int) -> Table:
+def runs_table(title: Text | str, runs: Sequence[RunEntry], width: int) -> RenderableType:
     """Every run, newest first. Giving way: the outcome-unknown column (dropped while empty,
     else headed "outcome?"), the runner, the stop's header, the start to the minute, cost,
-    tokens, model, a paused run's underlying state, env and script in one column (cut short
-    when it must be), then that column."""
+    tokens, model, a paused (parked, queued) run's underlying state, env and script in one
+    column (cut short when it must be), then that column."""
     cells = {name: tuple(_cell(run, name) for run in runs) for name in RUN_COLUMNS}
-    unknown = tuple(", ".join(run["outcome_unknown"]) or "-" for run in runs)
+    unknown = tuple(", ".join(run.outcome_unknown) or "-" for run in runs)
     columns = [Column(name, cells[name], keep=name in ("run_id", "started_at"))
                for name in RUN_COLUMNS]  # fmt: skip
     columns.append(Column("outcome unknown", unknown))
-    started = tuple(_short_time(run["started_at"], "%m-%d %H:%M") for run in runs)
-    env_script = tuple(f"{run['env']}/{run['script'] or '-'}" for run in runs)
-    states = tuple("paused" if run["paused"] else cells["state"][i] for i, run in enumerate(runs))
+    started = tuple(_short_time(run.started_at, "%m-%d %H:%M") for run in runs)
+    env_script = tuple(f"{run.env}/{run.script or '-'}" for run in runs)
+    states = tuple(run.shown_state for run in runs)
     empty = all(cell == "-" for cell in unknown)
     give_way: list[tuple[str, Column | None]] = [
         ("outcome unknown", None if empty else Column("outcome?", unknown)),
@@ -116,15 +203,16 @@ def runs_table(title: Text | str, runs: list[dict[str, Any]], width: int) -> Tab
     return fitted(title, columns, give_way, width)
 
 
-def _cell(run: dict[str, Any], column: str) -> str:
+def _cell(run: RunEntry, column: str) -> str:
     """One cell of `loopdeck runs`' table, "-" where the store has nothing."""
-    if column == "state" and run["paused"]:
-        return f"paused ({run['state']})"
+    if column == "state":
+        shown = run.shown_state
+        return shown if shown == run.state else f"{shown} ({run.state})"
     if column == "started_at":
-        return records.local_time(run["started_at"])
+        return records.local_time(run.started_at)
     if column == "runner":
-        return f"{run['host']}:{run['pid']}" if run["host"] else "-"
-    value = run[column]
+        return run.runner
+    value = getattr(run, column)
     if value is None:
         return "-"
     if column == "cost_usd":
@@ -155,20 +243,20 @@ def _clock(stamp: str) -> str:
 
 
 # -- `loopdeck pending` -------------------------------------------------------------------------
-def pending_table(pending: list[dict[str, Any]], width: int) -> Table:
+def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) -> RenderableType:
     """The writes waiting for approval. Giving way: the expiry in local time (its day only
     when not today), the arguments cut short ("…"), then dropped."""
 
-    def expiry(item: dict[str, Any], when: str) -> str:
-        return f"expired at {when}" if item["expired"] else when
+    def expiry(item: PendingWrite, when: str) -> str:
+        return f"expired at {when}" if item.expired(now) else when
 
-    full = tuple(expiry(item, item["expires_at"]) for item in pending)
-    short = tuple(expiry(item, _clock(item["expires_at"])) for item in pending)
+    full = tuple(expiry(item, item.expires.isoformat()) for item in pending)
+    short = tuple(expiry(item, _clock(item.expires.isoformat())) for item in pending)
     columns = [
-        Column("run_id", tuple(item["run_id"] for item in pending), keep=True),
-        Column("call_id", tuple(item["call_id"] for item in pending), keep=True),
-        Column("tool", tuple(item["tool"] for item in pending)),
-        Column("args", tuple(json.dumps(item["args"]) for item in pending), cut=12),
+        Column("run_id", tuple(item.run_id for item in pending), keep=True),
+        Column("call_id", tuple(item.call_id for item in pending), keep=True),
+        Column("tool", tuple(item.tool for item in pending)),
+        Column("args", tuple(json.dumps(item.args) for item in pending), cut=12),
         Column("expires_at", full, keep=True),
     ]
     give_way = [("expires_at", Column("expires", short, keep=True)), ("args", None)]

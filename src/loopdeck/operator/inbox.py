@@ -19,90 +19,39 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.grant_rules import GrantRule
 from loopdeck.core.push_events import DecisionsPushed
-from loopdeck.operator import following
+from loopdeck.operator import entries, following
+from loopdeck.operator.entries import (
+    InboxEntry,
+    NotOffered,
+    PendingOutcome,
+    PendingQuestion,
+    PendingWrite,
+)
 from loopdeck.operator.push_words import pushed_notes
-from loopdeck.operator.records import NotOffered, not_offered
-from loopdeck.store import deciding, outcome_queries, push_queries, queries
+from loopdeck.store import deciding, push_queries, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 
 BY = "console inbox"  # who decided, as the store records it
 Tell = deciding.Tell
-
-
-@dataclass(frozen=True)
-class PendingWrite:
-    """A write of a run that waits for the operator's approval."""
-
-    run_id: str
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    env: str  # "env/script" of its run
-    expires: datetime
-    rationale: str = ""
-    plan_step: str = ""
-    asked_again: str = ""
-    # The tool's argument schema, from the request: what an edit is checked against.
-    args_schema: dict[str, Any] = field(default_factory=dict)
-    # Why the call cannot run an edit ("" when it can): an edit is told to the agent instead.
-    not_editable: str = ""
-    pushed: str = ""  # its push to the operator's channels (`--notify`), "" if none
-
-    @property
-    def key(self) -> str:
-        return f"{self.run_id}/{self.call_id}"
-
-
-@dataclass(frozen=True)
-class PendingQuestion:
-    """A question the run asked the operator; it never expires. `choices`: the answers it
-    takes (empty: any words)."""
-
-    run_id: str
-    call_id: str  # the question's id
-    question: str
-    env: str  # "env/script" of its run
-    choices: tuple[str, ...] = ()
-    pushed: str = ""
-    tool: ClassVar[str] = queries.QUESTION
-    plan_step: ClassVar[str] = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.run_id}/{self.call_id}"
-
-    def refusal(self, text: str) -> str:
-        """Why `text` is not an answer this question takes ("" when it is)."""
-        return not_offered(self.choices, text)
-
-
-@dataclass(frozen=True)
-class PendingOutcome:
-    """An approved write whose outcome nobody knows (it timed out, raised or was cut short):
-    the operator says whether it took effect. `live`: its run still goes on."""
-
-    run_id: str
-    call_id: str
-    tool: str
-    args: dict[str, Any]
-    env: str  # "env/script" of its run
-    live: bool
-    pushed: str = ""
-    plan_step: ClassVar[str] = ""
-
-    @property
-    def key(self) -> str:
-        return f"{self.run_id}/{self.call_id}"
-
-
-InboxEntry = PendingWrite | PendingQuestion | PendingOutcome
+# The entries are the command line's too (`operator/entries.py`): named here for the console.
+__all__ = [
+    "BY",
+    "Inbox",
+    "InboxEntry",
+    "PendingOutcome",
+    "PendingQuestion",
+    "PendingWrite",
+    "PushMarks",
+    "Tell",
+    "WaitingCount",
+    "read_entries",
+]
 
 
 class PushMarks:
@@ -121,59 +70,15 @@ class PushMarks:
 
 async def read_entries(store: Store) -> list[InboxEntry]:
     """Every pending write, soonest to expire first, then every question, oldest first, then
-    every unknown outcome, oldest first."""
-    runs = {run["run_id"]: run for run in await queries.all_runs(store)}
-
-    def env(run_id: str) -> str:
-        run = runs.get(run_id, {})
-        return f"{run.get('env') or ''}/{run.get('script') or ''}"
-
-    pushed = PushMarks(store).of
-
-    writes = []
-    for item in await queries.pending_approvals(store):
-        request = await queries.approval_request(store, item["run_id"], item["call_id"]) or {}
-        writes.append(
-            PendingWrite(
-                run_id=item["run_id"],
-                call_id=item["call_id"],
-                tool=item["tool"] or "",
-                args=item["args"],
-                env=env(item["run_id"]),
-                expires=datetime.fromisoformat(item["expires_at"]),
-                rationale=request.get("rationale") or "",
-                plan_step=request.get("plan_step") or "",
-                asked_again=request.get("asked_again") or "",
-                args_schema=request.get("args_schema") or {},
-                not_editable=request.get("not_editable") or "",
-                pushed=await pushed(item["run_id"], item["call_id"]),
-            )
-        )
+    every unknown outcome, oldest first (`operator/entries.py` reads them), each with what
+    was pushed of it."""
+    pushed, envs = PushMarks(store).of, await entries.run_envs(store)
+    writes = await entries.pending_writes(store, envs=envs)
     writes.sort(key=lambda write: write.expires)
-    questions = [
-        PendingQuestion(
-            run_id=q["run_id"],
-            call_id=q["question_id"],
-            question=q["question"],
-            env=env(q["run_id"]),
-            choices=tuple(q["choices"]),
-            pushed=await pushed(q["run_id"], q["question_id"]),
-        )
-        for q in await queries.pending_questions(store)
-    ]
-    outcomes = [
-        PendingOutcome(
-            run_id=row["run_id"],
-            call_id=row["call_id"],
-            tool=row["tool"] or "",
-            args=row["args"],
-            env=env(row["run_id"]),
-            live=row["live"],
-            pushed=await pushed(row["run_id"], row["call_id"]),
-        )
-        for row in await outcome_queries.unknown_outcomes(store)
-    ]
-    return [*writes, *questions, *outcomes]
+    questions = await entries.pending_questions(store, envs=envs)
+    outcomes = await entries.unknown_outcomes(store, envs=envs)
+    found: list[InboxEntry] = [*writes, *questions, *outcomes]
+    return [replace(entry, pushed=await pushed(entry.run_id, entry.call_id)) for entry in found]
 
 
 @dataclass

@@ -8,20 +8,33 @@ refuses a dead runner's call or a run that ended. Runs whose runner is gone are 
 here, in their own transactions, before a listing is read, so the list says so. An answer to a
 question with fixed choices is one of them (`not_offered`), or it is refused before it is sent.
 A run's log is exported with its hash chain and verified (`store/verification.py`).
+What it reads comes back as typed entries (`operator/entries.py`: `RunEntry`, `PendingWrite`,
+`PendingQuestion`, `PendingOutcome`), the ones the console's inbox reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.events import OutcomeResolved
 from loopdeck.core.grant_rules import GrantRule, GrantRuleError
 from loopdeck.core.text import capped
+from loopdeck.operator import entries
+from loopdeck.operator.entries import (
+    CHOICE_WORDS,
+    NotOffered,
+    PendingOutcome,
+    PendingQuestion,
+    PendingWrite,
+    Placement,
+    RunEntry,
+    answer_forms,
+    not_offered,
+)
 from loopdeck.operator.grant_book import GrantBook, GrantRow
 from loopdeck.store import deciding, outcome_queries, queries, verification
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
@@ -30,6 +43,7 @@ from loopdeck.store.opening import open_store
 from loopdeck.store.verification import RunProof, verify_export, verify_run, verify_store
 
 __all__ = [
+    "CHOICE_WORDS",
     "LIVE_STATES",
     "AmbiguousRun",
     "Asked",
@@ -39,7 +53,12 @@ __all__ = [
     "GrantRuleError",
     "Location",
     "NotOffered",
+    "PendingOutcome",
+    "PendingQuestion",
+    "PendingWrite",
+    "Placement",
     "RunEnded",
+    "RunEntry",
     "RunProof",
     "Store",
     "StoreError",
@@ -54,6 +73,7 @@ __all__ = [
     "grants",
     "known_run",
     "local_time",
+    "named_run",
     "not_offered",
     "opened",
     "pending",
@@ -109,14 +129,23 @@ class AmbiguousRun(ValueError):
 CANDIDATES_SHOWN = 10
 
 
-async def known_run(store: Store, run_id: str) -> dict[str, Any]:
-    """The run's row, the run named by its id or by the one id that starts with `run_id`;
-    `StoreError` naming the store if there is no such run, `AmbiguousRun` listing the runs
-    if several ids start so."""
-    row = await queries.run_row(store, run_id)
-    if row is not None:
-        return row
-    ids = [r["run_id"] for r in await queries.all_runs(store)] if run_id else []
+async def named_run(store: Store, run_id: str) -> RunEntry:
+    """The run named by its id or by the one id that starts with `run_id`; `StoreError`
+    naming the store if there is no such run, `AmbiguousRun` listing the runs if several ids
+    start so."""
+    entry = await entries.run_entry(store, run_id)
+    if entry is None:
+        entry = await entries.run_entry(store, await _run_id(store, run_id))
+    if entry is None:  # gone between the two reads: not there
+        raise _no_run(store, run_id)
+    return entry
+
+
+async def _run_id(store: Store, run_id: str) -> str:
+    """The whole id of the run `run_id` names (itself, or the one id it starts)."""
+    if await queries.run_row(store, run_id) is not None:
+        return run_id
+    ids = [str(r["run_id"]) for r in await queries.all_runs(store)] if run_id else []
     starting = sorted(i for i in ids if i.startswith(run_id))
     if len(starting) > 1:
         shown = ", ".join(starting[:CANDIDATES_SHOWN])
@@ -129,44 +158,39 @@ async def known_run(store: Store, run_id: str) -> dict[str, Any]:
             f"{store.path}: run id {capped(run_id, RUN_ID_SHOWN)!r} is ambiguous: it starts"
             f" {len(starting)} runs: {shown}{more}; give more of it"
         )
-    row = await queries.run_row(store, starting[0]) if starting else None
+    if not starting:
+        raise _no_run(store, run_id)
+    return starting[0]
+
+
+async def known_run(store: Store, run_id: str) -> dict[str, Any]:
+    """The run's whole row (every column), named as `named_run` names it. For `fork`'s and
+    `explain`'s callers until they read `named_run`'s typed entry."""
+    row = await queries.run_row(store, await _run_id(store, run_id))
     if row is None:
         raise _no_run(store, run_id)
     return row
 
 
-async def check_run(location: Location | None, run_id: str) -> dict[str, Any]:
-    """The run's row, its runner's death first marked: what a console on it opens with."""
+async def check_run(location: Location | None, run_id: str) -> RunEntry:
+    """The run, its runner's death first marked: what a console on it opens with."""
     async with opened(location) as store:
         await queries.mark_crashed_runners(store)
-        return await known_run(store, run_id)
+        return await named_run(store, run_id)
 
 
-async def runs(store: Store) -> list[dict[str, Any]]:
-    """Every run, newest first, with its unknown outcomes and whether it is paused."""
+async def runs(store: Store) -> list[RunEntry]:
+    """Every run, newest first (the runs queued for a worker first), with its unknown
+    outcomes, whether it is paused and where a worker holds it."""
     await queries.mark_crashed_runners(store)
-    return await queries.list_runs(store)
+    return await entries.run_entries(store)
 
 
-async def pending(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """What waits for the operator in every live run: writes to approve (`expired`: past
-    their request's expiry, no longer approved; `diff`: a file write's change, "" for
-    others), questions to answer (with their choices)."""
+async def pending(store: Store) -> tuple[list[PendingWrite], list[PendingQuestion]]:
+    """What waits for the operator in every live run: writes to approve (oldest asked
+    first), questions to answer (with their choices)."""
     await queries.mark_crashed_runners(store)
-    now = datetime.now(UTC)
-    writes = []
-    for row in await queries.pending_approvals(store):
-        request = await queries.approval_request(store, row["run_id"], row["call_id"]) or {}
-        expired = now >= datetime.fromisoformat(row["expires_at"])
-        writes.append(
-            {
-                **row,
-                "expired": expired,
-                "diff": str(request.get("diff") or ""),
-                "asked_by": request.get("asked_by"),
-            }
-        )
-    return writes, await queries.pending_questions(store)
+    return await entries.pending_writes(store), await entries.pending_questions(store)
 
 
 @dataclass(frozen=True)
@@ -227,6 +251,8 @@ async def decide(
 ) -> Decision:
     """Approve (with an edit of its arguments, with a grant) or reject a pending write; a
     wait for a locked store is told (`tell`)."""
+    from loopdeck.core.approvals import ApprovalDecision  # off `loopdeck runs`' imports
+
     decision = ApprovalDecision(
         call_id=call_id, approved=approved, by=by, reason=reason, args=args, grant=grant
     )
@@ -242,59 +268,15 @@ async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -
     """The run's waiting question gets this answer: False if none was waiting. `NotOffered`
     if the question takes only fixed choices and this is not one; `RunEnded` if the run
     ended (nothing recorded either way)."""
-    waiting = await queries.pending_questions(store, run_id)
+    waiting = await entries.pending_questions(store, run_id)
     question_id = None
     if waiting:
         question = waiting[0]
-        question_id = question["question_id"]
-        if problem := not_offered(question["choices"], text):
+        question_id = question.call_id
+        if problem := question.refusal(text):
             said = f"run {run_id}'s question {question_id}: {problem}; nothing was answered"
             raise NotOffered(said)
     return await deciding.answer(store, run_id, text, by, question_id=question_id, tell=tell)
-
-
-class NotOffered(ValueError):
-    """An answer the question does not take: it offers fixed choices and this is none."""
-
-
-# The fixed choices that take words after them, and what: the question's own text says so
-# ("`nudge TEXT`", "`raise N`"), the console's question dialog opens a box for them.
-CHOICE_WORDS = {"nudge": "TEXT", "raise": "N"}
-
-
-def answer_forms(choices: Sequence[str]) -> list[str]:
-    """Each choice as it is answered: `stop`, `nudge TEXT`."""
-    return [f"{c} {CHOICE_WORDS[c]}" if c in CHOICE_WORDS else c for c in choices]
-
-
-def not_offered(choices: Sequence[str], text: str) -> str:
-    """Why `text` is not an answer the question takes ("" when it is): a question with fixed
-    choices takes one of them (first word, any case), with the words it needs; one without
-    choices takes any words."""
-    if not choices:
-        return ""
-    words = text.strip().split(maxsplit=1)
-    first = words[0].lower() if words else ""
-    offered = ", ".join(f"`{form}`" for form in answer_forms(choices))
-    if first not in choices:
-        said = repr(capped(text.strip(), 80)) if first else "an empty answer"
-        return f"it offers only {offered}; {said} is not one of them"
-    needs = CHOICE_WORDS.get(first)
-    if needs is None:
-        return ""
-    if len(words) < 2:
-        return f"`{first}` needs its {needs}: answer `{first} {needs}` (one argument)"
-    if needs == "N" and not _number(words[1]):
-        return f"`{first} N` needs a number, not {words[1][:40]!r}"
-    return ""
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text.replace(",", ""))
-    except ValueError:
-        return False
-    return True
 
 
 async def resolve(
@@ -319,10 +301,10 @@ async def resolve_ended(
     return made if made is not None and made.call_id == call_id else None
 
 
-async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[PendingOutcome]:
     """Approved writes whose outcome nobody knows (crashed runners marked first)."""
     await queries.mark_crashed_runners(store)
-    return await outcome_queries.unknown_outcomes(store, run_id)
+    return await entries.unknown_outcomes(store, run_id)
 
 
 async def grants(store: Store, run_id: str | None = None) -> list[GrantRow]:

@@ -27,13 +27,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.store import outcome_queries, queries
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
 from loopdeck.store.leases import is_placed
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
+
+if TYPE_CHECKING:  # a decision's type only: `loopdeck runs` loads no approval path
+    from loopdeck.core.approvals import ApprovalDecision
 
 RETRY_FOR_S = 60.0
 FIRST_PAUSE_S = 0.1

@@ -26,9 +26,11 @@ from loopdeck.store.queries import LIVE_STATES, QUESTION, RESOLVE, UNKNOWN_OUTCO
 _UNKNOWN = f"outcome IN {UNKNOWN_OUTCOMES}"
 
 
-async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
+async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[Any]:
     """Approved writes whose outcome nobody knows: ended unknown or cut short, or, in a run
-    that is no longer live, never recorded as ended. Oldest first."""
+    that is no longer live, never recorded as ended. Oldest first; each row (read by name)
+    with its run, call, tool, arguments (JSON text), when it was approved, its outcome and
+    its run's state (`operator/entries.py` makes them the inbox's entries)."""
     sql = (
         "SELECT a.run_id, a.call_id, a.tool, a.args, a.decided_at, a.outcome, r.state"
         " FROM approvals a JOIN runs r ON r.run_id = a.run_id"
@@ -39,11 +41,7 @@ async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[dict
     if run_id is not None:
         sql += " AND a.run_id = ?"
         params = (run_id,)
-    rows = await store.fetchall(sql + " ORDER BY a.decided_at", params)
-    return [
-        {**dict(row), "args": json.loads(row["args"] or "{}"), "live": row["state"] in LIVE_STATES}
-        for row in rows
-    ]
+    return await store.fetchall(sql + " ORDER BY a.decided_at", params)
 
 
 async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) -> str | None:

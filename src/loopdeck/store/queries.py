@@ -41,6 +41,8 @@ CRASH_DETECTOR = "crash-detector"
 # A question (`ask_user`) waits in the approvals table as tool 'ask_user'; it never expires.
 QUESTION = "ask_user"
 QUESTION_NEVER_EXPIRES = "9999-12-31T23:59:59+00:00"
+# An approved write whose outcome is unknown, as `loopdeck runs` lists it (`outcome_unknown`).
+_OUTCOME_UNKNOWN = f"state = 'approved' AND (outcome IS NULL OR outcome IN {UNKNOWN_OUTCOMES})"
 
 
 async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> list[str]:
@@ -110,25 +112,43 @@ def local_time(stamp: str | None) -> str:
         return stamp
 
 
-async def list_runs(store: Store) -> list[dict[str, Any]]:
-    rows = await store.fetchall(
+async def list_runs(store: Store) -> list[Any]:
+    """Every run's row as `loopdeck runs` lists it, newest first (read by name)."""
+    return await store.fetchall(
         "SELECT run_id, env, script, model, state, stop_reason, started_at, ended_at, tokens,"
         " cost_usd, host, pid, paused FROM runs ORDER BY started_at DESC"
     )
-    listed = [dict(row) for row in rows]
-    for run in listed:
-        run["outcome_unknown"] = await outcome_unknown(store, run["run_id"])
-        # the run's row says it (`store/feed.py`), kept by its writer from its pauses
-        run["paused"] = run["state"] in LIVE_STATES and bool(run["paused"])
-    return listed
+
+
+async def outcomes_unknown(store: Store) -> dict[str, list[str]]:
+    """`outcome_unknown` of every run that has any, in one read: run id -> call ids."""
+    rows = await store.fetchall(
+        f"SELECT run_id, call_id FROM approvals WHERE {_OUTCOME_UNKNOWN} ORDER BY run_id, call_id"
+    )
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        found.setdefault(row["run_id"], []).append(row["call_id"])
+    return found
+
+
+async def placements(store: Store, run_id: str | None = None) -> list[Any]:
+    """The runs a worker holds or will (`store/leases.py`: queued, held, parked), each row
+    with its state, the host that holds or last held it, its last move (`note`), its
+    submitted options and when it was submitted. Read here, never written."""
+    sql = (
+        "SELECT run_id, state, host, note, options, submitted_at FROM leases"
+        f" WHERE state IN {PLACED}"
+    )
+    if run_id is None:
+        return await store.fetchall(sql)
+    return await store.fetchall(sql + " AND run_id = ?", (run_id,))
 
 
 async def outcome_unknown(store: Store, run_id: str) -> list[str]:
     """Approved writes whose completion was never recorded, or that ended with their outcome
     unknown (a timeout, a crash mid-write): never re-executed automatically."""
     rows = await store.fetchall(
-        "SELECT call_id FROM approvals WHERE run_id = ? AND state = 'approved'"
-        " AND (outcome IS NULL OR outcome IN ('outcome_unknown', 'interrupted'))",
+        f"SELECT call_id FROM approvals WHERE run_id = ? AND {_OUTCOME_UNKNOWN} ORDER BY call_id",
         (run_id,),
     )
     return [row["call_id"] for row in rows]
@@ -337,12 +357,13 @@ async def last_event(store: Store, run_id: str, cls: type[E]) -> E | None:
     return cls.model_validate_json(rows[0]["body"]) if rows else None
 
 
-async def all_runs(store: Store) -> list[dict[str, Any]]:
-    rows = await store.fetchall(
+async def all_runs(store: Store) -> list[Any]:
+    """Every run's row, oldest first (read by name): its id, env, script, model, state, stop,
+    detail, start and end, and its runner's pid and host."""
+    return await store.fetchall(
         "SELECT run_id, env, script, model, state, stop_reason, detail, started_at, ended_at,"
         " pid, host FROM runs ORDER BY started_at"
     )
-    return [dict(row) for row in rows]
 
 
 async def approval_request(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
