@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from loopdeck.caps import FLAGGED_CAPS
+from loopdeck.caps import budget_overrides as budget_overrides
 from loopdeck.cli.gateway_parser import add_gateway_command
 from loopdeck.cli.notify_flags import add_notify_flags
 from loopdeck.cli.policy_commands import add_policy_command
@@ -182,12 +184,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run-id", type=run_id, metavar="RUN_ID", help="the run's id (default: a new one)"
     )
-    parser.add_argument("--max-turns", type=positive_int)
-    parser.add_argument("--max-tool-calls", type=positive_int)
-    parser.add_argument("--max-tokens", type=positive_int)
-    parser.add_argument("--max-cost", type=positive_float, metavar="USD")
-    parser.add_argument("--deadline", type=positive_float, metavar="SECONDS")
-    parser.add_argument("--max-rounds", type=positive_int)
+    add_budget_flags(parser)
     parser.add_argument(
         "--pause-at",
         type=fraction,
@@ -321,10 +318,11 @@ def add_store_commands(commands: Any) -> None:
     )
 
 
-def budget_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The budget flags `run` and `acp` share, by the name `RunOptions` takes them."""
-    names = ("max_turns", "max_tool_calls", "max_tokens", "max_cost", "deadline", "max_rounds")
-    return {name: getattr(args, name) for name in names}
+def add_budget_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag per cap that has one (`Cap.flag`), whole for a count: `--max-cost USD`."""
+    for cap in FLAGGED_CAPS:
+        kind = positive_int if cap.whole else positive_float
+        parser.add_argument(cap.flag, type=kind, metavar=cap.metavar, help=f"cap on {cap.label}")
 
 
 def add_otlp_flags(parser: argparse.ArgumentParser, about: str) -> None:

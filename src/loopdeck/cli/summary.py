@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loopdeck.core.budgets import Cap
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.states import StopReason
@@ -94,17 +95,18 @@ def _calls(outcome: RunOutcome) -> Table:
 
 
 def _figures(outcome: RunOutcome) -> str:
-    cost = "unknown" if outcome.cost_usd is None else f"${outcome.cost_usd:.6f}"
+    """The run's figures, each cap by its label (`Cap.label`); an unknown one says so."""
+    cost = outcome.unknown(Cap.COST) if outcome.cost_usd is None else f"${outcome.cost_usd:.6f}"
     waited = (
         f" · waiting on you {outcome.operator_wait_s:.2f}s (not charged)"
         if outcome.operator_wait_s >= 0.01
         else ""
     )
-    tokens = "unknown" if outcome.tokens is None else f"{outcome.tokens:,}"
+    tokens = outcome.unknown(Cap.TOKENS) if outcome.tokens is None else f"{outcome.tokens:,}"
     return (
-        f"rounds {outcome.rounds:,} · model calls {outcome.model_calls:,} · tool calls "
-        f"{outcome.tool_calls:,} · tokens {tokens} · cost {cost} · "
-        f"agent time {outcome.elapsed_s:.2f}s{waited}"
+        f"{Cap.ROUNDS.label} {outcome.rounds:,} · model calls {outcome.model_calls:,} · "
+        f"{Cap.TOOL_CALLS.label} {outcome.tool_calls:,} · {Cap.TOKENS.label} {tokens} · "
+        f"{Cap.COST.label} {cost} · agent {Cap.DEADLINE.label} {outcome.elapsed_s:.2f}s{waited}"
     )
 
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from loopdeck.caps import budget_overrides
 from loopdeck.store.base import DB_HELP, default_db_path, store_location
 
 RunFlags = Callable[[argparse.ArgumentParser], None]
@@ -105,11 +106,10 @@ def _submit(args: argparse.Namespace) -> int:
     for flag, why in NOT_FOR_SUBMIT.items():
         if getattr(args, flag, None):
             raise ScenarioError(f"--{flag.replace('_', '-')}: {why}")
-    budgets = ("max_turns", "max_tool_calls", "max_tokens", "max_cost", "deadline", "max_rounds")
     options = RunOptions(
         env=args.env, script=args.script, model=args.model, api_base=args.api_base,
         mode=args.mode, approve=args.approve, run_id=args.run_id,
-        budget_overrides={name: getattr(args, name) for name in budgets},
+        budget_overrides=budget_overrides(args),
         model_timeout_s=args.model_timeout, pause_at=args.pause_at,
         settings=list(args.settings), policy=args.policy,
     )  # fmt: skip

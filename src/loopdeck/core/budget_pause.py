@@ -63,15 +63,15 @@ class BudgetPause:
             cap, used, limit = crossed
             self.asked.add(cap)
             question = (
-                f"The {cap.value} budget is at {used / limit:.0%} of its cap ({number(used)} of "
+                f"The {cap.label} budget is at {used / limit:.0%} of its cap ({number(used)} of "
                 f"{number(limit)}), past the pause point {fraction:.0%}. Continue, raise the cap "
                 f"for this run, or stop? ({CHOICES})"
             )
             asking = Asking(
-                title=f"Budget: {used / limit:.0%} of {cap.value.replace('_', ' ')} used",
+                title=f"Budget: {used / limit:.0%} of {cap.label} used",
                 choices=("continue", "raise", "stop"),
                 evidence=(
-                    ("budget", cap.value),
+                    ("budget", cap.label),
                     ("used", f"{number(used)} of {number(limit)} ({used / limit:.0%})"),
                     ("pause point", f"{fraction:.0%}"),
                     ("raise", f"a new cap above {number(used)}"),
@@ -92,7 +92,7 @@ class BudgetPause:
             if choice == "stop":
                 raise StopRun(
                     StopReason.CANCELLED,
-                    f"stopped by {answer.by} when the {cap.value} budget paused the run",
+                    f"stopped by {answer.by} when the {cap.label} budget paused the run",
                 )
             if choice == "raise" and value is not None and value > used:
                 rt.ledger.raise_cap(cap, value)

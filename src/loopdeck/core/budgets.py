@@ -1,35 +1,89 @@
-"""Budgets: finite caps on everything a run can spend, and the ledger that spends them."""
+"""Budgets: finite caps on everything a run can spend, and the ledger that spends them.
+
+Each cap's facts live once, on its `Cap` member: the Budget field of its limit, the ledger
+field of its use, its label and unit for people, its CLI flag, whether it is burnt or
+counted, and the stop it makes. What a cap has used is one type, `CapUsage`, whose `used`
+is None when some of it was never reported (a model reply with no usage, an agent that
+sends none): unknown is that one value everywhere, never 0.
+"""
 
 from __future__ import annotations
 
 import time
-from enum import StrEnum
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopdeck.caps import FLAGGED_CAPS, Cap
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import number
 
+__all__ = ["FLAGGED_CAPS", "Budget", "BudgetExhausted", "BudgetLedger", "Cap", "CapUsage"]
 
-class Cap(StrEnum):
-    TURNS = "turns"
-    TOOL_CALLS = "tool_calls"
-    TOKENS = "tokens"
-    COST = "cost_usd"
-    DEADLINE = "deadline_s"
-    ROUNDS = "rounds"
-    CORRECTIONS = "corrections"
+# Kept for the readers that look a cap's stop reason up by table; the fact is `Cap.stops_as`.
+CAP_STOP_REASON: dict[Cap, StopReason] = {cap: StopReason(cap.stops_as) for cap in Cap}
 
 
-CAP_STOP_REASON: dict[Cap, StopReason] = {
-    Cap.TURNS: StopReason.TURN_LIMIT,
-    Cap.TOOL_CALLS: StopReason.TOOL_CALL_LIMIT,
-    Cap.TOKENS: StopReason.TOKEN_LIMIT,
-    Cap.COST: StopReason.COST_LIMIT,
-    Cap.DEADLINE: StopReason.DEADLINE,
-    Cap.ROUNDS: StopReason.ROUND_LIMIT,
-    Cap.CORRECTIONS: StopReason.INVALID_DECISION,
-}
+# The caps' names as plain strings: the budget event validates them as its keys faster
+# than the members (a str subclass), and `usage` is built twice a step.
+_TURNS, _TOOL_CALLS, _TOKENS, _COST, _DEADLINE, _ROUNDS, _CORRECTIONS = (cap.value for cap in Cap)
+
+
+def figure(cap: Cap, amount: float) -> str:
+    """An amount of a cap for a person: seconds whole, dollars to four places."""
+    if cap is Cap.DEADLINE:
+        return str(int(amount))
+    if cap is Cap.COST:
+        return f"{amount:.4f}"
+    return number(amount)
+
+
+@dataclass(frozen=True, slots=True)
+class CapUsage:
+    """What a cap has used of its limit. `used` is None when some of it was never reported:
+    unknown, never 0. `reported` is what was said: all of `used` when it is known, a lower
+    bound of it when not (the ledger checks the cap against it)."""
+
+    used: float | None
+    limit: float
+    reported: float
+
+    @property
+    def known(self) -> bool:
+        return self.used is not None
+
+    @property
+    def fraction(self) -> float:
+        """The reported share of the limit: the whole share when known, a floor when not."""
+        return self.reported / self.limit if self.limit else 0.0
+
+    def amount(self, cap: Cap) -> str:
+        """`120/700`, or `unknown` (what was reported of it is in `spent`)."""
+        if self.used is None:
+            return "unknown"
+        return f"{figure(cap, self.used)}/{number(self.limit)}"
+
+    def spent(self, cap: Cap) -> str:
+        """The use alone, for a summary: `1,200`, `unknown`, `unknown (≥1,200 reported)`."""
+        if self.used is not None:
+            return figure(cap, self.used)
+        if self.reported:
+            return f"unknown (≥{figure(cap, self.reported)} reported)"
+        return "unknown"
+
+
+def cap_usages(
+    pairs: dict[str, tuple[float, float]], unreported: dict[str, int]
+) -> dict[Cap, CapUsage]:
+    """The typed reading of a budget event's (reported, limit) pairs and the caps some of
+    whose use was never reported; a stored name no cap has is left out."""
+    caps: dict[Cap, CapUsage] = {}
+    for name, (reported, limit) in pairs.items():
+        cap = Cap.named(name)
+        if cap is not None:
+            used = None if unreported.get(cap, 0) else float(reported)
+            caps[cap] = CapUsage(used, float(limit), float(reported))
+    return caps
 
 
 class Budget(BaseModel):
@@ -46,29 +100,8 @@ class Budget(BaseModel):
     max_corrections: int = Field(default=2, ge=0)
 
     def limit(self, cap: Cap) -> float:
-        value: float = getattr(self, LIMIT_FIELD[cap])
+        value: float = getattr(self, cap.limit_field)
         return value
-
-
-# Each cap's limit on the Budget, and what the ledger counts it in (the deadline is the
-# agent's elapsed time): looked up per cap, several times a step, without building a table.
-LIMIT_FIELD: dict[Cap, str] = {
-    Cap.TURNS: "max_turns",
-    Cap.TOOL_CALLS: "max_tool_calls",
-    Cap.TOKENS: "max_tokens",
-    Cap.COST: "max_cost_usd",
-    Cap.DEADLINE: "deadline_s",
-    Cap.ROUNDS: "max_rounds",
-    Cap.CORRECTIONS: "max_corrections",
-}
-USED_FIELD: dict[Cap, str] = {
-    Cap.TURNS: "turns",
-    Cap.TOOL_CALLS: "tool_calls",
-    Cap.TOKENS: "tokens",
-    Cap.COST: "cost_usd",
-    Cap.ROUNDS: "rounds",
-    Cap.CORRECTIONS: "corrections",
-}
 
 
 class BudgetExhausted(Exception):
@@ -85,7 +118,14 @@ class BudgetExhausted(Exception):
 
 
 class BudgetLedger:
-    """What has been spent against a Budget. Costs of unknown price are counted apart.
+    """What has been spent against a Budget.
+
+    A call that does not say what it spent of a cap (a model reply with no usage, an
+    unpriced model's cost, an agent's turn cut short) is counted in `unreported`: from then
+    on the cap's use is unknown (`CapUsage.used` is None), and what was reported is a lower
+    bound of it. The cap is checked against that bound: it still stops a run known to be
+    past it, and cannot stop one past it by what went unreported; the panel and the summary
+    say so (`≥N`, `unknown`), never a silent 0.
 
     The deadline counts the agent's own time: while the clock is held (the run is paused, or
     a write waits for the operator) the time goes to `operator_s` instead.
@@ -101,8 +141,8 @@ class BudgetLedger:
         self.tool_calls = 0
         self.tokens = 0
         self.cost_usd = 0.0
-        self.cost_unknown_calls = 0
-        self.tokens_unknown = False  # no figure was ever reported (an ACP agent's)
+        # Calls that never said what they spent of a cap, by cap (tokens, cost).
+        self.unreported: dict[str, int] = {}
         # An agent's context window as it last said it: (tokens in it, its size). Its fill,
         # not tokens spent: shown apart, never charged.
         self.window: tuple[int, int] | None = None
@@ -136,24 +176,37 @@ class BudgetLedger:
         return self.budget.deadline_s - self.elapsed()
 
     def used(self, cap: Cap) -> float:
+        """What was reported of the cap's use (a lower bound when some went unreported)."""
         if cap is Cap.DEADLINE:
             return self.elapsed()
-        value: float = getattr(self, USED_FIELD[cap])
+        value: float = getattr(self, cap.used_field)
         return value
 
+    def not_reported(self, cap: Cap) -> None:
+        """A call did not say what it spent of `cap`: its use is unknown from now on."""
+        self.unreported[cap] = self.unreported.get(cap, 0) + 1
+
+    def unreported_calls(self, cap: Cap) -> int:
+        return self.unreported.get(cap, 0)
+
     def usage(self) -> dict[str, tuple[float, float]]:
-        """Each cap's (used, limit), by the cap's name; spelled out, as it is built twice a step
-        (a test checks it against `used` and `limit` for every cap)."""
+        """Each cap's (reported use, limit) by the cap's name, as the budget event carries
+        it; spelled out in `Cap`'s order, as it is built twice a step (a test checks it
+        against `used` and `limit` for every cap). `caps` is its typed reading."""
         budget = self.budget
         return {
-            "turns": (self.turns, budget.max_turns),
-            "tool_calls": (self.tool_calls, budget.max_tool_calls),
-            "tokens": (self.tokens, budget.max_tokens),
-            "cost_usd": (self.cost_usd, budget.max_cost_usd),
-            "deadline_s": (self.elapsed(), budget.deadline_s),
-            "rounds": (self.rounds, budget.max_rounds),
-            "corrections": (self.corrections, budget.max_corrections),
+            _TURNS: (self.turns, budget.max_turns),
+            _TOOL_CALLS: (self.tool_calls, budget.max_tool_calls),
+            _TOKENS: (self.tokens, budget.max_tokens),
+            _COST: (self.cost_usd, budget.max_cost_usd),
+            _DEADLINE: (self.elapsed(), budget.deadline_s),
+            _ROUNDS: (self.rounds, budget.max_rounds),
+            _CORRECTIONS: (self.corrections, budget.max_corrections),
         }
+
+    def caps(self) -> dict[Cap, CapUsage]:
+        """Each cap's use, None where some of it went unreported."""
+        return cap_usages(self.usage(), self.unreported)
 
     def _ensure_below(self, cap: Cap) -> None:
         used, limit = self.used(cap), self.budget.limit(cap)
@@ -175,11 +228,15 @@ class BudgetLedger:
         self._ensure_below(Cap.TOKENS)
         self._ensure_below(Cap.COST)
 
-    def record_model_call(self, tokens: int, cost_usd: float | None) -> None:
+    def record_model_call(self, tokens: int | None, cost_usd: float | None) -> None:
+        """A model call spent: its tokens and cost, each None when the reply did not say."""
         self.turns += 1
-        self.tokens += tokens
+        if tokens is None:
+            self.not_reported(Cap.TOKENS)
+        else:
+            self.tokens += tokens
         if cost_usd is None:
-            self.cost_unknown_calls += 1
+            self.not_reported(Cap.COST)
         else:
             self.cost_usd += cost_usd
 
@@ -197,9 +254,9 @@ class BudgetLedger:
         self.tool_calls += 1
 
     def crossed(self, fraction: float, asked: set[Cap]) -> tuple[Cap, float, float] | None:
-        """The first cap at or past `fraction` of its limit not asked about yet."""
+        """The first burnt cap at or past `fraction` of its limit not asked about yet."""
         for cap in Cap:
-            if cap in asked or cap in (Cap.ROUNDS, Cap.CORRECTIONS):  # counted, not burnt
+            if cap in asked or not cap.burnt:  # rounds and corrections are counted
                 continue
             used, limit = self.used(cap), self.budget.limit(cap)
             if limit and used / limit >= fraction:
@@ -209,8 +266,8 @@ class BudgetLedger:
     def raise_cap(self, cap: Cap, limit: float) -> None:
         if cap is Cap.CORRECTIONS:
             raise KeyError(cap)  # corrections are counted, never raised by the operator
-        field = LIMIT_FIELD[cap]
-        value = int(limit) if field.startswith("max_") and field != "max_cost_usd" else limit
+        field = cap.limit_field
+        value = int(limit) if cap.whole else limit
         self.budget = Budget.model_validate({**self.budget.model_dump(), field: value})
 
     def start_round(self) -> None:

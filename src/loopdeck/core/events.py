@@ -6,8 +6,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Literal, ParamSpec, Protocol, TypeVar, cast
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
+from loopdeck.core.budgets import Cap, CapUsage, cap_usages
 from loopdeck.core.decision_events import (
     ApprovalDecided,
     ApprovalInvalidated,
@@ -149,11 +150,15 @@ class GuardTripped(EventBase):
 
 
 class BudgetUpdated(EventBase):
+    """The ledger as it stands. Read it typed with `caps()`: each cap's `CapUsage`, its use
+    None where some went unreported (unknown, never 0)."""
+
     kind: Literal["budget_updated"] = "budget_updated"
+    # Each cap's (reported use, limit), by the cap's name (`Cap`).
     usage: dict[str, tuple[float, float]]
-    cost_unknown_calls: int
-    # The tokens were never reported (an ACP agent that sends no usage): unknown, not 0.
-    tokens_unknown: bool = False
+    # Calls that never said what they spent of a cap, by the cap's name (a reply with no
+    # usage, an unpriced model): that cap's use is unknown, its pair above a lower bound.
+    unreported: dict[str, int] = Field(default_factory=dict)
     # Time spent waiting on the operator (paused, or a write awaiting approval): not the
     # agent's, so not charged to the deadline. `held` names the wait going on now.
     operator_s: float = 0.0
@@ -161,6 +166,38 @@ class BudgetUpdated(EventBase):
     # An agent's context window (tokens in it, its size), as it last said: not spent tokens.
     window_used: int | None = None
     window_size: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_form(cls, data: Any) -> Any:
+        """An event written before `unreported` said unknown with `cost_unknown_calls` (a
+        count) and `tokens_unknown` (a flag): read into `unreported`, shown the same."""
+        if not isinstance(data, dict) or (
+            "cost_unknown_calls" not in data and "tokens_unknown" not in data
+        ):
+            return data
+        data = dict(data)
+        unreported = dict(data.get("unreported") or {})
+        if calls := data.pop("cost_unknown_calls", 0):
+            unreported.setdefault(Cap.COST.value, calls)
+        if data.pop("tokens_unknown", False):
+            unreported.setdefault(Cap.TOKENS.value, 1)  # how many calls: never said
+        data["unreported"] = unreported
+        return data
+
+    def caps(self) -> dict[Cap, CapUsage]:
+        """Each cap's use and limit, None where some of the use went unreported."""
+        return cap_usages(self.usage, self.unreported)
+
+    @property
+    def cost_unknown_calls(self) -> int:
+        """Model calls of unknown price (the stores' `cost_unknown_calls` column)."""
+        return self.unreported.get(Cap.COST.value, 0)
+
+    @property
+    def tokens_unknown(self) -> bool:
+        """Read `caps()[Cap.TOKENS].used is None` instead; kept for the earlier readers."""
+        return bool(self.unreported.get(Cap.TOKENS.value, 0))
 
 
 class ReviewVerdict(EventBase):

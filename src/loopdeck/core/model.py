@@ -41,8 +41,9 @@ class ModelReply(BaseModel):
     model: str
     content: str | None = None
     tool_calls: list[RawToolCall] = Field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    # None: the provider did not say (unknown, never 0).
+    prompt_tokens: int | None = 0
+    completion_tokens: int | None = 0
     cost_usd: float | None = None
     latency_ms: float = 0.0
 
@@ -52,7 +53,10 @@ class ModelReply(BaseModel):
         return None if text is None else escape_surrogates(text)
 
     @property
-    def total_tokens(self) -> int:
+    def total_tokens(self) -> int | None:
+        """The reply's tokens; None when its provider did not say them."""
+        if self.prompt_tokens is None or self.completion_tokens is None:
+            return None
         return self.prompt_tokens + self.completion_tokens
 
     def as_message(self) -> dict[str, Any]:

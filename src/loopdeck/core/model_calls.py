@@ -98,7 +98,8 @@ class ModelCaller:
         while True:
             attempt += 1
             timeout = min(rt.config.model_timeout_s, max(rt.ledger.remaining_time(), 0.001))
-            request = request.model_copy(update={"timeout_s": timeout})
+            if timeout != request.timeout_s:  # the deadline is nearer than a call's timeout
+                request = request.model_copy(update={"timeout_s": timeout})
             try:
                 reply = await rt.interruptible(bounded(rt.model.complete(request), timeout))
                 break
@@ -128,7 +129,7 @@ class ModelCaller:
             )
             await rt.interruptible(asyncio.sleep(delay))
         if self._window is not None:
-            self._window.observe(request.messages, reply.prompt_tokens)
+            self._window.observe(request.messages, reply.prompt_tokens or 0)
         rt.ledger.record_model_call(reply.total_tokens, reply.cost_usd)
         rt.emit(
             ModelCalled,
@@ -136,8 +137,9 @@ class ModelCaller:
             role=request.role,
             round=rt.round,
             model=reply.model,
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
+            prompt_tokens=reply.prompt_tokens or 0,
+            completion_tokens=reply.completion_tokens or 0,
+            tokens_unknown=reply.total_tokens is None,
             cost_usd=reply.cost_usd,
             latency_ms=reply.latency_ms,
             content=capped(reply.content or "", MESSAGE_EVENT_CAP),

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopdeck.core.budgets import Cap, CapUsage
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import RunState, StopReason
@@ -48,7 +49,9 @@ class RunOutcome(BaseModel):
     rounds: int
     model_calls: int
     tool_calls: int
-    tokens: int | None  # None: never reported (an ACP agent that sends no usage)
+    # None: unknown, some call never said it (a reply with no usage, an unpriced model):
+    # `budget` has what was reported of it.
+    tokens: int | None
     cost_usd: float | None
     cost_unknown_calls: int
     elapsed_s: float
@@ -63,6 +66,15 @@ class RunOutcome(BaseModel):
     compactions: int = 0
     # Each time the run held because its store could not take writes, said for the operator.
     recording_held: list[str] = Field(default_factory=list)
+    # Each cap's use (None: unknown), limit and what was reported, as the run ended; in
+    # `--json` as `budget.tokens.used` (null when unknown).
+    budget: dict[Cap, CapUsage] = Field(default_factory=dict)
+
+    def unknown(self, cap: Cap) -> str:
+        """How a cap's unknown use reads: `unknown`, with what was reported when some was
+        (`unknown (≥1,200 reported)`)."""
+        usage = self.budget.get(cap)
+        return usage.spent(cap) if usage is not None and usage.used is None else "unknown"
 
     def summary_json(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"calls"})

@@ -276,6 +276,7 @@ def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:
     """The agent's time and the operator's as the log last had them: a rebuilt run is
     charged what the run had spent, not the moments its rebuilding took (nor the time no
     worker ran it)."""
+    from loopdeck.core.budgets import Cap
     from loopdeck.core.events import BudgetUpdated
 
     last = log.last_of(BudgetUpdated)
@@ -283,7 +284,8 @@ def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:
         return
     ledger = runtime.ledger
     ledger._operator_s = last.operator_s
-    ledger.started = time.monotonic() - float(last.usage["deadline_s"][0]) - ledger.operator_s()
+    agent_s = float(last.usage[Cap.DEADLINE][0])  # the clock is always known
+    ledger.started = time.monotonic() - agent_s - ledger.operator_s()
     runtime.rearm_deadline()
 
 

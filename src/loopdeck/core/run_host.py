@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import Answer, Answerer
-from loopdeck.core.budgets import BudgetLedger
+from loopdeck.core.budgets import BudgetLedger, Cap
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import RunControl, StopRun
@@ -293,9 +293,9 @@ class RunHost:
         ledger = rt.ledger
         ledger.turns += 1
         if cost_usd is None:
-            ledger.cost_unknown_calls += 1
+            ledger.not_reported(Cap.COST)
         if tokens is None:
-            ledger.tokens_unknown = True
+            ledger.not_reported(Cap.TOKENS)
         rt.emit(
             ModelCalled, run_id=self.run_id, role="agent", round=rt.round,
             model=rt.config.model, prompt_tokens=tokens or 0, completion_tokens=0,

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from loopdeck.core.agent_loop import AgentLoop
 from loopdeck.core.approvals import Answer, Answerer, Approver
 from loopdeck.core.budget_pause import BudgetPause
-from loopdeck.core.budgets import BudgetExhausted, BudgetLedger
+from loopdeck.core.budgets import BudgetExhausted, BudgetLedger, Cap
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
 from loopdeck.core.config import RunConfig
@@ -213,8 +213,7 @@ class Runtime:
             BudgetUpdated,
             run_id=self.config.run_id,
             usage=self.ledger.usage(),
-            cost_unknown_calls=self.ledger.cost_unknown_calls,
-            tokens_unknown=self.ledger.tokens_unknown,
+            unreported=dict(self.ledger.unreported),
             operator_s=round(self.ledger.operator_s(), 3),
             held=self.ledger.held,
             window_used=self.ledger.window[0] if self.ledger.window else None,
@@ -358,8 +357,9 @@ class Runtime:
             detail=escape_surrogates(stop.detail),
             unheard=self.messages.unheard(),
         )
-        # A run with any call of unknown price has an unknown cost, never a partial sum.
-        cost = self.ledger.cost_usd if self.ledger.cost_unknown_calls == 0 else None
+        # A run with any call that did not say its tokens or price has those unknown, never
+        # a partial sum (`CapUsage.used` is None).
+        caps = self.ledger.caps()
         self.outcome = RunOutcome(
             run_id=self.config.run_id,
             env=self.config.env,
@@ -372,9 +372,9 @@ class Runtime:
             rounds=self.round,
             model_calls=self.ledger.turns,
             tool_calls=self.ledger.tool_calls,
-            tokens=None if self.ledger.tokens_unknown else self.ledger.tokens,
-            cost_usd=cost,
-            cost_unknown_calls=self.ledger.cost_unknown_calls,
+            tokens=None if (tokens := caps[Cap.TOKENS].used) is None else int(tokens),
+            cost_usd=caps[Cap.COST].used,
+            cost_unknown_calls=self.ledger.unreported_calls(Cap.COST),
             elapsed_s=round(self.ledger.elapsed(), 3),
             operator_wait_s=round(self.ledger.operator_s(), 3),
             findings=list(self.findings),
@@ -383,5 +383,6 @@ class Runtime:
             context_window=getattr(self.model, "context_window", None),
             compactions=self.model_calls.compactions,
             recording_held=list(self.recording.held),
+            budget=caps,
         )
         return self.outcome

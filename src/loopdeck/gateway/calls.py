@@ -78,7 +78,9 @@ class GatewayCalls:
         asking = self.upstream.ask(call.api, body, call.headers)
         answer = await host.interruptible(asking, by_cancel=True)
         self.failures = 0
-        tokens, cost = call.api.tokens(answer), self.upstream.cost(answer)
+        tokens = call.api.tokens(answer)
+        # An answer that says no usage has no price either (LiteLLM would say $0 for it).
+        cost = None if tokens is None else self.upstream.cost(answer)
         if cost is not None:
             self.cost_so_far += cost
         host.turn_ended(tokens=tokens, cost_usd=cost, said=call.api.said(answer),

@@ -219,16 +219,35 @@ class LiteLLMModel:
         content = message.content
         if content is not None and not isinstance(content, str):
             content = json.dumps(content, default=str)
-        usage = getattr(response, "usage", None)
+        reported = reported_tokens(response, scripted=self._script_key is not None)
+        # A reply that says no tokens has no price either: LiteLLM's $0 for it is not a cost.
+        prompt, completion = reported or (None, None)
         return ModelReply(
             model=str(getattr(response, "model", None) or self.name),
             content=content,
             tool_calls=calls,
-            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            cost_usd=self._cost(litellm, response),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cost_usd=None if reported is None else self._cost(litellm, response),
             latency_ms=latency_ms,
         )
+
+
+def reported_tokens(response: Any, scripted: bool = False) -> tuple[int, int] | None:
+    """The reply's (prompt, completion) tokens as its provider said them; None when it said
+    none. LiteLLM fills a reply that carries no `usage` with zeros, and no real model call
+    spends no prompt tokens: all zeros from a provider is nothing said, unknown (never 0).
+    A scripted reply's figures are the script's own, zeros included."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return None
+    prompt = getattr(usage, "prompt_tokens", None)
+    completion = getattr(usage, "completion_tokens", None)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    if prompt == 0 and completion == 0 and not scripted:
+        return None
+    return prompt, completion
 
 
 def _first_message(response: Any) -> Any:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from loopdeck import settings
 from loopdeck.bundled import bundled_folder
 from loopdeck.core.approvals import Answerer, Approver
-from loopdeck.core.budgets import Budget
+from loopdeck.core.budgets import FLAGGED_CAPS, Budget
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir, workdir_in_script
 from loopdeck.core.events import EventBus
 from loopdeck.core.policy_gate import PolicyGate
@@ -32,14 +32,9 @@ from loopdeck.operator.notify_config import NotifySettings
 from loopdeck.policy.sources import policy_files
 from loopdeck.store.approver import Recording
 
-BUDGET_FLAGS = {
-    "max_turns": "max_turns",
-    "max_tool_calls": "max_tool_calls",
-    "max_tokens": "max_tokens",
-    "max_cost": "max_cost_usd",
-    "deadline": "deadline_s",
-    "max_rounds": "max_rounds",
-}
+# Each budget flag's name in `RunOptions.budget_overrides` ("max_cost"), and the Budget
+# field it sets ("max_cost_usd"): the caps' own facts (`Cap.flag`, `Cap.limit_field`).
+BUDGET_FLAGS = {cap.option: cap.limit_field for cap in FLAGGED_CAPS}
 
 
 def sample_envs_root() -> Path:

@@ -120,9 +120,13 @@ def stop_attributes(
         }
         said = dict(_with(said, content, detail=stop.detail or None))
     if budget is not None:
-        for cap, (used, limit) in budget.usage.items():
-            said[f"loopdeck.budget.{cap}.used"] = float(used)
-            said[f"loopdeck.budget.{cap}.limit"] = float(limit)
+        for cap, usage in budget.caps().items():
+            # An unknown use is left out (`_kept` drops None), never sent as 0; what was
+            # reported of it goes apart.
+            said[f"loopdeck.budget.{cap.value}.used"] = usage.used
+            said[f"loopdeck.budget.{cap.value}.limit"] = usage.limit
+            if not usage.known:
+                said[f"loopdeck.budget.{cap.value}.reported"] = usage.reported
         said["loopdeck.operator_wait_s"] = budget.operator_s
         said["loopdeck.cost_unknown_calls"] = budget.cost_unknown_calls
     return _kept(said)

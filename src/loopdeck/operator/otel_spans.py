@@ -142,8 +142,9 @@ class TraceBuilder:
         self._last = 0
         self._stop: RunStopped | None = None
         self._budget: BudgetUpdated | None = None
-        self._tokens = [0, 0]
-        self._cost = 0.0
+        # The run's totals; None once a call did not say them (unknown, left out, never 0).
+        self._tokens: list[int] | None = [0, 0]
+        self._cost: float | None = 0.0
         self.finished = False
 
     @property
@@ -255,9 +256,15 @@ class TraceBuilder:
                              SpanKind.CLIENT)  # fmt: skip
         opened.end = at
         self._chat = opened.span
-        self._tokens[0] += e.prompt_tokens
-        self._tokens[1] += e.completion_tokens
-        self._cost += e.cost_usd or 0.0
+        if e.tokens_unknown:
+            self._tokens = None
+        elif self._tokens is not None:
+            self._tokens[0] += e.prompt_tokens
+            self._tokens[1] += e.completion_tokens
+        if e.cost_usd is None:
+            self._cost = None
+        elif self._cost is not None:
+            self._cost += e.cost_usd
 
     def _proposed(self, e: CallProposed, at: int) -> None:
         self._in_round(e.round, at)
@@ -338,13 +345,13 @@ class TraceBuilder:
         root = self._root
         assert root is not None
         root.span.set_attributes(stop_attributes(stop, self._budget, self.content))
-        root.span.set_attributes(
-            {
-                "gen_ai.usage.input_tokens": self._tokens[0],
-                "gen_ai.usage.output_tokens": self._tokens[1],
-                "loopdeck.cost_usd": self._cost,
-            }
-        )
+        totals: dict[str, int | float] = {}
+        if self._tokens is not None:
+            totals["gen_ai.usage.input_tokens"] = self._tokens[0]
+            totals["gen_ai.usage.output_tokens"] = self._tokens[1]
+        if self._cost is not None:
+            totals["loopdeck.cost_usd"] = self._cost
+        root.span.set_attributes(totals)
         if stop is None:
             root.span.set_attribute("loopdeck.unfinished", True)
         elif stop.stop_reason in FAILED_STOPS:

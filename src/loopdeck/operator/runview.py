@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar, cast
 
-from loopdeck.core.budgets import CAP_STOP_REASON
+from loopdeck.caps import Cap
+from loopdeck.core.budgets import CapUsage
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -101,10 +102,8 @@ class RunView:
     calls_seen: int = 0
     calls_dropped: int = 0
     repeats: int = 0
-    budget: dict[str, tuple[float, float]] = field(default_factory=dict)
-    cost_unknown_calls: int = 0
-    tokens_unknown: bool = False
-    fired_cap: str | None = None
+    caps: dict[Cap, CapUsage] = field(default_factory=dict)  # as the last budget event said
+    fired_cap: Cap | None = None
     verdicts: list[RoundVerdict] = field(default_factory=list)
     stop_reason: str | None = None
     stop_detail: str = ""
@@ -192,7 +191,6 @@ class RunView:
     def _on_run_started(self, e: RunStarted) -> None:
         self.run_id, self.env, self.script, self.model = e.run_id, e.env, e.script, e.model
         self.mode, self.goal, self.started_at = e.mode, e.goal, e.at
-        self.budget = {k: (0.0, float(v)) for k, v in e.budget.items()}
         self.context_window = e.context_window
 
     @_handles(StateChanged)
@@ -326,10 +324,9 @@ class RunView:
 
     @_handles(BudgetUpdated)
     def _on_budget_updated(self, e: BudgetUpdated) -> None:
-        self.budget = {k: (float(u), float(limit)) for k, (u, limit) in e.usage.items()}
-        self.cost_unknown_calls = e.cost_unknown_calls
-        self.tokens_unknown = e.tokens_unknown
-        self.agent_s = self.budget.get("deadline_s", (0.0, 0.0))[0]
+        self.caps = e.caps()
+        deadline = self.caps.get(Cap.DEADLINE)
+        self.agent_s = deadline.reported if deadline is not None else 0.0
         self.operator_s, self.held, self.clock_at = e.operator_s, e.held, e.at
         if e.window_used is not None and e.window_size is not None:
             self.window = (e.window_used, e.window_size)
@@ -405,6 +402,6 @@ class RunView:
         if self.guard_held is not None:
             self.changed_calls.add(self.guard_held)
             self.guard_held = None
-        for cap, reason in CAP_STOP_REASON.items():
-            if reason.value == self.stop_reason and cap.value in self.budget:
-                self.fired_cap = cap.value
+        for cap in Cap:
+            if cap.stops_as == self.stop_reason and cap in self.caps:
+                self.fired_cap = cap

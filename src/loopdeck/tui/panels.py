@@ -12,9 +12,10 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
+from loopdeck.core.budgets import Cap, CapUsage
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
-from loopdeck.core.text import number, plural, visible_json
+from loopdeck.core.text import plural, visible_json
 from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
@@ -36,16 +37,6 @@ STATE_ORDER = [
 ]
 
 VERDICT_VAR = {"pass": "$verdict-pass", "fail": "$verdict-fail", "stalled": "$verdict-stalled"}
-
-CAP_LABELS = [
-    ("turns", "turns"),
-    ("tool_calls", "tool calls"),
-    ("tokens", "tokens"),
-    ("cost_usd", "cost $"),
-    ("deadline_s", "time s"),
-    ("rounds", "rounds"),
-    ("corrections", "fixes"),
-]
 
 
 def paint(
@@ -214,28 +205,23 @@ class BudgetPanel(FixedSize, Static):
         wide = self.size.width >= 50
         bar_width = 10 if self.size.width >= 40 or not self.size.width else 6
         lines = []
-        for cap, label in CAP_LABELS:
-            if cap not in view.budget:
+        caps = view.caps
+        for cap in Cap:
+            if (usage := caps.get(cap)) is None:
                 continue
-            used, limit = view.budget[cap]
-            if cap == "deadline_s":
-                used = elapsed
-            fraction = used / limit if limit else 0.0
+            if cap is Cap.DEADLINE:  # the clock as it runs, not as the last event had it
+                usage = CapUsage(elapsed, usage.limit, elapsed)
+            used, limit = usage.reported, usage.limit
+            fraction = usage.fraction
             var = (
                 "$error"
                 if fraction >= 1 or view.fired_cap == cap
                 else ("$warning" if fraction >= 0.75 else "$success")
             )
-            if cap == "cost_usd":
-                amount = "unknown" if view.cost_unknown_calls else f"{used:.4f}/{number(limit)}"
-            elif cap == "tokens" and view.tokens_unknown:
-                amount = "unknown"
-            elif cap == "deadline_s":
-                amount = f"{int(used)}/{number(limit)}"
-            else:
-                amount = f"{number(used)}/{number(limit)}"
+            amount = usage.amount(cap)
             rate = ""
-            if cap not in ("deadline_s", "rounds", "corrections") and elapsed >= 1 and used:
+            # The pace of what is burnt and known: a floor's pace would mislead.
+            if cap.burnt and cap is not Cap.DEADLINE and usage.known and elapsed >= 1 and used:
                 rate = _rate(used / elapsed)
                 if fraction >= 0.5 and used < limit:
                     # past half: when the cap is reached at this rate, in agent time
@@ -243,7 +229,7 @@ class BudgetPanel(FixedSize, Static):
             fired = " [b $error]◀ fired[/]" if view.fired_cap == cap else ""
             rate_column = f" [dim]{rate:>8}[/]" if wide else ""
             bar = _bar(fraction, bar_width)
-            lines.append(f"{label:<10} [{var}]{bar}[/] {amount:<12}{rate_column}{fired}")
+            lines.append(f"{cap.short_label:<10} [{var}]{bar}[/] {amount:<12}{rate_column}{fired}")
         if operator_s >= 1 or view.held:
             lines.append(
                 f"[b $warning]waiting on you {elapsed_text(operator_s)}[/] [dim]not charged[/]"
@@ -380,10 +366,15 @@ class RunHeader(FixedSize, Static):
         waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"
         script = "/$script" if view.script else ""
+        # Where a worker runs it: its host by the run, its last move and its fork's source
+        # at the end (a narrow terminal cuts those first).
+        host = " on [b]$host[/]" if view.host else ""
+        moves = " · [dim]$moved[/]" if view.moved else ""
+        moves += " · [dim]$forked[/]" if view.forked else ""
         paint(
             self,
             f"{spin}[b reverse $accent] {state} [/]{badge} · ⏱ {elapsed_text(agent_s)}{waited}"
-            f" · run [b]$run[/] · [b]$env[/]{script} · $model · [dim]loopdeck[/]",
+            f" · run [b]$run[/]{host} · [b]$env[/]{script} · $model{moves} · [dim]loopdeck[/]",
             {"run": run, "env": view.env, "script": view.script or "", "model": view.model,
-             "outage": outage},
+             "outage": outage, "host": view.host, "moved": view.moved, "forked": view.forked},
         )  # fmt: skip
