@@ -15,7 +15,9 @@ store as `loopdeck console --db URL` does. Once the fleet lists every run, for S
 (c) a key's answer: `down` or `up` sent as the terminal would (through the driver), every
     0.25 s, timed to the `render_line` that draws the cursor on its new row.
 
-Printed with PASS/FAIL: p99 lag <= 250 ms, RSS <= 200 MB, p99 key <= 50 ms. The hooks add a
+Printed with PASS/FAIL: p99 lag <= 250 ms, RSS <= 200 MB, p99 key <= 50 ms; and, measured
+first (`fleet_render.py`), `render_fleet` per refresh at 100, 1,000 and 3,000 runs as target
+lines (flat: 3,000 at most 1.5x 100). The hooks add a
 pass over the rows to each `show` (bench only). On a loaded machine the figures are
 provisional.
 
@@ -35,7 +37,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from fleet_render import measure as render_costs
 from fleet_writers import start_writers
+from targets_table import print_table
 from textual import events
 
 from loopdeck.operator.fleet import Fleet, FleetRow
@@ -221,6 +225,7 @@ def main() -> None:
     hosts = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     runs_each = int(sys.argv[3]) if len(sys.argv) > 3 else 100
     runs = hosts * runs_each
+    costs = render_costs()  # before the hooks: `render_fleet` by fleet size, as it is
     cluster = Cluster().start()
     writers = None
     try:
@@ -243,6 +248,7 @@ def main() -> None:
         cluster.stop()
     commits = [entry for entry in commits if entry[2] <= until - 1.0]
     report(runs, seconds, commits, watch, since)
+    print_table(costs)
 
 
 def report(runs: int, seconds: float, commits: list[Any], watch: Watch, since: float) -> None:

@@ -9,7 +9,8 @@ hundred: one writer process, 100 runs, the same rate, the follower polling every
 
 Printed for each: the lag from a batch's commit to the fleet showing that run at (at least)
 that event, median and p99, over every committed batch; the follower's CPU time and its peak
-RSS. Targets: p99 lag <= 250 ms, RSS <= 200 MB.
+RSS. Targets: p99 lag <= 250 ms, RSS <= 200 MB. Then the console's own part of a refresh,
+`render_fleet` at 100, 1,000 and 3,000 runs (`fleet_render.py`), as target lines.
 
     .venv/bin/python bench/fleet_lag.py [SECONDS] [--postgresql-only | --sqlite-only]
 """
@@ -26,7 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from fleet_render import measure as render_costs
 from fleet_writers import CommitLog, start_writers
+from targets_table import print_table
 
 from loopdeck.operator import following
 from loopdeck.operator.fleet import Fleet
@@ -129,6 +132,7 @@ def main() -> None:
         postgresql(seconds)
     if "--postgresql-only" not in sys.argv:
         sqlite(seconds)
+    print_table(render_costs())  # what the console adds to each refresh, by fleet size
 
 
 if __name__ == "__main__":

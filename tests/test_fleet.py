@@ -111,7 +111,8 @@ async def test_a_run_of_this_console_keeps_running_behind_the_fleet(tmp_path) ->
 def test_alerts_are_said_once_each() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
+    from loopdeck.operator.fleet import Fleet, FleetRow
+    from loopdeck.operator.fleet_alerts import Alerts
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     row = FleetRow("r1", "env", "s", "m", "deciding", None, now)
@@ -133,7 +134,8 @@ def test_a_run_waiting_for_an_answer_is_live_and_not_announced_as_stopped() -> N
     from datetime import UTC, datetime
 
     from loopdeck.core.states import TERMINAL_STATES, RunState
-    from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
+    from loopdeck.operator.fleet import Fleet, FleetRow
+    from loopdeck.operator.fleet_alerts import Alerts
     from loopdeck.store import queries
 
     assert set(queries.LIVE_STATES) == {s.value for s in RunState if s not in TERMINAL_STATES}

@@ -18,7 +18,8 @@ from console_helpers import wait_until
 from test_tmux_console import LOOPDECK, Terminal
 from textual.app import App
 
-from loopdeck.operator.fleet import Alerts, Fleet, FleetRow
+from loopdeck.operator.fleet import Fleet, FleetRow
+from loopdeck.operator.fleet_alerts import Alerts
 from loopdeck.store.liveness import this_host
 from loopdeck.store.opening import open_store
 from loopdeck.store.queries import QUESTION_NEVER_EXPIRES

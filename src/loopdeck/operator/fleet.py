@@ -1,16 +1,19 @@
 """Every run in a store at a glance: what each needs from the operator, kept live cheaply.
 
-`Fleet.refresh` asks the store's change counter first; only when something was committed does
-it read the change feed: the runs whose row changed since its cursor, each with the summary
-its writer keeps on it (`store/feed.py`), one query whose cost is what changed, not the
-number of runs. A question waits in the same table as a write but never expires: a soonest
-expiry of never says every pending one is a question; only a run with several pending and a
-real expiry is asked which (`queries.pending_approvals`). No Textual: the console renders
-rows, tests read them. A store that cannot be
-read for now (`StoreUnavailable`) is an `outage` the console shows; the first refresh that
-works after it reads every run again: nothing seen before it is trusted. A runner that died
-commits nothing, so each second the runs that may have lost theirs are looked at (marked
-crashed).
+`Fleet.refresh` asks the store's change counter first; only when something was committed
+does it read the change feed (`feed.changes`): the runs whose row changed since its cursor,
+each with the summary its writer keeps on it (`store/feed.py`), one query whose cost is what
+changed, not the number of runs; and where each submitted run is (queued, held on a host,
+parked, its last move), from the leases that changed (`feed.placements_changed`): a queued
+run is listed before any worker starts it. Each run read is `touch`ed, and only those runs
+are looked at again: their place in the order, what waits in them, their alerts. A question
+waits in the same table as a write but never expires: a soonest expiry of never says every
+pending one is a question; only a run with several pending and a real expiry is asked which
+(`queries.pending_approvals`). No Textual: the console renders rows, tests read them. A
+store that cannot be read for now (`StoreUnavailable`) is an `outage` the console shows; the
+first refresh that works after it reads every run again: nothing seen before it is trusted.
+A runner that died commits nothing, so each second the runs that may have lost theirs are
+looked at (marked crashed).
 """
 
 from __future__ import annotations
@@ -20,23 +23,20 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
+from loopdeck.caps import Cap
 from loopdeck.core.text import plural
 from loopdeck.operator import following
+from loopdeck.operator.fleet_order import Order, Sort
 from loopdeck.operator.outage import Outage
-from loopdeck.store import queries
+from loopdeck.store import feed, leases, queries
 from loopdeck.store.base import Location, Store, StoreUnavailable
 
-CAP_LABELS = {
-    "turns": "turns",
-    "tool_calls": "tool calls",
-    "tokens": "tokens",
-    "cost_usd": "cost",
-    "deadline_s": "time",
-}
+PLACED = leases.LIVE  # a run a worker holds or will: live whatever its runs row says
 NEVER = datetime.fromisoformat(queries.QUESTION_NEVER_EXPIRES)  # a question's expiry
 
 
@@ -70,10 +70,33 @@ class FleetRow:
     runner: str = ""  # host:pid of the process running it
     changed: int = -1  # the row's change number when last read (`store/feed.py`)
     usage: str = ""  # the budget usage it was last read with (JSON)
+    # Where a submitted run is (`store/leases.py`; "" for a run of its own process): queued,
+    # held, parked or ended, the host of its worker, its last move in words and when.
+    placement: str = ""
+    placed_on: str = ""
+    move: str = ""
+    moved_at: float | None = None
+    placement_changed: int = -1  # the lease's change number when last read
 
     @property
     def live(self) -> bool:
-        return self.state in queries.LIVE_STATES
+        return self.state in queries.LIVE_STATES or self.placement in PLACED
+
+    @property
+    def shown_state(self) -> str:
+        """The state as the fleet says it: `queued` and `parked` (no worker holds it), a
+        claimed run not started yet as `held`, else the run's own (`paused` when so)."""
+        if self.placement in (leases.QUEUED, leases.PARKED) or (self.placement and not self.state):
+            return self.placement
+        return "paused" if self.paused and self.live else self.state
+
+    @property
+    def where(self) -> str:
+        """Where it runs: its runner's host and pid, its worker's host before it started;
+        nowhere while queued or parked."""
+        if self.placement in (leases.QUEUED, leases.PARKED):
+            return ""
+        return self.runner or self.placed_on
 
     @property
     def approvals(self) -> int:
@@ -97,19 +120,21 @@ class FleetRow:
 def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
     """The cap nearest its limit, its fraction, and the agent seconds left to reach it at the
     run's average rate so far (None when nothing is being spent). Only the caps a run spends
-    (`CAP_LABELS`): rounds and corrections are counted steps, not spent, as the budget pause
+    (`Cap.burnt`): rounds and corrections are counted steps, not spent, as the budget pause
     has them (`BudgetLedger.crossed`): every run's first round read "rounds 33%", above what
     it had spent. A cap is read only as (used, limit) with a positive limit: a missing or
     zero cap, or a value that is not a number, is left out, never a fraction of anything."""
-    agent_s = _spent(usage.get("deadline_s"))[0]
+    agent_s = _spent(usage.get(Cap.DEADLINE))[0]
     best, best_fraction, projected = "", 0.0, None
-    for cap, label in CAP_LABELS.items():
+    for cap in Cap:
+        if not cap.burnt:
+            continue
         used, limit = _spent(usage.get(cap))
         if limit <= 0:
             continue
         fraction = used / limit
-        if fraction >= best_fraction and (used or cap == "deadline_s"):
-            best, best_fraction = f"{label} {fraction:.0%}", fraction
+        if fraction >= best_fraction and (used or cap is Cap.DEADLINE):
+            best, best_fraction = f"{cap.label} {fraction:.0%}", fraction
             rate = used / agent_s if agent_s > 0 else 0.0
             projected = (limit - used) / rate if rate > 0 else None
     return best, best_fraction, projected
@@ -126,43 +151,122 @@ def _spent(pair: Any) -> tuple[float, float]:
     return used, limit
 
 
-# How the fleet's runs are ordered, each with its words; `s` goes to the next.
-Sort = Literal["needs you", "newest", "env"]
-SORTS: dict[Sort, str] = {"needs you": "needs you first", "newest": "newest first", "env": "by env"}
+class FleetRows(dict[str, FleetRow]):
+    """The fleet's rows by run id; a row put in or taken out is said to the fleet (`touch`),
+    whoever does it (the feed, a test)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        super().__init__()
+        self._fleet = fleet
+
+    def __setitem__(self, run_id: str, row: FleetRow) -> None:
+        super().__setitem__(run_id, row)
+        self._fleet.touch(run_id)
+
+    def __delitem__(self, run_id: str) -> None:
+        super().__delitem__(run_id)
+        self._fleet.touch(run_id)
 
 
-@dataclass
 class Fleet:
-    rows: dict[str, FleetRow] = field(default_factory=dict)
-    counter: int = -1
-    outage: Outage = field(default_factory=Outage)
-    crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
-    cursor: int = 0  # where the change feed is read from next
-    last_read: int = 0  # runs rows the last read of the feed returned
-    unsure: set[str] = field(default_factory=set)  # runs whose questions the feed left open
+    """The runs of a store as the console shows them. What a refresh changed is said run by
+    run (`touch`: the feed does it for each run it read), and only those runs are looked at
+    again: their place in the order (`fleet_order.Order`), what waits in them
+    (`waiting_by_run`, `waiting`, `questions`), their alerts (`take_touched`)."""
+
+    def __init__(self, rows: dict[str, FleetRow] | None = None) -> None:
+        self.counter = -1
+        self.outage = Outage()
+        self.crash_checked = 0.0  # when runs were last looked at for a dead runner (monotonic)
+        self.cursor = 0  # where the change feed is read from next
+        self.last_read = 0  # runs rows the last read of the feed returned
+        self.placed_cursor = 0  # where the leases' feed is read from next
+        self.last_placed = 0  # leases rows the last read of it returned
+        self.unsure: set[str] = set()  # runs whose questions the feed left open
+        self.rows = rows or {}
+
+    @property
+    def rows(self) -> dict[str, FleetRow]:
+        return self._rows
+
+    @rows.setter
+    def rows(self, rows: dict[str, FleetRow]) -> None:
+        """Every run anew: the order and the counts made again from them."""
+        self._rows = FleetRows(self)
+        self._seq: dict[str, int] = {}  # each run's first sight, in the rows' own order
+        self._next_seq = 0
+        self._order: Order[FleetRow] | None = None
+        self._unsettled: set[str] = set()  # touched since the order and counts were kept
+        self._unalerted: set[str] = set()  # touched since the alerts looked
+        self._pending: dict[str, tuple[int, int]] = {}  # (pending, questions) of each run
+        self._waiting = self._questions = 0
+        for run_id, row in rows.items():
+            self._rows[run_id] = row
+
+    def touch(self, run_id: str) -> None:
+        """The run's row was put in, changed or taken out: looked at again next time."""
+        if run_id not in self._rows:
+            self._seq.pop(run_id, None)
+        elif run_id not in self._seq:
+            self._seq[run_id] = self._next_seq
+            self._next_seq += 1
+        self._unsettled.add(run_id)
+        self._unalerted.add(run_id)
+
+    def take_touched(self) -> set[str]:
+        """The runs touched since the last call (the alerts look at those)."""
+        touched, self._unalerted = self._unalerted, set()
+        return touched
+
+    def _settle(self) -> None:
+        """The order and the counts brought up to the runs touched since last time."""
+        if not self._unsettled:
+            return
+        touched, self._unsettled = self._unsettled, set()
+        for run_id in touched:
+            row = self._rows.get(run_id)
+            was = self._pending.pop(run_id, (0, 0))
+            self._waiting -= was[0]
+            self._questions -= was[1]
+            if row is None:
+                if self._order is not None:
+                    self._order.drop(run_id)
+                continue
+            if row.pending:
+                self._pending[run_id] = (row.pending, row.questions)
+                self._waiting += row.pending
+                self._questions += row.questions
+            if self._order is not None:
+                self._order.put(row, self._seq[run_id])
 
     @property
     def waiting(self) -> int:
         """Approvals and questions waiting, in every run."""
-        return sum(row.pending for row in self.rows.values())
+        self._settle()
+        return self._waiting
 
     @property
     def questions(self) -> int:
-        return sum(row.questions for row in self.rows.values())
+        self._settle()
+        return self._questions
 
-    def ordered(self, sort: Sort = "needs you") -> list[FleetRow]:
+    @property
+    def waiting_by_run(self) -> dict[str, int]:
+        """What waits in each run that has something waiting: as many entries as those."""
+        self._settle()
+        return {run_id: pending for run_id, (pending, _) in self._pending.items()}
+
+    def ordered(self, sort: Sort = "needs you") -> Order[FleetRow]:
         """Every run, newest first, the runs that need the operator before the others in
         every order (the console keeps them in view); with `needs you` the live ones next;
-        with `env`, by env and script."""
-        epoch = datetime.min.replace(tzinfo=UTC)
-        rows = sorted(self.rows.values(), key=lambda row: row.started_at or epoch, reverse=True)
-        if sort == "needs you":
-            rows.sort(key=lambda row: (not row.needs_operator, not row.live))
-        else:
-            if sort == "env":
-                rows.sort(key=lambda row: (row.env, row.script))
-            rows.sort(key=lambda row: not row.needs_operator)
-        return rows
+        with `env`, by env and script. Kept from one call to the next: a call costs the runs
+        touched since; another sort than last time's orders them all once."""
+        self._settle()
+        if self._order is None or self._order.sort != sort:
+            self._order = Order(sort)
+            for run_id, row in self._rows.items():
+                self._order.put(row, self._seq[run_id])
+        return self._order
 
     async def follow(
         self, location: Location | None, stop: asyncio.Event, changed: Callable[[], object]
@@ -179,9 +283,9 @@ class Fleet:
         try:
             changed = await self._refresh(store)
         except StoreUnavailable as exc:
-            self.counter, self.cursor = -1, 0
+            self.counter, self.cursor, self.placed_cursor = -1, 0, 0
             for row in self.rows.values():
-                row.changed = -1
+                row.changed = row.placement_changed = -1
             return self.outage.failed(exc)
         return self.outage.recovered() or changed
 
@@ -195,16 +299,20 @@ class Fleet:
         if counter == self.counter and not marked:
             return False
         self.counter = counter
-        runs, self.cursor = await queries.changed_runs(store, self.cursor)
-        self.last_read = len(runs)
+        found = await feed.changes(store, self.cursor, self.placed_cursor)
+        self.cursor, self.placed_cursor = found.runs_after, found.placements_after
+        self.last_read, self.last_placed = len(found.runs), len(found.placements)
         changed = False
-        for run in runs:
+        for run in found.runs:
             changed = self._take(run) or changed
+        for lease in found.placements:
+            changed = self._place(lease) or changed
         for run_id in list(self.unsure):  # kept until read: an outage leaves them for later
             row = self.rows[run_id]
             writes = await queries.pending_approvals(store, run_id)
             row.questions = max(0, row.pending - len(writes))
             self.unsure.discard(run_id)
+            self.touch(run_id)
         return changed
 
     def _take(self, run: dict[str, Any]) -> bool:
@@ -244,6 +352,33 @@ class Fleet:
         if usage != row.usage:
             row.usage = usage
             row.closest, row.closest_fraction, row.projected_s = closest_budget(json.loads(usage))
+        self.touch(row.run_id)
+        return True
+
+    def _place(self, lease: dict[str, Any]) -> bool:
+        """Where one submitted run is, from the leases' feed; a run queued and not started
+        yet is listed from it alone (its env, script and model as submitted)."""
+        run_id = lease["run_id"]
+        row = self.rows.get(run_id)
+        if row is None:
+            options = json.loads(lease["options"] or "{}")
+            submitted_at = float(lease["submitted_at"] or 0)
+            row = self.rows[run_id] = FleetRow(
+                run_id=run_id,
+                env=Path(str(options.get("env") or "")).name,
+                script=str(options.get("script") or ""),
+                model=str(options.get("model") or ""),
+                state="",
+                stop_reason=None,
+                started_at=datetime.fromtimestamp(submitted_at, UTC) if submitted_at else None,
+            )
+        elif row.placement_changed == lease["changed"]:
+            return False  # read again only because an older transaction was still open
+        row.placement_changed = lease["changed"]
+        row.placement, row.placed_on = str(lease["state"] or ""), str(lease["host"] or "")
+        row.move = str(lease["note"] or "")
+        row.moved_at = None if lease["moved_at"] is None else float(lease["moved_at"])
+        self.touch(run_id)
         return True
 
 
@@ -264,61 +399,3 @@ def _when(stamp: str | None) -> datetime | None:
         return datetime.fromisoformat(stamp)
     except ValueError:
         return None
-
-
-@dataclass(frozen=True)
-class Alert:
-    run_id: str
-    text: str
-    severity: str = "warning"
-
-
-@dataclass
-class Alerts:
-    """What is worth interrupting the operator for, each said once: a run starts waiting for
-    you, a receipt has under 30 s left, the guard blocks a repeat, a budget passes 80 %, a
-    run stops."""
-
-    said: set[tuple[str, str]] = field(default_factory=set)
-    seen: dict[str, tuple[int, int, int, bool, bool]] = field(default_factory=dict)
-
-    def check(self, fleet: Fleet, now: datetime) -> list[Alert]:
-        alerts = []
-        for row in fleet.rows.values():
-            before = self.seen.get(row.run_id)
-            high = row.closest_fraction >= 0.8
-            self.seen[row.run_id] = (row.approvals, row.questions, row.repeats, row.live, high)
-            if before is None:
-                if row.live:
-                    alerts.extend(_asks(row, row.approvals, row.questions))
-                continue
-            approvals, questions, repeats, live, was_high = before
-            alerts.extend(_asks(row, row.approvals - approvals, row.questions - questions))
-            if row.repeats > repeats:
-                alerts.append(Alert(row.run_id, f"run {row.run_id}: the guard blocked a repeat"))
-            if high and not was_high and row.live:
-                alerts.append(Alert(row.run_id, f"run {row.run_id}: {row.closest} of its cap"))
-            if live and not row.live:
-                severity = "information" if row.stop_reason == "goal_met" else "error"
-                alerts.append(
-                    Alert(row.run_id, f"run {row.run_id} stopped: {row.stop_reason}", severity)
-                )
-            expiry = row.soonest_expiry
-            if row.approvals and expiry is not None and 0 < (expiry - now).total_seconds() < 30:
-                key = (row.run_id, f"expiry {expiry.isoformat()}")
-                if key not in self.said:
-                    self.said.add(key)
-                    alerts.append(
-                        Alert(row.run_id, f"run {row.run_id}: a receipt expires in under 30 s")
-                    )
-        return alerts
-
-
-def _asks(row: FleetRow, more_approvals: int, more_questions: int) -> list[Alert]:
-    """A run that started waiting for an approval, or for an answer."""
-    alerts = []
-    if more_approvals > 0:
-        alerts.append(Alert(row.run_id, f"run {row.run_id} waits for your approval"))
-    if more_questions > 0:
-        alerts.append(Alert(row.run_id, f"run {row.run_id} asks you a question"))
-    return alerts

@@ -1,7 +1,8 @@
 """A console's reader of a whole store (the fleet, the approvals inbox): the store opened,
-read when the store says something changed (PostgreSQL's NOTIFY) or every POLL_S otherwise,
-at most once a GAP_S, until the reader is told to stop; closed on the way out even when the
-reading task is cancelled, so no query is left in flight when the event loop ends."""
+read when the store says something changed (PostgreSQL's NOTIFY, listened for from the start
+of the read before) or every POLL_S otherwise, at most once a GAP_S, until the reader is told
+to stop; closed on the way out even when the reading task is cancelled, so no query is left
+in flight when the event loop ends."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import Location, Store
@@ -48,25 +49,28 @@ async def poll(
     poll_s: float = POLL_S,
 ) -> None:
     """`reader.refresh` until `stop` is set; `changed` after each refresh that changed
-    something."""
+    something. The wait for the next change begins before each read: a change committed
+    while the store is being read (a NOTIFY landing mid-read) wakes the next read at once,
+    instead of waiting for another change or the poll."""
     while not stop.is_set():
         began = time.monotonic()
-        if await reader.refresh(store):
-            changed()
-        with contextlib.suppress(TimeoutError):
-            await bounded(stop.wait(), max(0.0, GAP_S - (time.monotonic() - began)))
-        if not stop.is_set():
-            await _next_change(store, stop, poll_s)
+        change = asyncio.ensure_future(store.wait_for_change(poll_s))
+        try:
+            if await reader.refresh(store):
+                changed()
+            with contextlib.suppress(TimeoutError):
+                await bounded(stop.wait(), max(0.0, GAP_S - (time.monotonic() - began)))
+            if not stop.is_set():
+                await _next_change(change, stop, max(0.0, poll_s - (time.monotonic() - began)))
+        finally:
+            change.cancel()
 
 
-async def _next_change(store: Store, stop: asyncio.Event, poll_s: float) -> None:
-    """Returns when the store may have changed, `poll_s` passed, or `stop` is set."""
-    waits = {
-        asyncio.ensure_future(store.wait_for_change(poll_s)),
-        asyncio.ensure_future(stop.wait()),
-    }
+async def _next_change(change: asyncio.Future[None], stop: asyncio.Event, poll_s: float) -> None:
+    """Returns when the store may have changed (`change`), `poll_s` passed, or `stop` is set."""
+    stopped = asyncio.ensure_future(stop.wait())
+    waits: set[asyncio.Future[Any]] = {change, stopped}
     try:
         await asyncio.wait(waits, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for wait in waits:
-            wait.cancel()
+        stopped.cancel()

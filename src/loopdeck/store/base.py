@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +17,12 @@ from typing import Any, Protocol
 
 import platformdirs
 
-SCHEMA_VERSION = 6
+from loopdeck import settings
+
+SCHEMA_VERSION = 7
 APP_ID = "loopdeck"
+# v7: the leases' `changed`, where each run is fed to the fleet as its runs row is
+# (`store/feed.py`): the column, its index and its triggers, made by the opening's migration.
 # v6: the `leases` table, runs placed on workers (`store/leases.py`).
 # v5: each event's `hash`, its link in its run's hash chain (`store/chain.py`). The meta key
 # CHAIN_SINCE holds when the store's chain began (its creation, or its migration to v5):
@@ -50,6 +53,7 @@ ADDED_COLUMNS = (
     ("approvals", "grant_rule", "TEXT"),  # v3: the grant given with an approval (JSON)
     *(("runs", column, kind) for column, kind in RUN_SUMMARY),  # v4
     ("events", "hash", "TEXT"),  # v5: the event's link in its run's hash chain
+    ("leases", "changed", "BIGINT"),  # v7: where a run is, fed to the fleet
 )
 
 # The tables both backends define alike (the others differ in number types and identity).
@@ -146,7 +150,7 @@ def data_folder() -> Path:
 
 
 def default_db_path() -> Location:
-    configured = os.environ.get("LOOPDECK_DB")
+    configured = settings.current().db
     if configured:
         return store_location(configured)
     return data_folder() / "loopdeck.db"

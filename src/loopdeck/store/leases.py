@@ -1,5 +1,6 @@
 """Runs placed on workers (`loopdeck submit`, `loopdeck worker`): the queue, the claims, the
 leases and the fence, in one table of the store (`leases`, schema v6) beside the event log.
+The fleet follows it by its change number (`changed`, v7: `store/feed.py`).
 
 A submitted run is a row `queued` with the options it was submitted with. A worker claims one
 (`claim`): the row becomes `held` by that worker, its `epoch` one higher, its lease running
@@ -30,20 +31,20 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from loopdeck import settings
 from loopdeck.store.base import Store, StoreError, Tx
 from loopdeck.store.liveness import process_started, this_host
 
 QUEUED, HELD, PARKED, ENDED = "queued", "held", "parked", "ended"
 LIVE = (QUEUED, HELD, PARKED)  # a run a worker holds or will: no reader marks it crashed
-DEFAULT_LEASE_S = 10.0
-DEFAULT_PARK_AFTER_S = 10.0
 
 # One text both engines take (SQLite reads DOUBLE PRECISION as REAL, BIGINT as INTEGER).
 LEASES_TABLE = """
 CREATE TABLE IF NOT EXISTS leases (
     run_id TEXT PRIMARY KEY, options TEXT NOT NULL, state TEXT NOT NULL,
     epoch BIGINT NOT NULL DEFAULT 0, holder TEXT, host TEXT, expires_at DOUBLE PRECISION,
-    submitted_at DOUBLE PRECISION NOT NULL, moved_at DOUBLE PRECISION, note TEXT
+    submitted_at DOUBLE PRECISION NOT NULL, moved_at DOUBLE PRECISION, note TEXT,
+    changed BIGINT
 );
 CREATE INDEX IF NOT EXISTS leases_claimable ON leases (state, expires_at);
 """
@@ -69,24 +70,14 @@ BEAT_HELD = (
 
 def park_after_s() -> float:
     """How long a run waits on its operator in a worker before it is parked, its slot freed
-    (`LOOPDECK_PARK_AFTER_S`, default 10 s)."""
-    configured = os.environ.get("LOOPDECK_PARK_AFTER_S")
-    try:
-        value = float(configured) if configured else DEFAULT_PARK_AFTER_S
-    except ValueError:
-        return DEFAULT_PARK_AFTER_S
-    return value if value > 0 else DEFAULT_PARK_AFTER_S
+    (`Settings.park_after_s`: more than 0, else its default of 10 s)."""
+    return settings.current().park_after_s
 
 
 def lease_s() -> float:
-    """How long a claim holds without a renewal (`LOOPDECK_LEASE_S`, default 10 s): a worker
-    gone is replaced this long after its last renewal."""
-    configured = os.environ.get("LOOPDECK_LEASE_S")
-    try:
-        value = float(configured) if configured else DEFAULT_LEASE_S
-    except ValueError:
-        return DEFAULT_LEASE_S
-    return value if value > 0 else DEFAULT_LEASE_S
+    """How long a claim holds without a renewal (`Settings.lease_s`: more than 0, else its
+    default of 10 s): a worker gone is replaced this long after its last renewal."""
+    return settings.current().lease_s
 
 
 class LeaseLost(StoreError):

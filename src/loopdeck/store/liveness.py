@@ -15,19 +15,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loopdeck import settings
+
 if TYPE_CHECKING:
     from loopdeck.store.base import Store
 
-DEFAULT_SILENCE_S = 30.0
 HEARTBEAT_S = 1.0
 
 
 def crash_silence_s() -> float:
-    configured = os.environ.get("LOOPDECK_CRASH_SILENCE_S")
-    try:
-        return float(configured) if configured else DEFAULT_SILENCE_S
-    except ValueError:
-        return DEFAULT_SILENCE_S
+    """How long a heartbeat may be silent (`Settings.crash_silence_s`; a value that cannot
+    be read keeps the default, 30 s)."""
+    return settings.current().crash_silence_s
 
 
 def process_started(pid: int) -> str | None:
@@ -115,4 +114,4 @@ class Heartbeat:
 def this_host() -> str:
     """The host a runner records; LOOPDECK_HOST names it instead (containers whose hostnames
     repeat, or one machine standing in for many)."""
-    return os.environ.get("LOOPDECK_HOST") or socket.gethostname()
+    return settings.current().host or socket.gethostname()

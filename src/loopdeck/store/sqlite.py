@@ -14,6 +14,7 @@ from typing import Any
 
 import aiosqlite
 
+from loopdeck import settings
 from loopdeck.store.base import (
     ADDED_COLUMNS,
     APP_ID,
@@ -46,18 +47,14 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
 {LEASES_TABLE}"""
-DEFAULT_BUSY_TIMEOUT_S = 5.0
 
 
 def busy_timeout_s() -> float:
     """How long a statement waits for another process's write lock before SQLite gives up
-    (`LOOPDECK_BUSY_TIMEOUT_S`, default 5 s). A decision waits longer than that by retrying
-    (`store/deciding.py`), telling the operator in between."""
-    configured = os.environ.get("LOOPDECK_BUSY_TIMEOUT_S")
-    try:
-        return float(configured) if configured else DEFAULT_BUSY_TIMEOUT_S
-    except ValueError:
-        return DEFAULT_BUSY_TIMEOUT_S
+    (`Settings.busy_timeout_s`, `LOOPDECK_BUSY_TIMEOUT_S`: default 5 s, kept for a value that
+    cannot be read). A decision waits longer than that by retrying (`store/deciding.py`),
+    telling the operator in between."""
+    return settings.current().busy_timeout_s
 
 
 class _SqliteTx:

@@ -22,6 +22,7 @@ from loopdeck.tui.shown import toast
 MEANING = {
     "decisions": "it is still pending: w offers it again",
     "fork": "nothing was forked: f again",
+    "fork-scripts": "the env's scripts are not offered: type the script's name",
     "inbox": "the inbox no longer follows the store: close it and open it again",
     "inbox-decide": "it is still pending: decide again",
     "outcomes": "its outcome is still unknown: o asks again",

@@ -23,7 +23,9 @@ from textual.worker import Worker
 
 from loopdeck.core.text import plural, visible
 from loopdeck.core.timeouts import bounded
-from loopdeck.operator.fleet import SORTS, Alerts, Fleet, FleetRow, Sort, waiting_text
+from loopdeck.operator.fleet import Fleet, FleetRow, waiting_text
+from loopdeck.operator.fleet_alerts import Alerts
+from loopdeck.operator.fleet_order import SORTS, Listed, Order, Sort
 from loopdeck.operator.records import shown_location
 from loopdeck.tui.console_messages import NewRunAsked, RunChosen
 from loopdeck.tui.failures import worker_failed
@@ -128,7 +130,9 @@ class FleetScreen(Screen[None]):
 
     def _alert(self) -> None:
         """A toast, and the terminal bell unless `--no-bell`."""
-        alerts = self.alerts.check(self.fleet, self.now())
+        waiting = self.fleet.waiting_by_run  # their receipts may near their expiry
+        only = self.fleet.take_touched().union(waiting)
+        alerts = self.alerts.check(self.fleet, self.now(), only)
         for alert in alerts:
             toast(self, alert.text, title="loopdeck", severity=alert.severity)  # type: ignore[arg-type]
         if alerts and self.bell:
@@ -141,9 +145,11 @@ class FleetScreen(Screen[None]):
     def _mark(self, row: FleetRow) -> Text:
         return self.query_one(FleetTable).mark(row)
 
-    def _shown(self, now: datetime) -> list[FleetRow]:
+    def _shown(self, now: datetime) -> Order[FleetRow] | Listed[FleetRow]:
         """The rows in the chosen order, those the filter keeps: it matches any column as
-        shown (the state, the stop, the runner, the age…)."""
+        shown (the state, the stop, the runner, the age…). Unfiltered, the fleet's own order
+        as it keeps it (what a refresh costs is the runs that changed); filtered, every run
+        is looked at (each one's text kept until its look changes)."""
         rows = self.fleet.ordered(self.sort)
         needle = self.filter_text.strip().lower()
         if not needle:
@@ -154,16 +160,16 @@ class FleetScreen(Screen[None]):
             said = table.said(row, now)
             if needle in said or shown_as in said:
                 shown.append(row)
-        return shown
+        return Listed(shown)
 
     def render_fleet(self) -> None:
         now = self.now()
         self.query_one(FleetTable).show(self._shown(now), now)
         waiting, questions = self.fleet.waiting, self.fleet.questions
         # Read by every run's header ("+N in other runs").
-        self.shared.waiting_by_run = {
-            row.run_id: row.pending for row in self.fleet.rows.values() if row.pending
-        }
+        by_run = self.fleet.waiting_by_run
+        if by_run != self.shared.waiting_by_run:
+            self.shared.waiting_by_run = by_run
         said_waiting = waiting_text(waiting - questions, questions)
         badge = f"  [b reverse $warning] ⚠ {said_waiting} waiting · i [/]" if waiting else ""
         shown = " · filter “$filter”" if self.filter_text else ""

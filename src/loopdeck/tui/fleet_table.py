@@ -1,11 +1,13 @@
 """The fleet's table: every run of the store, drawn only where the screen shows it.
 
-The screen hands over the runs in their order (`show`); the table keeps that order and, for
-each row it has drawn, its cells and their segments, made again only when what the row shows
-changed (its look). A frame costs the rows on screen whatever the fleet's size, and a refresh
-costs the order. A column is as wide as its widest cell made so far, within its cap, so only
-rows that were drawn (or matched by the filter) are ever measured: a thousand live runs are
-never re-measured as a `DataTable` would.
+The screen hands over the runs in their order (`show`): the fleet's own `Order`, kept by
+what changed (`operator/fleet_order.py`), or the list a filter kept. The table reads it by
+index and, for each row it has drawn, keeps its cells and their segments, made again only
+when what the row shows changed (its look). A frame costs the rows on screen whatever the
+fleet's size, and so does a refresh: the cursor's run is found by bisection, the lines on
+screen compared with what they were drawn as. A column is as wide as its widest cell made so
+far, within its cap, so only rows that were drawn (or matched by the filter) are ever
+measured: a thousand live runs are never re-measured as a `DataTable` would.
 
 The runs that need the operator lead the order and are pinned under the header (up to half
 the rows shown): however far down the cursor or the view is, what waits for you is on screen.
@@ -13,7 +15,7 @@ the rows shown): however far down the cursor or the view is, what waits for you 
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from datetime import datetime
 from typing import ClassVar
 
@@ -26,6 +28,7 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 
 from loopdeck.operator.fleet import FleetRow, waiting_text
+from loopdeck.operator.fleet_order import Listed, Order, listing
 from loopdeck.tui.in_place import grows_in_place
 from loopdeck.tui.line_table import LineTable, table_css
 from loopdeck.tui.panels import elapsed_text
@@ -34,11 +37,11 @@ from loopdeck.tui.shown import visible
 # What waits for you, the state and the stop next to the run id: on screen at 80 columns,
 # the others scroll.
 COLUMNS = ("", "run", "waiting", "state", "stop", "env/script", "model", "closest budget",
-           "last finding", "age", "runner")  # fmt: skip
+           "last finding", "age", "runner", "last move")  # fmt: skip
 # The most a column takes (a longer cell ends in "…"): the longest state and stop fit theirs.
 COLUMN_CAP = {"": 1, "run": 24, "state": 17, "stop": 16, "env/script": 32, "model": 28}
 COLUMN_CAP |= {"waiting": 24, "closest budget": 32, "last finding": 60, "age": 10}
-COLUMN_CAP |= {"runner": 28}
+COLUMN_CAP |= {"runner": 28, "last move": 72}
 PADDING = 1  # a space either side of each cell, as a DataTable's
 
 Look = tuple[object, ...]
@@ -68,8 +71,7 @@ class FleetTable(LineTable):
         other stopped run is marked unseen (●)."""
         super().__init__(id=id, classes=classes)
         self.seen_runs = seen_runs
-        self._rows: list[FleetRow] = []
-        self._index: dict[str, int] = {}
+        self._rows: Order[FleetRow] | Listed[FleetRow] = Listed([])
         self._cells: dict[str, tuple[Look, list[Text]]] = {}
         self._strips: dict[str, list[Segment]] = {}
         self._said: dict[str, tuple[Look, str]] = {}
@@ -78,6 +80,8 @@ class FleetTable(LineTable):
         self._widths_grew = False
         self._now: datetime | None = None
         self._leading = 0  # how many of the first rows need the operator
+        self._count = 0  # how many rows were listed, and the cursor's run, as last shown
+        self._cursor_run: str | None = None
         self.cursor_row = 0
 
     # -- what the screen asks --------------------------------------------------------------
@@ -101,11 +105,14 @@ class FleetTable(LineTable):
         return min(self._leading, self._rows_shown() // 2)
 
     def get_row_index(self, run_id: str) -> int:
-        return self._index[run_id]
+        index = self._rows.index_of(run_id)
+        if index is None:
+            raise KeyError(f"run {run_id} is not listed")
+        return index
 
     def get_row(self, run_id: str) -> list[Text]:
         """The run's cells as they are drawn."""
-        return self._cells_of(self._rows[self._index[run_id]])
+        return self._cells_of(self._rows[self.get_row_index(run_id)])
 
     def said(self, row: FleetRow, now: datetime) -> str:
         """The row's cells as of `now` in one plain text in lower case, for the filter: what
@@ -129,18 +136,20 @@ class FleetTable(LineTable):
         return ends
 
     # -- the rows --------------------------------------------------------------------------
-    def show(self, rows: list[FleetRow], now: datetime) -> None:
+    def show(self, rows: Sequence[FleetRow], now: datetime) -> None:
         """These runs, in this order, as of `now`. The cursor keeps its run when the run is
         still listed, else its place. Nothing is drawn here: the rows on screen are, next
-        frame."""
-        kept, place, count, pinned = self.cursor_run, self.cursor_row, len(self._rows), self.pinned
+        frame. Handed the fleet's `Order`, it costs the lines on screen, not the runs."""
+        # The fleet's order is one object, moved by the fleet: what it was is what was noted.
+        kept, place, count, pinned = self._cursor_run, self.cursor_row, self._count, self.pinned
         self._now = now
-        self._rows = rows
-        self._index = {row.run_id: i for i, row in enumerate(rows)}
-        self._leading = next((i for i, row in enumerate(rows) if not row.needs_operator), len(rows))
-        if kept in self._index:
-            self.cursor_row = self._index[kept]
+        self._rows = listed = listing(rows)
+        self._leading = listed.leading
+        at = None if kept is None else listed.index_of(kept)
+        if at is not None:
+            self.cursor_row = at
         self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
+        self._count, self._cursor_run = len(rows), self.cursor_run
         self._resize()
         top = int(self.scroll_y)
         if self.cursor_row != place:  # its run moved: kept in view (else the view stays put)
@@ -176,7 +185,8 @@ class FleetTable(LineTable):
         return (age, row.needs_operator, row.live, row.run_id in self.seen_runs, row.state,
                 row.paused, row.stop_reason, row.env, row.script, row.model, row.pending,
                 row.questions, row.closest, row.closest_fraction >= 0.8, projected,
-                row.last_finding, row.runner, row.started_at is None)  # fmt: skip
+                row.last_finding, row.where, row.started_at is None, row.shown_state,
+                row.move)  # fmt: skip
 
     def _age(self, row: FleetRow) -> str:
         return elapsed_text(row.age_s(self._now)) if self._now is not None else ""
@@ -199,7 +209,6 @@ class FleetTable(LineTable):
 
     def _make_cells(self, row: FleetRow, age: str) -> list[Text]:
         # Plain text, never markup: a run id or a finding like "[b]" is shown as written.
-        state = "paused" if row.paused and row.live else row.state
         closest = row.closest
         if closest and row.projected_s is not None and row.live:
             closest += f" · cap in {elapsed_text(row.projected_s)}"
@@ -209,14 +218,15 @@ class FleetTable(LineTable):
             self.mark(row),
             Text(visible(row.run_id)),
             Text(waiting_text(row.approvals, row.questions)),
-            Text(visible(state)),
+            Text(visible(row.shown_state)),
             Text(visible(row.stop_reason or ""), style=stop_style),
             Text(visible(f"{row.env}/{row.script}")),
             Text(visible(row.model)),
             Text(visible(closest), style=budget_style),
             Text(visible(row.last_finding[:60])),
             Text(age),
-            Text(visible(row.runner)),
+            Text(visible(row.where)),
+            Text(visible(row.move)),
         ]
 
     def _resize(self) -> None:
@@ -288,6 +298,7 @@ class FleetTable(LineTable):
         if not self._rows:
             return
         self.cursor_row = max(0, min(row, len(self._rows) - 1))
+        self._cursor_run = self.cursor_run
         top = int(self.scroll_y)
         self._scroll_cursor_into_view()
         if int(self.scroll_y) != top:

@@ -10,16 +10,18 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static
+from textual.worker import Worker
 
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
+from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.shown import markup
 from loopdeck.tui.shown_input import ShownInput
 
@@ -120,6 +122,10 @@ class ForkDialog(ModalScreen[ForkAsked | None]):
         else:
             said = markup("[dim]$why[/]", why=why)
         self._offered.update(said)
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        worker_failed(self, event, title="fork")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
