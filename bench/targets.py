@@ -70,6 +70,12 @@ def _gateway() -> list[Row]:
     return gateway_latency.measure()
 
 
+def _fleet_render() -> list[Row]:
+    import fleet_render
+
+    return fleet_render.measure()
+
+
 def _workers() -> list[Row]:
     import workers
 
@@ -91,6 +97,7 @@ GROUPS: dict[str, Callable[[], list[Row]]] = {
     "mcp": _mcp,
     "log_chain": _log_chain,
     "gateway": _gateway,
+    "fleet_render": _fleet_render,
     "workers": _workers,
     "runs_listing": _runs_listing,
 }
