@@ -201,19 +201,26 @@ async def peer_rate(steps: int) -> float | None:
     return steps / (time.perf_counter() - start)
 
 
-def thread_hand_over_us(rounds: int = 5_000, one_core: bool = False) -> float:
+def thread_hand_over_us(rounds: int = 5_000, one_core: bool = False, pipe: bool = False) -> float:
     """One hand-over to another thread and back, at its barest (a lock and a queue): what
     this machine charges for it, whatever the code around it. With `one_core`, both threads
-    are kept on the core this one is on, so neither wake crosses to another core."""
+    are kept on the core this one is on, so neither wake crosses to another core. With `pipe`,
+    the thread is woken as the env thread is (`core.env_thread._Jobs`): by a write to a pipe,
+    made with the interpreter's lock let go, where a queue's `put` wakes it with the lock held."""
     jobs: queue.SimpleQueue[threading.Lock | None] = queue.SimpleQueue()
     everywhere = os.sched_getaffinity(0)
     core = {min(everywhere)}
+    woken, wake = os.pipe()
 
     def serve() -> None:
         if one_core:
             os.sched_setaffinity(0, core)  # 0: the calling thread, on Linux
+        if pipe:
+            os.read(woken, 1)
         while (done := jobs.get()) is not None:
             done.release()
+            if pipe:
+                os.read(woken, 1)
 
     if one_core:
         os.sched_setaffinity(0, core)
@@ -225,12 +232,17 @@ def thread_hand_over_us(rounds: int = 5_000, one_core: bool = False) -> float:
             done = threading.Lock()
             done.acquire()
             jobs.put(done)
+            if pipe:
+                os.write(wake, b"\0")
             done.acquire()
         elapsed = time.perf_counter() - start
     finally:
         jobs.put(None)
+        os.write(wake, b"\0")
         worker.join()
         os.sched_setaffinity(0, everywhere)
+        os.close(woken)
+        os.close(wake)
     return elapsed / rounds * 1e6
 
 
@@ -311,6 +323,7 @@ async def measure() -> list[Row]:
         f"{long_rate / synthetic:.2f}x)"
     )
     bare = min(thread_hand_over_us() for _ in range(3))
+    piped = min(thread_hand_over_us(pipe=True) for _ in range(3))
     one_core = min(thread_hand_over_us(one_core=True) for _ in range(3))
     env_call = min([await env_call_us() for _ in range(3)])
     overhead = (1 / long_rate - 1 / floor) * 1e6
@@ -318,8 +331,9 @@ async def measure() -> list[Row]:
         f"  the loop's own cost over the floor: {overhead:.0f} us a step; 0.9x allows "
         f"{(1 / (0.9 * floor) - 1 / floor) * 1e6:.0f}. Of it, two env hand-overs (the "
         f"fingerprint; the tool with the snapshot after it) at {env_call:.0f} us (a bare "
-        f"thread hand-over here: {bare:.0f} us; {one_core:.0f} us with both threads kept on "
-        "one core, where no wake crosses cores)"
+        f"thread hand-over here: {bare:.0f} us woken by a queue, {piped:.0f} us by a pipe as "
+        f"the env thread is; {one_core:.0f} us with both threads kept on one core, where no "
+        "wake crosses cores)"
     )
     rows = [
         Row("1 call cost, 500 vs 20 msgs", f"{long_ms:.2f} ms", f"{short_ms:.2f} ms",

@@ -5,6 +5,8 @@ included, and a call the runtime stopped waiting for is still discarded (issue 1
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import threading
 import time
 
@@ -33,6 +35,20 @@ def settled(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(env_thread, "_settle", recording)
     return made
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """How long the loop offered to block for each call's result (`take_quickly`'s wait)."""
+    offered: list[float] = []
+    original = env_thread._Job.take_quickly
+
+    def recording(job: env_thread._Job, seconds: float) -> bool:
+        offered.append(seconds)
+        return original(job, seconds)
+
+    monkeypatch.setattr(env_thread._Job, "take_quickly", recording)
+    return offered
 
 
 async def test_a_quick_call_is_handed_over_without_a_turn_of_the_loop(settled) -> None:
@@ -149,25 +165,31 @@ async def test_a_stray_call_past_the_bound_is_env_busy() -> None:
 
 
 async def test_a_consoles_loop_waits_for_env_code_only_when_it_has_nothing_else_to_do(
-    settled,
+    settled, waits
 ) -> None:
     """Under a console, a loop with a callback ready (a frame, a key) or a timer due never
-    blocks on env code: the result comes through the loop. An idle loop takes it itself."""
+    blocks on env code: it takes the result if the code has ended already, else the result
+    comes through the loop. An idle loop waits for it and takes it itself."""
     made = settled
     thread = EnvThread()
     thread.only_when_idle = nothing_else_due
     thread.quick_wait_s = 30.0  # long enough for any loaded machine, when it is waited
     loop = asyncio.get_running_loop()
+    release = threading.Event()
     try:
         assert await thread.call("idle", lambda: "idle") == "idle"
         assert made == []
         loop.call_soon(lambda: None)  # something ready to run: no blocking
         assert await thread.call("busy", lambda: "busy") == "busy"
-        assert len(made) == 1
         timer = loop.call_later(0.001, lambda: None)  # due within the wait: no blocking
         assert await thread.call("timer", lambda: "timer") == "timer"
-        assert len(made) == 2
         timer.cancel()
+        loop.call_soon(release.set)  # code still running when the loop looks: through it
+        assert await thread.call("running", lambda: release.wait(30) and "ran") == "ran"
+        # blocked only when idle; what had not ended when the loop looked came through it
+        assert waits == [30.0, 0.0, 0.0, 0.0]
+        assert made[-1].label == "running"  # type: ignore[attr-defined]
+        assert {job.label for job in made} <= {"busy", "timer", "running"}  # type: ignore[attr-defined]
     finally:
         thread.close()
 
@@ -203,3 +225,105 @@ async def test_a_run_under_the_console_waits_for_env_code_only_when_idle() -> No
         outcome = run_screen(app).outcome
     assert runtime.env_thread.only_when_idle
     assert outcome is not None and outcome.stop_reason.value == "goal_met"
+
+
+async def test_env_code_that_outlasted_the_wait_is_not_waited_for_next_time(waits) -> None:
+    """An MCP round trip or a sleeping tool outlasts the short wait every time: the loop does
+    not block for it again (it would only block, then await it anyway). Code under the same
+    label that turns quick is waited for again from its next call."""
+    thread = EnvThread()
+    thread.quick_wait_s = 0.05
+    try:
+        assert await thread.call("read", lambda: time.sleep(0.1) or "slow") == "slow"
+        assert await thread.call("read", lambda: "quick now") == "quick now"
+        assert await thread.call("read", lambda: "quick") == "quick"
+        assert await thread.call("other", lambda: "other") == "other"
+    finally:
+        thread.close()
+    # waited (and outlasted), not waited, waited again; another label is its own
+    assert waits == [0.05, 0.0, 0.05, 0.05]
+
+
+async def test_a_call_whose_wait_was_stopped_counts_as_slow(waits) -> None:
+    thread = EnvThread(stray_wait_s=30)
+    thread.quick_wait_s = 0.001
+    release = threading.Event()
+    try:
+        waiting = asyncio.create_task(thread.call("stuck", lambda: release.wait(30)))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        release.set()
+        assert await thread.call("stuck", lambda: "done") == "done"
+    finally:
+        thread.close()
+    assert waits == [0.001, 0.0]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts fds through /proc")
+async def test_a_closed_env_thread_ends_and_leaves_no_pipe_open() -> None:
+    """The thread waits on a pipe (`_Jobs`): closed, it ends after its call and both ends of
+    the pipe are closed, however many runs a process makes."""
+    before = _open_fds()
+    threads = []
+    for i in range(20):
+        thread = EnvThread()
+        assert await thread.call("call", lambda i=i: i) == i
+        threads.append(thread._thread)
+        thread.close()
+    for t in threads:
+        assert t is not None
+        t.join(30)
+        assert not t.is_alive()
+    assert _open_fds() == before
+
+
+async def test_an_env_thread_never_closed_ends_when_it_is_dropped() -> None:
+    import gc
+
+    thread = EnvThread()
+    # its last call's code holds it, as the runtime's state reads do
+    assert await thread.call("call", functools.partial(lambda held: "done", thread)) == "done"
+    worker = thread._thread
+    assert worker is not None
+    del thread
+    gc.collect()
+    worker.join(30)
+    assert not worker.is_alive()
+
+
+async def test_a_call_after_close_runs_on_a_new_thread() -> None:
+    thread = EnvThread()
+    try:
+        assert await thread.call("before", lambda: 1) == 1
+        thread.close()
+        assert await thread.call("after", lambda: 2) == 2
+    finally:
+        thread.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+async def test_a_forked_child_closing_its_copy_leaves_the_parents_thread_serving() -> None:
+    """A child forked while the thread runs has the pipe but not the thread: its close
+    closes its own copy and never tells the parent's thread to end."""
+    thread = EnvThread()
+    try:
+        assert await thread.call("before", lambda: 1) == 1
+        pid = os.fork()
+        if pid == 0:  # the child: close its copy, then leave at once
+            code = 1
+            try:
+                thread.close()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert await thread.call("after", lambda: 2) == 2
+    finally:
+        thread.close()

@@ -5,7 +5,6 @@ skips it, one nobody took is discarded, and env code it hangs in is a stray like
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
+from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, env_thread, tool
 from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.model import ModelReply, ModelRequest, RawToolCall
 from loopdeck.core.states import StopReason
@@ -27,21 +26,22 @@ class Boom(Exception):
     pass
 
 
-class CountingQueue(queue.SimpleQueue):  # type: ignore[type-arg]
+class CountingQueue(env_thread._Jobs):
     """The env thread's job queue, counting hand-overs."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.labels: list[str] = []  # each job's label, "+" the label of its `then`
 
     @property
     def puts(self) -> int:
         return len(self.labels)
 
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+    def put(self, item: Any) -> None:
         if item is not None:
             job, _, _, ahead = item
             self.labels.append(job.label + (f"+{ahead.job.label}" if ahead else ""))
-        super().put(item, block, timeout)
+        super().put(item)
 
 
 def counting(thread: EnvThread) -> CountingQueue:

@@ -5,7 +5,6 @@ env's default), or a kind that drives its own loop, is read on every look."""
 
 from __future__ import annotations
 
-import queue
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from conftest import Recorder
 from pydantic import BaseModel
 
-from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, tool
+from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, env_thread, tool
 from loopdeck.core.env_thread import EnvThread
 from loopdeck.core.events import EventBus
 from loopdeck.core.model import ModelReply, ModelRequest, RawToolCall
@@ -24,17 +23,18 @@ from loopdeck.operator.launch import RunOptions, prepare_run
 EDGES = Path(__file__).parent / "envs" / "mcp_edges"
 
 
-class Labels(queue.SimpleQueue):  # type: ignore[type-arg]
+class Labels(env_thread._Jobs):
     """The env thread's job queue, keeping each hand-over's label ("+" its `then`'s)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.labels: list[str] = []
 
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+    def put(self, item: Any) -> None:
         if item is not None:
             job, _, _, ahead = item
             self.labels.append(job.label + (f"+{ahead.job.label}" if ahead else ""))
-        super().put(item, block, timeout)
+        super().put(item)
 
 
 class Args(BaseModel):

@@ -122,10 +122,20 @@ class AgentLoop:
     async def _executor_turns(self, conversation: list[dict[str, Any]]) -> bool:
         """Run model turns until a final decision or a guard trip; True if the guard tripped."""
         rt = self.rt
+        # One request for the round's turns, built unvalidated: the conversation is ours and
+        # grows in place every turn; nothing else in it changes within a round.
+        request = ModelRequest.model_construct(
+            role="executor",
+            round=rt.round,
+            messages=conversation,
+            tools=rt.tool_schemas,
+            timeout_s=rt.config.model_timeout_s,
+            examples=rt.config.examples,
+        )
         while True:
             await rt.control.checkpoint()
             await rt.budget_pause.check()
-            decision = await self._next_decision(conversation)
+            decision = await self._next_decision(request)
             if decision.type == "final":
                 return False
             if decision.type == "ask_user":
@@ -142,21 +152,15 @@ class AgentLoop:
             if tripped:
                 return True
 
-    async def _next_decision(self, conversation: list[dict[str, Any]]) -> Decision:
+    async def _next_decision(self, request: ModelRequest) -> Decision:
+        """The next decision; `request.messages` is the conversation, grown in place."""
         rt = self.rt
+        conversation = request.messages
         while True:
             # The operator's messages since the last turn; every tool call has its result.
-            conversation.extend(operator_says(text) for text in rt.messages.take())
+            if said := rt.messages.take():
+                conversation.extend(operator_says(text) for text in said)
             rt.model_calls.keep_in_window(conversation)
-            # Built unvalidated: the conversation is ours and grows every turn.
-            request = ModelRequest.model_construct(
-                role="executor",
-                round=rt.round,
-                messages=conversation,
-                tools=rt.tool_schemas,
-                timeout_s=rt.config.model_timeout_s,
-                examples=rt.config.examples,
-            )
             reply = await rt.model_calls.call(request)
             conversation.append(reply.as_message())
             try:

@@ -134,17 +134,21 @@ class CallHandler:
         conversation.extend(operator_says(s) for s in said)
         return tripped
 
-    def _propose(self, call: ToolCall, state_hash: str) -> CallRecord:
+    def _propose(
+        self, call: ToolCall, state_hash: str, fingerprint: str | None = None
+    ) -> CallRecord:
+        """The call recorded and announced; `fingerprint`: its guard key's, if made already."""
         self._next_id += 1
         spec = self.rt.tools[call.tool]
-        key = guard_key(call.tool, call.args, state_hash)
+        if fingerprint is None:
+            fingerprint = guard_key(call.tool, call.args, state_hash).fingerprint
         record = CallRecord(
             call_id=f"c{self._next_id}",
             round=self.rt.round,
             tool=call.tool,
             args=call.args,
             risk=spec.risk,
-            fingerprint=key.fingerprint,
+            fingerprint=fingerprint,
             state_hash=state_hash,
             risk_source=spec.risk_source,
         )
@@ -176,14 +180,15 @@ class CallHandler:
         spec = rt.tools[call.tool]
         state_hash = await rt.state_hash()
         key = guard_key(call.tool, call.args, state_hash)
-        record = self._propose(call, state_hash)
+        fingerprint = key.fingerprint
+        record = self._propose(call, state_hash, fingerprint)
         if not self.guard.admit(key, exempt=spec.exempt_from_guard):
             blocked = await self._tripped(record, call, spec, key)
             if blocked is not None:
                 return blocked
             # allowed once by the operator (recorded with who in question_answered)
         else:
-            self._first_call.setdefault(key.fingerprint, record.call_id)
+            self._first_call.setdefault(fingerprint, record.call_id)
         if spec.risk == "write":
             return await self._run_write(record, spec, call, decision)
         rt.ledger.before_tool_call()

@@ -51,17 +51,21 @@ RetryHook = Callable[[int, str, float], None]
 _ascii_json = json.JSONEncoder(default=str).encode  # json.dumps(value, default=str)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any) -> tuple[Any, str | None]:
+    """The tool's result as JSON data, and its `json_text` when that is known already: the
+    ASCII text it was read back from is the same text when it escaped nothing (`\\u`)."""
     try:
         if isinstance(value, BaseModel):
-            return value.model_dump(mode="json")
-        return json.loads(_ascii_json(value))
+            return value.model_dump(mode="json"), None
+        text = _ascii_json(value)
+        return json.loads(text), None if "\\u" in text else text
     except (TypeError, ValueError, RecursionError) as exc:
         raise UnserializableResult(f"{type(exc).__name__}: {exc}") from None
 
 
-def _capped(data: Any, cap: int) -> tuple[Any, bool]:
-    text = json_text(data)
+def _capped(data: Any, cap: int, text: str | None = None) -> tuple[Any, bool]:
+    if text is None:
+        text = json_text(data)
     if len(text) <= cap:
         return data, False
     return capped(escape_surrogates(text), cap), True
@@ -116,7 +120,8 @@ class Dispatcher:
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         data, failure, attempts = await self._attempts(spec, parsed, on_retry, then)
-        provenance = Provenance(
+        # Built unvalidated: every field is made here, of its type (the data is JSON already).
+        provenance = Provenance.model_construct(
             tool=spec.name,
             call_id=call_id,
             started_at=started_at,
@@ -125,14 +130,16 @@ class Dispatcher:
         )
         if failure is not None:
             return ToolResult(ok=False, error=failure, provenance=provenance)
-        capped_data, truncated = _capped(data, self.result_char_cap)
-        return ToolResult(ok=True, data=capped_data, truncated=truncated, provenance=provenance)
+        capped_data, truncated = _capped(data[0], self.result_char_cap, data[1])
+        return ToolResult.model_construct(
+            ok=True, data=capped_data, error=None, truncated=truncated, provenance=provenance
+        )
 
     async def _attempts(
         self, spec: ToolSpec, parsed: BaseModel, on_retry: RetryHook | None, then: Then | None
-    ) -> tuple[Any, ToolFailure | None, int]:
-        """The call, and its retries for a read that failed transiently: (its data, its
-        failure, how many attempts)."""
+    ) -> tuple[tuple[Any, str | None], ToolFailure | None, int]:
+        """The call, and its retries for a read that failed transiently: (its data and its
+        text as `_jsonable` gives them, its failure, how many attempts)."""
         write = spec.risk == "write"
         attempt = 0
         while True:
@@ -142,7 +149,7 @@ class Dispatcher:
             except ToolError as exc:
                 failure = self._failure(exc.code, exc.message)
                 if write and exc.applied is False:  # definite: it did not take effect
-                    return None, failure, attempt
+                    return (None, None), failure, attempt
             except TimeoutError:
                 failure = self._failure(
                     ErrorCode.TIMEOUT, f"{spec.name} timed out after {spec.timeout_s}s"
@@ -151,7 +158,7 @@ class Dispatcher:
                 raise  # the runtime stops the run: env code still running, a server gone
             except UnserializableResult as exc:
                 message = f"{spec.name} returned a result that is not JSON: {exc}"
-                return None, self._failure(ErrorCode.INVALID_RESULT, message), attempt
+                return (None, None), self._failure(ErrorCode.INVALID_RESULT, message), attempt
             except Exception as exc:  # a crashing tool is reported to the model, not swallowed
                 said = described(exc, home_of(spec.fn), f"tool {spec.name}")
                 failure = self._failure(ErrorCode.TOOL_CRASHED, said)
@@ -161,9 +168,9 @@ class Dispatcher:
                     f"{spec.name} may or may not have taken effect ({failure.code.value}: "
                     f"{failure.message}); it is not retried. Check the state before acting on it.",
                 )
-                return None, failure, attempt
+                return (None, None), failure, attempt
             if write or failure.code not in TRANSIENT_CODES or attempt > MAX_RETRIES:
-                return None, failure, attempt
+                return (None, None), failure, attempt
             delay = self.backoff_s * 2 ** (attempt - 1)
             if on_retry is not None:
                 on_retry(attempt, f"{failure.code.value}: {failure.message}", delay)

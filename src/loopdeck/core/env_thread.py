@@ -18,6 +18,17 @@ blocking regardless made frames and keys wait for the interpreter's lock to come
 LiteLLM's threads (loop stall worse in 8 of 8 A/B pairs, 20-28 -> 26-38 ms); blocking only
 when idle left the stall where it was (ten pairs).
 
+Env code that outlasted the wait last time it ran (an MCP server's round trip, a tool that
+sleeps) is not waited for again: the loop would only block for the wait and then await it as
+well. Which label was slow is learned from how long each call's code ran (`took`), so code
+that turns quick again is waited for again from its next call.
+
+The env thread waits for work on a pipe (`_Jobs`), never spinning: a call is queued, then
+one byte written. A write lets the interpreter's lock go before it wakes the thread, so the
+thread wakes to a free lock and runs the code at once. A queue's `put` woke it with the lock
+still held: it woke, found the lock taken, slept again until the loop's wait let it go (a
+hand-over and back, `bench/model_path.py`: 20-52 -> 8-28 us on this 2-core machine, loaded).
+
 A call can bring env code to run straight after it on the thread (`then`): the runtime's
 snapshot after a tool, which the goal check takes with `after` without a hand-over of its own
 (two hand-overs a step instead of three). It is skipped when the call raised, dropped (waited
@@ -27,10 +38,12 @@ for, its result discarded) by any other env call, and a stray like any other if 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import queue
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -56,13 +69,15 @@ class _Job:
     loop's future; `lock` decides which, so a result is handed over exactly once."""
 
     __slots__ = (
-        "done", "ended", "error", "finished", "fn", "label", "lock", "quick", "started", "value",
+        "done", "ended", "error", "finished", "fn", "label", "lock", "quick", "started", "took",
+        "value",
     )  # fmt: skip
 
     def __init__(self, label: str, fn: Callable[[], Any]) -> None:
         self.label = label
         self.fn = fn
         self.started = time.monotonic()
+        self.took = 0.0  # how long its env code ran, set on the env thread as it ends
         self.finished = False
         self.value: Any = None
         self.error: BaseException | None = None
@@ -125,6 +140,69 @@ def _end_wait(over: asyncio.Future[None]) -> None:
 _Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Ahead | None]
 
 
+class _Jobs:
+    """The env thread's queue: the items in a deque, a byte through a pipe for each (see
+    above). The loop puts, the env thread gets; `None` ends the thread, which closes the pipe's
+    reading end as it goes (the loop closed the writing end after the `None`)."""
+
+    def __init__(self) -> None:
+        self.items: collections.deque[_Item | None] = collections.deque()
+        self._read, self._write = os.pipe()
+        self._pid = os.getpid()  # a forked child has the pipe, not the thread reading it
+
+    def put(self, item: _Item | None) -> None:
+        self.items.append(item)
+        os.write(self._write, b"\0")  # the interpreter's lock is let go, then the thread woken
+
+    def get(self) -> _Item | None:
+        if not os.read(self._read, 1):
+            return None  # the writing end closed with nothing left to read
+        return self.items.popleft()
+
+    def end(self) -> None:
+        """The loop's side: the thread ends once it has served what was put before."""
+        if self._pid != os.getpid():  # a forked child's copy: the parent's thread reads it
+            os.close(self._write)
+            os.close(self._read)
+            return
+        try:
+            self.put(None)
+        except OSError:  # BrokenPipeError: the thread has ended already
+            pass
+        finally:
+            os.close(self._write)
+
+    def close_reading_end(self) -> None:
+        os.close(self._read)
+
+
+def _serve(jobs: _Jobs) -> None:
+    """The env thread, until `None`. It holds nothing of a call while it waits for the next
+    (`_serve_one`'s locals go with it): an EnvThread never closed is still dropped."""
+    try:
+        while (item := jobs.get()) is not None:
+            _serve_one(item)
+            del item
+    finally:
+        jobs.close_reading_end()
+
+
+def _serve_one(item: _Item) -> None:
+    """A call, and the `then` that runs straight after it."""
+    job, loop, future, ahead = item
+    EnvThread._run(job, loop, future)
+    if ahead is None:
+        return
+    # Straight on, still holding the interpreter's lock: the loop, woken by the call's
+    # result, usually finds this done when it asks, with no hand-over of its own.
+    ahead.job.started = time.monotonic()
+    if job.error is None:
+        EnvThread._run(ahead.job, loop, ahead.future)
+    else:
+        ahead.skipped = True
+        EnvThread._run(ahead.job, loop, ahead.future, skip=True)
+
+
 # True if the loop has nothing else to do within so many seconds (a console's: see above).
 IdleTest = Callable[[asyncio.AbstractEventLoop, float], bool]
 
@@ -135,11 +213,14 @@ class EnvThread:
         self.quick_wait_s = QUICK_WAIT_S  # 0: the loop never blocks for env code
         # A console's loop blocks only if this says nothing else is due within the wait.
         self.only_when_idle: IdleTest | None = None
-        self._jobs: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._jobs: _Jobs | None = None  # with the thread, until `close`
+        self._ended: weakref.finalize[[], EnvThread] | None = None  # ends it if not closed
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
         self._gate = asyncio.Lock()
         self._ahead: _Ahead | None = None  # the last call's `then`, until taken or dropped
+        # Labels whose last call outlasted the quick wait: not waited for (see above).
+        self._slow: set[str] = set()
 
     @property
     def stray(self) -> str | None:
@@ -150,30 +231,17 @@ class EnvThread:
                 return f"{job.label} (running {time.monotonic() - job.started:.1f}s)"
         return None
 
-    def _serve(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            job, loop, future, ahead = item
-            self._run(job, loop, future)
-            if ahead is None:
-                continue
-            # Straight on, still holding the interpreter's lock: the loop, woken by the call's
-            # result, usually finds this done when it asks, with no hand-over of its own.
-            ahead.job.started = time.monotonic()
-            if job.error is None:
-                self._run(ahead.job, loop, ahead.future)
-            else:
-                ahead.skipped = True
-                self._run(ahead.job, loop, ahead.future, skip=True)
-
     @staticmethod
     def _run(
         job: _Job, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], skip: bool = False
     ) -> None:
         if not skip:
+            began = time.monotonic()
             try:
                 job.value = job.fn()
             except BaseException as exc:  # handed to the awaiting coroutine, never lost here
                 job.error = exc
+            job.took = time.monotonic() - began
         with job.lock:
             job.finished = True
             taken = job.quick
@@ -226,13 +294,11 @@ class EnvThread:
             ahead = None
             if then is not None:
                 ahead = self._ahead = _Ahead(then[0], then[1], loop.create_future())
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._serve, name="loopdeck-env", daemon=True
-                )
-                self._thread.start()
+            jobs = self._jobs
+            if jobs is None or self._thread is None or not self._thread.is_alive():
+                jobs = self._start()
             self._current = job
-            self._jobs.put((job, loop, future, ahead))
+            jobs.put((job, loop, future, ahead))
             return await self._wait(job, future)
 
     async def after(self, label: str, fn: Callable[[], T]) -> T:
@@ -259,14 +325,26 @@ class EnvThread:
             await self._wait_for_stray()
 
     async def _wait(self, job: _Job, future: asyncio.Future[T]) -> T:
-        quick = self.quick_wait_s
+        quick = 0.0 if job.label in self._slow else self.quick_wait_s
         idle = self.only_when_idle
-        if idle is not None and not idle(asyncio.get_running_loop(), quick):
+        if quick and idle is not None and not idle(asyncio.get_running_loop(), quick):
             quick = 0.0
         if job.take_quickly(quick):
+            self._learn(job)
             result: T = job.result()
             return result
-        return await future
+        try:
+            return await future
+        finally:
+            self._learn(job)
+
+    def _learn(self, job: _Job) -> None:
+        """Whether the loop waits for this label's next call (a call not ended yet, whose wait
+        was stopped, counts as slow)."""
+        if job.finished and job.took <= self.quick_wait_s:
+            self._slow.discard(job.label)
+        else:
+            self._slow.add(job.label)
 
     async def run_async(self, label: str, coro_fn: Callable[..., Any], *args: Any) -> Any:
         """An async tool runs on the loop, but still one env call at a time (a `then` still
@@ -275,7 +353,25 @@ class EnvThread:
             await self._settle_earlier()
             return await coro_fn(*args)
 
+    def _start(self) -> _Jobs:
+        """The thread, with its queue: the one given before the first call (a test's, that
+        counts hand-overs), else a new one."""
+        if self._ended is not None:
+            self._ended()  # a thread closed, or that ended on its own: its pipe is closed
+        jobs = self._jobs if self._jobs is not None and self._thread is None else _Jobs()
+        self._jobs = jobs
+        # The thread holds its queue, not this object: an EnvThread never closed still goes,
+        # and its thread ends with it.
+        self._ended = weakref.finalize(self, jobs.end)
+        self._ended.atexit = False
+        self._thread = threading.Thread(
+            target=_serve, args=(jobs,), name="loopdeck-env", daemon=True
+        )
+        self._thread.start()
+        return jobs
+
     def close(self) -> None:
         """The thread ends after its current call; a stray call is not waited for."""
-        if self._thread is not None:
-            self._jobs.put(None)
+        if self._ended is not None:
+            self._ended()
+        self._jobs = None
