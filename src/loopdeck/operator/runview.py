@@ -139,8 +139,7 @@ class RunView:
     grants: GrantBook = field(default_factory=GrantBook)
     unknown: dict[str, str] = field(default_factory=dict)  # call id -> tool
     pushed: dict[str, str] = field(default_factory=dict)  # call or question id -> its push
-    # Where a worker runs it (`loopdeck worker`), its last move and where it was forked from.
-    host: str = ""
+    host: str = ""  # where a worker runs it; its last move; what it was forked from
     moved: str = ""
     forked: str = ""
     _live_state: RunState = RunState.READY
@@ -150,8 +149,7 @@ class RunView:
         return self.stop_reason is not None
 
     def times(self, now: datetime | None) -> tuple[float, float]:
-        """(the agent's time, time waiting on the operator) at `now`: the last budget
-        event's figures, with the clock that is running carried forward to `now`."""
+        """(agent's time, operator's time) at `now`: the last budget event's, run forward."""
         if self.clock_at is None or now is None:
             return self.agent_s, self.operator_s
         end = min(now, self.stopped_at) if self.stopped_at else now
@@ -173,8 +171,7 @@ class RunView:
 
     @property
     def context_note(self) -> str:
-        """The model's window in a line short enough for the budgets panel: unknown (so no
-        compaction), or what compaction did."""
+        """The model's window in a line for the budgets panel: unknown, or what compaction did."""
         if self.started_at is None:
             return ""
         if self.window is not None:
@@ -219,15 +216,9 @@ class RunView:
         self.calls_seen += 1
         self.tool_running = e.tool
         self.calls[e.call_id] = CallRecord(
-            e.call_id,
-            e.round,
-            e.tool,
-            e.args,
-            e.risk,
-            e.fingerprint,
-            e.state_hash,
+            e.call_id, e.round, e.tool, e.args, e.risk, e.fingerprint, e.state_hash,
             risk_source=e.risk_source,
-        )
+        )  # fmt: skip
         self.changed_calls.add(e.call_id)
         while len(self.calls) > self.max_call_rows:
             dropped, _ = self.calls.popitem(last=False)
@@ -373,8 +364,7 @@ class RunView:
 
     @_handles(RunCorrected)
     def _on_run_corrected(self, e: RunCorrected) -> None:
-        # A crash a reader recorded for this live run was undone by its runner.
-        if self.stop_reason == "crashed":
+        if self.stop_reason == "crashed":  # a reader's crash mark undone by its runner
             self.state, self.stop_reason, self.stop_detail = self._live_state, None, ""
             self.stopped_at = None
         self.notes.append(e.detail)

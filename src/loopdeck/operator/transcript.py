@@ -73,8 +73,7 @@ Made = tuple[str, str, Body]
 E = TypeVar("E", bound=EventBase)
 Maker = Callable[[E], Made]  # one class's events' entry
 
-# One entry maker per event class the operator reads (they read only the event), looked up
-# by the event's class.
+# One entry maker per event class the operator reads (from the event alone), by its class.
 ENTRY_MAKERS: dict[type[EventBase], Maker[Event]] = {}
 
 
@@ -142,8 +141,7 @@ class Transcript:
         self.dropped = 0
 
     def apply(self, event: Event) -> Entry | None:
-        """The event's entry, if the operator reads this kind of event. Its words are made
-        when first read: the makers read only the (frozen) event, so the words are the same."""
+        """The event's entry, if the operator reads its kind; its words made when first read."""
         handler = ENTRY_MAKERS.get(type(event))
         if handler is None:
             return None
@@ -385,7 +383,6 @@ def _recording_resumed(e: RecordingResumed) -> Made:
 
 
 def unrequested_words(e: UnrequestedChange) -> str:
-    """`unrequested change after c3 edit: calc.py: changed calc.py — stopped the run`."""
     paths = (("added", e.added), ("changed", e.changed), ("removed", e.removed))
     said = "; ".join(f"{word} {', '.join(named)}" for word, named in paths if named)
     end = " — stopped the run" if e.stops else " — recorded (--approve auto)"
