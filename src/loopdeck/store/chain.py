@@ -26,9 +26,9 @@ EventRow = tuple[str, int, str, str, str]  # run_id, seq, kind, at, body
 ChainedRow = tuple[str, int, str, str, str, str | None]  # and its hash
 EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
 CHAINED_COLUMNS = (*EVENT_COLUMNS, "hash")
-# A queued event's row and link: the hash it follows and its own (None: linked when
-# committed).
-LinkedRow = tuple[EventRow, str, str | None]
+# A queued event (whatever the writer queues it as), its row, the hash it follows, and its row
+# with its own hash (None: linked when committed).
+LinkedRow = tuple[object, EventRow, str, ChainedRow | None]
 E = TypeVar("E", bound=EventBase)
 
 
@@ -78,7 +78,7 @@ async def reader_row(
     for `READER_INSERT` (run_id, seq, kind, at, body, 'reader', hash) chained to it."""
     seq, prev = await chain_head(tx, run_id)
     event = make(run_id=run_id, seq=seq + 1, **fields)
-    body = event.model_dump_json()
+    body = event.as_json()
     at = body_at(body) or event.at.isoformat()
     kind = str(getattr(event, "kind", ""))
     return event, (run_id, event.seq, kind, at, body, "reader", link(prev, body, "reader"))
@@ -100,10 +100,10 @@ class RunChain:
         self.tail_hash = GENESIS
         self.head: tuple[int, str] | None = None
 
-    def queued(self, seq: int, row: EventRow | None) -> str | None:
-        """The hash of an event as it is queued, after the tail (`tail_hash`, read before
-        this call), when the tail is the event before it: one sha256 while the last batch is
-        being inserted. None: linked at the commit."""
+    def queued(self, seq: int, row: EventRow | None) -> ChainedRow | None:
+        """An event's row with its hash as it is queued, after the tail (`tail_hash`, read
+        before this call), when the tail is the event before it: one sha256 while the last
+        batch is being inserted. None: linked at the commit."""
         if row is None or seq != self.tail_seq + 1:
             self.tail_seq = -1  # unknown: the next ones are linked at the commit
             return None
@@ -113,14 +113,14 @@ class RunChain:
         except UnicodeEncodeError:
             digest = link(prev, row[4])
         self.tail_seq, self.tail_hash = seq, digest
-        return digest
+        return (*row, digest)
 
     async def rows(
         self, tx: Tx, run_id: str, first: int, rows: Sequence[LinkedRow]
     ) -> list[ChainedRow]:
-        """A batch's rows with their hashes: each queued link kept when it follows the hash
-        before it, made again when it does not (the head read from the store when this
-        writer does not know it)."""
+        """A batch's rows with their hashes: each row linked as it was queued kept when it
+        follows the hash before it, linked again when it does not (the head read from the
+        store when this writer does not know it)."""
         head = self.head
         if head is not None and head[0] == first - 1:
             prev = head[1]
@@ -129,9 +129,13 @@ class RunChain:
         else:
             prev = (await chain_head(tx, run_id, first))[1]
         chained: list[ChainedRow] = []
-        for row, after, digest in rows:
-            prev = digest if digest is not None and after == prev else link(prev, row[4])
-            chained.append((*row, prev))
+        for _, row, after, linked in rows:
+            if linked is not None and linked[5] is not None and after == prev:
+                prev = linked[5]
+                chained.append(linked)
+            else:
+                prev = link(prev, row[4])
+                chained.append((*row, prev))
         return chained
 
     def committed(self, last: ChainedRow | None, more_queued: bool) -> None:

@@ -1,8 +1,8 @@
-"""A run's events as rows: each event's row of the `events` table (`event_row`, serialized
-once), and the `runs` and `approvals` rows its events keep up to date (`RunRows`), applied in
-the transaction that appends them: the run's row once per batch, with the summary the fleet
-reads (`store/feed.py`). A reader's false crash mark is undone here too: the runner's record
-wins."""
+"""A run's events as rows: each event's row of the `events` table (`event_row`: its body the
+JSON made where the event was made, `EventBase.as_json`), and the `runs` and `approvals`
+rows its events keep up to date (`RunRows`), applied in the transaction that appends them:
+the run's row once per batch, with the summary the fleet reads (`store/feed.py`). A reader's
+false crash mark is undone here too: the runner's record wins."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ class RunRows:
         for event in events:
             last = event
             if (write := ROW_WRITERS.get(type(event))) is not None:
-                await write(self, tx, event)
+                if (statement := write(self, tx, event)) is not None:
+                    await statement
             elif type(event) is ToolFinished and event.call_id in self.asked:
                 await _tool_finished(self, tx, event)
         if last is None:
@@ -115,12 +116,14 @@ class RunRows:
 
 
 E = TypeVar("E", bound=EventBase)
-Writer = Callable[[RunRows, Tx, E], Awaitable[None]]  # the rows of one class's events
+# The rows of one class's events: a statement to await, or None (only run-row columns set).
+Writer = Callable[[RunRows, Tx, E], Awaitable[None] | None]
 RowWriter = Writer[Event]
 # The events that change the runs or approvals tables (the rest are only appended), by class:
-# run-row columns go in `RunRows.fields` (the batch's last value wins), approvals rows are
-# written as they come; a ToolFinished only when its call asked for approval (its outcome
-# goes on the approval's row).
+# run-row columns go in `RunRows.fields` (the batch's last value wins: a plain function, no
+# statement, the most frequent events' case), approvals rows are written as they come (a
+# coroutine); a ToolFinished only when its call asked for approval (its outcome goes on the
+# approval's row).
 ROW_WRITERS: dict[type[EventBase], RowWriter] = {}
 
 
@@ -152,34 +155,35 @@ async def _run_started(rows: RunRows, db: Tx, e: RunStarted) -> None:
 
 
 @_writes(StateChanged)
-async def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
+def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
     rows.state = rows.fields["state"] = e.target.value
 
 
 @_writes(BudgetUpdated)
-async def _budget_updated(rows: RunRows, db: Tx, e: BudgetUpdated) -> None:
+def _budget_updated(rows: RunRows, db: Tx, e: BudgetUpdated) -> None:
+    unknown = e.cost_unknown_calls
     rows.fields.update(
         tokens=int(e.usage["tokens"][0]),
-        cost_usd=None if e.cost_unknown_calls else float(e.usage["cost_usd"][0]),
-        cost_unknown_calls=e.cost_unknown_calls,
+        cost_usd=None if unknown else float(e.usage["cost_usd"][0]),
+        cost_unknown_calls=unknown,
         usage=e.usage,  # as JSON once, at the batch's end
     )
 
 
 @_writes(ReviewVerdict)
-async def _review_verdict(rows: RunRows, db: Tx, e: ReviewVerdict) -> None:
+def _review_verdict(rows: RunRows, db: Tx, e: ReviewVerdict) -> None:
     rows.fields["last_finding"] = finding(e)
 
 
 @_writes(OperatorCommand)
-async def _operator_command(rows: RunRows, db: Tx, e: OperatorCommand) -> None:
+def _operator_command(rows: RunRows, db: Tx, e: OperatorCommand) -> None:
     paused = pause_word(e)
     if paused is not None:
         rows.fields["paused"] = paused
 
 
 @_writes(GuardTripped)
-async def _guard_tripped(rows: RunRows, db: Tx, e: GuardTripped) -> None:
+def _guard_tripped(rows: RunRows, db: Tx, e: GuardTripped) -> None:
     rows.repeats += 1
 
 
@@ -267,18 +271,14 @@ async def _tool_finished(rows: RunRows, db: Tx, e: ToolFinished) -> None:
 
 
 def event_row(event: Event) -> EventRow:
-    """An event's row: (run_id, seq, kind, at, body). `at` is read off the body the event was
-    just serialized to (`chain.body_at`); formatting the time again was a sixth of the cost of
-    an append."""
-    body = event_json(event)
+    """An event's row: (run_id, seq, kind, at, body). The body is the event's own JSON, made
+    once (`EventBase.as_json`); `at` is read off it (`chain.body_at`): formatting the time
+    again was a sixth of the cost of an append."""
+    body = event.as_json()
     at = body_at(body) or event.at.isoformat()
     return event.run_id, event.seq, event.kind, at, body
 
 
 def event_json(event: EventBase) -> str:
-    """An event as stored. Text that UTF-8 cannot carry is escaped, never fatal."""
-    try:
-        # The model's own serializer, without model_dump_json's argument handling per call.
-        return type(event).__pydantic_serializer__.to_json(event).decode()
-    except ValueError:  # pydantic's serialization error for lone surrogates is a ValueError
-        return json.dumps(event.model_dump(mode="json"), default=str)
+    """An event as stored: its JSON (`EventBase.as_json`)."""
+    return event.as_json()

@@ -20,12 +20,20 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
-from loopdeck.store.chain import CHAINED_COLUMNS, EVENT_COLUMNS, EventRow, RunChain
+from loopdeck.store.chain import (
+    CHAINED_COLUMNS,
+    EVENT_COLUMNS,
+    ChainedRow,
+    EventRow,
+    LinkedRow,
+    RunChain,
+)
 from loopdeck.store.event_rows import RunRows, event_json, event_row
 from loopdeck.store.leases import LeaseLost, check
 from loopdeck.store.liveness import process_started, this_host
@@ -41,9 +49,9 @@ RETRY_MAX_S = 2.0
 # How long `close` keeps trying a store that cannot take writes before it gives up (spill).
 CLOSE_RETRY_S = 10.0
 # A queued event: the event, its row (None: serializing failed, tried again at the commit),
-# and its link in the run's chain: the hash it follows and its own (None: linked at the
+# the hash it follows in the run's chain, and its row with its own hash (None: linked at the
 # commit).
-Queued = tuple[Event, EventRow | None, str, str | None]
+Queued = tuple[Event, EventRow | None, str, ChainedRow | None]
 
 
 class EventWriter:
@@ -68,10 +76,10 @@ class EventWriter:
         self.on_correction: Callable[[str], None] | None = None
         # Told when an outage ended (the runner brings back other processes' spills then).
         self.on_recovery: Callable[[], None] | None = None
-        # Each event with its row, serialized and linked into the run's hash chain as it is
-        # published: the next batch is made while the previous one is being inserted on the
-        # store's thread. A row of None: serializing failed, and is tried again (and
-        # reported) when the batch is committed.
+        # Each event with its row (its JSON made where the event was made) linked into the
+        # run's hash chain as it is published: the next batch is made while the previous one
+        # is being inserted on the store's thread. A row of None: serializing failed, and is
+        # tried again (and reported) when the batch is committed.
         self._queue: list[Queued] = []
         self.chain = RunChain()
         self._lock = asyncio.Lock()
@@ -99,9 +107,10 @@ class EventWriter:
         self._queue.append((event, row, after, chain.queued(event.seq, row)))
         if self.outage is not None:
             return  # an outage keeps its own pace
-        if len(self._queue) >= BATCH_MAX:
+        queued = len(self._queue)
+        if queued == BATCH_MAX:  # a full batch: committed now (the wake stays set until then)
             self._wake.set()
-        elif len(self._queue) == 1 and self._task is not None:
+        elif queued == 1 and self._task is not None:
             # A batch begins: committed BATCH_INTERVAL_S from now. An idle writer (its run
             # waits on its operator, or in a long tool) is never woken for nothing: a worker
             # holds hundreds of them.
@@ -210,7 +219,7 @@ class EventWriter:
         last = self._queue[-1][0].seq
         if self._spill.path is not None and last == self._spilled_through:
             return self._spill.path
-        lines = [row[4] if row else event_json(event) for event, row, _, _ in self._queue]
+        lines = [row[4] if row else event.as_json() for event, row, _, _ in self._queue]
         path = self._spill.write(lines)
         self._spilled_through = last if path is not None else 0
         return path
@@ -280,10 +289,10 @@ class EventWriter:
             if self.outage is not None:  # the commit that failed may have landed all the same
                 batch = await _not_stored(tx, run_id, batch)
             if batch:
-                rows = await self.chain.rows(
-                    tx, run_id, batch[0][0].seq,
-                    [(row or event_row(e), after, link) for e, row, after, link in batch],
-                )  # fmt: skip
+                linked = cast(list[LinkedRow], batch)  # each with its row, as queued
+                if any(item[1] is None for item in batch):  # made again (and reported) here
+                    linked = [(e, row or event_row(e), after, c) for e, row, after, c in batch]
+                rows = await self.chain.rows(tx, run_id, batch[0][0].seq, linked)
                 # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit
                 # at a runner's sequence number any more, and a clash would be a bug to
                 # report, never an event to drop.
