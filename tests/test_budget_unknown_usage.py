@@ -73,6 +73,11 @@ def test_json_says_tokens_unknown(cli, monkeypatch) -> None:
         code, out, _ = cli("run", str(OUTAGE), "--api-base", server.url, *flags, "--json")
     assert code == 1 and out is not None and out["model_calls"] == 2
     assert out["tokens"] is None and out["budget"]["tokens"]["used"] is None
+    run_id = out["run_id"]
+    code, listed, _ = cli("runs", "--json")  # the store's row says it too
+    assert code == 0 and isinstance(listed, list)
+    [row] = [r for r in listed if r["run_id"] == run_id]
+    assert row["tokens"] is None and row["cost_usd"] is None
 
 
 def test_the_summary_line_says_tokens_unknown(capsys, monkeypatch) -> None:

@@ -213,6 +213,8 @@ def _cell(run: RunEntry, column: str) -> str:
     if column == "runner":
         return run.runner
     value = getattr(run, column)
+    if value is None and column in ("cost_usd", "tokens") and run.started_at:
+        return "unknown"  # a model call that did not say it: never 0
     if value is None:
         return "-"
     if column == "cost_usd":

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, TypeVar, cast
 
+from loopdeck.caps import Cap
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -161,11 +162,13 @@ def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
 
 @_writes(BudgetUpdated)
 def _budget_updated(rows: RunRows, db: Tx, e: BudgetUpdated) -> None:
-    unknown = e.cost_unknown_calls
+    caps = e.caps()
+    spent = {cap: usage.used for cap, usage in caps.items()}  # None: unknown, never 0
+    tokens, cost = spent.get(Cap.TOKENS), spent.get(Cap.COST)
     rows.fields.update(
-        tokens=int(e.usage["tokens"][0]),
-        cost_usd=None if unknown else float(e.usage["cost_usd"][0]),
-        cost_unknown_calls=unknown,
+        tokens=None if tokens is None else int(tokens),
+        cost_usd=cost,
+        cost_unknown_calls=e.cost_unknown_calls,
         usage=e.usage,  # as JSON once, at the batch's end
     )
 
