@@ -6,7 +6,10 @@
    100 ms, timed until the focus moved). On a loaded machine the ticker is also late by the
    time the OS kept the loop's thread waiting for a core, which no code of the process can
    shorten: the stall is also given without it (the thread's run-queue wait over each tick,
-   from /proc/thread-self/schedstat; issue 43).
+   from /proc/thread-self/schedstat; issue 43). The run itself runs on the runs' own thread
+   and loop (`operator/run_loop.py`, issue 43): what is left of a stall is the console's own
+   work (a frame's fold and paint: FramePacer's and the spinner's timers), slowed by sharing
+   the interpreter's lock with that thread.
 4. A runaway (20,000 calls: 100,000 events) with a zero-latency in-process model (the hardest
    case for the console): calls/s
    headless and with the console open, the screen's lag behind the runtime (worst time from an

@@ -10,6 +10,7 @@ from textual.app import App
 
 from loopdeck.core.approvals import ApprovalDecision, request_for
 from loopdeck.core.states import StopReason
+from loopdeck.operator import run_loop
 from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.question_dialog import QuestionDialog
 
@@ -62,6 +63,7 @@ async def test_a_decision_that_lost_the_race_is_not_offered_again() -> None:
         assert lost == [call_id] and [p.call_id for p in screen.link.pending()] == [call_id]
         assert app.screen is screen  # the worker offered what is left: nothing
         winner = ApprovalDecision(call_id=call_id, approved=True, by="elsewhere")
-        app.session.queue.resolve(winner)  # the winner reaches the runtime
+        # The winner reaches the runtime, on the runs' loop (as the store's wait hands it).
+        run_loop.call(app.session.queue.resolve, winner)
         await wait_until(pilot, lambda: finished(app))
         assert screen.outcome.stop_reason is StopReason.GOAL_MET

@@ -110,7 +110,7 @@ async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> 
             await wait_until(pilot, lambda: len(frames) >= 12)
             passes.append(len(layouts))
         grown, runtime_calls = min(passes), runtime.ledger.tool_calls
-        runtime.kill()
+        screen.link.kill(by="operator")  # on the runs' loop, as the console sends it
         await wait_until(pilot, lambda: screen.outcome is not None)
         await pilot.pause()
         assert runtime_calls > 3 * table.size.height
@@ -177,13 +177,13 @@ async def test_the_table_and_the_log_work_out_their_style_once_per_paint(monkeyp
     # mixed in, it leaves the widgets their CSS (Textual follows the first DOMNode base)
     assert "RichLog" in TranscriptLog._css_type_names
     assert "ScrollView" in CallsTable._css_type_names
-    app, runtime = runaway_app()
+    app, _ = runaway_app()
     async with app.run_test(size=(160, 48)) as pilot:
         screen = run_screen(app)
         table = screen.query_one(CallsTable)
         log = screen.query_one("#transcript-panel", TranscriptLog)
         await wait_until(pilot, lambda: table.row_count > table.size.height and len(log.lines) > 5)
-        runtime.kill()
+        screen.link.kill(by="operator")  # on the runs' loop, as the console sends it
         await wait_until(pilot, lambda: screen.outcome is not None)
         await pilot.pause()
         walks: list[Any] = []

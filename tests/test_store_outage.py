@@ -597,6 +597,8 @@ async def test_the_console_header_says_the_run_holds_for_its_store() -> None:
 
         await wait_until(pilot, lambda: "store unreachable since" in header())
         assert "retrying" in header()
-        journal.come_back()
+        from loopdeck.operator import run_loop
+
+        run_loop.call(journal.come_back)  # the run waits for it on the runs' own loop
         await wait_until(pilot, lambda: screen.outcome is not None)
         assert "store unreachable" not in header()

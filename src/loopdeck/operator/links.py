@@ -4,7 +4,7 @@ finished one: `ReplayLink`, in `operator/replay_link.py`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
@@ -12,10 +12,11 @@ from loopdeck.core.events import Event, OutcomeResolved
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.unknown_outcomes import Unresolvable
-from loopdeck.operator import records
+from loopdeck.operator import records, run_loop
 from loopdeck.operator.approval_queue import ApprovalQueue, StoreBackedQueue
 from loopdeck.operator.replay_link import ReplayLink as ReplayLink
 from loopdeck.operator.replay_link import load_events as load_events
+from loopdeck.operator.run_loop import Outbox
 from loopdeck.store import deciding
 from loopdeck.tuning.loop_idle import nothing_else_due
 
@@ -77,7 +78,12 @@ class LocalRun(Protocol):
 
 class LocalLink:
     """A run driven by this process (its session): recorded to the store when the session
-    has a location, decided in this console's queue."""
+    has a location, decided in this console's queue.
+
+    The run runs on the runs' own thread and loop (`operator.run_loop`), never the caller's:
+    what it tells (its events, its queue's changes, its recording's failures) reaches each
+    listener on the loop it subscribed from, in the order told (`Outbox`); what the operator
+    sends (commands, decisions) is done on the runs' loop."""
 
     def __init__(self, session: LocalRun) -> None:
         self.session = session
@@ -90,6 +96,14 @@ class LocalLink:
         self.phase = "the model library (LiteLLM) to load" if loads else "the run to start"
         # Set once the run and its recording are over: the session's store is closed.
         self.recording_over = asyncio.Event()
+        # The queue as the runs' thread last saw it: read from any thread without walking
+        # the queue while it changes.
+        self._pending: list[ApprovalRequest] = []
+        self._questions: list[tuple[str, str]] = []
+        self._outboxes: dict[asyncio.AbstractEventLoop | None, Outbox] = {}
+        if self.queue is not None:
+            self.queue.subscribe(self._queue_changed)
+            self._queue_changed()
 
     @property
     def _rt(self) -> Runtime:
@@ -97,22 +111,37 @@ class LocalLink:
         return self.runtime
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        return self._rt.bus.subscribe(sink)
+        told = self._outbox()
+        return self._rt.bus.subscribe(lambda event: told.tell(sink, event))
 
     def on_approvals(self, listener: Listener) -> Callable[[], None]:
-        return self.queue.subscribe(listener)
+        told = self._outbox()
+        return self.queue.subscribe(lambda: told.tell(listener))
 
     def on_failure(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
         """What the run's recording says while it goes on (its commands from other terminals
         unreadable, spilled events brought back, events it could not save), as `StoreLink`'s
         failures are told."""
-        return self.session.listen(lambda message: listener(message, ""))
+        told = self._outbox()
+        return self.session.listen(lambda message: told.tell(listener, message, ""))
+
+    def _outbox(self) -> Outbox:
+        """What the run tells the caller's loop: one outbox a loop, so its events, its
+        queue's changes and its failures are heard there in the order told."""
+        loop = _running_loop()
+        if loop not in self._outboxes:
+            self._outboxes[loop] = Outbox(loop)
+        return self._outboxes[loop]
 
     async def drive(self) -> RunOutcome | None:
+        return await run_loop.run(self._drive())
+
+    async def _drive(self) -> RunOutcome | None:
         if self.prepare_model is not None:  # its import (off the UI's path) before the run's
             await self.prepare_model()
             self.phase = "the run to start"
-        self._rt.env_thread.only_when_idle = nothing_else_due  # frames and keys come first
+        # Quick env code waited for only when no other run of the loop has work due.
+        self._rt.env_thread.only_when_idle = nothing_else_due
         try:
             return await self.session.run(self._waiting_for)
         finally:
@@ -121,41 +150,61 @@ class LocalLink:
     def _waiting_for(self, phase: str) -> None:
         self.phase = phase
 
+    def _queue_changed(self) -> None:
+        self._pending = [item.request for item in self.queue.pending()]
+        self._questions = [(q.question_id, q.question) for q in self.queue.questions()]
+
     def pending(self) -> list[ApprovalRequest]:
-        return [item.request for item in self.queue.pending()]
+        return list(self._pending)
 
     async def decide(self, decision: ApprovalDecision, tell: Tell = deciding.untold) -> bool:
-        return await self.queue.decide(decision, tell)
+        told = _told_here(tell)
+        return await run_loop.run(self._decided(self.queue.decide(decision, told)))
 
     def questions(self) -> list[tuple[str, str]]:
-        return [(q.question_id, q.question) for q in self.queue.questions()]
+        return list(self._questions)
 
     async def answer(
         self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
-        return await self.queue.reply(question_id, text, by, tell)
+        told = _told_here(tell)
+        return await run_loop.run(self._decided(self.queue.reply(question_id, text, by, told)))
+
+    async def _decided(self, deciding: Awaitable[bool]) -> bool:
+        """A decision taken on the runs' loop; the queue read again before the caller hears
+        it (the decided request is no longer pending)."""
+        try:
+            return await deciding
+        finally:
+            self._queue_changed()
 
     def stop(self, by: str) -> None:
-        self._rt.cancel(after_current_tools=True, by=by)
+        run_loop.call(self._rt.cancel, True, by)
 
     def kill(self, by: str) -> None:
-        self.session.kill(by)
+        run_loop.call(self.session.kill, by)
 
     def pause(self, by: str) -> None:
-        self._rt.pause(by=by)
+        run_loop.call(self._rt.pause, by)
 
     def resume(self, by: str) -> None:
-        self._rt.resume(by=by)
+        run_loop.call(self._rt.resume, by)
 
     def message(self, text: str, by: str) -> None:
-        self._rt.message(text, by=by)
+        run_loop.call(self._rt.message, text, by)
 
     async def revoke(self, grant_id: str, by: str) -> str | None:
+        return await run_loop.run(self._revoke(grant_id, by))
+
+    async def _revoke(self, grant_id: str, by: str) -> str | None:
         return self._rt.revoke(grant_id, by=by)
 
     async def resolve(
         self, call_id: str, applied: bool, by: str, tell: Tell = deciding.untold
     ) -> str | None:
+        return await run_loop.run(self._resolve(call_id, applied, by, _told_here(tell)))
+
+    async def _resolve(self, call_id: str, applied: bool, by: str, tell: Tell) -> str | None:
         if not isinstance(self.queue, StoreBackedQueue):
             try:
                 self._rt.resolve(call_id, applied, by=by)
@@ -180,3 +229,17 @@ class LocalLink:
     def risk_of(self, tool: str) -> str:
         spec = self._rt.tools.get(tool)
         return spec.risk if spec else "write"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop a listener subscribes from (told there), if any (else told at once)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _told_here(tell: Tell) -> Tell:
+    """`tell`, heard on the caller's loop when the runs' thread says it (a held lock)."""
+    told = Outbox(_running_loop())
+    return lambda said: told.tell(tell, said)

@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from functools import partial
 from importlib import import_module
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import on, work
 from textual.app import SystemCommand
@@ -30,7 +30,13 @@ from textual.worker import Worker, WorkerState
 
 from loopdeck.tui import console_failure, console_quit
 from loopdeck.tui.console_messages import BackToFleet, NewRunAsked, RunChosen, RunLeft
-from loopdeck.tui.console_start import apply_themes, first_screen, run_screen_for, start_local
+from loopdeck.tui.console_start import (
+    apply_themes,
+    first_screen,
+    run_screen_for,
+    start_local,
+    tell_theme_problems,
+)
 from loopdeck.tui.console_state import ConsoleStart, ConsoleState, Preparation
 from loopdeck.tui.failures import handler_failed, worker_failed
 from loopdeck.tui.preparing import PreparingScreen
@@ -63,18 +69,29 @@ class LoopdeckApp(ConsoleState):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        apply_themes(self)  # before the stylesheet's first parse (`console_start.open_in`)
+
+    def on_compose(self) -> None:
+        """Themes asked for after the app was made (a folder set on it): chosen again."""
+        if self.themes_from != (self.requested_theme, self.themes_folder):
+            apply_themes(self)
+
     def on_mount(self) -> None:
         self.stop_signals.install()
         self.stop_signals.aim(
             lambda by: console_quit.stop_by_signal(self, by),
             lambda by: console_quit.signal_again(self, by),
         )
-        apply_themes(self)
+        tell_theme_problems(self)
         if not self.shared.fleet_home and self.db_path is not None:
             self.call_after_refresh(self._count_waiting)  # after the first frame
         if self.prepare is not None:
             self.push_screen(PreparingScreen(self.preparing))
-            self._prepare_run()
+            # Once that frame is painted: the preparation's imports, on a thread, would
+            # take the interpreter's lock from the first frame's layout and paint.
+            self.call_after_refresh(self._prepare_run)
         else:
             self.push_screen(first_screen(self))
 

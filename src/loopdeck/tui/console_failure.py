@@ -9,7 +9,8 @@ of this console is driven in a task of its own (`RunScreen.drive`, listed in
 for such an exception) writes the traceback and tells each live run to stop; the app's
 unmount (`runs_recorded`) waits for each to record its stop, its writer closed, before the
 sessions are cleaned up. A plain exit with a run still live (the quit paths kill live runs
-first: only a test leaves so) cancels it, as Textual's worker cancellation did.
+first: only a test leaves so) cancels it, as Textual's worker cancellation did, and waits
+until it has unwound on the runs' thread (`operator/run_loop.py`).
 
 An action that raises is not this: it is said and the console goes on (`failures.py`).
 """
@@ -127,6 +128,7 @@ def failed(app: Console, error: BaseException) -> None:
     if app.failure is not None:
         return
     from loopdeck.core.states import StopReason
+    from loopdeck.operator import run_loop
 
     error = cause(error)
     try:
@@ -136,20 +138,24 @@ def failed(app: Console, error: BaseException) -> None:
     app.failure = failure
     for run_id, drive in app.shared.own_drives.items():
         if not drive.task.done():
-            drive.runtime.control.fail(StopReason.CRASHED, failure.detail)
+            # On the runs' loop, where the run's waits are (`operator.run_loop`).
+            run_loop.call(drive.runtime.control.fail, StopReason.CRASHED, failure.detail)
             failure.told.append(run_id)
     app.farewell = failure.farewell()
 
 
 async def runs_recorded(app: Console) -> None:
     """The app is going: after a failure, each run's stop recorded (bounded), the farewell
-    saying which were; otherwise a run still live is cancelled, as Textual's workers were."""
+    saying which were; otherwise a run still live is cancelled (and waited for, bounded)."""
     drives = [drive.task for drive in app.shared.own_drives.values() if not drive.task.done()]
     if not drives:
         return
     if app.failure is None:
         for task in drives:
             task.cancel()
+        # Each ends once its run, on the runs' thread, has unwound (`run_loop.run`): the
+        # sessions are not cleaned up under a run still going.
+        await asyncio.wait(drives, timeout=RECORD_STOP_S)
         return
     ended, late = await asyncio.wait(drives, timeout=RECORD_STOP_S)
     for task in ended:  # a run that ended in error said so on its screen; taken, not logged

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from textual.app import App
 from textual.screen import Screen
 
 from loopdeck.tui.shown import toast
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
 
 
 def apply_themes(app: ConsoleState) -> None:
-    """Register the themes, choose the requested one (a name or a file), and say each
-    problem once: the console opens in the default theme rather than not at all."""
+    """Register the themes and choose the requested one (a name or a file); each problem
+    kept (`tell_theme_problems` says it): the console opens in the default theme rather than
+    not at all. Called as the app is made, before it runs (`open_in`); again as it composes
+    if what it was asked for changed meanwhile (then as any theme change)."""
     requested = app.requested_theme
     as_file = Path(requested).expanduser() if requested and is_theme_path(requested) else None
     loaded = load_themes(app.themes_folder)
@@ -48,19 +51,43 @@ def apply_themes(app: ConsoleState) -> None:
             )
         else:
             chosen = resolved
-    app.theme = chosen
+    app.themes_from = (requested, app.themes_folder)
+    if app.is_running:
+        app.theme = chosen
+    else:
+        open_in(app, chosen)
+
+
+def open_in(app: ConsoleState, name: str) -> None:
+    """The theme the app opens in, set before it runs without Textual's watcher: the watcher
+    parses every rule of the stylesheet again once the app runs (~10 ms of its first frame,
+    in a frame that parses them anyway). What the watcher does to the app is done here:
+    its classes, its ANSI colours, the stylesheet's variables."""
+    app.set_reactive(App.theme, name)
+    theme = app.current_theme
+    classes = {c: False for c in app.classes if c.startswith("-theme-")}
+    classes.update({f"-theme-{theme.name}": True, "-dark-mode": theme.dark})
+    classes["-light-mode"] = not theme.dark
+    app.update_classes(classes, update=False)
+    app._refresh_truecolor_filter(app.ansi_theme)  # Textual's own step of a theme change
+    app.stylesheet.set_variables(app.get_css_variables())
+
+
+def tell_theme_problems(app: ConsoleState) -> None:
+    """Each theme problem said once, as the console is mounted."""
     for problem in app.theme_problems:
         toast(app, problem, title="theme", severity="error", timeout=15)
 
 
 def first_screen(app: ConsoleState) -> Screen[None]:
-    """The screen the console opens on, once its run (if any) is prepared."""
-    from loopdeck.tui.fleet_screen import FleetScreen
-
+    """The screen the console opens on, once its run (if any) is prepared: only that
+    screen's modules are imported (a run's console never imports the fleet's)."""
     if app.link is not None:
         return run_screen_for(app, app.link)
     if app.session is not None:
         return run_screen_for(app, app.session.link())
+    from loopdeck.tui.fleet_screen import FleetScreen
+
     return FleetScreen(app.db_path, app.now, app.shared, bell=app.bell_enabled)
 
 

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class OwnDrive:
-    """A run this console drives: its runtime, and the task that drives and records it."""
+    """A run this console drives: its runtime, and the console's task that waits on it (the
+    run itself is on the runs' thread, `operator/run_loop.py`; cancelling the task cancels
+    the run and waits until it has recorded its stop)."""
 
     runtime: Runtime
     task: asyncio.Task[RunOutcome | None]
