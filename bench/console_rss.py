@@ -70,7 +70,7 @@ async def follow(db: Path, calls: int) -> tuple[float, bool]:
         app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, run_id)))
         async with app.run_test(size=(160, 48)) as pilot:
             screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
-            while screen.view.stop_reason is None or screen._buffer:
+            while screen.view.stop_reason is None or screen.arrived:
                 await asyncio.sleep(0.05)
             await pilot.pause()
     finally:

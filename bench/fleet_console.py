@@ -103,7 +103,7 @@ class Watch:
     def hook(self) -> None:
         self.timed(Fleet, "refresh", "the fleet's store reads (awaits included)")
         self.timed(FleetScreen, "render_fleet", "render_fleet (order, filter, header)")
-        self.timed(FleetScreen, "_alert", "alerts")
+        self.timed(FleetScreen, "check_alerts", "alerts")
         self.timed(FleetTable, "render_lines", "the table's paints")
         show, render_line, cursor = (
             FleetTable.show,
@@ -126,18 +126,17 @@ class Watch:
                     noted.append((row.seen_seq, at))
             # A row on screen that looks as it was drawn needs no drawing: it is current.
             top = int(table.scroll_y)
-            for index in range(top, min(len(rows), top + table._rows_shown())):
+            for index in range(top, min(len(rows), top + table.rows_shown)):
                 row = rows[index]
-                look = (row.run_id, table._look(row, table._age(row)), index == table.cursor_row)
                 noted = watch.drawn[row.run_id]
-                if table._drawn.get(index) == look and (not noted or noted[-1][0] < row.seen_seq):
+                if table.drawn_as_now(index) and (not noted or noted[-1][0] < row.seen_seq):
                     noted.append((row.seen_seq, at))
 
         def drawn(table: FleetTable, y: int) -> Any:
             strip = render_line(table, y)
             index = int(table.scroll_offset.y) + y - 1
             if 0 <= index < table.row_count:
-                row = table._rows[index]
+                row = table.row_at(index)
                 noted = watch.drawn[row.run_id]
                 if not noted or noted[-1][0] < row.seen_seq:
                     noted.append((row.seen_seq, time.time()))
@@ -185,6 +184,8 @@ async def press_keys(app: LoopdeckApp, table: FleetTable, watch: Watch, until: f
         key = events.Key("down" if step > 0 else "up", None)
         key.set_sender(app)
         watch.key_sent = time.perf_counter()
+        # The key comes the way a terminal's does, through the driver: Textual has no public
+        # way to send it there (`App.post_message` would skip the hop a keypress makes).
         assert app._driver is not None
         app._driver.send_message(key)
         try:

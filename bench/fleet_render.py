@@ -87,7 +87,7 @@ async def _per_refresh_ms(size: int, profile: cProfile.Profile | None) -> float:
                     profile.enable()
                 began = time.perf_counter()
                 screen.render_fleet()
-                screen._alert()
+                screen.check_alerts()
                 spent = time.perf_counter() - began
                 if profile is not None:
                     profile.disable()

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from textual.app import App
 from textual.pilot import Pilot
 
 from loopdeck.core.approvals import Approver
@@ -78,3 +79,26 @@ async def start_from_fleet(pilot: Pilot[Any], app: LoopdeckApp, env: str, script
     await pilot.press("enter")
     await wait_until(pilot, lambda: bool(app.local_runs))
     return list(app.local_runs.values())[-1]
+
+
+# Textual keeps two things a test reads with no public way to read them; these helpers are
+# the one place that reaches into it, so a Textual that moves them breaks here alone.
+
+
+def notices(app: App[Any]) -> list[str]:
+    """The texts of the toasts the app holds now (posted with `notify`, not yet expired or
+    cleared). Textual offers `notify` and `clear_notifications`, but no way to read them:
+    `App._notifications` is its private store of them."""
+    return [str(notice.message) for notice in app._notifications]
+
+
+def screen_lines(app: App[Any]) -> list[str]:
+    """Every line of cells the top screen sends to the terminal, as text (borders, titles,
+    toasts, the layers over one another). Textual's public `export_screenshot` gives SVG;
+    the text is the screen compositor's (`Screen._compositor`) render of its strips."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+def screen_text(app: App[Any]) -> str:
+    """`screen_lines` as one text."""
+    return "\n".join(screen_lines(app))

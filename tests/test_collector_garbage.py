@@ -210,6 +210,7 @@ def test_a_strip_makes_a_cache_when_it_first_uses_it_at_textuals_size() -> None:
             slot.__get__(strip, Strip)  # not made
     strip.crop(1, 4)
     made = slots["_crop_cache"].__get__(strip, Strip)
+    # Textual's FIFOCache keeps its size private (`_maxsize`): the size is what is compared.
     assert made._maxsize == strip_caches.CACHE_SIZES["_crop_cache"] == 16
     assert len(made) == 1
     with pytest.raises(AttributeError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import start_from_fleet, wait_until
+from console_helpers import notices, start_from_fleet, wait_until
 from store_helpers import last_json, start_runner
 from textual.widgets import Input
 
@@ -55,12 +55,9 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.screen is fleet)
 
-            def toasts() -> list[str]:
-                return [n.message for n in app._notifications]
-
             # alerts: each run waiting for you, and each stop, as a toast (and the bell)
-            assert sum("waits for your approval" in t for t in toasts()) == 2
-            await wait_until(pilot, lambda: sum(" stopped: " in t for t in toasts()) == 2)
+            assert sum("waits for your approval" in t for t in notices(app)) == 2
+            await wait_until(pilot, lambda: sum(" stopped: " in t for t in notices(app)) == 2)
         outcomes = {}
         for runner in runners:
             out, _ = runner.communicate(timeout=60)
@@ -362,10 +359,7 @@ async def test_a_folder_that_is_no_env_is_said_in_the_launcher(tmp_path) -> None
         box.value = str(tmp_path / "nowhere")
         await pilot.press("enter")
 
-        def said() -> list[str]:
-            return [n.message for n in app._notifications]
-
-        await wait_until(pilot, lambda: any("no such env folder" in m for m in said()))
+        await wait_until(pilot, lambda: any("no such env folder" in m for m in notices(app)))
         assert not app.local_runs
 
 

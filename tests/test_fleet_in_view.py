@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import wait_until
+from console_helpers import screen_text, wait_until
 from test_tmux_console import LOOPDECK, Terminal
 from textual.app import App
 
@@ -147,11 +147,6 @@ def _row(i: int, **fields: Any) -> FleetRow:
     return FleetRow(**(values | fields))
 
 
-def _screen_text(app: App[Any]) -> str:
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
-
-
 class FleetApp(App[None]):
     def __init__(self, db: Path) -> None:
         super().__init__()
@@ -192,19 +187,19 @@ async def test_runs_that_need_you_arrive_in_view_with_the_cursor_far_down(
         await pilot.pause()
         # the cursor keeps its run, in view; the new ones are on screen above it
         assert table.cursor_run == "run0079"
-        await wait_until(pilot, lambda: all(r.run_id in _screen_text(app) for r in arrivals))
-        await wait_until(pilot, lambda: "run0079" in _screen_text(app))  # after a relayout
+        await wait_until(pilot, lambda: all(r.run_id in screen_text(app) for r in arrivals))
+        await wait_until(pilot, lambda: "run0079" in screen_text(app))  # after a relayout
         # scrolling the others never takes them off screen
         for key in ("pageup", "pagedown", "up", "up"):
             await pilot.press(key)
-            shown = _screen_text(app)
+            shown = screen_text(app)
             assert all(r.run_id in shown for r in arrivals), (key, shown)
             assert table.cursor_run in shown, key
         # a click on a pinned run selects it; home goes to the top of the list too
         await pilot.click(table, offset=(5, table.content_offset.y + 1 + 1))
         assert table.cursor_run == arrivals[1].run_id
         await pilot.press("down", "down", "down")
-        assert table.cursor_row == 4 and "run0001" in _screen_text(app)
+        assert table.cursor_row == 4 and "run0001" in screen_text(app)
         await pilot.press("end", "home")
         assert table.cursor_row == 0 and table.scroll_y == 0
 
@@ -219,9 +214,9 @@ async def test_the_pinned_runs_take_at_most_half_the_rows(tmp_path: Path) -> Non
         fleet = await _fleet_of(pilot, app, rows)
         table = fleet.query_one(FleetTable)
         await pilot.press("end")
-        shown = _screen_text(app)
+        shown = screen_text(app)
         assert "run0139" in shown and "run0000" in shown, shown
-        assert 0 < table.pinned <= table._rows_shown() // 2
+        assert 0 < table.pinned <= table.rows_shown // 2
 
 
 @size_ids
@@ -240,7 +235,7 @@ async def test_the_waiting_column_is_second_and_a_question_is_a_question(
         await wait_until(pilot, lambda: table.row_count == 8)
         header = fleet.query_one("#fleet-header")
         await wait_until(pilot, lambda: "⚠ 2 approvals, 1 question waiting" in str(header.render()))
-        shown = _screen_text(app)
+        shown = screen_text(app)
         titles = next(line for line in shown.splitlines() if " run " in line and "state" in line)
         assert titles.split()[1:3] == ["run", "waiting"], titles
         ends = table.column_ends()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import wait_until
+from console_helpers import screen_text, wait_until
 from textual import on
 from textual.app import App, ComposeResult
 
@@ -29,11 +29,6 @@ def _row(i: int, **fields: Any) -> FleetRow:
         runner=f"host{i % 10}:{1000 + i}",
     )  # fmt: skip
     return FleetRow(**(values | fields))
-
-
-def _screen_text(app: App[Any]) -> str:
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
 
 
 class TableApp(App[None]):
@@ -75,7 +70,7 @@ async def test_a_thousand_runs_draw_only_the_rows_on_screen(
 ) -> None:
     made: list[str] = []
     drawn: list[int] = []
-    make_cells, render_line = FleetTable._make_cells, FleetTable.render_line
+    make_cells, render_line = FleetTable.make_cells, FleetTable.render_line
 
     def counted_cells(self: FleetTable, row: FleetRow, age: str) -> Any:
         made.append(row.run_id)
@@ -85,7 +80,7 @@ async def test_a_thousand_runs_draw_only_the_rows_on_screen(
         drawn.append(y)
         return render_line(self, y)
 
-    monkeypatch.setattr(FleetTable, "_make_cells", counted_cells)
+    monkeypatch.setattr(FleetTable, "make_cells", counted_cells)
     monkeypatch.setattr(FleetTable, "render_line", counted_line)
     app = TableApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -95,7 +90,7 @@ async def test_a_thousand_runs_draw_only_the_rows_on_screen(
         await pilot.pause()
         height = table.size.height
         assert table.row_count == 1000 and 0 < len(set(made)) <= height
-        assert "run0000" in _screen_text(app) and "run0999" not in _screen_text(app)
+        assert "run0000" in screen_text(app) and "run0999" not in screen_text(app)
         made.clear()
         drawn.clear()
         table.show(list(reversed(rows)), NOW + timedelta(seconds=1))  # a refresh, a new order
@@ -110,9 +105,9 @@ async def test_a_thousand_runs_draw_only_the_rows_on_screen(
         second.closest, second.closest_fraction = "tokens 90%", 0.9
         table.show(list(reversed(rows)), NOW + timedelta(seconds=1))
         await pilot.pause()
-        assert [y for y in drawn if y] == [2] and "tokens 90%" in _screen_text(app)
+        assert [y for y in drawn if y] == [2] and "tokens 90%" in screen_text(app)
         await pilot.press("home")
-        assert table.cursor_run == "run0999" and "run0999" in _screen_text(app)
+        assert table.cursor_run == "run0999" and "run0999" in screen_text(app)
 
 
 async def test_the_cursor_keeps_its_run_when_the_rows_reorder() -> None:
@@ -179,7 +174,7 @@ async def test_enter_opens_the_selected_run(tmp_path) -> None:
         table.move_cursor(row=table.get_row_index("run0003"))
         await pilot.press("enter")
         assert app.opened == [("run0003", False)] and "run0003" in app.seen_runs
-        assert str(fleet._mark(rows[3])) == ""  # looked at: no more unseen-stop mark
+        assert str(table.mark(rows[3])) == ""  # looked at: no more unseen-stop mark
 
 
 async def test_markup_looking_text_is_shown_as_written(tmp_path) -> None:
@@ -191,7 +186,7 @@ async def test_markup_looking_text_is_shown_as_written(tmp_path) -> None:
         table = fleet.query_one(FleetTable)
         cells = [text.plain for text in table.get_row("[b]run")]
         assert cells[1:2] + cells[5:7] == ["[b]run", "[0/[bold]x[/bold]", "[red]m"]
-        shown = _screen_text(app)
+        shown = screen_text(app)
         for words in ("[b]run", "[0/[bold]x[/bold]", "[red]m", "a [b]"):
             assert words in shown
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import console_app, run_screen, wait_until
+from console_helpers import console_app, notices, run_screen, wait_until
 
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.events import Event, EventBus, ModelReplied, RunStarted
@@ -29,10 +29,6 @@ from loopdeck.tui.fork_dialog import ForkDialog, env_scripts
 from loopdeck.tui.replay import ReplayScreen
 
 SIZE = (100, 30)
-
-
-def toasts(app: LoopdeckApp) -> list[str]:
-    return [str(n.message) for n in app._notifications]
 
 
 def replay_of(db: Path, run_id: str) -> LoopdeckApp:
@@ -78,8 +74,8 @@ async def test_f_forks_a_finished_run_at_the_selected_call(finished: tuple[Path,
         assert "solve" in dialog.scripts and "typo" in dialog.scripts
         await pilot.press("tab", "tab")  # model, script, then the message
         await pilot.press(*"hello", "enter")
-        await wait_until(pilot, lambda: any("forked as" in t for t in toasts(app)))
-        [toast] = [t for t in toasts(app) if "forked as" in t]
+        await wait_until(pilot, lambda: any("forked as" in t for t in notices(app)))
+        [toast] = [t for t in notices(app) if "forked as" in t]
         fork_id = toast.split()[2]
         assert f"forked as {fork_id} at c2: queued for a worker" in toast
         assert "loopdeck worker" in toast
@@ -112,7 +108,7 @@ async def test_a_fork_asked_with_a_script_the_env_has_not_is_refused_in_the_dial
         assert app.screen is dialog  # nothing forked: the operator types again, or esc
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, ReplayScreen))
-        assert not any("forked" in t for t in toasts(app))
+        assert not any("forked" in t for t in notices(app))
 
 
 async def recorded_without_replies(db: Path) -> str:
@@ -166,8 +162,8 @@ async def test_f_on_a_run_whose_log_has_no_model_reply_says_why_not(tmp_path: Pa
         await pilot.press("f")
         await wait_until(pilot, lambda: isinstance(app.screen, ForkDialog))
         await pilot.press("enter")
-        await wait_until(pilot, lambda: any("cannot be forked" in t for t in toasts(app)))
-        [said] = [t for t in toasts(app) if "cannot be forked" in t]
+        await wait_until(pilot, lambda: any("cannot be forked" in t for t in notices(app)))
+        [said] = [t for t in notices(app) if "cannot be forked" in t]
         assert "no model reply" in said and run_id in said
         assert isinstance(app.screen, ReplayScreen)  # the console goes on
     store = await open_store(db, create=False)
@@ -183,7 +179,7 @@ async def test_f_on_a_run_not_recorded_says_there_is_nothing_to_fork_from() -> N
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: (s := run_screen(app)) is not None and s.view.finished)
         await pilot.press("f")
-        await wait_until(pilot, lambda: any("not recorded" in t for t in toasts(app)))
+        await wait_until(pilot, lambda: any("not recorded" in t for t in notices(app)))
         assert not isinstance(app.screen, ForkDialog)
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import finished, run_screen, wait_until
-from textual.widgets._toast import Toast
+from console_helpers import finished, notices, run_screen, screen_lines, wait_until
 
 from loopdeck.core import AutoApprover
 from loopdeck.operator.approval_queue import ApprovalQueue
@@ -30,10 +29,6 @@ def stored_app(env: str, script: str, db: Any, auto: bool = False) -> LoopdeckAp
     options = RunOptions(env=str(SAMPLES / env), script=script, run_id="run0test0001")
     prepared = prepare_run(options, approver=AutoApprover() if auto else queue)
     return LoopdeckApp(ConsoleStart.for_run(RunSession.adopted(prepared, queue, location=db)))
-
-
-def screen_lines(app: LoopdeckApp) -> list[str]:
-    return [strip.text for strip in app.screen._compositor.render_strips()]
 
 
 def shown_whole(app: LoopdeckApp, selector: str) -> bool:
@@ -71,10 +66,10 @@ async def test_a_toast_never_covers_the_approval_keys(tmp_path, size) -> None:
     async with app.run_test(size=size, notifications=True) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         app.notify("a toast long enough to wrap over two lines of the rack " * 2, title="t")
-        await wait_until(pilot, lambda: bool(app.screen.query(Toast)))
+        await wait_until(pilot, lambda: bool(app.screen.query("Toast")))
         await pilot.pause()
         assert shown_whole(app, "#approval-keys")
-        toast = app.screen.query_one(Toast).region
+        toast = app.screen.query_one("Toast").region
         assert not toast.overlaps(app.screen.query_one("#approval-box").region)
 
 
@@ -107,7 +102,7 @@ async def test_m_on_an_ended_run_takes_the_letters_typed_next(tmp_path) -> None:
         await wait_until(pilot, lambda: finished(app))
         screen = run_screen(app)
         await pilot.press("m")
-        await wait_until(pilot, lambda: any("ended" in n.message for n in app._notifications))
+        await wait_until(pilot, lambda: any("ended" in m for m in notices(app)))
         await pilot.press("s", "i", "q")
         await pilot.pause()
         assert not any(isinstance(s, InboxScreen) for s in app.screen_stack)

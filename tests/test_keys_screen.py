@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import console_app, wait_until
+from console_helpers import console_app, screen_text, wait_until
 from test_fleet_in_view import _waiting_runs
 from textual.widgets import Input
 
@@ -25,13 +25,8 @@ SIZES = [(80, 24), (100, 30), (160, 48)]
 sizes = pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 
 
-def _text(app: Any) -> str:
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
-
-
 def _key_line(app: Any) -> str:
-    return _text(app).rstrip().splitlines()[-1]
+    return screen_text(app).rstrip().splitlines()[-1]
 
 
 @sizes
@@ -44,12 +39,12 @@ async def test_the_palettes_keys_opens_the_consoles_keys_screen(
         fleet = app.screen
         await pilot.press("ctrl+p")
         await pilot.press(*"keys")
-        await wait_until(pilot, lambda: "every key of this screen" in _text(app))  # found
+        await wait_until(pilot, lambda: "every key of this screen" in screen_text(app))  # found
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, KeysScreen))
         assert not app.query("HelpPanel")  # Textual's own is never shown
         await pilot.pause()
-        shown = _text(app)
+        shown = screen_text(app)
         for words in ("On the fleet", "n      New run", "/      Filter", "Everywhere",
                       "q          Quit", "ctrl+p     Commands"):  # fmt: skip
             assert words in shown, shown
@@ -90,7 +85,7 @@ async def test_the_inbox_box_says_what_enter_does(tmp_path: Path, size: tuple[in
     app = LoopdeckApp(ConsoleStart.for_fleet(db))
     async with app.run_test(size=size) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
-        await wait_until(pilot, lambda: "1 question waiting" in _text(app))
+        await wait_until(pilot, lambda: "1 question waiting" in screen_text(app))
         await pilot.press("i")
         await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
         inbox = app.screen

@@ -49,5 +49,5 @@ def test_a_litellm_that_refuses_the_head_start_is_said_and_changes_nothing(
             raise RuntimeError("mock_response is gone")
 
     with caplog.at_level(logging.INFO, logger="loopdeck.llm"):
-        loader._first_call_ahead(Refusing())
+        loader.first_call_ahead(Refusing())
     assert "left to the first call: mock_response is gone" in caplog.text

@@ -129,7 +129,7 @@ def outcome(function: Any, messages: list[Any], *args: Any) -> tuple[Any, Any, A
 
 
 def stock(name: str) -> Any:
-    return litellm_passes._installed[name][1]
+    return litellm_passes.replaced(name)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -164,9 +164,8 @@ def test_finding_pdf_parts_answers_as_litellm_does(messages: list[Any]) -> None:
 
 
 def test_litellm_calls_the_passes_in_place_of_its_own() -> None:
-    utils = importlib.import_module("litellm.utils")
     main = importlib.import_module("litellm.main")
-    thought_signatures = utils._remove_thought_signatures_from_messages
+    thought_signatures = litellm_passes.in_place("thought_signatures")  # a private of LiteLLM's
     assert thought_signatures is litellm_passes.remove_thought_signatures
     assert main.validate_and_fix_openai_messages is litellm_passes.validate_and_fix_messages
     assert main.messages_have_pdf_file_part is litellm_passes.messages_have_pdf
@@ -193,8 +192,7 @@ async def test_a_call_through_the_passes_still_cuts_signatures_and_counts_usage(
 def test_a_litellm_whose_function_differs_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     litellm_passes.uninstall()
     try:
-        utils = importlib.import_module("litellm.utils")
-        original = utils._remove_thought_signatures_from_messages
+        original = litellm_passes.in_place("thought_signatures")
         replacement = litellm_passes.REPLACEMENTS["thought_signatures"]
         monkeypatch.setitem(
             litellm_passes.REPLACEMENTS,
@@ -208,7 +206,7 @@ def test_a_litellm_whose_function_differs_keeps_its_own(monkeypatch: pytest.Monk
             ),
         )
         assert litellm_passes.install() == ["thought_signatures"]
-        assert utils._remove_thought_signatures_from_messages is original
+        assert litellm_passes.in_place("thought_signatures") is original
         assert litellm_passes.installed() == ["pdf", "validate"]
     finally:
         litellm_passes.uninstall()
@@ -222,8 +220,7 @@ def test_the_stock_switch_keeps_litellm_as_it_ships(monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv("LOOPDECK_STOCK_LITELLM", "1")
         assert litellm_passes.install() == ["pdf", "thought_signatures", "validate"]
         assert litellm_passes.installed() == []
-        utils = importlib.import_module("litellm.utils")
-        assert not getattr(utils._remove_thought_signatures_from_messages, "__loopdeck_pass__", 0)
+        assert not getattr(litellm_passes.in_place("thought_signatures"), "__loopdeck_pass__", 0)
     finally:
         monkeypatch.delenv("LOOPDECK_STOCK_LITELLM")
         assert litellm_passes.install() == []

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import wait_until
+from console_helpers import screen_text, wait_until
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -73,12 +73,6 @@ COUNTS = [pytest.param(5, id="few"), pytest.param(100, id="many", marks=pytest.m
 
 def raw_controls(text: str) -> list[str]:
     return sorted(set(RAW.findall(text)))
-
-
-def screen_text(app: App[Any]) -> str:
-    """Every cell the top screen sends to the terminal, as text (borders, titles, toasts)."""
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
 
 
 def for_each_example(
@@ -277,7 +271,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
             fleet.alerts = type(fleet.alerts)()  # each example's run is new to the alerts
             fleet.filter_text = text
             fleet.render_fleet()
-            fleet._alert()
+            fleet.check_alerts()
             await wait_until(pilot, lambda: bool(fleet.query("Toast")))
             await pilot.pause()
             assert_clean(app, "fleet", "fleet · 1 run")

@@ -101,7 +101,7 @@ def test_a_scripted_reply_never_awaited_leaves_no_warning() -> None:
 
     from loopdeck.llm import scripted_provider
 
-    handler = scripted_provider._handler_class()()
+    handler = scripted_provider.handler_class()()
     key = scripted_provider.register_script(load_env_dir(HARNESS).script("note"))
 
     def call(script_key: str) -> object:

@@ -165,7 +165,7 @@ class StrictOpenAI:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 with lock:
-                    reply = server._reply_to(body)
+                    reply = server.reply_to(body)
                 payload = json.dumps(reply.body).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
@@ -176,7 +176,7 @@ class StrictOpenAI:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def _reply_to(self, body: dict[str, Any]) -> Reply:
+    def reply_to(self, body: dict[str, Any]) -> Reply:
         self.requests.append(body)
         problems = body_problems(body)
         if problems:

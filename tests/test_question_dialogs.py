@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, notices, run_screen, wait_until
 from textual.widgets import Input
 
+from loopdeck.caps import Cap
 from loopdeck.core.approvals import AutoApprover
 from loopdeck.core.states import StopReason
 from loopdeck.operator import run_waits
@@ -106,7 +107,7 @@ async def test_a_budget_question_raises_the_cap_with_r_and_refuses_a_non_number(
         box.value = ""
         await pilot.press("4", "0", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
-        assert run_screen(app).view.budget["turns"][1] == 40
+        assert run_screen(app).view.caps[Cap.TURNS].limit == 40
         await pilot.press("a")
         await wait_until(pilot, lambda: finished(app))
         assert run_screen(app).outcome.stop_reason is StopReason.GOAL_MET
@@ -169,6 +170,7 @@ async def test_a_run_watched_to_its_end_gets_no_unseen_stop_mark_in_the_fleet(tm
 
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
     from loopdeck.tui.fleet_screen import FleetScreen
+    from loopdeck.tui.fleet_table import FleetTable
 
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
     async with app.run_test(size=(160, 48)) as pilot:
@@ -182,7 +184,7 @@ async def test_a_run_watched_to_its_end_gets_no_unseen_stop_mark_in_the_fleet(tm
         await wait_until(
             pilot, lambda: run_id in fleet.fleet.rows and not fleet.fleet.rows[run_id].live
         )
-        assert str(fleet._mark(fleet.fleet.rows[run_id])) == ""
+        assert str(fleet.query_one(FleetTable).mark(fleet.fleet.rows[run_id])) == ""
 
 
 async def test_after_a_dialog_is_put_off_the_arrows_move_the_calls_selection() -> None:
@@ -221,8 +223,7 @@ async def test_a_loop_question_nobody_answers_says_the_guard_acted_alone() -> No
     runtime.config = runtime.config.model_copy(update={"loop_answer_s": 1.0})
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: _dialog(app) is not None)
-        said = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
-        await wait_until(pilot, lambda: any("no answer in time" in m for m in said()))
+        await wait_until(pilot, lambda: any("no answer in time" in m for m in notices(app)))
         assert _dialog(app) is None or _dialog(app).question_id != "q1"
         screen = run_screen(app)
         titles = [e.title for e in screen.transcript.entries]
@@ -263,7 +264,8 @@ async def test_the_count_of_other_runs_drops_a_run_whose_runner_died(tmp_path) -
 async def test_every_text_box_shows_pasted_controls_escaped() -> None:
     """The answer box, the reject reason: a pasted escape or bidi character is drawn as a mark,
     never reaches the terminal, and is sent as typed."""
-    from test_markup_property import raw_controls, screen_text
+    from console_helpers import screen_text
+    from test_markup_property import raw_controls
 
     hostile = "\x1b[2J\x07\u202eevil\u2066x\u2069 [b]x[/]"
     app = console_app(ORDERS, "ask-then-act", answers=True)

@@ -37,7 +37,7 @@ async def test_a_command_poller_that_breaks_says_so_once_and_tries_again(monkeyp
     )
     said: list[str] = []
     done = asyncio.Event()
-    await runner._serve_commands(_Ticks(done, 5), runtime, done, said.append)  # type: ignore[arg-type]
+    await runner.serve_commands(_Ticks(done, 5), runtime, done, said.append)  # type: ignore[arg-type]
     assert len(said) == 2, said  # once when it broke (not at every tick), once when it healed
     assert "cannot be read: RuntimeError: the commands table went away — retrying" in said[0]
     assert "reach the run again" in said[1]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import wait_until
+from console_helpers import notices, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
 
 from loopdeck.core.approvals import ApprovalDecision
@@ -223,14 +223,10 @@ def test_a_decision_for_a_dead_runner_is_refused(tmp_path, cli) -> None:
     assert pending == []  # withdrawn with the crash
 
 
-def _toasts(app: Any) -> list[str]:
-    return [str(n.message) for n in app._notifications]
-
-
 async def _release_when(pilot: Any, app: Any, lock: HeldLock, held_s: float) -> float:
     """Once the operator was told of the retry (and the lock was held `held_s`), let go;
     returns how long the lock was held."""
-    await wait_until(pilot, lambda: any("retrying your approval" in t for t in _toasts(app)))
+    await wait_until(pilot, lambda: any("retrying your approval" in t for t in notices(app)))
     await wait_until(pilot, lambda: time.monotonic() - lock.taken >= held_s, timeout=held_s + 5)
     lock.release()
     return time.monotonic() - lock.taken
@@ -268,12 +264,12 @@ async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) ->
             await wait_until(pilot, lambda: len(inbox.entries) == 1, timeout=60)
             lock = HeldLock(db)
             await pilot.press("a")
-            await wait_until(pilot, lambda: any("retrying" in t for t in _toasts(app)))
+            await wait_until(pilot, lambda: any("retrying" in t for t in notices(app)))
             table = inbox.query_one("#inbox-table")
             assert str(table.get_row_at(0)[0]) == "retrying…"  # the entry says so
             held = await _release_when(pilot, app, lock, held_s)
             await wait_until(pilot, lambda: not inbox.entries, timeout=30)
-            landed = next(t for t in _toasts(app) if "landed after" in t)
+            landed = next(t for t in notices(app) if "landed after" in t)
         out, _ = runner.communicate(timeout=60)
     finally:
         if lock is not None:
@@ -311,7 +307,7 @@ async def test_the_runs_own_dialog_waits_out_a_lock(tmp_path, monkeypatch, held_
             held = await _release_when(pilot, app, lock, held_s)
             assert screen.running and screen.view.stop_reason is None  # waiting, not crashed
             await wait_until(pilot, lambda: screen.outcome is not None, timeout=60)
-            landed = next(t for t in _toasts(app) if "landed after" in t)
+            landed = next(t for t in notices(app) if "landed after" in t)
     finally:
         if lock is not None:
             lock.close()
@@ -339,6 +335,6 @@ async def test_an_inbox_worker_that_fails_is_said(tmp_path) -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         # a store the inbox cannot open: its follower fails, and the operator hears of it
         app.push_screen(InboxScreen(tmp_path, lambda: datetime.now(UTC)))
-        await wait_until(pilot, lambda: any("is a directory" in t for t in _toasts(app)))
-        [said] = [t for t in _toasts(app) if "is a directory" in t]
+        await wait_until(pilot, lambda: any("is a directory" in t for t in notices(app)))
+        [said] = [t for t in notices(app) if "is a directory" in t]
         assert said.startswith("pending approvals failed: StoreError:")

@@ -225,7 +225,7 @@ async def test_the_command_poller_ends_even_when_its_cancellation_is_swallowed(m
 
     monkeypatch.setattr(runner, "_apply_commands", no_commands)
     done = asyncio.Event()
-    poller = asyncio.create_task(runner._serve_commands(SwallowingStore(), Runtime(), done, print))
+    poller = asyncio.create_task(runner.serve_commands(SwallowingStore(), Runtime(), done, print))
     await asyncio.sleep(0.05)
     done.set()
     poller.cancel()

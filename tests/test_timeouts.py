@@ -53,6 +53,8 @@ async def _then_next_wait(
 
 
 async def _waiting(task: asyncio.Task[object]) -> None:
+    """Until `task` is suspended on a future (inside `interruptible`'s wait). asyncio has no
+    public way to ask: `Task._fut_waiter` is the future it waits on, read here alone."""
     while task._fut_waiter is None:  # type: ignore[attr-defined]
         await asyncio.sleep(0)
 

@@ -240,5 +240,19 @@ def installed() -> list[str]:
     return sorted(_installed)
 
 
+def replaced(name: str) -> Pass:
+    """LiteLLM's own function that the installed pass `name` stands in for."""
+    if name not in _installed:
+        raise KeyError(f"the pass {name!r} is not installed (installed: {installed()})")
+    return _installed[name][1]
+
+
+def in_place(name: str) -> Pass:
+    """The function LiteLLM calls now where the pass `name` goes: the pass, or its own."""
+    replacement = REPLACEMENTS[name]
+    function: Pass = getattr(importlib.import_module(replacement.module), replacement.attribute)
+    return function
+
+
 for _replacement in REPLACEMENTS.values():
     _replacement.replacement.__loopdeck_pass__ = True  # type: ignore[attr-defined]

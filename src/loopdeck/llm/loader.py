@@ -53,11 +53,11 @@ def _import_litellm() -> Any:
     from loopdeck.llm import litellm_passes
 
     litellm_passes.install()
-    _first_call_ahead(litellm)
+    first_call_ahead(litellm)
     return litellm
 
 
-def _first_call_ahead(litellm: Any) -> None:
+def first_call_ahead(litellm: Any) -> None:
     """What LiteLLM does on its first call in a process, done here, with the import: ~0.9 s
     of imports (its proxy's types, hundreds of pydantic classes) and tiktoken's default
     encoding, which its custom providers are handed. Made on the first call, it was the

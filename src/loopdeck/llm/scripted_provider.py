@@ -38,7 +38,9 @@ def registered() -> int:
     return len(_scripts)
 
 
-def _handler_class() -> type:
+def handler_class() -> type:
+    """The LiteLLM custom provider that plays scripts (made on first use: it subclasses
+    LiteLLM's `CustomLLM`, so it waits for LiteLLM's import)."""
     litellm = litellm_module()
     from litellm.llms.custom_llm import CustomLLMError
     from litellm.types.utils import ChatCompletionMessageToolCall, Function, Usage
@@ -147,7 +149,7 @@ def ensure_registered() -> None:
     if _registered:
         return
     litellm = litellm_module()
-    handler = _handler_class()()
+    handler = handler_class()()
     litellm.custom_provider_map = [
         *[p for p in litellm.custom_provider_map if p.get("provider") != PROVIDER],
         {"provider": PROVIDER, "custom_handler": handler},

@@ -212,6 +212,3 @@ class RecordedRun:
             )
         problems = "; ".join(self.writer.spill_problems) or "nothing was left to write"
         return f"{exc}; the unsaved events could not be spilled anywhere either ({problems})"
-
-
-_serve_commands = serve_commands  # the name the runner's tests know it by

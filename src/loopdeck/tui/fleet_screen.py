@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -126,10 +125,11 @@ class FleetScreen(Screen[None]):
     @on(FleetChanged)
     def _changed(self) -> None:
         self.render_fleet()
-        self._alert()
+        self.check_alerts()
 
-    def _alert(self) -> None:
-        """A toast, and the terminal bell unless `--no-bell`."""
+    def check_alerts(self) -> None:
+        """Each alert the fleet calls for now: a toast, and the terminal bell unless
+        `--no-bell`."""
         waiting = self.fleet.waiting_by_run  # their receipts may near their expiry
         only = self.fleet.take_touched().union(waiting)
         alerts = self.alerts.check(self.fleet, self.now(), only)
@@ -140,10 +140,7 @@ class FleetScreen(Screen[None]):
 
     def _each_second(self) -> None:
         self.render_fleet()
-        self._alert()  # receipts close to expiry are noticed without a store change
-
-    def _mark(self, row: FleetRow) -> Text:
-        return self.query_one(FleetTable).mark(row)
+        self.check_alerts()  # receipts close to expiry are noticed without a store change
 
     def _shown(self, now: datetime) -> Order[FleetRow] | Listed[FleetRow]:
         """The rows in the chosen order, those the filter keeps: it matches any column as

@@ -96,13 +96,30 @@ class FleetTable(LineTable):
 
     @property
     def cursor_run(self) -> str | None:
-        return self._rows[self.cursor_row].run_id if self._rows else None
+        return self.row_at(self.cursor_row).run_id if self._rows else None
+
+    @property
+    def rows_shown(self) -> int:
+        """How many rows the table has room to show at once (under its header)."""
+        return self._rows_shown()
 
     @property
     def pinned(self) -> int:
         """The leading runs that need the operator, drawn whatever the scroll: as many as
         half the rows shown take (the rest of them scroll first in line)."""
-        return min(self._leading, self._rows_shown() // 2)
+        return min(self._leading, self.rows_shown // 2)
+
+    def row_at(self, index: int) -> FleetRow:
+        """The run listed at `index`, in the order on screen."""
+        row: FleetRow = self._rows[index]
+        return row
+
+    def drawn_as_now(self, index: int) -> bool:
+        """The line of the row at `index` was last drawn as that row looks now (the same run,
+        look and cursor): it needs no drawing."""
+        row = self._rows[index]
+        look = self._look(row, self._age(row))
+        return self._drawn.get(index) == (row.run_id, look, index == self.cursor_row)
 
     def get_row_index(self, run_id: str) -> int:
         index = self._rows.index_of(run_id)
@@ -162,9 +179,7 @@ class FleetTable(LineTable):
     def _refresh_changed(self) -> None:
         """Only the lines on screen whose run, look or cursor changed are drawn again."""
         for line, index in self._lines_shown():
-            row = self._rows[index]
-            look = self._look(row, self._age(row))
-            if self._drawn.get(index) != (row.run_id, look, index == self.cursor_row):
+            if not self.drawn_as_now(index):
                 self._refresh_row_line(line)
 
     def mark(self, row: FleetRow) -> Text:
@@ -197,7 +212,7 @@ class FleetTable(LineTable):
         made = self._cells.get(row.run_id)
         if made is not None and made[0] == look:
             return made[1]
-        cells = self._make_cells(row, age)
+        cells = self.make_cells(row, age)
         self._cells[row.run_id] = (look, cells)
         self._strips.pop(row.run_id, None)
         for column, text in zip(COLUMNS, cells, strict=True):
@@ -207,7 +222,9 @@ class FleetTable(LineTable):
                 self._widths_grew = True
         return cells
 
-    def _make_cells(self, row: FleetRow, age: str) -> list[Text]:
+    def make_cells(self, row: FleetRow, age: str) -> list[Text]:
+        """The row's cells made anew (`get_row` gives them as drawn, made again only when
+        the row's look changed)."""
         # Plain text, never markup: a run id or a finding like "[b]" is shown as written.
         closest = row.closest
         if closest and row.projected_s is not None and row.live:

@@ -15,7 +15,7 @@ with this run); what it reads and records of it is `SharedState`, given when it 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
 
@@ -221,6 +221,11 @@ class RunScreen(Screen[None]):
         self.refresh_bindings()
         self.offers.changed()
 
+    @property
+    def arrived(self) -> Sequence[Event]:
+        """The events that arrived and are not yet folded into the view (the next frame's)."""
+        return self._buffer
+
     def flush(self) -> None:
         """Fold what arrived into the view and the transcript, and draw it (`FramePacer`)."""
         if not self._buffer:
@@ -248,7 +253,7 @@ class RunScreen(Screen[None]):
         self.panels.show_header(self.view, self.clock_now())
 
     def _tick(self) -> None:
-        self.panels.tick(self.view, self.clock_now(), frame_due=bool(self._buffer))
+        self.panels.tick(self.view, self.clock_now(), frame_due=bool(self.arrived))
 
     def show_detail(self, call_id: str | None) -> None:
         """The call in the Call panel."""
