@@ -48,11 +48,11 @@ class HeldOpenAI(StrictOpenAI):
         self.on_hold = on_hold
         self.release = threading.Event()
 
-    def _reply_to(self, body: dict[str, Any]) -> Reply:
+    def reply_to(self, body: dict[str, Any]) -> Reply:
         if len(self.requests) == self.hold:
             self.on_hold()
             assert self.release.wait(30), "the test never let the held request go"
-        return super()._reply_to(body)
+        return super().reply_to(body)
 
 
 @pytest.fixture(autouse=True)
