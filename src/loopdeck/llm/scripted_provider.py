@@ -39,18 +39,16 @@ def registered() -> int:
 
 
 def handler_class() -> type:
-    """The LiteLLM custom provider that plays scripts (made on first use: it subclasses
-    LiteLLM's `CustomLLM`, so it waits for LiteLLM's import)."""
+    """The provider that plays scripts, made at first use (it subclasses LiteLLM's)."""
     litellm = litellm_module()
     from litellm.llms.custom_llm import CustomLLMError
     from litellm.types.utils import ChatCompletionMessageToolCall, Function, Usage
 
     class ScriptedLLM(litellm.CustomLLM):  # type: ignore[misc,name-defined]
         def acompletion(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
-            """The reply is made here, where LiteLLM calls this: in the thread pool it runs
-            `completion` in, off the caller's loop, as a real provider's work is. Counting a
-            long conversation's tokens is ~2 ms at 4,000 messages, and it ran on the
-            console's loop. What is awaited only hands the reply (or the error) over."""
+            """The reply is made here, in LiteLLM's thread pool, off the caller's loop as a real
+            provider's work is (counting 4,000 messages' tokens is ~2 ms); what is awaited
+            only hands the reply (or the error) over."""
             try:
                 reply, error = self.completion(*args, **kwargs), None
             except Exception as exc:  # raised where an async provider raises: when awaited

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from loopdeck.caps import Cap
 from loopdeck.core.text import plural
 from loopdeck.operator import following
+from loopdeck.operator.fleet_budget import closest_budget
 from loopdeck.operator.fleet_order import Order, Sort
 from loopdeck.operator.outage import Outage
 from loopdeck.store import feed, leases, queries
@@ -115,40 +114,6 @@ class FleetRow:
 
     def age_s(self, now: datetime) -> float:
         return 0.0 if self.started_at is None else max(0.0, (now - self.started_at).total_seconds())
-
-
-def closest_budget(usage: dict[str, Any]) -> tuple[str, float, float | None]:
-    """The cap nearest its limit, its fraction, and the agent seconds left to reach it at the
-    run's average rate so far (None when nothing is being spent). Only the caps a run spends
-    (`Cap.burnt`): rounds and corrections are counted steps, not spent, as the budget pause
-    has them (`BudgetLedger.crossed`): every run's first round read "rounds 33%", above what
-    it had spent. A cap is read only as (used, limit) with a positive limit: a missing or
-    zero cap, or a value that is not a number, is left out, never a fraction of anything."""
-    agent_s = _spent(usage.get(Cap.DEADLINE))[0]
-    best, best_fraction, projected = "", 0.0, None
-    for cap in Cap:
-        if not cap.burnt:
-            continue
-        used, limit = _spent(usage.get(cap))
-        if limit <= 0:
-            continue
-        fraction = used / limit
-        if fraction >= best_fraction and (used or cap is Cap.DEADLINE):
-            best, best_fraction = f"{cap.label} {fraction:.0%}", fraction
-            rate = used / agent_s if agent_s > 0 else 0.0
-            projected = (limit - used) / rate if rate > 0 else None
-    return best, best_fraction, projected
-
-
-def _spent(pair: Any) -> tuple[float, float]:
-    """A cap's (used, limit) as the budget event has it; (0, 0) when it is not one."""
-    try:
-        used, limit = (float(x) for x in pair)
-    except (TypeError, ValueError):
-        return 0.0, 0.0
-    if not (math.isfinite(used) and math.isfinite(limit)) or used < 0:
-        return 0.0, 0.0
-    return used, limit
 
 
 class FleetRows(dict[str, FleetRow]):
