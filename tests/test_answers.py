@@ -303,5 +303,5 @@ async def test_the_console_puts_a_loop_to_the_operator_nudge_then_stop() -> None
         await pilot.press("s")  # over the guard's question the stop key is its answer
         await wait_until(pilot, lambda: finished(app))
         outcome = run_screen(app).outcome
-        assert outcome.stop_reason is StopReason.NO_PROGRESS
+        assert outcome.stop_reason is StopReason.NO_PROGRESS, outcome.detail
         assert "stopped by console" in outcome.detail

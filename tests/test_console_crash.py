@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import SAMPLES
-from console_helpers import console_app, run_screen, wait_until
+from console_helpers import console_app, notices, run_screen, wait_until
 
 from loopdeck.cli.runs import after_console
 from loopdeck.core.approvals import AutoApprover
@@ -20,7 +20,7 @@ SIZE = (160, 48)
 
 
 def _toasts(app: Any) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    return notices(app)
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:

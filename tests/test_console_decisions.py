@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, notices, run_screen, wait_until
 from test_markup_property import raw_controls, screen_text
 from textual import events
 from textual.app import App
@@ -37,7 +37,7 @@ HOSTILE = "\x1b[2J\x00\x07\u202eevil\u2066x\u2069 [b]bold[/] [0 "
 
 
 def _toasts(app: App[Any]) -> list[str]:
-    return [n.message for n in app._notifications]
+    return notices(app)
 
 
 def _entries(screen: Any, start: str) -> list[str]:

@@ -5,7 +5,7 @@ the winner)."""
 from datetime import UTC, datetime
 
 from conftest import SAMPLES
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, notices, run_screen, wait_until
 from textual.app import App
 
 from loopdeck.core.approvals import ApprovalDecision, request_for
@@ -56,9 +56,7 @@ async def test_a_decision_that_lost_the_race_is_not_offered_again() -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         call_id = app.screen.request.call_id
         await pilot.press("a")
-        await wait_until(
-            pilot, lambda: any("already decided" in n.message for n in app._notifications)
-        )
+        await wait_until(pilot, lambda: any("already decided" in said for said in notices(app)))
         screen = run_screen(app)
         assert lost == [call_id] and [p.call_id for p in screen.link.pending()] == [call_id]
         assert app.screen is screen  # the worker offered what is left: nothing

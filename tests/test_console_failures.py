@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES, run_env
-from console_helpers import wait_until
+from console_helpers import notices, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
 from test_store_locks import HeldLock
 
@@ -28,7 +28,7 @@ RUN = "run0failures1"
 
 
 def _toasts(app: Any) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    return notices(app)
 
 
 def _said(app: Any, words: str) -> bool:

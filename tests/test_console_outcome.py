@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import run_screen, wait_until
+from console_helpers import notices, run_screen, wait_until
 from textual.pilot import Pilot
 
 from loopdeck.core.events import CallStatus
@@ -25,7 +25,7 @@ SIZE = (120, 40)
 
 
 def _said(app: LoopdeckApp) -> list[str]:
-    return [n.message for n in app._notifications]
+    return notices(app)
 
 
 async def _approve(pilot: Pilot[Any], app: LoopdeckApp, call_id: str) -> None:

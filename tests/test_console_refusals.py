@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, notices, run_screen, wait_until
 from test_decision_refusals import WHY, Recorded, record
 from test_markup_property import screen_text
 from textual.app import App
@@ -176,9 +176,7 @@ async def test_the_inbox_takes_only_an_answer_the_question_offers(tmp_path: Path
             await wait_until(pilot, lambda: box.has_focus)
             assert "one of: stop, nudge TEXT" in box.placeholder
             await pilot.press(*"allow", "enter")
-            await wait_until(
-                pilot, lambda: any("it offers only" in str(n.message) for n in app._notifications)
-            )
+            await wait_until(pilot, lambda: any("it offers only" in said for said in notices(app)))
             assert box.display and box.value == "allow"  # kept, to be put right
             found = await store.fetchall("SELECT state FROM approvals")
             assert [row["state"] for row in found] == ["pending"]
