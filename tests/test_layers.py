@@ -431,3 +431,38 @@ def test_the_checker_sees_every_kind_of_environment_read(tmp_path: Path) -> None
         (3, "LOOPDECK_B"), (4, "LOOPDECK_A"), (5, "LOOPDECK_C"),
         (7, "LOOPDECK_D"), (7, "LOOPDECK_E"),
     ]  # fmt: skip
+
+
+# The process environment outside `settings.py`: only where it is another program's, each
+# module with what it reads or passes. A new one is a setting to add to `Settings`, or a
+# reason to add here.
+ENVIRONMENT_NOT_OURS: dict[str, str] = {
+    "loopdeck.acp_env.agent_process": "an ACP agent's environment: ours with the env's [agent] env",
+    "loopdeck.acp_env.terminals": "an agent's terminal command's environment",
+    "loopdeck.gateway.agent_process": "a gateway agent's environment, credentials left out",
+    "loopdeck.workdir.agent_command": "${VAR} in an agent's command line, as a shell would",
+    "loopdeck.llm.loader": "LiteLLM's own variables, set before it is imported",
+    "loopdeck.cli.runs": "Textual's TEXTUAL_DRIVER: is this console served to a browser",
+    "loopdeck.cli.spare_console": "the size a served console is drawn at, for Textual",
+    "loopdeck.operator.otel_spans": "OpenTelemetry's OTEL_SERVICE_NAME",
+    "loopdeck.operator.otel_export": "OpenTelemetry's OTEL_EXPORTER_OTLP_*TIMEOUT",
+    "loopdeck.operator.push_words": "every secret's value, never to be said in a push",
+    "loopdeck.store.spill": "XDG_RUNTIME_DIR, where a spill may go",
+}
+
+
+def _environment_users(root: Path = SRC) -> set[str]:
+    users = set()
+    for path in sorted((root / "loopdeck").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            environment = isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+            if environment and isinstance(node.value, ast.Name) and node.value.id == "os":
+                users.add(module_name(path, root))
+    return users
+
+
+def test_the_environment_is_read_in_settings_or_where_it_is_another_programs() -> None:
+    users = _environment_users() - {SETTINGS_MODULE}
+    assert users - set(ENVIRONMENT_NOT_OURS) == set(), "read it through Settings"
+    assert set(ENVIRONMENT_NOT_OURS) - users == set(), "no longer reads it: take it off the list"
