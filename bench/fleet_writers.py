@@ -124,8 +124,8 @@ class LoggedWriter(EventWriter):
         super().__init__(store)  # type: ignore[arg-type]
         self.log = log
 
-    async def _commit(self, batch):  # type: ignore[no-untyped-def]
-        await super()._commit(batch)
+    async def commit(self, batch):  # type: ignore[no-untyped-def]
+        await super().commit(batch)
         self.log.append((batch[0][0].run_id, batch[-1][0].seq, time.time()))
 
 

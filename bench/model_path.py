@@ -159,7 +159,7 @@ async def synthetic_floor_rate(steps: int) -> float:
     start = time.perf_counter()
     for i in range(1, steps + 1):
         request = ModelRequest(role="executor", round=1, messages=messages, tools=TOOLS)
-        response = await litellm.acompletion(**model._request_kwargs(request))
+        response = await litellm.acompletion(**model.request_kwargs(request))
         call = response.choices[0].message.tool_calls[0]
         messages.append(
             {"role": "assistant", "content": None, "tool_calls": [

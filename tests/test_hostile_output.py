@@ -256,7 +256,7 @@ async def test_a_writer_failure_of_any_kind_is_spilled_and_the_run_still_stops(t
         async def broken_commit(batch):
             raise RuntimeError("disk on fire")
 
-        writer._commit = broken_commit  # type: ignore[method-assign]
+        writer.commit = broken_commit  # type: ignore[method-assign]
         recorded = RecordedRun(store, prepared.runtime, writer)
         outcome = await recorded.run()
         prepared.cleanup()

@@ -204,7 +204,7 @@ async def test_the_keys_line_stays_one_widget_and_a_click_presses_its_key() -> N
         await pilot.pause()
         assert run_screen(app).query_one(KeysBar) is bar and not list(bar.children)
         assert "t Transcript" in str(bar.render())
-        start, _, _ = next(span for span in bar._spans if span[2] == "t")
+        start, _, _ = next(span for span in bar.key_spans if span[2] == "t")
         await pilot.click(KeysBar, offset=(start + 1, 0))
         await wait_until(pilot, lambda: isinstance(app.screen, TranscriptScreen))
 
@@ -460,7 +460,7 @@ async def test_the_scripted_model_plays_off_the_loop_and_fails_where_a_provider_
     reply = await model.complete(ModelRequest(role="executor", round=1, messages=messages))
     assert reply.tool_calls[0].name == "poll" and reply.prompt_tokens > 0
     assert threads and threads[0] is not threading.current_thread()
-    assert model._script_key is not None
-    scripted_provider.release_script(model._script_key)
+    assert model.script_key is not None
+    scripted_provider.release_script(model.script_key)
     with pytest.raises(ProviderError, match="without a registered script"):
         await model.complete(ModelRequest(role="executor", round=1, messages=messages))

@@ -88,7 +88,7 @@ def no_survivor(folder: Path) -> Iterator[None]:
 # The guardian as the runner starts it, and with cgroups out of its reach: the subreaper alone.
 NO_CGROUP = (
     "import sys\nfrom loopdeck.workdir import guardian\n"
-    "guardian._made_cgroup = lambda: None\nsys.exit(guardian.main(sys.argv[1:]))"
+    "guardian.made_cgroup = lambda: None\nsys.exit(guardian.main(sys.argv[1:]))"
 )
 OWN_CGROUP = cgroup_of(os.getpid())
 CGROUPS = OWN_CGROUP is not None and os.access(os.path.dirname(OWN_CGROUP), os.W_OK)

@@ -119,11 +119,11 @@ class LiteLLMModel:
         self.react = react
         self.price = price or ScriptedPrice()
         self.temperature = temperature
-        self._script_key: str | None = None
+        self.script_key: str | None = None
         if model == SCRIPTED:
             if script is None:
                 raise ValueError("the scripted model needs a script (--script NAME)")
-            self._script_key = register_script(script, owner=self)
+            self.script_key = register_script(script, owner=self)
             self.profile = ModelProfile(model=model, tool_calling=True, **(profile_overrides or {}))
         else:
             self.profile = profile_for(model, profile_overrides)
@@ -131,7 +131,7 @@ class LiteLLMModel:
         self.context_window: int | None = self.profile.max_input_tokens
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        if self._script_key is not None:
+        if self.script_key is not None:
             return prompt_tokens(messages, [])
         litellm = litellm_module()
         try:
@@ -139,17 +139,17 @@ class LiteLLMModel:
         except Exception:  # no tokenizer for this model: estimate
             return prompt_tokens(messages, [])
 
-    def _request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+    def request_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         kwargs = compile_request(request, self.profile, temperature=self.temperature)
         # Retries happen once, in the runtime, where each one is an event the operator sees.
         kwargs |= {"timeout": request.timeout_s, "num_retries": 0, "max_retries": 0}
-        if self._script_key is not None:
+        if self.script_key is not None:
             ensure_registered()
             kwargs["model"] = f"{PROVIDER}/{request.role}"
             kwargs["input_cost_per_token"] = self.price.input_per_million / 1e6
             kwargs["output_cost_per_token"] = self.price.output_per_million / 1e6
             kwargs["metadata"] = {
-                "loopdeck_script": self._script_key,
+                "loopdeck_script": self.script_key,
                 # The provider prices its own reply (LiteLLM takes a stamped cost as it is).
                 "loopdeck_price": (kwargs["input_cost_per_token"], kwargs["output_cost_per_token"]),
                 "loopdeck_role": request.role,
@@ -167,10 +167,10 @@ class LiteLLMModel:
         # per-token price, passed with the call): read that instead of pricing it twice.
         hidden = getattr(response, "_hidden_params", None) or {}
         priced = hidden.get("response_cost")
-        if isinstance(priced, int | float) and (self._script_key or self.profile.known_price):
+        if isinstance(priced, int | float) and (self.script_key or self.profile.known_price):
             return float(priced)
         try:
-            if self._script_key is not None:
+            if self.script_key is not None:
                 return float(
                     litellm.completion_cost(
                         completion_response=response,
@@ -194,7 +194,7 @@ class LiteLLMModel:
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         litellm = litellm_module()
-        kwargs = self._request_kwargs(request)
+        kwargs = self.request_kwargs(request)
         started = time.perf_counter()
         try:
             with collector.during_model_call():
@@ -219,7 +219,7 @@ class LiteLLMModel:
         content = message.content
         if content is not None and not isinstance(content, str):
             content = json.dumps(content, default=str)
-        reported = reported_tokens(response, scripted=self._script_key is not None)
+        reported = reported_tokens(response, scripted=self.script_key is not None)
         # A reply that says no tokens has no price either: LiteLLM's $0 for it is not a cost.
         prompt, completion = reported or (None, None)
         return ModelReply(

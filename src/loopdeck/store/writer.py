@@ -150,7 +150,7 @@ class EventWriter:
                 return
             batch, self._queue = self._queue, []
             try:
-                await self._commit(batch)
+                await self.commit(batch)
             except LeaseLost as exc:
                 self._lose(exc)
                 raise
@@ -275,9 +275,9 @@ class EventWriter:
     async def write_back(self, events: list[Event]) -> None:
         """Events made by another process, committed as that process would have, in one
         transaction."""
-        await self._commit([(event, None, "", None) for event in events])
+        await self.commit([(event, None, "", None) for event in events])
 
-    async def _commit(self, batch: list[Queued]) -> None:
+    async def commit(self, batch: list[Queued]) -> None:
         run_id = batch[0][0].run_id
         last = None
         async with self.store.transaction(run_id) as tx:

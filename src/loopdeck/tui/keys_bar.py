@@ -51,7 +51,7 @@ class KeysBar(Static):
 
     def __init__(self) -> None:
         super().__init__("", markup=False)
-        self._spans: list[tuple[int, int, str]] = []  # x from, x to, the key to press
+        self.key_spans: list[tuple[int, int, str]] = []  # x from, x to, the key to press
         self._shown: tuple[Key, ...] = ()
         self._keys_shown: dict[str, Binding] = {}
 
@@ -131,11 +131,11 @@ class KeysBar(Static):
             gap = max(1, self.size.width - x - len(tail))
             parts += [(" " * gap, ""), (tail, KEY_STYLE)]
             spans.append((x + gap, x + gap + len(tail), key))
-        self._spans = spans
+        self.key_spans = spans
         self.update(Content.assemble(*parts))
 
     def on_click(self, event: events.Click) -> None:
-        for start, end, key in self._spans:
+        for start, end, key in self.key_spans:
             if start <= event.x < end:
                 self.app.simulate_key(key)
                 return

@@ -90,7 +90,7 @@ def cgroup_of(guardian: int) -> str | None:
     return None if own is None else os.path.join(own, f"{CGROUP_PREFIX}{guardian}")
 
 
-def _made_cgroup() -> str | None:
+def made_cgroup() -> str | None:
     """The guardian's cgroup, made; None where the machine does not allow it."""
     path = cgroup_of(os.getpid())
     if path is None:
@@ -294,7 +294,7 @@ def main(argv: list[str]) -> int:
         return 1
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)  # taken by `sigtimedwait`, never lost
-    cgroup = _made_cgroup()
+    cgroup = made_cgroup()
     try:
         guardian = Guardian(_spawn(argv, cgroup), cgroup)
     except OSError as exc:  # no fork
