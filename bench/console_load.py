@@ -112,7 +112,7 @@ class Watch:
         flush = screen.flush
 
         def timed_flush() -> None:
-            batch: list[EventBase] = list(screen._buffer)
+            batch: list[EventBase] = list(screen.arrived)
             flush()
             if not batch:
                 return

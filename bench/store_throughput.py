@@ -173,7 +173,7 @@ async def console_load_time(db: Path, run_id: str) -> tuple[float, float]:
     app = LoopdeckApp(ConsoleStart.for_link(TimedLink(db, run_id)))
     async with app.run_test(size=(160, 48)) as pilot:
         screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
-        while screen.view.stop_reason is None or screen._buffer:
+        while screen.view.stop_reason is None or screen.arrived:
             await pilot.pause()
         await pilot.pause()
         end = time.perf_counter()
