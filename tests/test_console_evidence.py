@@ -284,7 +284,9 @@ async def test_before_the_first_plan_the_screen_says_what_it_waits_for() -> None
         screen = run_screen(app)
         plan = screen.query_one("#plan")
         await wait_until(pilot, lambda: "waiting for the planner's reply" in _text(plan))
-        gate.set()
+        from loopdeck.operator import run_loop
+
+        run_loop.call(gate.set)  # the planner waits for it on the runs' own loop
         await wait_until(pilot, lambda: finished(app))
         assert "waiting for" not in _text(plan)
 

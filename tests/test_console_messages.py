@@ -61,7 +61,9 @@ def _next_turn_held(runtime: Runtime) -> Iterator[None]:
     try:
         yield
     finally:
-        typed.set()
+        from loopdeck.operator import run_loop
+
+        run_loop.call(typed.set)  # the run waits for it on the runs' own loop
         runtime.control.checkpoint = checkpoint  # type: ignore[method-assign]
 
 

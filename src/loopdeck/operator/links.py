@@ -134,7 +134,12 @@ class LocalLink:
         return self._outboxes[loop]
 
     async def drive(self) -> RunOutcome | None:
-        return await run_loop.run(self._drive())
+        try:
+            return await run_loop.run(self._drive())
+        finally:  # what the run told is heard before its outcome: its stop drawn with it
+            told = self._outboxes.get(_running_loop())
+            if told is not None:
+                told.deliver_now()
 
     async def _drive(self) -> RunOutcome | None:
         if self.prepare_model is not None:  # its import (off the UI's path) before the run's

@@ -145,6 +145,12 @@ class Outbox:
         else:
             self._deliver()
 
+    def deliver_now(self) -> None:
+        """Every note waiting heard now, on the hearer's loop (the run ended: what it told
+        comes before its outcome is known there)."""
+        if self._notes:
+            self._deliver()
+
     def _deliver(self) -> None:
         assert self.loop is not None
         self._woken = False  # a note told from now on wakes the loop again
