@@ -15,7 +15,7 @@ class Injected(RuntimeError):
     """The failure the test puts in the console."""
 
 
-_countdown = ApprovalDialog._tick
+_countdown = ApprovalDialog.tick_countdown
 
 
 def _tick(self: ApprovalDialog) -> None:
@@ -24,7 +24,7 @@ def _tick(self: ApprovalDialog) -> None:
     _countdown(self)
 
 
-ApprovalDialog._tick = _tick  # type: ignore[method-assign]
+ApprovalDialog.tick_countdown = _tick  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.argv = ["loopdeck", *sys.argv[1:]]

@@ -43,7 +43,7 @@ async def test_transcript_holds_the_whole_evidence_and_search_finds_it() -> None
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         log = await _open_transcript(pilot, app)
-        text = "\n".join(entry.text for entry in log._entries)
+        text = "\n".join(entry.text for entry in log.entries)
         assert "Bring the orders service back" in text  # the goal
         assert "1. Read the status." in text  # every plan
         assert "executor said" in text and "Step 1." in text  # the model's own words
@@ -73,7 +73,7 @@ async def test_transcript_follows_the_tail_until_scrolled_up() -> None:
         await pilot.press("up")
         assert not log.following
         before = log.scroll_y
-        app.screen.add([log._entries[0]])  # a new entry does not pull the reader down
+        app.screen.add([log.entries[0]])  # a new entry does not pull the reader down
         await pilot.pause()
         assert log.scroll_y == before
         await pilot.press("end")

@@ -97,7 +97,7 @@ async def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
 
 # The dialog's own countdown, taken once: a second attempt's patch wraps this one, not the
 # first attempt's (whose failure is on), so its dialog comes up before it fails.
-_COUNTDOWN = ApprovalDialog._tick
+_COUNTDOWN = ApprovalDialog.tick_countdown
 
 
 async def _a_screen_fails(db: Path, run_id: str, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -110,7 +110,7 @@ async def _a_screen_fails(db: Path, run_id: str, monkeypatch: pytest.MonkeyPatch
             raise Injected("the test's failure")
         _COUNTDOWN(self)
 
-    monkeypatch.setattr(ApprovalDialog, "_tick", tick)
+    monkeypatch.setattr(ApprovalDialog, "tick_countdown", tick)
     app = _run_app(db, run_id)
     with pytest.raises(Injected):
         async with app.run_test(size=SIZE) as pilot:

@@ -171,7 +171,7 @@ async def test_a_stop_an_attached_console_cannot_send_is_said(tmp_path, monkeypa
         await pilot.press("s")
         await wait_until(pilot, lambda: _said(app, "stop not sent"))
         [said] = [t for t in _toasts(app) if "stop not sent" in t]
-        assert not link._sending  # the task was kept until it ended, then let go
+        assert link.commands_in_flight == 0  # the task was kept until it ended, then let go
     assert said == f"stop not sent: StoreError: {db}: the commands table is gone — the run goes on"
 
 

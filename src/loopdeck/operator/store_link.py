@@ -79,6 +79,11 @@ class StoreLink:
         self.reading_history = False
 
     @property
+    def commands_in_flight(self) -> int:
+        """Commands (stop, pause, a message…) on their way to the store."""
+        return len(self._sending)
+
+    @property
     def store_outage(self) -> str:
         """While the store cannot be read: "store unreachable since 21:04:10, retrying"."""
         return self.outage.text

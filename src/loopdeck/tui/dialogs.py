@@ -114,7 +114,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self.editing: ArgsEdit | None = None
         self.granting: GrantChooser | None = None
         self.set_title(self.waiting)
-        self._tick()
+        self.tick_countdown()
 
     def compose(self) -> ComposeResult:
         r = self.request
@@ -174,14 +174,14 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                 yield self._keys
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self._tick)
+        self.set_interval(1.0, self.tick_countdown)
 
     def set_title(self, waiting: int) -> None:
         self.waiting = waiting
         self._title.update(f"[b]Approve this write?[/]  ({waiting} waiting)")
         self._box.border_title = f"Approval · {waiting} waiting"
 
-    def _tick(self) -> None:
+    def tick_countdown(self) -> None:
         left = (self.request.expires_at - self._now()).total_seconds()
         if left <= 0:
             text = (

@@ -62,7 +62,7 @@ class TranscriptLog(StylePerPaint, RichLog):
         self.following = True  # off when the operator scrolls up, on again at the end
         self.matches: list[int] = []
         self.match_index = -1
-        self._entries: list[Entry] = []
+        self.entries: list[Entry] = []  # what it shows, oldest first
 
     def _style(self, kind: str) -> str:
         return self.app.theme_variables.get(KIND_VAR.get(kind, "foreground"), "")
@@ -89,15 +89,15 @@ class TranscriptLog(StylePerPaint, RichLog):
         added = list(entries)
         if not added:
             return
-        self._entries.extend(added)
+        self.entries.extend(added)
         self.write(Group(*map(self._renderable, added)), scroll_end=self.following)
-        if self.keep is not None and len(self._entries) > 2 * self.keep:
-            del self._entries[: -self.keep]
+        if self.keep is not None and len(self.entries) > 2 * self.keep:
+            del self.entries[: -self.keep]
 
     def show_only(self, entries: Iterable[Entry]) -> None:
         """These entries and nothing before them."""
         self.clear()
-        self._entries = []
+        self.entries = []
         self.add(entries)
 
     def show_tail(self, entries: list[Entry]) -> None:
@@ -107,7 +107,7 @@ class TranscriptLog(StylePerPaint, RichLog):
         (`show_only` empties it first, which asks for one every frame of a runaway)."""
         kept, self.max_lines = self.max_lines, max(1, self.size.height)
         try:
-            self._entries = []
+            self.entries = []
             self.add(entries)
         finally:
             self.max_lines = kept
@@ -137,7 +137,7 @@ class TranscriptLog(StylePerPaint, RichLog):
 
     def load(self, transcript: Transcript) -> None:
         self.clear()
-        self._entries = []
+        self.entries = []
         if transcript.dropped:
             note = f"… {transcript.dropped:,} earlier entries not kept here (see `loopdeck export`)"
             self.write(Text(note, style="dim"))
@@ -147,7 +147,7 @@ class TranscriptLog(StylePerPaint, RichLog):
     def search(self, text: str) -> int:
         """Highlight `text` everywhere and go to its first match; the number of matching lines."""
         self.query_text = text.strip()
-        entries, self._entries = self._entries, []
+        entries, self.entries = self.entries, []
         self.clear()
         self.following = False
         self.add(entries)
