@@ -55,6 +55,7 @@ class AcpLoop:
         # Nothing checks the goal: why, said when nobody can be asked to judge a turn.
         self.unchecked = unchecked
         self.stopping = False  # the agent's end is loopdeck's doing from here on
+        self.turn: asyncio.Future[Any] | None = None  # the prompt in flight, while it is
 
     async def run(self) -> None:
         """The agent started, its turns until a stop; the agent stopped at any end, a start
@@ -81,9 +82,12 @@ class AcpLoop:
             return
         status = await proc.wait()
         if not self.stopping:
+            # Said alike whichever notices first: this wait or the turn's broken connection.
+            mid_turn = self.turn is not None and not self.turn.done()
+            what = f"went away mid-turn (exit status {status})" if mid_turn else None
+            what = what or f"exited (status {status})"
             self.host.fail(
-                StopReason.TOOL_FAILURE,
-                self.agent.said(f"exited (status {status})", "it is gone, nothing it asked runs"),
+                StopReason.TOOL_FAILURE, self.agent.said(what, "it is gone, nothing it asked runs")
             )
 
     async def _turns(self) -> None:
@@ -132,7 +136,7 @@ class AcpLoop:
         started, self.said, self.turn_tokens = time.perf_counter(), [], None
         self.cost_before = self.cost_seen or 0.0
         self.calls.cutting = False
-        turn = asyncio.ensure_future(
+        turn = self.turn = asyncio.ensure_future(
             self.agent.conn.prompt(session_id=self.agent.session_id, prompt=[text_block(text)])
         )
         try:
@@ -158,7 +162,10 @@ class AcpLoop:
         return str(response.stop_reason)
 
     def _went_away(self, exc: BaseException) -> StopRun:
-        return StopRun(StopReason.TOOL_FAILURE, self.agent.said("went away mid-turn", str(exc)))
+        proc = self.agent.proc
+        status = None if proc is None else proc.returncode
+        what = "went away mid-turn" + ("" if status is None else f" (exit status {status})")
+        return StopRun(StopReason.TOOL_FAILURE, self.agent.said(what, str(exc)))
 
     async def _next(self, turn: asyncio.Future[Any]) -> Incoming | None:
         """The agent's next message, or None once its turn ended and all it sent is taken."""
