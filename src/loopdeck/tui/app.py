@@ -85,7 +85,8 @@ class LoopdeckApp(ConsoleState):
             lambda by: console_quit.signal_again(self, by),
         )
         tell_theme_problems(self)
-        if not self.shared.fleet_home and self.db_path is not None:
+        counts = not self.shared.fleet_home and self.db_path is not None
+        if counts and self.prepare is None:
             self.call_after_refresh(self._count_waiting)  # after the first frame
         if self.prepare is not None:
             self.push_screen(PreparingScreen(self.preparing))
@@ -124,6 +125,11 @@ class LoopdeckApp(ConsoleState):
             return
         if event.state is WorkerState.SUCCESS:
             self.switch_screen(cast(Screen[None], event.worker.result))
+            # Only now: two threads importing loopdeck's packages at once can deadlock in
+            # Python's import locks (the count's thread took `core.timeouts` while the
+            # preparation was inside `loopdeck.core`'s own import).
+            if not self.shared.fleet_home and self.db_path is not None:
+                self._count_waiting()
         elif event.state is WorkerState.ERROR:
             self.launch_error = event.worker.error
             self.exit(return_code=2)  # the CLI names the error once the terminal is back
