@@ -113,6 +113,20 @@ def _cut_after_first_read(whole: list[Event]) -> int:
     return first + 1
 
 
+async def _after_a_worker(db: Path) -> list[Event]:
+    """The run's log once a worker of this process took it over and it ended."""
+    store = await open_store(db)
+    try:
+
+        async def ended() -> bool:
+            return await lease_state(store, "r1") == "ended"
+
+        await with_a_worker(db, ended)
+        return await stored(store, "r1")
+    finally:
+        await store.close()
+
+
 @pytest.mark.slow
 async def test_a_run_on_a_server_over_http_goes_on_on_another_worker(
     tmp_path: Path, servers: list[subprocess.Popen[bytes]]
@@ -134,22 +148,13 @@ async def test_a_run_on_a_server_over_http_goes_on_on_another_worker(
     cut = _cut_after_first_read(whole)
     db = tmp_path / "s.db"
     await _left_by_host_a(db, "r1", whole[:cut], run)
-    store = await open_store(db)
-    try:
-
-        async def ended() -> bool:
-            return await lease_state(store, "r1") == "ended"
-
-        await with_a_worker(db, ended)
-        log = await stored(store, "r1")
-        assert [e.seq for e in log] == list(range(1, len(log) + 1))
-        stop = log[-1]
-        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "goal_met", stop.detail
-        moved = [e for e in log if isinstance(e, RunMoved)]
-        assert len(moved) == 1 and moved[0].was == "host-a" and "lease expired" in moved[0].note
-        assert significant(log) == significant(whole)
-    finally:
-        await store.close()
+    log = await _after_a_worker(db)
+    assert [e.seq for e in log] == list(range(1, len(log) + 1))
+    stop = log[-1]
+    assert isinstance(stop, RunStopped) and stop.stop_reason.value == "goal_met", stop.detail
+    moved = [e for e in log if isinstance(e, RunMoved)]
+    assert len(moved) == 1 and moved[0].was == "host-a" and "lease expired" in moved[0].note
+    assert significant(log) == significant(whole)
 
 
 @pytest.mark.slow
@@ -161,17 +166,8 @@ async def test_a_run_on_a_server_its_lost_worker_started_ends_crashed_naming_why
     cut = _cut_after_first_read(whole)
     db = tmp_path / "s.db"
     await _left_by_host_a(db, "r1", whole[:cut], run)
-    store = await open_store(db)
-    try:
-
-        async def ended() -> bool:
-            return await lease_state(store, "r1") == "ended"
-
-        await with_a_worker(db, ended)
-        log = await stored(store, "r1")
-        assert [e.seq for e in log] == list(range(1, cut + 2))
-        stop = log[-1]
-        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed"
-        assert "its MCP server was started by the lost worker ([mcp] command)" in stop.detail
-    finally:
-        await store.close()
+    log = await _after_a_worker(db)
+    assert [e.seq for e in log] == list(range(1, cut + 2))
+    stop = log[-1]
+    assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed"
+    assert "its MCP server was started by the lost worker ([mcp] command)" in stop.detail
