@@ -25,6 +25,7 @@ from loopdeck.tui.grant_chooser import GrantChooser
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
 from loopdeck.tui.shown_input import ShownInput, typing_into
+from loopdeck.tui.timers import every
 
 BY = "console"  # who decided, as the store and the events have it
 KEYS = (
@@ -174,7 +175,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                 yield self._keys
 
     def on_mount(self) -> None:
-        self.set_interval(1.0, self.tick_countdown)
+        every(self, 1.0, self.tick_countdown)
 
     def set_title(self, waiting: int) -> None:
         self.waiting = waiting

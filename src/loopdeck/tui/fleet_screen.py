@@ -33,6 +33,7 @@ from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shared_state import SharedState
 from loopdeck.tui.shown import markup, toast
 from loopdeck.tui.shown_input import ShownInput
+from loopdeck.tui.timers import every
 
 if TYPE_CHECKING:
     from loopdeck.operator.records import Location
@@ -97,7 +98,7 @@ class FleetScreen(Screen[None]):
         self.query_one("#fleet-filter").display = False
         table = self.query_one(FleetTable)
         table.border_title = "Runs"
-        self.set_interval(1.0, self._each_second)
+        every(self, 1.0, self._each_second)
         table.focus()
         self.render_fleet()
         self.follow()

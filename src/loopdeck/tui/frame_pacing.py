@@ -10,6 +10,7 @@ from textual.screen import Screen
 
 from loopdeck.core.events import Event
 from loopdeck.operator.transcript import Entry
+from loopdeck.tui.timers import later
 
 FRAME_INTERVAL_S = 1 / 20
 FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime keeps half
@@ -68,7 +69,7 @@ class FramePacer:
         elif wait < FRAME_INTERVAL_S and not self._timer_set:
             # Due before the next tick (after a slow frame): drawn then, not a tick later.
             self._timer_set = True
-            self.screen.set_timer(wait, self._on_time)
+            later(self.screen, wait, self._on_time)
 
     def _on_time(self) -> None:
         self._timer_set = False
@@ -91,4 +92,4 @@ class FramePacer:
                 # The next frame is armed for when it is due, not left to the next tick of the
                 # frame timer: up to a tick later, or two when a busy loop makes it skip one.
                 self._timer_set = True
-                self.screen.set_timer(self._next_frame_at - now, self._on_time)
+                later(self.screen, self._next_frame_at - now, self._on_time)

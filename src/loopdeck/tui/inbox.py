@@ -39,6 +39,7 @@ from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text, title
 from loopdeck.tui.shown import cell, toast
 from loopdeck.tui.shown_input import ShownInput, typing_into
+from loopdeck.tui.timers import every
 
 if TYPE_CHECKING:
     from loopdeck.core.approvals import ApprovalDecision
@@ -100,7 +101,7 @@ class InboxScreen(Screen[None]):
         title(self.query_one("#inbox-detail"), "Selected write")
         for column in ("expires in", "run", "env/script", "call", "tool", "plan step"):
             table.add_column(column, key=column)
-        self.set_interval(1.0, self._tick)
+        every(self, 1.0, self._tick)
         self.follow()
 
     @work(group="inbox", exclusive=True, exit_on_error=False, description="pending approvals")

@@ -25,6 +25,7 @@ from loopdeck.core.events import QuestionAsked
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
 from loopdeck.tui.shown_input import ShownInput
+from loopdeck.tui.timers import every
 
 TYPING_KEYS = "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill  [b]ctrl+q[/] quit"
 CHOICE_KEYS = {
@@ -108,7 +109,7 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
 
     def on_mount(self) -> None:
         if self.asked is not None and self.asked.acts_at is not None:
-            self.set_interval(1.0, self._tick)
+            every(self, 1.0, self._tick)
 
     def _evidence(self) -> Content:
         assert self.asked is not None

@@ -56,6 +56,7 @@ from loopdeck.tui.run_decisions import RunDecisions
 from loopdeck.tui.run_panels import PANEL_KEPT, RunPanels
 from loopdeck.tui.shared_state import OwnDrive, SharedState
 from loopdeck.tui.shown import toast
+from loopdeck.tui.timers import every
 from loopdeck.tui.transcript_view import TranscriptLog
 
 SPIN_INTERVAL_S = 0.2
@@ -146,8 +147,8 @@ class RunScreen(Screen[None]):
         self.app.theme_changed_signal.subscribe(
             self, lambda _: self.query_one(CallsTable).restyle(self.view)
         )
-        self.set_interval(FRAME_INTERVAL_S, self._pacer.due)
-        self.set_interval(SPIN_INTERVAL_S, self._tick)
+        every(self, FRAME_INTERVAL_S, self._pacer.due)
+        every(self, SPIN_INTERVAL_S, self._tick)
         self.panels.check_size(self.size.width, self.size.height)
         self.render_view()
         # The run starts once its screen is painted: the operator sees it before the agent

@@ -1,0 +1,30 @@
+"""A screen's timers that stop with it: a tick that lands while its screen is being removed
+does nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.widget import Widget
+
+
+def every(widget: Widget, seconds: float, callback: Callable[[], object]) -> None:
+    """`callback` every `seconds` while `widget` is on screen. Textual runs a timer's callback
+    in the timer's own task, so a tick can land after the widget's children were removed (its
+    screen popped, the app closing) and before its timers stop: such a tick does nothing."""
+
+    def tick() -> None:
+        if widget.display:  # False from the moment the widget is being removed or closed
+            callback()
+
+    widget.set_interval(seconds, tick)
+
+
+def later(widget: Widget, seconds: float, callback: Callable[[], object]) -> None:
+    """`callback` once, `seconds` from now, unless `widget` is being removed by then."""
+
+    def fire() -> None:
+        if widget.display:
+            callback()
+
+    widget.set_timer(seconds, fire)
