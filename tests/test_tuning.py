@@ -113,12 +113,15 @@ def test_off_holds_the_collector_nowhere(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_a_textual_patch_refuses_another_textual_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = metadata.version
-    monkeypatch.setattr(
-        metadata, "version", lambda name: "9.0.1" if name == "textual" else real(name)
-    )
+    monkeypatch.setattr(guards, "textual_version", lambda: "9.0.1")
     assert textual_cycles.refusal() == "written for Textual >=8.2,<9.0, this is Textual 9.0.1"
     assert strip_caches.refusal() == "written for Textual >=8.2,<9.0, this is Textual 9.0.1"
+
+
+def test_textual_version_is_the_one_its_distribution_says() -> None:
+    """Read from the dist-info beside the package (no importlib.metadata on the way to the
+    first frame): the same version importlib.metadata reads."""
+    assert guards.textual_version() == metadata.version("textual")
 
 
 def test_a_textual_patch_refuses_a_replaced_function_it_was_not_written_against(
