@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from loopdeck import stop_signals
+from loopdeck.cli.chosen_command import command_word
 from loopdeck.cli.parser import ENV_COMMANDS, EXIT_BAD_INPUT, STORE_COMMANDS, build_parser
 
 # Commands that run an agent here: a stop signal before their loop can take it is kept
@@ -25,7 +26,8 @@ TERMINAL_COMMANDS = (*RUN_COMMANDS, "console", "attach", "replay")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(command_word(words)).parse_args(words)
     if args.command in TERMINAL_COMMANDS:
         stop_signals.outlive_terminal()
     try:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from loopdeck.caps import FLAGGED_CAPS
 from loopdeck.caps import budget_overrides as budget_overrides
+from loopdeck.cli.chosen_command import ChosenCommand
 from loopdeck.cli.gateway_parser import add_gateway_command
 from loopdeck.cli.notify_flags import add_notify_flags
 from loopdeck.cli.policy_commands import add_policy_command
@@ -132,9 +133,11 @@ def nearest_choice(message: str) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command; with `command` (the one about to be parsed) only its arguments are built,
+    the others listed by name and help (`cli/chosen_command.py`)."""
     parser = Parser(prog="loopdeck", description="Supervise LLM agents.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = ChosenCommand(parser.add_subparsers(dest="command", required=True), command)
 
     run = commands.add_parser("run", help="run an agent against an env")
     run.add_argument("env", metavar="ENV_DIR", help="env folder, or a sample env's name")
