@@ -11,10 +11,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from loopdeck.core.grant_rules import GrantRule
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.arg_edits import check_edit, told_instead_of
-from loopdeck.operator.records import Asked, GrantRule, PendingOutcome, PendingWrite, Store
+from loopdeck.operator.grant_book import GrantRow
+from loopdeck.operator.records import Asked, PendingOutcome, PendingWrite, Store
 
 
 class BadDecision(ValueError):
@@ -95,7 +97,7 @@ async def grants(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
-def _grant_json(row: records.GrantRow) -> dict[str, object]:
+def _grant_json(row: GrantRow) -> dict[str, object]:
     return {
         "run_id": row.run_id,
         "grant_id": row.grant_id,

@@ -18,10 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopdeck.core.events import OutcomeResolved
-from loopdeck.core.grant_rules import GrantRule, GrantRuleError
 from loopdeck.core.text import capped
 from loopdeck.operator import entries
 from loopdeck.operator.entries import (
@@ -35,12 +33,16 @@ from loopdeck.operator.entries import (
     answer_forms,
     not_offered,
 )
-from loopdeck.operator.grant_book import GrantBook, GrantRow
 from loopdeck.store import deciding, outcome_queries, queries, verification
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
 from loopdeck.store.deciding import RunEnded
 from loopdeck.store.opening import open_store
 from loopdeck.store.verification import RunProof, verify_export, verify_run, verify_store
+
+if TYPE_CHECKING:  # the runtime's events and grants (pydantic): off `loopdeck runs`' imports
+    from loopdeck.core.events import OutcomeResolved
+    from loopdeck.core.grant_rules import GrantRule
+    from loopdeck.operator.grant_book import GrantRow
 
 __all__ = [
     "CHOICE_WORDS",
@@ -48,9 +50,6 @@ __all__ = [
     "AmbiguousRun",
     "Asked",
     "Decision",
-    "GrantRow",
-    "GrantRule",
-    "GrantRuleError",
     "Location",
     "NotOffered",
     "PendingOutcome",
@@ -297,6 +296,8 @@ async def resolve_ended(
         why = await resolve(store, run_id, call_id, applied=applied, by=by, tell=tell)
         if why is not None:
             return why
+        from loopdeck.core.events import OutcomeResolved
+
         made = await queries.last_event(store, run_id, OutcomeResolved)
     return made if made is not None and made.call_id == call_id else None
 
@@ -309,6 +310,8 @@ async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[Pend
 
 async def grants(store: Store, run_id: str | None = None) -> list[GrantRow]:
     """Every grant of the run (or of every run), with its uses and state."""
+    from loopdeck.operator.grant_book import GrantBook
+
     book = GrantBook()
     for event in await outcome_queries.grant_events(store, run_id):
         book.take(event)
