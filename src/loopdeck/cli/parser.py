@@ -134,8 +134,7 @@ def nearest_choice(message: str) -> str:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """Every command; with `command` (the one about to be parsed) only its arguments are built,
-    the others listed by name and help (`cli/chosen_command.py`)."""
+    """Every command; only `command`'s arguments when given (`cli/chosen_command.py`)."""
     parser = Parser(prog="loopdeck", description="Supervise LLM agents.")
     commands = ChosenCommand(parser.add_subparsers(dest="command", required=True), command)
 

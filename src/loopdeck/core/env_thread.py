@@ -23,11 +23,12 @@ sleeps) is not waited for again: the loop would only block for the wait and then
 well. Which label was slow is learned from how long each call's code ran (`took`), so code
 that turns quick again is waited for again from its next call.
 
-The env thread waits for work on a pipe (`_Jobs`), never spinning: a call is queued, then
-one byte written. A write lets the interpreter's lock go before it wakes the thread, so the
-thread wakes to a free lock and runs the code at once. A queue's `put` woke it with the lock
-still held: it woke, found the lock taken, slept again until the loop's wait let it go (a
-hand-over and back, `bench/model_path.py`: 20-52 -> 8-28 us on this 2-core machine, loaded).
+The env thread waits for work on a pipe (`core/env_jobs.py`), never spinning: a call is
+queued, then one byte written. A write lets the interpreter's lock go before it wakes the
+thread, so the thread wakes to a free lock and runs the code at once. A queue's `put` woke it
+with the lock still held: it woke, found the lock taken, slept again until the loop's wait let
+it go (a hand-over and back, `bench/model_path.py`: 20-52 -> 8-28 us on this 2-core machine,
+loaded).
 
 A call can bring env code to run straight after it on the thread (`then`): the runtime's
 snapshot after a tool, which the goal check takes with `after` without a hand-over of its own
@@ -38,15 +39,14 @@ for, its result discarded) by any other env call, and a stray like any other if 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from loopdeck.core.env_jobs import Jobs
 from loopdeck.core.timeouts import bounded
 
 T = TypeVar("T")
@@ -138,45 +138,10 @@ def _end_wait(over: asyncio.Future[None]) -> None:
 
 
 _Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Ahead | None]
+_Jobs = Jobs  # the queue's name here (a test's counting queue subclasses it)
 
 
-class _Jobs:
-    """The env thread's queue: the items in a deque, a byte through a pipe for each (see
-    above). The loop puts, the env thread gets; `None` ends the thread, which closes the pipe's
-    reading end as it goes (the loop closed the writing end after the `None`)."""
-
-    def __init__(self) -> None:
-        self.items: collections.deque[_Item | None] = collections.deque()
-        self._read, self._write = os.pipe()
-        self._pid = os.getpid()  # a forked child has the pipe, not the thread reading it
-
-    def put(self, item: _Item | None) -> None:
-        self.items.append(item)
-        os.write(self._write, b"\0")  # the interpreter's lock is let go, then the thread woken
-
-    def get(self) -> _Item | None:
-        if not os.read(self._read, 1):
-            return None  # the writing end closed with nothing left to read
-        return self.items.popleft()
-
-    def end(self) -> None:
-        """The loop's side: the thread ends once it has served what was put before."""
-        if self._pid != os.getpid():  # a forked child's copy: the parent's thread reads it
-            os.close(self._write)
-            os.close(self._read)
-            return
-        try:
-            self.put(None)
-        except OSError:  # BrokenPipeError: the thread has ended already
-            pass
-        finally:
-            os.close(self._write)
-
-    def close_reading_end(self) -> None:
-        os.close(self._read)
-
-
-def _serve(jobs: _Jobs) -> None:
+def _serve(jobs: Jobs) -> None:
     """The env thread, until `None`. It holds nothing of a call while it waits for the next
     (`_serve_one`'s locals go with it): an EnvThread never closed is still dropped."""
     try:
@@ -282,13 +247,22 @@ class EnvThread:
         fn: Callable[..., T],
         *args: Any,
         then: Then | None = None,
+        timeout_s: float | None = None,
     ) -> T:
         """Run `fn(*args)` on the env thread and wait for it. Cancelling the wait abandons the
         call: its result is discarded and the next call waits for it to end. `then` (a label
-        and a function) runs straight after it if it returns, for `after` to take."""
+        and a function) runs straight after it if it returns, for `after` to take.
+        `timeout_s` bounds the whole call (`TimeoutError`), as `bounded` around it would; its
+        timer is armed only when the call has to wait on the loop: a call whose env code is
+        done within the quick wait (a tool's, most of the time) arms none."""
+        if timeout_s is not None and (self._gate.locked() or self._earlier_running()):
+            # It waits for env code started before it: bounded all through.
+            return await bounded(self.call(label, fn, *args, then=then), timeout_s)
         async with self._gate:
-            await self._settle_earlier()
+            if self._ahead is not None or self._earlier_running():
+                await self._settle_earlier()
             loop = asyncio.get_running_loop()
+            deadline = None if timeout_s is None else loop.time() + timeout_s
             job = _Job(label, lambda: fn(*args))
             future: asyncio.Future[T] = loop.create_future()
             ahead = None
@@ -299,7 +273,14 @@ class EnvThread:
                 jobs = self._start()
             self._current = job
             jobs.put((job, loop, future, ahead))
-            return await self._wait(job, future)
+            return await self._wait(job, future, deadline)
+
+    def _earlier_running(self) -> bool:
+        """Env code started before is still running: a call would wait for it first."""
+        current, ahead = self._current, self._ahead
+        if current is not None and not current.finished:
+            return True
+        return ahead is not None and not ahead.job.finished
 
     async def after(self, label: str, fn: Callable[[], T]) -> T:
         """`fn()`, as the last call's `then` ran it if that was `fn` (the call returned);
@@ -324,7 +305,9 @@ class EnvThread:
             self._current = ahead.job
             await self._wait_for_stray()
 
-    async def _wait(self, job: _Job, future: asyncio.Future[T]) -> T:
+    async def _wait(self, job: _Job, future: asyncio.Future[T], deadline: float | None = None) -> T:
+        """The call's result: taken at once if its code ends within the quick wait, else
+        awaited (until `deadline`, the loop's time, if any)."""
         quick = 0.0 if job.label in self._slow else self.quick_wait_s
         idle = self.only_when_idle
         if quick and idle is not None and not idle(asyncio.get_running_loop(), quick):
@@ -334,7 +317,10 @@ class EnvThread:
             result: T = job.result()
             return result
         try:
-            return await future
+            if deadline is None:
+                return await future
+            async with asyncio.timeout_at(deadline):
+                return await future
         finally:
             self._learn(job)
 
@@ -353,12 +339,12 @@ class EnvThread:
             await self._settle_earlier()
             return await coro_fn(*args)
 
-    def _start(self) -> _Jobs:
+    def _start(self) -> Jobs:
         """The thread, with its queue: the one given before the first call (a test's, that
         counts hand-overs), else a new one."""
         if self._ended is not None:
             self._ended()  # a thread closed, or that ended on its own: its pipe is closed
-        jobs = self._jobs if self._jobs is not None and self._thread is None else _Jobs()
+        jobs = self._jobs if self._jobs is not None and self._thread is None else Jobs()
         self._jobs = jobs
         # The thread holds its queue, not this object: an EnvThread never closed still goes,
         # and its thread ends with it.

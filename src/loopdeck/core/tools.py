@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -124,11 +126,24 @@ class ToolSpec(BaseModel):
     not_editable: str = ""
 
     def json_schema(self) -> dict[str, Any]:
+        """The tool as the model is told of it, a new dict each time (the caller's to keep)."""
         return {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": self.args_model.model_json_schema(),
+                "parameters": json.loads(_parameters_text(self.args_model)),
             },
         }
+
+
+# Each argument model's JSON schema, as text: made once per model and process, where pydantic
+# made it again for every run (a few hundred microseconds a tool, before the run's first step).
+_parameters: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
+
+
+def _parameters_text(args_model: type[BaseModel]) -> str:
+    text = _parameters.get(args_model)
+    if text is None:
+        text = _parameters[args_model] = json.dumps(args_model.model_json_schema())
+    return text
