@@ -300,6 +300,9 @@ async def test_the_console_puts_a_loop_to_the_operator_nudge_then_stop() -> None
             pilot,
             lambda: isinstance(app.screen, QuestionDialog) and app.screen.question_id == "q2",
         )
+        # Offered as the guard asked it (never as the agent's text box, which types the `s`).
+        guard_asks = app.screen
+        assert isinstance(guard_asks, QuestionDialog) and guard_asks.answers_stop
         await pilot.press("s")  # over the guard's question the stop key is its answer
         await wait_until(pilot, lambda: finished(app))
         outcome = run_screen(app).outcome

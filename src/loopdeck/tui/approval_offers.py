@@ -46,10 +46,12 @@ class ApprovalOffers:
         link: RunLink,
         now: Callable[[], datetime],
         put_off: Callable[[], None],
-        asked: Callable[[str], QuestionAsked | None] = lambda _: None,
+        asked: Callable[[str], QuestionAsked | None],
     ) -> None:
         self.screen = screen
-        self.asked = asked  # how a question was put (its title, choices, evidence), by id
+        # How a question was put (its title, choices, evidence), by id: None until its
+        # `QuestionAsked` is folded into the screen's view.
+        self.asked = asked
         self.link = link
         self.now = now
         self.put_off = put_off  # called when the operator leaves one for later (the header)
@@ -117,7 +119,12 @@ class ApprovalOffers:
         waiting = [p for p in pending if p.call_id not in held and asking(p) not in self._settled]
         if not waiting:
             held |= self._settled_questions
-            asked = [(q, text) for q, text in questions if q not in held]
+            # A question is offered once its asking is heard: the link lists it as the run
+            # asks, before its `QuestionAsked` has reached this loop's view, and a dialog made
+            # then would put the guard's question as the agent's (no choices; a text box that
+            # types `s`). The queue's change that follows the event offers it (`changed`).
+            heard = [(q, text) for q, text in questions if self.asked(q) is not None]
+            asked = [(q, text) for q, text in heard if q not in held]
             if asked:
                 question_id, text = asked[0]
                 self.dialog = QuestionDialog(question_id, text, self.asked(question_id), self.now)
