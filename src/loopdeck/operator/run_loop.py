@@ -4,8 +4,10 @@ console's (issue 43, "the keys never wait on the loop").
 A run's runtime (its agent loop, LiteLLM's call path, its recording) does synchronous work
 between its awaits: on the console's loop each such stretch was a stall of the frames and the
 keys. Here the console's loop only hears what happened (`Outbox`) and sends the operator's
-commands (`call`, `run`); the interpreter's lock is shared between the two threads at its
-switch interval (`tuning.lock_switching`), so no stretch of the run holds the keys for longer.
+commands (`call`, `run`). The two threads share the interpreter's lock; with a console open
+its loop goes first (`tuning.console_first`): the runs' loop starts a turn only while the
+console's is asleep, and no stretch of the run holds the keys for longer than the switch
+interval (`tuning.lock_switching`).
 
 The thread starts with the first run and lives as long as the process (a daemon: a process
 that leaves with a run still going does not wait for it; the console kills its runs first).
@@ -19,6 +21,8 @@ import threading
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from loopdeck.tuning import console_first
 
 T = TypeVar("T")
 # What the runs' thread tells the console is delivered at most this often: frames are 50 ms
@@ -35,7 +39,8 @@ def runs_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _lock:
         if _loop is None:
-            loop = asyncio.new_event_loop()
+            # Each turn waits while a console's loop is awake (`console_first.watch`).
+            loop = asyncio.SelectorEventLoop(console_first.RunsSelector())
             started = threading.Event()
 
             def serve() -> None:
@@ -75,6 +80,7 @@ async def run(coro: Coroutine[Any, Any, T]) -> T:
     if on_runs_loop():
         return await coro
     here = asyncio.get_running_loop()
+    console_first.watch(here)  # a console's loop goes first (none: nothing is watched)
     ended: asyncio.Future[T] = here.create_future()
     task: list[asyncio.Task[T]] = []
 

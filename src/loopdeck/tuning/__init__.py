@@ -10,6 +10,9 @@ freezes nothing, keeps its switch interval, and Textual stays as it ships.
   frozen out of every walk once imported.
 - `lock_switching`: how long a thread keeps the interpreter's lock, and LiteLLM's pool giving
   it way to the console's loop.
+- `console_first`: while the console's loop is awake the runs' loop waits at the start of its
+  turn; applied when a run starts from the console's loop, on the thread that took the
+  console's terms (`lock_switching.for_console`), so `LOOPDECK_TUNING=off` leaves it off too.
 - `textual_cycles`, `strip_caches`: Textual's strips and LRU caches without reference cycles,
   their caches made on first use.
 

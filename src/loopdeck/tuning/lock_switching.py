@@ -13,6 +13,12 @@ every 10 ms instead of every 5. Measured in `bench/console_load.py` and ARCHITEC
 ("Where model calls run"): the LiteLLM runaway's longest stall 23 -> 17.5 ms (medians), a tool
 spinning for a second 13 -> 21 ms, keys answered within 7-18 ms either way.
 
+**Who goes first.** A console's runs run on a thread of their own (`operator.run_loop`): while
+the console's loop is awake, that thread's loop waits at the start of its turn
+(`console_first`), so a frame holds the lock in one piece; the switch interval only bounds how
+long a wake of the console's loop waits for a turn of the run already going (A/B with it in,
+bench/console_load.py: 5 ms did no better than 10).
+
 **Who gives way.** The 10 ms cut both ways: a loop callback that found the pool building a
 request waited up to 10 ms for the lock before its own work began. So the pool gives way: each
 walk over a long conversation made there (`give_way`: LiteLLM's message validation, in
