@@ -44,13 +44,13 @@ TARGET = 0.9  # appends with the chain, at least 90 % of appends without it
 class Unchained(RunChain):
     """The writer without its chain: no event linked, rows appended with no hash."""
 
-    def queued(self, seq: int, row: EventRow | None) -> ChainedRow | None:
-        return None
+    def queued(self, seq: int, row: EventRow) -> ChainedRow:
+        return (*row, None)
 
     async def rows(
         self, tx: Tx, run_id: str, first: int, rows: Sequence[LinkedRow]
     ) -> list[ChainedRow]:
-        return [(*row, None) for _, row, _, _ in rows]
+        return [row for _, _, row in rows]
 
     def committed(self, last: ChainedRow | None, more_queued: bool) -> None:
         return None

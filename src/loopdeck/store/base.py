@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import platformdirs
 
@@ -165,6 +165,35 @@ class Tx(Protocol):
     async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
         """Many new rows into `table` at once, the engine's fastest way (PostgreSQL: COPY)."""
         ...
+
+
+T = TypeVar("T")
+# What a transaction does, given it: its statements, awaited one after another, and nothing else.
+Work = Callable[[Tx], Coroutine[Any, Any, T]]
+
+
+async def run_whole(tx: Tx, work: Work[T]) -> T:
+    """`work` on an open transaction, in one go where the transaction can (SQLite's `whole`:
+    its statements and its COMMIT in one call on the connection's thread), else statement by
+    statement; `work` awaits its transaction's statements and nothing else."""
+    whole = getattr(tx, "whole", None)
+    if whole is None:
+        return await work(tx)
+    done: T = await whole(work)
+    return done
+
+
+def run_to_end(running: Coroutine[Any, Any, T]) -> T:
+    """A transaction's work driven to its end where it is (a store's thread), its result: its
+    statements run within their calls there, so it never suspends; one that does waited on
+    something else, and is refused."""
+    try:
+        running.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    running.close()
+    raise RuntimeError("a store transaction's work waited on something other than its statements")
 
 
 class Beats(Protocol):

@@ -26,9 +26,9 @@ EventRow = tuple[str, int, str, str, str]  # run_id, seq, kind, at, body
 ChainedRow = tuple[str, int, str, str, str, str | None]  # and its hash
 EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
 CHAINED_COLUMNS = (*EVENT_COLUMNS, "hash")
-# A queued event (whatever the writer queues it as), its row, the hash it follows, and its row
-# with its own hash (None: linked when committed).
-LinkedRow = tuple[object, EventRow, str, ChainedRow | None]
+# A queued event (whatever the writer queues it as), the hash it follows, and its row with its
+# own hash (None: linked when committed).
+LinkedRow = tuple[object, str, ChainedRow]
 E = TypeVar("E", bound=EventBase)
 
 
@@ -100,20 +100,23 @@ class RunChain:
         self.tail_hash = GENESIS
         self.head: tuple[int, str] | None = None
 
-    def queued(self, seq: int, row: EventRow | None) -> ChainedRow | None:
-        """An event's row with its hash as it is queued, after the tail (`tail_hash`, read
-        before this call), when the tail is the event before it: one sha256 while the last
-        batch is being inserted. None: linked at the commit."""
-        if row is None or seq != self.tail_seq + 1:
+    def queued(self, seq: int, row: EventRow) -> ChainedRow:
+        """An event's row as it is queued, with its hash when the tail is the event before it
+        (after `tail_hash`, read before this call): one sha256 while the last batch is being
+        inserted; with None, linked at the commit."""
+        if seq != self.tail_seq + 1:
             self.tail_seq = -1  # unknown: the next ones are linked at the commit
-            return None
-        prev = self.tail_hash
+            return (*row, None)
         try:  # `link` written out: this is the writer's path, once per event
-            digest = sha256(f"{prev}-{row[4]}".encode()).hexdigest()
+            digest = sha256(f"{self.tail_hash}-{row[4]}".encode()).hexdigest()
         except UnicodeEncodeError:
-            digest = link(prev, row[4])
+            digest = link(self.tail_hash, row[4])
         self.tail_seq, self.tail_hash = seq, digest
         return (*row, digest)
+
+    def broken(self) -> None:
+        """An event could not be queued with its row: the next ones are linked at the commit."""
+        self.tail_seq = -1
 
     async def rows(
         self, tx: Tx, run_id: str, first: int, rows: Sequence[LinkedRow]
@@ -129,13 +132,14 @@ class RunChain:
         else:
             prev = (await chain_head(tx, run_id, first))[1]
         chained: list[ChainedRow] = []
-        for _, row, after, linked in rows:
-            if linked is not None and linked[5] is not None and after == prev:
-                prev = linked[5]
-                chained.append(linked)
+        add = chained.append
+        for _, after, row in rows:
+            if row[5] is not None and after == prev:
+                prev = row[5]
+                add(row)
             else:
                 prev = link(prev, row[4])
-                chained.append((*row, prev))
+                add((*row[:5], prev))
         return chained
 
     def committed(self, last: ChainedRow | None, more_queued: bool) -> None:

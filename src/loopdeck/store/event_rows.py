@@ -67,11 +67,13 @@ class RunRows:
         # The run row's columns this batch sets (the last value of each), and guard repeats.
         self.fields: dict[str, Any] = {}
         self.repeats = 0
+        # The batch's last budget update: only its figures reach the run's row, read once.
+        self.budget: BudgetUpdated | None = None
 
     async def apply_batch(self, tx: Tx, events: Iterable[Event]) -> None:
         """The runs and approvals rows a batch of appended events changes: approvals as
         their events come, the run's row once at the end."""
-        self.fields, self.repeats = {}, 0
+        self.fields, self.repeats, self.budget = {}, 0, None
         last: Event | None = None
         for event in events:
             last = event
@@ -82,6 +84,8 @@ class RunRows:
                 await _tool_finished(self, tx, event)
         if last is None:
             return
+        if self.budget is not None:
+            _budget_fields(self, self.budget)
         fields = {"last_seq": last.seq, **self.fields}
         if "usage" in fields:
             fields["usage"] = json.dumps(fields["usage"])
@@ -162,6 +166,10 @@ def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
 
 @_writes(BudgetUpdated)
 def _budget_updated(rows: RunRows, db: Tx, e: BudgetUpdated) -> None:
+    rows.budget = e  # a runaway's every fifth event: its figures read at the batch's end
+
+
+def _budget_fields(rows: RunRows, e: BudgetUpdated) -> None:
     caps = e.caps()
     spent = {cap: usage.used for cap, usage in caps.items()}  # None: unknown, never 0
     tokens, cost = spent.get(Cap.TOKENS), spent.get(Cap.COST)

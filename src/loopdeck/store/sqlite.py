@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -27,10 +27,14 @@ from loopdeck.store.base import (
     StoreError,
     StoreUnavailable,
     Tx,
+    Work,
 )
 from loopdeck.store.feed import SQLITE_FEED, fill_summaries
 from loopdeck.store.files import private_store_files, store_folder
 from loopdeck.store.leases import BEAT_HELD, LEASES_TABLE, RENEW
+from loopdeck.store.sqlite_thread import run_on_thread
+
+T = TypeVar("T")
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -58,24 +62,53 @@ def busy_timeout_s() -> float:
 
 
 class _SqliteTx:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    """A transaction on the store's connection, begun (BEGIN IMMEDIATE) with its first
+    statement, or run whole in one call on the connection's thread (`whole`)."""
+
+    def __init__(self, db: aiosqlite.Connection, *, begun: bool = False) -> None:
         self.db = db
+        self.begun = begun
+        self.committed = False  # by `whole`: nothing left for the transaction's end
+
+    async def _begin(self) -> None:
+        if not self.begun:
+            await self.db.execute("BEGIN IMMEDIATE")
+            self.begun = True
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        await self._begin()
         cursor = await self.db.execute(sql, tuple(params))
         return int(cursor.rowcount)
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        await self._begin()
         await self.db.executemany(sql, rows)
 
     async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        await self._begin()
         marks = ", ".join("?" for _ in columns)
         await self.db.executemany(
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows
         )
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        await self._begin()
         return list(await self.db.execute_fetchall(sql, tuple(params)))
+
+    async def whole(self, work: Work[T]) -> T:
+        """BEGIN IMMEDIATE, `work`'s statements and the COMMIT in one call on the connection's
+        thread (`store/sqlite_thread.py`): one hop there and back instead of one a statement (a
+        writer's batch was five). aiosqlite runs a connection's calls on its own thread, in
+        order, and has no public way to run one of ours there: its `_execute` is that way
+        (aiosqlite 0.22, pinned; tests/test_store_one_hop.py fails if it goes). Begun
+        already, the rest of the transaction goes statement by statement."""
+        if self.begun:
+            return await work(self)
+        done: T = await self.db._execute(  # type: ignore[no-untyped-call]
+            run_on_thread, self.db, work
+        )
+        self.begun = self.committed = True
+        return done
 
 
 class _SqliteBeats:
@@ -225,7 +258,7 @@ class SqliteStore(Store):
                 await self.db.execute(statement)
             if version < 4:  # the fleet's summary of each run, read once from its events
                 self.db.row_factory = sqlite3.Row
-                await fill_summaries(_SqliteTx(self.db))
+                await fill_summaries(_SqliteTx(self.db, begun=True))
             if version < 5:  # the hash chain begins now: older events carry no hash
                 await self.db.execute(
                     "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
@@ -284,17 +317,16 @@ class SqliteStore(Store):
 
     @contextlib.asynccontextmanager
     async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
-        """Taken at once (BEGIN IMMEDIATE): SQLite has one writer at a time, so `run_id`
-        needs nothing more."""
+        """Taken (BEGIN IMMEDIATE) with its first statement, or run whole on the connection's
+        thread (`_SqliteTx.whole`): SQLite has one writer at a time, so `run_id` needs nothing
+        more."""
         self.db.row_factory = sqlite3.Row
         async with self.lock:
+            tx = _SqliteTx(self.db)
             try:
-                await self.db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self.explain(exc) from exc
-            try:
-                yield _SqliteTx(self.db)
-                await self.db.execute("COMMIT")
+                yield tx
+                if tx.begun and not tx.committed:
+                    await self.db.execute("COMMIT")
             except BaseException as exc:
                 await self._roll_back(exc)
                 if isinstance(exc, sqlite3.Error):

@@ -19,21 +19,22 @@ import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import cast
 
 from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
-from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
-from loopdeck.store.chain import (
-    CHAINED_COLUMNS,
-    EVENT_COLUMNS,
-    ChainedRow,
-    EventRow,
-    LinkedRow,
-    RunChain,
+from loopdeck.store.base import (
+    Store,
+    StoreError,
+    StoreRefused,
+    StoreUnavailable,
+    Tx,
+    run_whole,
 )
+from loopdeck.store.chain import CHAINED_COLUMNS, EVENT_COLUMNS, ChainedRow, LinkedRow, RunChain
 from loopdeck.store.event_rows import RunRows, event_json, event_row
 from loopdeck.store.leases import LeaseLost, check
 from loopdeck.store.liveness import process_started, this_host
@@ -48,10 +49,10 @@ RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 2.0
 # How long `close` keeps trying a store that cannot take writes before it gives up (spill).
 CLOSE_RETRY_S = 10.0
-# A queued event: the event, its row (None: serializing failed, tried again at the commit),
-# the hash it follows in the run's chain, and its row with its own hash (None: linked at the
+# A queued event: the event, the hash it follows in the run's chain, and its row with its own
+# hash (hash None: linked at the commit; row None: serializing failed, tried again at the
 # commit).
-Queued = tuple[Event, EventRow | None, str, ChainedRow | None]
+Queued = tuple[Event, str, ChainedRow | None]
 
 
 class EventWriter:
@@ -98,13 +99,14 @@ class EventWriter:
     def __call__(self, event: Event) -> None:
         if self.lost is not None or not self.taking:
             return  # the run is another worker's now: nothing more of this one is kept
-        try:
-            row: EventRow | None = event_row(event)
-        except Exception:  # never the publisher's problem: the commit reports it
-            row = None
         chain = self.chain
         after = chain.tail_hash
-        self._queue.append((event, row, after, chain.queued(event.seq, row)))
+        try:
+            row: ChainedRow | None = chain.queued(event.seq, event_row(event))
+        except Exception:  # never the publisher's problem: the commit reports it
+            row = None
+            chain.broken()
+        self._queue.append((event, after, row))
         if self.outage is not None:
             return  # an outage keeps its own pace
         queued = len(self._queue)
@@ -219,7 +221,7 @@ class EventWriter:
         last = self._queue[-1][0].seq
         if self._spill.path is not None and last == self._spilled_through:
             return self._spill.path
-        lines = [row[4] if row else event.as_json() for event, row, _, _ in self._queue]
+        lines = [row[4] if row else event.as_json() for event, _, row in self._queue]
         path = self._spill.write(lines)
         self._spilled_through = last if path is not None else 0
         return path
@@ -275,31 +277,41 @@ class EventWriter:
     async def write_back(self, events: list[Event]) -> None:
         """Events made by another process, committed as that process would have, in one
         transaction."""
-        await self.commit([(event, None, "", None) for event in events])
+        await self.commit([(event, "", None) for event in events])
 
     async def commit(self, batch: list[Queued]) -> None:
-        run_id = batch[0][0].run_id
-        last = None
-        async with self.store.transaction(run_id) as tx:
-            if self.fence is not None:
-                await check(tx, self.store, *self.fence)
-            correction = await self.rows.undo_a_false_crash(tx, run_id)
-            if correction is not None and self.on_correction is not None:
-                self.on_correction(correction)
-            if self.outage is not None:  # the commit that failed may have landed all the same
-                batch = await _not_stored(tx, run_id, batch)
-            if batch:
-                linked = cast(list[LinkedRow], batch)  # each with its row, as queued
-                if any(item[1] is None for item in batch):  # made again (and reported) here
-                    linked = [(e, row or event_row(e), after, c) for e, row, after, c in batch]
-                rows = await self.chain.rows(tx, run_id, batch[0][0].seq, linked)
-                # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit
-                # at a runner's sequence number any more, and a clash would be a bug to
-                # report, never an event to drop.
-                await tx.append("events", CHAINED_COLUMNS, rows)
-                await self.rows.apply_batch(tx, (item[0] for item in batch))
-                last = rows[-1]
+        """The batch in one transaction, whole (`run_whole`: on SQLite one call on the
+        connection's thread), then what it tells: a false crash undone, the chain's head."""
+        async with self.store.transaction(batch[0][0].run_id) as tx:
+            last, correction = await run_whole(tx, partial(self._write, batch))
+        if correction is not None and self.on_correction is not None:
+            self.on_correction(correction)
         self.chain.committed(last, bool(self._queue))
+
+    async def _write(self, batch: list[Queued], tx: Tx) -> tuple[ChainedRow | None, str | None]:
+        """The batch's transaction: the fence, a reader's false crash undone, the rows linked
+        and appended, the runs and approvals rows; its last row and the correction's words.
+        On SQLite it runs on the store's thread: it reads and changes only the batch, `rows`
+        and the chain's head (never the queue nor the chain's tail, which `__call__` moves
+        meanwhile), and tells nobody anything until it returns."""
+        run_id = batch[0][0].run_id
+        if self.fence is not None:
+            await check(tx, self.store, *self.fence)
+        correction = await self.rows.undo_a_false_crash(tx, run_id)
+        if self.outage is not None:  # the commit that failed may have landed all the same
+            batch = await _not_stored(tx, run_id, batch)
+        if not batch:
+            return None, correction
+        if any(item[2] is None for item in batch):  # made again (and reported) here
+            batch = [(e, after, row or (*event_row(e), None)) for e, after, row in batch]
+        linked = cast(list[LinkedRow], batch)  # each with its row now
+        rows = await self.chain.rows(tx, run_id, batch[0][0].seq, linked)
+        # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit at a
+        # runner's sequence number any more, and a clash would be a bug to report, never an
+        # event to drop.
+        await tx.append("events", CHAINED_COLUMNS, rows)
+        await self.rows.apply_batch(tx, (item[0] for item in batch))
+        return rows[-1], correction
 
 
 async def _not_stored(tx: Tx, run_id: str, batch: list[Queued]) -> list[Queued]:
