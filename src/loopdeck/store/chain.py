@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from hashlib import sha256
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from loopdeck.core.events import EventBase
 from loopdeck.store.base import Tx
+
+if TYPE_CHECKING:  # the runtime's events (pydantic): the caller's class is given
+    from loopdeck.core.events import EventBase
 
 GENESIS = "0" * 64
 EventRow = tuple[str, int, str, str, str]  # run_id, seq, kind, at, body
@@ -29,7 +31,7 @@ CHAINED_COLUMNS = (*EVENT_COLUMNS, "hash")
 # A queued event (whatever the writer queues it as), the hash it follows, and its row with its
 # own hash (None: linked when committed).
 LinkedRow = tuple[object, str, ChainedRow]
-E = TypeVar("E", bound=EventBase)
+E = TypeVar("E", bound="EventBase")
 
 
 def link(prev: str, body: str, origin: str | None = None) -> str:

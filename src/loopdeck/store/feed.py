@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopdeck.core.events import GuardTripped, OperatorCommand, ReviewVerdict, kind_of
 from loopdeck.store.base import Store, Tx
+
+if TYPE_CHECKING:  # the runtime's events (pydantic): read only by the v4 migration
+    from loopdeck.core.events import OperatorCommand, ReviewVerdict
 
 # The runs columns a fleet shows: writing one of them moves the row's `changed`.
 SHOWN = (
@@ -168,6 +170,8 @@ def pause_word(command: OperatorCommand) -> int | None:
 async def fill_summaries(tx: Tx) -> None:
     """A store from before v4: each run's summary read once from its events (the migration's
     transaction); every row's `changed` is set on the way."""
+    from loopdeck.core.events import GuardTripped, OperatorCommand, ReviewVerdict, kind_of
+
     for (run_id,) in [tuple(row) for row in await tx.fetchall("SELECT run_id FROM runs")]:
         fields: dict[str, Any] = {"last_seq": 0, "guard_repeats": 0, "paused": 0}
         rows = await tx.fetchall("SELECT MAX(seq) FROM events WHERE run_id = ?", (run_id,))

@@ -9,19 +9,14 @@ the event written here, as a reader writes a crashed run's stop.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopdeck.core.events import (
-    ApprovalDecided,
-    EventBase,
-    GrantGiven,
-    GrantRevoked,
-    OutcomeResolved,
-    kind_of,
-)
 from loopdeck.store.base import Store, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.queries import LIVE_STATES, QUESTION, RESOLVE, UNKNOWN_OUTCOMES, send_command
+
+if TYPE_CHECKING:  # the runtime's events (pydantic): imported where an event is made or read
+    from loopdeck.core.events import EventBase
 
 _UNKNOWN = f"outcome IN {UNKNOWN_OUTCOMES}"
 
@@ -69,6 +64,8 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
     if live:
         await send_command(tx, run_id, RESOLVE, by, said)
         return None
+    from loopdeck.core.events import OutcomeResolved
+
     event, row = await reader_row(
         tx, OutcomeResolved, run_id, call_id=call_id, tool=rows[0]["tool"], applied=applied, by=by
     )
@@ -77,14 +74,12 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
     return None
 
 
-GRANT_CLASSES: dict[str, type[EventBase]] = {
-    kind_of(cls): cls for cls in (GrantGiven, GrantRevoked, ApprovalDecided)
-}
-
-
 async def grant_events(store: Store, run_id: str | None = None) -> list[EventBase]:
     """The events that make runs' grants (given, used, revoked), each run's in order."""
-    kinds = tuple(GRANT_CLASSES)
+    from loopdeck.core.events import ApprovalDecided, GrantGiven, GrantRevoked, kind_of
+
+    classes = {kind_of(cls): cls for cls in (GrantGiven, GrantRevoked, ApprovalDecided)}
+    kinds = tuple(classes)
     # An approval counts only when a grant gave it (its body names the grant).
     sql = (
         f"SELECT body FROM events WHERE kind IN {kinds}"
@@ -98,5 +93,5 @@ async def grant_events(store: Store, run_id: str | None = None) -> list[EventBas
     made: list[EventBase] = []
     for row in rows:
         body = json.loads(row["body"])
-        made.append(GRANT_CLASSES[body["kind"]].model_validate(body))
+        made.append(classes[body["kind"]].model_validate(body))
     return made

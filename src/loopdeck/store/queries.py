@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from loopdeck.core.events import EventBase, RunStopped, kind_of
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
@@ -21,6 +20,9 @@ from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
 from loopdeck.store.leases import LIVE as PLACED
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
+
+if TYPE_CHECKING:  # the runtime's events (pydantic): imported where an event is made or read
+    from loopdeck.core.events import EventBase
 
 # Every state but the terminal ones, from the state machine itself: a run waiting for the
 # operator's answer is live (it was missing here: such a run showed as stopped in the fleet,
@@ -81,6 +83,8 @@ async def mark_crashed(store: Store, run_id: str, why: str) -> bool:
     """The row, the stop event and the withdrawals land together or not at all; the event
     is chained after the run's last (`store/chain.py`)."""
     detail = f"{why}; it stopped without recording a stop"
+    from loopdeck.core.events import RunStopped
+
     async with store.transaction(run_id) as tx:
         event, row = await reader_row(
             tx, RunStopped, run_id, state=RunState.STOPPED, stop_reason=StopReason.CRASHED,
@@ -345,11 +349,13 @@ async def changed_runs(store: Store, since: int) -> tuple[list[dict[str, Any]], 
     return [{column: row[column] for column in FEED_COLUMNS} for row in rows], after
 
 
-E = TypeVar("E", bound=EventBase)
+E = TypeVar("E", bound="EventBase")
 
 
 async def last_event(store: Store, run_id: str, cls: type[E]) -> E | None:
     """The run's last stored event of class `cls`."""
+    from loopdeck.core.events import kind_of
+
     rows = await store.fetchall(
         "SELECT body FROM events WHERE run_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
         (run_id, kind_of(cls)),
