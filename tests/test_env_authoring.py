@@ -36,12 +36,13 @@ def test_the_bundled_envs_are_listed_from_any_folder(cli, tmp_path, monkeypatch)
 
 def test_envs_says_where_it_looked(cli, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LOOPDECK_SAMPLE_ENVS", str(tmp_path / "nowhere"))
+    nowhere = tmp_path / ("a-long-folder-name-" * 5) / "nowhere"  # past 80 columns
+    monkeypatch.setenv("LOOPDECK_SAMPLE_ENVS", str(nowhere))
     from loopdeck.cli import main
 
     assert main(["envs"]) == 0
     out = capsys.readouterr().out
-    assert "nowhere" in out and "no envs there" in out
+    assert str(nowhere) in out and "no envs there" in out  # the path never cut
 
 
 def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkeypatch) -> None:

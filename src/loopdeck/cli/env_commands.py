@@ -35,7 +35,9 @@ def _envs(args: argparse.Namespace) -> int:
         print(json.dumps(found))
         return 0
     console = Console()
-    console.print(Text(f"sample envs in {visible(str(sample_envs_root()))}", style="dim"))
+    # The folder's path is never cut by a line break (it is copied into a command).
+    where = Text(f"sample envs in {visible(str(sample_envs_root()))}", style="dim")
+    console.print(where, soft_wrap=True)
     if not found:
         console.print("no envs there (LOOPDECK_SAMPLE_ENVS names the folder to read)")
     for env in found:
