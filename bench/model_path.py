@@ -205,7 +205,7 @@ def thread_hand_over_us(rounds: int = 5_000, one_core: bool = False, pipe: bool 
     """One hand-over to another thread and back, at its barest (a lock and a queue): what
     this machine charges for it, whatever the code around it. With `one_core`, both threads
     are kept on the core this one is on, so neither wake crosses to another core. With `pipe`,
-    the thread is woken as the env thread is (`core.env_thread._Jobs`): by a write to a pipe,
+    the thread is woken as the env thread is (`core.env_jobs.Jobs`): by a write to a pipe,
     made with the interpreter's lock let go, where a queue's `put` wakes it with the lock held."""
     jobs: queue.SimpleQueue[threading.Lock | None] = queue.SimpleQueue()
     everywhere = os.sched_getaffinity(0)

@@ -267,8 +267,8 @@ def _open_fds() -> int:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts fds through /proc")
 async def test_a_closed_env_thread_ends_and_leaves_no_pipe_open() -> None:
-    """The thread waits on a pipe (`_Jobs`): closed, it ends after its call and both ends of
-    the pipe are closed, however many runs a process makes."""
+    """The thread waits on a pipe (`core/env_jobs.py`): closed, it ends after its call and
+    both ends of the pipe are closed, however many runs a process makes."""
     before = _open_fds()
     threads = []
     for i in range(20):

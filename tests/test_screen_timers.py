@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.app import App
 from textual.pilot import Pilot
 from textual.screen import Screen
@@ -27,26 +28,16 @@ async def _after_the_screens_timers(app: App[None], pilot: Pilot[Any]) -> None:
         await pilot.pause()
 
 
-async def test_a_removed_or_hidden_screens_timers_do_not_fire() -> None:
+@pytest.mark.parametrize("shown", [True, False])
+async def test_a_screens_timers_fire_only_while_it_is_shown(shown: bool) -> None:
+    """Hidden (as a screen being removed is, from the prune on), its timers do nothing."""
     fired: list[str] = []
     app = Host()
     async with app.run_test() as pilot:
         screen: Screen[None] = Screen()
         await app.push_screen(screen)
-        screen.display = False
+        screen.display = shown
         every(screen, 0.001, lambda: fired.append("every"))
         later(screen, 0.001, lambda: fired.append("later"))
         await _after_the_screens_timers(app, pilot)
-        assert fired == []
-
-
-async def test_a_shown_screens_timers_fire() -> None:
-    fired: list[str] = []
-    app = Host()
-    async with app.run_test() as pilot:
-        screen: Screen[None] = Screen()
-        await app.push_screen(screen)
-        every(screen, 0.001, lambda: fired.append("every"))
-        later(screen, 0.001, lambda: fired.append("later"))
-        await _after_the_screens_timers(app, pilot)
-        assert "every" in fired and "later" in fired
+        assert ("every" in fired and "later" in fired) if shown else fired == []

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, env_thread, tool
+from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, env_jobs, tool
 from loopdeck.core.env_thread import EnvBusy, EnvThread
 from loopdeck.core.model import ModelReply, ModelRequest, RawToolCall
 from loopdeck.core.states import StopReason
@@ -26,7 +26,7 @@ class Boom(Exception):
     pass
 
 
-class CountingQueue(env_thread._Jobs):
+class CountingQueue(env_jobs.Jobs):
     """The env thread's job queue, counting hand-overs."""
 
     def __init__(self) -> None:

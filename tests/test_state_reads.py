@@ -12,7 +12,7 @@ import pytest
 from conftest import Recorder
 from pydantic import BaseModel
 
-from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, env_thread, tool
+from loopdeck.core import AutoApprover, Budget, Environment, RunConfig, Runtime, env_jobs, tool
 from loopdeck.core.env_thread import EnvThread
 from loopdeck.core.events import EventBus
 from loopdeck.core.model import ModelReply, ModelRequest, RawToolCall
@@ -23,7 +23,7 @@ from loopdeck.operator.launch import RunOptions, prepare_run
 EDGES = Path(__file__).parent / "envs" / "mcp_edges"
 
 
-class Labels(env_thread._Jobs):
+class Labels(env_jobs.Jobs):
     """The env thread's job queue, keeping each hand-over's label ("+" its `then`'s)."""
 
     def __init__(self) -> None:

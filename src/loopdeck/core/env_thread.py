@@ -138,7 +138,6 @@ def _end_wait(over: asyncio.Future[None]) -> None:
 
 
 _Item = tuple[_Job, asyncio.AbstractEventLoop, "asyncio.Future[Any]", _Ahead | None]
-_Jobs = Jobs  # the queue's name here (a test's counting queue subclasses it)
 
 
 def _serve(jobs: Jobs) -> None:
@@ -178,7 +177,7 @@ class EnvThread:
         self.quick_wait_s = QUICK_WAIT_S  # 0: the loop never blocks for env code
         # A console's loop blocks only if this says nothing else is due within the wait.
         self.only_when_idle: IdleTest | None = None
-        self._jobs: _Jobs | None = None  # with the thread, until `close`
+        self._jobs: Jobs | None = None  # with the thread, until `close`
         self._ended: weakref.finalize[[], EnvThread] | None = None  # ends it if not closed
         self._thread: threading.Thread | None = None
         self._current: _Job | None = None
