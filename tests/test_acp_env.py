@@ -99,6 +99,30 @@ async def test_an_agent_that_dies_mid_turn_stops_the_run_naming_it() -> None:
 
 
 @pytest.mark.slow
+async def test_an_agent_dead_mid_turn_is_named_so_when_its_exit_is_noticed_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broken connection ends the turn's request before the process's wait returns; the
+    exit's watcher, noticing first, still says the agent died mid-turn (CI saw "exited")."""
+    from loopdeck.acp_env.loop import AcpLoop
+
+    taken = AcpLoop._next
+
+    async def next_after_the_exit_is_seen(self: AcpLoop, turn: asyncio.Future[Any]) -> Any:
+        item = await taken(self, turn)
+        if item is None and turn.exception() is not None:  # the connection broke
+            assert self.agent.proc is not None
+            await self.agent.proc.wait()
+            await asyncio.Event().wait()  # the watcher stops the run from here
+        return item
+
+    monkeypatch.setattr(AcpLoop, "_next", next_after_the_exit_is_seen)
+    outcome, _ = await _run("dies")
+    assert outcome.stop_reason is StopReason.TOOL_FAILURE
+    assert "went away mid-turn (exit status 3)" in outcome.detail, outcome.detail
+
+
+@pytest.mark.slow
 async def test_a_write_the_agent_makes_after_a_rejection_is_gated_and_refused() -> None:
     outcome, rec = await _run("ignores-rejection", approve="deny")
     assert outcome.stop_reason is StopReason.STALLED

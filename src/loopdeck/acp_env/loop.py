@@ -55,7 +55,8 @@ class AcpLoop:
         # Nothing checks the goal: why, said when nobody can be asked to judge a turn.
         self.unchecked = unchecked
         self.stopping = False  # the agent's end is loopdeck's doing from here on
-        self.turn: asyncio.Future[Any] | None = None  # the prompt in flight, while it is
+        # The prompt in flight, from its sending until its reply is taken.
+        self.turn: asyncio.Future[Any] | None = None
 
     async def run(self) -> None:
         """The agent started, its turns until a stop; the agent stopped at any end, a start
@@ -83,7 +84,8 @@ class AcpLoop:
         status = await proc.wait()
         if not self.stopping:
             # Said alike whichever notices first: this wait or the turn's broken connection.
-            mid_turn = self.turn is not None and not self.turn.done()
+            # A turn whose reply was not taken yet is mid-turn, its connection broken or not.
+            mid_turn = self.turn is not None
             what = f"went away mid-turn (exit status {status})" if mid_turn else None
             what = what or f"exited (status {status})"
             self.host.fail(
@@ -158,6 +160,7 @@ class AcpLoop:
         if (usage := getattr(response, "usage", None)) is not None:  # this turn's own
             self.turn_tokens = int(usage.total_tokens)
         self._turn_done(started)
+        self.turn = None
         await host.spent(tokens=self.turn_tokens)
         return str(response.stop_reason)
 
