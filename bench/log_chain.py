@@ -8,6 +8,11 @@ and the figure is the median of the rounds' ratios: a machine busy with other wo
 round's two sides alike, where the best of each side could come from a quiet moment of one.
 Target: appends with the chain at least 90 % of appends without it.
 
+Each side's CPU a event (this process's, both threads: the runtime's and the store's; not a
+PostgreSQL server's) is printed beside it: on a busy machine a side's time is mostly its CPU,
+and the wall ratio swings with the two or three commits (and fsyncs) a side makes; the CPU
+figures say what the chain costs.
+
     .venv/bin/python bench/log_chain.py [EVENTS]
 """
 
@@ -56,8 +61,9 @@ class Unchained(RunChain):
         return None
 
 
-async def append_rate(location: Location, count: int, *, chained: bool) -> float:
-    """Events/s from the first publish until the last batch is durable."""
+async def append_rate(location: Location, count: int, *, chained: bool) -> tuple[float, float]:
+    """Events/s from the first publish until the last batch is durable, and the process's CPU
+    a event meanwhile (us)."""
     store = await open_store(location)
     try:
         bus = EventBus()
@@ -67,13 +73,13 @@ async def append_rate(location: Location, count: int, *, chained: bool) -> float
         bus.subscribe(writer)
         writer.start()
         events = synthetic_run(f"chain-{chained}-{time.time_ns()}", count)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for n, event in enumerate(events, 1):
             bus.publish(event)
             if n % BATCH_MAX == 0:  # the producer yields to the loop, as a runtime's step does
                 await asyncio.sleep(0)
         await writer.close()
-        return count / (time.perf_counter() - start)
+        return count / (time.perf_counter() - start), (time.process_time() - cpu) / count * 1e6
     finally:
         await store.close()
 
@@ -81,14 +87,21 @@ async def append_rate(location: Location, count: int, *, chained: bool) -> float
 async def compared(backend: str, location: Location, count: int) -> Row:
     """ROUNDS rounds of both sides: the median of their ratios, the median of each side."""
     with_chain, without, ratios = [], [], []
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     for round_ in range(ROUNDS):
         first = round_ % 2 == 0  # the chained side first in every other round
         one = await append_rate(location, count, chained=first)
         other = await append_rate(location, count, chained=not first)
-        chained, unchained = (one, other) if first else (other, one)
+        (chained, chained_cpu), (unchained, unchained_cpu) = (one, other) if first else (other, one)
         with_chain.append(chained)
         without.append(unchained)
         ratios.append(chained / unchained)
+        cpu[True].append(chained_cpu)
+        cpu[False].append(unchained_cpu)
+    print(
+        f"{backend}: CPU a event {statistics.median(cpu[True]):.2f} us with the chain,"
+        f" {statistics.median(cpu[False]):.2f} us without it (medians of {ROUNDS} rounds)"
+    )
     return Row(
         f"41 {backend} appends with the hash chain",
         f"{statistics.median(with_chain):,.0f} ev/s", f"{statistics.median(without):,.0f} ev/s",
