@@ -102,7 +102,7 @@ class RunView:
     calls_seen: int = 0
     calls_dropped: int = 0
     repeats: int = 0
-    caps: dict[Cap, CapUsage] = field(default_factory=dict)  # as the last budget event said
+    last_budget: BudgetUpdated | None = None  # `caps` read from it when drawn, not when folded
     fired_cap: Cap | None = None
     verdicts: list[RoundVerdict] = field(default_factory=list)
     stop_reason: str | None = None
@@ -143,6 +143,17 @@ class RunView:
     moved: str = ""
     forked: str = ""
     _live_state: RunState = RunState.READY
+    _caps: dict[Cap, CapUsage] = field(default_factory=dict, repr=False, compare=False)
+    _caps_of: BudgetUpdated | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def caps(self) -> dict[Cap, CapUsage]:
+        """Each cap's use and limit, as the last budget event said (none before it): made
+        when drawn, not from each budget event folded (a long history has 20,000)."""
+        if self._caps_of is not self.last_budget:
+            self._caps = self.last_budget.caps() if self.last_budget is not None else {}
+            self._caps_of = self.last_budget
+        return self._caps
 
     @property
     def finished(self) -> bool:
@@ -315,9 +326,9 @@ class RunView:
 
     @_handles(BudgetUpdated)
     def _on_budget_updated(self, e: BudgetUpdated) -> None:
-        self.caps = e.caps()
-        deadline = self.caps.get(Cap.DEADLINE)
-        self.agent_s = deadline.reported if deadline is not None else 0.0
+        self.last_budget = e
+        deadline = e.usage.get(Cap.DEADLINE.value)  # as `caps` reads it: (reported, limit)
+        self.agent_s = float(deadline[0]) if deadline is not None else 0.0
         self.operator_s, self.held, self.clock_at = e.operator_s, e.held, e.at
         if e.window_used is not None and e.window_size is not None:
             self.window = (e.window_used, e.window_size)

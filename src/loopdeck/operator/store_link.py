@@ -27,7 +27,7 @@ from loopdeck.core.timeouts import bounded
 from loopdeck.operator import following
 from loopdeck.operator.links import EventSink, Listener, Tell
 from loopdeck.operator.outage import Outage
-from loopdeck.operator.replay_link import parse_rows
+from loopdeck.operator.replay_link import parse_held, parse_rows
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
@@ -47,6 +47,19 @@ NOTED: frozenset[type[EventBase]] = frozenset(
 )
 
 
+async def _dropped(read: asyncio.Task[Any] | None) -> None:
+    """A read ahead no longer wanted (the link stops, or its store failed): cancelled and
+    waited for, so the store closes after it. How it ended is not news, unless it is no
+    store's failure (said in the log)."""
+    if read is None:
+        return
+    read.cancel()
+    await asyncio.wait([read])  # this task's own cancellation still comes through
+    error = None if read.cancelled() else read.exception()
+    if error is not None and not isinstance(error, StoreError):
+        log.warning("a read ahead of the run's events failed", exc_info=error)
+
+
 class StoreLink:
     """A run living in another process: its events tailed from the store, commands sent there."""
 
@@ -56,6 +69,7 @@ class StoreLink:
     # The collector waits this many full batches in a row at most: a runaway's runner may
     # write faster than the console reads, and the collector must not wait for good.
     HOLD_BATCHES = 40
+    PENDING_EVERY_S = 0.5  # the approvals waiting, read at least this often while reading
 
     def __init__(self, db_path: Location | None, run_id: str) -> None:
         self.db_path = db_path
@@ -100,32 +114,48 @@ class StoreLink:
         self._closing, self._closed = asyncio.Event(), asyncio.Event()
         self.store = await open_store(self.db_path, create=False)
         history = collector.Hold()
+        # A full batch means more rows are there already: the next batch is read (on the
+        # store's thread or connection) while this one is parsed and handed out.
+        ahead: asyncio.Task[list[Any]] | None = None
         try:
             seq, crash_checked, stopped, full = 0, time.monotonic(), False, 0
+            pending_read_at, pending_read = -self.PENDING_EVERY_S, False
             while not stopped and not self._closing.is_set():
                 try:
-                    rows = await queries.events_after(self.store, self.run_id, seq, self.BATCH)
+                    pending_read = False
+                    reading, ahead = ahead, None
+                    rows = await (reading or self._events_after(seq))
                     seq = rows[-1]["seq"] if rows else seq
                     # A long history is read in full batches: the collector waits until the
                     # console caught up (each parsed event dies once folded, never examined).
                     full = full + 1 if len(rows) == self.BATCH else 0
                     self.reading_history = full > 0
-                    if 0 < full <= self.HOLD_BATCHES:
+                    holding = 0 < full <= self.HOLD_BATCHES
+                    if holding:
                         history.hold()
                     else:
                         history.release()
+                    if full:
+                        ahead = self._events_after(seq)
                     sinks = list(self._sinks)
-                    for event in parse_rows(rows):
-                        if type(event) in NOTED:
+                    for event in parse_held(rows) if holding else parse_rows(rows):
+                        if type(event) in NOTED:  # RunStopped among them
                             self._note(event)
-                        stopped = stopped or type(event) is RunStopped
+                            stopped = stopped or type(event) is RunStopped
                         for sink in sinks:
                             sink(event)
-                    await self._refresh_pending()
+                    # The approvals waiting are read once caught up, and every PENDING_EVERY_S
+                    # while full batches come: not once a batch of a history read in full.
+                    if not full or time.monotonic() - pending_read_at >= self.PENDING_EVERY_S:
+                        pending_read_at = time.monotonic()
+                        await self._refresh_pending()
+                        pending_read = True
                     if time.monotonic() - crash_checked >= self.CRASH_CHECK_S and not stopped:
                         crash_checked = time.monotonic()
                         await queries.mark_crashed_runners(self.store)
                 except StoreUnavailable as exc:  # said in the header; read again soon
+                    await _dropped(ahead)  # read again from `seq`, after the wait
+                    ahead = None
                     self.outage.failed(exc)
                     history.release()
                     await self._wait(self.store)
@@ -133,14 +163,20 @@ class StoreLink:
                 self.outage.recovered()
                 if not stopped and len(rows) < self.BATCH:  # caught up: wait for more
                     await self._wait(self.store)
-            with contextlib.suppress(StoreUnavailable):
-                await self._refresh_pending()
+            if not (stopped and pending_read):  # the stop's own batch read them already
+                with contextlib.suppress(StoreUnavailable):
+                    await self._refresh_pending()
             return None
         finally:
+            await _dropped(ahead)
             history.release()
             store, self.store = self.store, None
             await asyncio.shield(store.close())
             self._closed.set()
+
+    def _events_after(self, seq: int) -> asyncio.Task[list[Any]]:
+        assert self.store is not None
+        return asyncio.ensure_future(queries.events_after(self.store, self.run_id, seq, self.BATCH))
 
     async def _wait(self, store: Store) -> None:
         """Until the store changed (PostgreSQL's NOTIFY; SQLite: the next poll) or closing."""
