@@ -10,7 +10,6 @@ import argparse
 import difflib
 import math
 import re
-import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,12 +17,9 @@ from urllib.parse import urlsplit
 
 from loopdeck.caps import FLAGGED_CAPS
 from loopdeck.caps import budget_overrides as budget_overrides
-from loopdeck.cli.chosen_command import ChosenCommand
+from loopdeck.cli.chosen_command import ChosenCommand, add_own_module_commands
 from loopdeck.cli.gateway_parser import add_gateway_command
 from loopdeck.cli.notify_flags import add_notify_flags
-from loopdeck.cli.policy_commands import add_policy_command
-from loopdeck.cli.serve import add_serve_command
-from loopdeck.cli.worker_commands import add_worker_commands
 from loopdeck.store.base import DB_HELP, store_location
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
@@ -87,6 +83,8 @@ def run_id(text: str) -> str:
 
 def command_line(text: str) -> list[str]:
     """A command line split as a shell would split it, never run through one."""
+    import shlex  # here: no other command's start pays its import
+
     try:
         words = shlex.split(text)
     except ValueError as exc:
@@ -166,10 +164,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_notify_flags(console)
 
     add_store_commands(commands)
-    add_policy_command(commands)
-    add_serve_command(commands)
-    add_worker_commands(commands, add_run_flags)
+    if command is None or not (commands.built or command in ENV_COMMANDS):
+        add_own_module_commands(commands, add_run_flags)  # `run` imports none of them
     add_env_commands(commands)
+    commands.listed()
     return parser
 
 

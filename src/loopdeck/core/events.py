@@ -167,16 +167,10 @@ class BudgetUpdated(EventBase):
     window_used: int | None = None
     window_size: int | None = None
 
-    # The earlier form (before `unreported`): `cost_unknown_calls` (a count) and
-    # `tokens_unknown` (a flag), read into `unreported` (`_earlier_form`), never written. Fields
-    # rather than a validator before the model's: that one would make every budget event's
-    # JSON a dict first, where these are parsed from the JSON as it is (-12% a history read).
-    earlier_cost_unknown: int = Field(
-        0, validation_alias="cost_unknown_calls", exclude=True, repr=False
-    )
-    earlier_tokens_unknown: bool = Field(
-        False, validation_alias="tokens_unknown", exclude=True, repr=False
-    )
+    # The earlier form (before `unreported`), read into it by `_earlier_form`, never written:
+    # fields, as a validator before the model's would make each budget event's JSON a dict.
+    earlier_cost_unknown: int = Field(0, validation_alias="cost_unknown_calls", exclude=True)
+    earlier_tokens_unknown: bool = Field(False, validation_alias="tokens_unknown", exclude=True)
 
     @model_validator(mode="after")
     def _earlier_form(self) -> BudgetUpdated:

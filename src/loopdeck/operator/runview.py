@@ -61,8 +61,7 @@ MAX_CALL_ROWS = 500
 E = TypeVar("E", bound=EventBase)
 Handler = Callable[["RunView", E], None]  # what one class's events do to the view
 
-# One handler per event class, looked up by the event's class once per event (a long run's
-# load folds 100,000): cheaper than trying the classes in turn.
+# One handler per event class, found by the event's class (a long load folds 100,000 events).
 VIEW_HANDLERS: dict[type[EventBase], Handler[Event]] = {}
 
 
@@ -131,8 +130,7 @@ class RunView:
     tool_running: str = ""
     # The run holds because its store cannot take writes: what the header says of it.
     store_outage: str = ""
-    # The questions waiting for the operator (how each is put), and the call the guard holds
-    # while one of them is about it.
+    # The questions waiting (how each is put); the call the guard holds while one is about it.
     questions: dict[str, QuestionAsked] = field(default_factory=dict)
     guard_held: str | None = None
     # The run's standing grants, and its writes whose outcome waits for the operator's word.
@@ -143,17 +141,11 @@ class RunView:
     moved: str = ""
     forked: str = ""
     _live_state: RunState = RunState.READY
-    _caps: dict[Cap, CapUsage] = field(default_factory=dict, repr=False, compare=False)
-    _caps_of: BudgetUpdated | None = field(default=None, repr=False, compare=False)
 
     @property
     def caps(self) -> dict[Cap, CapUsage]:
-        """Each cap's use and limit, as the last budget event said (none before it): made
-        when drawn, not from each budget event folded (a long history has 20,000)."""
-        if self._caps_of is not self.last_budget:
-            self._caps = self.last_budget.caps() if self.last_budget is not None else {}
-            self._caps_of = self.last_budget
-        return self._caps
+        """Each cap's use and limit as the last budget event said: made when read, not folded."""
+        return self.last_budget.caps() if self.last_budget is not None else {}
 
     @property
     def finished(self) -> bool:

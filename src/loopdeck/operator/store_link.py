@@ -137,13 +137,7 @@ class StoreLink:
                         history.release()
                     if full:
                         ahead = self._events_after(seq)
-                    sinks = list(self._sinks)
-                    for event in parse_held(rows) if holding else parse_rows(rows):
-                        if type(event) in NOTED:  # RunStopped among them
-                            self._note(event)
-                            stopped = stopped or type(event) is RunStopped
-                        for sink in sinks:
-                            sink(event)
+                    stopped = self._hand_out(parse_held(rows) if holding else parse_rows(rows))
                     # The approvals waiting are read once caught up, and every PENDING_EVERY_S
                     # while full batches come: not once a batch of a history read in full.
                     if not full or time.monotonic() - pending_read_at >= self.PENDING_EVERY_S:
@@ -173,6 +167,17 @@ class StoreLink:
             store, self.store = self.store, None
             await asyncio.shield(store.close())
             self._closed.set()
+
+    def _hand_out(self, events: list[Event]) -> bool:
+        """Each event to each sink, the noted ones kept: True once the run's stop is among them."""
+        sinks, stopped = list(self._sinks), False
+        for event in events:
+            if type(event) in NOTED:  # RunStopped among them
+                self._note(event)
+                stopped = stopped or type(event) is RunStopped
+            for sink in sinks:
+                sink(event)
+        return stopped
 
     def _events_after(self, seq: int) -> asyncio.Task[list[Any]]:
         assert self.store is not None

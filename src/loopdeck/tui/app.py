@@ -28,11 +28,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-from loopdeck.tui import console_failure, console_quit
+from loopdeck.tui import console_quit
 from loopdeck.tui.console_messages import BackToFleet, NewRunAsked, RunChosen, RunLeft
 from loopdeck.tui.console_start import (
     apply_themes,
     first_screen,
+    read_styles,
     run_screen_for,
     start_local,
     tell_theme_problems,
@@ -51,7 +52,7 @@ __all__ = ["ConsoleStart", "LoopdeckApp", "Preparation"]
 
 
 class LoopdeckApp(ConsoleState):
-    CSS_PATH = "loopdeck.tcss"
+    # No CSS_PATH: `console_start.read_styles` reads the stylesheet after the first frame.
     TITLE = "loopdeck"
     # The kill switch lives on the app, with priority, so it works over any dialog.
     BINDINGS = [
@@ -68,6 +69,14 @@ class LoopdeckApp(ConsoleState):
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
+
+    def get_css_variables(self) -> dict[str, str]:
+        """The theme's variables; none while `App.__init__` asks, before the console's theme
+        is chosen (`apply_themes`, just after, sets the stylesheet's from that theme): Textual's
+        default theme's would be generated for nothing before the first frame."""
+        if self.themes_from is None:
+            return {}
+        return super().get_css_variables()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -89,12 +98,25 @@ class LoopdeckApp(ConsoleState):
         if counts and self.prepare is None:
             self.call_after_refresh(self._count_waiting)  # after the first frame
         if self.prepare is not None:
-            self.push_screen(PreparingScreen(self.preparing))
-            # Once that frame is painted: the preparation's imports, on a thread, would
-            # take the interpreter's lock from the first frame's layout and paint.
-            self.call_after_refresh(self._prepare_run)
+            # The preparing screen is up (`get_default_screen`). Once its frame is painted: the
+            # stylesheet, then the preparation, whose imports, on a thread, would take the
+            # interpreter's lock from the first frame's layout and paint.
+            self.call_after_refresh(self._after_first_frame)
         else:
+            read_styles(self)
             self.push_screen(first_screen(self))
+
+    def get_default_screen(self) -> Screen[Any]:
+        """While a run is prepared, the first screen is its preparing screen (the run's goes
+        over it): the first frame composes, styles and lays out that one screen, not Textual's
+        empty default screen as well."""
+        if self.prepare is not None:
+            return PreparingScreen(self.preparing)
+        return super().get_default_screen()
+
+    def _after_first_frame(self) -> None:
+        read_styles(self)
+        self._prepare_run()
 
     def preparing_phase(self, doing: str) -> None:
         """The first frame says what the preparation waits for now."""
@@ -124,7 +146,9 @@ class LoopdeckApp(ConsoleState):
             worker_failed(self, event)
             return
         if event.state is WorkerState.SUCCESS:
-            self.switch_screen(cast(Screen[None], event.worker.result))
+            # Over the preparing screen, the first on the stack (Textual switches no screen
+            # it did not push), as other screens are over Textual's default one.
+            self.push_screen(cast(Screen[None], event.worker.result))
             # Only now: two threads importing loopdeck's packages at once can deadlock in
             # Python's import locks (the count's thread took `core.timeouts` while the
             # preparation was inside `loopdeck.core`'s own import).
@@ -194,6 +218,8 @@ class LoopdeckApp(ConsoleState):
         """Textual's one door for an exception nothing caught, which ends the console: each
         run of this console told to stop `crashed` first (`console_failure`)."""
         try:
+            from loopdeck.tui import console_failure  # here: not before the first frame
+
             console_failure.failed(self, error)
         finally:
             super()._handle_exception(error)
@@ -202,6 +228,8 @@ class LoopdeckApp(ConsoleState):
         self.stop_counting.set()
         self.stop_signals.remove()
         # Before the sessions are cleaned up: after a failure, each run's stop is recorded.
+        from loopdeck.tui import console_failure
+
         await console_failure.runs_recorded(self)
         if self.session is not None:
             self.session.cleanup()

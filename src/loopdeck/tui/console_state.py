@@ -79,6 +79,10 @@ class ConsoleStart:
 class ConsoleState(App[int]):
     """The console's own state: what it was opened on, its runs, its farewell line."""
 
+    # The theme asked for and the folder read when the themes were last chosen; None until
+    # they are (already while `App.__init__` runs: `LoopdeckApp.get_css_variables`).
+    themes_from: tuple[str | None, Path | None] | None = None
+
     def __init__(
         self,
         start: ConsoleStart | None = None,
@@ -103,8 +107,6 @@ class ConsoleState(App[int]):
         self.db_path = start.db_path
         self.link = start.link
         self.theme_problems: list[str] = []
-        # The theme asked for and the folder read when the themes were last chosen.
-        self.themes_from: tuple[str | None, Path | None] | None = None
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
         # What its screens share: the fleet as home, the runs looked at, what waits in each
