@@ -197,11 +197,13 @@ async def test_G_revokes_the_grant_and_the_next_write_is_asked() -> None:
         await wait_until(pilot, lambda: grant.revoked_by == "console")
         await wait_until(pilot, lambda: any("g1 revoked" in t for t in _toasts(app)))
         assert _entries(screen, "grant revoked · g1 · by console")
-        screen.runtime.env.release.set()
+        screen.runtime.env.let_go()
         await _dialog(pilot, app, "c3")  # no grant covers it any more: asked
         await pilot.press("a")
         await wait_until(pilot, lambda: finished(app))
         assert screen.outcome.stop_reason is StopReason.GOAL_MET
+        hold = screen.view.calls["c2"].result
+        assert hold is not None and hold["data"] == {"released": True}  # let go, not timed out
 
 
 @pytest.mark.slow  # seconds: `make stress` runs it (CI too)
@@ -255,8 +257,10 @@ async def test_o_says_an_unknown_outcome_took_effect() -> None:
         [entry] = _entries(screen, "outcome resolved · c1 · flaky_write · applied · by console")
         assert "recorded as executed" in entry
         await wait_until(pilot, lambda: not screen.check_action("outcome", ()))
-        screen.runtime.env.release.set()
+        screen.runtime.env.let_go()
         await wait_until(pilot, lambda: finished(app))
+        hold = screen.view.calls["c2"].result
+        assert hold is not None and hold["data"] == {"released": True}  # let go, not timed out
         # said to the model before its next turn, as the operator's words
         assert any("took effect" in said for said in screen.runtime.messages.heard)
 

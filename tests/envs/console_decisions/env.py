@@ -32,7 +32,8 @@ class Decisions(Environment):
     def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
         super().__init__(workdir, data)
         self.files: dict[str, str] = {}
-        self.release = asyncio.Event()  # set by a test: the hold returns
+        self.release = asyncio.Event()  # set by `let_go`: the hold returns
+        self.holding: asyncio.AbstractEventLoop | None = None  # the loop the hold waits on
 
     def snapshot(self) -> dict[str, Any]:
         return {"files": dict(self.files)}
@@ -57,11 +58,18 @@ class Decisions(Environment):
     @tool(timeout_s=HOLD_S + 5)
     async def hold(self, args: BaseModel) -> dict[str, Any]:
         """Waits until the test lets it go (or HOLD_S)."""
+        self.holding = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(self.release.wait(), HOLD_S)
         except TimeoutError:
             return {"released": False}
         return {"released": True}
+
+    def let_go(self) -> None:
+        """From the test's thread: the hold returns (an event set from another thread than
+        its loop's would wake nothing there, and the hold would last its HOLD_S)."""
+        assert self.holding is not None, "nothing is held"
+        self.holding.call_soon_threadsafe(self.release.set)
 
 
 def make_env(workdir: Path, data: dict[str, Any]) -> Environment:
