@@ -395,6 +395,7 @@ def _status(url: str) -> int:
         return error.code
 
 
+@pytest.mark.slow  # two consoles started and ended with the server: seconds
 async def test_each_tab_is_a_console_that_ends_with_the_server(served: Served) -> None:
     async with tab(served), tab(served):
         assert len(served.consoles()) == 2

@@ -14,6 +14,16 @@ from conftest import SAMPLES
 LOOPDECK = Path(sys.executable).with_name("loopdeck")
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+# Every size a person's terminal is checked at: 80x24, the tightest, in `make test`; the others
+# in `make stress` (each a real console's start: seconds).
+sizes = pytest.mark.parametrize(
+    "size",
+    [
+        pytest.param((80, 24), id="80x24"),
+        pytest.param((100, 30), id="100x30", marks=pytest.mark.slow),
+        pytest.param((160, 48), id="160x48", marks=pytest.mark.slow),
+    ],
+)
 
 
 class Terminal:
@@ -128,7 +138,7 @@ def test_wrong_guess_read_in_the_transcript_then_approved(tmp_path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@sizes
 def test_the_agents_question_answered_in_a_real_terminal(tmp_path, size) -> None:
     """The question sits over the live run with its keys on screen at every size; a letter
     is typed into the answer, the answer reaches the model, the run reaches its goal."""
@@ -211,7 +221,7 @@ def test_the_attach_farewell_names_the_store_it_was_given(tmp_path) -> None:
         terminal.close()
 
 
-@pytest.mark.parametrize("size", [(80, 24), (100, 30), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@sizes
 def test_the_run_keys_read_as_words_in_a_real_terminal(tmp_path, size) -> None:
     """`loopdeck run`'s key line names its keys in words at every size, never bare letters."""
     command = [str(LOOPDECK), "run", str(SAMPLES / "order_support"), "--script", "solve"]

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 from conftest import SAMPLES
-from test_tmux_console import LOOPDECK, Terminal
+from test_tmux_console import LOOPDECK, Terminal, sizes
 
-SIZES = [(80, 24), (100, 30), (160, 48)]
-sizes = pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 BROKEN = ("Traceback", "DuplicateID", "Error:")
 STARTUP_S = 120  # a run's first events wait for LiteLLM's import, slow on a loaded machine
