@@ -3,6 +3,7 @@ handed out, the approvals read once caught up (not once a batch), the collector 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,7 @@ async def test_the_history_read_holds_the_collector_once_without_collecting(
     await stored_run(tmp_path / "runs.db")
     monkeypatch.setattr(collector, "MAX_HELD_S", 0.0)
     link = StoreLink(tmp_path / "runs.db", "long")
+    link.folds = True  # as the run screen says it
     collected: list[bool] = []
 
     def during_history(phase: str, info: dict[str, int]) -> None:
@@ -131,8 +133,36 @@ async def test_the_history_read_holds_the_collector_once_without_collecting(
         await link.drive()
     finally:
         gc.callbacks.remove(during_history)
-    assert parsed == [BATCH] * 5  # the full batches parsed under the link's own hold
+    # The full batches parsed under the link's own hold, and the one that caught up too.
+    assert parsed == [BATCH] * 5 + [MOVES + 2 - 5 * BATCH]
     assert not any(collected)
+    # Held until the console folded what was handed out: a collection then walks the view,
+    # not the history parsed and not yet folded.
+    assert not gc.isenabled()
+    link.folded()
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("small_batches")
+async def test_a_history_nobody_folds_gives_the_collector_back_all_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await stored_run(tmp_path / "runs.db")
+    monkeypatch.setattr(StoreLink, "FOLD_WAIT_S", 0.01)
+    link = StoreLink(tmp_path / "runs.db", "long")
+    link.folds = True
+    await link.drive()
+    while not gc.isenabled():  # the link's own timer gives it back
+        await asyncio.sleep(0.01)
+    link.folded()  # late: nothing more happens
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("small_batches")
+async def test_a_link_nobody_folds_for_holds_nothing_once_caught_up(tmp_path: Path) -> None:
+    await stored_run(tmp_path / "runs.db")
+    link = StoreLink(tmp_path / "runs.db", "long")  # `loopdeck attach --headless`, a test
+    await link.drive()
     assert gc.isenabled()
 
 

@@ -32,6 +32,18 @@ def reading_history(link: RunLink) -> bool:
     return isinstance(link, StoreLink) and link.reading_history
 
 
+def folds(link: RunLink) -> None:
+    """The screen will say when it folded what the link hands out (`folded`)."""
+    if isinstance(link, StoreLink):
+        link.folds = True
+
+
+def folded(link: RunLink) -> None:
+    """The screen folded what the link handed out (`StoreLink.folded`: a history's hold ends)."""
+    if isinstance(link, StoreLink):
+        link.folded()
+
+
 def on_failure(link: RunLink, listener: FailureListener) -> Callable[[], None] | None:
     """What the link tells of its failures while the run goes on (a local run's recording, an
     attached run's commands); returns how to stop listening, None for a replay."""

@@ -140,6 +140,7 @@ class RunScreen(Screen[None]):
     def on_mount(self) -> None:
         self.panels.titled()
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
+        link_facets.folds(self.link)  # `flush` says when it folded what arrived
         self._unsubscribe.append(self.link.on_approvals(self._queue_changed))
         told = link_facets.on_failure(self.link, partial(say, self, title="run"))
         if told is not None:  # a local run's recording, an attached run's commands
@@ -232,6 +233,13 @@ class RunScreen(Screen[None]):
         if not self._buffer:
             return
         self._pacer.begun()
+        self._fold()
+        self.render_view()
+        # After the events folded are gone: a collection held back by a long history's read
+        # walks the view, not them.
+        link_facets.folded(self.link)
+
+    def _fold(self) -> None:
         events, self._buffer[:] = list(self._buffer), []
         entries: list[Entry] = []
         for event in events:
@@ -239,7 +247,6 @@ class RunScreen(Screen[None]):
             if entry := self.transcript.apply(event):
                 entries.append(entry)
         self.panels.feed_transcript(entries)
-        self.render_view()
 
     def render_view(self) -> None:
         """Every panel from the view; the keys that come and go with it told."""

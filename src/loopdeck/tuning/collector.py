@@ -128,6 +128,10 @@ class Hold:
     def __init__(self) -> None:
         self._holding = False
 
+    @property
+    def holding(self) -> bool:
+        return self._holding
+
     def hold(self) -> None:
         if not self._holding:
             hold()
