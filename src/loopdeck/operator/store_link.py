@@ -135,13 +135,7 @@ class StoreLink:
                     # console caught up (each parsed event dies once folded, never examined).
                     full = full + 1 if len(rows) == self.BATCH else 0
                     self.reading_history = full > 0
-                    if 0 < full <= self.HOLD_BATCHES:
-                        history.hold()
-                    elif self.folds and history.holding and not full and not self._held_to_fold:
-                        self._held_to_fold = True  # caught up: given back once this is folded
-                    else:
-                        self._held_to_fold = False
-                        history.release()
+                    self._hold_for(history, full)
                     if full:
                         ahead = self._events_after(seq)
                     parsed = parse_held(rows) if history.holding else parse_rows(rows)
@@ -178,6 +172,17 @@ class StoreLink:
             store, self.store = self.store, None
             await asyncio.shield(store.close())
             self._closed.set()
+
+    def _hold_for(self, history: collector.Hold, full: int) -> None:
+        """Held while full batches come (HOLD_BATCHES in a row at most) and, for a console that
+        says when it folded (`folds`), past the batch that caught up until it is folded."""
+        if 0 < full <= self.HOLD_BATCHES:
+            history.hold()
+        elif self.folds and history.holding and not full and not self._held_to_fold:
+            self._held_to_fold = True
+        else:
+            self._held_to_fold = False
+            history.release()
 
     def folded(self) -> None:
         """The console folded what was handed out: the hold of a history that caught up ends
