@@ -153,28 +153,12 @@ async def test_a_long_stored_history_reaches_the_console_whole_with_the_collecto
     full batches come, is on again once the link caught up."""
     import gc
 
-    from loopdeck.core.events import EventBus, RunStarted, RunStopped, StateChanged
-    from loopdeck.core.states import RunState, StopReason
+    from test_store_link_history import stored_run
+
     from loopdeck.operator.store_link import StoreLink
-    from loopdeck.store.opening import open_store
-    from loopdeck.store.writer import EventWriter
 
     db = tmp_path / "runs.db"
-    store = await open_store(db)
-    bus, writer = EventBus(), EventWriter(store)
-    bus.subscribe(writer)
-    writer.start()
-    bus.publish(RunStarted(run_id="long", env="e", script=None, model="m", mode="rounds",
-                           goal="g", budget={}))  # fmt: skip
-    moves = [(RunState.READY, RunState.PLANNING)] + [(RunState.PLANNING, RunState.PLANNING)] * (
-        StoreLink.BATCH * 2 + 10
-    )
-    for source, target in moves:
-        bus.publish(StateChanged(run_id="long", source=source, target=target))
-    bus.publish(RunStopped(run_id="long", state=RunState.STOPPED,
-                           stop_reason=StopReason.TURN_LIMIT, detail="turns"))  # fmt: skip
-    await writer.close()
-    await store.close()
+    count = await stored_run(db, StoreLink.BATCH * 2 + 11)
 
     link, seen = StoreLink(db, "long"), []
     link.subscribe(seen.append)
@@ -182,7 +166,7 @@ async def test_a_long_stored_history_reaches_the_console_whole_with_the_collecto
     link.subscribe(lambda _: history_flags.append(link.reading_history))
     assert gc.isenabled()
     await link.drive()
-    assert [e.seq for e in seen] == list(range(1, len(moves) + 3))
+    assert [e.seq for e in seen] == list(range(1, count + 1))
     assert any(history_flags) and not link.reading_history
     assert gc.isenabled()
 

@@ -25,21 +25,21 @@ BATCH = 7
 MOVES = BATCH * 5 + 3  # five full batches, then a partial one with the stop
 
 
-async def stored_run(db: Location) -> int:
-    """A stopped run of MOVES state changes: its events' count."""
+async def stored_run(db: Location, moves: int = MOVES) -> int:
+    """A stopped run of `moves` state changes: its events' count."""
     store = await open_store(db)
     bus, writer = EventBus(), EventWriter(store)
     bus.subscribe(writer)
     writer.start()
     bus.publish(RunStarted(run_id="long", env="e", script=None, model="m", mode="rounds",
                            goal="g", budget={}))  # fmt: skip
-    for _ in range(MOVES):
+    for _ in range(moves):
         bus.publish(StateChanged(run_id="long", source=RunState.PLANNING, target=RunState.PLANNING))
     bus.publish(RunStopped(run_id="long", state=RunState.STOPPED,
                            stop_reason=StopReason.TURN_LIMIT, detail="turns"))  # fmt: skip
     await writer.close()
     await store.close()
-    return MOVES + 2
+    return moves + 2
 
 
 @pytest.fixture
