@@ -187,8 +187,8 @@ class StoreLink:
     def folded(self) -> None:
         """The console folded what was handed out: the hold of a history that caught up ends
         now, so the collection it was holding back walks the view, not the whole history
-        parsed and not yet folded (~180,000 objects of a 100,000-event run, ~0.1 s). Without
-        a console, the link's next read ends it."""
+        parsed and not yet folded (~180,000 objects of a 100,000-event run, ~0.1 s). Not said
+        in time, the link's next read or its timer (`FOLD_WAIT_S`) ends it."""
         if self._held_to_fold and self._history is not None:
             self._held_to_fold = False
             self._history.release()
