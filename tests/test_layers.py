@@ -442,6 +442,7 @@ ENVIRONMENT_NOT_OURS: dict[str, str] = {
     "loopdeck.gateway.agent_process": "a gateway agent's environment, credentials left out",
     "loopdeck.workdir.agent_command": "${VAR} in an agent's command line, as a shell would",
     "loopdeck.llm.loader": "LiteLLM's own variables, set before it is imported",
+    "loopdeck.llm.litellm_passes": "LiteLLM's LITELLM_PRINT_STANDARD_LOGGING_PAYLOAD",
     "loopdeck.cli.runs": "Textual's TEXTUAL_DRIVER: is this console served to a browser",
     "loopdeck.cli.spare_console": "the size a served console is drawn at, for Textual",
     "loopdeck.operator.otel_spans": "OpenTelemetry's OTEL_SERVICE_NAME",

@@ -6,6 +6,7 @@ the same result, the same changes to what it was given, the same error.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib
 from typing import Any
@@ -128,6 +129,9 @@ def outcome(function: Any, messages: list[Any], *args: Any) -> tuple[Any, Any, A
     return result, given_messages, [type(m) for m in given_messages]
 
 
+ALL = ["pdf", "success_log", "thought_signatures", "validate"]
+
+
 def stock(name: str) -> Any:
     return litellm_passes.replaced(name)
 
@@ -135,7 +139,7 @@ def stock(name: str) -> Any:
 @pytest.fixture(autouse=True, scope="module")
 def passes_in_place() -> None:
     litellm_module()
-    assert litellm_passes.installed() == ["pdf", "thought_signatures", "validate"]
+    assert litellm_passes.installed() == ALL
 
 
 @settings(max_examples=400, deadline=None)
@@ -189,6 +193,66 @@ async def test_a_call_through_the_passes_still_cuts_signatures_and_counts_usage(
     assert history == before  # LiteLLM changed its copies, not the run's conversation
 
 
+class Handlers:
+    """Counts the success logs LiteLLM builds: its handler, called as one is scheduled."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        logging = importlib.import_module("litellm.litellm_core_utils.litellm_logging")
+        handler = logging.Logging.async_success_handler
+        self.built = 0
+
+        def counted(logging_obj: Any, *args: Any, **kwargs: Any) -> Any:
+            self.built += 1
+            return handler(logging_obj, *args, **kwargs)
+
+        monkeypatch.setattr(logging.Logging, "async_success_handler", counted)
+
+
+async def test_a_call_nobody_listens_to_builds_no_success_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from litellm.responses.streaming_iterator import drain_logging_tasks
+
+    handlers = Handlers(monkeypatch)
+    model = LiteLLMModel("scripted", script=Script(executor=[ScriptTurn(tool="poll")]))
+    reply = await model.complete(ModelRequest(role="executor", round=1, messages=[
+        {"role": "user", "content": "poll the job"}]))  # fmt: skip
+    await drain_logging_tasks(30)  # what LiteLLM scheduled after the call has run
+    assert reply.tool_calls[0].name == "poll"
+    assert reply.cost_usd is not None  # priced as it returned, not by the log
+    assert handlers.built == 0
+    monkeypatch.setattr(litellm_passes, "_heard", lambda logging_obj: True)
+    await model.complete(ModelRequest(role="executor", round=1, messages=[
+        {"role": "user", "content": "poll the job"}]))  # fmt: skip
+    await drain_logging_tasks(30)
+    assert handlers.built == 1  # LiteLLM's own, when something may hear it
+
+
+async def test_a_registered_callback_still_hears_every_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from litellm.integrations.custom_logger import CustomLogger
+
+    litellm = litellm_module()
+    heard = asyncio.Event()
+
+    class Listener(CustomLogger):  # type: ignore[misc]
+        async def async_log_success_event(self, *args: Any, **kwargs: Any) -> None:
+            heard.set()
+
+    listener = Listener()
+    monkeypatch.setattr(litellm, "callbacks", [listener])
+    handlers = Handlers(monkeypatch)
+    try:
+        model = LiteLLMModel("scripted", script=Script(executor=[ScriptTurn(tool="poll")]))
+        await model.complete(ModelRequest(role="executor", round=1, messages=[
+            {"role": "user", "content": "poll the job"}]))  # fmt: skip
+        await asyncio.wait_for(heard.wait(), 30)
+        assert handlers.built == 1
+    finally:
+        litellm.logging_callback_manager.remove_callback_from_all_lists(listener)
+
+
 def test_a_litellm_whose_function_differs_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     litellm_passes.uninstall()
     try:
@@ -207,7 +271,7 @@ def test_a_litellm_whose_function_differs_keeps_its_own(monkeypatch: pytest.Monk
         )
         assert litellm_passes.install() == ["thought_signatures"]
         assert litellm_passes.in_place("thought_signatures") is original
-        assert litellm_passes.installed() == ["pdf", "validate"]
+        assert litellm_passes.installed() == ["pdf", "success_log", "validate"]
     finally:
         litellm_passes.uninstall()
         monkeypatch.undo()
@@ -218,7 +282,7 @@ def test_the_stock_switch_keeps_litellm_as_it_ships(monkeypatch: pytest.MonkeyPa
     litellm_passes.uninstall()
     try:
         monkeypatch.setenv("LOOPDECK_STOCK_LITELLM", "1")
-        assert litellm_passes.install() == ["pdf", "thought_signatures", "validate"]
+        assert litellm_passes.install() == ALL
         assert litellm_passes.installed() == []
         assert not getattr(litellm_passes.in_place("thought_signatures"), "__loopdeck_pass__", 0)
     finally:
