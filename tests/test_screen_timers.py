@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 from textual.app import App
+from textual.css.query import NoMatches
 from textual.pilot import Pilot
 from textual.screen import Screen
+from textual.widgets import Static
 
 from loopdeck.tui.timers import every, later
 
@@ -24,7 +26,7 @@ async def _after_the_screens_timers(app: App[None], pilot: Pilot[Any]) -> None:
     """Wait until a timer of the app's due after the screen's (1 ms) has fired."""
     done: list[bool] = []
     app.set_timer(0.02, lambda: done.append(True))
-    while not done:
+    while not done and app.is_running:  # a tick that raised ends the app: said at its exit
         await pilot.pause()
 
 
@@ -41,3 +43,38 @@ async def test_a_screens_timers_fire_only_while_it_is_shown(shown: bool) -> None
         later(screen, 0.001, lambda: fired.append("later"))
         await _after_the_screens_timers(app, pilot)
         assert ("every" in fired and "later" in fired) if shown else fired == []
+
+
+async def test_a_screens_timers_do_nothing_once_its_children_are_gone() -> None:
+    """The app closing may close a screen's children before the screen: a tick between the two
+    finds nothing to draw into, and does nothing more (it raised NoMatches there)."""
+    fired: list[str] = []
+    app = Host()
+    async with app.run_test() as pilot:
+        screen: Screen[None] = Screen()
+        await app.push_screen(screen)
+        await screen.mount(Static(id="drawn"))
+
+        def draw() -> None:
+            fired.append("tick")
+            screen.query_one("#drawn", Static).update("tick")
+
+        every(screen, 0.001, draw)
+        later(screen, 0.001, draw)
+        await _after_the_screens_timers(app, pilot)
+        assert len(fired) >= 2
+        await screen.query_one("#drawn").remove()
+        fired.clear()
+        await _after_the_screens_timers(app, pilot)
+        assert fired and app.is_running  # ticks that found nothing to draw into, and no fault
+
+
+async def test_a_query_that_misses_among_children_is_still_a_fault() -> None:
+    app = Host()
+    with pytest.raises(NoMatches):
+        async with app.run_test() as pilot:
+            screen: Screen[None] = Screen()
+            await app.push_screen(screen)
+            await screen.mount(Static(id="drawn"))
+            every(screen, 0.001, lambda: screen.query_one("#elsewhere"))
+            await _after_the_screens_timers(app, pilot)
