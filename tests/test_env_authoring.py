@@ -167,3 +167,30 @@ async def test_theme_by_path_and_from_the_user_folder(tmp_path, monkeypatch) -> 
     async with app.run_test():
         assert app.theme == "loopdeck-dark"
         assert "missing.toml" in app.theme_problems[0]
+
+
+def test_an_env_is_executed_once_per_text_and_again_once_edited(tmp_path) -> None:
+    """A worker loads its env at every run: env.py runs once for each text it has (its classes
+    built once), and an edit is seen by the next load."""
+    env = _user_env(tmp_path)
+    source = env / "env.py"
+    source.write_text(source.read_text() + "\nEXECUTED = __import__('time').perf_counter_ns()\n")
+    first = resolve_env_dir(str(env)).module
+    again = resolve_env_dir(str(env)).module
+    assert first is not None and again is first
+    source.write_text(source.read_text() + "\nEDITED = True\n")
+    edited = resolve_env_dir(str(env)).module
+    assert edited is not first and edited.EDITED is True
+    assert edited.EXECUTED != first.EXECUTED
+
+
+def test_a_scenario_parsed_once_is_copied_for_each_load_and_its_settings(tmp_path) -> None:
+    """The parsed TOML is kept per text; each load's `--set` changes its own copy only."""
+    env = _user_env(tmp_path)
+    changed = resolve_env_dir(str(env), ["goal=changed", "budgets.max_turns=3"]).scenario
+    plain = resolve_env_dir(str(env)).scenario
+    assert (changed.goal, changed.budgets.max_turns) == ("changed", 3)
+    assert plain.goal != "changed" and plain.budgets.max_turns != 3
+    scenario = env / "scenario.toml"
+    scenario.write_text(scenario.read_text().replace("max_turns =", "max_turns = 7 #", 1))
+    assert resolve_env_dir(str(env)).scenario.budgets.max_turns == 7

@@ -11,9 +11,10 @@ of the loop's selector, then two more turns of the loop) costs more than the cod
 first waits for the env thread itself, off the interpreter's lock, for at most `QUICK_WAIT_S`:
 env code done by then hands its result straight over; anything slower is awaited as before.
 Headless, the loop waits so whatever else is ready (LiteLLM's logging tasks, the store's
-writer: nobody is kept waiting by half a millisecond). Under a console (`only_when_idle`, set by
-its link to a test of its loop: `loopdeck.tuning.loop_idle`, as asyncio has no public one) it
-waits only when it has nothing else to do, no callback ready and no timer due:
+writer: nobody is kept waiting by half a millisecond). Under a console or in a worker, whose
+loop drives other runs (`only_when_idle`, set by the console's link and a worker's leased run
+to a test of the loop: `loopdeck.tuning.loop_idle`, as asyncio has no public one) it waits only
+when it has nothing else to do, no callback ready and no timer due:
 blocking regardless made frames and keys wait for the interpreter's lock to come back from
 LiteLLM's threads (loop stall worse in 8 of 8 A/B pairs, 20-28 -> 26-38 ms); blocking only
 when idle left the stall where it was (ten pairs).

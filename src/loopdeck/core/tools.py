@@ -132,9 +132,14 @@ class ToolSpec(BaseModel):
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": json.loads(_parameters_text(self.args_model)),
+                "parameters": self.args_schema(),
             },
         }
+
+    def args_schema(self) -> dict[str, Any]:
+        """Its arguments' JSON schema, a new dict each time (the caller's to keep)."""
+        schema: dict[str, Any] = json.loads(_parameters_text(self.args_model))
+        return schema
 
 
 # Each argument model's JSON schema, as text: made once per model and process, where pydantic

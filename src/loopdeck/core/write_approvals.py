@@ -177,7 +177,7 @@ class WriteApprovals:
             ttl_s=self.rt.config.approval_ttl_s,
             rationale=capped(decision.message, REASON_CAP),
             asked_again=again.problem if again else "",
-            args_schema=spec.args_model.model_json_schema(),
+            args_schema=spec.args_schema(),
             risk_source=spec.risk_source,
             not_editable=spec.not_editable,
             diff=await asyncio.to_thread(write_diff, self.rt.env.workdir, proposed),

@@ -34,6 +34,7 @@ from loopdeck.store.approver import StoreApprover
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.runner import apply_command
 from loopdeck.store.writer import EventWriter
+from loopdeck.tuning.loop_idle import nothing_else_due
 
 Say = Callable[[str], None]
 ENSURE_POLL_S = 0.05
@@ -184,6 +185,9 @@ class LeasedRun:
         writer.on_lease_lost = lambda exc: self._lost(str(exc))
         unsubscribe = runtime.bus.subscribe(writer)
         runtime.journal = writer
+        # A worker's loop drives all its runs: quick env code is waited for only when none of
+        # the others has work due (a run's wait would hold up every other run's turn).
+        runtime.env_thread.only_when_idle = nothing_else_due
         writer.start()
         self.live = replay is None
         self.started.set()
