@@ -88,8 +88,10 @@ class EnvDir:
 # Each env.py's module, executed once per process for each text it has (as Python imports a
 # module once), by its folder and the sha256 of its text: a worker's hundredth run of an env
 # does not compile it and build its classes again (its pydantic argument models: ~4 ms a run);
-# an edited env.py is executed afresh for the next run.
+# an edited env.py is executed afresh for the next run. The oldest of MODULES_KEPT is let go
+# (its runs keep their own reference).
 _modules: dict[tuple[str, str], ModuleType] = {}
+MODULES_KEPT = 64
 
 
 def _import_env_module(path: Path) -> ModuleType:
@@ -120,6 +122,8 @@ def _import_env_module(path: Path) -> ModuleType:
         raise ScenarioError(f"{source}: import failed: {said}") from exc
     if not callable(getattr(module, "make_env", None)):
         raise ScenarioError(f"{source}: defines no make_env(workdir, data) function")
+    if len(_modules) >= MODULES_KEPT:
+        _modules.pop(next(iter(_modules)))
     _modules[key] = module
     return module
 
