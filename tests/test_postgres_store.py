@@ -119,3 +119,44 @@ def test_a_service_file_supplies_the_connection(url, tmp_path, monkeypatch) -> N
     assert done.returncode == 0, done.stderr
     assert last_json(done.stdout)["stop_reason"] == "goal_met"
     assert cluster.password not in done.stdout + done.stderr
+
+
+async def test_a_transaction_open_does_not_hold_up_the_stores_other_statements(url) -> None:
+    """A worker's runs commit side by side: while one transaction is open (a run's batch
+    waiting on the server), the same store's other statements go on other connections, up
+    to CONNECTIONS at once, each opened as needed."""
+    from loopdeck.store.postgres import CONNECTIONS
+
+    store = await open_store(url)
+    mine = "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
+    try:
+        async with store.transaction("run-a") as tx:
+            await tx.execute("SELECT 1")
+            # Was queued behind the open transaction, on the store's one connection.
+            assert (await asyncio.wait_for(store.fetchall("SELECT 2"), 60))[0][0] == 2
+        release = asyncio.Event()
+        inside = 0
+
+        async def held() -> None:
+            nonlocal inside
+            async with store.transaction() as tx:
+                await tx.execute("SELECT 1")
+                inside += 1
+                await release.wait()
+
+        holders = [asyncio.create_task(held()) for _ in range(CONNECTIONS + 2)]
+        while inside < CONNECTIONS:
+            await asyncio.sleep(0.01)
+        counted = int((await _outside(url, mine))[0][0])
+        assert inside == CONNECTIONS  # the others wait for a connection
+        assert counted <= CONNECTIONS + 2  # the store's, its listener and this count's own
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*holders), 60)
+        assert inside == CONNECTIONS + 2
+    finally:
+        await store.close()
+
+
+async def _outside(url: str, sql: str) -> list[tuple[object, ...]]:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        return await (await conn.execute(sql)).fetchall()

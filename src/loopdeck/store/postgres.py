@@ -10,9 +10,14 @@ never stored. Same guarantees as the SQLite store:
   writer's batch is one NOTIFY, not one an event), approvals, commands and the queue's
   leases, so waiters wake at once instead of at their next poll.
 
+Statements and transactions run on up to `CONNECTIONS` connections at once, opened as they
+are needed: a worker's hundred runs commit side by side instead of queueing on one
+connection (their transactions' round trips were the wait between an event and the fleet);
+a console or a command opens a second only when two of its statements overlap.
+
 A server that goes away (restarted, stopped, out of reach) is waited out: a statement that
 finds it gone raises StoreUnavailable ("server unreachable: …"), and every connection (the
-main one, the listener, the heartbeat's) reconnects at its next use, paced by a bounded
+store's, the listener, the heartbeat's) reconnects at its next use, paced by a bounded
 backoff (`store/pg_connection.py`). A server that refuses the login instead (a password
 changed, a role or pg_hba.conf entry removed) raises StoreRefused ("the store refuses
 loopdeck's login: …"), when the store is opened as when a connection is opened again.
@@ -59,6 +64,7 @@ from loopdeck.store.pg_connection import (
 )
 
 CHANNEL = "loopdeck_changes"
+CONNECTIONS = 4  # a store's statements and transactions at once, each on its own connection
 SAFETY_POLL_S = 1.0
 CLOSE_WAIT_S = 5.0  # a connection that does not close by then is left to the exit
 LISTEN_SLICE_S = 0.2  # how long close() may wait for the listener to notice
@@ -110,9 +116,11 @@ class PgStore(Store):
     ) -> None:
         self._url = url
         self.path = redact(url)
-        # None once lost: the next statement connects again (no sooner than the backoff).
-        self.conn: psycopg.AsyncConnection[Row] | None = conn
-        self.lock = asyncio.Lock()
+        # The connections no statement uses now, and every open one (for `close`). A lost one
+        # is opened again by the next statement to take it (no sooner than the backoff).
+        self._idle: list[psycopg.AsyncConnection[Row]] = [conn]
+        self._open: set[psycopg.AsyncConnection[Row]] = {conn}
+        self._turns = asyncio.Semaphore(CONNECTIONS)
         self._listener: psycopg.AsyncConnection[Any] | None = listener
         self._changes = 0
         self._changed = asyncio.Event()
@@ -120,9 +128,11 @@ class PgStore(Store):
         self._closing = False
         self._closed = asyncio.Event()
         self._backoff, self._listen_backoff = Backoff(), Backoff()
-        # The listener saw the server go: the main connection, idle and maybe unaware, is
-        # replaced before its next statement instead of failing it.
-        self._suspect = False
+        # Moved when the server was seen to go (by the listener or a statement): connections
+        # opened before it, idle and maybe unaware, are replaced before their next statement
+        # instead of failing it.
+        self._generation = 0
+        self._born: dict[psycopg.AsyncConnection[Row], int] = {conn: 0}
 
     @classmethod
     async def connect(cls, url: str, *, create: bool = True) -> PgStore:
@@ -222,7 +232,8 @@ class PgStore(Store):
                 async for _ in listener.notifies(timeout=LISTEN_SLICE_S):
                     self._bump()
             except psycopg.Error:
-                self._listener, self._suspect = None, True
+                self._listener = None
+                self._generation += 1
                 self._bump()
                 await _close(listener)
 
@@ -259,20 +270,36 @@ class PgStore(Store):
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def _ready(self) -> psycopg.AsyncConnection[Row]:
-        """The main connection, opened again if it was lost (called under the lock, never
-        inside a transaction); StoreUnavailable while the server cannot be reached."""
-        conn = self.conn
-        if conn is not None and not (conn.closed or conn.broken or self._suspect):
-            return conn
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
+        """A connection of this store's for one statement or transaction, no other's meanwhile:
+        an idle one, else a new one while fewer than CONNECTIONS are in use."""
+        async with self._turns:
+            conn = await self._ready(self._idle.pop() if self._idle else None)
+            try:
+                yield conn
+            finally:
+                if conn.closed:
+                    self._forget(conn)
+                else:
+                    self._idle.append(conn)
+
+    async def _ready(
+        self, conn: psycopg.AsyncConnection[Row] | None
+    ) -> psycopg.AsyncConnection[Row]:
+        """`conn`, or one opened in its place if it is lost, opened before the server was
+        last seen to go, or None; StoreUnavailable while the server cannot be reached."""
+        if conn is not None:
+            if not (conn.closed or conn.broken or self._born[conn] < self._generation):
+                return conn
+            self._forget(conn)
+            await _close(conn)
         if self._closing:  # never opened again once closed
             raise StoreError(f"{self.path}: the store is closed")
-        self._suspect, self.conn = False, None
-        if conn is not None:
-            await _close(conn)
         now = time.monotonic()
         if self._backoff.wait_s(now) > 0:
             raise self._backoff.again()
+        generation = self._generation
         try:
             conn = await psycopg.AsyncConnection.connect(
                 self._url, autocommit=True, row_factory=rows, **connect_options(self._url)
@@ -282,14 +309,20 @@ class PgStore(Store):
             self._backoff.failed(now, error)
             raise error from exc
         self._backoff.succeeded()
-        self.conn = conn
+        self._open.add(conn)
+        self._born[conn] = generation
         return conn
 
+    def _forget(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        self._open.discard(conn)
+        self._born.pop(conn, None)
+
     def _failed(self, conn: psycopg.AsyncConnection[Row], exc: psycopg.Error) -> StoreError:
-        """A failed statement's error; a lost connection is replaced at the next use."""
+        """A failed statement's error; a lost server has every connection replaced at its
+        next use."""
         error = failure(str(self.path), exc, conn)
         if isinstance(error, StoreUnavailable) and error.cause == StoreUnavailable.UNREACHABLE:
-            self._suspect = True
+            self._generation += 1
         return error
 
     def explain(self, exc: Exception) -> StoreError:
@@ -300,23 +333,22 @@ class PgStore(Store):
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """A read that finds its connection lost is read once more on a new one: reading
         twice changes nothing, and an idle connection learns of a restart only when used."""
-        async with self.lock:
-            conn = await self._ready()
+        async with self._connection() as conn:
+            generation = self._generation
             try:
                 return await PgTx(conn).fetchall(sql, params)
             except psycopg.Error as exc:
                 error = self._failed(conn, exc)
-                if not self._suspect:
+                if self._generation == generation:  # not a lost server
                     raise error from exc
-            conn = await self._ready()
+        async with self._connection() as conn:  # opened again: the server was lost
             try:
                 return await PgTx(conn).fetchall(sql, params)
             except psycopg.Error as exc:
                 raise self._failed(conn, exc) from exc
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        async with self.lock:
-            conn = await self._ready()
+        async with self._connection() as conn:
             try:
                 return await PgTx(conn).execute(sql, params)
             except psycopg.Error as exc:
@@ -327,8 +359,7 @@ class PgStore(Store):
         """A transaction whose connection is lost raises StoreUnavailable; lost during its
         COMMIT, it may have landed all the same (the event writer looks before writing a
         batch again)."""
-        async with self.lock:
-            conn = await self._ready()
+        async with self._connection() as conn:
             try:
                 async with conn.transaction():
                     tx = PgTx(conn)
@@ -377,9 +408,10 @@ class PgStore(Store):
         if self._listening is not None:
             with contextlib.suppress(TimeoutError, psycopg.Error):
                 await asyncio.wait_for(asyncio.shield(self._listening), 2 * LISTEN_SLICE_S + 1)
-        for conn in (self._listener, self.conn):
+        for conn in [self._listener, *self._open]:
             if conn is not None:
                 await _close(conn)
+        self._idle.clear()
 
 
 def _not_opened(shown: str, exc: psycopg.Error) -> StoreError:
