@@ -126,7 +126,10 @@ async def follow(
                  asyncio.create_task(watch_claims(store, claimed, stop))]  # fmt: skip
         try:
             while time.monotonic() - started < BOUND_S:
-                rows = await store.fetchall("SELECT COUNT(*) FROM leases WHERE state = 'ended'")
+                rows = await store.fetchall(
+                    "SELECT COUNT(*) FROM leases WHERE state = 'ended' AND run_id LIKE ?",
+                    (f"{prefix}%",),
+                )
                 if int(rows[0][0]) == runs:
                     break
                 await asyncio.sleep(1.0)
