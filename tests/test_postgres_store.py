@@ -125,7 +125,7 @@ async def test_a_transaction_open_does_not_hold_up_the_stores_other_statements(u
     """A worker's runs commit side by side: while one transaction is open (a run's batch
     waiting on the server), the same store's other statements go on other connections, up
     to CONNECTIONS at once, each opened as needed."""
-    from loopdeck.store.postgres import CONNECTIONS
+    from loopdeck.store.pg_connections import CONNECTIONS
 
     store = await open_store(url)
     mine = "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"

@@ -10,10 +10,8 @@ never stored. Same guarantees as the SQLite store:
   writer's batch is one NOTIFY, not one an event), approvals, commands and the queue's
   leases, so waiters wake at once instead of at their next poll.
 
-Statements and transactions run on up to `CONNECTIONS` connections at once, opened as they
-are needed: a worker's hundred runs commit side by side instead of queueing on one
-connection (their transactions' round trips were the wait between an event and the fleet);
-a console or a command opens a second only when two of its statements overlap.
+Statements and transactions run on up to four connections at once, opened as they are
+needed (`store/pg_connections.py`).
 
 A server that goes away (restarted, stopped, out of reach) is waited out: a statement that
 finds it gone raises StoreUnavailable ("server unreachable: …"), and every connection (the
@@ -44,7 +42,6 @@ from loopdeck.store.base import (
     Beats,
     Store,
     StoreError,
-    StoreUnavailable,
     Tx,
     redact,
 )
@@ -62,11 +59,10 @@ from loopdeck.store.pg_connection import (
     refused,
     rows,
 )
+from loopdeck.store.pg_connections import Connections, close_connection
 
 CHANNEL = "loopdeck_changes"
-CONNECTIONS = 4  # a store's statements and transactions at once, each on its own connection
 SAFETY_POLL_S = 1.0
-CLOSE_WAIT_S = 5.0  # a connection that does not close by then is left to the exit
 LISTEN_SLICE_S = 0.2  # how long close() may wait for the listener to notice
 SCHEMA_LOCK = 7_246_001  # advisory lock key: one opener creates or migrates the schema
 
@@ -116,23 +112,14 @@ class PgStore(Store):
     ) -> None:
         self._url = url
         self.path = redact(url)
-        # The connections no statement uses now, and every open one (for `close`). A lost one
-        # is opened again by the next statement to take it (no sooner than the backoff).
-        self._idle: list[psycopg.AsyncConnection[Row]] = [conn]
-        self._open: set[psycopg.AsyncConnection[Row]] = {conn}
-        self._turns = asyncio.Semaphore(CONNECTIONS)
+        self._connections = Connections(url, str(self.path), conn)
         self._listener: psycopg.AsyncConnection[Any] | None = listener
         self._changes = 0
         self._changed = asyncio.Event()
         self._listening: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
-        self._backoff, self._listen_backoff = Backoff(), Backoff()
-        # Moved when the server was seen to go (by the listener or a statement): connections
-        # opened before it, idle and maybe unaware, are replaced before their next statement
-        # instead of failing it.
-        self._generation = 0
-        self._born: dict[psycopg.AsyncConnection[Row], int] = {conn: 0}
+        self._listen_backoff = Backoff()
 
     @classmethod
     async def connect(cls, url: str, *, create: bool = True) -> PgStore:
@@ -233,9 +220,9 @@ class PgStore(Store):
                     self._bump()
             except psycopg.Error:
                 self._listener = None
-                self._generation += 1
+                self._connections.server_lost()
                 self._bump()
-                await _close(listener)
+                await close_connection(listener)
 
     async def _relisten(self) -> None:
         wait = self._listen_backoff.wait_s(time.monotonic())
@@ -256,10 +243,10 @@ class PgStore(Store):
         except psycopg.Error as exc:
             self._listen_backoff.failed(started, not_connected(str(self.path), exc))
             if listener is not None:
-                await _close(listener)
+                await close_connection(listener)
             return
         if self._closing:
-            await _close(listener)
+            await close_connection(listener)
             return
         self._listen_backoff.succeeded()
         self._listener = listener
@@ -270,61 +257,6 @@ class PgStore(Store):
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Row]]:
-        """A connection of this store's for one statement or transaction, no other's meanwhile:
-        an idle one, else a new one while fewer than CONNECTIONS are in use."""
-        async with self._turns:
-            conn = await self._ready(self._idle.pop() if self._idle else None)
-            try:
-                yield conn
-            finally:
-                if conn.closed:
-                    self._forget(conn)
-                else:
-                    self._idle.append(conn)
-
-    async def _ready(
-        self, conn: psycopg.AsyncConnection[Row] | None
-    ) -> psycopg.AsyncConnection[Row]:
-        """`conn`, or one opened in its place if it is lost, opened before the server was
-        last seen to go, or None; StoreUnavailable while the server cannot be reached."""
-        if conn is not None:
-            if not (conn.closed or conn.broken or self._born[conn] < self._generation):
-                return conn
-            self._forget(conn)
-            await _close(conn)
-        if self._closing:  # never opened again once closed
-            raise StoreError(f"{self.path}: the store is closed")
-        now = time.monotonic()
-        if self._backoff.wait_s(now) > 0:
-            raise self._backoff.again()
-        generation = self._generation
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, row_factory=rows, **connect_options(self._url)
-            )
-        except psycopg.Error as exc:
-            error = not_connected(str(self.path), exc)
-            self._backoff.failed(now, error)
-            raise error from exc
-        self._backoff.succeeded()
-        self._open.add(conn)
-        self._born[conn] = generation
-        return conn
-
-    def _forget(self, conn: psycopg.AsyncConnection[Row]) -> None:
-        self._open.discard(conn)
-        self._born.pop(conn, None)
-
-    def _failed(self, conn: psycopg.AsyncConnection[Row], exc: psycopg.Error) -> StoreError:
-        """A failed statement's error; a lost server has every connection replaced at its
-        next use."""
-        error = failure(str(self.path), exc, conn)
-        if isinstance(error, StoreUnavailable) and error.cause == StoreUnavailable.UNREACHABLE:
-            self._generation += 1
-        return error
-
     def explain(self, exc: Exception) -> StoreError:
         if isinstance(exc, psycopg.Error):
             return failure(str(self.path), exc, None)
@@ -333,33 +265,33 @@ class PgStore(Store):
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """A read that finds its connection lost is read once more on a new one: reading
         twice changes nothing, and an idle connection learns of a restart only when used."""
-        async with self._connection() as conn:
-            generation = self._generation
+        async with self._connections.taken() as conn:
+            generation = self._connections.generation
             try:
                 return await PgTx(conn).fetchall(sql, params)
             except psycopg.Error as exc:
-                error = self._failed(conn, exc)
-                if self._generation == generation:  # not a lost server
+                error = self._connections.failed(conn, exc)
+                if self._connections.generation == generation:  # not a lost server
                     raise error from exc
-        async with self._connection() as conn:  # opened again: the server was lost
+        async with self._connections.taken() as conn:  # opened again: the server was lost
             try:
                 return await PgTx(conn).fetchall(sql, params)
             except psycopg.Error as exc:
-                raise self._failed(conn, exc) from exc
+                raise self._connections.failed(conn, exc) from exc
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        async with self._connection() as conn:
+        async with self._connections.taken() as conn:
             try:
                 return await PgTx(conn).execute(sql, params)
             except psycopg.Error as exc:
-                raise self._failed(conn, exc) from exc
+                raise self._connections.failed(conn, exc) from exc
 
     @contextlib.asynccontextmanager
     async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
         """A transaction whose connection is lost raises StoreUnavailable; lost during its
         COMMIT, it may have landed all the same (the event writer looks before writing a
         batch again)."""
-        async with self._connection() as conn:
+        async with self._connections.taken() as conn:
             try:
                 async with conn.transaction():
                     tx = PgTx(conn)
@@ -367,7 +299,7 @@ class PgStore(Store):
                         await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (run_id,))
                     yield tx
             except psycopg.Error as exc:
-                raise self._failed(conn, exc) from exc
+                raise self._connections.failed(conn, exc) from exc
 
     async def change_counter(self) -> int:
         """While the listener is away nothing is announced: each call moves the counter, so
@@ -404,14 +336,14 @@ class PgStore(Store):
 
     async def close(self) -> None:
         self._closing = True
+        self._connections.closing = True  # none opened from now on
         self._closed.set()
         if self._listening is not None:
             with contextlib.suppress(TimeoutError, psycopg.Error):
                 await asyncio.wait_for(asyncio.shield(self._listening), 2 * LISTEN_SLICE_S + 1)
-        for conn in [self._listener, *self._open]:
-            if conn is not None:
-                await _close(conn)
-        self._idle.clear()
+        if self._listener is not None:
+            await close_connection(self._listener)
+        await self._connections.close()
 
 
 def _not_opened(shown: str, exc: psycopg.Error) -> StoreError:
@@ -420,9 +352,3 @@ def _not_opened(shown: str, exc: psycopg.Error) -> StoreError:
     if why is not None:
         return refused(shown, why)
     return StoreError(f"{shown}: cannot open: {exc}".strip())
-
-
-async def _close(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Closed, or left to the exit when it does not close in CLOSE_WAIT_S (a lost one)."""
-    with contextlib.suppress(psycopg.Error, TimeoutError):
-        await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
