@@ -144,9 +144,12 @@ async def test_a_transaction_open_does_not_hold_up_the_stores_other_statements(u
                 inside += 1
                 await release.wait()
 
+        async def all_connections_taken() -> None:
+            while inside < CONNECTIONS:
+                await asyncio.sleep(0.01)
+
         holders = [asyncio.create_task(held()) for _ in range(CONNECTIONS + 2)]
-        while inside < CONNECTIONS:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(all_connections_taken(), 60)
         counted = int((await _outside(url, mine))[0][0])
         assert inside == CONNECTIONS  # the others wait for a connection
         assert counted <= CONNECTIONS + 2  # the store's, its listener and this count's own
