@@ -241,8 +241,8 @@ class _CommitLostOnce:
         return getattr(self.store, name)
 
     @contextlib.asynccontextmanager
-    async def transaction(self, run_id: str | None = None) -> Any:
-        async with self.store.transaction(run_id) as tx:
+    async def transaction(self, run_id: str | None = None, *, pipelined: bool = False) -> Any:
+        async with self.store.transaction(run_id, pipelined=pipelined) as tx:
             yield tx
         if self.armed:
             self.armed = False

@@ -73,7 +73,9 @@ class FlakyStore(Store):
         self.lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
-    async def transaction(self, run_id: str | None = None) -> AsyncIterator[_FakeTx]:
+    async def transaction(
+        self, run_id: str | None = None, *, pipelined: bool = False
+    ) -> AsyncIterator[_FakeTx]:
         tx = _FakeTx(self.events)
         yield tx
         self.attempts += 1
@@ -237,10 +239,10 @@ class _Switch:
         self._transaction = store.transaction
         store.transaction = self.transaction  # type: ignore[method-assign]
 
-    def transaction(self, run_id: str | None = None) -> Any:
+    def transaction(self, run_id: str | None = None, *, pipelined: bool = False) -> Any:
         if self.down:
             raise StoreUnavailable("test: the server went away", StoreUnavailable.UNREACHABLE)
-        return self._transaction(run_id)
+        return self._transaction(run_id, pipelined=pipelined)
 
 
 async def test_a_recorded_run_holds_through_an_outage_and_loses_nothing(db) -> None:

@@ -21,6 +21,9 @@ from loopdeck import settings
 
 SCHEMA_VERSION = 7
 APP_ID = "loopdeck"
+# A transaction that appends fewer rows than this is worth pipelining (`Store.transaction`):
+# on PostgreSQL they go in one INSERT, as many or more by COPY, which a pipeline cannot carry.
+PIPELINED_ROWS = 32
 # v7: the leases' `changed`, where each run is fed to the fleet as its runs row is
 # (`store/feed.py`): the column, its index and its triggers, made by the opening's migration.
 # v6: the `leases` table, runs placed on workers (`store/leases.py`).
@@ -228,9 +231,16 @@ class Store:
         """Run one statement in its own transaction; returns the rows it changed."""
         raise NotImplementedError
 
-    def transaction(self, run_id: str | None = None) -> contextlib.AbstractAsyncContextManager[Tx]:
+    def transaction(
+        self, run_id: str | None = None, *, pipelined: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[Tx]:
         """One write transaction: all of it lands or none. With `run_id`, writers of that run's
-        events (its runner, a reader marking it crashed) take their turns one at a time."""
+        events (its runner, a reader marking it crashed) take their turns one at a time.
+        `pipelined`: its statements go to the server without waiting for each one's answer
+        until rows are read (PostgreSQL's pipeline mode: the event writer's few statements in
+        two round trips, not seven); its appends then go by INSERT, for fewer rows than
+        `PIPELINED_ROWS`; a statement's failure is raised by the next read or the commit.
+        SQLite, in-process, has no round trips to save."""
         raise NotImplementedError
 
     async def change_counter(self) -> int:

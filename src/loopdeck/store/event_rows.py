@@ -96,15 +96,22 @@ class RunRows:
             f"UPDATE runs SET {assigned} WHERE run_id = ?", (*fields.values(), last.run_id)
         )
 
-    async def undo_a_false_crash(self, tx: Tx, run_id: str) -> str | None:
+    async def undo_a_false_crash(
+        self, tx: Tx, run_id: str, ended: tuple[str | None, str | None] | None = None
+    ) -> str | None:
         """A reader marked this run crashed while its runner (this process) is alive: the
         runner's record wins. The reader's stop event goes, the row and the approvals the
-        reader withdrew come back; the correction's words, or None when there was none."""
+        reader withdrew come back; the correction's words, or None when there was none.
+        `ended`: the run row's stop reason and detail if read already in this transaction
+        (with a worker's lease)."""
         if self.stopped:
             return None
-        rows = await tx.fetchall("SELECT stop_reason, detail FROM runs WHERE run_id = ?", (run_id,))
-        row = next(iter(rows), None)
-        if row is None or row[0] != "crashed":
+        if ended is None:
+            rows = await tx.fetchall(
+                "SELECT stop_reason, detail FROM runs WHERE run_id = ?", (run_id,)
+            )
+            ended = (rows[0][0], rows[0][1]) if rows else (None, None)
+        if ended[0] != "crashed":
             return None
         await tx.execute("DELETE FROM events WHERE run_id = ? AND origin = 'reader'", (run_id,))
         await tx.execute(
@@ -117,7 +124,7 @@ class RunRows:
             " WHERE run_id = ? AND state = 'withdrawn' AND decided_by = ?",
             (run_id, CRASH_DETECTOR),
         )
-        return f"a reader marked this run crashed ({row[1]}); its runner is alive"
+        return f"a reader marked this run crashed ({ended[1]}); its runner is alive"
 
 
 E = TypeVar("E", bound=EventBase)

@@ -119,7 +119,7 @@ class Claim:
 async def submit(store: Store, run_id: str, options: dict[str, Any]) -> None:
     """The run recorded as queued, for the next free worker; an id the store already holds
     (queued, or a run of its own) is refused."""
-    async with store.transaction(run_id) as tx:
+    async with store.transaction(run_id, pipelined=True) as tx:
         taken = await tx.fetchall(
             "SELECT 1 FROM leases WHERE run_id = ? UNION ALL SELECT 1 FROM runs WHERE run_id = ?",
             (run_id, run_id),
@@ -141,9 +141,10 @@ async def claim(
     store: Store, worker: WorkerName, hold_s: float, *, now: float | None = None
 ) -> Claim | None:
     """The oldest claimable run, now this worker's under the next epoch; None when there is
-    none. The run's row names this worker as its runner (the fleet shows where it is)."""
+    none. The run's row names this worker as its runner (the fleet shows where it is).
+    Pipelined: a look that finds none is one round trip and its COMMIT, a claim two."""
     now = time.time() if now is None else now
-    async with store.transaction() as tx:
+    async with store.transaction(pipelined=True) as tx:
         rows = await tx.fetchall(
             "SELECT run_id, epoch, options, state, host, expires_at FROM leases"
             f" WHERE {CLAIMABLE} ORDER BY submitted_at LIMIT 1{_locking(store)}",
@@ -179,21 +180,31 @@ def _move_note(state: str, was: str | None, host: str, expired: float, now: floa
     return f"resumed on {host} after {was}'s lease expired {max(now - expired, 0):.0f}s ago"
 
 
-async def check(tx: Tx, store: Store, run_id: str, epoch: int) -> None:
+# A run's row as a commit reads it with its lease: its stop reason and detail (None, None
+# when the run has no row yet).
+RunEnd = tuple[str | None, str | None]
+
+
+async def check(tx: Tx, store: Store, run_id: str, epoch: int) -> RunEnd:
     """Inside a commit's transaction: the run is still held under `epoch`, else `LeaseLost`.
     On PostgreSQL the row stays locked until the commit ends, and a transaction left idle
     (its process stopped mid-commit) is ended by the server after a lease, so a stopped
-    worker cannot keep a run from moving."""
+    worker cannot keep a run from moving. Read in the same statement: the run's stop reason
+    and detail, which the writer looks at for a reader's false crash mark."""
     if store.backend == "postgresql":
         idle_ms = int(lease_s() * 1000)
         rows = await tx.fetchall(
-            "SELECT epoch, state, holder, set_config('idle_in_transaction_session_timeout', ?,"
-            " true) FROM leases WHERE run_id = ? FOR UPDATE",
+            "SELECT l.epoch, l.state, l.holder, r.stop_reason, r.detail,"
+            " set_config('idle_in_transaction_session_timeout', ?, true)"
+            " FROM leases l LEFT JOIN runs r ON r.run_id = l.run_id WHERE l.run_id = ?"
+            " FOR UPDATE OF l",
             (str(idle_ms), run_id),
         )
     else:
         rows = await tx.fetchall(
-            "SELECT epoch, state, holder FROM leases WHERE run_id = ?", (run_id,)
+            "SELECT l.epoch, l.state, l.holder, r.stop_reason, r.detail"
+            " FROM leases l LEFT JOIN runs r ON r.run_id = l.run_id WHERE l.run_id = ?",
+            (run_id,),
         )
     if not rows:
         raise LeaseLost(f"run {run_id} is not in the store's queue: epoch {epoch} may not write")
@@ -204,6 +215,7 @@ async def check(tx: Tx, store: Store, run_id: str, epoch: int) -> None:
             f"run {run_id} moved on (epoch {held}, {state}, held by {where}): this worker's"
             f" epoch {epoch} may append nothing more"
         )
+    return rows[0]["stop_reason"], rows[0]["detail"]
 
 
 async def let_go(

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from loopdeck.store.base import StoreError, StoreRefused, StoreUnavailable
+from loopdeck.store.base import PIPELINED_ROWS, StoreError, StoreRefused, StoreUnavailable
 from loopdeck.store.leases import BEAT_HELD, RENEW
 
 CONNECT_TIMEOUT_S = 3  # libpq counts whole seconds, at least 2
@@ -49,7 +49,7 @@ REFUSAL_WORDS = re.compile(
     r"|is not permitted to log in|role \".*\" does not exist"
 )
 # Rows appended by one multi-row INSERT (one round trip) below this, by COPY from it on.
-COPY_FROM = 32
+COPY_FROM = PIPELINED_ROWS
 # The column types of the tables appended by COPY, as the schema declares them
 # (`store/base.py`; tests/test_pg_copy.py reads them back from the server): their rows go in
 # binary COPY, each value encoded by psycopg's own dumper for its column's type. Another
@@ -133,7 +133,7 @@ def not_connected(path: str, exc: psycopg.Error) -> StoreUnavailable:
     return unreachable(path, said(exc)) if why is None else refused(path, why)
 
 
-def _sql(statement: str) -> str:
+def sql_of(statement: str) -> str:
     """The shared SQL in psycopg's placeholders."""
     return statement.replace("%", "%%").replace("?", "%s")
 
@@ -166,7 +166,7 @@ def rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
 T = TypeVar("T")
 
 
-async def _whole(statement: Coroutine[Any, Any, T]) -> T:
+async def uncut(statement: Coroutine[Any, Any, T]) -> T:
     """A statement is never cut in the middle: a caller cancelled while it runs stops
     waiting, and the statement finishes on its own (psycopg's connection lock keeps the next
     one behind it). A query cut mid-protocol could leave the connection waiting forever."""
@@ -178,24 +178,24 @@ class PgTx:
         self.conn = conn
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return await _whole(self._execute(sql, params))
+        return await uncut(self._execute(sql, params))
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        await _whole(self._executemany(sql, rows))
+        await uncut(self._executemany(sql, rows))
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await _whole(self._fetchall(sql, params))
+        return await uncut(self._fetchall(sql, params))
 
     async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        await _whole(self._append(table, columns, rows))
+        await uncut(self._append(table, columns, rows))
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> int:
-        cursor = await self.conn.execute(_sql(sql), tuple(params))
+        cursor = await self.conn.execute(sql_of(sql), tuple(params))
         return int(cursor.rowcount)
 
     async def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         async with self.conn.cursor() as cursor:
-            await cursor.executemany(_sql(sql), rows)
+            await cursor.executemany(sql_of(sql), rows)
 
     async def _append(
         self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
@@ -218,7 +218,7 @@ class PgTx:
                 await copy.write_row(values)
 
     async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        cursor = await self.conn.execute(_sql(sql), tuple(params))
+        cursor = await self.conn.execute(sql_of(sql), tuple(params))
         return list(await cursor.fetchall())
 
 
@@ -299,8 +299,8 @@ class PgBeats:
         conn = self._connection()
         try:
             with conn.transaction():
-                held = conn.execute(_sql(RENEW), (until, holder)).fetchall()
-                conn.execute(_sql(BEAT_HELD), (at, holder))
+                held = conn.execute(sql_of(RENEW), (until, holder)).fetchall()
+                conn.execute(sql_of(BEAT_HELD), (at, holder))
         except psycopg.Error as exc:
             error = failure(self.path, exc, conn)
             if isinstance(error, StoreUnavailable):

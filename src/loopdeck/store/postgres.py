@@ -47,6 +47,7 @@ from loopdeck.store.base import (
 )
 from loopdeck.store.feed import POSTGRES_FEED, POSTGRES_HORIZON, fill_summaries
 from loopdeck.store.leases import LEASES_TABLE
+from loopdeck.store.pg_batched import batched_transaction
 from loopdeck.store.pg_connection import (
     Backoff,
     PgBeats,
@@ -287,16 +288,23 @@ class PgStore(Store):
                 raise self._connections.failed(conn, exc) from exc
 
     @contextlib.asynccontextmanager
-    async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
+    async def transaction(
+        self, run_id: str | None = None, *, pipelined: bool = False
+    ) -> AsyncIterator[Tx]:
         """A transaction whose connection is lost raises StoreUnavailable; lost during its
         COMMIT, it may have landed all the same (the event writer looks before writing a
-        batch again)."""
+        batch again). Pipelined (`store/pg_batched.py`), BEGIN and the run's lock go with its
+        first read, and the statements after its last read with the COMMIT."""
         async with self._connections.taken() as conn:
             try:
+                if pipelined:
+                    async with batched_transaction(conn) as batched:
+                        await _take_turn(batched, run_id)
+                        yield batched
+                    return
                 async with conn.transaction():
                     tx = PgTx(conn)
-                    if run_id is not None:
-                        await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (run_id,))
+                    await _take_turn(tx, run_id)
                     yield tx
             except psycopg.Error as exc:
                 raise self._connections.failed(conn, exc) from exc
@@ -344,6 +352,12 @@ class PgStore(Store):
         if self._listener is not None:
             await close_connection(self._listener)
         await self._connections.close()
+
+
+async def _take_turn(tx: Tx, run_id: str | None) -> None:
+    """The run's turn among the writers of its events (`Store.transaction`)."""
+    if run_id is not None:
+        await tx.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (run_id,))
 
 
 def _not_opened(shown: str, exc: psycopg.Error) -> StoreError:

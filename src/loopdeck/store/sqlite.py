@@ -316,10 +316,12 @@ class SqliteStore(Store):
                 raise self.explain(exc) from exc
 
     @contextlib.asynccontextmanager
-    async def transaction(self, run_id: str | None = None) -> AsyncIterator[Tx]:
+    async def transaction(
+        self, run_id: str | None = None, *, pipelined: bool = False
+    ) -> AsyncIterator[Tx]:
         """Taken (BEGIN IMMEDIATE) with its first statement, or run whole on the connection's
         thread (`_SqliteTx.whole`): SQLite has one writer at a time, so `run_id` needs nothing
-        more."""
+        more, and no round trips for `pipelined` to save."""
         self.db.row_factory = sqlite3.Row
         async with self.lock:
             tx = _SqliteTx(self.db)

@@ -27,6 +27,7 @@ from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import (
+    PIPELINED_ROWS,
     Store,
     StoreError,
     StoreRefused,
@@ -282,7 +283,8 @@ class EventWriter:
     async def commit(self, batch: list[Queued]) -> None:
         """The batch in one transaction, whole (`run_whole`: on SQLite one call on the
         connection's thread), then what it tells: a false crash undone, the chain's head."""
-        async with self.store.transaction(batch[0][0].run_id) as tx:
+        pipelined = len(batch) < PIPELINED_ROWS  # the few statements of a step's events
+        async with self.store.transaction(batch[0][0].run_id, pipelined=pipelined) as tx:
             last, correction = await run_whole(tx, partial(self._write, batch))
         if correction is not None and self.on_correction is not None:
             self.on_correction(correction)
@@ -295,9 +297,8 @@ class EventWriter:
         and the chain's head (never the queue nor the chain's tail, which `__call__` moves
         meanwhile), and tells nobody anything until it returns."""
         run_id = batch[0][0].run_id
-        if self.fence is not None:
-            await check(tx, self.store, *self.fence)
-        correction = await self.rows.undo_a_false_crash(tx, run_id)
+        ended = None if self.fence is None else await check(tx, self.store, *self.fence)
+        correction = await self.rows.undo_a_false_crash(tx, run_id, ended)
         if self.outage is not None:  # the commit that failed may have landed all the same
             batch = await _not_stored(tx, run_id, batch)
         if not batch:

@@ -1,0 +1,91 @@
+"""A PostgreSQL transaction whose statements travel together (`Store.transaction(pipelined=
+True)`, for `store/postgres.py`): each statement is held, its values bound by psycopg's
+client-side cursor, until the transaction reads rows or commits; then everything held goes in
+one message, several statements in one simple query. The event writer's commit (BEGIN, the
+run's lock, the fence with the run's row | the rows, the runs row, COMMIT) is two round trips
+instead of seven, and a claim two instead of five.
+
+psycopg's own pipeline mode does the same on the wire, but its asynchronous connection waits
+on the event loop for every statement it queues: on loopback a commit cost 1.2 ms of CPU
+pipelined against 0.85 ms one statement at a time, where one message each way costs 0.22 ms
+(`bench/workers.py`; PERFORMANCE.md, issue 43's sixth round).
+
+A statement held is not answered until the next read or the commit: its failure is raised
+there (the rest of that message is not run), and `execute` returns -1, not the rows it
+changed. A failed transaction, or one whose block raised, is rolled back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from loopdeck.store.pg_connection import COPY_FROM, Row, sql_of, uncut
+
+IDLE = TransactionStatus.IDLE
+
+
+class BatchedTx:
+    """A transaction's statements held and sent together (see above)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        self.conn = conn
+        self.cursor = psycopg.AsyncClientCursor(conn)
+        self.held: list[str] = ["BEGIN"]
+
+    def _hold(self, sql: str, params: Sequence[Any]) -> None:
+        self.held.append(self.cursor.mogrify(sql_of(sql), tuple(params)))
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._hold(sql, params)
+        return -1  # not answered yet
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        for params in rows:
+            self._hold(sql, params)
+
+    async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        """Multi-row INSERTs of at most COPY_FROM rows (COPY cannot travel with the rest)."""
+        names = ", ".join(columns)
+        row = "(" + ", ".join("?" for _ in columns) + ")"
+        for start in range(0, len(rows), COPY_FROM):
+            some = rows[start : start + COPY_FROM]
+            self._hold(
+                f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(some))}",
+                [value for values in some for value in values],
+            )
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of `sql`, sent with everything held before it."""
+        self._hold(sql, params)
+        return await uncut(self._send(read=True))
+
+    async def commit(self) -> None:
+        self.held.append("COMMIT")
+        await uncut(self._send(read=False))
+
+    async def _send(self, *, read: bool) -> list[Any]:
+        text, self.held = "; ".join(self.held), []
+        await self.cursor.execute(text)
+        if not read:
+            return []
+        while self.cursor.nextset():  # the last statement's rows: the read's
+            pass
+        return list(await self.cursor.fetchall())
+
+
+@contextlib.asynccontextmanager
+async def batched_transaction(conn: psycopg.AsyncConnection[Row]) -> AsyncIterator[BatchedTx]:
+    tx = BatchedTx(conn)
+    try:
+        yield tx
+        await tx.commit()
+    except BaseException:
+        if not (conn.closed or conn.broken) and conn.info.transaction_status != IDLE:
+            with contextlib.suppress(psycopg.Error):
+                await uncut(conn.execute("ROLLBACK"))
+        raise
