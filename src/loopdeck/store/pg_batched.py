@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from loopdeck.store.pg_connection import COPY_FROM, Row, sql_of, uncut
+from loopdeck.store.pg_connection import COPY_FROM, Row, sql_of, storable, uncut
 
 IDLE = TransactionStatus.IDLE
 
@@ -38,7 +38,7 @@ class BatchedTx:
         self.held: list[str] = ["BEGIN"]
 
     def _hold(self, sql: str, params: Sequence[Any]) -> None:
-        self.held.append(self.cursor.mogrify(sql_of(sql), tuple(params)))
+        self.held.append(self.cursor.mogrify(sql_of(sql), storable(params)))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self._hold(sql, params)

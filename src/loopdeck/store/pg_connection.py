@@ -173,6 +173,19 @@ async def uncut(statement: Coroutine[Any, Any, T]) -> T:
     return await asyncio.shield(statement)
 
 
+def storable(params: Sequence[Any]) -> tuple[Any, ...]:
+    """A statement's values as PostgreSQL's text can hold them: it holds no NUL, which psycopg
+    refuses to send, failing the whole transaction (a run's commit, over a NUL in a finding a
+    model wrote). A NUL in a text value is stored as U+FFFD. An event's own row is JSON, where
+    a NUL is escaped (`\\u0000`): the log keeps the text exactly; only the runs, approvals and
+    commands rows, read for people, show the replacement (SQLite stores a NUL as it is)."""
+    if not any(type(value) is str and "\x00" in value for value in params):
+        return tuple(params)
+    return tuple(
+        value.replace("\x00", "\ufffd") if type(value) is str else value for value in params
+    )
+
+
 class PgTx:
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
         self.conn = conn
@@ -190,12 +203,12 @@ class PgTx:
         await uncut(self._append(table, columns, rows))
 
     async def _execute(self, sql: str, params: Sequence[Any]) -> int:
-        cursor = await self.conn.execute(sql_of(sql), tuple(params))
+        cursor = await self.conn.execute(sql_of(sql), storable(params))
         return int(cursor.rowcount)
 
     async def _executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         async with self.conn.cursor() as cursor:
-            await cursor.executemany(sql_of(sql), rows)
+            await cursor.executemany(sql_of(sql), [storable(row) for row in rows])
 
     async def _append(
         self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
@@ -218,7 +231,7 @@ class PgTx:
                 await copy.write_row(values)
 
     async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        cursor = await self.conn.execute(sql_of(sql), tuple(params))
+        cursor = await self.conn.execute(sql_of(sql), storable(params))
         return list(await cursor.fetchall())
 
 
