@@ -6,9 +6,9 @@ run's lock, the fence with the run's row | the rows, the runs row, COMMIT) is tw
 instead of seven, and a claim two instead of five.
 
 psycopg's own pipeline mode does the same on the wire, but its asynchronous connection waits
-on the event loop for every statement it queues: on loopback a commit cost 1.2 ms of CPU
-pipelined against 0.85 ms one statement at a time, where one message each way costs 0.22 ms
-(`bench/workers.py`; PERFORMANCE.md, issue 43's sixth round).
+on the event loop for every statement it queues: on loopback a writer's commit of one event
+cost 1.2 ms of the client's CPU pipelined that way, 0.85 ms one statement at a time, 0.46 ms
+batched as here (`bench/pg_commits.py`; PERFORMANCE.md, issue 43's sixth round).
 
 A statement held is not answered until the next read or the commit: its failure is raised
 there (the rest of that message is not run), and `execute` returns -1, not the rows it
