@@ -50,10 +50,14 @@ class DelayingProxy:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(
-            self._carry(reader, upstream_writer), self._carry(upstream_reader, writer),
-            return_exceptions=True,
-        )  # fmt: skip
+        try:
+            await asyncio.gather(
+                self._carry(reader, upstream_writer), self._carry(upstream_reader, writer),
+                return_exceptions=True,
+            )  # fmt: skip
+        except asyncio.CancelledError:  # the proxy stopped with the connection open: it ends
+            writer.close()
+            upstream_writer.close()
 
     async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Each chunk read is written `delay_s` after it arrived, in order."""
