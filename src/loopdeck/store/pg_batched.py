@@ -40,6 +40,11 @@ class BatchedTx:
     def _hold(self, sql: str, params: Sequence[Any]) -> None:
         self.held.append(self.cursor.mogrify(sql_of(sql), storable(params)))
 
+    def _hold_as_is(self, sql: str, params: Sequence[Any]) -> None:
+        """An appended row's values exactly as made: events' rows carry no NUL (their body is
+        JSON) and are hashed as they are, never changed here."""
+        self.held.append(self.cursor.mogrify(sql_of(sql), tuple(params)))
+
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self._hold(sql, params)
         return -1  # not answered yet
@@ -54,7 +59,7 @@ class BatchedTx:
         row = "(" + ", ".join("?" for _ in columns) + ")"
         for start in range(0, len(rows), COPY_FROM):
             some = rows[start : start + COPY_FROM]
-            self._hold(
+            self._hold_as_is(
                 f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(some))}",
                 [value for values in some for value in values],
             )
