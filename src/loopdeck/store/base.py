@@ -236,11 +236,11 @@ class Store:
     ) -> contextlib.AbstractAsyncContextManager[Tx]:
         """One write transaction: all of it lands or none. With `run_id`, writers of that run's
         events (its runner, a reader marking it crashed) take their turns one at a time.
-        `pipelined`: its statements go to the server without waiting for each one's answer
-        until rows are read (PostgreSQL's pipeline mode: the event writer's few statements in
-        two round trips, not seven); its appends then go by INSERT, for fewer rows than
-        `PIPELINED_ROWS`; a statement's failure is raised by the next read or the commit.
-        SQLite, in-process, has no round trips to save."""
+        `pipelined`: its statements are held and sent together at its next read or its
+        COMMIT (PostgreSQL, `store/pg_batched.py`: the event writer's few statements in two
+        round trips, not seven), so a statement's failure is raised there and `execute`
+        returns -1, not the rows it changed; its appends go by INSERT, for fewer rows than
+        `PIPELINED_ROWS`. SQLite, in-process, has no round trips to save."""
         raise NotImplementedError
 
     async def change_counter(self) -> int:

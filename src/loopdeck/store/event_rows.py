@@ -33,6 +33,7 @@ from loopdeck.core.events import (
 from loopdeck.store.base import Tx
 from loopdeck.store.chain import EventRow, body_at
 from loopdeck.store.feed import finding, pause_word
+from loopdeck.store.leases import RunEnd
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 
 # A call asked again (its receipt expired) replaces its row: pending again, undecided.
@@ -97,7 +98,7 @@ class RunRows:
         )
 
     async def undo_a_false_crash(
-        self, tx: Tx, run_id: str, ended: tuple[str | None, str | None] | None = None
+        self, tx: Tx, run_id: str, ended: RunEnd | None = None
     ) -> str | None:
         """A reader marked this run crashed while its runner (this process) is alive: the
         runner's record wins. The reader's stop event goes, the row and the approvals the

@@ -37,36 +37,33 @@ class BatchedTx:
         self.cursor = psycopg.AsyncClientCursor(conn)
         self.held: list[str] = ["BEGIN"]
 
-    def _hold(self, sql: str, params: Sequence[Any]) -> None:
-        self.held.append(self.cursor.mogrify(sql_of(sql), storable(params)))
-
-    def _hold_as_is(self, sql: str, params: Sequence[Any]) -> None:
-        """An appended row's values exactly as made: events' rows carry no NUL (their body is
-        JSON) and are hashed as they are, never changed here."""
-        self.held.append(self.cursor.mogrify(sql_of(sql), tuple(params)))
+    def _hold(self, sql: str, values: tuple[Any, ...]) -> None:
+        self.held.append(self.cursor.mogrify(sql_of(sql), values))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._hold(sql, params)
+        self._hold(sql, storable(params))
         return -1  # not answered yet
 
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         for params in rows:
-            self._hold(sql, params)
+            self._hold(sql, storable(params))
 
     async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        """Multi-row INSERTs of at most COPY_FROM rows (COPY cannot travel with the rest)."""
+        """Multi-row INSERTs of at most COPY_FROM rows (COPY cannot travel with the rest), the
+        values exactly as made: an event's row carries no NUL (its body is JSON) and is hashed
+        as it is, never changed here."""
         names = ", ".join(columns)
         row = "(" + ", ".join("?" for _ in columns) + ")"
         for start in range(0, len(rows), COPY_FROM):
             some = rows[start : start + COPY_FROM]
-            self._hold_as_is(
+            self._hold(
                 f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(some))}",
-                [value for values in some for value in values],
+                tuple(value for values in some for value in values),
             )
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """The rows of `sql`, sent with everything held before it."""
-        self._hold(sql, params)
+        self._hold(sql, storable(params))
         return await uncut(self._send(read=True))
 
     async def commit(self) -> None:
