@@ -261,28 +261,39 @@ async def test_a_call_whose_wait_was_stopped_counts_as_slow(waits) -> None:
     assert waits == [0.001, 0.0]
 
 
-def _open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
+def _pipe_end(fd: int) -> tuple[int, tuple[int, int]]:
+    stat = os.fstat(fd)
+    return fd, (stat.st_dev, stat.st_ino)
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts fds through /proc")
+def _pipe_at(fd: int) -> tuple[int, int] | None:
+    """The (device, inode) of what `fd` is open on now, None if it is closed."""
+    try:
+        stat = os.fstat(fd)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 async def test_a_closed_env_thread_ends_and_leaves_no_pipe_open() -> None:
     """The thread waits on a pipe (`core/env_jobs.py`): closed, it ends after its call and
     both ends of the pipe are closed, however many runs a process makes."""
-    before = _open_fds()
-    threads = []
+    threads, pipes = [], set()
     for i in range(20):
         thread = EnvThread()
         assert await thread.call("call", lambda i=i: i) == i
+        jobs = thread._jobs
+        assert jobs is not None
+        pipes |= {_pipe_end(fd) for fd in (jobs._read, jobs._write)}
         threads.append(thread._thread)
         thread.close()
     for t in threads:
         assert t is not None
         t.join(30)
         assert not t.is_alive()
-    # None opened and left open; one an earlier test left may close meanwhile (a stray call's
-    # thread ending on a loaded machine), so the count alone is not the test's.
-    assert _open_fds() - before == set()
+    # Each end of each thread's pipe, by its number and the pipe it was: a number reused since
+    # (another test's thread opening a file meanwhile, on a loaded machine) is not a leak.
+    assert {fd for fd, pipe in pipes if _pipe_at(fd) == pipe} == set()
 
 
 async def test_an_env_thread_never_closed_ends_when_it_is_dropped() -> None:
