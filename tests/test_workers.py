@@ -53,6 +53,7 @@ async def test_each_queued_run_is_claimed_once_and_a_stale_epoch_appends_nothing
         assert first is not None and second is not None
         assert {first.run_id, second.run_id} == {"r1", "r2"}
         assert (first.epoch, first.note) == (1, "started on host-a")
+        assert first.first and second.first  # no worker held them: no log to read
         assert await leases.claim(store, B, 30) is None  # every run is held
         # host-a's lease runs out: host-b takes the run under the next epoch
         await store.execute("UPDATE leases SET expires_at = ? WHERE run_id = ?",
@@ -60,6 +61,7 @@ async def test_each_queued_run_is_claimed_once_and_a_stale_epoch_appends_nothing
         moved = await leases.claim(store, B, 30)
         assert moved is not None and (moved.run_id, moved.epoch) == (first.run_id, 2)
         assert moved.note.startswith("resumed on host-b after host-a's lease expired")
+        assert not moved.first  # its log is read: host-a may have written some of it
         stale = EventWriter(store, fence=(first.run_id, first.epoch))
         event = RunStarted(run_id=first.run_id, seq=1, env="e", script=None, model="m",
                            mode="rounds", goal="g", budget={})  # fmt: skip

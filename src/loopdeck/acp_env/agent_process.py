@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,8 @@ from loopdeck.acp_env.config import AgentConfig
 from loopdeck.core.text import capped
 from loopdeck.workdir.agent_command import MissingVariable, expanded
 from loopdeck.workdir.goal_check import stderr_tail
-from loopdeck.workdir.guardian import end_cgroup
+from loopdeck.workdir.guardian_stop import stop_guardian
 
-GRACE_S = 3.0
-STOP_WAIT_S = 10.0  # the guardian's own end: its grace, then SIGKILL to what is left
 LIMIT = 50 * 1024 * 1024  # the longest line the agent may send (a big diff)
 
 
@@ -135,7 +132,7 @@ class AgentProcess:
         """The agent and everything it started are gone when this returns (bounded): stdin
         closed, SIGTERM to the guardian, which ends every process below it (the agent's
         group, daemons in sessions of their own) and then exits; SIGKILL to it only past
-        `STOP_WAIT_S`, and then what it left in its cgroup ended here."""
+        `STOP_WAIT_S`, and then what it left in its cgroup ended here (`stop_guardian`)."""
         proc = self.proc
         if proc is None:  # never started: only its stderr file to remove
             self.errlog.unlink(missing_ok=True)
@@ -143,16 +140,7 @@ class AgentProcess:
         if proc.stdin is not None:
             with contextlib.suppress(OSError, RuntimeError):
                 proc.stdin.close()
-        for sig, wait_s in ((signal.SIGTERM, STOP_WAIT_S), (signal.SIGKILL, GRACE_S)):
-            if proc.returncode is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait_s):
-                    await proc.wait()
-        if proc.returncode is not None and proc.returncode < 0:  # the guardian did not finish
-            await asyncio.to_thread(end_cgroup, proc.pid)
+        await stop_guardian(proc)
         with contextlib.suppress(Exception):
             if self.conn is not None:
                 await self.conn.close()

@@ -9,11 +9,9 @@ paints, and the run's modules are imported only when its options are made.
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loopdeck.cli.agent_words import folder_and_command_problem, said_refused
 from loopdeck.cli.parser import budget_overrides
 
 if TYPE_CHECKING:
@@ -28,26 +26,12 @@ def problem(args: argparse.Namespace) -> str | None:
         return f"acp needs --goal TEXT, the agent's first prompt: {USAGE}"
     if not args.agent_command:
         return f"acp needs the agent's command after --: {USAGE}"
-    workdir: Path = args.workdir
-    if not workdir.exists():
-        return f"--workdir {workdir}: no such folder"
-    if not workdir.is_dir():
-        return f"--workdir {workdir}: not a folder"
-    program = args.agent_command[0]
-    if shutil.which(program) is None:
-        return f"the agent's command {program}: not found (nor runnable) on PATH"
-    return None
+    return folder_and_command_problem(args)
 
 
 def refused(args: argparse.Namespace) -> bool:
-    """Says why and returns True when this `acp` command cannot run (said once, on stderr,
-    shown `visible`: the words are the user's)."""
-    if (said := problem(args)) is None:
-        return False
-    from loopdeck.core.text import visible
-
-    print(f"loopdeck: {visible(said)}", file=sys.stderr)
-    return True
+    """Says why and returns True when this `acp` command cannot run."""
+    return said_refused(problem(args))
 
 
 def about(args: argparse.Namespace) -> str:

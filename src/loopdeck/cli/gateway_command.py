@@ -10,12 +10,10 @@ options are made.
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loopdeck.cli.agent_words import folder_and_command_problem, said_refused
 from loopdeck.cli.gateway_parser import add_gateway_flags
 from loopdeck.cli.gateway_target import GatewayTarget
 from loopdeck.cli.parser import EXIT_BAD_INPUT, add_agent_flags, add_run_flags, budget_overrides
@@ -53,25 +51,12 @@ def problem(args: argparse.Namespace) -> str | None:
         return f"gateway needs --model MODEL, the upstream (a LiteLLM model name): {USAGE}"
     if not args.agent_command:
         return f"gateway needs the agent's command after --: {USAGE}"
-    workdir: Path = args.workdir
-    if not workdir.exists():
-        return f"--workdir {workdir}: no such folder"
-    if not workdir.is_dir():
-        return f"--workdir {workdir}: not a folder"
-    program = args.agent_command[0]
-    if shutil.which(program) is None:
-        return f"the agent's command {program}: not found (nor runnable) on PATH"
-    return None
+    return folder_and_command_problem(args)
 
 
 def refused(args: argparse.Namespace) -> bool:
     """Says why and returns True when this `gateway` command cannot run."""
-    if (said := problem(args)) is None:
-        return False
-    from loopdeck.core.text import visible
-
-    print(f"loopdeck: {visible(said)}", file=sys.stderr)
-    return True
+    return said_refused(problem(args))
 
 
 def about(args: argparse.Namespace) -> str:

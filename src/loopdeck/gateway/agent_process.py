@@ -12,17 +12,14 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 
 from loopdeck.workdir.goal_check import stderr_tail
-from loopdeck.workdir.guardian import end_cgroup
+from loopdeck.workdir.guardian_stop import stop_guardian
 
-STOP_WAIT_S = 10.0  # the guardian's own end: its grace, then SIGKILL to what is left
-KILL_WAIT_S = 3.0
 # What the upstream's credentials are named like: never handed to the agent.
 CREDENTIAL = re.compile(
     r"(?i)(?:_API_KEY|_AUTH_TOKEN|_API_TOKEN|_ACCESS_KEY_ID|_SECRET_ACCESS_KEY|_SESSION_TOKEN"
@@ -83,14 +80,5 @@ class AgentProcess:
         """The agent and everything it started are gone when this returns (bounded)."""
         proc = self.proc
         if proc is not None:
-            for sig, wait_s in ((signal.SIGTERM, STOP_WAIT_S), (signal.SIGKILL, KILL_WAIT_S)):
-                if proc.returncode is not None:
-                    break
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(sig)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait_s):
-                        await proc.wait()
-            if proc.returncode is not None and proc.returncode < 0:  # the guardian was cut short
-                await asyncio.to_thread(end_cgroup, proc.pid)
+            await stop_guardian(proc)
         self.log.unlink(missing_ok=True)

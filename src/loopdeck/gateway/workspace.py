@@ -1,5 +1,5 @@
-"""A gateway run's environment: the folder the agent works in. Its state is the folder's tree
-(`workdir/tree.py`); its goal check `--check` (or `goal_check`, or an `env.py`'s `unmet`).
+"""A gateway run's environment: the folder the agent works in (`workdir/working_copy.py`: its
+state the folder's tree; its goal check `--check`, or `goal_check`, or an `env.py`'s `unmet`).
 
 Its tools are the agent's, known only as its model calls them: each is made a tool spec the
 first time a tool use names it, with the input schema the agent declared for it (so an
@@ -10,43 +10,22 @@ hands the agent the edited input.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from loopdeck.core.environment import Environment
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.tools import ToolSpec
-from loopdeck.workdir.goal_check import run_goal_check
-from loopdeck.workdir.tree import FileTree
-
-NO_CHECK = "nothing checks this run's goal: no --check, no goal_check"
+from loopdeck.workdir.working_copy import WorkingCopy
 
 
 def _agents_own(_: Any) -> Any:
     raise RuntimeError("the agent runs its own tools; the gateway decides them")
 
 
-class GatewayWorkspace(Environment):
-    def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
-        super().__init__(workdir, data)
-        self.goal_check: list[str] | None = None
-        self.goal_check_timeout_s = 60.0
-        self._tree = FileTree(workdir)
-
-    @property
-    def goal_checked(self) -> bool:
-        return self.goal_check is not None or type(self).unmet is not GatewayWorkspace.unmet
+class GatewayWorkspace(WorkingCopy):
+    no_check = "nothing checks this run's goal: no --check, no goal_check"
 
     def tools(self) -> list[ToolSpec]:
         return []  # the agent's tools are learnt as its model names them (`tool_spec`)
-
-    def snapshot(self) -> dict[str, Any]:
-        return self._tree.snapshot()
-
-    def unmet(self, snapshot: dict[str, Any]) -> list[str]:
-        if self.goal_check is None:
-            return [NO_CHECK]
-        return run_goal_check(self.goal_check, self.workdir, self.goal_check_timeout_s)
 
 
 def tool_spec(name: str, schema: Any, risk: str, source: str) -> ToolSpec:

@@ -118,7 +118,7 @@ class LeasedRun:
             self.started.set()
 
     async def _run(self) -> str:
-        log = await load_log(self.store, self.run_id)
+        log = [] if self.claim.first else await load_log(self.store, self.run_id)
         if stopped(log):
             await self._end("it had stopped")
             return "had stopped already: its lease ended"

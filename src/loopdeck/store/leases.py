@@ -13,7 +13,8 @@ still held under the committing worker's epoch (`check`), with the lease's row l
 PostgreSQL (a claim skips a row locked by a commit in flight, and a commit waits for a claim
 that came first), so a worker whose lease moved appends nothing: `LeaseLost`, which its writer
 never retries or spills. The claim reads no events: whoever claims reads the log afterwards,
-and sees every commit made under the epoch before its own.
+and sees every commit made under the epoch before its own; a run's first claim (`Claim.first`)
+has no log to read.
 
 A run waiting on the operator past a short bound is `parked` by its worker (no worker holds
 it) and becomes claimable once nothing of it is pending any more (`CLAIMABLE`). A run that
@@ -114,6 +115,12 @@ class Claim:
     was: str | None  # the previous holder's host, or None
     was_state: str
     note: str
+
+    @property
+    def first(self) -> bool:
+        """Its first claim: a run no worker held before has no events of its own yet (a
+        submit refuses an id the store holds), so nothing of its log is read."""
+        return self.was is None and self.was_state == QUEUED
 
 
 async def submit(store: Store, run_id: str, options: dict[str, Any]) -> None:
