@@ -3,6 +3,7 @@ runtime needs, several calls in one scripted turn, what --json says of each call
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -43,6 +44,28 @@ def test_envs_says_where_it_looked(cli, tmp_path, monkeypatch, capsys) -> None:
     assert main(["envs"]) == 0
     out = capsys.readouterr().out
     assert str(nowhere) in out and "no envs there" in out  # the path never cut
+
+
+def test_envs_wraps_a_scripts_description_under_itself(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    from loopdeck.cli import main
+
+    assert main(["envs"]) == 0
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert all(len(line) <= 80 for line in lines)
+    described_at = None  # where the descriptions of the env's scripts begin
+    continued = 0
+    for line in lines:
+        if (named := re.match(r"    --script \S+ +", line)) is not None:
+            described_at = described_at if described_at is not None else named.end()
+            assert named.end() == described_at, line  # one column for an env's descriptions
+        elif line.startswith(" ") and described_at is not None:
+            assert len(line) - len(line.lstrip()) == described_at, line  # under itself
+            continued += 1
+        else:
+            described_at = None  # the next env's header
+    assert continued  # some description in the samples is longer than a line at 80
 
 
 def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkeypatch) -> None:

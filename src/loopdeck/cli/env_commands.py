@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from loopdeck.core.scenario import ScenarioError
@@ -43,10 +44,21 @@ def _envs(args: argparse.Namespace) -> int:
     for env in found:
         about = env.get("goal", env.get("error", ""))
         console.print(Text.assemble((visible(env["env"]), "bold"), "  ", visible(about)))
-        for name, description in env["scripts"].items():
-            console.print(Text(f"    --script {visible(name):<16} {visible(description)}"))
+        if env["scripts"]:
+            console.print(_scripts(env["scripts"]))
     console.print("[dim]run one by name (loopdeck run NAME) or by path (loopdeck run ./FOLDER)[/]")
     return 0
+
+
+def _scripts(scripts: dict[str, str]) -> Table:
+    """An env's scripts, one a row: `--script NAME` whole, its description wrapped beside it
+    (under itself, never under the name)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for name, description in scripts.items():
+        grid.add_row(Text(f"    --script {visible(name)}"), Text(visible(description)))
+    return grid
 
 
 def _init_env(args: argparse.Namespace) -> int:
