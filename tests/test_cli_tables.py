@@ -4,6 +4,7 @@ way (a shorter time, a column dropped, the arguments cut), never an id or a time
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import time
@@ -109,3 +110,21 @@ def test_pending_fits_the_terminal_with_every_id_and_expiry_whole(
     assert "expires" in said, said
     if width == 100:  # room for the tool's name whole; the arguments cut short
         assert said.count("update_delivery_address") == 2 and '{"order_id"' in said, said
+
+
+def test_pending_with_nothing_pending_says_so_in_words(tmp_path, capsys, monkeypatch) -> None:
+    db = tmp_path / "s.db"
+    asyncio.run(_store(db))
+    asyncio.run(_decided_all(db))
+    assert _printed("pending", db, 80, capsys, monkeypatch) == ["no writes waiting for approval"]
+    assert main(["pending", "--db", str(db), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [item["outcome_unknown"] for item in listed] == [True]  # the rest: no writes
+
+
+async def _decided_all(db: Path) -> None:
+    store = await open_store(db)
+    try:
+        await store.execute("UPDATE approvals SET state = 'approved'")
+    finally:
+        await store.close()

@@ -106,7 +106,10 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
     # The writes first, as before; then what needs your word.
     listed = [write.as_json(now) for write in pending]
     listed += [{**item.as_json(), "outcome_unknown": True} for item in unknown]
-    _print(listed, args.json, lambda width: tables.pending_table(pending, now, width))
+    if pending or args.json:
+        _print(listed, args.json, lambda width: tables.pending_table(pending, now, width))
+    else:
+        print("no writes waiting for approval")
     return 0
 
 
