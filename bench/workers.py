@@ -6,9 +6,13 @@ does (`Fleet.refresh` driven by `following.poll`, woken by NOTIFY), with the que
 50 ms beside it.
 
 Printed: from a claim (the lease seen held) to the run's first event in the fleet, median and
-p99; from an event's making (its `at`, before the writer's batch and commit) to the fleet
-showing its run at that event, median and p99, over every event of every run; how long the
-thousand took. Targets: claim → first event p99 <= 2 s, event → fleet p99 <= 250 ms.
+p99; from each batch's commit (PostgreSQL's own commit time, `track_commit_timestamp`) to the
+fleet showing its run at that batch's last event, median and p99, over every batch of every
+run (issue 42's "the fleet's commit→screen p99", measured as `fleet_lag.py` measures it); how
+long the thousand took. Targets: claim → first event p99 <= 2 s, commit → fleet p99 <= 250 ms.
+Printed beside them, with no target of their own: from an event's making (its `at`, before
+the writer's batch and commit) to its commit and to the fleet, over every event: the worker's
+own part (its batching, and its commit waiting for its turn on its CPU and its connection).
 
 The same for a hundred runs on one worker that reaches PostgreSQL through a proxy delaying
 each way by 1 ms (`delaying_proxy.py`), as a server on another host would be: what a worker's
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import json
 import os
 import statistics
@@ -147,14 +152,20 @@ async def follow(
     return {"seen": seen, "claimed": claimed, "made": made, "took": took, "ids": ids}
 
 
-async def _made(store: Store, ids: list[str]) -> dict[str, list[tuple[int, float]]]:
-    """Each run's events: their numbers and when they were made."""
-    made: dict[str, list[tuple[int, float]]] = {}
+Made = tuple[int, float, float]  # an event's number, when it was made, when it was committed
+
+
+async def _made(store: Store, ids: list[str]) -> dict[str, list[Made]]:
+    """Each run's events: their numbers, when they were made and when their transaction
+    committed (the server's clock: this machine's)."""
+    made: dict[str, list[Made]] = {}
     for run_id in ids:
         rows = await store.fetchall(
-            "SELECT seq, body FROM events WHERE run_id = ? ORDER BY seq", (run_id,)
+            "SELECT seq, body, EXTRACT(EPOCH FROM pg_xact_commit_timestamp(xmin)) FROM events"
+            " WHERE run_id = ? ORDER BY seq",
+            (run_id,),
         )
-        made[run_id] = [(int(r[0]), _at(r[1])) for r in rows]
+        made[run_id] = [(int(r[0]), _at(r[1]), float(r[2])) for r in rows]
     return made
 
 
@@ -164,21 +175,42 @@ def _at(body: str) -> float:
     return datetime.fromisoformat(json.loads(body)["at"]).timestamp()
 
 
-def figures(found: dict[str, Any]) -> tuple[list[float], list[float], list[float]]:
-    """Claim -> first event in the fleet; of it, claim -> first event made (the worker's
-    part); and every event's making -> the fleet."""
-    claims, lags, starts = [], [], []
+@dataclasses.dataclass
+class Figures:
+    claims: list[float]  # claim -> the run's first event in the fleet
+    starts: list[float]  # of it, claim -> its first event made (the worker's part)
+    commits: list[float]  # each batch's commit -> the fleet showing its last event
+    made: list[float]  # each event's making -> the fleet showing it
+    waits: list[float]  # each event's making -> its commit (the worker's part)
+
+
+def figures(found: dict[str, Any]) -> Figures:
+    got = Figures([], [], [], [], [])
     for run_id in found["ids"]:
         seqs, times = found["seen"].get(run_id, ([], []))
+        events = found["made"][run_id]
         if times and run_id in found["claimed"]:
-            claims.append(max(0.0, times[0] - found["claimed"][run_id]))
-            if found["made"][run_id]:
-                starts.append(max(0.0, found["made"][run_id][0][1] - found["claimed"][run_id]))
-        for seq, at in found["made"][run_id]:
+            got.claims.append(max(0.0, times[0] - found["claimed"][run_id]))
+            if events:
+                got.starts.append(max(0.0, events[0][1] - found["claimed"][run_id]))
+        last_of: dict[float, int] = {}  # each batch (its commit time) -> its last event
+        for seq, at, committed in events:
+            last_of[committed] = seq
+            got.waits.append(max(0.0, committed - at))
             i = bisect.bisect_left(seqs, seq)
             if i < len(seqs):
-                lags.append(max(0.0, times[i] - at))
-    return sorted(claims), sorted(lags), sorted(starts)
+                got.made.append(max(0.0, times[i] - at))
+        for committed, seq in last_of.items():
+            i = bisect.bisect_left(seqs, seq)
+            if i < len(seqs):
+                got.commits.append(max(0.0, times[i] - committed))
+    for values in (got.claims, got.starts, got.commits, got.made, got.waits):
+        values.sort()
+    return got
+
+
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values) * 1000:.0f} ms, p99 {p99(values) * 1000:.0f} ms"
 
 
 def p99(values: list[float]) -> float:
@@ -212,44 +244,45 @@ def across_a_network(cluster: Cluster, runs: int, workers: int, delay_s: float) 
     with DelayingProxy(cluster.port, delay_s) as port:
         far = cluster.bare_url.replace(f":{cluster.port}/", f":{port}/")
         found = asyncio.run(follow(cluster.bare_url, runs, workers, far, prefix="far"))
-    claims, lags, _ = figures(found)
+    got = figures(found)
     away = f"{delay_s * 1000:g} ms away"
     print(f"{runs} runs on {workers} worker(s), PostgreSQL {away} (each way): all ended in"
-          f" {found['took']:.0f} s; claim -> first event p99 {p99(claims) * 1000:.0f} ms;"
-          f" event -> fleet median {statistics.median(lags) * 1000:.0f} ms,"
-          f" p99 {p99(lags) * 1000:.0f} ms")  # fmt: skip
-    return p99_rows(f"{runs} runs / {workers} worker, PostgreSQL {away}", claims, lags)
+          f" {found['took']:.0f} s; claim -> first event p99 {p99(got.claims) * 1000:.0f} ms;"
+          f" commit -> fleet {spread(got.commits)};"
+          f" event made -> fleet {spread(got.made)}")  # fmt: skip
+    return p99_rows(f"{runs} runs / {workers} worker, PostgreSQL {away}", got)
 
 
-def p99_rows(name: str, claims: list[float], lags: list[float]) -> list[Row]:
-    """The two targets' lines: claim -> first event p99, event -> fleet p99."""
+def p99_rows(name: str, got: Figures) -> list[Row]:
+    """The two targets' lines: claim -> first event p99, commit -> fleet p99."""
+    claims, commits = got.claims, got.commits
     return [
         Row(f"workers: claim -> first event p99 ({name})", f"{p99(claims) * 1000:.0f} ms",
             f"{CLAIM_TARGET_MS:.0f} ms", p99(claims) * 1000 / CLAIM_TARGET_MS, "<= 1x"),
-        Row(f"workers: event -> fleet p99 ({name})", f"{p99(lags) * 1000:.0f} ms",
-            f"{LAG_TARGET_MS:.0f} ms", p99(lags) * 1000 / LAG_TARGET_MS, "<= 1x"),
+        Row(f"workers: commit -> fleet p99 ({name})", f"{p99(commits) * 1000:.0f} ms",
+            f"{LAG_TARGET_MS:.0f} ms", p99(commits) * 1000 / LAG_TARGET_MS, "<= 1x"),
     ]  # fmt: skip
 
 
 def measure(runs: int = 1000, workers: int = 10) -> list[Row]:
-    cluster = Cluster().start()
+    cluster = Cluster("track_commit_timestamp=on").start()  # each batch's commit time
     os.environ["PGPASSWORD"] = cluster.password
     try:
         found = asyncio.run(follow(cluster.bare_url, runs, workers))
         far = across_a_network(cluster, FAR_RUNS, 1, FAR_DELAY_S)
     finally:
         cluster.stop()
-    claims, lags, starts = figures(found)
+    got = figures(found)
     print(f"{runs:,} runs on {workers} workers (PostgreSQL): all ended in {found['took']:.0f} s")
-    print(f"  claim -> first event in the fleet: median {statistics.median(claims) * 1000:.0f} ms,"
-          f" p99 {p99(claims) * 1000:.0f} ms over {len(claims):,} runs")  # fmt: skip
-    print(f"    of it, claim -> first event made (the worker): median"
-          f" {statistics.median(starts) * 1000:.0f} ms,"
-          f" p99 {p99(starts) * 1000:.0f} ms")  # fmt: skip
-    print(f"  event made -> fleet: median {statistics.median(lags) * 1000:.0f} ms,"
-          f" p99 {p99(lags) * 1000:.0f} ms over {len(lags):,} events")  # fmt: skip
+    print(f"  claim -> first event in the fleet: {spread(got.claims)} over {len(got.claims):,}"
+          " runs; of it, claim -> first event made (the worker):"
+          f" {spread(got.starts)}")  # fmt: skip
+    print(f"  commit -> fleet: {spread(got.commits)} over {len(got.commits):,} batches")
+    print(f"  event made -> fleet: {spread(got.made)} over {len(got.made):,} events; of it,"
+          " made -> committed (the worker's batching and its wait):"
+          f" {spread(got.waits)}")  # fmt: skip
     name = f"{runs:,} runs / {workers} workers"
-    return [*far, recording_cost(), *p99_rows(name, claims, lags)]
+    return [*far, recording_cost(), *p99_rows(name, got)]
 
 
 def main() -> None:

@@ -41,7 +41,9 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *settings: str) -> None:
+        """`settings`: the server's own, each `name=value` (given as `-c` at every start)."""
+        self.settings = settings
         self.bindir = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="loopdeck-pg-"))
         self.data = self.root / "data"
@@ -106,6 +108,7 @@ class Cluster:
     def start_server(self) -> None:
         """Start the server on its data and port (again, after `stop_server`)."""
         options = f"-p {self.port} -k {self.root} -h 127.0.0.1 -c fsync=off -c max_connections=200"
+        options += "".join(f" -c {setting}" for setting in self.settings)
         done = self._as_server(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
             "-o", options, "-w", "start",
