@@ -3,6 +3,7 @@ its run as the order moves, and outside text is shown as written."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from textual.app import App, ComposeResult
 from loopdeck.operator.fleet import FleetRow
 from loopdeck.tui.console_messages import RunChosen
 from loopdeck.tui.fleet_screen import FleetScreen
-from loopdeck.tui.fleet_table import FleetTable
+from loopdeck.tui.fleet_table import COLUMNS, FleetTable
 from loopdeck.tui.shared_state import SharedState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -199,3 +200,20 @@ async def test_a_click_selects_the_run_under_it(tmp_path) -> None:
         # the table's border and the header line above the first run
         await pilot.click(table, offset=(5, table.content_offset.y + 1 + 3))
         assert table.cursor_run == "run0003"
+
+
+@pytest.mark.parametrize("width", [60, 72, 90, 100, 117])
+async def test_a_column_the_view_would_cut_is_left_out_until_scrolled_to(width: int) -> None:
+    app = TableApp()
+    async with app.run_test(size=(width, 10)) as pilot:
+        table = app.query_one(FleetTable)
+        table.show([_row(i, last_finding="pass") for i in range(3)], NOW)
+        await pilot.pause()
+        header = screen_text(app).splitlines()[0]
+        shown = [word for word in re.split(r"\s{2,}", header.strip())]
+        assert shown and all(word in COLUMNS for word in shown), header  # each named whole
+        hidden = COLUMNS[len(shown) + 1 :]  # the first column is the mark, named ""
+        assert hidden, header  # at these widths the table is wider than the view
+        table.scroll_to(x=table.max_scroll_x, animate=False)
+        await pilot.pause()
+        assert hidden[-1] in screen_text(app).splitlines()[0]  # scrolled to, shown

@@ -152,6 +152,14 @@ class FleetTable(LineTable):
             ends[column] = x
         return ends
 
+    def view_edge(self, scroll_x: int, width: int) -> int:
+        """The end of the last column the view shows whole: a column cut by the view's edge is
+        left out (scrolled to, it shows whole), unless no column fits (one wider than it)."""
+        right = scroll_x + width
+        # A column's text ends PADDING before its end: its last padding may be cut.
+        whole = [end for end in self.column_ends().values() if scroll_x < end - PADDING <= right]
+        return min(whole[-1], right) if whole else right
+
     # -- the rows --------------------------------------------------------------------------
     def show(self, rows: Sequence[FleetRow], now: datetime) -> None:
         """These runs, in this order, as of `now`. The cursor keeps its run when the run is
@@ -296,7 +304,7 @@ class FleetTable(LineTable):
         if y == 0:
             header = self.get_component_rich_style("fleet-table--header")
             strip = Strip(self._segments([Text(column) for column in COLUMNS]))
-            return strip.apply_style(base + header).crop_extend(scroll_x, scroll_x + width, base)
+            return self.in_view(strip.apply_style(base + header), scroll_x, base)
         index = self._index_at(y)
         if index >= len(self._rows):
             return Strip.blank(width, base)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.segment import Segment
+from rich.style import Style
 from textual.binding import Binding, BindingType
 from textual.color import Color, ColorParseError
 from textual.geometry import Size
@@ -111,8 +112,18 @@ class LineTable(StylePerPaint, ScrollView, can_focus=True):
             if index % 2:
                 line_style += self.get_component_rich_style(f"{self.PREFIX}--even-row")
             strip = Strip(Segment.apply_style(segments, line_style))
+        return self.in_view(strip, scroll_x, line_style)
+
+    def in_view(self, strip: Strip, scroll_x: int, style: Style) -> Strip:
+        """The part of a line (a row, the header) the view shows from `scroll_x`, as wide as
+        the view; cut at `view_edge`, blank after it."""
         width = self.scrollable_content_region.width
-        return strip.crop_extend(scroll_x, scroll_x + width, line_style)
+        edge = self.view_edge(scroll_x, width)
+        return strip.crop_extend(scroll_x, edge, style).extend_cell_length(width, style)
+
+    def view_edge(self, scroll_x: int, width: int) -> int:
+        """Where a line is cut on the right: the view's edge (a table may cut at a column's)."""
+        return scroll_x + width
 
     def _rows_shown(self) -> int:
         return max(1, self.scrollable_content_region.height - 1)
