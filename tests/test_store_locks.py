@@ -232,6 +232,13 @@ async def _release_when(pilot: Any, app: Any, lock: HeldLock, held_s: float) -> 
     return time.monotonic() - lock.taken
 
 
+async def _notice(pilot: Any, app: Any, words: str) -> str:
+    """The toast holding `words`, once the app has taken it: `notify` only posts a message,
+    so a toast told in the same turn as the entry's drop is not held yet when the drop is seen."""
+    await wait_until(pilot, lambda: any(words in t for t in notices(app)))
+    return next(t for t in notices(app) if words in t)
+
+
 # A console's connections give up on a held lock after 0.5 s: the lock is waited out by
 # retrying soon, and the console's writer and its heartbeat's commits still wait each other out.
 QUICK_BUSY_S = "0.5"
@@ -269,7 +276,7 @@ async def test_inbox_approval_waits_out_a_lock(tmp_path, monkeypatch, held_s) ->
             assert str(table.get_row_at(0)[0]) == "retrying…"  # the entry says so
             held = await _release_when(pilot, app, lock, held_s)
             await wait_until(pilot, lambda: not inbox.entries, timeout=30)
-            landed = next(t for t in notices(app) if "landed after" in t)
+            landed = await _notice(pilot, app, "landed after")
         out, _ = runner.communicate(timeout=60)
     finally:
         if lock is not None:
@@ -307,7 +314,7 @@ async def test_the_runs_own_dialog_waits_out_a_lock(tmp_path, monkeypatch, held_
             held = await _release_when(pilot, app, lock, held_s)
             assert screen.running and screen.view.stop_reason is None  # waiting, not crashed
             await wait_until(pilot, lambda: screen.outcome is not None, timeout=60)
-            landed = next(t for t in notices(app) if "landed after" in t)
+            landed = await _notice(pilot, app, "landed after")
     finally:
         if lock is not None:
             lock.close()
