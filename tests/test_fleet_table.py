@@ -217,3 +217,21 @@ async def test_a_column_the_view_would_cut_is_left_out_until_scrolled_to(width: 
         table.scroll_to(x=table.max_scroll_x, animate=False)
         await pilot.pause()
         assert hidden[-1] in screen_text(app).splitlines()[0]  # scrolled to, shown
+
+
+async def test_a_column_whose_name_fits_is_shown_cut_with_an_ellipsis() -> None:
+    """At 60 columns env/script's name fits and its values do not: they end in "…" at the
+    view's edge (never a value cut without a sign), and scrolled to, they show whole."""
+    app = TableApp()
+    async with app.run_test(size=(60, 10)) as pilot:
+        table = app.query_one(FleetTable)
+        rows = [_row(i, env="service_outage", script="slow-rollout") for i in range(2)]
+        table.show(rows, NOW)
+        await pilot.pause()
+        header, first = screen_text(app).splitlines()[:2]
+        assert header.rstrip().endswith("env/script"), header
+        value = first.split()[-1]
+        assert value.endswith("…") and "service_outage/slow-rollout".startswith(value[:-1]), first
+        table.scroll_to(x=table.column_ends()["stop"], animate=False)  # env/script first
+        await pilot.pause()
+        assert "service_outage/slow-rollout" in screen_text(app).splitlines()[1]

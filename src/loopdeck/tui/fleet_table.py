@@ -153,12 +153,23 @@ class FleetTable(LineTable):
         return ends
 
     def view_edge(self, scroll_x: int, width: int) -> int:
-        """The end of the last column the view shows whole: a column cut by the view's edge is
-        left out (scrolled to, it shows whole), unless no column fits (one wider than it)."""
+        """Where the view cuts: after the last column it shows whole, or inside the next one
+        when that column's name fits (its cells then end in "…" at the edge: at 80 columns,
+        env/script); a column whose very name would be cut is left out until scrolled to. No
+        column fitting (one wider than the view), the view's edge."""
         right = scroll_x + width
-        # A column's text ends PADDING before its end: its last padding may be cut.
-        whole = [end for end in self.column_ends().values() if scroll_x < end - PADDING <= right]
-        return min(whole[-1], right) if whole else right
+        edge = None
+        for column, end in self.column_ends().items():
+            if end - PADDING <= scroll_x:
+                continue  # scrolled past
+            if end - PADDING <= right:  # its text ends in view (its last padding may be cut)
+                edge = min(end, right)
+                continue
+            start = end - self._widths[column] - PADDING
+            if start + cell_len(column) <= right:
+                return right  # its name fits: shown cut
+            break
+        return right if edge is None else edge
 
     # -- the rows --------------------------------------------------------------------------
     def show(self, rows: Sequence[FleetRow], now: datetime) -> None:

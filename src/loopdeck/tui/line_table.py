@@ -22,6 +22,12 @@ from loopdeck.tui.in_place import rescroll
 from loopdeck.tui.paint_style import StylePerPaint
 
 
+def _cut_inside_text(strip: Strip, edge: int) -> bool:
+    """Whether cutting `strip` at `edge` cuts a word: a cell before it and one after it."""
+    around = strip.crop(edge - 1, edge + 1).text
+    return len(around) == 2 and not around[0].isspace() and not around[1].isspace()
+
+
 def table_css(widget: str, prefix: str, overflow_x: str) -> str:
     """A `DataTable`'s look for `widget`, its parts named `prefix--header`, `--cursor` and
     `--even-row`."""
@@ -119,7 +125,13 @@ class LineTable(StylePerPaint, ScrollView, can_focus=True):
         the view; cut at `view_edge`, blank after it."""
         width = self.scrollable_content_region.width
         edge = self.view_edge(scroll_x, width)
-        return strip.crop_extend(scroll_x, edge, style).extend_cell_length(width, style)
+        shown = strip.crop_extend(scroll_x, edge, style)
+        if scroll_x < edge < strip.cell_length and _cut_inside_text(strip, edge):
+            # Text cut by the edge ends in "…": the cell goes on past it, scrolled to.
+            last = strip.crop(edge - 1, edge)
+            ellipsis = Strip([Segment("…", segment.style) for segment in last])
+            shown = Strip.join([shown.crop(0, edge - 1 - scroll_x), ellipsis])
+        return shown.extend_cell_length(width, style)
 
     def view_edge(self, scroll_x: int, width: int) -> int:
         """Where a line is cut on the right: the view's edge (a table may cut at a column's)."""
