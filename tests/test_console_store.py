@@ -98,6 +98,9 @@ async def test_replay_steps_back_and_forth(db) -> None:
         screen.show_detail("c2")
         await pilot.pause()
         assert "approved by auto" in str(screen.query_one("#detail-body").render())
+        await pilot.press("home", "q")  # left at its start: the farewell says how it ended
+        await wait_until(pilot, lambda: bool(app.farewell))
+    assert app.farewell.startswith(f"run {run_id} · stalled · replay: loopdeck replay {run_id}")
 
 
 @pytest.mark.slow

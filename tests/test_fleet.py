@@ -212,7 +212,10 @@ async def test_quitting_the_fleet_names_only_the_runs_it_killed(tmp_path) -> Non
         await pilot.press("y")
         await wait_until(pilot, lambda: not live.running, timeout=60)
     assert live.view.stop_reason == "killed"
-    assert app.farewell.startswith(f"1 run killed: {live.view.run_id} ·")
+    db = tmp_path / "s.db"
+    assert app.farewell == (
+        f"1 run killed: {live.view.run_id} · replay: loopdeck replay {live.view.run_id} --db {db}"
+    )  # a line that can be run as printed
     assert ended.view.run_id not in app.farewell
 
 

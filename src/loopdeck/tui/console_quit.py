@@ -108,9 +108,12 @@ def _exit_when_stopped(app: ConsoleState, screens: list[RunScreen]) -> None:
         killed = [s.view.run_id for s in screens if s.view.stop_reason in (None, "killed")]
         if killed:
             from loopdeck.core.text import plural
+            from loopdeck.operator.records import shown_location
 
+            which = killed[0] if len(killed) == 1 else "ID"
+            db = f" --db {shown_location(app.db_path)}" if app.db_path else ""
             app.farewell = (
                 f"{plural(len(killed), 'run')} killed: {', '.join(killed)}"
-                " · replay: loopdeck replay RUN_ID"
+                f" · replay: loopdeck replay {which}{db}"
             )
         app.exit(0)

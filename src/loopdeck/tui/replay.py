@@ -11,6 +11,7 @@ from loopdeck.operator.links import ReplayLink
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
 from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.console_messages import RunLeft
 from loopdeck.tui.run_screen import RunScreen
 from loopdeck.tui.shared_state import SharedState
 from loopdeck.tui.transcript_view import TranscriptLog
@@ -68,6 +69,15 @@ class ReplayScreen(RunScreen):
             stamp = event.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
             subtitle = f"replay · event {position} of {len(events)} · {event.kind} · {stamp}"
         self.query_one("#calls").border_subtitle = subtitle
+
+    def leave(self) -> None:
+        """The farewell says how the run ended, wherever the replay stood (at its start the
+        view's state was the first event's, `ready`)."""
+        whole = RunView()
+        for event in self.replay.events:
+            whole.apply(event)
+        self.flush()
+        self.post_message(RunLeft(self, whole))
 
     def action_step(self, delta: int) -> None:
         self.jump_to(self.position + delta)
