@@ -154,7 +154,7 @@ def test_calls_table_never_cuts_a_status_or_a_time() -> None:
 
     from textual.app import App
 
-    from loopdeck.tui.calls_table import STATUS_LOOK
+    from loopdeck.tui.call_status import STATUS_LOOK
 
     class TableApp(App[None]):
         def compose(self):

@@ -142,6 +142,20 @@ def body_lines(app: App[None]) -> list[str]:
     return painted.split("\n")
 
 
+async def test_the_call_panel_words_a_status_as_the_calls_table_does() -> None:
+    """A proposed call (a read, running: it has no event of its own until it ends) is
+    "running" in the Call panel as in the table, not "proposed"."""
+    from loopdeck.tui.call_status import STATUS_LOOK
+
+    app = DetailApp()
+    async with app.run_test(size=(80, 30)) as pilot:
+        panel = app.query_one(CallDetail)
+        for status in (CallStatus.PROPOSED, CallStatus.PENDING_APPROVAL):
+            panel.show(record(status, {}))
+            await pilot.pause()
+            assert body_lines(app)[0].startswith(f"status {STATUS_LOOK[status][0]}  risk")
+
+
 @pytest.mark.parametrize("hold", [True, False])
 async def test_the_call_panel_holds_its_height_only_while_it_follows(hold: bool) -> None:
     app = DetailApp()

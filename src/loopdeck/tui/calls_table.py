@@ -17,30 +17,12 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
-from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.operator.runview import RunView
+from loopdeck.tui.call_status import GUARD_HELD_LOOK, STATUS_LOOK
 from loopdeck.tui.in_place import grows_in_place
 from loopdeck.tui.line_table import LineTable, table_css
-
-STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
-    CallStatus.PROPOSED: ("running", "primary"),
-    CallStatus.RUNNING: ("running", "primary"),
-    CallStatus.PENDING_APPROVAL: ("⚠ pending approval", "warning"),
-    CallStatus.EXECUTED: ("executed", "success"),
-    CallStatus.FAILED: ("failed", "error"),
-    CallStatus.BLOCKED_REPEAT: ("⟳ blocked as repeat", "repeat-mark"),
-    CallStatus.REJECTED: ("rejected", "error"),
-    CallStatus.REFUSED_DUPLICATE: ("refused duplicate", "warning"),
-    CallStatus.WITHDRAWN: ("withdrawn", "foreground-muted"),
-    CallStatus.INTERRUPTED: ("interrupted", "error"),
-    CallStatus.SKIPPED: ("skipped", "foreground-muted"),
-    CallStatus.SKIPPED_AFTER_TRIP: ("skipped after repeat", "foreground-muted"),
-    CallStatus.OUTCOME_UNKNOWN: ("? outcome unknown", "error"),
-}
-
-GUARD_HELD_LOOK = ("⟳ held: guard asks", "warning")
 
 COLUMNS = ("#", "rnd", "tool", "arguments", "fingerprint", "state", "risk", "status", "ms")
 

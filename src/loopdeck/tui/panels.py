@@ -19,6 +19,7 @@ from loopdeck.core.text import plural, visible_json
 from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
+from loopdeck.tui.call_status import STATUS_LOOK
 from loopdeck.tui.shown import markup as shown_markup
 from loopdeck.tui.shown import plain
 
@@ -316,7 +317,7 @@ class CallDetail(VerticalScroll):
         ms = (
             "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
         )
-        status = "held by the guard: it asks you" if guard_held else row.status.value
+        status = "held by the guard: it asks you" if guard_held else STATUS_LOOK[row.status][0]
         text = (
             f"[b]status[/] {status}{ms}  [b]risk[/] {row.risk}$source\n"
             "[b]fingerprint[/] $fingerprint  [b]state[/] $state\n"

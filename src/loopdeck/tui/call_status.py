@@ -1,0 +1,25 @@
+"""A call's status as the console words it, the same in the Calls table and the Call panel:
+a proposed call is running (a read goes from proposed to finished with no event between)."""
+
+from __future__ import annotations
+
+from loopdeck.core.events import CallStatus
+
+# Each status's words and the theme color they are drawn in.
+STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
+    CallStatus.PROPOSED: ("running", "primary"),
+    CallStatus.RUNNING: ("running", "primary"),
+    CallStatus.PENDING_APPROVAL: ("⚠ pending approval", "warning"),
+    CallStatus.EXECUTED: ("executed", "success"),
+    CallStatus.FAILED: ("failed", "error"),
+    CallStatus.BLOCKED_REPEAT: ("⟳ blocked as repeat", "repeat-mark"),
+    CallStatus.REJECTED: ("rejected", "error"),
+    CallStatus.REFUSED_DUPLICATE: ("refused duplicate", "warning"),
+    CallStatus.WITHDRAWN: ("withdrawn", "foreground-muted"),
+    CallStatus.INTERRUPTED: ("interrupted", "error"),
+    CallStatus.SKIPPED: ("skipped", "foreground-muted"),
+    CallStatus.SKIPPED_AFTER_TRIP: ("skipped after repeat", "foreground-muted"),
+    CallStatus.OUTCOME_UNKNOWN: ("? outcome unknown", "error"),
+}
+
+GUARD_HELD_LOOK = ("⟳ held: guard asks", "warning")
