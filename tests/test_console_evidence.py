@@ -302,3 +302,20 @@ def test_the_call_panel_shows_a_files_content_as_its_lines() -> None:
         "    return a + b",
     ]  # fmt: skip
     assert args_text({"path": "x", "content": 3}) == '{\n  "path": "x",\n  "content": 3\n}'
+
+
+async def test_a_stop_detail_longer_than_its_room_says_so_and_scrolls() -> None:
+    """At 80x24 the Stopped panel has one line: a longer detail says "more" on the
+    panel's border; focused (shift+tab) and scrolled to its end, the border says nothing."""
+    from loopdeck.tui.panels import OutcomePanel
+
+    app = console_app(SAMPLES / "order_support", "typo", approver=AutoApprover())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        panel = run_screen(app).query_one(OutcomePanel)
+        await wait_until(pilot, lambda: panel.max_scroll_y > 0)
+        await wait_until(pilot, lambda: "more" in str(panel.border_subtitle))
+        while app.focused is not panel:
+            await pilot.press("shift+tab")
+        await pilot.press("end")
+        await wait_until(pilot, lambda: not panel.border_subtitle)

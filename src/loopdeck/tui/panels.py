@@ -127,10 +127,21 @@ class StateMachinePanel(FixedSize, Static):
 
 
 class OutcomePanel(VerticalScroll):
-    """The stop, in full: its reason and whole detail (an ask_user question, an error)."""
+    """The stop, in full: its reason and whole detail (an ask_user question, an error),
+    wrapped; a detail longer than the panel's room says so on its border (shift+tab focuses
+    the panel, ↓ scrolls it)."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="outcome-body")
+
+    def on_mount(self) -> None:
+        self.watch(self, "scroll_y", lambda _: self.say_more(), init=False)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.say_more)
+
+    def say_more(self) -> None:
+        title(self, "shift+tab ↓ more" if self.scroll_y < self.max_scroll_y else "", sub=True)
 
     def show(self, view: RunView) -> None:
         self.display = view.finished
@@ -146,6 +157,7 @@ class OutcomePanel(VerticalScroll):
             f"[b {var}]$reason[/]  [b]{label}[/] $detail",
             {"reason": reason.upper(), "detail": view.stop_detail},
         )
+        self.call_after_refresh(self.say_more)
 
 
 class PlanPanel(FixedSize, Static):
