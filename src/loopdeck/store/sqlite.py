@@ -30,7 +30,7 @@ from loopdeck.store.base import (
     Work,
 )
 from loopdeck.store.feed import SQLITE_FEED, fill_summaries
-from loopdeck.store.files import private_store_files, store_folder
+from loopdeck.store.files import owned_store_files, private_store_files, store_folder
 from loopdeck.store.leases import BEAT_HELD, LEASES_TABLE, RENEW
 from loopdeck.store.sqlite_thread import run_on_thread
 
@@ -134,8 +134,10 @@ class _SqliteBeats:
 
 
 def _check_path(path: Path, *, create: bool) -> None:
-    """Refuse what cannot be a store before SQLite sees it; create a new one private (0600),
-    and make one that is there private too, with its side files (`store/files.py`)."""
+    """Refuse what cannot be a store before SQLite sees it, changing nothing: a directory, a
+    device, fifo or socket, another user's file, one this user cannot write, and (for a command
+    that does not create stores) an empty file. A new store is created private (0600); one
+    that is there is made private once it is known to be a loopdeck store (`_prepare`)."""
     if path.is_dir():
         raise StoreError(f"{path}: is a directory, not a store file")
     if not path.exists():
@@ -145,15 +147,15 @@ def _check_path(path: Path, *, create: bool) -> None:
         # Another process may have created it a moment ago: then open theirs.
         with contextlib.suppress(FileExistsError):
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    elif not os.access(path, os.R_OK | os.W_OK):
+    owned_store_files(path)
+    if not os.access(path, os.R_OK | os.W_OK):
         raise StoreError(
             f"{path}: the store is read-only or unreadable for this user; loopdeck needs to "
             "read and write it (its mode is left as it is)"
         )
-    else:
-        store_folder(path)
-    # SQLite gives a new -wal and -shm the store's own mode; those already there are ours.
-    private_store_files(path)
+    if not create and path.stat().st_size == 0:
+        raise StoreError(f"{path}: an empty file, not a loopdeck store (left as it is)")
+    store_folder(path)
 
 
 class SqliteStore(Store):
@@ -177,7 +179,7 @@ class SqliteStore(Store):
             raise StoreError(f"{path}: cannot open: {exc}") from exc
         store = cls(path, db)
         try:
-            await store._prepare(busy_s)
+            await store._prepare(busy_s, create=create)
         except BaseException:
             await db.close()
             raise
@@ -187,13 +189,18 @@ class SqliteStore(Store):
         rows = await self.db.execute_fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {str(row[0]) for row in rows}
 
-    async def _prepare(self, busy_s: float) -> None:
+    async def _prepare(self, busy_s: float, *, create: bool) -> None:
         try:
             await self.db.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
             tables = await self._tables()
+            if not tables and not create:
+                raise StoreError(f"{self.path}: not a loopdeck database (it has no tables)")
             if not tables:
                 tables = await self._create_schema()
             await self._check_meta(tables)
+            # Created here or found to be a loopdeck store: now it is made private, before
+            # SQLite makes a -wal and -shm with the store's own mode.
+            private_store_files(self.file)
             await self._use_wal()
             await self.db.execute("PRAGMA synchronous = FULL")
             # Schema objects added since version 1 are created idempotently on open.
@@ -237,15 +244,15 @@ class SqliteStore(Store):
                     (APP_ID, str(SCHEMA_VERSION), CHAIN_SINCE, datetime.now(UTC).isoformat()),
                 )
             await self.db.execute("COMMIT")
-        except BaseException:
-            await self.db.execute("ROLLBACK")
+        except BaseException as exc:
+            await self._roll_back(exc)
             raise
         return await self._tables()
 
     async def _migrate(self) -> None:
         """Bring an older store forward, in one transaction."""
         rows = await self.db.execute_fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
-        version = int(next(iter(rows))[0]) if rows else SCHEMA_VERSION
+        version = self._version(str(next(iter(rows))[0])) if rows else SCHEMA_VERSION
         if version >= SCHEMA_VERSION:
             return
         await self.db.execute("BEGIN IMMEDIATE")
@@ -268,8 +275,8 @@ class SqliteStore(Store):
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
             await self.db.execute("COMMIT")
-        except BaseException:
-            await self.db.execute("ROLLBACK")
+        except BaseException as exc:
+            await self._roll_back(exc)
             raise
 
     async def _check_meta(self, tables: set[str]) -> None:
@@ -281,12 +288,21 @@ class SqliteStore(Store):
         meta: dict[str, str] = {str(key): str(value) for key, value in rows}
         if meta.get("app") != APP_ID:
             raise StoreError(f"{self.path}: not a loopdeck database (app={meta.get('app')})")
-        version = int(meta.get("schema_version", 0))
+        version = self._version(meta.get("schema_version", "0"))
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path}: schema version {version} is newer than this loopdeck "
                 f"understands ({SCHEMA_VERSION}); upgrade loopdeck"
             )
+
+    def _version(self, value: str) -> int:
+        try:
+            return int(value)
+        except ValueError:
+            raise StoreError(
+                f"{self.path}: schema_version {value!r} is not a number: not a loopdeck store "
+                "this version can read"
+            ) from None
 
     def explain(self, exc: Exception) -> StoreError:
         text = str(exc)
