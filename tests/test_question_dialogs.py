@@ -90,7 +90,7 @@ async def test_a_loop_question_says_a_question_waits_and_which_call_the_guard_ho
         assert screen.view.guard_held != "c5"
 
 
-async def test_a_budget_question_raises_the_cap_with_r_and_refuses_a_non_number() -> None:
+async def test_a_budget_question_raises_the_cap_with_r_and_refuses_what_the_run_would() -> None:
     app = console_app(ORDERS, "solve", answers=True, max_turns=6)
     runtime = app.prepared.runtime
     runtime.config = runtime.config.model_copy(update={"pause_at": 0.5})
@@ -101,9 +101,13 @@ async def test_a_budget_question_raises_the_cap_with_r_and_refuses_a_non_number(
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(dialog.focused, Input))
         await pilot.press("l", "o", "t", "s", "enter")
-        assert "Not a number" in _text(dialog.query_one("#answer-problem"))
+        assert "needs a number, not 'lots'" in _text(dialog.query_one("#answer-problem"))
         assert app.screen is dialog  # asked again in place
         box = dialog.query_one("#answer-text", Input)
+        box.value = ""
+        await pilot.press("2", "enter")  # as the run reads it: below what is used
+        assert "the cap must be above 3, not 2" in _text(dialog.query_one("#answer-problem"))
+        assert app.screen is dialog
         box.value = ""
         await pilot.press("4", "0", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))

@@ -180,7 +180,7 @@ def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: st
 
 async def _answer(store: Store, args: argparse.Namespace) -> int:
     """Exit 1 if no question waits or the run ended; 2 (`NotOffered`, from `records`) if the
-    question takes only fixed choices and this is none of them."""
+    question does not take it (empty, none of its choices, a cap its run would refuse)."""
     await records.named_run(store, args.run_id)
     try:
         won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)

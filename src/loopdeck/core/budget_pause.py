@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from loopdeck.core.approvals import Answer, Answerer
+from loopdeck.core.budget_answer import CHOICES, read_answer
 from loopdeck.core.budgets import BudgetLedger, Cap
 from loopdeck.core.config import RunConfig
 from loopdeck.core.control import StopRun
 from loopdeck.core.questions import Asking
 from loopdeck.core.states import StopReason
-from loopdeck.core.text import number
+from loopdeck.core.text import capped, number
 
-CHOICES = "answer `continue`, `raise N` (a new cap for this run) or `stop`"
 MAX_ASKS = 3
 
 
@@ -32,21 +32,6 @@ class PauseHost(Protocol):
     ) -> Answer | None: ...
     def publish_budget(self) -> None: ...
     def rearm_deadline(self) -> None: ...
-
-
-def parse_choice(text: str) -> tuple[str, float | None]:
-    """("continue" | "stop" | "raise", new cap) or ("?", None) for anything else."""
-    words = text.strip().lower().split()
-    if not words or words[0] in ("continue", "c", "go", "yes"):
-        return "continue", None
-    if words[0] in ("stop", "s"):
-        return "stop", None
-    if words[0] in ("raise", "r") and len(words) == 2:
-        try:
-            return "raise", float(words[1].replace(",", ""))
-        except ValueError:
-            return "?", None
-    return "?", None
 
 
 class BudgetPause:
@@ -70,6 +55,8 @@ class BudgetPause:
             asking = Asking(
                 title=f"Budget: {used / limit:.0%} of {cap.label} used",
                 choices=("continue", "raise", "stop"),
+                cap=cap,
+                used=used,
                 evidence=(
                     ("budget", cap.label),
                     ("used", f"{number(used)} of {number(limit)} ({used / limit:.0%})"),
@@ -86,24 +73,23 @@ class BudgetPause:
             answer = await rt.ask_operator(question, "budget", None, asking)
             if answer is None:
                 return
-            choice, value = parse_choice(answer.text)
-            if choice == "continue":
+            said = read_answer(answer.text, cap, used)
+            if isinstance(said, str):
+                question = f"Not understood: {capped(answer.text, 200)!r}: {said}; {CHOICES}."
+                continue
+            if said.choice == "continue":
                 return
-            if choice == "stop":
+            if said.choice == "stop":
                 raise StopRun(
                     StopReason.CANCELLED,
                     f"stopped by {answer.by} when the {cap.label} budget paused the run",
                 )
-            if choice == "raise" and value is not None and value > used:
-                rt.ledger.raise_cap(cap, value)
-                if cap is Cap.DEADLINE:
-                    rt.rearm_deadline()
-                rt.publish_budget()
-                fraction = rt.config.pause_at or 1.0
-                if used / rt.ledger.budget.limit(cap) < fraction:
-                    self.asked.discard(cap)  # it may pause again near the new cap
-                return
-            question = (
-                f"Not understood: {answer.text!r}. {CHOICES}; the cap must be above {number(used)}."
-            )
+            rt.ledger.raise_cap(cap, said.new_cap)
+            if cap is Cap.DEADLINE:
+                rt.rearm_deadline()
+            rt.publish_budget()
+            fraction = rt.config.pause_at or 1.0
+            if used / rt.ledger.budget.limit(cap) < fraction:
+                self.asked.discard(cap)  # it may pause again near the new cap
+            return
         # No usable answer after the asks: go on, the cap itself still stops the run.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from loopdeck.caps import Cap
 from loopdeck.core.asked_call import AskedCall
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.event_base import EventBase
@@ -127,6 +128,10 @@ class QuestionAsked(EventBase):
     title: str = ""  # who asks, in words ("The guard stopped a repeat")
     choices: list[str] = []  # the answers understood (empty: free text)
     evidence: list[tuple[str, str]] = []  # (label, value) the operator decides on
+    # budget: the cap that paused the run and what it had used (a raised cap must be above
+    # it): what every front end checks an answer against before recording it.
+    cap: Cap | None = None
+    used: float | None = None
     acts_at: datetime | None = None  # when the run goes on alone if nobody answers
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
+from loopdeck.caps import Cap
 from loopdeck.core.approvals import Answer, Answerer
 from loopdeck.core.config import RunConfig
 from loopdeck.core.events import Emit, QuestionAnswered, QuestionAsked
@@ -24,11 +25,14 @@ ANSWER_CAP = 4000
 @dataclass(frozen=True, slots=True)
 class Asking:
     """How a question is put to the operator: who asks (`title`), the answers understood
-    (`choices`, empty for free text) and what they decide on (`evidence`)."""
+    (`choices`, empty for free text) and what they decide on (`evidence`); a budget's pause
+    names its `cap` and what it has `used` (a raised cap must be above it)."""
 
     title: str = "The agent asks"
     choices: tuple[str, ...] = ()
     evidence: tuple[tuple[str, str], ...] = ()
+    cap: Cap | None = None
+    used: float | None = None
 
 
 AGENT_ASKS = Asking()
@@ -79,6 +83,8 @@ class Questions:
             title=asking.title,
             choices=list(asking.choices),
             evidence=list(asking.evidence),
+            cap=asking.cap,
+            used=asking.used,
             acts_at=acts_at,
         )
         await rt.flush_journal()  # the question is visible to other processes from here

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from loopdeck.caps import Cap
+from loopdeck.core.budget_answer import read_answer
 from loopdeck.core.text import capped
 from loopdeck.store import outcome_queries, queries
 from loopdeck.store.base import Store
@@ -174,7 +176,7 @@ class PendingWrite:
 @dataclass(frozen=True)
 class PendingQuestion:
     """A question the run asked the operator; it never expires. `choices`: the answers it
-    takes (empty: any words)."""
+    takes (empty: any words); a budget's pause names its `cap` and what it had `used`."""
 
     run_id: str
     call_id: str  # the question's id
@@ -182,6 +184,8 @@ class PendingQuestion:
     env: str  # "env/script" of its run
     choices: tuple[str, ...] = ()
     pushed: str = ""
+    cap: Cap | None = None
+    used: float | None = None
     tool: ClassVar[str] = queries.QUESTION
     plan_step: ClassVar[str] = ""
 
@@ -191,7 +195,7 @@ class PendingQuestion:
 
     def refusal(self, text: str) -> str:
         """Why `text` is not an answer this question takes ("" when it is)."""
-        return not_offered(self.choices, text)
+        return not_offered(self.choices, text, self.cap, self.used)
 
 
 @dataclass(frozen=True)
@@ -297,18 +301,33 @@ def _when(stamp: str | None) -> datetime | None:
 async def pending_questions(
     store: Store, run_id: str | None = None, envs: Envs | None = None
 ) -> list[PendingQuestion]:
-    """The questions waiting for an answer, oldest first, with the answers each takes."""
+    """The questions waiting for an answer, oldest first, with the answers each takes (a
+    budget's with its cap and what it had used: its question read again, only for it)."""
     envs = await run_envs(store) if envs is None else envs
-    return [
-        PendingQuestion(
+    questions = []
+    for q in await queries.pending_questions(store, run_id):
+        question = PendingQuestion(
             run_id=q["run_id"],
             call_id=q["question_id"],
             question=q["question"],
             env=envs.get(q["run_id"], "/"),
             choices=tuple(q["choices"]),
         )
-        for q in await queries.pending_questions(store, run_id)
-    ]
+        if RAISE in question.choices:
+            asked = await queries.question_asked(store, question.run_id, question.call_id) or {}
+            question = replace(question, **paused_cap(asked))
+        questions.append(question)
+    return questions
+
+
+def paused_cap(asked: JsonObject) -> JsonObject:
+    """A budget question's cap and what it had used, from its `question_asked` event's body
+    (left out, as unknown, when it has none: a question asked before they were recorded)."""
+    cap, used = asked.get("cap"), asked.get("used")
+    return {
+        "cap": Cap.named(cap) if isinstance(cap, str) else None,
+        "used": float(used) if isinstance(used, int | float) else None,
+    }
 
 
 async def unknown_outcomes(
@@ -339,6 +358,7 @@ class NotOffered(ValueError):
 # The fixed choices that take words after them, and what: the question's own text says so
 # ("`nudge TEXT`", "`raise N`"), the console's question dialog opens a box for them.
 CHOICE_WORDS = {"nudge": "TEXT", "raise": "N"}
+RAISE = "raise"  # a budget's choice: its answers are read as the run reads them
 
 
 def answer_forms(choices: Sequence[str]) -> list[str]:
@@ -346,12 +366,18 @@ def answer_forms(choices: Sequence[str]) -> list[str]:
     return [f"{c} {CHOICE_WORDS[c]}" if c in CHOICE_WORDS else c for c in choices]
 
 
-def not_offered(choices: Sequence[str], text: str) -> str:
-    """Why `text` is not an answer the question takes ("" when it is): a question with fixed
-    choices takes one of them (first word, any case), with the words it needs; one without
-    choices takes any words."""
+def not_offered(
+    choices: Sequence[str], text: str, cap: Cap | None = None, used: float | None = None
+) -> str:
+    """Why `text` is not an answer the question takes ("" when it is): never an empty one; a
+    budget's (it offers `raise`) as its run reads it (`core/budget_answer.py`: `raise N` above
+    what the cap had `used`, when known); another question with fixed choices takes one of
+    them (first word, any case), with the words it needs; one without choices any words."""
+    if RAISE in choices:
+        said = read_answer(text, cap, used)
+        return said if isinstance(said, str) else ""
     if not choices:
-        return ""
+        return "" if text.strip() else "the answer is empty: the run would get nothing"
     words = text.strip().split(maxsplit=1)
     first = words[0].lower() if words else ""
     offered = ", ".join(f"`{form}`" for form in answer_forms(choices))
@@ -359,18 +385,6 @@ def not_offered(choices: Sequence[str], text: str) -> str:
         said = repr(capped(text.strip(), 80)) if first else "an empty answer"
         return f"it offers only {offered}; {said} is not one of them"
     needs = CHOICE_WORDS.get(first)
-    if needs is None:
+    if needs is None or len(words) == 2:
         return ""
-    if len(words) < 2:
-        return f"`{first}` needs its {needs}: answer `{first} {needs}` (one argument)"
-    if needs == "N" and not _number(words[1]):
-        return f"`{first} N` needs a number, not {words[1][:40]!r}"
-    return ""
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text.replace(",", ""))
-    except ValueError:
-        return False
-    return True
+    return f"`{first}` needs its {needs}: answer `{first} {needs}` (one argument)"

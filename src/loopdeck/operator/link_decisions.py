@@ -69,7 +69,9 @@ async def _taken(
         won = await deciding.decide(store, run_id, decision.with_reason())
     elif claim.what == "question" and choice.action == "answer":
         evidence = page.evidence
-        if evidence is not None and (problem := not_offered(evidence.choices, choice.text)):
+        if evidence is not None and (
+            problem := not_offered(evidence.choices, choice.text, evidence.cap, evidence.used)
+        ):
             return LinkPage("open", f"Nothing was decided: {problem}.", page.run, evidence, claim)
         won = await deciding.answer(store, run_id, choice.text, BY_LINK, question_id=call_id)
     elif claim.what == "outcome" and choice.action in ("applied", "not-applied"):

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from loopdeck.caps import Cap
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.push_events import PushedWhat
+from loopdeck.operator.entries import paused_cap
 from loopdeck.operator.link_tokens import OUTCOME_ASK, LinkClaim, LinkServer, ask_of_request
 from loopdeck.store import queries
 from loopdeck.store.base import Store
@@ -43,6 +45,8 @@ class Evidence:
     choices: tuple[str, ...] = ()
     evidence: tuple[tuple[str, str], ...] = ()
     expires_at: datetime | None = None
+    cap: Cap | None = None  # a budget's pause: its cap and what it had used
+    used: float | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,7 @@ async def _question(store: Store, claim: LinkClaim, run: RunShown) -> LinkPage:
         choices=tuple(asked.get("choices") or ()),
         evidence=tuple((str(k), str(v)) for k, v in asked.get("evidence") or ()),
         expires_at=datetime.fromisoformat(acts_at) if acts_at else None,
+        **paused_cap(asked),
     )
     return LinkPage("open", "", run, evidence, claim)
 

@@ -5,8 +5,9 @@ the operator, deciding and answering, commands to a live run, and a run's events
 Reading and deciding never create a store: a mistyped path is named, not made empty. A
 decision goes through `store/deciding.py`, the one path that waits out a locked store and
 refuses a dead runner's call or a run that ended. Runs whose runner is gone are marked crashed
-here, in their own transactions, before a listing is read, so the list says so. An answer to a
-question with fixed choices is one of them (`not_offered`), or it is refused before it is sent.
+here, in their own transactions, before a listing is read, so the list says so. An answer is
+one its question takes (`not_offered`: never empty, one of its fixed choices, a budget's as its
+run reads it), or it is refused before it is sent.
 A run's log is exported with its hash chain and verified (`store/verification.py`).
 What it reads comes back as typed entries (`operator/entries.py`: `RunEntry`, `PendingWrite`,
 `PendingQuestion`, `PendingOutcome`), the ones the console's inbox reads.
@@ -265,8 +266,8 @@ async def decide(
 
 async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -> bool:
     """The run's waiting question gets this answer: False if none was waiting. `NotOffered`
-    if the question takes only fixed choices and this is not one; `RunEnded` if the run
-    ended (nothing recorded either way)."""
+    if the question does not take it (`PendingQuestion.refusal`: the run would not carry it
+    out); `RunEnded` if the run ended (nothing recorded either way)."""
     waiting = await entries.pending_questions(store, run_id)
     question_id = None
     if waiting:

@@ -21,6 +21,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from loopdeck.core.budget_answer import read_answer
 from loopdeck.core.events import QuestionAsked
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
@@ -188,13 +189,12 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         if not text:
             self._say_problem("[b $warning]Nothing typed:[/] type an answer, or esc.")
             return
-        if self.box_for == "raise":
-            try:
-                float(text.replace(",", ""))
-            except ValueError:
-                self._say_problem(markup("[b $error]Not a number:[/] $text", text=text))
-                return
         answer = f"{self.box_for} {text}" if self.box_for else text
+        if self.box_for == "raise" and self.asked is not None:
+            said = read_answer(answer, self.asked.cap, self.asked.used)  # as the run reads it
+            if isinstance(said, str):
+                self._say_problem(markup("[b $error]Not taken:[/] $said", said=said))
+                return
         self.dismiss(AnswerText(self.question_id, answer))
 
     def action_close(self) -> None:
