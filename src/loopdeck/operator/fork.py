@@ -10,12 +10,17 @@ state the run saw at the fork, where it can be (`env.restore(snapshot)`, on the 
 state: `reopen(fork_id)`); where it cannot, or where the restored state is not that one,
 every standing grant given before the fork is revoked as the fork goes live: nothing approved
 before it then runs without being asked again (a receipt is bound to its state anyway).
+
+What a worker would refuse is refused before the fork is queued: its options checked as a
+submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
+able to rebuild the run up to the fork (`rebuildable`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from functools import partial
 from typing import Any
 
 from loopdeck.core.canonical import short_hash
@@ -25,8 +30,9 @@ from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.launch import BUDGET_FLAGS
+from loopdeck.operator.placement import checked, run_options, submitted
 from loopdeck.operator.records import known_run
-from loopdeck.operator.resume import load_log
+from loopdeck.operator.resume import load_log, unresumable
 from loopdeck.store import leases
 from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
@@ -64,7 +70,10 @@ async def fork(
     env: str | None = None,
     settings: list[str] | None = None,
 ) -> str:
-    """The fork queued for a worker; its run id."""
+    """The fork queued for a worker; its run id. Refused (`ScenarioError`) with nothing
+    queued when a worker could not prepare it or rebuild the run up to the fork."""
+    if message is not None and not message.strip():
+        raise ScenarioError("--message: empty (leave it out to say nothing at the fork)")
     store = await open_store(location, create=False)
     try:
         row = await known_run(store, run_id)
@@ -83,13 +92,32 @@ async def fork(
             options["settings"] = [*options.get("settings", []), *settings]
             changed += [f"--set {text}" for text in settings]
         fork_id = uuid.uuid4().hex[:12]
-        options["run_id"] = fork_id
+        used = {e.tool for e in log if isinstance(e, CallProposed) and e.seq <= through}
+        run = run_options(options, fork_id)
+        fits = partial(rebuildable, used=used, run_id=run_id, at_call=at_call)
+        options = submitted(await asyncio.to_thread(checked, run, fits))
         options["fork"] = {"source": run_id, "at": at_call, "through": through,
                            "message": message, "changed": changed}  # fmt: skip
         await leases.submit(store, fork_id, options)
     finally:
         await store.close()
     return fork_id
+
+
+def rebuildable(runtime: Runtime, used: set[str], run_id: str, at_call: str) -> None:
+    """The fork's prepared runtime can rebuild the run up to the fork: its loop is loopdeck's
+    own, and its env has every tool the run's calls before the fork used (else the replies
+    served from the log name tools it does not have, and the rebuilt run diverges)."""
+    why = unresumable(runtime, reopened=False)
+    if why is not None:
+        raise ScenarioError(f"run {run_id} cannot be forked: {why}")
+    missing = sorted(used - {spec.name for spec in runtime.env.tools()})
+    if missing:
+        raise ScenarioError(
+            f"run {run_id} cannot be rebuilt up to {at_call} with env {runtime.config.env}:"
+            f" the run's calls used {', '.join(missing)}, which it has no tool for (name the"
+            " run's env with --env)"
+        )
 
 
 async def _options_of(

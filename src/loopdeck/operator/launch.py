@@ -114,11 +114,13 @@ def prepare_run(
     *,
     console: bool = False,
     recording: Recording | None = None,
+    keys_here: bool = True,
 ) -> PreparedRun:
     """The run `options` name, of whatever kind: on a fresh copy of its env's workspace, or
     on a target's folder in place. Its approver (unless given) is chosen by
     `operator.approving.deciders`: the console's queue when `console`, raced with the store
-    when `recording`."""
+    when `recording`. `keys_here` False: the model's credentials are not this host's to
+    check (a run placed on workers is checked where it is submitted, run where they are)."""
     target = options.acp
     env_dir = None if target is not None else resolve_env_dir(options.env, options.settings)
     kind = kind_named(target.kind) if target is not None else kind_of(_scenario(env_dir))
@@ -140,7 +142,9 @@ def prepare_run(
     try:
         if script is not None:
             script = workdir_in_script(script, workdir)
-        model = None if agent else _model(options, _scenario_dir(env_dir), config, script)
+        model = None
+        if not agent:
+            model = _model(options, _scenario_dir(env_dir), config, script, keys_here)
         opening = Opening(workdir, env_dir, target, script_name, script, options.phase)
         opened = kind.open(opening)
         if script is not None and script_name is not None and env_dir is not None:
@@ -259,11 +263,17 @@ def _script_name(options: RunOptions, env_dir: EnvDir, model_name: str) -> str |
 
 
 def _model(
-    options: RunOptions, env_dir: EnvDir, config: RunConfig, script: Script | None
+    options: RunOptions,
+    env_dir: EnvDir,
+    config: RunConfig,
+    script: Script | None,
+    keys_here: bool = True,
 ) -> LiteLLMModel:
-    """The run's model, its credentials checked first; a bad profile names scenario.toml."""
+    """The run's model, its credentials checked first (when they are this host's); a bad
+    profile names scenario.toml."""
     scenario = env_dir.scenario
-    check_credentials(config.model, options.api_base)
+    if keys_here:
+        check_credentials(config.model, options.api_base)
     try:
         return LiteLLMModel(
             config.model,

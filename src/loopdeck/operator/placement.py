@@ -1,6 +1,8 @@
 """Runs placed on workers: `loopdeck submit` records a run as queued with its options, as
 JSON any worker reads back (`run_options`), after checking here what can be checked before a
-worker takes it (its env folder, its kind, its script, who decides its writes).
+worker takes it: the run prepared as `loopdeck run` prepares it (its env folder and kind, its
+script against the env's tools, its policy), then let go, and who decides its writes. Its
+model's credentials are not checked here: they are the workers' hosts', not the submitter's.
 
 An env folder is kept by its absolute path (a worker on another host must see the same path:
 storage both hosts see), a bundled sample env by its name.
@@ -8,14 +10,18 @@ storage both hosts see), a bundled sample env by its name.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from loopdeck.core.approvals import DenyApprover
+from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.approving import default_approve_mode
-from loopdeck.operator.launch import RunOptions, resolve_env_dir
+from loopdeck.operator.launch import RunOptions, prepare_run, resolve_env_dir
 from loopdeck.store import leases
 from loopdeck.store.base import Location
 from loopdeck.store.opening import open_store
@@ -47,24 +53,34 @@ def run_options(kept: dict[str, Any], run_id: str) -> RunOptions:
     return RunOptions(**chosen)
 
 
-def checked(options: RunOptions) -> RunOptions:
-    """What a worker would refuse, refused now (`ScenarioError`, exit 2): the env folder and
-    its kind, the script, a real model without `--approve`. A run waits in the queue with
-    `--approve wait` unless told otherwise: nobody is at its worker's console."""
+def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) -> RunOptions:
+    """What a worker would refuse, refused now (`ScenarioError`, exit 2): the run prepared
+    as `loopdeck run` prepares it, `fits` asked of its runtime, then let go. A run waits in
+    the queue with `--approve wait` unless told otherwise: nobody is at its worker's console.
+    Blocking (env code, an MCP server started): off the event loop."""
+    if options.policy is not None and not Path(options.policy).is_file():
+        raise ScenarioError(f"--policy {options.policy}: no such file")
     env_dir = resolve_env_dir(options.env, options.settings)
     if options.script is not None:
         env_dir.script(options.script)
-    model = options.model or env_dir.scenario.model
-    approve = options.approve or default_approve_mode(model)
-    if options.policy is not None and not Path(options.policy).is_file():
-        raise ScenarioError(f"--policy {options.policy}: no such file")
-    options.approve = approve
+    options.approve = options.approve or default_approve_mode(
+        options.model or env_dir.scenario.model
+    )
+    trial = replace(options, phase=None, notify=None)
+    # Its writes are the worker's to decide (nothing here runs one), its model's keys the
+    # worker's host's: a host that submits need not hold them.
+    prepared = prepare_run(trial, approver=DenyApprover(), keys_here=False)
+    try:
+        if fits is not None:
+            fits(prepared.runtime)
+    finally:
+        prepared.cleanup()
     return options
 
 
 async def submit(location: Location, options: RunOptions) -> str:
     """The run recorded as queued in the store (made if missing); its id."""
-    options = checked(options)
+    options = await asyncio.to_thread(checked, options)
     run_id = options.run_id or uuid.uuid4().hex[:12]
     options.run_id = run_id
     store = await open_store(location)

@@ -1,0 +1,142 @@
+"""`loopdeck submit` and `loopdeck fork` refuse, before anything is queued, what a worker
+would refuse: the run prepared as `loopdeck run` prepares it (env folder, script against the
+env's tools, --set keys), a fork's env able to rebuild the run up to the fork, an empty
+message; an env folder kept by its absolute path. A model's key is the workers' hosts': a
+host without it still queues the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SAMPLES
+
+from loopdeck.store.opening import open_store
+
+Cli = Callable[..., tuple[int, dict[str, Any] | None, str]]
+
+
+def queued(db: Path) -> dict[str, dict[str, Any]]:
+    """Every run queued in the store, with its options."""
+
+    async def read() -> list[Any]:
+        store = await open_store(db, create=False)
+        try:
+            return await store.fetchall("SELECT run_id, options FROM leases")
+        finally:
+            await store.close()
+
+    if not db.exists():
+        return {}
+    return {str(row[0]): json.loads(row[1]) for row in asyncio.run(read())}
+
+
+def refused(code: int, err: str, *said: str) -> None:
+    """Exit 2, one line naming the problem."""
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("loopdeck: ") and all(s in lines[0] for s in said), err
+
+
+@pytest.fixture
+def recorded(cli: Cli, tmp_path: Path) -> tuple[Path, str]:
+    """A run of order_support recorded as `loopdeck run` records it (not submitted)."""
+    db = tmp_path / "s.db"
+    code, done, err = cli("run", "order_support", "--script", "solve", "--headless", "--json",
+                          "--db", str(db))  # fmt: skip
+    assert code == 0 and done is not None, err
+    return db, str(done["run_id"])
+
+
+@pytest.fixture
+def unknown_tool(tmp_path: Path) -> Path:
+    """order_support with its `solve` script's first call naming a tool it does not have."""
+    env = tmp_path / "unknown_tool"
+    shutil.copytree(SAMPLES / "order_support", env)
+    toml = env / "scenario.toml"
+    text = toml.read_text()
+    assert 'tool = "get_order"' in text
+    toml.write_text(text.replace('tool = "get_order"', 'tool = "get_orderz"', 1))
+    return env
+
+
+def broken_env(tmp_path: Path) -> str:
+    env = tmp_path / "broken"
+    env.mkdir()
+    (env / "scenario.toml").write_text("name = [\n")
+    return str(env)
+
+
+FORK_REFUSALS = [
+    pytest.param(lambda tmp: ["--env", str(tmp / "nonexistent")],
+                 ("nonexistent: no such env folder",), id="no-env-folder"),
+    pytest.param(lambda tmp: ["--script", "nosuch"], ("no script named 'nosuch'",),
+                 id="no-script"),
+    pytest.param(lambda tmp: ["--env", broken_env(tmp)],
+                 ("broken/scenario.toml: not valid TOML",), id="broken-toml"),
+    pytest.param(lambda tmp: ["--set", "bogus=1"], ("scenario.toml: invalid scenario",),
+                 id="unknown-set-key"),
+    pytest.param(lambda tmp: ["--message", ""], ("--message: empty",), id="empty-message"),
+    pytest.param(lambda tmp: ["--message", "  "], ("--message: empty",), id="blank-message"),
+    # another env: the run's calls before c3 used tools it does not have
+    pytest.param(lambda tmp: ["--env", str(SAMPLES / "service_outage")],
+                 ("cannot be rebuilt up to c3 with env service_outage", "get_order"),
+                 id="another-envs-tools"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "said"), FORK_REFUSALS)
+def test_a_fork_a_worker_could_not_run_is_refused_and_nothing_is_queued(
+    cli: Cli, recorded: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    flags: Callable[[Path], list[str]], said: tuple[str, ...],
+) -> None:  # fmt: skip
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db, run_id = recorded
+    code, _, err = cli("fork", run_id, "--at", "c3", *flags(tmp_path), "--db", str(db))
+    refused(code, err, *said)
+    assert queued(db) == {}
+
+
+def test_a_fork_keeps_its_env_folder_by_its_absolute_path(
+    cli: Cli, recorded: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, run_id = recorded
+    shutil.copytree(SAMPLES / "order_support", tmp_path / "envs" / "order_support")
+    monkeypatch.chdir(tmp_path)
+    code, done, err = cli("fork", run_id, "--at", "c3", "--env", "envs/order_support",
+                          "--db", str(db), "--json")  # fmt: skip
+    assert code == 0 and done is not None, err
+    kept = queued(db)[done["run_id"]]
+    assert kept["env"] == str((tmp_path / "envs" / "order_support").resolve())
+    assert kept["fork"]["source"] == run_id
+
+
+def test_submit_refuses_a_script_calling_an_unknown_tool_as_run_does(
+    cli: Cli, unknown_tool: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "s.db"
+    ran = cli("run", str(unknown_tool), "--headless", "--db", str(tmp_path / "run.db"))
+    code, _, err = cli("submit", str(unknown_tool), "--db", str(db))
+    refused(code, err, "script 'solve'", "unknown tool 'get_orderz'")
+    assert (code, err) == (ran[0], ran[2])
+    assert queued(db) == {}
+
+
+def test_submit_queues_a_real_model_whose_key_only_the_workers_hold(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` refuses a model whose key this host lacks; a submitted run is run by a worker,
+    whose host holds it: queued (the worker says so, naming the key, if it does not)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = tmp_path / "s.db"
+    flags = ("order_support", "--model", "openai/gpt-4o", "--approve", "auto")
+    ran = cli("run", *flags, "--headless", "--db", str(tmp_path / "run.db"))
+    assert ran[0] == 2 and "needs OPENAI_API_KEY" in ran[2]
+    code, _, err = cli("submit", *flags, "--db", str(db))
+    assert code == 0, err
+    assert len(queued(db)) == 1
