@@ -78,6 +78,12 @@ def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkey
     assert code == 2 and "already exists" in err
     code, _, err = cli("init-env", "no_such_env")
     assert code == 2 and "no sample env named 'no_such_env'" in err
+    (tmp_path / "notes.txt").write_text("mine")
+    for where in ("notes.txt/desk", "/proc/loopdeck-desk"):  # its parent a file; not writable
+        code, _, err = cli("init-env", "service_outage", where)
+        assert code == 2 and f"{where}: cannot create the env folder there (" in err, err
+        assert "Traceback" not in err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 # The sample as shipped, its 15 s rollout watch included: `make stress` (CI too). `make test`

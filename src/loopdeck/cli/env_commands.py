@@ -71,7 +71,12 @@ def _init_env(args: argparse.Namespace) -> int:
     if dest.exists():
         raise ScenarioError(f"{dest} already exists; choose another folder")
     name_line = _name_line(dest.resolve().name)
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    try:
+        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    except OSError as exc:  # no such parent, a file where a folder goes, no permission
+        shutil.rmtree(dest, ignore_errors=True)  # what was copied before it failed
+        why = exc.strerror or str(exc)
+        raise ScenarioError(f"{dest}: cannot create the env folder there ({why})") from None
     _rename(dest / "scenario.toml", name_line)
     shown = visible(str(dest))
     print(f"created {shown} from the sample env {visible(args.name)}")
