@@ -273,13 +273,17 @@ async def test_loopdeck_message_reaches_a_headless_run_through_the_store(db) -> 
                 "run_id": run_id,
                 "command": "message",
                 "chars": len(SAID),
+                "cut": False,
             }
             piped = subprocess.run(
                 [sys.executable, "-m", "loopdeck", "message", run_id, "-", "--db", str(db)],
                 input=PIPED, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             assert piped.returncode == 0, piped.stderr
-            assert f"message sent ({len(PIPED):,} characters)" in piped.stdout
+            # what the model hears is said: the first MESSAGE_CAP characters
+            assert f"message sent ({len(PIPED):,} characters, cut to {MESSAGE_CAP:,})" in (
+                piped.stdout
+            )
             recorded = await _recorded_messages(db, run_id, 2)
             server.release.set()
             out, _ = runner.communicate(timeout=60)

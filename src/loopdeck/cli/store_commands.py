@@ -227,9 +227,14 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
         return 2
     if await _ended(store, args):
         return 1
+    from loopdeck.core.operator_messages import MESSAGE_CAP
+
     await records.send_message(store, args.run_id, text, operator())
-    done = f"{args.run_id}: message sent ({len(text):,} characters); the model hears it next turn"
-    _print({"run_id": args.run_id, "command": "message", "chars": len(text)}, args.json, text=done)
+    cut = len(text) > MESSAGE_CAP  # the run keeps (and the model hears) its first part
+    size = f"{len(text):,} characters" + (f", cut to {MESSAGE_CAP:,}" if cut else "")
+    done = f"{args.run_id}: message sent ({size}); the model hears it next turn"
+    said = {"run_id": args.run_id, "command": "message", "chars": len(text), "cut": cut}
+    _print(said, args.json, text=done)
     return 0
 
 
