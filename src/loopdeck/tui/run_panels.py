@@ -21,7 +21,7 @@ from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui import link_facets
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.frame_pacing import tail_that_fits
-from loopdeck.tui.grants_panel import GrantsPanel
+from loopdeck.tui.grants_panel import GrantsPanel, grants_room, grants_said
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
@@ -75,6 +75,8 @@ class RunPanels:
         if view.unknown:  # only the operator can say whether those took effect
             unknown = plural(len(view.unknown), "outcome")
             repeats += f" · [b $warning]{unknown} unknown · o[/]"
+        if not grants_room(self.screen, view):  # no room for the Grants panel
+            repeats += grants_said(view)
         title(table, f"Calls · {view.calls_seen:,}{repeats}")
         if table.row_count:
             self.show_detail(view, table.cursor_key)
