@@ -125,6 +125,24 @@ def test_an_edit_of_a_call_that_cannot_run_one_is_refused_with_what_to_do(
     assert said is not None and (said["decided"], said["state"]) == (True, "approved")
 
 
+def test_a_grant_naming_a_field_the_tool_does_not_take_decides_nothing(
+    tmp_path: Path, cli: Cli
+) -> None:
+    db = tmp_path / "s.db"
+    recorded(db, Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1"))
+    code, _, err = cli(
+        "approve", "r1", "c1", "--grant", "path=src/*,nosuchfield=*", "--db", str(db)
+    )
+    assert code == 2
+    assert "approve c1 --grant: grant 'path=src/*,nosuchfield=*': nosuchfield is not an" in err
+    assert "argument of write_file (it takes path); nothing was decided" in err
+    assert rows(db) == {"r1/c1": ("pending", None, None)}
+    assert cli("grants", "--json", "--db", str(db))[1] == []
+    code, said, err = cli("approve", "r1", "c1", "--grant", "path=*.txt", "--json", "--db", str(db))
+    assert code == 0, err
+    assert said is not None and (said["decided"], said["state"]) == (True, "approved")
+
+
 def test_an_expired_request_is_marked_by_pending_and_its_approval_refused(
     tmp_path: Path, cli: Cli
 ) -> None:

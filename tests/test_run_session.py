@@ -78,6 +78,16 @@ def test_approve_wait_in_the_console_is_refused_with_its_message(cli) -> None:
         deciders("wait", model="scripted", console=True, recording=None)
 
 
+def test_a_run_id_the_store_holds_is_refused_before_anything_says_started(tmp_path, cli) -> None:
+    db = str(tmp_path / "s.db")
+    run = ("run", ENV, "--script", "solve", "--headless", "--approve", "auto", "--db", db)
+    code, _, err = cli(*run, "--run-id", "r1")
+    assert code == 0, err
+    code, _, err = cli(*run, "--run-id", "r1")
+    assert code == 2
+    assert err == f"loopdeck: --run-id r1: {db} already holds a run with this id; choose another\n"
+
+
 class _Recording:
     """A store and writer that are never reached: the choice alone is tested."""
 

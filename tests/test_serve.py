@@ -108,6 +108,19 @@ def test_a_port_taken_is_said_with_exit_2(
     assert f"cannot listen on --host 127.0.0.1 --port {port}" in capsys.readouterr().err
 
 
+def test_a_store_serve_makes_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+    made = "loopdeck serve: no store was at"
+    with socket.socket() as taken:  # stops it at the port, its store opened
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        args = parsed("--db", str(db), "--port", str(taken.getsockname()[1]))
+        assert serve.run_serve(args) == 2
+        assert f"{made} {db}: made a new, empty one" in capsys.readouterr().err
+        assert serve.run_serve(args) == 2
+        assert made not in capsys.readouterr().err  # there now: nothing to say
+
+
 def test_the_console_command_quotes_the_store_and_execs_the_console(tmp_path: Path) -> None:
     db = tmp_path / "it's a; $(store)" / "runs.db"
     command, extra = serve.console_command(db)

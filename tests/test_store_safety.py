@@ -68,6 +68,17 @@ def test_read_commands_never_create_a_store(tmp_path, cli, command) -> None:
     assert not db.exists()
 
 
+def test_a_worker_refuses_a_store_nothing_was_submitted_to(tmp_path) -> None:
+    """A mistyped `--db` holds no runs: the worker says so, never waits on an empty store."""
+    db = tmp_path / "typo.db"
+    done = loopdeck("worker", db=db, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert f"loopdeck: {db}: no such store (`loopdeck submit ENV_DIR --db {db}` creates" in (
+        done.stderr
+    )
+    assert not db.exists()
+
+
 def test_a_directory_is_not_a_store(tmp_path, cli) -> None:
     code, _, err = cli("runs", "--db", str(tmp_path))
     assert code == 2 and "is a directory" in err and "Traceback" not in err

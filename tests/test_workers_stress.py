@@ -253,12 +253,11 @@ def _calls(root: Path, run_id: str) -> list[dict[str, Any]]:
 async def test_one_host_on_sqlite_a_new_worker_goes_on_after_kill_9(tmp_path) -> None:
     db = tmp_path / "s.db"
     root = tmp_path / "shared"
+    store = await open_store(db)  # made first: a worker refuses a store that is not there
     first = start_worker(db, "host-one", slots=10)
     workers = {"first": first}
-    store = None
     try:
         ids = await submit_runs(db, root, solve=6, waiting=2, asking=2)
-        store = await open_store(db)
         operator = Operator(store)
         operator_task = asyncio.create_task(operator.decide())
 
@@ -277,5 +276,4 @@ async def test_one_host_on_sqlite_a_new_worker_goes_on_after_kill_9(tmp_path) ->
         assert moved, "no run was under way when its worker was killed"
     finally:
         stop_all(workers)
-        if store is not None:
-            await store.close()
+        await store.close()

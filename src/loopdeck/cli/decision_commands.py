@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from loopdeck.core.grant_rules import GrantRule
+from loopdeck.core.grant_rules import GrantRule, GrantRuleError
 from loopdeck.core.text import visible
 from loopdeck.operator import records
 from loopdeck.operator.arg_edits import check_edit, told_instead_of
@@ -40,7 +40,12 @@ def approve_terms(
         if args.uses is not None or args.for_s is not None:
             raise BadDecision("--uses and --for shape a grant: give --grant with them")
         return edited, None
-    return edited, GrantRule.parse(args.grant, uses=args.uses, for_s=args.for_s)
+    tool, names = (asked.tool, asked.arg_names) if asked else ("", None)
+    try:
+        grant = GrantRule.parse(args.grant, args.uses, args.for_s, tool=tool, names=names)
+    except GrantRuleError as exc:
+        raise BadDecision(f"approve {args.call_id} --grant: {exc}; nothing was decided") from None
+    return edited, grant
 
 
 def _not_editable(args: argparse.Namespace, why: str, text: str) -> str:

@@ -159,6 +159,8 @@ async def run_recorded_headless(
 
     session = RunSession(db or default_db_path(), say=_say)
     async with session.opened() as store:
+        # Before it is prepared, so nothing says "started" of a run that will not be.
+        await session.refuse_taken_id(options.run_id)
         prepared = session.prepare(options)
         if trace is not None:
             prepared.runtime.bus.subscribe(trace.take)

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from loopdeck.caps import budget_overrides
-from loopdeck.store.base import DB_HELP, default_db_path, store_location
+from loopdeck.store.base import (
+    DB_HELP,
+    Location,
+    StoreError,
+    default_db_path,
+    is_postgres,
+    store_location,
+)
 
 RunFlags = Callable[[argparse.ArgumentParser], None]
 WORKER_COMMANDS = ("submit", "worker", "fork")
@@ -125,14 +134,15 @@ def _worker(args: argparse.Namespace) -> int:
     """Until SIGTERM or SIGINT: then no more claims, and each run it holds is handed back to
     the queue where it is (a second signal leaves at once: their leases run out)."""
     import asyncio
-    import os
     import signal
 
     from loopdeck import tuning
     from loopdeck.operator.worker import Worker
 
+    location = args.db or default_db_path()
+    _refuse_missing(location)
     tuning.for_headless()
-    worker = Worker(args.db or default_db_path(), slots=args.slots, say=_said)
+    worker = Worker(location, slots=args.slots, say=_said)
 
     async def until_stopped() -> None:
         stop = asyncio.Event()
@@ -150,6 +160,19 @@ def _worker(args: argparse.Namespace) -> int:
 
     asyncio.run(until_stopped())
     return 0
+
+
+def _refuse_missing(location: Location) -> None:
+    """A worker claims the runs submitted to its store: a SQLite file that is not there
+    holds none, and made empty (a mistyped `--db`) it would wait forever, so it is refused by
+    name. A PostgreSQL database that is not there fails to connect."""
+    if is_postgres(location) or os.path.lexists(location):
+        return
+    submit = f"loopdeck submit ENV_DIR --db {shlex.quote(str(location))}"
+    raise StoreError(
+        f"{location}: no such store (`{submit}` creates it; a worker claims the runs"
+        " submitted there)"
+    )
 
 
 def _said(line: str) -> None:

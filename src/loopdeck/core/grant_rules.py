@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,8 +34,18 @@ class GrantRule(BaseModel):
     for_s: float | None = Field(default=None, gt=0)
 
     @classmethod
-    def parse(cls, text: str, uses: int | None = None, for_s: float | None = None) -> GrantRule:
-        """`exact`, `tool`, or `FIELD=GLOB[,FIELD=GLOB…]` (the CLI's `--grant`)."""
+    def parse(
+        cls,
+        text: str,
+        uses: int | None = None,
+        for_s: float | None = None,
+        *,
+        tool: str = "",
+        names: Collection[str] | None = None,
+    ) -> GrantRule:
+        """`exact`, `tool`, or `FIELD=GLOB[,FIELD=GLOB…]` (the CLI's `--grant`). `names`: the
+        fields `tool` takes (`argument_names`), when known; a field outside them is refused,
+        as a grant naming it could never cover a call."""
         text = text.strip()
         if text in ("exact", "tool"):
             return cls(scope=text, uses=uses, for_s=for_s)
@@ -46,6 +57,12 @@ class GrantRule(BaseModel):
                     f"grant {text!r}: expected exact, tool or FIELD=GLOB (e.g. path=src/*)"
                 )
             fields[name.strip()] = glob
+        if names is not None and (unknown := [n for n in fields if n not in names]):
+            takes = ", ".join(sorted(names)) or "no arguments"
+            raise GrantRuleError(
+                f"grant {text!r}: {unknown[0]} is not an argument of {tool or 'the tool'}"
+                f" (it takes {takes})"
+            )
         return cls(scope="fields", fields=fields, uses=uses, for_s=for_s)
 
     def covers_args(self, approved: dict[str, Any], args: dict[str, Any]) -> bool:
@@ -71,6 +88,13 @@ class GrantRule(BaseModel):
         if self.for_s is not None:
             said += f", {self.for_s:g}s"
         return said
+
+
+def argument_names(schema: dict[str, Any], args: dict[str, Any]) -> set[str]:
+    """The fields a grant for a call can name: its tool's schema's properties and the call's
+    own arguments."""
+    properties = schema.get("properties")
+    return set(args) | (set(properties) if isinstance(properties, dict) else set())
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

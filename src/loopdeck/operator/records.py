@@ -196,14 +196,17 @@ async def pending(store: Store) -> tuple[list[PendingWrite], list[PendingQuestio
 @dataclass(frozen=True)
 class Asked:
     """A write's request as the store has it now: its row's state and expiry and, from its
-    request event, the schema an edit is checked against and why an edit of it cannot be
-    carried out (`not_editable`, "" when it can)."""
+    request event, the schema an edit is checked against, why an edit of it cannot be
+    carried out (`not_editable`, "" when it can), its tool and the fields a grant can name
+    (`arg_names`, None when the event is not there)."""
 
     state: str
     by: str | None
     expires_at: datetime
     args_schema: dict[str, Any]
     not_editable: str
+    tool: str = ""
+    arg_names: frozenset[str] | None = None
 
     def expired(self, now: datetime | None = None) -> bool:
         """Pending past its expiry: an approval would not cover the call any more."""
@@ -215,13 +218,20 @@ async def asked(store: Store, run_id: str, call_id: str) -> Asked | None:
     row = await queries.approval_state(store, run_id, call_id)
     if row is None:
         return None
-    request = await queries.approval_request(store, run_id, call_id) or {}
+    from loopdeck.core.grant_rules import argument_names
+
+    found = await queries.approval_request(store, run_id, call_id)
+    request = found or {}
+    schema = dict(request.get("args_schema") or {})
+    names = argument_names(schema, dict(request.get("args") or {}))
     return Asked(
         state=row["state"],
         by=row["decided_by"],
         expires_at=datetime.fromisoformat(row["expires_at"]),
-        args_schema=dict(request.get("args_schema") or {}),
+        args_schema=schema,
         not_editable=str(request.get("not_editable") or ""),
+        tool=str(request.get("tool") or ""),
+        arg_names=None if found is None else frozenset(names),
     )
 
 

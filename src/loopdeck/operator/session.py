@@ -128,16 +128,20 @@ class RunSession:
         finally:
             await self._store.close()
 
-    async def record(self) -> RunOutcome:
-        """Run it recorded to the open store; what the recording could not do is said. A run
-        id the store already holds (`--run-id`) is refused before anything is written: its
+    async def refuse_taken_id(self, run_id: str | None) -> None:
+        """`ScenarioError` if the open store already holds a run `run_id` (`--run-id`): its
         events would collide with the other run's."""
-        run_id = self.runtime.config.run_id
-        if await queries.run_row(self.store, run_id) is not None:
+        if run_id and await queries.run_row(self.store, run_id) is not None:
             raise ScenarioError(
                 f"--run-id {run_id}: {shown_location(self.store.path)} already holds a run with"
                 " this id; choose another"
             )
+
+    async def record(self) -> RunOutcome:
+        """Run it recorded to the open store; what the recording could not do is said. A run
+        id the store already holds (`--run-id`) is refused before anything is written: its
+        events would collide with the other run's."""
+        await self.refuse_taken_id(self.runtime.config.run_id)
         self._writer = EventWriter(self.store, approve_mode=self.approve_mode)
         recorded = self._recorded = RecordedRun(self.store, self.runtime, self._writer, self.say)
         if self._kill_before_recording is not None:

@@ -18,7 +18,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from loopdeck.core.approvals import ApprovalDecision
-from loopdeck.core.grant_rules import SCOPES, GrantRule, GrantScope
+from loopdeck.core.grant_rules import SCOPES, GrantRule, GrantScope, argument_names
 from loopdeck.tui.shown import markup
 from loopdeck.tui.shown_input import ShownInput
 
@@ -82,7 +82,7 @@ class GrantChooser(Vertical):
     ) -> None:
         super().__init__(**kwargs)
         self.tool = tool
-        self.names = sorted(schema.get("properties") or args)  # the tool's argument names
+        self.names = sorted(argument_names(schema, args))  # the fields a grant may name
         self.scopes = OptionList(
             *(Option(SCOPE_WORDS[s], id=s) for s in SCOPES), id="grant-scope", compact=True
         )
@@ -124,13 +124,10 @@ class GrantChooser(Vertical):
         try:
             uses, for_s = uses_of(self.uses.value), seconds_of(self.for_s.value)
             text = self.fields.value if self.scope == "fields" else self.scope
-            rule = GrantRule.parse(text, uses=uses, for_s=for_s)
+            names = self.names or None  # a tool that says none: any field (as before)
+            rule = GrantRule.parse(text, uses=uses, for_s=for_s, tool=self.tool, names=names)
         except ValueError as exc:  # GrantRuleError and pydantic's ValidationError too
             return None, str(exc).splitlines()[0]
-        unknown = [name for name in rule.fields if name not in self.names]
-        if unknown and self.names:
-            known = ", ".join(self.names)
-            return None, f"{unknown[0]} is not an argument of {self.tool} (it takes {known})"
         return rule, ""
 
     def approval(self, call_id: str, by: str) -> ApprovalDecision | None:
