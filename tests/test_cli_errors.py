@@ -130,3 +130,62 @@ def test_a_console_without_a_terminal_is_refused(tmp_path, argv, instead) -> Non
     assert "the console needs a terminal, and stdin, stdout and stderr are not one" in said.stderr
     assert f"run `loopdeck {argv[0]}` in a terminal" in said.stderr and instead in said.stderr
     assert not (tmp_path / "s.db").exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["runs", "--bogus"], "runs"),
+        (["run", "service_outage", "--bogus"], "run"),
+        (["approve", "r1", "c1", "--bogus"], "approve"),
+        (["policy", "test", "--bogus"], "policy test"),
+    ],
+)
+def test_an_unknown_flag_is_refused_under_its_commands_own_usage(
+    cli, capsys, argv, command
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli(*argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: loopdeck {command} [")
+    assert f"loopdeck {command}: error: unrecognized arguments: --bogus" in err
+
+
+def test_an_unknown_flag_before_the_command_is_refused_under_loopdecks_usage(cli, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli("--bogus", "runs")
+    assert exit_info.value.code == 2
+    assert "loopdeck: error: unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_a_set_value_that_does_not_pass_is_blamed_on_the_set(cli, tmp_path) -> None:
+    scenario = SAMPLES / "order_support" / "scenario.toml"
+    code, _, err = cli("run", "order_support", "--headless", "--set", "budgets.max_turns=0")
+    assert code == 2
+    assert err.startswith(f"loopdeck: --set budgets.max_turns=0 (over {scenario}): invalid")
+    assert "budgets.max_turns: Input should be greater than 0" in err
+
+
+def test_a_bad_value_of_the_file_and_one_of_a_set_are_each_blamed_on_their_own(
+    cli, tmp_path
+) -> None:
+    env = tmp_path / "bad_budget"
+    env.mkdir()
+    (env / "scenario.toml").write_text('name = "x"\ngoal = "g"\n[budgets]\nmax_turns = -3\n')
+    (env / "env.py").write_text("")
+    code, _, err = cli("run", str(env), "--headless", "--set", "budgets.max_tool_calls=0")
+    assert code == 2
+    assert err.startswith(f"loopdeck: {env / 'scenario.toml'}: invalid scenario:")
+    assert "  budgets.max_turns: Input should be greater than 0\n" in err
+    assert (
+        "max_tool_calls: Input should be greater than 0 (from --set budgets.max_tool_calls=0)"
+        in err
+    )
+
+
+def test_a_set_value_a_kinds_table_refuses_is_blamed_on_the_set(cli) -> None:
+    code, _, err = cli("run", "notes_mcp", "--headless", "--set", "mcp.command=3")
+    assert code == 2
+    assert err.startswith("loopdeck: --set mcp.command=3 (over ")
+    assert "invalid [mcp]:\n  mcp.command: Input should be a valid list" in err

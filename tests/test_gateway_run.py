@@ -155,6 +155,27 @@ def test_the_gateway_command_says_what_is_missing_before_anything_starts(
         cli(*base, "--model", MODEL, "--tool", "Bash=maybe", "--", sys.executable, AGENT)
 
 
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["bogus", "--goal", "g", "--model", MODEL, "--", "true"], "bogus"),
+        (["--goal", "g", "bogus", "--model", MODEL, "--", "true"], "bogus"),
+        (["--goal", "g", "--model", MODEL, "true"], "true"),
+    ],
+)
+def test_a_stray_word_before_the_agents_command_is_named(
+    argv: list[str], word: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopdeck.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["gateway", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"loopdeck gateway: error: unexpected argument {word!r} (the agent's command goes" in err
+    assert "needs --goal" not in err
+
+
 def test_the_gateway_command_runs_an_agent_end_to_end(cli: Any, tmp_path: Path) -> None:
     work = tmp_path / "mine"
     work.mkdir()

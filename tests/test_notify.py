@@ -215,6 +215,24 @@ def test_a_url_apprise_cannot_read_is_refused_without_its_secret() -> None:
     assert "hunter22" not in str(caught.value) and "tok-abc" not in str(caught.value)
 
 
+def test_a_url_apprise_cannot_read_is_refused_naming_where_it_was_said(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = ("run", "order_support", "--headless", "--db", str(tmp_path / "s.db"))
+    monkeypatch.setenv("LOOPDECK_NOTIFY", "ntfy://a/t nosuch://user:hunter22@host/tok")
+    code, _, err = cli(*run)
+    assert code == 2 and err.startswith("loopdeck: LOOPDECK_NOTIFY nosuch://host/…: not a URL")
+    assert "--notify" not in err and "hunter22" not in err
+    code, _, err = cli(*run, "--notify", "bogus")  # the flag wins, and is named
+    assert code == 2 and err.startswith("loopdeck: --notify (not a URL): not a URL")
+    monkeypatch.delenv("LOOPDECK_NOTIFY")
+    config = tmp_path / "config.toml"
+    config.write_text('notify = ["bogus"]\n')
+    monkeypatch.setenv("LOOPDECK_CONFIG", str(config))
+    code, _, err = cli(*run)
+    assert code == 2 and err.startswith(f"loopdeck: {config}: notify (not a URL): not a URL")
+
+
 def test_a_channel_that_does_not_take_a_push_is_said_and_tried_again(quick_ntfy: None) -> None:
     clock, recorded = FakeClock(), []
     with webhook() as (hook, hooked):

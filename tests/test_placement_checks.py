@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -79,7 +80,8 @@ FORK_REFUSALS = [
                  id="no-script"),
     pytest.param(lambda tmp: ["--env", broken_env(tmp)],
                  ("broken/scenario.toml: not valid TOML",), id="broken-toml"),
-    pytest.param(lambda tmp: ["--set", "bogus=1"], ("scenario.toml: invalid scenario",),
+    pytest.param(lambda tmp: ["--set", "bogus=1"],
+                 ("--set bogus=1 (over ", "scenario.toml): invalid scenario"),
                  id="unknown-set-key"),
     pytest.param(lambda tmp: ["--message", ""], ("--message: empty",), id="empty-message"),
     pytest.param(lambda tmp: ["--message", "  "], ("--message: empty",), id="blank-message"),
@@ -140,3 +142,29 @@ def test_submit_queues_a_real_model_whose_key_only_the_workers_hold(
     code, _, err = cli("submit", *flags, "--db", str(db))
     assert code == 0, err
     assert len(queued(db)) == 1
+
+
+REFUSED_BY_SUBMIT = {
+    "--headless": [], "--theme": ["dark"], "--otlp": ["http://localhost:4318/v1/traces"],
+    "--otlp-content": [], "--notify": ["ntfy://a/t"], "--notify-after": ["5"],
+    "--notify-content": [],
+}  # fmt: skip
+
+
+def test_submits_help_offers_no_flag_it_refuses_and_each_is_still_refused_by_name(
+    cli: Cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli("submit", "--help")
+    assert exited.value.code == 0
+    said = capsys.readouterr().out
+    assert "--script" in said and "--max-turns" in said and "--policy" in said
+    offered = set(re.findall(r"--[a-z][a-z-]*", said))
+    assert offered.isdisjoint(REFUSED_BY_SUBMIT), offered & set(REFUSED_BY_SUBMIT)
+    db = tmp_path / "s.db"
+    for flag, value in REFUSED_BY_SUBMIT.items():
+        code, _, err = cli("submit", "order_support", flag, *value, "--db", str(db))
+        refused(code, err, flag)
+    code, _, err = cli("submit", "order_support", "--headless", "--db", str(db))
+    refused(code, err, "--headless: a submitted run is always headless")
+    assert queued(db) == {}

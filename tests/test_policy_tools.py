@@ -5,6 +5,7 @@ and the provenance in `run --json` and `export`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -138,6 +139,24 @@ def test_replay_lists_where_another_policy_decides_differently(cli: Cli, tmp_pat
     assert c1["would"] == "allow" and c1["would_by"]["rule_id"] == "src-writes"
     code, out, _ = cli("policy", "explain", "w1", "c3", "--policy", _policy(tmp_path), "--json")
     assert code == 0 and out[0]["would"] == "ask" and out[0]["would_by"] is None
+
+
+def test_replay_names_the_policy_file_with_the_files_own_sha256(
+    cli: Cli, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopdeck.cli import main
+
+    policy = _policy(tmp_path)
+    sha = hashlib.sha256(Path(policy).read_bytes()).hexdigest()
+    cli("run", POLICY_ENV, "--script", "writes", "--approve", "auto", "--headless",
+        "--run-id", "w2")  # fmt: skip
+    assert main(["policy", "test", policy]) == 0
+    assert f"sha256 {sha[:12]}" in capsys.readouterr().out
+    assert main(["policy", "replay", "w2", "--policy", policy]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"run w2 replayed under {policy} (sha256 {sha[:12]}): 4 asks")
+    code, out, _ = cli("policy", "replay", "w2", "--policy", policy, "--json")
+    assert code == 0 and out["sha256"] == sha
 
 
 def test_replay_of_a_run_under_its_own_policy_differs_nowhere(cli: Cli, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ and parse, 0.7 ms without.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,11 +55,20 @@ def add_own_module_commands(commands: ChosenCommand, add_run_flags: Callable[...
     theirs, or to list every command: `loopdeck run` imports none of them (~3 ms)."""
     from loopdeck.cli.policy_commands import add_policy_command
     from loopdeck.cli.serve import add_serve_command
-    from loopdeck.cli.worker_commands import add_worker_commands
+    from loopdeck.cli.worker_commands import NOT_FOR_SUBMIT, add_worker_commands
+
+    def submit_flags(submit: Any) -> None:
+        """`run`'s flags on `submit`: those a submitted run refuses by name (`NOT_FOR_SUBMIT`)
+        are still read, to be refused, but its help does not offer them."""
+        add_run_flags(submit)
+        if isinstance(submit, argparse.ArgumentParser):
+            for action in submit._actions:
+                if action.dest in NOT_FOR_SUBMIT:
+                    action.help = argparse.SUPPRESS
 
     add_policy_command(commands)
     add_serve_command(commands)
-    add_worker_commands(commands, add_run_flags)
+    add_worker_commands(commands, submit_flags)
 
 
 class Unbuilt:

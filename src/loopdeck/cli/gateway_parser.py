@@ -57,6 +57,21 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+class AgentCommand(argparse.Action):
+    """What follows the options, kept whole: `-- AGENT_CMD ARGS…`, or `serve` or `token` and
+    their options. Any other word there is a stray one: the options after it would be taken
+    for the agent's, so it is refused by name."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+        option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        words = list(values or [])
+        if words[:1] not in ([], ["--"], ["serve"], ["token"]):
+            parser.error(f"unexpected argument {words[0]!r} (the agent's command goes after --)")
+        setattr(namespace, self.dest, words)
+
+
 def add_gateway_command(commands: Any, agent_flags: AgentFlags, run_flags: RunFlags) -> None:
     gateway = commands.add_parser(
         "gateway",
@@ -67,6 +82,7 @@ def add_gateway_command(commands: Any, agent_flags: AgentFlags, run_flags: RunFl
     gateway.add_argument(
         "agent_command",
         nargs=argparse.REMAINDER,
+        action=AgentCommand,
         metavar="-- AGENT_CMD | serve | token",
         help="after --: the agent's command; or `serve` (the gateway for agents started"
         " elsewhere) or `token` (a client token for `serve`: one run)",

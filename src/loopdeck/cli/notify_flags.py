@@ -52,11 +52,27 @@ def notify_settings(args: argparse.Namespace) -> NotifySettings:
     `NotifyConfigError` (exit 2) names what cannot be read."""
     from loopdeck.operator.notify_config import resolved
 
-    return resolved(
-        getattr(args, "notify", None) or (),
-        getattr(args, "notify_after", None),
-        bool(getattr(args, "notify_content", False)),
+    flagged = [url for url in getattr(args, "notify", None) or () if url.strip()]
+    chosen = resolved(
+        flagged, getattr(args, "notify_after", None), bool(getattr(args, "notify_content", False))
     )
+    if chosen.on and not flagged:
+        _check_unflagged(chosen.urls)
+    return chosen
+
+
+def _check_unflagged(urls: tuple[str, ...]) -> None:
+    """URLs said by the environment or the config file, checked by Apprise now: one it cannot
+    read is refused naming where it was said (the run would name `--notify`, not given)."""
+    from loopdeck import settings
+    from loopdeck.operator.notify_config import NOTIFY_VAR, NotifyConfigError, config_path
+    from loopdeck.operator.push_channels import BadChannel, Channels
+
+    try:
+        Channels(urls)
+    except BadChannel as exc:
+        where = NOTIFY_VAR if settings.current().notify else f"{config_path()}: notify"
+        raise NotifyConfigError(f"{where} {str(exc).removeprefix('--notify ')}") from None
 
 
 def base_url(text: str) -> str:

@@ -7,12 +7,11 @@ paints its first frame before the heavy imports (they happen behind it).
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
 from loopdeck.caps import FLAGGED_CAPS
@@ -20,6 +19,7 @@ from loopdeck.caps import budget_overrides as budget_overrides
 from loopdeck.cli.chosen_command import ChosenCommand, add_own_module_commands
 from loopdeck.cli.gateway_parser import add_gateway_command
 from loopdeck.cli.notify_flags import add_notify_flags
+from loopdeck.cli.parse_errors import CommandParser, Parser
 from loopdeck.store.base import DB_HELP, store_location
 
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
@@ -107,34 +107,11 @@ positive_int = _positive(int, "positive integer")
 positive_float = _positive(float, "positive number")
 
 
-INVALID_CHOICE = re.compile(
-    r"invalid choice: (['\"]?)(?P<value>.*?)\1 \(choose from (?P<choices>.*)\)"
-)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose "invalid choice" (a mistyped command, a flag's value) names
-    the nearest choice: `loopdeck aprove` → "did you mean approve?"."""
-
-    def error(self, message: str) -> NoReturn:
-        super().error(message + nearest_choice(message))
-
-
-def nearest_choice(message: str) -> str:
-    """ "; did you mean NAME?" for an invalid-choice message with a choice close to the value
-    given, "" otherwise."""
-    found = INVALID_CHOICE.search(message)
-    if found is None:
-        return ""
-    choices = [c.strip().strip("'\"") for c in found["choices"].split(",")]
-    close = difflib.get_close_matches(found["value"], choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command; only `command`'s arguments when given (`cli/chosen_command.py`)."""
     parser = Parser(prog="loopdeck", description="Supervise LLM agents.")
-    commands = ChosenCommand(parser.add_subparsers(dest="command", required=True), command)
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    commands = ChosenCommand(subparsers, command)
 
     run = commands.add_parser("run", help="run an agent against an env")
     run.add_argument("env", metavar="ENV_DIR", help="env folder, or a sample env's name")

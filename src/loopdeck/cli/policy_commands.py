@@ -122,13 +122,14 @@ def _replay(record: RunRecord, other: Any, args: argparse.Namespace) -> int:
     differ = [one for one in done if one.differs]
     asked = sum(one.ask.effect == "ask" for one in done)
     would_ask = sum(one.effect == "ask" and one.evaluation is not None for one in done)
+    sha256 = other.levels[0].sha256  # the file's, as `policy test` and `sha256sum` say it
     if args.json:
         print(json.dumps({"run_id": record.run_id, "policy": str(args.policy),
-                          "sha256": other.sha256, "asks": len(done), "prompts": asked,
+                          "sha256": sha256, "asks": len(done), "prompts": asked,
                           "prompts_under_policy": would_ask,
                           "decisions": [one.json() for one in done]}))  # fmt: skip
         return EXIT_OK
-    print(visible(f"run {record.run_id} replayed under {args.policy} (sha256 {other.sha256[:12]})"
+    print(visible(f"run {record.run_id} replayed under {args.policy} (sha256 {sha256[:12]})"
                   f": {len(done)} asks, {len(differ)} decided differently"))  # fmt: skip
     for one in differ:
         print(visible(f"  {_call(one)}: {one.ask.words()} → would be {one.words()}"))

@@ -17,8 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from loopdeck.core.env_faults import described
 from loopdeck.core.environment import Environment
-from loopdeck.core.scenario import Scenario, ScenarioError, Script, load_scenario
-from loopdeck.core.scenario import described as described_fields
+from loopdeck.core.scenario import Scenario, ScenarioError, Script, invalid, load_scenario
 from loopdeck.core.text import capped
 
 M = TypeVar("M", bound=BaseModel)
@@ -31,6 +30,7 @@ class EnvDir:
     path: Path
     scenario: Scenario
     module: ModuleType | None  # None: no `env.py` (a kind's table says it all)
+    settings: tuple[str, ...] = ()  # the `--set KEY=VALUE`s over its scenario.toml
 
     @property
     def name(self) -> str:
@@ -52,9 +52,8 @@ class EnvDir:
             return model.model_validate(self.scenario.tables.get(name, {}))
         except ValidationError as exc:
             where = self.path / "scenario.toml"
-            raise ScenarioError(
-                f"{where}: invalid [{name}]:\n{described_fields(exc, name)}"
-            ) from exc
+            said = invalid(where, f"invalid [{name}]", exc, self.settings, name)
+            raise ScenarioError(said) from exc
 
     def create(self, workdir: Path) -> Environment:
         """A fresh Environment working on `workdir` (a copy, never the env folder itself)."""
@@ -159,7 +158,7 @@ def load_env_dir(
     # Whether a kind needs `env.py` is its own check (`RunKind.check`): an `[mcp]` or
     # `[agent]` env may say everything in scenario.toml.
     module = _import_env_module(path) if (path / "env.py").is_file() else None
-    return EnvDir(path=path, scenario=scenario, module=module)
+    return EnvDir(path=path, scenario=scenario, module=module, settings=tuple(settings or ()))
 
 
 def workdir_in(value: Any, workdir: Path, envdir: Path | None = None) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -159,11 +160,41 @@ class Scenario(BaseModel):
 
 def described(error: ValidationError, prefix: str = "") -> str:
     """A validation error a line a field: `  agent.acp: Field required`."""
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in (*([prefix] if prefix else []), *item["loc"]))
-        lines.append(f"  {where or '(top level)'}: {item['msg']}")
-    return "\n".join(lines)
+    return "\n".join(_field_line(item, prefix) for item in error.errors())
+
+
+def _field_line(item: Any, prefix: str) -> str:
+    where = ".".join(str(p) for p in (*([prefix] if prefix else []), *item["loc"]))
+    return f"  {where or '(top level)'}: {item['msg']}"
+
+
+def invalid(
+    path: Path, what: str, error: ValidationError, settings: Sequence[str], prefix: str = ""
+) -> str:
+    """`PATH: invalid scenario:` and a line a field, a field that a `--set` gave blamed on it:
+    `--set budgets.max_turns=0 (over PATH): …` when every field is one, else on its line."""
+    items = error.errors()
+    lines = [_field_line(item, prefix) for item in items]
+    setters = [set_by([*([prefix] if prefix else []), *item["loc"]], settings) for item in items]
+    if setters and all(setters):
+        given = ", ".join(f"--set {text}" for text in dict.fromkeys(setters))
+        return f"{given} (over {path}): {what}:\n" + "\n".join(lines)
+    said = [
+        line + (f" (from --set {text})" if text else "")
+        for line, text in zip(lines, setters, strict=True)
+    ]
+    return f"{path}: {what}:\n" + "\n".join(said)
+
+
+def set_by(loc: Sequence[str | int], settings: Sequence[str]) -> str | None:
+    """The last `--set KEY=VALUE` whose KEY is the field at `loc` or a table holding it: the
+    value there is the one it set. None: the file's own."""
+    found = None
+    for text in settings:
+        parts, _ = parse_setting(text)
+        if [str(p) for p in loc[: len(parts)]] == parts:
+            found = text
+    return found
 
 
 def parse_setting(text: str) -> tuple[list[str], Any]:
@@ -231,4 +262,4 @@ def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(f"{path}: invalid scenario:\n{described(exc)}") from exc
+        raise ScenarioError(invalid(path, "invalid scenario", exc, settings or [])) from exc
