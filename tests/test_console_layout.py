@@ -254,3 +254,13 @@ async def test_a_border_title_is_set_again_only_when_it_changes() -> None:
         await pilot.pause()
         assert (panel.border_title, panel.border_subtitle) == ("Call c2 · poll", "Steps")
         assert len(refreshes) == 3
+
+
+def test_a_time_past_any_reach_is_said_not_raised() -> None:
+    """A cap raised to 1e308 puts "cap in …" past a float's range: said, never an
+    OverflowError in the fleet's refresh."""
+    from loopdeck.tui.panels import elapsed_text
+
+    assert elapsed_text(float("inf")) == "∞"
+    assert elapsed_text(3725.9) == "1:02:05"
+    assert elapsed_text(-5) == "0:00:00"

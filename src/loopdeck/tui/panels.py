@@ -95,6 +95,8 @@ class FixedSize:
 
 
 def elapsed_text(seconds: float) -> str:
+    if not math.isfinite(seconds):  # a cap raised past any rate's reach (`raise 1e308`)
+        return "∞" if seconds > 0 else "0:00:00"
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
