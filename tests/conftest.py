@@ -119,6 +119,17 @@ def cli(
     return invoke
 
 
+@pytest.fixture
+def solved_run(cli: Callable[..., Any], tmp_path: Path) -> tuple[Path, str]:
+    """A sample run (order_support `solve`) recorded as `loopdeck run` records it, its
+    model's replies kept: its store and its id."""
+    db = tmp_path / "s.db"
+    code, done, err = cli("run", "order_support", "--script", "solve", "--headless", "--json",
+                          "--db", str(db))  # fmt: skip
+    assert code == 0 and done is not None, err
+    return db, str(done["run_id"])
+
+
 # -- the two store backends ------------------------------------------------------------------
 _cluster: Any = None
 _databases = iter(range(1, 10**6))

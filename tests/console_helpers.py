@@ -102,3 +102,12 @@ def screen_lines(app: App[Any]) -> list[str]:
 def screen_text(app: App[Any]) -> str:
     """`screen_lines` as one text."""
     return "\n".join(screen_lines(app))
+
+
+async def grant_any_arguments(pilot: Pilot[Any], dialog: Any) -> None:
+    """`g` in the approval dialog, then "any arguments", no limit: approved with the grant."""
+    await pilot.press("g")
+    await wait_until(
+        pilot, lambda: dialog.granting is not None and dialog.granting.scopes.has_focus
+    )
+    await pilot.press("down", "enter")

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import console_app, finished, notices, run_screen, wait_until
+from console_helpers import (
+    console_app,
+    finished,
+    grant_any_arguments,
+    notices,
+    run_screen,
+    wait_until,
+)
 from test_markup_property import raw_controls, screen_text
 from textual import events
 from textual.app import App
@@ -183,11 +190,7 @@ async def test_G_revokes_the_grant_and_the_next_write_is_asked() -> None:
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         dialog = await _dialog(pilot, app, "c1")
         screen = run_screen(app)
-        await pilot.press("g")
-        await wait_until(
-            pilot, lambda: dialog.granting is not None and dialog.granting.scopes.has_focus
-        )
-        await pilot.press("down", "enter")  # any arguments, no limit
+        await grant_any_arguments(pilot, dialog)
         await wait_until(pilot, lambda: screen.view.tool_running == "hold" and app.screen is screen)
         await wait_until(pilot, lambda: screen.query_one(GrantsPanel).display)
         await pilot.press("G")

@@ -7,9 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, notices, run_screen, wait_until
 
@@ -43,18 +41,8 @@ def replayed(app: LoopdeckApp) -> Callable[[], bool]:
     return ready
 
 
-@pytest.fixture
-def finished(cli: Any, tmp_path: Path) -> tuple[Path, str]:
-    """A sample run recorded as `loopdeck run` records it (its model's replies kept)."""
-    db = tmp_path / "s.db"
-    code, done, err = cli("run", "order_support", "--script", "solve", "--headless", "--json",
-                          "--db", str(db))  # fmt: skip
-    assert code == 0 and done is not None, err
-    return db, str(done["run_id"])
-
-
-async def test_f_forks_a_finished_run_at_the_selected_call(finished: tuple[Path, str]) -> None:
-    db, run_id = finished
+async def test_f_forks_a_finished_run_at_the_selected_call(solved_run: tuple[Path, str]) -> None:
+    db, run_id = solved_run
     app = replay_of(db, run_id)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, replayed(app))
@@ -92,9 +80,9 @@ async def test_f_forks_a_finished_run_at_the_selected_call(finished: tuple[Path,
 
 
 async def test_a_fork_asked_with_a_script_the_env_has_not_is_refused_in_the_dialog(
-    finished: tuple[Path, str],
+    solved_run: tuple[Path, str],
 ) -> None:
-    app = replay_of(*finished)
+    app = replay_of(*solved_run)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, replayed(app))
         await pilot.press("f")

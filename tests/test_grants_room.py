@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from console_helpers import console_app, run_screen, wait_until
+from console_helpers import console_app, grant_any_arguments, run_screen, wait_until
 
 from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.grants_panel import GrantsPanel
@@ -23,11 +23,7 @@ async def test_a_grant_is_said_where_the_screen_has_room(size: tuple[int, int], 
         dialog = app.screen
         assert isinstance(dialog, ApprovalDialog)
         screen = run_screen(app)
-        await pilot.press("g")
-        await wait_until(
-            pilot, lambda: dialog.granting is not None and dialog.granting.scopes.has_focus
-        )
-        await pilot.press("down", "enter")  # any arguments, no limit
+        await grant_any_arguments(pilot, dialog)
         await wait_until(pilot, lambda: screen.view.tool_running == "hold" and app.screen is screen)
         await wait_until(pilot, lambda: bool(screen.view.grants.of_run(screen.view.run_id)))
         await pilot.pause()

@@ -45,16 +45,6 @@ def refused(code: int, err: str, *said: str) -> None:
 
 
 @pytest.fixture
-def recorded(cli: Cli, tmp_path: Path) -> tuple[Path, str]:
-    """A run of order_support recorded as `loopdeck run` records it (not submitted)."""
-    db = tmp_path / "s.db"
-    code, done, err = cli("run", "order_support", "--script", "solve", "--headless", "--json",
-                          "--db", str(db))  # fmt: skip
-    assert code == 0 and done is not None, err
-    return db, str(done["run_id"])
-
-
-@pytest.fixture
 def unknown_tool(tmp_path: Path) -> Path:
     """order_support with its `solve` script's first call naming a tool it does not have."""
     env = tmp_path / "unknown_tool"
@@ -94,20 +84,20 @@ FORK_REFUSALS = [
 
 @pytest.mark.parametrize(("flags", "said"), FORK_REFUSALS)
 def test_a_fork_a_worker_could_not_run_is_refused_and_nothing_is_queued(
-    cli: Cli, recorded: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    cli: Cli, solved_run: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     flags: Callable[[Path], list[str]], said: tuple[str, ...],
 ) -> None:  # fmt: skip
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    db, run_id = recorded
+    db, run_id = solved_run
     code, _, err = cli("fork", run_id, "--at", "c3", *flags(tmp_path), "--db", str(db))
     refused(code, err, *said)
     assert queued(db) == {}
 
 
 def test_a_fork_keeps_its_env_folder_by_its_absolute_path(
-    cli: Cli, recorded: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Cli, solved_run: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db, run_id = recorded
+    db, run_id = solved_run
     shutil.copytree(SAMPLES / "order_support", tmp_path / "envs" / "order_support")
     monkeypatch.chdir(tmp_path)
     code, done, err = cli("fork", run_id, "--at", "c3", "--env", "envs/order_support",
