@@ -32,6 +32,13 @@ SHORT = {
     "run.pause": "pause",
     "app.quit_run": "quit",
     "app.inbox": "inbox",
+    "inbox.approve": "approve",
+    "inbox.edit": "edit",
+    "inbox.tell": "tell",
+    "inbox.grant": "grant",
+    "inbox.reject": "reject",
+    "inbox.message": "msg",
+    "inbox.close": "back",
 }
 
 Key = tuple[str, str, bool]  # the key, its description, whether it is enabled now
@@ -89,7 +96,9 @@ class KeysBar(Static):
 
     def _fitted(self, keys: list[Key], palette: Key | None) -> tuple[list[Key], Key | None]:
         """Every key stays on a narrow line: the descriptions shorten to a word (`SHORT`),
-        then the palette's key goes; the words stay, cut at the edge at worst."""
+        then the palette's key goes. A screen with more keys than even that holds (the inbox
+        over a run at 80 columns) shows those that fit, then the palette's key as "more": its
+        `keys` lists them all. Never a key cut at the edge, never a bare letter."""
         room = self.size.width or 10_000
 
         def width(shown: list[Key], tail: Key | None) -> int:
@@ -98,10 +107,13 @@ class KeysBar(Static):
             return keys_width + tail_width
 
         short = [(k, self._short(k, d), e) for k, d, e in keys]
-        for shown, tail in ((keys, palette), (short, palette)):
+        for shown, tail in ((keys, palette), (short, palette), (short, None)):
             if width(shown, tail) <= room:
                 return shown, tail
-        return short, None
+        more = (palette[0], "more", True) if palette else None
+        while short and width(short, more) > room:
+            short.pop()
+        return short, more
 
     def _short(self, key: str, description: str) -> str:
         binding = self._keys_shown[key]
