@@ -258,6 +258,39 @@ def test_an_export_carries_the_chain_and_a_file_is_verified_as_the_store(
         assert code == 1 and (broken["seq"], broken["what"]) == (seq, what), text
 
 
+def test_an_export_saved_again_or_stripped_of_its_hashes_is_never_passed(
+    capsys, tmp_path: Path
+) -> None:
+    """An export re-saved by a JSON tool (its hashes there, spaced otherwise) cannot be checked:
+    refused by name. One stripped of every hash vouches for nothing (a file cannot say its
+    events are from before the chain): exit 1, "not verified", whatever was edited. One cut
+    short is intact as far as it goes, and says its stop is not among its events."""
+    db = tmp_path / "s.db"
+    run_id = _run(capsys, db)
+    lines = _loopdeck(capsys, "export", run_id, "--db", str(db))[1].splitlines()
+    events = [json.loads(line) for line in lines]
+    export = tmp_path / "run.jsonl"
+
+    # nothing changed but the spacing json.dumps gives
+    export.write_text("".join(json.dumps(event) + "\n" for event in events))
+    code = main(["verify", "--export", str(export)])
+    said = capsys.readouterr().err
+    assert code == 2 and "line 1 has a hash, but not as `loopdeck export` wrote it" in said
+
+    for event in events:
+        del event["hash"]
+    events[5]["seq_note"] = "edited"  # an edit no hash can catch any more
+    export.write_text("".join(json.dumps(event, separators=(",", ":")) + "\n" for event in events))
+    code, text, found = _verify(capsys, "--export", str(export))
+    assert code == 1 and found["intact"] is False, text
+    assert "without a hash (a file vouches for none (not verified))" in text, text
+
+    export.write_text("\n".join(lines[:-3]) + "\n")  # its last three events cut off
+    code, text, found = _verify(capsys, "--export", str(export))
+    assert code == 0 and found["runs"][0]["events"] == len(lines) - 3, text
+    assert "not the run's stop: the run goes on, or its last events were cut off" in text
+
+
 def test_the_fields_an_export_adds_are_none_of_an_events_own() -> None:
     """An export adds `hash` (and `origin`) as a body's last fields: no event has them, so a
     line's own fields are never taken for the chain's."""

@@ -31,25 +31,33 @@ def verify_export(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return report(records.verify_export(args.export), str(args.export), as_json=args.json)
+    # A store says when its chain began; a file vouches for no event without a hash.
+    proofs = records.verify_export(args.export)
+    return report(proofs, str(args.export), as_json=args.json, hashless_fail=True)
 
 
-def report(proofs: list[RunProof], where: str, *, as_json: bool) -> int:
+def report(
+    proofs: list[RunProof], where: str, *, as_json: bool, hashless_fail: bool = False
+) -> int:
+    """Each run's finding, then the summary; exit 1 when a run is broken, or (`hashless_fail`:
+    an export) has events no hash vouches for."""
     for proof in proofs:
         print(visible(_line(proof)))
     broken = [proof for proof in proofs if proof.broken is not None]
     old = [proof for proof in proofs if proof.unchained and proof.broken is None]
+    hashless = "without a hash (a file vouches for none" if hashless_fail else "from before the"
     summary = (
         f"{len(proofs)} run{'' if len(proofs) == 1 else 's'} in {where}:"
         f" {len(proofs) - len(broken) - len(old)} intact, {len(broken)} broken"
-        f" (an event edited, removed or reordered), {len(old)} with events from before the"
-        " chain (not verified)"
+        f" (an event edited, removed or reordered), {len(old)} with events {hashless}"
+        f"{'' if hashless_fail else ' chain'} (not verified){')' if hashless_fail else ''}"
     )
     print(visible(summary if proofs else f"no runs in {where}: nothing to verify"))
+    failed = bool(broken) or (hashless_fail and bool(old))
     if as_json:
         runs = [proof.as_json() for proof in proofs]
-        print(json.dumps({"intact": not broken, "runs": runs}))
-    return 1 if broken else 0
+        print(json.dumps({"intact": not failed, "runs": runs}))
+    return 1 if failed else 0
 
 
 def _line(proof: RunProof) -> str:
@@ -60,6 +68,8 @@ def _line(proof: RunProof) -> str:
     if not proof.events:
         return f"{run}: no events"
     last = f"its last event {proof.events} hashed {proof.head}"
+    if proof.last_kind != "run_stopped":
+        last += " (not the run's stop: the run goes on, or its last events were cut off)"
     if not proof.unchained:
         return f"{run}: intact: {proof.events} events, {last}"
     first = "event 1 is" if proof.unchained == 1 else f"events 1 to {proof.unchained} are"

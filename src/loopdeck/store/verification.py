@@ -52,6 +52,7 @@ class RunProof:
     unchained: int = 0
     head: str | None = None
     broken: Break | None = None
+    last_kind: str | None = None  # the last event read's kind: a run's stop, or not yet
 
     @property
     def verified(self) -> int:
@@ -59,6 +60,7 @@ class RunProof:
 
     def as_json(self) -> dict[str, Any]:
         found = asdict(self)
+        del found["last_kind"]  # said in words only: the JSON stays as it was
         found["intact"] = self.broken is None
         return found
 
@@ -98,6 +100,7 @@ class ChainCheck:
             self.proof.broken = broken
             return False
         self.proof.events += 1
+        self.proof.last_kind = row.kind
         self.next = row.seq + 1
         return True
 
@@ -275,6 +278,15 @@ def _from_export(line: str) -> tuple[str, str | None, str | None]:
     return line[:cut] + "}", origin, digest
 
 
+def _holds_hash(text: str) -> bool:
+    """A line whose JSON has the `hash` field `exported` adds, however it is spaced."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and "hash" in event
+
+
 def export_rows(lines: Iterable[str]) -> Iterator[tuple[str, StoredRow]]:
     """An export's lines as the rows they were, with their runs."""
     for number, line in enumerate(lines, 1):
@@ -282,6 +294,11 @@ def export_rows(lines: Iterable[str]) -> Iterator[tuple[str, StoredRow]]:
         if not text.strip():
             continue
         body, origin, digest = _from_export(text)
+        if digest is None and _holds_hash(text):
+            raise ValueError(
+                f"line {number} has a hash, but not as `loopdeck export` wrote it (saved again"
+                " by another tool, or edited): its events cannot be verified"
+            )
         place = _place(body)
         if place is None or not isinstance(place[0], str) or type(place[1]) is not int:
             raise ValueError(f"line {number} is not an event of a loopdeck export")
@@ -299,7 +316,9 @@ def verify_export(path: Path) -> list[RunProof]:
                 runs.setdefault(run_id, []).append(row)
     except OSError as exc:
         raise StoreError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, ValueError) as exc:
+    except UnicodeDecodeError as exc:
+        raise StoreError(f"{path}: not a loopdeck export: not UTF-8 text ({exc.reason})") from exc
+    except ValueError as exc:
         raise StoreError(f"{path}: {exc}") from exc
     if not runs:
         raise StoreError(f"{path}: no events in it")
