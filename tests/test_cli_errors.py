@@ -189,3 +189,12 @@ def test_a_set_value_a_kinds_table_refuses_is_blamed_on_the_set(cli) -> None:
     assert code == 2
     assert err.startswith("loopdeck: --set mcp.command=3 (over ")
     assert "invalid [mcp]:\n  mcp.command: Input should be a valid list" in err
+
+
+def test_a_table_a_set_made_is_blamed_on_the_set(cli) -> None:
+    """`--set budget.max_turns=3` (for `budgets`) makes a table no kind knows: the set is
+    named, not the file, which has no [budget]."""
+    code, _, err = cli("check", "service_outage", "--set", "budget.max_turns=3")
+    assert code == 2, err
+    assert err.startswith("loopdeck: --set budget.max_turns=3 (over "), err
+    assert "unknown table [budget]" in err

@@ -50,7 +50,7 @@ def resolve_env_dir(spec: str, settings: list[str] | None = None) -> EnvDir:
     if not path.is_dir() and (root / spec).is_dir():
         path = root / spec
     env_dir = load_env_dir(path, known_root=root, settings=settings)
-    kind_of(env_dir.scenario, path / "scenario.toml").check(env_dir)
+    kind_of(env_dir.scenario, path / "scenario.toml", env_dir.settings).check(env_dir)
     return env_dir
 
 
