@@ -81,6 +81,29 @@ def test_policy_test_names_the_failing_test_in_words(
     assert "ok   test 1 (a module): allow by rule src-writes" in out
 
 
+def test_policy_test_names_the_error_of_a_condition_that_cannot_be_evaluated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deny whose condition fails on the test's call asks: the test says why (the error to
+    fix), not only "got ask by rule big"."""
+    from loopdeck.cli import main
+
+    text = """
+[[rule]]
+id = "big"
+effect = "deny"
+when = "call.args.n > 3"
+[[test]]
+name = "a word for n"
+call = { tool = "write_file", args = { n = "abc" } }
+expect = "deny"
+"""
+    assert main(["policy", "test", _policy(tmp_path, text)]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "a word for n" in line)
+    assert "got ask by rule big (its condition could not be evaluated: " in line, line
+
+
 def test_a_run_refuses_a_policy_whose_test_fails(cli: Cli, tmp_path: Path) -> None:
     wrong = _policy(tmp_path, WRONG)
     code, _, err = cli("run", POLICY_ENV, "--script", "writes", "--policy", wrong, "--headless")

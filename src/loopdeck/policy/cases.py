@@ -64,6 +64,10 @@ class CaseResult:
     def words(self) -> str:
         """`test 2 (etc): expected deny, got allow by rule reads`."""
         got = f"{self.got} by rule {self.by}" if self.by else f"{self.got} (no rule decides)"
+        decider, outcomes = self.evaluation.rule, self.evaluation.outcomes
+        failed = next((o.error for o in outcomes if o.rule is decider and o.error), "")
+        if failed:  # it asks because its condition failed: the error is what to fix
+            got += f" (its condition could not be evaluated: {failed})"
         if self.passed:
             return f"{self.name}: {got}"
         expected: str = self.case.expect
