@@ -249,6 +249,27 @@ def test_a_channel_that_does_not_take_a_push_is_said_and_tried_again(quick_ntfy:
         assert notifier.plan.wake() is None  # one channel took it: pushed, not again
 
 
+def test_a_push_no_channel_took_is_recorded_as_failed_on_each_and_tried_again() -> None:
+    clock, recorded = FakeClock(), []
+    dead = ("json://127.0.0.1:9/nobody", "json://127.0.0.1:9/nobody-either")
+    notifier = Notifier(
+        NotifySettings(dead, after_s=AFTER_S), Channels(dead), clock=clock, inline=True,
+        emit=lambda cls, **fields: recorded.append(cls(**fields)),
+    )  # fmt: skip
+    notifier.take(_request("c1", 1))
+    clock.now = AFTER_S
+    notifier.tick()
+    [push] = recorded
+    assert push.channels == [] and len(push.failed) == 2
+    assert all(why.startswith("json: ") for why in push.failed)
+    view, transcript = RunView(), Transcript()
+    view.apply(push)
+    transcript.apply(push)
+    assert view.pushed["c1"].startswith("push failed at ")  # never said as pushed
+    assert transcript.entries[-1].title == "push failed · c1 (approval)"
+    assert notifier.plan.wake() == 2 * AFTER_S  # tried again
+
+
 def test_the_console_shows_the_push_beside_the_decision_and_the_channel_once_taken() -> None:
     from loopdeck.core.events import CallProposed
     from loopdeck.core.push_events import PushedDecision

@@ -47,9 +47,9 @@ from loopdeck.operator.link_tokens import OUTCOME_ASK, LinkServer, ask_of_reques
 from loopdeck.operator.notify_config import NotifySettings
 from loopdeck.operator.push_channels import BadChannel, Channels, Delivery
 from loopdeck.operator.push_plan import PushPlan, Waiting
-from loopdeck.operator.push_words import Asked, RunAbout, args_text, push_text
+from loopdeck.operator.push_words import Asked, RunAbout, args_text, db_words, push_text
 from loopdeck.store.approver import Recording
-from loopdeck.store.base import Location, shown_location
+from loopdeck.store.base import Location
 
 LINK_LIFE_S = 12 * 3600.0  # a link to a decision that never expires (a question, an outcome)
 log = logging.getLogger("loopdeck.notify")
@@ -202,7 +202,7 @@ class Notifier:
         store's links), and what is recorded of it."""
         store = self.store_of()
         server = _server(store)
-        run = RunAbout(about.run_id, about.env, shown_location(store), about.budgets)
+        run = RunAbout(about.run_id, about.env, db_words(store), about.budgets)
         asked, pushed = [], []
         for waiting in batch:
             one, until = waiting.asked, waiting.asked.valid_until

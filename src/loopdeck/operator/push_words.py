@@ -18,9 +18,11 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from loopdeck.core.push_events import DecisionsPushed, PushedWhat
 from loopdeck.core.text import capped, visible
+from loopdeck.store.base import Location, is_postgres, shown_location
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|PRIVATE|COOKIE|SESSION", re.I)
 SHORTEST_SECRET = 6  # shorter values are words, not secrets ("1", "true")
@@ -48,7 +50,7 @@ class RunAbout:
 
     run_id: str
     env: str
-    store: str = ""  # the store's location as `--db` takes it ("" unrecorded)
+    store: str = ""  # the store's location as `--db` takes it ("" unrecorded): `db_words`
     budgets: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
@@ -87,6 +89,14 @@ def _number(value: float) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
+def db_words(location: Location | None) -> str:
+    """The store as a push's `--db` says it, to be run from any folder: a file by its absolute
+    path, a PostgreSQL URL as given but never with its password."""
+    if location is None or is_postgres(location):
+        return shown_location(location)
+    return str(Path(location).expanduser().resolve())
+
+
 def command(run: RunAbout, asked: Asked) -> str:
     """The CLI command that decides it, from any terminal on the store."""
     db = f" --db {shlex.quote(run.store)}" if run.store else ""
@@ -123,7 +133,8 @@ def push_text(
                 lines.append(f"   {label}: {capped(visible(text), CONTENT_CAP)}")
         if one.link:
             lines.append(f"   decide: {one.link}")
-        lines.append(f"   or: {command(run, one)}")
+        decide = "or" if one.link else "decide from any terminal"
+        lines.append(f"   {decide}: {command(run, one)}")
     if run.budgets:
         lines.append(f"budgets: {budget_words(run.budgets)}")
     body = capped("\n".join(lines), BODY_CAP)
