@@ -80,6 +80,7 @@ class GatewayRun:
     env: dict[str, str] = field(default_factory=dict)
     budget: dict[str, Any] = field(default_factory=dict)
     approve: str | None = None  # `--approve`: `deny` or `wait` guard the run
+    policy: Path | None = None  # `--policy FILE`
     recorder: Recorder = field(default_factory=Recorder)
     prepared: PreparedRun | None = None
     task: asyncio.Task[RunOutcome] | None = None
@@ -96,6 +97,7 @@ class GatewayRun:
             acp=target,
             budget_overrides=self.budget,  # type: ignore[attr-defined]
             approve=self.approve,  # type: ignore[arg-type]
+            policy=self.policy,
         )
         self.prepared = prepare_run(options, approver=self.approver, bus=bus)
         self.task = asyncio.ensure_future(self.prepared.runtime.run())

@@ -92,7 +92,10 @@ def _recorded(run: GatewayRun, outcome: Any) -> None:
     assert outcome.model_calls == 2 and outcome.tool_calls == 1
     assert outcome.tokens == 2 * (USAGE_IN + USAGE_OUT)
     assert outcome.cost_usd is None and outcome.cost_unknown_calls == 2
-    assert outcome.env == "gateway:gateway_agent" and outcome.model == "gateway gateway_agent"
+    assert (
+        outcome.env == "gateway:gateway_agent"
+        and outcome.model == f"gateway gateway_agent ({run.model})"
+    )
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,7 @@ async def test_a_gateway_env_folder_runs_on_a_copy_with_its_tools_risks(tmp_path
         finally:
             prepared.cleanup()
     assert outcome.stop_reason is StopReason.GOAL_MET, outcome.detail
-    assert outcome.env == "gateway-env" and outcome.model == "gateway gateway_agent"
+    assert outcome.env == "gateway-env" and outcome.model == f"gateway gateway_agent ({MODEL})"
     [proposed] = [e for e in recorder.events if isinstance(e, CallProposed)]
     assert proposed.risk == "read"
     assert proposed.risk_source == '[gateway.tools.Write] risk = "read" in scenario.toml'

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 from loopdeck.core.control import StopRun
-from loopdeck.core.events import CallStatus
+from loopdeck.core.events import CallStatus, ModelRetry
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
@@ -139,10 +139,15 @@ class GatewayCalls:
         await self.uses.look(f"the results of {', '.join(ended)}" if ended else "a model call")
 
     def _failed(self, failure: UpstreamFailed) -> None:
-        """The upstream's failure went back to the agent, which retries what it retries; a
-        run whose upstream fails call after call is stopped, naming it."""
+        """The upstream's failure went back to the agent, which retries what it retries:
+        recorded as loopdeck's own runs record a failed model call (`ModelRetry`, the failures
+        in a row its attempt, no delay of loopdeck's); a run whose upstream fails call after
+        call is stopped, naming it."""
         self.failures += 1
-        self.host.finding(f"the upstream failed a call: {capped(failure.message, 300)}")
+        said = f"the upstream ({self.upstream.model}) failed a call: {capped(failure.message, 300)}"
+        host = self.host
+        host.emit(ModelRetry, run_id=host.run_id, attempt=self.failures, error=said, delay_s=0.0)
+        host.finding(said)
         if self.failures >= MAX_FAILURES:
             said = capped(failure.message, 500)
             raise StopRun(

@@ -106,10 +106,15 @@ def gateway_config(env_dir: EnvDir) -> GatewayConfig:
     return env_dir.table(TABLE, GatewayConfig)
 
 
+def upstream_of(env_dir: EnvDir) -> str:
+    """An env folder's upstream: `[gateway] model`, else the scenario's `model`."""
+    return gateway_config(env_dir).model or env_dir.scenario.model
+
+
 def settings_of_env(env_dir: EnvDir, command: list[str]) -> GatewaySettings:
     """An env folder's `[gateway]` (its command with `{workdir}` and the like put in)."""
     config = gateway_config(env_dir)
-    model = config.model or env_dir.scenario.model
+    model = upstream_of(env_dir)
     risks = {name: said.risk for name, said in config.tools.items()}
     return GatewaySettings(
         command=command, model=model, api_base=config.api_base, env=dict(config.env),

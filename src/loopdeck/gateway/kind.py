@@ -11,15 +11,16 @@ from loopdeck.core.envdir import EnvDir
 from loopdeck.core.environment import Environment
 from loopdeck.core.run_kind import OpenedRun, Opening
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.gateway.config import TABLE, gateway_config
+from loopdeck.gateway.config import TABLE, gateway_config, upstream_of
 from loopdeck.workdir.agent_command import command_name
 
 SERVED = "served"  # a served run's agent: started elsewhere, known by its token
 
 
-def agent_name(command: list[str]) -> str:
-    """The run's model as named: `gateway claude`, `gateway codex`, `gateway served`."""
-    return "gateway " + (command_name(command) if command else SERVED)
+def agent_name(command: list[str], upstream: str) -> str:
+    """The run's model as named, the agent and the upstream it is answered by:
+    `gateway claude (anthropic/claude-sonnet-4-5)`, `gateway served (openai/gpt-4o)`."""
+    return f"gateway {command_name(command) if command else SERVED} ({upstream})"
 
 
 class GatewayKind:
@@ -36,9 +37,9 @@ class GatewayKind:
 
     def agent_name(self, env_dir: EnvDir | None, target: Any) -> str | None:
         if target is not None:
-            return agent_name(target.command)
+            return agent_name(target.command, target.model)
         assert env_dir is not None
-        return agent_name(gateway_config(env_dir).agent)
+        return agent_name(gateway_config(env_dir).agent, upstream_of(env_dir))
 
     def plays_scripts(self, env_dir: EnvDir) -> bool:
         return False  # the agent is real; its upstream may be a loopback playing a script

@@ -28,6 +28,7 @@ from loopdeck.gateway.config import (
 )
 from loopdeck.gateway.loop import GatewayLoop
 from loopdeck.gateway.server import GatewayServer
+from loopdeck.gateway.upstream import routable
 from loopdeck.gateway.workspace import GatewayWorkspace
 from loopdeck.llm.client import SCRIPTED, check_credentials
 from loopdeck.llm.loader import litellm_module
@@ -58,7 +59,7 @@ class AgentsOwnLoop:
 
 def open_gateway_target(workdir: Path, target: GatewayTarget) -> tuple[GatewayWorkspace, LoopMaker]:
     """The user's folder, worked on in place (never copied, never removed)."""
-    settings = _checked(settings_of_target(target), "--env")
+    settings = _checked(settings_of_target(target), "--env", "--model")
     workspace = GatewayWorkspace(workdir, {})
     workspace.goal_check = target.check
     unchecked = None if target.check else NO_CHECK
@@ -81,12 +82,15 @@ def open_gateway_env(env_dir: EnvDir, workdir: Path) -> tuple[GatewayWorkspace, 
         workspace.goal_check = workdir_in(scenario.goal_check, workdir, envdir)
         workspace.goal_check_timeout_s = scenario.goal_check_timeout_s
     command = workdir_in(config.agent, workdir, envdir)
-    settings = _checked(settings_of_env(env_dir, command), f"{where}: [gateway] env")
+    settings = _checked(
+        settings_of_env(env_dir, command), f"{where}: [gateway] env", f"{where}: [gateway] model"
+    )
     return workspace, _loop(settings, None if workspace.goal_checked else NO_CHECK)
 
 
-def _checked(settings: GatewaySettings, where: str) -> GatewaySettings:
-    """The settings with `${VAR}` put in, the upstream named and its credentials present."""
+def _checked(settings: GatewaySettings, where: str, model_named: str) -> GatewaySettings:
+    """The settings with `${VAR}` put in, the upstream named, routable by LiteLLM and its
+    credentials present."""
     if settings.model == SCRIPTED:
         raise ScenarioError(
             "a gateway run needs an upstream model (--model, or [gateway] model): a LiteLLM"
@@ -96,6 +100,12 @@ def _checked(settings: GatewaySettings, where: str) -> GatewaySettings:
         env = expanded(settings.env, where)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    if not routable(settings.model, settings.api_base):
+        raise ScenarioError(
+            f"{model_named} {settings.model}: LiteLLM knows no provider for it; name one as"
+            f" PROVIDER/MODEL (openai/{settings.model.rpartition('/')[2]} for an"
+            " OpenAI-compatible server)"
+        )
     check_credentials(settings.model, settings.api_base)
     return replace(settings, env=env)
 

@@ -6,8 +6,9 @@ is replaced by text telling the model so (a `stop`, or nobody answering, stops t
 `no_progress` once the answer is out). A read is released; a write is held for the operator
 through the run's one approval loop (`RunHost.until_held`, the receipt bound to its input and
 the folder's hash): approved, released as it was; edited, released with the operator's input
-(recorded with both); rejected, replaced by text carrying the operator's reason. Every tool
-use of the answer is decided before the answer is released, together.
+(recorded with both); rejected, replaced by text carrying the reason in the words of whoever
+decided (`rejected_words`). Every tool use of the answer is decided before the answer is
+released, together.
 
 A released write permits the files it names to change (any file, for a command or a patch
 that names none) until the agent sends its result (`ChangeWatch`).
@@ -133,16 +134,24 @@ class ToolUses:
         if isinstance(got, Rejected):
             host = self.host
             host.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, got.reason))
-            return Replace(
-                f"loopdeck: the operator rejected {record.tool}; it was not run. Their reason:"
-                f" {got.reason}"
-            )
+            return Replace(rejected_words(record, got.reason))
         if not got.changes:
             return Release()
         if isinstance(use.input, str):
             edited = got.args.get("input")
             return Release(edited if isinstance(edited, str) else str(edited))
         return Release({**renewed(use.input, self.settings.volatile), **got.args})
+
+
+def rejected_words(record: CallRecord, reason: str) -> str:
+    """What the model is told of a rejected write, by who decided it (`decided_by`): the
+    operator's reason as theirs; anyone else's (a policy rule, `--approve deny`, loopdeck) as
+    the runtime tells its own model, the decider's words (`denied by policy rule RULE: WHY`)."""
+    by = record.decided_by
+    if by is None or by.who == "operator":
+        said = f"the operator rejected {record.tool}; it was not run. Their reason: {reason}"
+        return f"loopdeck: {said}"
+    return f"loopdeck: {record.tool} was not run: {reason}"
 
 
 def failed(code: ErrorCode, message: str) -> dict[str, Any]:
