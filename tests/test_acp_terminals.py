@@ -196,7 +196,10 @@ async def test_a_rejected_terminal_never_runs_and_the_agent_gets_the_error(
     assert agents.status is CallStatus.FAILED
     assert "the operator rejected" in agents.result["error"]["message"]
     notes = prepared.runtime.agent.calls.notes  # what the next prompt would say
-    assert any(note.startswith("The operator rejected terminal: ") for note in notes)
+    assert any(
+        note.startswith("the operator rejected terminal; it was not run. Their reason: ")
+        for note in notes
+    )
 
 
 @pytest.mark.slow

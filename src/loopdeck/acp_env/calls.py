@@ -25,6 +25,7 @@ from loopdeck.acp_env.held_calls import HeldCall
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_args
+from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
@@ -235,7 +236,7 @@ class AcpCalls:
 
         got = await self.host.until_held(record, why, carry_out)
         if isinstance(got, Rejected):
-            self.notes.append(f"The operator rejected {record.tool}: {got.reason}")
+            self.notes.append(refused_words(record.tool, record.decided_by, got.reason))
             self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
             return None
         self.host.running(record)
@@ -264,7 +265,9 @@ class AcpCalls:
             record = await self._proposed_write(shown, content)
             got = await self.approved(record, f"the agent asks loopdeck to write {shown}")
             if got is None:
-                raise RequestError(-32000, f"the operator rejected the write of {path}")
+                reason = (record.result or {}).get("error", {}).get("message", "")
+                said = refused_words(f"the write of {path}", record.decided_by, reason)
+                raise RequestError(-32000, said)
             # What is written is what was approved: the operator's edit, when they made one.
             path, content = str(got.args.get("path", path)), str(got.args.get("content", ""))
             try:

@@ -23,6 +23,7 @@ from loopdeck.acp_env.terminals import (
     command_line,
     said_commands,
 )
+from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
@@ -104,7 +105,7 @@ class TerminalCalls:
             approved = await self.calls.approved(record, f"the agent asks loopdeck to run: {line}")
             if approved is None:
                 reason = (record.result or {}).get("error", {}).get("message", "")
-                raise RequestError(-32000, f"the operator rejected `{line}`: {reason}")
+                raise RequestError(-32000, refused_words(f"`{line}`", record.decided_by, reason))
             edited = _edited(approved.args, env, workdir)
             if isinstance(edited, str):
                 self.calls.finish(record, CallStatus.FAILED, _failed(edited))

@@ -78,3 +78,12 @@ class DecidedBy(BaseModel):
     def flat(self) -> dict[str, str]:
         """The fields said, for JSON and trace attributes."""
         return {name: str(value) for name, value in self.model_dump().items()}
+
+
+def refused_words(what: str, by: DecidedBy | None, reason: str) -> str:
+    """What an agent is told of a write of its that did not run, by who decided: the
+    operator's reason as theirs; anyone else's (a policy rule, `--approve deny`, loopdeck) in
+    the decider's own words (`denied by policy rule RULE: WHY`), never as the operator's."""
+    if by is None or by.who == "operator":
+        return f"the operator rejected {what}; it was not run. Their reason: {reason}"
+    return f"{what} was not run: {reason}"

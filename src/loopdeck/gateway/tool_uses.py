@@ -21,6 +21,7 @@ from typing import Any
 
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.control import StopRun
+from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
@@ -147,11 +148,7 @@ def rejected_words(record: CallRecord, reason: str) -> str:
     """What the model is told of a rejected write, by who decided it (`decided_by`): the
     operator's reason as theirs; anyone else's (a policy rule, `--approve deny`, loopdeck) as
     the runtime tells its own model, the decider's words (`denied by policy rule RULE: WHY`)."""
-    by = record.decided_by
-    if by is None or by.who == "operator":
-        said = f"the operator rejected {record.tool}; it was not run. Their reason: {reason}"
-        return f"loopdeck: {said}"
-    return f"loopdeck: {record.tool} was not run: {reason}"
+    return f"loopdeck: {refused_words(record.tool, record.decided_by, reason)}"
 
 
 def failed(code: ErrorCode, message: str) -> dict[str, Any]:
