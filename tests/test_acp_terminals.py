@@ -194,12 +194,12 @@ async def test_a_rejected_terminal_never_runs_and_the_agent_gets_the_error(
     assert ran.status is CallStatus.REJECTED
     [agents] = _finished(rec, "execute: Run it")
     assert agents.status is CallStatus.FAILED
-    assert "the operator rejected" in agents.result["error"]["message"]
+    # `--approve deny` refused it, not the operator: told in its own words
+    denied = "was not run: writes are denied in this run (--approve deny)"
+    assert denied in agents.result["error"]["message"]
+    assert "operator" not in agents.result["error"]["message"]
     notes = prepared.runtime.agent.calls.notes  # what the next prompt would say
-    assert any(
-        note.startswith("the operator rejected terminal; it was not run. Their reason: ")
-        for note in notes
-    )
+    assert any(note.startswith("terminal: ") and note.endswith(denied) for note in notes), notes
 
 
 @pytest.mark.slow
