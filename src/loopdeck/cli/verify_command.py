@@ -45,12 +45,15 @@ def report(
         print(visible(_line(proof)))
     broken = [proof for proof in proofs if proof.broken is not None]
     old = [proof for proof in proofs if proof.unchained and proof.broken is None]
-    hashless = "without a hash (a file vouches for none" if hashless_fail else "from before the"
+    unverified = (
+        "without a hash (a file vouches for none (not verified))"
+        if hashless_fail
+        else "from before the chain (not verified)"
+    )
     summary = (
         f"{len(proofs)} run{'' if len(proofs) == 1 else 's'} in {where}:"
         f" {len(proofs) - len(broken) - len(old)} intact, {len(broken)} broken"
-        f" (an event edited, removed or reordered), {len(old)} with events {hashless}"
-        f"{'' if hashless_fail else ' chain'} (not verified){')' if hashless_fail else ''}"
+        f" (an event edited, removed or reordered), {len(old)} with events {unverified}"
     )
     print(visible(summary if proofs else f"no runs in {where}: nothing to verify"))
     failed = bool(broken) or (hashless_fail and bool(old))
