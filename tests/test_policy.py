@@ -151,6 +151,21 @@ def test_a_policy_with_a_failing_test_refuses_to_load_naming_it(tmp_path: Path) 
         (_rule("x", "allow", "true") + _rule("x", "deny", "true"), "rule id 'x' is used twice"),
         ('[[rule]]\nid = "x"\neffect = "allow"\n', "rule 1 (x): when: Field required"),
         ("[[rule\n", "not TOML"),
+        (
+            _rule("x", "deny", "true")
+            + '[[test]]\ncall = { tool = "t" }\nstate = { unchanged = "no" }\nexpect = "deny"\n',
+            "test 1: state.unchanged: Input should be a valid boolean",
+        ),
+        (
+            _rule("x", "deny", "true")
+            + '[[test]]\ncall = { tool = "t" }\nrun = { round = "2" }\nexpect = "deny"\n',
+            "test 1: run.round: Input should be a valid integer",
+        ),
+        (
+            _rule("x", "deny", "true")
+            + '[[test]]\nname = "t"\ncall = { tool = "t" }\nexpect = "deny"\nexpect_rule = "y"\n',
+            "test 1 (t): expect_rule 'y' names no rule of this file (its rules: x)",
+        ),
     ],
 )
 def test_a_wrong_policy_file_is_refused_naming_the_problem(

@@ -13,7 +13,9 @@ call = { tool = "write_file", args = { path = "/etc/passwd" } }
 expect = "deny"              # allow | ask | deny; expect_rule = "id" ("": no rule)
 ```
 
-Anything else is refused by name: a misspelt key is a rule that never fires.
+Anything else is refused by name: a misspelt key is a rule that never fires. Values are taken
+as written (`unchanged = "no"` is refused, not read as true), and a test's `expect_rule` must
+name one of the file's rules.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class PolicyError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class RuleText(Strict):
@@ -99,6 +101,14 @@ class PolicyDocument(Strict):
             if rule.id in seen:
                 raise ValueError(f"rule id {rule.id!r} is used twice")
             seen.add(rule.id)
+        for index, case in enumerate(self.test, 1):
+            if case.expect_rule and case.expect_rule not in seen:
+                named = f" ({case.name})" if case.name else ""
+                ids = ", ".join(sorted(seen)) or "none"
+                raise ValueError(
+                    f"test {index}{named}: expect_rule {case.expect_rule!r} names no rule of"
+                    f" this file (its rules: {ids})"
+                )
         return self
 
 
