@@ -198,3 +198,12 @@ def test_a_table_a_set_made_is_blamed_on_the_set(cli) -> None:
     assert code == 2, err
     assert err.startswith("loopdeck: --set budget.max_turns=3 (over "), err
     assert "unknown table [budget]" in err
+
+
+def test_a_gateway_on_the_scripted_model_is_refused_before_its_approve_mode(cli, tmp_path) -> None:
+    code, _, err = cli(
+        "gateway", "--goal", "g", "--model", "scripted", "--workdir", str(tmp_path), "--headless",
+        "--", "true",
+    )  # fmt: skip
+    assert code == 2
+    assert "gateway --model scripted" in err and "--approve" not in err

@@ -116,3 +116,10 @@ def test_a_token_needs_its_goal_model_and_approve_mode(
     args, token_command = parsed("token", "--goal", "g", "--model", MODEL)
     assert token_command(args) == 2
     assert "needs --approve auto|deny|wait" in capsys.readouterr().err
+    for model, said in (
+        ("scripted", "`scripted` is loopdeck's own loop's"),
+        ("nosuchmodel", "--model nosuchmodel: LiteLLM knows no provider for it"),
+    ):  # a token whose run would be refused at its start is not issued
+        args, token_command = parsed("token", "--goal", "g", "--model", model, "--approve", "auto")
+        assert token_command(args) == 2
+        assert said in capsys.readouterr().err

@@ -17,6 +17,7 @@ from loopdeck.cli.agent_words import folder_and_command_problem, said_refused
 from loopdeck.cli.gateway_parser import add_gateway_flags
 from loopdeck.cli.gateway_target import GatewayTarget
 from loopdeck.cli.parser import EXIT_BAD_INPUT, add_agent_flags, add_run_flags, budget_overrides
+from loopdeck.llm.client import SCRIPTED
 
 if TYPE_CHECKING:
     from loopdeck.operator.launch import RunOptions
@@ -49,6 +50,11 @@ def problem(args: argparse.Namespace) -> str | None:
         return f"gateway needs --goal TEXT, what the agent is to do: {USAGE}"
     if not (args.model or "").strip():
         return f"gateway needs --model MODEL, the upstream (a LiteLLM model name): {USAGE}"
+    if args.model.strip() == SCRIPTED:  # said before anything asks how its writes are decided
+        return (
+            "gateway --model scripted: the gateway forwards to an upstream model (a LiteLLM"
+            " model name such as anthropic/claude-sonnet-4-5); `scripted` is loopdeck's own loop's"
+        )
     if not args.agent_command:
         return f"gateway needs the agent's command after --: {USAGE}"
     return folder_and_command_problem(args)

@@ -32,6 +32,7 @@ class Serving(Protocol):
     def service(self, key: bytes, start_run: Any) -> Any: ...
     def token(self, claims: dict[str, Any], key: bytes) -> str: ...
     def key(self, path: Path) -> bytes: ...
+    def upstream_problem(self, model: str, api_base: str | None) -> str | None: ...
 
 
 def _gateway() -> Serving:
@@ -54,7 +55,7 @@ def token_problem(args: argparse.Namespace) -> str | None:
         return "gateway token needs --approve auto|deny|wait: how the run's writes are decided"
     if not args.workdir.is_dir():
         return f"--workdir {args.workdir}: no such folder"
-    return None
+    return _gateway().upstream_problem(args.model, args.api_base)
 
 
 def run_token(args: argparse.Namespace) -> int:

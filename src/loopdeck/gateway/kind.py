@@ -75,6 +75,12 @@ class GatewayKind:
 
         return issue(claims, key)
 
+    def upstream_problem(self, model: str, api_base: str | None) -> str | None:
+        """Why a token's model could not be forwarded to (`opening.upstream_problem`)."""
+        from loopdeck.gateway.opening import upstream_problem
+
+        return upstream_problem(model, api_base, "--model")
+
     def key(self, path: Any) -> bytes:
         from loopdeck.gateway.tokens import key_at
 

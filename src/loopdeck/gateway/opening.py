@@ -91,23 +91,30 @@ def open_gateway_env(env_dir: EnvDir, workdir: Path) -> tuple[GatewayWorkspace, 
 def _checked(settings: GatewaySettings, where: str, model_named: str) -> GatewaySettings:
     """The settings with `${VAR}` put in, the upstream named, routable by LiteLLM and its
     credentials present."""
-    if settings.model == SCRIPTED:
-        raise ScenarioError(
-            "a gateway run needs an upstream model (--model, or [gateway] model): a LiteLLM"
-            " model name such as anthropic/claude-sonnet-4-5; `scripted` is loopdeck's own loop's"
-        )
+    if (problem := upstream_problem(settings.model, settings.api_base, model_named)) is not None:
+        raise ScenarioError(problem)
     try:
         env = expanded(settings.env, where)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
-    if not routable(settings.model, settings.api_base):
-        raise ScenarioError(
-            f"{model_named} {settings.model}: LiteLLM knows no provider for it; name one as"
-            f" PROVIDER/MODEL (openai/{settings.model.rpartition('/')[2]} for an"
-            " OpenAI-compatible server)"
-        )
     check_credentials(settings.model, settings.api_base)
     return replace(settings, env=env)
+
+
+def upstream_problem(model: str, api_base: str | None, model_named: str) -> str | None:
+    """Why a gateway cannot forward to `model`: loopdeck's scripted model, or a name LiteLLM
+    routes nowhere; None when it can (its credentials are the serving host's to check)."""
+    if model == SCRIPTED:
+        return (
+            "a gateway run needs an upstream model (--model, or [gateway] model): a LiteLLM"
+            " model name such as anthropic/claude-sonnet-4-5; `scripted` is loopdeck's own loop's"
+        )
+    if not routable(model, api_base):
+        return (
+            f"{model_named} {model}: LiteLLM knows no provider for it; name one as"
+            f" PROVIDER/MODEL (openai/{model.rpartition('/')[2]} for an OpenAI-compatible server)"
+        )
+    return None
 
 
 def _loop(
