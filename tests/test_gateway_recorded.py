@@ -24,6 +24,7 @@ from openai_loopback import OpenAILoopback
 from loopdeck.core.approvals import DenyApprover
 from loopdeck.core.events import ApprovalDecided, ModelRetry, RunStarted
 from loopdeck.gateway.upstream import routable
+from loopdeck.operator.transcript import Transcript
 
 MODEL = "openai/loop-model"
 WRITE = Call("Write", {"file_path": "a.txt", "content": "from the model\n"}, text="On it.")
@@ -94,6 +95,8 @@ async def test_an_upstream_failure_is_recorded_and_the_finding_said_from_it(
     assert failed.error.startswith(f"the upstream ({MODEL}) failed a call: ")
     assert REFUSAL in failed.error
     assert outcome.findings == [f"round 1: {failed.error}"]
+    entry = Transcript().apply(failed)  # no retry of loopdeck's to say, none "in 0 s"
+    assert entry is not None and entry.title == "model call failed · 1 in a row"
     [started] = run.events(RunStarted)
     assert started.model == outcome.model == f"gateway gateway_agent ({MODEL})"
 

@@ -345,6 +345,8 @@ def _review_verdict(e: ReviewVerdict) -> Made:
 
 @_makes(ModelRetry)
 def _model_retry(e: ModelRetry) -> Made:
+    if e.delay_s == 0:  # no retry of loopdeck's: the gateway's agent retries what it retries
+        return "note", f"model call failed · {e.attempt} in a row", e.error
     return "note", f"model retry {e.attempt} in {e.delay_s:g} s", e.error
 
 
