@@ -55,17 +55,24 @@ def test_envs_wraps_a_scripts_description_under_itself(tmp_path, monkeypatch, ca
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
     assert all(len(line) <= 80 for line in lines)
     described_at = None  # where the descriptions of the env's scripts begin
-    continued = 0
-    for line in lines:
+    goal_at = None  # where the env's goal begins, on its header line
+    continued = goals_continued = 0
+    for line in lines[1:-1]:  # between the folder's line and the closing hint
         if (named := re.match(r"    --script \S+ +", line)) is not None:
             described_at = described_at if described_at is not None else named.end()
             assert named.end() == described_at, line  # one column for an env's descriptions
+            goal_at = None
         elif line.startswith(" ") and described_at is not None:
             assert len(line) - len(line.lstrip()) == described_at, line  # under itself
             continued += 1
-        else:
-            described_at = None  # the next env's header
+        elif line.startswith(" ") and goal_at is not None:
+            assert len(line) - len(line.lstrip()) == goal_at, line  # the goal under itself
+            goals_continued += 1
+        else:  # the next env's header: its name, then its goal
+            described_at = None
+            goal_at = re.match(r"\S+ +", line).end()  # type: ignore[union-attr]
     assert continued  # some description in the samples is longer than a line at 80
+    assert goals_continued  # and some goal
 
 
 def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkeypatch) -> None:

@@ -43,11 +43,20 @@ def _envs(args: argparse.Namespace) -> int:
         console.print("no envs there (LOOPDECK_SAMPLE_ENVS names the folder to read)")
     for env in found:
         about = env.get("goal", env.get("error", ""))
-        console.print(Text.assemble((visible(env["env"]), "bold"), "  ", visible(about)))
+        console.print(_named(visible(env["env"]), visible(about)))
         if env["scripts"]:
             console.print(_scripts(env["scripts"]))
     console.print("[dim]run one by name (loopdeck run NAME) or by path (loopdeck run ./FOLDER)[/]")
     return 0
+
+
+def _named(name: str, goal: str) -> Table:
+    """An env's name and its goal, the goal wrapped under itself (never under the name)."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True, style="bold")
+    grid.add_column(overflow="fold")
+    grid.add_row(name, Text(goal))
+    return grid
 
 
 def _scripts(scripts: dict[str, str]) -> Table:
