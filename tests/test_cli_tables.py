@@ -107,6 +107,7 @@ def test_pending_fits_the_terminal_with_every_id_and_expiry_whole(
         line = found[0]
         assert run_id in line, said
         assert re.search(r"\d\d:\d\d:\d\d", line), said  # its expiry, to the second
+        assert "+00:00" not in line and "T" not in line.split()[-1], said  # local, as `runs`
     assert "expires" in said, said
     if width == 100:  # room for the tool's name whole; the arguments cut short
         assert said.count("update_delivery_address") == 2 and '{"order_id"' in said, said

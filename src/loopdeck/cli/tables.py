@@ -246,13 +246,14 @@ def _clock(stamp: str) -> str:
 
 # -- `loopdeck pending` -------------------------------------------------------------------------
 def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) -> RenderableType:
-    """The writes waiting for approval. Giving way: the expiry in local time (its day only
-    when not today), the arguments cut short ("…"), then dropped."""
+    """The writes waiting for approval, each expiry in local time as `runs` says a start.
+    Giving way: the expiry's day only when not today, the arguments cut short ("…"), then
+    dropped (`--json` has the stored UTC times)."""
 
     def expiry(item: PendingWrite, when: str) -> str:
         return f"expired at {when}" if item.expired(now) else when
 
-    full = tuple(expiry(item, item.expires.isoformat()) for item in pending)
+    full = tuple(expiry(item, records.local_time(item.expires.isoformat())) for item in pending)
     short = tuple(expiry(item, _clock(item.expires.isoformat())) for item in pending)
     columns = [
         Column("run_id", tuple(item.run_id for item in pending), keep=True),
