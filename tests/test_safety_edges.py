@@ -7,12 +7,16 @@ import asyncio
 import json
 import time
 import unicodedata
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import Enum
 from pathlib import Path
 
 from conftest import EDGES, SAMPLES, prepare
 from fake_models import ReplayModel, calls
 
 from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.dispatcher import _jsonable
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import StopReason
 
@@ -242,8 +246,18 @@ async def test_results_that_are_not_json_are_tool_errors() -> None:
         outcome = await prepared.runtime.run()
     finally:
         prepared.cleanup()
-    assert [c.result["error"]["code"] for c in outcome.calls] == ["INVALID_RESULT"] * 2
+    assert [c.result["error"]["code"] for c in outcome.calls] == ["INVALID_RESULT"] * 3
+    assert "object <object object at" in outcome.calls[2].result["error"]["message"]
     assert outcome.stop_reason is not StopReason.CRASHED
+
+
+def test_values_json_has_no_type_for_are_sent_in_their_json_form() -> None:
+    class Colour(Enum):
+        RED = 1
+
+    at = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
+    data, _ = _jsonable({"at": at, "n": Decimal("1.50"), "c": Colour.RED, "s": {3, 1}, "p": (1,)})
+    assert data == {"at": at.isoformat(), "n": "1.50", "c": 1, "s": [1, 3], "p": [1]}
 
 
 async def test_sample_env_writes_see_canonical_arguments() -> None:

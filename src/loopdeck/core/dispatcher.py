@@ -9,8 +9,13 @@ import inspect
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from datetime import time as day_time
+from decimal import Decimal
+from enum import Enum
+from pathlib import PurePath
 from typing import Any
+from uuid import UUID
 
 from pydantic import BaseModel
 
@@ -42,13 +47,28 @@ class ReceiptRefused(Exception):
 
 
 class UnserializableResult(Exception):
-    """A tool returned something that is not JSON data (a cycle, tuple keys, ...)."""
+    """A tool returned something that is not JSON data (a cycle, tuple keys, an object)."""
 
 
 RetryHook = Callable[[int, str, float], None]
 
 
-_ascii_json = json.JSONEncoder(default=str).encode  # json.dumps(value, default=str)
+def _json_form(value: Any) -> Any:
+    """What JSON carries of a value it has no type for: a time, a date, a decimal, a UUID or a
+    path as its text, an enum as its value, a set or a tuple as a list. Anything else (an
+    object, a function, bytes) is refused: its `str` would tell the model nothing."""
+    if isinstance(value, (datetime, date, day_time)):
+        return value.isoformat()
+    if isinstance(value, (Decimal, UUID, PurePath)):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    raise TypeError(f"{type(value).__name__} {capped(repr(value), 60)} has no JSON form")
+
+
+_ascii_json = json.JSONEncoder(default=_json_form).encode
 
 
 def _jsonable(value: Any) -> tuple[Any, str | None]:

@@ -122,11 +122,13 @@ class Edges(Environment):
 
     @tool(args=KindArgs)
     def odd_result(self, args: KindArgs) -> Any:
-        """Returns something that is not JSON: tuple keys or a cycle."""
+        """Returns something that is not JSON: tuple keys, a cycle or an object."""
         if args.kind == "cycle":
             loop: list[Any] = []
             loop.append(loop)
             return {"loop": loop}
+        if args.kind == "object":  # its str ("<object object at 0x…>") tells the model nothing
+            return {"thing": object()}
         return {(1, 2): "tuple key"}
 
     @tool(exempt=True)
