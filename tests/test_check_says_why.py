@@ -186,3 +186,44 @@ def test_outside_text_in_a_cause_is_shown_never_obeyed(tmp_path, capsys) -> None
     out = capsys.readouterr().out
     assert "\x1b" not in out
     assert "tool scale_service raised ValueError: [red]x\\u001b[2J (env.py:" in out
+
+
+def test_a_tools_wrong_risk_is_refused_at_its_line(cli, tmp_path) -> None:
+    env = _user_env(tmp_path)
+    _edit(env / "env.py", '    @tool(risk="write")', '    @tool(risk="writ")')
+    line = _line_of(env / "env.py", 'risk="writ"')
+    code, _, err = cli("check", str(env))
+    assert code == 2
+    assert "@tool(risk='writ'): a tool's risk is 'read' or 'write'" in err
+    assert f"env.py:{line}" in err and "pydantic" not in err
+
+
+def test_tool_marks_a_method_without_its_parentheses(cli, tmp_path) -> None:
+    env = _user_env(tmp_path)
+    _edit(env / "env.py", "    @tool()\n", "    @tool\n")
+    code, _, err = cli("check", str(env))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            "        return reasons\n",
+            "        return not reasons\n",
+            "ServiceOutage.unmet returned False: it returns a list of the reasons",
+        ),
+        (
+            "    def unmet(self,",
+            "    def unmett(self,",
+            "ServiceOutage has no unmet(self, snapshot): an env says why its goal is not met",
+        ),
+    ],
+)
+def test_a_goal_check_that_says_nothing_readable_is_named(tmp_path, capsys, old, new, said) -> None:
+    from loopdeck.cli import main
+
+    env = _user_env(tmp_path)
+    _edit(env / "env.py", old, new)
+    assert main(["check", str(env)]) == 1  # a run crashed: never read as a met goal
+    assert said in capsys.readouterr().out

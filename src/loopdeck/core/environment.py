@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from loopdeck.core.canonical import short_hash
+from loopdeck.core.text import capped
 from loopdeck.core.tools import NoArgs, Risk, ToolSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,14 +19,22 @@ _MARK = "__loopdeck_tool__"
 
 
 def tool(
+    method: F | None = None,
     *,
     args: type[BaseModel] = NoArgs,
     risk: Risk = "read",
     timeout_s: float = 10.0,
     exempt: bool = False,
     idempotency_fields: tuple[str, ...] | None = None,
-) -> Callable[[F], F]:
-    """Mark an Environment method as a tool. The docstring is what the model reads."""
+) -> Any:
+    """Mark an Environment method as a tool (`@tool` or `@tool(...)`). The docstring is what
+    the model reads. A wrong setting is refused where it is written (its line in env.py)."""
+    if risk not in ("read", "write"):
+        raise ValueError(f"@tool(risk={risk!r}): a tool's risk is 'read' or 'write'")
+    if not (isinstance(args, type) and issubclass(args, BaseModel)):
+        raise TypeError(f"@tool(args={args!r}): args is a pydantic BaseModel class")
+    if not timeout_s > 0:
+        raise ValueError(f"@tool(timeout_s={timeout_s!r}): a timeout is a number of seconds > 0")
 
     def mark(fn: F) -> F:
         setattr(
@@ -41,7 +50,7 @@ def tool(
         )
         return fn
 
-    return mark
+    return mark(method) if method is not None else mark
 
 
 # When an env's state may change: `any_time` (on its own, or by any tool: read on every look)
@@ -70,11 +79,27 @@ class Environment:
         return spec.risk == "read"
 
     def snapshot(self) -> dict[str, Any]:
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} has no snapshot(self): an env returns the state its goal is"
+            " defined on"
+        )
 
     def unmet(self, snapshot: dict[str, Any]) -> list[str]:
         """The reasons the goal is not met in this snapshot; empty means met."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} has no unmet(self, snapshot): an env says why its goal is"
+            " not met in a snapshot (a list of reasons, [] when met)"
+        )
+
+    def goal_reasons(self, snapshot: dict[str, Any]) -> list[str]:
+        """`unmet`'s reasons, checked: a list of strings (anything else is not read as met)."""
+        reasons = self.unmet(snapshot)
+        if not isinstance(reasons, (list, tuple)) or not all(isinstance(r, str) for r in reasons):
+            raise TypeError(
+                f"{type(self).__name__}.unmet returned {capped(repr(reasons), 80)}: it returns"
+                " a list of the reasons the goal is not met, as strings ([] when met)"
+            )
+        return list(reasons)
 
     def close(self) -> None:
         """The run is over: release what the env holds (an MCP env stops its server)."""
