@@ -326,6 +326,45 @@ async def test_a_run_waiting_on_its_operator_is_parked_and_goes_on_when_decided(
         await store.close()
 
 
+async def test_a_run_whose_env_lives_in_its_workers_memory_is_never_parked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No other worker could rebuild it: it holds its slot while its writes wait, and each
+    decision is carried out as recorded (parked, a decision crashed it)."""
+    from conftest import SAMPLES
+
+    from loopdeck.core.approvals import ApprovalDecision
+    from loopdeck.operator.launch import RunOptions
+
+    monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "0.2")
+    db = tmp_path / "s.db"
+    run = RunOptions(env=str(SAMPLES / "order_support"), script="solve", approve="wait")
+    run_id = await submit(db, run)
+    store = await open_store(db)
+    try:
+        decided: list[str] = []
+        waits: list[float] = []
+
+        async def ended() -> bool:
+            for item in await queries.pending_approvals(store, run_id):
+                waits.append(time.monotonic())
+                if waits[-1] - waits[0] < 1.0:  # past the park's 0.2 s, it waits on
+                    continue
+                decision = ApprovalDecision(call_id=item["call_id"], approved=True, by="op")
+                if await deciding.decide(store, run_id, decision):
+                    decided.append(item["call_id"])
+            return await lease_state(store, run_id) == "ended"
+
+        worker = await with_a_worker(db, ended)
+        said = worker.said  # type: ignore[attr-defined]
+        assert not any("parked by" in line for line in said), said
+        log = await stored(store, run_id)
+        assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value == "goal_met"
+        assert [e.call_id for e in log if isinstance(e, ApprovalDecided)] == decided == ["c3"]
+    finally:
+        await store.close()
+
+
 async def test_a_workers_run_hears_messages_and_stops_when_cancelled(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     run = options(tmp_path)

@@ -194,7 +194,9 @@ class LeasedRun:
         parking = Parking(runtime, replay, self.worker.host, self.let_go)
         unwatch = runtime.bus.subscribe(parking.seen)
         watching = None
-        if self.claim.options.get("approve") == "wait":
+        # A run whose env keeps its state in this worker's memory is never parked: no other
+        # worker could rebuild it where its decision lands; it holds its slot while it waits.
+        if self.claim.options.get("approve") == "wait" and runtime.env.not_reopenable() is None:
             watching = asyncio.create_task(parking.watch())
         try:
             outcome = await runtime.run()

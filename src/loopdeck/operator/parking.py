@@ -1,10 +1,14 @@
 """A run that waits on its operator holds no worker: past `LOOPDECK_PARK_AFTER_S` of waiting
-for a write's approval, or for an answer that has no deadline of its own, its worker parks
-it (`store/leases.py`): what it did is committed, its slot freed, its runtime stopped here
+(each wait timed from its own start) for a write's approval, or for an answer that has no
+deadline of its own, its worker parks it (`store/leases.py`): what it did is committed, its slot
+freed, its runtime stopped here
 without a word of it in the log. The decision, when it lands (in the store, as any decision
 does), makes it claimable; a free worker rebuilds it from its log and finds the decision
 there. A request that expires, or a command sent to it (a cancel, a message), makes it
 claimable too: its runtime takes them.
+
+A run whose env keeps its state in the worker's memory (no `reopen`) is not watched: no other
+worker could rebuild it (`leased_run.py`).
 
 The check and the let-go are one step of the event loop: a run whose decision came in the
 meantime is not parked (it acts on it), and one that is parked acts on nothing more.
@@ -70,6 +74,7 @@ class Parking:
         """Until the run is parked (or this task is cancelled: the run ended). Asleep while
         the run does not wait on its operator: a worker watches hundreds of runs."""
         since: float | None = None
+        waited: tuple[str, float | None] | None = None
         while True:
             if since is None and self.waiting() is None:
                 self._began.clear()
@@ -79,14 +84,15 @@ class Parking:
             if what is None:
                 since = None
                 continue
-            since = since or time.monotonic()
+            if what != waited:  # another wait (the next write's), even one begun within a check
+                since, waited = time.monotonic(), what
             if time.monotonic() - since < self.after_s:
                 continue
             note = f"parked by {self.host}: waits for {what[0]}"
             parked = await self.let_go(leases.PARKED, note, what[1], self._still(what))
             if parked:
                 return
-            since = None
+            since = waited = None
 
     def _still(self, what: tuple[str, Any]) -> Callable[[], bool]:
         return lambda: self.waiting() == what
