@@ -365,6 +365,39 @@ async def test_a_run_whose_env_lives_in_its_workers_memory_is_never_parked(
         await store.close()
 
 
+async def test_a_parked_request_that_expires_is_recorded_and_asked_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Woken by its request's expiry, the run says so (not "its operator decided"), records
+    the expiry as a live run does and asks again, until it stops asking."""
+    from loopdeck.core.events import ApprovalInvalidated, ApprovalRequested
+
+    monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "0.2")
+    db = tmp_path / "s.db"
+    run = options(tmp_path, approve="wait")
+    run.settings.append("approval_ttl_s=1")
+    run_id = await submit(db, run)
+    store = await open_store(db)
+    try:
+
+        async def ended() -> bool:
+            return await lease_state(store, run_id) == "ended"
+
+        await with_a_worker(db, ended)
+        log = await stored(store, run_id)
+        expired = [e for e in log if isinstance(e, ApprovalInvalidated)]
+        assert len(expired) == 3 and all("expired unanswered" in e.problem for e in expired)
+        assert len([e for e in log if isinstance(e, ApprovalRequested)]) == 3
+        moves = [e.note for e in log if isinstance(e, RunMoved)]
+        assert moves and all("once its request expired" in note for note in moves), moves
+        assert not any(isinstance(e, ApprovalDecided) and e.approved for e in log)
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "policy_block"
+        assert "could not be kept valid after 3 asks" in stop.detail
+    finally:
+        await store.close()
+
+
 async def test_a_workers_run_hears_messages_and_stops_when_cancelled(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     run = options(tmp_path)

@@ -1,11 +1,10 @@
 """A run that waits on its operator holds no worker: past `LOOPDECK_PARK_AFTER_S` of waiting
 (each wait timed from its own start) for a write's approval, or for an answer that has no
-deadline of its own, its worker parks it (`store/leases.py`): what it did is committed, its slot
-freed, its runtime stopped here
-without a word of it in the log. The decision, when it lands (in the store, as any decision
-does), makes it claimable; a free worker rebuilds it from its log and finds the decision
-there. A request that expires, or a command sent to it (a cancel, a message), makes it
-claimable too: its runtime takes them.
+deadline of its own, its worker parks it (`store/leases.py`): what it did is committed, its
+slot freed, its runtime stopped here without a word of it in the log. The decision, when it
+lands (in the store, as any decision does), makes it claimable; a free worker rebuilds it
+from its log and finds the decision there. A request that expires, or a command sent to it
+(a cancel, a message), makes it claimable too: its runtime takes them.
 
 A run whose env keeps its state in the worker's memory (no `reopen`) is not watched: no other
 worker could rebuild it (`leased_run.py`).

@@ -11,6 +11,7 @@ the move (`Refreshed`).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from loopdeck.core.agent_loop import AgentLoop
@@ -26,7 +27,7 @@ from loopdeck.core.events import (
 )
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import RunState, StopReason
-from loopdeck.store import leases
+from loopdeck.store import leases, queries
 from loopdeck.store.approver import Recording, StoreApprover
 from loopdeck.store.base import Store
 from loopdeck.store.writer import EventWriter
@@ -92,7 +93,8 @@ async def record_stop(
 class Refreshed(StoreApprover):
     """`--approve wait` for a run going on from its log: a write it had asked for before it
     moved is waited for in its row as it stands (decided meanwhile, or still pending, its
-    expiry counted again from now)."""
+    expiry counted again from now); one whose request expired unanswered meanwhile (a parked
+    run, woken by the expiry) ends its wait as an expiry does: recorded, and asked again."""
 
     def __init__(self, recording: Recording, asked: set[str]) -> None:
         super().__init__(recording)
@@ -101,11 +103,20 @@ class Refreshed(StoreApprover):
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
         if request.call_id in self.asked:
             self.asked.discard(request.call_id)
+            if await _expired_unanswered(self.recording.store, request):
+                raise TimeoutError  # as the wait had ended here: recorded, and asked again
             await leases.refresh_request(
                 self.recording.store, request.run_id, request.call_id,
                 request.requested_at.isoformat(), request.expires_at.isoformat(),
             )  # fmt: skip
         return await super().ask(request)
+
+
+async def _expired_unanswered(store: Store, request: ApprovalRequest) -> bool:
+    row = await queries.approval_state(store, request.run_id, request.call_id)
+    if row is None or row["state"] != "pending" or not row["expires_at"]:
+        return False
+    return datetime.fromisoformat(str(row["expires_at"])) <= datetime.now(UTC)
 
 
 def request_expiry(log: list[Event]) -> float | None:

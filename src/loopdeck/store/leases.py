@@ -153,8 +153,9 @@ async def claim(
     now = time.time() if now is None else now
     async with store.transaction(pipelined=True) as tx:
         rows = await tx.fetchall(
-            "SELECT run_id, epoch, options, state, host, expires_at FROM leases"
-            f" WHERE {CLAIMABLE} ORDER BY submitted_at LIMIT 1{_locking(store)}",
+            "SELECT run_id, epoch, options, state, host, expires_at, (SELECT COUNT(*) FROM"
+            " approvals a WHERE a.run_id = leases.run_id AND a.state = 'pending') AS waiting"
+            f" FROM leases WHERE {CLAIMABLE} ORDER BY submitted_at LIMIT 1{_locking(store)}",
             (now, now),
         )
         if not rows:
@@ -162,7 +163,8 @@ async def claim(
         row = rows[0]
         run_id, epoch = str(row["run_id"]), int(row["epoch"]) + 1
         was = None if row["host"] is None else str(row["host"])
-        note = _move_note(str(row["state"]), was, worker.host, float(row["expires_at"] or 0), now)
+        expired = float(row["expires_at"] or 0)
+        note = _move_note(str(row["state"]), was, worker.host, expired, now, int(row["waiting"]))
         await tx.execute(
             "UPDATE leases SET state = ?, epoch = ?, holder = ?, host = ?, expires_at = ?,"
             " moved_at = ?, note = ? WHERE run_id = ?",
@@ -175,15 +177,23 @@ async def claim(
     return Claim(run_id, epoch, json.loads(row["options"]), was, str(row["state"]), note)
 
 
-def _move_note(state: str, was: str | None, host: str, expired: float, now: float) -> str:
+def _move_note(
+    state: str, was: str | None, host: str, expired: float, now: float, waiting: int = 0
+) -> str:
     """A claim in words: `started on host B`, `resumed on host B after host A's lease
-    expired 3s ago`, `resumed on host B once its operator decided`."""
+    expired 3s ago`, a parked run's by what woke it: `resumed on host B once its operator
+    decided`, `… once its request expired`, `… for its operator's command`."""
     if state == QUEUED and was is None:
         return f"started on {host}"
     if state == QUEUED:
         return f"resumed on {host} after {was} handed it back"
     if state == PARKED:
-        return f"resumed on {host} once its operator decided (parked by {was})"
+        woken = (
+            "once its request expired" if expired and expired < now
+            else "once its operator decided" if not waiting
+            else "for its operator's command"
+        )  # fmt: skip
+        return f"resumed on {host} {woken} (parked by {was})"
     return f"resumed on {host} after {was}'s lease expired {max(now - expired, 0):.0f}s ago"
 
 
