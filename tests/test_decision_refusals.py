@@ -243,7 +243,7 @@ def test_an_answer_the_question_does_not_offer_is_refused_naming_its_choices(
     for run_id, text in (("r1", "Nudge read the other file"), ("r2", "raise 5,000"), ("r3", "x")):
         code, said, err = cli("answer", run_id, text, "--json", "--db", str(db))
         assert code == 0, err
-        assert said == {"run_id": run_id, "answered": True}
+        assert said == {"run_id": run_id, "answered": True, "question_id": "q1"}
     assert rows(db)["r1/q1"] == ("answered", "Nudge read the other file", None)
 
 

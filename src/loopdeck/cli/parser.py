@@ -254,9 +254,7 @@ def add_store_commands(commands: Any) -> None:
     reject.add_argument("run_id", metavar="RUN_ID")
     reject.add_argument("call_id", metavar="CALL_ID")
     reject.add_argument("--reason", default="", help="goes back to the model")
-    answer = with_db(commands.add_parser("answer", help="answer the question a run asks"))
-    answer.add_argument("run_id", metavar="RUN_ID")
-    answer.add_argument("text", metavar="TEXT", help="goes to the model as the operator's answer")
+    add_answer(with_db(commands.add_parser("answer", help="answer the question a run asks")))
     message = with_db(commands.add_parser("message", help="speak to a live run's agent"))
     message.add_argument("run_id", metavar="RUN_ID")
     message.add_argument(
@@ -292,6 +290,17 @@ def add_store_commands(commands: Any) -> None:
     verify.add_argument("run_id", metavar="RUN_ID", nargs="?")
     verify.add_argument(
         "--export", type=Path, metavar="FILE", help="verify an export file (`loopdeck export`)"
+    )
+
+
+def add_answer(answer: argparse.ArgumentParser) -> None:
+    answer.add_argument("run_id", metavar="RUN_ID")
+    answer.add_argument("text", metavar="TEXT", help="goes to the model as the operator's answer")
+    answer.add_argument(
+        "--question",
+        metavar="QUESTION_ID",
+        help="the question answered (its id: `pending` and a push show it); refused if it is"
+        " no longer open, never another's answer",
     )
 
 

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import getpass
 import json
-import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -87,25 +86,19 @@ async def _runs(store: Store, args: argparse.Namespace) -> int:
 async def _pending(store: Store, args: argparse.Namespace) -> int:
     """What waits for the operator: the writes (an expired one marked so: approving it is
     refused, a rejection still reaches the model), the questions with the answers they take
-    and the unknown outcomes (those two on stderr)."""
-    from loopdeck.cli import decision_commands
+    and the unknown outcomes (those two on stderr in the table's form). `--json`: one list,
+    the writes first (as they always were), then the unknown outcomes (`"outcome_unknown":
+    true`), then the questions (`"kind": "question"`)."""
+    from loopdeck.cli import decision_commands, question_commands
 
     pending, questions = await records.pending(store)
     now = datetime.now(UTC)  # what has expired, the same in the table and in `--json`
     unknown = await decision_commands.print_unknown(store)
-    for question in questions:
-        run_id = visible(question.run_id)
-        forms = [shlex.quote(form) for form in records.answer_forms(question.choices)]
-        print(
-            f"{run_id} asks ({visible(question.call_id)}): "
-            f"{visible(question.question)}  → loopdeck answer {run_id} "
-            f"{visible('|'.join(forms)) or 'TEXT'}",
-            file=sys.stderr,
-        )
+    question_commands.print_questions(questions)
     decision_commands.print_diffs(pending)
-    # The writes first, as before; then what needs your word.
     listed = [write.as_json(now) for write in pending]
     listed += [{**item.as_json(), "outcome_unknown": True} for item in unknown]
+    listed += [question_commands.question_json(question) for question in questions]
     if pending or args.json:
         _print(listed, args.json, lambda width: tables.pending_table(pending, now, width))
     else:
@@ -171,7 +164,7 @@ def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: st
     if decision.question:
         return (
             f"is a question the run asked, not a write: answer it with "
-            f"`loopdeck answer {args.run_id} TEXT`"
+            f"`loopdeck answer {args.run_id} TEXT --question {args.call_id}`"
             if decision.state == "pending"
             else f"is a question, already {decision.state} by {decision.by}"
         )
@@ -179,32 +172,12 @@ def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: st
 
 
 async def _answer(store: Store, args: argparse.Namespace) -> int:
-    """Exit 1 if no question waits or the run ended; 2 (`NotOffered`, from `records`) if the
-    question does not take it (empty, none of its choices, a cap its run would refuse)."""
-    await records.named_run(store, args.run_id)
-    try:
-        won = await records.answer(store, args.run_id, args.text, by=operator(), tell=_tell)
-    except records.RunEnded as exc:
-        print(f"loopdeck: {visible(str(exc))}", file=sys.stderr)
-        _print({"run_id": args.run_id, "answered": False, "message": str(exc)}, args.json)
-        return 1
-    if not won:
-        said = f"run {args.run_id} has no question waiting"
-        if writes := await records.waiting_writes(store, args.run_id):
-            some = (
-                f"writes {', '.join(writes)} wait"
-                if len(writes) > 1
-                else f"write {writes[0]} waits"
-            )
-            said += (
-                f"; its {some} for approval, not an answer: "
-                f"`loopdeck approve {args.run_id} {writes[0]}` or "
-                f"`loopdeck reject {args.run_id} {writes[0]} --reason TEXT`"
-            )
-        print(f"loopdeck: {visible(said)}", file=sys.stderr)
-    done = f"{args.run_id}: answered" if won else ""
-    _print({"run_id": args.run_id, "answered": won}, args.json, text=done)
-    return 0 if won else 1
+    """Exit 1 if no question waits (or not the one `--question` names) or the run ended; 2
+    (`NotOffered`, from `records`) if the question does not take it (empty, none of its
+    choices, a cap its run would refuse)."""
+    from loopdeck.cli import question_commands
+
+    return await question_commands.answer(store, args, operator(), _tell)
 
 
 async def _ended(store: Store, args: argparse.Namespace) -> bool:

@@ -106,7 +106,8 @@ def command(run: RunAbout, asked: Asked) -> str:
     if asked.what == "outcome":
         return f"loopdeck resolve {run_id} {call_id} applied|not-applied{db}"
     choice = "|".join(asked.answers) if asked.answers else "TEXT"
-    return f"loopdeck answer {run_id} {shlex.quote(choice)}{db}"
+    # Named: a question asked after this push is never the one this command answers.
+    return f"loopdeck answer {run_id} {shlex.quote(choice)} --question {call_id}{db}"
 
 
 def push_text(

@@ -274,19 +274,26 @@ async def decide(
     return Decision(won, state["state"], state["decided_by"], question)
 
 
-async def answer(store: Store, run_id: str, text: str, *, by: str, tell: Tell) -> bool:
-    """The run's waiting question gets this answer: False if none was waiting. `NotOffered`
-    if the question does not take it (`PendingQuestion.refusal`: the run would not carry it
-    out); `RunEnded` if the run ended (nothing recorded either way)."""
+async def answer(
+    store: Store, run_id: str, text: str, *, by: str, tell: Tell, question_id: str | None = None
+) -> PendingQuestion | None:
+    """The run's waiting question (the oldest, or the one named by `question_id`) gets this
+    answer: the question answered, None if it was not waiting (answered, withdrawn, never
+    asked). `NotOffered` if the question does not take it (`PendingQuestion.refusal`: the run
+    would not carry it out); `RunEnded` if the run ended (nothing recorded either way)."""
     waiting = await entries.pending_questions(store, run_id)
-    question_id = None
-    if waiting:
-        question = waiting[0]
-        question_id = question.call_id
-        if problem := question.refusal(text):
-            said = f"run {run_id}'s question {question_id}: {problem}; nothing was answered"
-            raise NotOffered(said)
-    return await deciding.answer(store, run_id, text, by, question_id=question_id, tell=tell)
+    if question_id is not None:
+        waiting = [question for question in waiting if question.call_id == question_id]
+    if not waiting:  # the store still refuses it for a run that ended or a runner gone;
+        # an id no question has answers nothing that came since
+        await deciding.answer(store, run_id, text, by, question_id=question_id or "", tell=tell)
+        return None
+    question = waiting[0]
+    if problem := question.refusal(text):
+        said = f"run {run_id}'s question {question.call_id}: {problem}; nothing was answered"
+        raise NotOffered(said)
+    won = await deciding.answer(store, run_id, text, by, question_id=question.call_id, tell=tell)
+    return question if won else None
 
 
 async def resolve(
