@@ -83,8 +83,8 @@ class Parking:
             if what is None:
                 since = None
                 continue
-            if what != waited:  # another wait (the next write's), even one begun within a check
-                since, waited = time.monotonic(), what
+            if since is None or what != waited:  # a wait begins (the next write's, even one
+                since, waited = time.monotonic(), what  # begun and seen within one check)
             if time.monotonic() - since < self.after_s:
                 continue
             note = f"parked by {self.host}: waits for {what[0]}"
