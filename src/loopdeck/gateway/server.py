@@ -130,27 +130,24 @@ class GatewayServer:
         return handle
 
     async def _stream(self, request: web.Request, call: ModelCall) -> web.StreamResponse:
-        """The decided answer as a stream, kept alive while it is held."""
+        """The decided answer as a stream, kept alive while it is held. An agent gone meanwhile
+        (its connection closed) is not written to: the run records what became of it."""
         api = call.api
-        if await self.clock.wait(call.answered, self.keepalive_s):
-            outcome = call.answered.result()
-            if outcome.answer is None:
-                return _answered(api, outcome)
-            response = web.StreamResponse(headers=STREAM_HEADERS)
-            await response.prepare(request)
-            return await _sent(response, api.frames(outcome.answer))
         response = web.StreamResponse(headers=STREAM_HEADERS)
-        await response.prepare(request)
-        try:
-            await response.write(api.keepalive())
-            while not await self.clock.wait(call.answered, self.keepalive_s):
+        if not await self.clock.wait(call.answered, self.keepalive_s):
+            try:
+                await response.prepare(request)
                 await response.write(api.keepalive())
-        except ConnectionError:  # the agent went away while its call was held
-            return response
+                while not await self.clock.wait(call.answered, self.keepalive_s):
+                    await response.write(api.keepalive())
+            except ConnectionError:  # the agent went away while its call was held
+                return response
         outcome = call.answered.result()
-        if outcome.answer is None:
-            return await _sent(response, [api.stream_error(outcome.kind, outcome.message)])
-        return await _sent(response, api.frames(outcome.answer))
+        if outcome.answer is not None:
+            return await _sent(response, request, api.frames(outcome.answer))
+        if response.prepared:
+            return await _sent(response, request, [api.stream_error(outcome.kind, outcome.message)])
+        return _answered(api, outcome)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         door = await self._door_of(request)
@@ -177,8 +174,15 @@ def _error(api: ApiFormat, status: int, kind: str, message: str) -> web.StreamRe
     return web.json_response(api.error(status, kind, message), status=status)
 
 
-async def _sent(response: web.StreamResponse, frames: list[bytes]) -> web.StreamResponse:
+async def _sent(
+    response: web.StreamResponse, request: web.Request, frames: list[bytes]
+) -> web.StreamResponse:
+    """`frames` on the stream (its headers sent first, unless they were); nothing to an
+    agent whose connection is gone (aiohttp's `ConnectionResetError`, its own subclass
+    `ClientConnectionResetError` among them: "Cannot write to closing transport")."""
     with contextlib.suppress(ConnectionError):
+        if not response.prepared:
+            await response.prepare(request)
         for frame in frames:
             await response.write(frame)
         await response.write_eof()
