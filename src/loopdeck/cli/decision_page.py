@@ -1,5 +1,6 @@
 """The page a decision link opens: plain HTML, no script, one column that fits a 390 px phone,
-every choice a real button (keyboard and touch alike), outside text always escaped.
+every choice a real button (keyboard and touch alike), outside text always escaped (its
+controls and bidi characters shown, not obeyed) and wrapped: no word widens the page.
 
 It shows the run (env, state, budgets), the decision's evidence (a write's diff or its
 arguments, the rationale, the state it was asked in; a question and what it decides on) and
@@ -13,13 +14,15 @@ import html
 import json
 from datetime import datetime
 
+from loopdeck.core.text import capped, visible
 from loopdeck.operator.link_evidence import Evidence, LinkPage, RunShown
 from loopdeck.operator.push_words import budget_words
 from loopdeck.operator.records import CHOICE_WORDS
 
 STYLE = """
 *{box-sizing:border-box}
-body{margin:0;font:16px/1.45 system-ui,sans-serif;background:#f6f6f4;color:#1b1b1b}
+body{margin:0;font:16px/1.45 system-ui,sans-serif;background:#f6f6f4;color:#1b1b1b;
+overflow-wrap:anywhere}
 main{max-width:40rem;margin:0 auto;padding:14px}
 h1{font-size:1.2rem;margin:.2rem 0 .6rem}
 .run,.note{font-size:.9rem;color:#444;margin:.3rem 0}
@@ -43,7 +46,14 @@ FIELD_CAP = 20000  # characters of one piece of evidence the page shows
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Outside text for the page: its controls and bidi characters shown as escapes (as the
+    console shows them), never obeyed; then HTML-escaped."""
+    return html.escape(visible(str(text)), quote=True)
+
+
+def _value(text: str) -> str:
+    """A value the form posts back as it is (the guard, its address, a choice)."""
+    return html.escape(text, quote=True)
 
 
 def document(title: str, body: str) -> str:
@@ -93,20 +103,20 @@ def _evidence(evidence: Evidence) -> str:
     facts += list(evidence.evidence)
     parts.append("<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts) + "</dl>")
     if evidence.question:
-        parts.append(f"<pre>{_e(evidence.question[:FIELD_CAP])}</pre>")
+        parts.append(f"<pre>{_e(capped(evidence.question, FIELD_CAP))}</pre>")
     if evidence.rationale:
-        parts.append(f'<p class="note">why: {_e(evidence.rationale[:FIELD_CAP])}</p>')
+        parts.append(f'<p class="note">why: {_e(capped(evidence.rationale, FIELD_CAP))}</p>')
     if evidence.diff:
         parts.append(_diff(evidence.diff))
     elif evidence.args is not None:
         shown = json.dumps(evidence.args, indent=2, ensure_ascii=False, default=str)
-        parts.append(f"<pre>{_e(shown[:FIELD_CAP])}</pre>")
+        parts.append(f"<pre>{_e(capped(shown, FIELD_CAP))}</pre>")
     return "".join(parts)
 
 
 def _choices(evidence: Evidence, action: str, guard: str) -> str:
-    hidden = f'<input type="hidden" name="csrf" value="{_e(guard)}">'
-    form = f'<form method="post" action="{_e(action)}">{hidden}'
+    hidden = f'<input type="hidden" name="csrf" value="{_value(guard)}">'
+    form = f'<form method="post" action="{_value(action)}">{hidden}'
     if evidence.what == "approval":
         return (
             f'{form}<button class="yes" name="action" value="approve" autofocus>Approve</button>'
@@ -127,7 +137,7 @@ def _choices(evidence: Evidence, action: str, guard: str) -> str:
             '<button class="yes">Answer</button></form>'
         )
     buttons = "".join(
-        f'<button name="choice" value="{_e(c)}">{_e(c)}'
+        f'<button name="choice" value="{_value(c)}">{_e(c)}'
         + (f" (with the {CHOICE_WORDS[c]} below)" if c in CHOICE_WORDS else "")
         + "</button>"
         for c in evidence.choices

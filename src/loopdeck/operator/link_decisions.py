@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.questions import ANSWER_CAP
+from loopdeck.core.text import capped
+from loopdeck.core.write_approvals import REASON_CAP
 from loopdeck.operator.link_evidence import LinkPage, RunShown, page_for
 from loopdeck.operator.link_tokens import LinkClaim, LinkServer
 from loopdeck.operator.records import not_offered
@@ -53,8 +56,8 @@ async def decide_by_link(
     if said is not None:
         return said
     if claim.what != "approval":
-        return LinkPage("decided", _done(choice), page.run, done=True)
-    return await _carried_out(store, server, claim, choice, last, page.run)
+        return LinkPage("decided", _done(choice), await _run_now(store, server, claim), done=True)
+    return await _carried_out(store, server, claim, choice, last)
 
 
 async def _taken(
@@ -89,14 +92,17 @@ def _lost(page: LinkPage) -> LinkPage:
     return LinkPage("decided", "Someone else decided it first: yours was not recorded.", page.run)
 
 
-def _done(choice: LinkChoice) -> str:
+def _done(choice: LinkChoice, told: str | None = None) -> str:
+    """What was decided, in the words the run keeps: a reason as the model is told it
+    (`told`, as recorded, else cut as the run cuts it), an answer as the run records it."""
     match choice.action:
         case "approve":
             return "Approved."
         case "reject":
-            return "Rejected: the model is told" + (f": {choice.text}" if choice.text else ".")
+            reason = capped(choice.text, REASON_CAP) if told is None else told
+            return "Rejected: the model is told" + (f": {reason}" if reason else ".")
         case "answer":
-            return f"Answered: {choice.text}"
+            return f"Answered: {capped(choice.text, ANSWER_CAP)}"
     return f"Recorded: {choice.action.replace('-', ' ')}."
 
 
@@ -105,13 +111,13 @@ async def _last_seq(store: Store, run_id: str) -> int:
     return int(row["last_seq"] or 0) if row else 0
 
 
+async def _run_now(store: Store, server: LinkServer, claim: LinkClaim) -> RunShown | None:
+    """The run as the store has it now, after the decision (not as it was asked)."""
+    return (await page_for(store, server, claim)).run
+
+
 async def _carried_out(
-    store: Store,
-    server: LinkServer,
-    claim: LinkClaim,
-    choice: LinkChoice,
-    after: int,
-    run: RunShown | None,
+    store: Store, server: LinkServer, claim: LinkClaim, choice: LinkChoice, after: int
 ) -> LinkPage:
     """What the run did with the approval or rejection: waited for, within a bound."""
     end = time.monotonic() + CARRIED_OUT_S
@@ -124,17 +130,18 @@ async def _carried_out(
             match row["kind"]:
                 case "tool_finished":
                     said = f"{_done(choice)} It ran: {body['status']}."
-                    return LinkPage("decided", said, run, done=True)
                 case "approval_decided" if not body.get("approved"):
-                    return LinkPage("decided", _done(choice), run, done=True)
+                    said = _done(choice, str(body.get("reason") or ""))  # as the model reads it
                 case "approval_invalidated" | "approval_requested":
                     page = await page_for(store, server, claim)
                     if page.standing in ("moved", "open"):
                         return page
+                    continue
                 case "run_stopped":
-                    ended = body.get("stop_reason")
-                    said = f"{_done(choice)} The run then stopped ({ended})."
-                    return LinkPage("decided", said, run, done=True)
+                    said = f"{_done(choice)} The run then stopped ({body.get('stop_reason')})."
+                case _:
+                    continue
+            return LinkPage("decided", said, await _run_now(store, server, claim), done=True)
         await asyncio.sleep(LOOK_EVERY_S)
     said = f"{_done(choice)} Recorded; the run has not carried it out yet."
-    return LinkPage("decided", said, run, done=True)
+    return LinkPage("decided", said, await _run_now(store, server, claim), done=True)
