@@ -3,6 +3,7 @@ commit, and a run that goes on from its log in another worker after its own was 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from worker_helpers import (
     writes,
 )
 
+from loopdeck.core.control import Interrupted
 from loopdeck.core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -55,9 +57,11 @@ async def test_each_queued_run_is_claimed_once_and_a_stale_epoch_appends_nothing
         assert (first.epoch, first.note) == (1, "started on host-a")
         assert first.first and second.first  # no worker held them: no log to read
         assert await leases.claim(store, B, 30) is None  # every run is held
-        # host-a's lease runs out: host-b takes the run under the next epoch
+        # host-a's lease runs out (its store was down): host-a does not claim its own run
+        # again (its renewal confirms it); host-b takes it under the next epoch
         await store.execute("UPDATE leases SET expires_at = ? WHERE run_id = ?",
                             (time.time() - 5, first.run_id))  # fmt: skip
+        assert await leases.claim(store, A, 30) is None
         moved = await leases.claim(store, B, 30)
         assert moved is not None and (moved.run_id, moved.epoch) == (first.run_id, 2)
         assert moved.note.startswith("resumed on host-b after host-a's lease expired")
@@ -396,6 +400,25 @@ async def test_a_parked_request_that_expires_is_recorded_and_asked_again(
         assert "could not be kept valid after 3 asks" in stop.detail
     finally:
         await store.close()
+
+
+async def test_a_lease_unconfirmed_while_the_store_is_down_waits_for_the_stores_word() -> None:
+    """No renewal for longer than a lease (the store down) holds the run, acting on nothing;
+    the first renewal that reaches the store confirms it (nobody claimed it meanwhile), or
+    says it moved; only past the run's store hold is it given up."""
+    from loopdeck.operator.leased_run import Lease
+
+    lease = Lease("r1", 1, hold_s=5.0)
+    lease.outage_s = 60.0
+    lease.valid_until = time.monotonic() - 20.0  # unconfirmed for four leases
+    waiting = asyncio.create_task(lease.ensure())
+    await asyncio.sleep(0)
+    assert not waiting.done() and lease.lost is None
+    lease.renewed(time.monotonic())  # the store is back, the run still this worker's
+    await asyncio.wait_for(waiting, 30)
+    lease.valid_until = time.monotonic() - 61.0  # past the run's store hold
+    with pytest.raises(Interrupted, match="no renewal reached the store for 60s"):
+        await lease.ensure()
 
 
 async def test_a_workers_run_hears_messages_and_stops_when_cancelled(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from loopdeck.core.config import RunConfig
 from loopdeck.core.control import Interrupted
 from loopdeck.core.events import ApprovalRequested, Event, StateChanged
 from loopdeck.core.recorded_inputs import ReplayBus, record_inputs
@@ -38,6 +39,7 @@ from loopdeck.tuning.loop_idle import nothing_else_due
 
 Say = Callable[[str], None]
 ENSURE_POLL_S = 0.05
+STORE_HOLD_S = RunConfig.model_fields["store_hold_s"].default  # a run's own, once prepared
 
 
 class Lease:
@@ -45,6 +47,7 @@ class Lease:
 
     def __init__(self, run_id: str, epoch: int, hold_s: float) -> None:
         self.run_id, self.epoch, self.hold_s = run_id, epoch, hold_s
+        self.outage_s = STORE_HOLD_S  # how long unconfirmed before it is given up (the run's)
         self.since = time.monotonic()
         self.valid_until = self.since + hold_s
         self.lost: str | None = None
@@ -64,15 +67,18 @@ class Lease:
 
     async def ensure(self) -> None:
         """Before acting: the lease holds, or the next renewal says it does; else the run
-        stops here (`Interrupted`), acting on nothing."""
+        stops here (`Interrupted`), acting on nothing. While no renewal reaches the store (it
+        is down) the run waits, acting on nothing: once one does, the store says whether the
+        run is still this worker's (nobody claimed it meanwhile) or another's; past the run's
+        `store_hold_s` of waiting it is given up."""
         while True:
             if self.lost is not None:
                 raise Interrupted(StopReason.KILLED, f"lease lost: {self.lost}")
             now = time.monotonic()
             if now < self.valid_until:
                 return
-            if now > self.valid_until + self.hold_s:
-                self.lose(f"no renewal reached the store for {self.hold_s:.0f}s")
+            if now > self.valid_until + self.outage_s:
+                self.lose(f"no renewal reached the store for {self.outage_s:.0f}s")
                 continue
             await asyncio.sleep(ENSURE_POLL_S)
 
@@ -141,6 +147,7 @@ class LeasedRun:
                                    bus=bus, recording=self)  # fmt: skip
         except Exception as exc:  # its env or model cannot be made on this worker
             return await self._crash(f"could not be prepared on {self.worker.host}: {exc}")
+        self.lease.outage_s = max(prepared.runtime.config.store_hold_s, self.lease.hold_s)
         try:
             why = unresumable(prepared.runtime, reopened=forked is None) if replay else None
             if why is not None:

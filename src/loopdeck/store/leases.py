@@ -148,15 +148,18 @@ async def claim(
     store: Store, worker: WorkerName, hold_s: float, *, now: float | None = None
 ) -> Claim | None:
     """The oldest claimable run, now this worker's under the next epoch; None when there is
-    none. The run's row names this worker as its runner (the fleet shows where it is).
+    none. A run this worker holds is not claimed again when its lease ran out (the store
+    was down): its next renewal confirms it, and its run goes on where it waited. The run's
+    row names this worker as its runner (the fleet shows where it is).
     Pipelined: a look that finds none is one round trip and its COMMIT, a claim two."""
     now = time.time() if now is None else now
     async with store.transaction(pipelined=True) as tx:
         rows = await tx.fetchall(
             "SELECT run_id, epoch, options, state, host, expires_at, (SELECT COUNT(*) FROM"
             " approvals a WHERE a.run_id = leases.run_id AND a.state = 'pending') AS waiting"
-            f" FROM leases WHERE {CLAIMABLE} ORDER BY submitted_at LIMIT 1{_locking(store)}",
-            (now, now),
+            f" FROM leases WHERE {CLAIMABLE} AND NOT (state = '{HELD}' AND holder = ?)"
+            f" ORDER BY submitted_at LIMIT 1{_locking(store)}",
+            (now, now, worker.holder),
         )
         if not rows:
             return None
