@@ -4,9 +4,9 @@ slots, each under a lease (`store/leases.py`) its heartbeat renews.
 The heartbeat is a thread with a connection of its own (`Renewal`): a busy loop or env code
 cannot starve it, and a process stopped (SIGSTOP) or dead renews nothing, so its leases run
 out and other workers take its runs. Every lease is checked before each model call and each
-tool (`Lease.ensure`): a lease the store no longer confirms (another worker holds the run, or
-no renewal came through for a whole lease) stops the run here at once, acting on nothing,
-and its writer keeps nothing more (the store's fence refuses it anyway).
+tool (`Lease.ensure`): a lease the store no longer confirms (another worker holds the run)
+stops the run here at once, acting on nothing, and its writer keeps nothing more (the store's
+fence refuses it anyway); one no renewal reached the store for waits for the store's word.
 """
 
 from __future__ import annotations
