@@ -22,6 +22,7 @@ from openai_loopback import USAGE_IN, USAGE_OUT, Calls, OpenAILoopback
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import ApprovalDecided, ApprovalRequested, CallProposed, ToolFinished
 from loopdeck.gateway.config import RETELLS
+from loopdeck.operator.runview import RunView
 
 FORMATS = ("chat", "responses", "messages")
 WRITE = Call("Write", {"file_path": "a.txt", "content": "from the model\n"}, text="On it.")
@@ -133,7 +134,7 @@ async def test_an_edited_write_is_released_with_the_operators_input(
     def edit(request: ApprovalRequest) -> ApprovalDecision:
         return ApprovalDecision(call_id=request.call_id, approved=True, args=edited, by="test")
 
-    run, _, [answer], _ = await first_answer(tmp_path, api, Decider(edit), [WRITE])
+    run, outcome, [answer], _ = await first_answer(tmp_path, api, Decider(edit), [WRITE])
     [(_, tool, given)] = answer.uses
     assert (tool, given) == ("Write", edited)
     [proposed] = run.events(CallProposed)
@@ -141,6 +142,13 @@ async def test_an_edited_write_is_released_with_the_operators_input(
     [decided] = run.events(ApprovalDecided)
     assert decided.args == edited  # what the agent runs
     assert decided.changes == ['content: "from the model\\n" → "from the operator\\n"']
+    # The call is recorded as it ran: the run's summary (`--json`) and the stored run's view.
+    [call] = outcome.summary_json()["calls"]
+    assert (call["call_id"], call["args"]) == ("c1", edited)
+    view = RunView()
+    for event in run.recorder.events:
+        view.apply(event)
+    assert view.calls["c1"].args == edited
 
 
 async def test_tool_uses_of_one_answer_are_decided_together_and_released_in_one_answer(

@@ -138,6 +138,7 @@ class ToolUses:
             return Replace(rejected_words(record, got.reason))
         if not got.changes:
             return Release()
+        record.args = got.args  # the call is now the edited one, as the runtime's own are
         if isinstance(use.input, str):
             edited = got.args.get("input")
             return Release(edited if isinstance(edited, str) else str(edited))
