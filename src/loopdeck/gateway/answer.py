@@ -52,6 +52,31 @@ class Replace:
 Verdict = Release | Replace
 
 
+@dataclass(frozen=True)
+class Usage:
+    """The tokens one answer spent, as its usage says: the prompt's (what was read from a
+    cache and written to one included) and the completion's."""
+
+    prompt: int
+    completion: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+def split_usage(prompt: Any, completion: Any, total: Any) -> Usage | None:
+    """The split from a usage's parts; a total with a part missing gives the rest to the
+    other, a total alone is the prompt's; None: no figure at all."""
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return Usage(prompt, completion)
+    if not isinstance(total, int):
+        return None
+    if isinstance(completion, int):
+        return Usage(total - completion, completion)
+    return Usage(prompt, total - prompt) if isinstance(prompt, int) else Usage(total, 0)
+
+
 class ApiFormat(Protocol):
     """One of the three formats agents send: its paths, how LiteLLM calls it upstream, and
     how an answer in it is read, changed and sent."""
@@ -77,8 +102,9 @@ class ApiFormat(Protocol):
     def prefixed(self, answer: Body, text: str) -> Body:
         """The answer with `text` said first (what the gateway told the model before it)."""
 
-    def tokens(self, answer: Body) -> int | None:
-        """Tokens the call spent, from the answer's usage; None: it says none."""
+    def usage(self, answer: Body) -> Usage | None:
+        """The tokens the call spent, prompt and completion, from the answer's usage; None: it
+        says none."""
 
     def said(self, answer: Body) -> str:
         """The answer's text."""

@@ -78,7 +78,8 @@ class GatewayCalls:
         asking = self.upstream.ask(call.api, body, call.headers)
         answer = await host.interruptible(asking, by_cancel=True)
         self.failures = 0
-        tokens = call.api.tokens(answer)
+        usage = call.api.usage(answer)
+        tokens = None if usage is None else usage.total
         # An answer that says no usage has no price either (LiteLLM would say $0 for it).
         cost = None if tokens is None else self.upstream.cost(answer)
         if cost is not None:

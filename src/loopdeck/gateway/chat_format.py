@@ -14,11 +14,13 @@ from loopdeck.gateway.answer import (
     Replace,
     ToolResult,
     ToolUse,
+    Usage,
     Verdict,
     input_text,
     parsed_input,
     present,
     result_text,
+    split_usage,
     sse,
 )
 from loopdeck.llm.loader import litellm_module
@@ -98,13 +100,10 @@ class ChatFormat:
         message["content"] = f"{text}\n\n{said}" if isinstance(said, str) and said else text
         return answer
 
-    def tokens(self, answer: Body) -> int | None:
-        usage = answer.get("usage") or {}
-        total = usage.get("total_tokens")
-        if isinstance(total, int):
-            return total
-        parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
-        return sum(parts) if all(isinstance(p, int) for p in parts) else None  # type: ignore[arg-type]
+    def usage(self, answer: Body) -> Usage | None:
+        said = answer.get("usage") or {}  # `prompt_tokens` counts the cached ones too
+        parts = ("prompt_tokens", "completion_tokens", "total_tokens")
+        return split_usage(*(said.get(k) for k in parts))
 
     def said(self, answer: Body) -> str:
         content = _message(answer).get("content")

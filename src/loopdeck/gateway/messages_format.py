@@ -14,6 +14,7 @@ from loopdeck.gateway.answer import (
     Replace,
     ToolResult,
     ToolUse,
+    Usage,
     Verdict,
     parsed_input,
     present,
@@ -25,9 +26,8 @@ from loopdeck.llm.loader import litellm_module
 
 NOT_PASSED = frozenset({"model", "stream"})
 THINKING = frozenset({"thinking", "redacted_thinking"})
-USAGE_FIELDS = (
-    "input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
-)  # fmt: skip
+PROMPT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+USAGE_FIELDS = (*PROMPT_FIELDS, "output_tokens")
 
 
 class MessagesFormat:
@@ -92,10 +92,14 @@ class MessagesFormat:
         answer["content"] = [*content[:at], {"type": "text", "text": text}, *content[at:]]
         return answer
 
-    def tokens(self, answer: Body) -> int | None:
-        usage = answer.get("usage") or {}
-        counted = [usage[name] for name in USAGE_FIELDS if isinstance(usage.get(name), int)]
-        return sum(counted) if counted else None
+    def usage(self, answer: Body) -> Usage | None:
+        said = answer.get("usage") or {}
+        if not any(isinstance(said.get(name), int) for name in USAGE_FIELDS):
+            return None
+        read = [said.get(name) for name in PROMPT_FIELDS]  # the cache's apart from the rest
+        prompt = sum(n for n in read if isinstance(n, int))
+        output = said.get("output_tokens")
+        return Usage(prompt, output if isinstance(output, int) else 0)
 
     def said(self, answer: Body) -> str:
         texts = [

@@ -15,11 +15,13 @@ from loopdeck.gateway.answer import (
     Replace,
     ToolResult,
     ToolUse,
+    Usage,
     Verdict,
     input_text,
     parsed_input,
     present,
     result_text,
+    split_usage,
     sse,
 )
 from loopdeck.gateway.chat_format import final_response
@@ -103,13 +105,10 @@ class ResponsesFormat:
         answer["output"] = [*output[:at], _text_item(text), *output[at:]]
         return answer
 
-    def tokens(self, answer: Body) -> int | None:
-        usage = answer.get("usage") or {}
-        total = usage.get("total_tokens")
-        if isinstance(total, int):
-            return total
-        parts = [usage.get("input_tokens"), usage.get("output_tokens")]
-        return sum(parts) if all(isinstance(p, int) for p in parts) else None  # type: ignore[arg-type]
+    def usage(self, answer: Body) -> Usage | None:
+        said = answer.get("usage") or {}  # `input_tokens` counts the cached ones too
+        parts = ("input_tokens", "output_tokens", "total_tokens")
+        return split_usage(*(said.get(k) for k in parts))
 
     def said(self, answer: Body) -> str:
         texts = []
