@@ -107,6 +107,7 @@ async def test_a_server_that_dies_mid_call_stops_the_run_naming_it_with_its_stde
     assert outcome.stop_reason is StopReason.TOOL_FAILURE, outcome.detail
     assert "MCP server" in outcome.detail and "server.py" in outcome.detail
     assert "out of widgets" in outcome.detail
+    assert "went away (exit status 3)" in outcome.detail  # it exited by itself, with 3
     assert _servers() == []
 
 

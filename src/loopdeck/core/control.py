@@ -89,6 +89,18 @@ class RunControl:
         in flight, or the next checkpoint, stops the run with this reason."""
         self._interrupt_now(reason, detail)
 
+    def fail_from_anywhere(self) -> Callable[[StopReason, str], None]:
+        """`fail` for a thread that is not the run's (an env's watch on its server's process):
+        it lands on the loop this is asked on, the run's; once that loop is closed, the run is
+        over and it does nothing."""
+        loop = asyncio.get_running_loop()
+
+        def fail(reason: StopReason, detail: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
+                loop.call_soon_threadsafe(self.fail, reason, detail)
+
+        return fail
+
     def fire_deadline(self) -> None:
         self._interrupt_now(StopReason.DEADLINE, "wall-clock deadline reached")
 

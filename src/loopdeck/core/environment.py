@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from loopdeck.core.canonical import short_hash
+from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import NoArgs, Risk, ToolSpec
 
@@ -100,6 +101,11 @@ class Environment:
                 " a list of the reasons the goal is not met, as strings ([] when met)"
             )
         return list(reasons)
+
+    def watch(self, fail: Callable[[StopReason, str], None]) -> None:
+        """As the run starts: `fail(reason, detail)`, from any thread, stops it at once,
+        whatever it waits for (an MCP server the state lives in died). Most envs have nothing
+        outside the run to watch."""
 
     def close(self) -> None:
         """The run is over: release what the env holds (an MCP env stops its server)."""

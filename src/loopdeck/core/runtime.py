@@ -294,6 +294,7 @@ class Runtime:
         self._announce()
         self.publish_budget()
         self._arm_deadline()
+        self.env.watch(self.control.fail_from_anywhere())
         try:
             await self.agent.run()
         except StopRun as stop:

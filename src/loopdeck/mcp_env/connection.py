@@ -2,17 +2,19 @@
 
 The SDK's transports must be left by the task that entered them, so one owner task holds the
 connection for the run and is told to leave with an anyio cancel scope (never a second
-asyncio cancel: the SDK's shielded teardown can hang on one). Its own loop keeps the server
-apart from the runtime's and the console's: the run reaches it from any thread
-(`call`: awaited from the runtime's loop; `call_sync`/`read_sync`: from the env thread, where
-`snapshot()` runs). Cancelling an awaited call cancels the SDK's request, which sends MCP's
+asyncio cancel: a shielded teardown can hang on one). Its own loop keeps the server apart
+from the runtime's and the console's: the run reaches it from any thread (`call`: awaited
+from the runtime's loop; `call_sync`/`read_sync`: from the env thread, where `snapshot()`
+runs). Cancelling an awaited call cancels the SDK's request, which sends MCP's
 `notifications/cancelled`.
 
-A stdio server runs under `loopdeck.workdir.guardian`, so it never outlives the runner; its
-stderr goes to a file (`errlog`), whose tail names what went wrong. A server that went away is
-`ServerFailed` for every call and read from then on, at once (never a wait on its timeout).
-What a server writes that is not JSON-RPC is one warning naming it (`SdkNoise`), never the
-SDK's traceback.
+A stdio server is loopdeck's own process under `loopdeck.workdir.guardian`
+(`stdio_server.py`), so it never outlives the runner, and its end is seen as it happens,
+whatever the run waits for: said once to whoever asked (`when_gone`), with its exit status.
+Its stderr goes to a file (`errlog`), whose tail names what went wrong. A server that went
+away is `ServerFailed` for every call and read from then on, at once (never a wait on its
+timeout). What a server writes that is not JSON-RPC is one warning naming it
+(`sdk_noise.py`), never the SDK's traceback.
 """
 
 from __future__ import annotations
@@ -20,29 +22,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
-import json
-import logging
-import sys
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
-from loopdeck.core.text import capped, visible
 from loopdeck.mcp_env.config import McpConfig
+from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
+from loopdeck.mcp_env.stdio_server import StdioServer
 from loopdeck.workdir.goal_check import stderr_tail
 
 T = TypeVar("T")
-CLOSE_WAIT_S = 8.0  # the SDK's own teardown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
+# A stdio server's stop: stdin closed, 2 s, then its guardian's (SIGTERM, up to 10 s, SIGKILL).
+CLOSE_WAIT_S = 16.0
 CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under a request
-SAID_CAP = 200
-log = logging.getLogger("loopdeck.mcp")
-# The server whose connection's loop runs the current task: the SDK's records name none.
-_SERVER: contextvars.ContextVar[str] = contextvars.ContextVar("loopdeck_mcp_server", default="")
+EXIT_SEEN_S = 2.0  # from a server's output closing to its exit status
 
 
 class ServerFailed(Exception):
@@ -65,6 +60,7 @@ class McpConnection:
         self.errlog = errlog
         self.name = " ".join(config.command) if config.command else str(config.url)
         self.tools: list[ServerTool] = []
+        self.resources: list[str] = []  # the URIs the server lists (`resources/list`)
         self.server_name = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -72,6 +68,11 @@ class McpConnection:
         self._scope: Any = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
+        self._stdio: StdioServer | None = None
+        self._lock = threading.Lock()
+        self._closing = False
+        self._on_gone: Callable[[str], None] | None = None
+        self._gone_said: str | None = None  # the server's end, in words, once it went away
         self.gone: str | None = None  # why the server is no longer there
 
     # -- starting and stopping -------------------------------------------------------
@@ -96,7 +97,7 @@ class McpConnection:
     async def _own(self) -> None:
         import anyio
 
-        _SERVER.set(self.name)  # the SDK's tasks on this loop inherit it
+        SERVER.set(self.name)  # the SDK's tasks on this loop inherit it
         self._loop = asyncio.get_running_loop()
         self._scope = anyio.CancelScope()
         try:
@@ -118,29 +119,60 @@ class McpConnection:
                 with anyio.fail_after(self.config.startup_timeout_s):
                     init = await session.initialize()
                     self.tools = await _listed_tools(session)
+                    if init.capabilities.resources is not None:
+                        self.resources = await _listed_resources(session)
                 self.server_name = init.server_info.name
                 self._session = session
                 self._ready.set()
-                await anyio.sleep_forever()
+                await self._until_gone()
 
     def _transport(self, errlog: Any) -> Any:
         if self.config.url is not None:
             from mcp.client.streamable_http import streamable_http_client
 
             return streamable_http_client(self.config.url)
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
         assert self.config.command is not None
-        guarded = ["-m", "loopdeck.workdir.guardian", *self.config.command]
-        params = StdioServerParameters(
-            command=sys.executable, args=guarded, env=self.config.env, cwd=self.workdir
-        )
-        return stdio_client(params, errlog=errlog)
+        self._stdio = StdioServer(self.config.command, self.config.env, self.workdir, errlog)
+        return self._stdio.streams()
+
+    async def _until_gone(self) -> None:
+        """Until the connection is closed; a stdio server that ends meanwhile is said at
+        once to whoever asked (`when_gone`). Over HTTP, the next request finds it gone."""
+        import anyio
+
+        if self._stdio is not None:
+            await self._stdio.ended.wait()
+            await self._stdio.exit_status(EXIT_SEEN_S)
+            ended = "its process ended" if self._stdio.status is not None else "its output closed"
+            self._went_away(ended)
+        await anyio.sleep_forever()
+
+    def _went_away(self, why: str) -> None:
+        """The server is gone by itself: every later call fails at once, and it is said,
+        once, to whoever watches it."""
+        with self._lock:
+            if self._closing or self._gone_said is not None:
+                return
+            self.gone = self.gone or why
+            self._gone_said = said = self.failure_words(self.gone)
+            told = self._on_gone
+        if told is not None:
+            told(said)
+
+    def when_gone(self, told: Callable[[str], None]) -> None:
+        """`told(words)`, from the connection's thread, once the server goes away by itself
+        (at once if it has): its name, its exit status and its stderr's tail."""
+        with self._lock:
+            self._on_gone = told
+            said = self._gone_said
+        if said is not None:
+            told(said)
 
     def close(self) -> None:
-        """The server stopped (stdin closed, then SIGTERM and SIGKILL to its group by the SDK),
+        """The server stopped (stdin closed, a grace, then its guardian: SIGTERM, SIGKILL),
         waited for up to CLOSE_WAIT_S. Safe to call more than once, from any thread."""
+        with self._lock:
+            self._closing = True
         loop, scope = self._loop, self._scope
         if loop is not None and scope is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop already ended
@@ -177,8 +209,10 @@ class McpConnection:
         except MCPError as exc:
             if exc.error.code != CONNECTION_CLOSED:
                 raise
+            if self._stdio is not None:  # said with its exit status, as it is known
+                await self._stdio.exit_status(EXIT_SEEN_S)
             self.gone = self.gone or f"{what}: connection closed"
-            raise ServerFailed(self.failure_words(self.gone)) from None
+            raise ServerFailed(self.failure_words(f"{what}: connection closed")) from None
 
     async def call(self, tool: str, args: dict[str, Any], timeout_s: float) -> Any:
         """`tools/call`, awaited from another loop; its `CallToolResult`. Cancelling it cancels
@@ -224,8 +258,13 @@ class McpConnection:
         return f"MCP server `{self.name}` {what}: {why}" + (f"; stderr: {tail}" if tail else "")
 
     def failure_words(self, why: str) -> str:
-        """A server gone mid-run, in words: what the call met, and its stderr's tail."""
-        return self._said("went away", why)
+        """A server gone mid-run, in words: its exit status once it exited, what the call
+        met, and its stderr's tail."""
+        status = None if self._stdio is None else self._stdio.status
+        if status is None:
+            return self._said("went away", why)
+        exited = f"exit status {status}" if status >= 0 else f"killed by signal {-status}"
+        return self._said(f"went away ({exited})", why)
 
 
 async def _listed_tools(session: Any) -> list[ServerTool]:
@@ -253,6 +292,21 @@ async def _listed_tools(session: Any) -> list[ServerTool]:
             return tools
 
 
+async def _listed_resources(session: Any) -> list[str]:
+    from mcp.types import PaginatedRequestParams
+
+    uris: list[str] = []
+    cursor = None
+    while True:
+        page = await session.list_resources(
+            params=PaginatedRequestParams(cursor=cursor) if cursor else None
+        )
+        uris += [str(resource.uri) for resource in page.resources]
+        cursor = page.next_cursor
+        if not cursor:
+            return uris
+
+
 def _words(exc: BaseException) -> str:
     """The first real error inside the SDK's nested exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -260,65 +314,3 @@ def _words(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "no answer in time"
     return f"{type(exc).__name__}: {exc}"
-
-
-# -- what a server says that is not JSON-RPC ---------------------------------------------------
-class SdkNoise(logging.Filter):
-    """The SDK logs each line a server writes that is not JSON-RPC, and each malformed
-    message, with a pydantic traceback, over the console and a headless run's output: each
-    becomes one warning naming the server, on `loopdeck.mcp`. The record's task runs on its
-    connection's loop, whose context names the server."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        said = _noise(record)
-        if said is None:
-            return True
-        log.warning("MCP server `%s` %s", _SERVER.get() or "(unnamed)", said)
-        return False
-
-
-# The SDK's records (mcp 2.3) of a message it could not read, by logger and words.
-_PARSE = {
-    "mcp.client.stdio": "Failed to parse JSONRPC message",
-    "mcp.client.streamable_http": "Error parsing",
-}
-_NOTIFICATION = ("client", "Failed to validate notification")  # the SDK's session's logger
-_SDK_NOISE = SdkNoise()
-
-
-def quiet_sdk_noise() -> None:
-    for name in (*_PARSE, _NOTIFICATION[0]):
-        logger = logging.getLogger(name)
-        if _SDK_NOISE not in logger.filters:
-            logger.addFilter(_SDK_NOISE)
-
-
-def _noise(record: logging.LogRecord) -> str | None:
-    """What the server said, in words, for a record of the SDK's not reading it; else None."""
-    exc = record.exc_info[1] if record.exc_info else None
-    words, parse = str(record.msg), _PARSE.get(record.name)
-    if parse is not None and words.startswith(parse):
-        return f"wrote a line that is not JSON-RPC: {_input_of(exc)}"
-    if (record.name, words.split(":")[0]) == _NOTIFICATION:
-        method = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-        return f"sent a malformed notification `{method}`: {_errors_of(exc)}"
-    return None
-
-
-def _input_of(exc: BaseException | None) -> str:
-    """The line the server wrote, as pydantic kept it, shown as text and capped."""
-    if isinstance(exc, ValidationError) and exc.errors():
-        given = exc.errors()[0].get("input")
-        text = given if isinstance(given, str) else json.dumps(given, default=str)
-    else:
-        text = str(exc)
-    return capped(visible(text), SAID_CAP)
-
-
-def _errors_of(exc: BaseException | None) -> str:
-    if not isinstance(exc, ValidationError):
-        return capped(visible(str(exc)), SAID_CAP)
-    said = "; ".join(
-        f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()[:3]
-    )
-    return capped(visible(said), SAID_CAP)

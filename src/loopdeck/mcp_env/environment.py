@@ -62,6 +62,13 @@ class McpEnvironment(Environment):
         self._read_only = {tool.name for tool in self.connection.tools if tool.read_only is True}
         _snapshot_reads_only(config, self._specs)
 
+    def watch(self, fail: Callable[[StopReason, str], None]) -> None:
+        """The server that ends while the run waits (for an approval, a model, anything)
+        stops it at once, `tool_failure`, naming it with its exit status: a write it waited
+        to run is withdrawn, never left to be approved into a dead server."""
+        if self.connection is not None:
+            self.connection.when_gone(lambda said: fail(StopReason.TOOL_FAILURE, said))
+
     def close(self) -> None:
         if self.connection is not None:
             self.connection.close()
