@@ -43,9 +43,19 @@ ended_by: signal.Signals | None = None
 _kept: signal.Signals | None = None
 
 
+# What a signal means where the program that started this process said so (`name_signal`).
+_named: dict[signal.Signals, str] = {}
+
+
+def name_signal(sig: signal.Signals, by: str) -> None:
+    """Record a stop by `sig` as `by`: a browser tab's console (`loopdeck serve`) is told of
+    its tab closing by a hangup, its terminal gone."""
+    _named[sig] = by
+
+
 def by_signal(sig: signal.Signals) -> str:
-    """Who stopped the run, as recorded: `signal SIGTERM`."""
-    return f"signal {sig.name}"
+    """Who stopped the run, as recorded: `signal SIGTERM`, or the name given to it."""
+    return _named.get(sig) or f"signal {sig.name}"
 
 
 def handled() -> tuple[signal.Signals, ...]:

@@ -200,7 +200,7 @@ class ConsoleServer(Server):
             await until_either(self._process_messages(websocket, console), console.done.wait())
             await websocket.close()  # the tab closed it, or the console is done
         finally:
-            await console.stop()
+            await console.stop(tab_closed=not (self.stopping or console.done.is_set()))
             self.consoles.pop(console, None)
         return websocket
 

@@ -5,7 +5,9 @@ A console: `loopdeck.cli.spare_console` (`loopdeck console` once its tab's size 
 session of its own so a terminal's Ctrl-C reaches the server alone, which then stops each
 console by SIGTERM, its stop signal (its live runs killed and recorded), SIGKILL to its group
 after `CONSOLE_GRACE_S`; it gets SIGTERM too if the server dies (PR_SET_PDEATHSIG). A closed
-tab stops its console the same way.
+tab stops its console the same way, by SIGHUP (its terminal hung up): its runs are recorded
+killed by "browser tab closed" (`spare_console.TAB_CLOSED`). The page asks before a tab with a
+console open is closed or reloaded (`beforeunload`).
 
 The spare (`Spare`): a console started with the server, which has done its imports (most of a
 first frame's time) when a tab opens; the tab takes it and sends its size as the console's
@@ -139,21 +141,22 @@ class ConsoleService(AppService):
             self.exiting = True
         await super().on_meta(data)
 
-    async def stop(self) -> None:
-        """Its stop signal, then SIGKILL to its group after `CONSOLE_GRACE_S`. Called by the
-        tab's handler and by the server's shutdown alike: one ending, awaited by both."""
+    async def stop(self, tab_closed: bool = False) -> None:
+        """Its stop signal (`tab_closed`: a hangup, its tab gone), then SIGKILL to its group
+        after `CONSOLE_GRACE_S`. Called by the tab's handler and by the server's shutdown
+        alike: one ending, awaited by both, by the signal of the first."""
         if self._process is None:
             return
         if self._ending is None:
-            self._ending = asyncio.create_task(self._end())
+            self._ending = asyncio.create_task(self._end(tab_closed))
         await asyncio.shield(self._ending)
 
-    async def _end(self) -> None:
+    async def _end(self, tab_closed: bool) -> None:
         await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
         process = self._process
         assert process is not None
         if not self.exiting:
-            self.send(signal.SIGTERM)
+            self.send(signal.SIGHUP if tab_closed else signal.SIGTERM)
         try:
             async with asyncio.timeout(CONSOLE_GRACE_S):
                 await process.wait()
@@ -180,7 +183,9 @@ class ConsoleService(AppService):
 
 
 def _die_with(server: int) -> None:
-    """In the forked console, before exec: SIGTERM when the server dies."""
+    """In the forked console, before exec: SIGTERM when the server dies; a hangup heard
+    (its tab closing), even under a server started with `nohup`."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != server:  # the server died before that took hold

@@ -11,6 +11,7 @@ then. Stdin closed before a tab came (the server stopped): it ends, exit 0. Its 
 (`comm`, what `ps` and `top` show) is `SPARE_NAME` while it waits, `TAB_NAME` once its tab came.
 
 Read unbuffered from fd 0: what follows the size (the tab's first keys) is the web driver's.
+Its tab closing comes as a hangup: its runs are recorded killed by "browser tab closed".
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import ctypes
 import importlib
 import json
 import os
+import signal
 import sys
+
+from loopdeck import stop_signals
 
 # What the console imports before its first frame (`loopdeck console`: the parser, the store
 # check, the app, the fleet; the run screens `first_screen` imports with it).
@@ -34,6 +38,8 @@ WARM = (
     "loopdeck.tui.replay",
 )
 SPARE_NAME, TAB_NAME = b"loopdeck-spare", b"loopdeck-tab"
+# A tab's console hears its tab close as a hangup (`serve_consoles`): its runs are killed by it.
+TAB_CLOSED = "browser tab closed"
 PR_SET_NAME = 15
 EXIT_NO_TAB, EXIT_BAD_START = 0, 2
 
@@ -93,6 +99,7 @@ def main() -> None:
     if size is None:
         sys.exit(EXIT_NO_TAB)
     name_thread(TAB_NAME)
+    stop_signals.name_signal(signal.SIGHUP, TAB_CLOSED)
     os.environ["COLUMNS"], os.environ["ROWS"] = str(size[0]), str(size[1])
     sys.argv = ["loopdeck", *sys.argv[1:]]
     from loopdeck.cli import entry
