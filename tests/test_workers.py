@@ -421,6 +421,33 @@ async def test_a_lease_unconfirmed_while_the_store_is_down_waits_for_the_stores_
         await lease.ensure()
 
 
+async def test_a_stopping_worker_lets_its_runs_write_finish_then_hands_it_back(
+    tmp_path: Path,
+) -> None:
+    """Stopped while an approved write runs: the write is carried out and recorded here,
+    then the run goes back to the queue (killed mid-write, it was the next worker's
+    `outcome_unknown`)."""
+    db = tmp_path / "s.db"
+    run = options(tmp_path)
+    run.settings.append("data.step_s=0.5")
+    run_id = await submit(db, run)
+    store = await open_store(db)
+    try:
+
+        async def writing() -> bool:
+            log = await stored(store, run_id)
+            return any(isinstance(e, ApprovalDecided) and e.call_id == "c3" for e in log)
+
+        await with_a_worker(db, writing)
+        log = await stored(store, run_id)
+        [finished] = [e for e in log if isinstance(e, ToolFinished) and e.call_id == "c3"]
+        assert finished.status is CallStatus.EXECUTED
+        assert await lease_state(store, run_id) == "queued"
+        assert [w["tool"] for w in writes(tmp_path, run_id)] == ["add_note"]
+    finally:
+        await store.close()
+
+
 async def test_a_workers_run_hears_messages_and_stops_when_cancelled(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     run = options(tmp_path)

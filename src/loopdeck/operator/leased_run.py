@@ -22,7 +22,7 @@ from loopdeck.core.recorded_inputs import ReplayBus, record_inputs
 from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
-from loopdeck.core.states import StopReason
+from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.approving import deciders
 from loopdeck.operator.fork import restored, source_of
 from loopdeck.operator.fork import went_live as fork_live
@@ -98,6 +98,7 @@ class LeasedRun:
         self.runtime: Runtime | None = None
         self.let_go_as: str | None = None  # handed back or parked: how it left this worker
         self.live = False  # its runtime takes commands from other terminals
+        self.handing_back: str | None = None  # its worker stops: let go once at rest, why
         self.bus: ReplayBus | None = None
         self.started = asyncio.Event()  # its runtime runs (or it left without one)
         lease.on_lost = self._lost
@@ -115,6 +116,13 @@ class LeasedRun:
     @property
     def run_id(self) -> str:
         return self.claim.run_id
+
+    def at_rest(self) -> bool:
+        """Nothing of it in flight that another worker could not take over: it is rebuilt
+        from its log, or it is not running a reply's tools (a write approved is carried out
+        and recorded here, never left to the next worker as an outcome nobody knows)."""
+        runtime = self.runtime
+        return not self.live or runtime is None or runtime.machine.state is not RunState.EXECUTING
 
     async def run(self) -> str:
         """The run here until it stops or leaves this worker; what became of it, in words."""
@@ -236,6 +244,10 @@ class LeasedRun:
             apply_command(self.runtime, command, self.say)
 
     async def _may_act(self) -> None:
+        """Before each model call and tool: its worker stopping, the run is handed back at
+        the first of them it reaches at rest (a model call's, once a reply's tools are done)."""
+        if self.handing_back is not None and self.at_rest():
+            await self.let_go(leases.QUEUED, self.handing_back, still=self.at_rest)
         await self.lease.ensure()
 
     def _lost(self, why: str) -> None:

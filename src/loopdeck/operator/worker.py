@@ -26,6 +26,8 @@ from loopdeck.store.opening import open_store
 CLAIM_GAP_S = 0.2  # an empty claim is not tried again sooner
 CLAIM_POLL_S = 0.5  # nor later, when nothing announced a change
 COMMANDS_GAP_S = 0.1  # the commands of this worker's runs read at most this often
+HAND_BACK_WAIT_S = 30.0  # a stopping worker waits this long for its runs' tools to finish
+HAND_BACK_POLL_S = 0.05
 Say = Callable[[str], None]
 
 
@@ -100,9 +102,11 @@ class Worker:
             await self._claiming(store, stop)
         finally:
             await commands
-            renewal.stop()
-            await self._hand_back(store)
-            await store.close()
+            try:
+                await self._hand_back(store)
+            finally:
+                renewal.stop()
+                await store.close()
 
     async def _claiming(self, store: Store, stop: asyncio.Event) -> None:
         unreachable = False
@@ -176,11 +180,31 @@ class Worker:
 
     async def _hand_back(self, store: Store) -> None:
         """Stopping: each run this worker holds goes back to the queue, where it is, for
-        another worker to go on with."""
-        note = f"handed back by {self.name.host} (its worker stopped)"
-        for run in list(self.leased.values()):
-            with contextlib.suppress(StoreError):
-                await run.let_go(leases.QUEUED, note)
+        another worker to go on with; a run whose tools are running is let go once they
+        have finished (up to `HAND_BACK_WAIT_S`), so that a write in flight is carried out
+        and recorded here, not left to the next worker as an outcome nobody knows."""
+        leased = list(self.leased.values())
+        if not all(run.at_rest() for run in leased):
+            self.say(f"worker {self.name.holder}: stopping once the tools running finish"
+                     f" (up to {HAND_BACK_WAIT_S:.0f} s)")  # fmt: skip
+        await asyncio.gather(*(self._let_go(run) for run in leased))
         runs = [task for task in self.runs.values() if not task.done()]
         if runs:
             await asyncio.wait(runs)
+
+    async def _let_go(self, run: LeasedRun) -> None:
+        note = run.handing_back = f"handed back by {self.name.host} (its worker stopped)"
+        until = time.monotonic() + HAND_BACK_WAIT_S
+        task = self.runs.get(run.run_id)
+
+        def at_rest() -> bool:
+            return run.at_rest() or time.monotonic() > until
+
+        while task is not None and not task.done():
+            if at_rest():
+                with contextlib.suppress(StoreError):
+                    if await run.let_go(leases.QUEUED, note, still=at_rest):
+                        return
+                if run.let_go_as is not None or run.lease.lost is not None:
+                    return
+            await asyncio.sleep(HAND_BACK_POLL_S)
