@@ -73,6 +73,9 @@ FORK_REFUSALS = [
     pytest.param(lambda tmp: ["--set", "bogus=1"],
                  ("--set bogus=1 (over ", "scenario.toml): invalid scenario"),
                  id="unknown-set-key"),
+    pytest.param(lambda tmp: ["--model", "nosuch/model"],
+                 ("--model nosuch/model: LiteLLM knows no provider for it",),
+                 id="unroutable-model"),
     pytest.param(lambda tmp: ["--message", ""], ("--message: empty",), id="empty-message"),
     pytest.param(lambda tmp: ["--message", "  "], ("--message: empty",), id="blank-message"),
     # another env: the run's calls before c3 used tools it does not have
@@ -116,6 +119,20 @@ def test_submit_refuses_a_script_calling_an_unknown_tool_as_run_does(
     code, _, err = cli("submit", str(unknown_tool), "--db", str(db))
     refused(code, err, "script 'solve'", "unknown tool 'get_orderz'")
     assert (code, err) == (ran[0], ran[2])
+    assert queued(db) == {}
+
+
+@pytest.mark.parametrize("model", ["nosuch/model", "my-finetune"])
+def test_submit_refuses_a_model_litellm_routes_nowhere(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """Refused before it is queued (not a run that stops `provider_failure` on a worker);
+    its key is not asked for: that is the workers' hosts'."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    db = tmp_path / "s.db"
+    code, _, err = cli("submit", "order_support", "--model", model, "--approve", "auto",
+                       "--db", str(db))  # fmt: skip
+    refused(code, err, f"--model {model}: LiteLLM knows no provider for it; name one as")
     assert queued(db) == {}
 
 
