@@ -3,8 +3,7 @@
 Every entry is whole: the goal, plans, each model turn's text, each call with its full
 arguments and its normalized result (the runtime's truncation mark is the only cut),
 approvals with who, when and why, guard trips, review verdicts and the stop's full detail.
-No Textual: the console renders entries, tests read them.
-"""
+No Textual: the console renders entries, tests read them."""
 
 from __future__ import annotations
 
@@ -124,9 +123,6 @@ class Entry:
     @property
     def body(self) -> str:
         return self._words()[2]
-
-    def __repr__(self) -> str:
-        return f"Entry({self.seq}, {self.kind!r}, {self.title!r})"
 
     @property
     def text(self) -> str:
