@@ -48,8 +48,35 @@ def run_store_command(args: argparse.Namespace) -> int:
 async def _store_command(args: argparse.Namespace) -> int:
     async with records.opened(args.db, notes=_tell) as store:
         if getattr(args, "run_id", None):  # a unique prefix names its run from here on
-            args.run_id = (await records.named_run(store, args.run_id)).run_id
+            try:
+                args.run_id = (await records.named_run(store, args.run_id)).run_id
+            except records.StoreError:
+                if (queued := await _queued(store, args.run_id)) is None:
+                    raise
+                return _on_queued(args, queued)
         return await COMMANDS[args.command](store, args)
+
+
+async def _queued(store: Store, run_id: str) -> str | None:
+    """The id of the run submitted and not started yet that `run_id` names (itself, or the
+    one such id it starts), else None: it has no row, and no event, until a worker starts it."""
+    waiting = [run.run_id for run in await records.runs(store) if run.state == "queued"]
+    if run_id in waiting:
+        return run_id
+    starting = [queued for queued in waiting if queued.startswith(run_id)]
+    return starting[0] if len(starting) == 1 else None
+
+
+def _on_queued(args: argparse.Namespace, run_id: str) -> int:
+    """A queued run has nothing to export yet (an empty export: exit 0, nothing written or
+    sent); any other command on it is refused as before (exit 2), saying why."""
+    said = f"run {run_id} is queued: no worker has started it, so it has no events yet"
+    if args.command == "export":
+        print(f"loopdeck: {visible(said)}; nothing exported", file=sys.stderr)
+        return 0
+    print(f"loopdeck: {visible(said)}: nothing to {args.command} (see `loopdeck runs`)",
+          file=sys.stderr)  # fmt: skip
+    return 2
 
 
 def _tell(message: str) -> None:
