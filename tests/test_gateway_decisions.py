@@ -20,7 +20,14 @@ from loopback_server import Call, Text
 from openai_loopback import USAGE_IN, USAGE_OUT, Calls, OpenAILoopback
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
-from loopdeck.core.events import ApprovalDecided, ApprovalRequested, CallProposed, ToolFinished
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    CallProposed,
+    GuardTripped,
+    ToolFinished,
+)
+from loopdeck.core.states import StopReason
 from loopdeck.gateway.config import RETELLS
 from loopdeck.operator.runview import RunView
 
@@ -149,6 +156,41 @@ async def test_an_edited_write_is_released_with_the_operators_input(
     for event in run.recorder.events:
         view.apply(event)
     assert view.calls["c1"].args == edited
+
+
+@pytest.mark.parametrize("api", FORMATS)
+async def test_an_edited_write_is_keyed_by_the_guard_as_edited(api: str, tmp_path: Path) -> None:
+    """The model proposes, from the same folder, the very write the operator made of its
+    earlier one: a repeat of the edited call, caught by the guard (naming it)."""
+    edited = {"file_path": "a.txt", "content": "from the operator\n"}
+
+    def edit(request: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(call_id=request.call_id, approved=True, args=edited, by="test")
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.txt").write_text(edited["content"])  # the edited write changes nothing
+    door_file = tmp_path / "door.json"
+    loopback, model = upstream_for(api, [WRITE, Call("Write", edited), Text("Done.")])
+    with loopback as upstream:
+        run = GatewayRun(work, door_command(door_file), model, upstream.url,
+                         approver=Decider(edit))  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = Client(door.told, api, stream=False)
+            client.user("write a.txt")
+            first = await client.ask()
+            [(use_id, _, given)] = first.uses
+            assert given == edited
+            client.results({use_id: "wrote a.txt"})
+            second = await client.ask()
+            assert second.uses == []
+            assert "repeats a call made from this same state" in second.text
+        outcome = await run.outcome()
+    [tripped] = run.events(GuardTripped)
+    [first_call, repeat] = outcome.calls
+    assert tripped.call_id == repeat.call_id == "c2"
+    assert first_call.args == repeat.args == edited
+    assert outcome.stop_reason is StopReason.NO_PROGRESS
 
 
 async def test_tool_uses_of_one_answer_are_decided_together_and_released_in_one_answer(

@@ -88,7 +88,9 @@ def _recorded(run: GatewayRun, outcome: Any) -> None:
     [finished] = run.events(ToolFinished)
     assert finished.call_id == proposed.call_id
     assert finished.result == {"ok": True, "data": {"output": "wrote done.txt"}}
-    assert [t.content for t in run.events(ModelCalled)] == ["Writing it.", "All done."]
+    turns = run.events(ModelCalled)
+    assert [t.content for t in turns] == ["Writing it.", "All done."]
+    assert [(t.prompt_tokens, t.completion_tokens) for t in turns] == [(USAGE_IN, USAGE_OUT)] * 2
     assert outcome.model_calls == 2 and outcome.tool_calls == 1
     assert outcome.tokens == 2 * (USAGE_IN + USAGE_OUT)
     assert outcome.cost_usd is None and outcome.cost_unknown_calls == 2

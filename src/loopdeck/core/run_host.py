@@ -196,6 +196,15 @@ class RunHost:
         )  # fmt: skip
         return record, rt.calls.guard.admit(key)
 
+    def edited(self, record: CallRecord, tool: str, label: str, args: dict[str, Any]) -> str:
+        """The operator's edit of a proposed call, carried out as edited: the record runs with
+        `args`, and the guard keys the edited call as well (keyed as `propose` keys one), so
+        the same call from the same state is a repeat; the edited call's fingerprint."""
+        record.args = args
+        key = guard_key(f"{tool} {label}", args, record.state_hash)
+        self._rt.calls.guard.admit(key)
+        return key.fingerprint
+
     def guard_tripped(self, record: CallRecord) -> None:
         self._rt.emit(
             GuardTripped, run_id=self.run_id, call_id=record.call_id, tool=record.tool,
@@ -286,9 +295,16 @@ class RunHost:
         self._rt.publish_budget()
 
     def turn_ended(
-        self, *, tokens: int | None, cost_usd: float | None, latency_ms: float, said: str
+        self,
+        *,
+        tokens: int | None,
+        cost_usd: float | None,
+        latency_ms: float,
+        said: str,
+        completion_tokens: int = 0,
     ) -> None:
-        """A turn counted; tokens or cost it never reported stay unknown, never 0."""
+        """A turn counted; tokens or cost it never reported stay unknown, never 0. `tokens`:
+        all it spent, `completion_tokens` of them what it wrote (the rest its prompt's)."""
         rt = self._rt
         ledger = rt.ledger
         ledger.turns += 1
@@ -296,9 +312,10 @@ class RunHost:
             ledger.not_reported(Cap.COST)
         if tokens is None:
             ledger.not_reported(Cap.TOKENS)
+        spent, written = (0, 0) if tokens is None else (tokens, completion_tokens)
         rt.emit(
             ModelCalled, run_id=self.run_id, role="agent", round=rt.round,
-            model=rt.config.model, prompt_tokens=tokens or 0, completion_tokens=0,
+            model=rt.config.model, prompt_tokens=spent - written, completion_tokens=written,
             cost_usd=cost_usd, latency_ms=latency_ms, content=capped(said, TEXT_CAP),
             tokens_unknown=tokens is None,
         )  # fmt: skip

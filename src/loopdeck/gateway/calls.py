@@ -84,7 +84,9 @@ class GatewayCalls:
         cost = None if tokens is None else self.upstream.cost(answer)
         if cost is not None:
             self.cost_so_far += cost
-        host.turn_ended(tokens=tokens, cost_usd=cost, said=call.api.said(answer),
+        written = 0 if usage is None else usage.completion
+        host.turn_ended(tokens=tokens, completion_tokens=written, cost_usd=cost,
+                        said=call.api.said(answer),
                         latency_ms=(time.perf_counter() - started) * 1000)  # fmt: skip
         await host.spent(tokens=tokens, cost_usd=self.cost_so_far if cost is not None else None)
         return answer

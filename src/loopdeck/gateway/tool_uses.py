@@ -138,11 +138,16 @@ class ToolUses:
             return Replace(rejected_words(record, got.reason))
         if not got.changes:
             return Release()
-        record.args = got.args  # the call is now the edited one, as the runtime's own are
         if isinstance(use.input, str):
-            edited = got.args.get("input")
-            return Release(edited if isinstance(edited, str) else str(edited))
-        return Release({**renewed(use.input, self.settings.volatile), **got.args})
+            said = got.args.get("input")
+            edited: dict[str, Any] | str = said if isinstance(said, str) else str(said)
+        else:
+            edited = {**renewed(use.input, self.settings.volatile), **got.args}
+        # The call is now the edited one: recorded so, and keyed by the guard as proposed.
+        spec = self.host.tools[use.name]
+        fingerprint = self.host.edited(record, use.name, label(edited), self._args(spec, edited))
+        self.first_of.setdefault(fingerprint, record.call_id)
+        return Release(edited)
 
 
 def rejected_words(record: CallRecord, reason: str) -> str:
