@@ -59,7 +59,17 @@ def test_script_turn_with_two_actions_is_rejected(cli, tmp_path) -> None:
     (env / "env.py").write_text("")
     code, _, err = cli("run", str(env), "--headless")
     assert code == 2
-    assert "scripts.s.executor.0" in err and "exactly one" in err
+    assert "scripts.s.executor turn 1: " in err and "exactly one" in err  # counted from 1
+
+
+def test_a_misspelt_scenario_key_is_said_unknown(cli, tmp_path) -> None:
+    env = tmp_path / "typo"
+    env.mkdir()
+    (env / "scenario.toml").write_text('name = "x"\ngoall = "g"\n')
+    (env / "env.py").write_text("")
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2
+    assert "  goall: unknown key" in err and "  goal: Field required" in err
 
 
 @pytest.mark.parametrize(

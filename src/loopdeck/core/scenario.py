@@ -163,9 +163,22 @@ def described(error: ValidationError, prefix: str = "") -> str:
     return "\n".join(_field_line(item, prefix) for item in error.errors())
 
 
+TURNS = ("planner", "executor", "reviewer")  # a script's lists of turns, counted from 1
+
+
 def _field_line(item: Any, prefix: str) -> str:
-    where = ".".join(str(p) for p in (*([prefix] if prefix else []), *item["loc"]))
-    return f"  {where or '(top level)'}: {item['msg']}"
+    """`  scripts.solve.executor turn 2.args: …`: the field's place (a list's entries counted
+    from 1, as a script's turns are said elsewhere) and pydantic's words, an extra key's as
+    "unknown key"."""
+    parts: list[str] = []
+    for part in (*([prefix] if prefix else []), *item["loc"]):
+        if isinstance(part, int) and parts:
+            parts[-1] += f" turn {part + 1}" if parts[-1] in TURNS else f" #{part + 1}"
+        else:
+            parts.append(str(part))
+    where = ".".join(parts)
+    said = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+    return f"  {where or '(top level)'}: {said}"
 
 
 def invalid(
