@@ -7,7 +7,7 @@ command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "{workdir}"] 
 env = { SOME_VAR = "value" }
 startup_timeout_s = 30
 snapshot = [ { resource = "file:///{workdir}/notes.md" },
-             { tool = "list_directory", args = { path = "{workdir}" } } ]
+             { tool = "list_directory", args = { path = "{workdir}" }, timeout_s = 10 } ]
 state_changes = "any_time"   # the state changes on its own: read before every call
 
 [mcp.tools.write_file]
@@ -44,6 +44,8 @@ class SnapshotEntry(BaseModel):
     resource: str | None = None
     tool: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
+    # How long the server may take to answer; None: the tool's own, else `call_timeout_s`.
+    timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one(self) -> SnapshotEntry:

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loopdeck.core.text import capped, visible
+from loopdeck.core.tools import ToolError
 from loopdeck.mcp_env.config import McpConfig
 from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
 from loopdeck.mcp_env.stdio_server import StdioServer
@@ -37,6 +39,8 @@ T = TypeVar("T")
 # A stdio server's stop: stdin closed, 2 s, then its guardian's (SIGTERM, up to 10 s, SIGKILL).
 CLOSE_WAIT_S = 16.0
 CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under a request
+REQUEST_TIMEOUT = -32001  # the SDK's, for a request past its read timeout
+SAID_CAP = 1000  # a server's words in a stop's detail
 EXIT_SEEN_S = 2.0  # from a server's output closing to its exit status
 
 
@@ -252,10 +256,30 @@ class McpConnection:
             raise ServerFailed(self.failure_words(f"{what}: the connection ended")) from None
 
     def _said(self, what: str, why: str) -> str:
+        return self.with_stderr(f"MCP server `{self.name}` {what}: {why}")
+
+    def with_stderr(self, said: str) -> str:
+        """`said`, and the tail of what the server wrote on stderr, if it wrote anything."""
         tail = ""
         with contextlib.suppress(OSError):
             tail = stderr_tail(self.errlog.read_text(encoding="utf-8", errors="replace"))
-        return f"MCP server `{self.name}` {what}: {why}" + (f"; stderr: {tail}" if tail else "")
+        return said + (f"; stderr: {tail}" if tail else "")
+
+    def request_failed(self, exc: Exception, timeout_s: float) -> str:
+        """A request the server failed, in words naming it: no answer in time, a tool's
+        `isError` (its words), or its protocol error (its code and words)."""
+        from mcp.shared.exceptions import MCPError
+
+        code = exc.error.code if isinstance(exc, MCPError) else None
+        if isinstance(exc, TimeoutError) or code == REQUEST_TIMEOUT:
+            return f"MCP server `{self.name}` gave no answer within {timeout_s:g}s"
+        if isinstance(exc, ToolError):
+            said = f"said: {exc.message}"
+        elif isinstance(exc, MCPError):
+            said = f"answered error {code}: {exc.error.message}"
+        else:
+            said = f"failed: {type(exc).__name__}: {exc}"
+        return f"MCP server `{self.name}` {capped(visible(said), SAID_CAP)}"
 
     def failure_words(self, why: str) -> str:
         """A server gone mid-run, in words: its exit status once it exited, what the call

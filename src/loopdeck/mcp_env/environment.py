@@ -26,9 +26,10 @@ from loopdeck.core.environment import Environment, StateChanges
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import StopReason
 from loopdeck.core.tools import Risk, ToolSpec
-from loopdeck.mcp_env.config import McpConfig, SnapshotEntry, ToolOverride
+from loopdeck.mcp_env.config import McpConfig, ToolOverride
 from loopdeck.mcp_env.connection import McpConnection, ServerFailed, ServerTool
 from loopdeck.mcp_env.results import call_result, resource_value
+from loopdeck.mcp_env.state_entries import check_entries, read_entry
 from loopdeck.workdir.goal_check import run_goal_check
 
 SNAPSHOT_TIMEOUT_S = 30.0
@@ -60,7 +61,7 @@ class McpEnvironment(Environment):
         self.connection.start()
         self._specs = [self._spec(tool) for tool in self.connection.tools]
         self._read_only = {tool.name for tool in self.connection.tools if tool.read_only is True}
-        _snapshot_reads_only(config, self._specs)
+        check_entries(self.connection, config, self._specs)
 
     def watch(self, fail: Callable[[StopReason, str], None]) -> None:
         """The server that ends while the run waits (for an approval, a model, anything)
@@ -134,35 +135,38 @@ class McpEnvironment(Environment):
 
         return call
 
-    def call_tool(self, name: str, args: dict[str, Any]) -> Any:
-        """A tool called from env code on the env thread (a Python `snapshot()`): its data.
+    def call_tool(self, name: str, args: dict[str, Any], timeout_s: float | None = None) -> Any:
+        """A tool called from env code on the env thread (a Python `snapshot()`): its data
+        (`ToolError` when the server says `isError`), within `timeout_s` (None: the tool's own).
         The server gone stops the run `tool_failure`, naming it."""
+        specs = {spec.name: spec for spec in self._specs}
+        wait_s = timeout_s or (specs[name].timeout_s if name in specs else SNAPSHOT_TIMEOUT_S)
         try:
-            return call_result(self._server.call_sync(name, args, SNAPSHOT_TIMEOUT_S))
+            return call_result(self._server.call_sync(name, args, wait_s))
         except ServerFailed as failed:
             raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
 
-    def read_resource(self, uri: str) -> Any:
-        """A resource read from env code on the env thread: its text (or a blob's digest).
-        The server gone stops the run `tool_failure`, naming it."""
+    def read_resource(self, uri: str, timeout_s: float | None = None) -> Any:
+        """A resource read from env code on the env thread: its text (or a blob's digest),
+        within `timeout_s` (None: `call_timeout_s`). The server gone stops the run
+        `tool_failure`, naming it."""
+        wait_s = timeout_s or (self.config.call_timeout_s if self.config else SNAPSHOT_TIMEOUT_S)
         try:
-            return resource_value(self._server.read_sync(uri, SNAPSHOT_TIMEOUT_S))
+            return resource_value(self._server.read_sync(uri, wait_s))
         except ServerFailed as failed:
             raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
 
     # -- state and goal ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        assert self.config is not None
-        entries = self.config.snapshot
+        """The entries' parts of the state, each within its timeout; one that fails stops the
+        run `tool_failure` naming it and what the server said (`state_entries.py`)."""
+        config = self.config
+        assert config is not None
+        entries = config.snapshot
         if entries is None or entries == "none":
             return {"writes_executed": self.writes_executed}
-        return {"state": [self._read(entry) for entry in entries]}
-
-    def _read(self, entry: SnapshotEntry) -> Any:
-        if entry.resource is not None:
-            return {"resource": entry.resource, "value": self.read_resource(entry.resource)}
-        assert entry.tool is not None
-        return {"tool": entry.tool, "value": self.call_tool(entry.tool, entry.args)}
+        server = self._server
+        return {"state": [read_entry(server, config, n, e) for n, e in enumerate(entries, 1)]}
 
     def unmet(self, snapshot: dict[str, Any]) -> list[str]:
         if self.goal_check is None:
@@ -187,28 +191,6 @@ def risk_of(tool: ServerTool, override: ToolOverride) -> tuple[Risk, str]:
     if tool.read_only is None and tool.destructive is None:
         return "write", "no annotation: treated as write"
     return "write", "server says it writes"
-
-
-def _snapshot_reads_only(config: McpConfig, specs: list[ToolSpec]) -> None:
-    """A snapshot entry runs before every call, unasked, even when every write is denied:
-    one naming a tool that is not a read (by the server's annotations or an override), or no
-    tool of the server, refuses the run (`ValueError`, said as the scenario's error)."""
-    if not isinstance(config.snapshot, list):
-        return
-    risks = {spec.name: spec for spec in specs}
-    for number, entry in enumerate(config.snapshot, 1):
-        if entry.tool is None:
-            continue
-        named = f'[mcp] snapshot entry {number} (tool = "{entry.tool}")'
-        spec = risks.get(entry.tool)
-        if spec is None:
-            raise ValueError(f"{named}: the server has no tool {entry.tool}")
-        if spec.risk != "read":
-            raise ValueError(
-                f"{named} is not read-only ({spec.risk_source}): a snapshot entry runs before"
-                " every call, even when writes are denied. Name a resource or a read-only tool,"
-                f' or, if it only reads, say so: [mcp.tools.{entry.tool}] risk = "read"'
-            )
 
 
 def _server_error(tool: str, exc: Exception) -> Exception:
