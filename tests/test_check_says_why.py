@@ -227,3 +227,33 @@ def test_a_goal_check_that_says_nothing_readable_is_named(tmp_path, capsys, old,
     _edit(env / "env.py", old, new)
     assert main(["check", str(env)]) == 1  # a run crashed: never read as a met goal
     assert said in capsys.readouterr().out
+
+
+def test_a_pass_says_env_code_that_raised_on_the_way(tmp_path, capsys) -> None:
+    from loopdeck.cli import main
+
+    env = _user_env(tmp_path)
+    _edit(env / "env.py", "        last_error = None\n", "        last_error = {}['nope']\n")
+    line = _line_of(env / "env.py", "{}['nope']")
+    main(["check", str(env)])
+    out = capsys.readouterr().out
+    passed = re.search(r"PASS  parallel: .*\n(.*)\n", out)
+    assert passed is not None, out
+    assert passed[1] == (
+        f"      but env code raised: tool get_status raised KeyError: 'nope' (env.py:{line},"
+        " in get_status)"
+    )
+
+
+def test_a_check_with_no_expect_says_it_checked_nothing(tmp_path, capsys) -> None:
+    from loopdeck.cli import main
+
+    env = _user_env(tmp_path)
+    scenario = env / "scenario.toml"
+    scenario.write_text(re.sub(r"(?m)^expect = .*\n", "", scenario.read_text()))
+    assert main(["check", str(env)]) == 0
+    out = capsys.readouterr().out
+    assert "all expectations met" not in out
+    assert out.rstrip().endswith(
+        "nothing checked: no script declares an expect = { stop_reason = ... }"
+    )

@@ -85,17 +85,21 @@ async def check(args: argparse.Namespace) -> int:
     if nothing is not None:
         print(f"nothing to play: {nothing}")
         return 0
-    failed = 0
+    failed = checked = 0
     for name, script in sorted(env_dir.scenario.scripts.items()):
         if script.expect is None:
             print(f"NOTE  {visible(name)}: declares no expect = {{ stop_reason = ... }}; not run")
             continue
+        checked += 1
         outcome, heard = await _run(env_dir, name, script.expect, args.settings)
         failed += not _report(name, script.expect, outcome, heard)
         if verbose:
             for line in _calls(heard.timeline):
                 print(_INDENT + visible(line))
             _print_faults(heard.faults, _INDENT)
+    if not checked:
+        print("nothing checked: no script declares an expect = { stop_reason = ... }")
+        return 0
     print(f"{failed} failed" if failed else "all expectations met")
     return 1 if failed else 0
 
@@ -146,6 +150,9 @@ def _report(name: str, expect: Expect, outcome: RunOutcome, heard: _Heard) -> bo
     calls = plural(outcome.tool_calls, "tool call")
     if got is expect.stop_reason:
         print(f"PASS  {visible(name)}: {got.value} ({calls}) — {visible(outcome.detail)}")
+        if heard.faults:  # it ended as declared, but env code raised on the way
+            more = f" (and {len(heard.faults) - 1} more; -v shows each)" if heard.faults[1:] else ""
+            print(f"{_INDENT}but env code raised: {visible(heard.faults[0].said)}{more}")
         return True
     said = f"{got.value}, expected {expect.stop_reason}"
     why = visible(outcome.detail)
