@@ -84,3 +84,26 @@ def test_the_fleet_shows_what_sample_runs_spent(tmp_path: Path) -> None:
     assert fleet.rows["orders01"].closest == "turns 20%"  # 4 of 20 turns
     assert fleet.rows["outage01"].stop_reason == "stalled"
     assert fleet.rows["outage01"].closest == "turns 27%"  # 8 of 30 turns
+
+
+@pytest.mark.parametrize(
+    ("state", "placement", "pending", "paused", "spending"),
+    [
+        ("executing", "", 0, False, True),
+        ("executing", "held", 0, False, True),
+        ("awaiting_approval", "", 1, False, False),  # its agent clock held for the operator
+        ("awaiting_approval", "parked", 1, False, False),
+        ("", "queued", 0, False, False),
+        ("executing", "", 0, True, False),
+        ("stopped", "", 0, False, False),
+    ],
+)
+def test_a_cap_is_projected_only_for_a_run_that_spends(
+    state: str, placement: str, pending: int, paused: bool, spending: bool
+) -> None:
+    """A parked run showed "turns 13% · cap in 0:00:00": no cap comes to a run that waits."""
+    from loopdeck.operator.fleet import FleetRow
+
+    row = FleetRow("r", "e", "s", "m", state, None, None, pending=pending, paused=paused,
+                   placement=placement)  # fmt: skip
+    assert row.spending is spending

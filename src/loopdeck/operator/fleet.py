@@ -102,6 +102,14 @@ class FleetRow:
         return max(0, self.pending - self.questions)
 
     @property
+    def spending(self) -> bool:
+        """Its agent spends now: live, and neither waiting on its operator nor left by its
+        worker (queued, parked), whose agent clock is held (no cap is coming)."""
+        if self.placement in (leases.QUEUED, leases.PARKED):
+            return False
+        return self.live and not self.needs_operator
+
+    @property
     def needs_operator(self) -> str:
         """Why the operator is wanted ("" when not): approval, question, paused."""
         if self.approvals:

@@ -246,7 +246,7 @@ class FleetTable(LineTable):
         the row's look changed)."""
         # Plain text, never markup: a run id or a finding like "[b]" is shown as written.
         closest = row.closest
-        if closest and row.projected_s is not None and row.live:
+        if closest and row.projected_s is not None and row.spending:  # no cap comes to a wait
             closest += f" · cap in {elapsed_text(row.projected_s)}"
         budget_style = self._color("error") if row.closest_fraction >= 0.8 else ""
         stop_style = self._color("success" if row.stop_reason == "goal_met" else "error")
