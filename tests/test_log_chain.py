@@ -308,3 +308,18 @@ def test_what_cannot_be_verified_is_refused_by_name(capsys, tmp_path: Path) -> N
     assert code == 2 and "missing.jsonl: cannot be read" in capsys.readouterr().err
     code = main(["verify", "r1", "--export", str(not_an_export)])
     assert code == 2 and "reads the file alone" in capsys.readouterr().err
+
+
+def test_a_resolve_after_a_runs_stop_is_not_taken_for_a_run_going_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Resolving a finished run's unknown outcome appends after its stop: its stop is still
+    among its events, and verify says nothing of a run that goes on."""
+    db = str(tmp_path / "s.db")
+    code, out = _loopdeck(capsys, "run", "order_support", "--script", "unknown-outcome",
+                          "--headless", "--approve", "auto", "--json", "--db", db)  # fmt: skip
+    run_id = json.loads(out.splitlines()[-1])["run_id"]
+    assert _loopdeck(capsys, "resolve", run_id, "c2", "applied", "--db", db)[0] == 0
+    code, text, found = _verify(capsys, run_id, "--db", db)
+    assert code == 0 and found["intact"] is True, text
+    assert "not the run's stop" not in text, text

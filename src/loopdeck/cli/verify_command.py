@@ -71,7 +71,7 @@ def _line(proof: RunProof) -> str:
     if not proof.events:
         return f"{run}: no events"
     last = f"its last event {proof.events} hashed {proof.head}"
-    if proof.last_kind != "run_stopped":
+    if not proof.stopped:
         last += " (not the run's stop: the run goes on, or its last events were cut off)"
     if not proof.unchained:
         return f"{run}: intact: {proof.events} events, {last}"

@@ -52,7 +52,7 @@ class RunProof:
     unchained: int = 0
     head: str | None = None
     broken: Break | None = None
-    last_kind: str | None = None  # the last event read's kind: a run's stop, or not yet
+    stopped: bool = False  # its stop is among the events read (a resolve may come after it)
 
     @property
     def verified(self) -> int:
@@ -60,7 +60,7 @@ class RunProof:
 
     def as_json(self) -> dict[str, Any]:
         found = asdict(self)
-        del found["last_kind"]  # said in words only: the JSON stays as it was
+        del found["stopped"]  # said in words only: the JSON stays as it was
         found["intact"] = self.broken is None
         return found
 
@@ -100,7 +100,7 @@ class ChainCheck:
             self.proof.broken = broken
             return False
         self.proof.events += 1
-        self.proof.last_kind = row.kind
+        self.proof.stopped = self.proof.stopped or row.kind == "run_stopped"
         self.next = row.seq + 1
         return True
 
