@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import Recorder
-from process_helpers import live_processes
+from mcp_processes import servers_below
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.dispatcher import RESULT_CHAR_CAP
@@ -62,7 +62,7 @@ async def _run(script: str, *settings: str, approver: Any = None) -> tuple[Any, 
 
 
 def _servers() -> list[int]:
-    return live_processes(SERVER)
+    return servers_below(os.getpid(), SERVER)
 
 
 async def _stop_the_server() -> None:

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import Recorder
-from process_helpers import live_processes
+from mcp_processes import servers_below
 from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
@@ -26,8 +26,9 @@ KILLED = "went away (exit status 137)"  # the guardian's status for a server end
 BOUND_S = 120.0  # a loaded 2-core machine's; the run ends within a second or two when idle
 
 
-def _kill_the_server() -> None:
-    pids = live_processes(SERVER)
+def _kill_the_server(runner: int) -> None:
+    """SIGKILL to the server below `runner` (another test session's servers are left be)."""
+    pids = servers_below(runner, SERVER)
     assert pids, "the server is not running"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -42,7 +43,7 @@ class _NobodyDecides:
 
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
         self.asked.append(request.call_id)
-        _kill_the_server()
+        _kill_the_server(os.getpid())
         await asyncio.Event().wait()
         raise AssertionError("never decided")
 
@@ -63,7 +64,6 @@ async def test_a_server_killed_while_a_write_waits_stops_the_run_at_once() -> No
     assert KILLED in outcome.detail, outcome.detail
     assert [call.status for call in outcome.calls] == [CallStatus.WITHDRAWN]
     assert [e.call_id for e in recorder.kinds("approval_withdrawn")] == ["c1"]
-    assert live_processes(SERVER) == []
 
 
 async def test_pending_forgets_the_write_of_a_dead_server_and_approve_refuses_it(
@@ -73,7 +73,7 @@ async def test_pending_forgets_the_write_of_a_dead_server_and_approve_refuses_it
     runner = start_runner(FAULTS, "solve", db, "--approve", "wait")
     try:
         pending = await wait_for_pending(db, BOUND_S, "c1")
-        _kill_the_server()
+        _kill_the_server(runner.pid)
         out, err = await asyncio.to_thread(runner.communicate, timeout=BOUND_S)
     except subprocess.TimeoutExpired:
         raise AssertionError("the run still waits on a dead server's write") from None
