@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from loopdeck.cli import main
+from loopdeck.store import queries
 from loopdeck.store.liveness import this_host
 from loopdeck.store.opening import open_store
 
@@ -130,3 +131,29 @@ async def _decided_all(db: Path) -> None:
         await store.execute("UPDATE approvals SET state = 'approved'")
     finally:
         await store.close()
+
+
+def test_a_live_runs_write_in_flight_is_not_an_unknown_outcome(tmp_path, capsys) -> None:
+    """An approved write of a live run with no outcome yet is running now: `runs` lists no
+    outcome unknown for it (it did, for every write a worker was carrying out)."""
+    db = tmp_path / "s.db"
+    asyncio.run(_store(db))
+
+    async def in_flight() -> tuple[dict[str, list[str]], list[str]]:
+        store = await open_store(db)
+        try:
+            now = datetime.now(UTC).isoformat()
+            for run_id in ("b1b47b3167ed", "9c0ffee00042"):  # live, then stopped
+                await store.execute(
+                    "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
+                    " expires_at, state) VALUES (?, 'c9', 'scale_service', '{}', ?, ?,"
+                    " 'approved')",
+                    (run_id, now, now),
+                )
+            live = await queries.outcome_unknown(store, "b1b47b3167ed")
+            return await queries.outcomes_unknown(store), live
+        finally:
+            await store.close()
+
+    unknown, live = asyncio.run(in_flight())
+    assert unknown == {"9c0ffee00042": ["c3", "c9"]} and live == []
