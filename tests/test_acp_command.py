@@ -230,6 +230,12 @@ def test_the_operators_word_is_read_as_accept_stop_or_the_next_prompt(
         (["npx", "-y", "@google/gemini-cli", "--experimental-acp"], "gemini-cli"),
         (["/opt/agents/my_agent.py", "--acp"], "my_agent"),
         (["codex-acp"], "codex-acp"),
+        # a wrapper in front of it: `env` and its settings are not the agent
+        (
+            ["env", "HOME=/h", "IS_SANDBOX=1", "npx", "-y", "@anthropic-ai/claude-code@2.1.3"],
+            "claude-code",
+        ),
+        (["/usr/bin/env", "-i", "codex-acp"], "codex-acp"),
     ],
 )
 def test_the_agent_is_named_by_its_command(command: list[str], name: str) -> None:

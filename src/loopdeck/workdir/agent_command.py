@@ -1,5 +1,6 @@
 """An agent's command as a run names it and starts it: its name (the program, not the launcher
-in front of it: `npx -y @google/gemini-cli` is `gemini-cli`), and the values added to its
+in front of it: `npx -y @google/gemini-cli` is `gemini-cli`, `env HOME=/h claude -p` is
+`claude`), and the values added to its
 environment, `${VAR}` taken from loopdeck's own."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-y", "-m", "--yes"})
+LAUNCHERS = frozenset({"{python}", "python", "python3", "npx", "node", "uvx", "-y", "-m", "--yes",
+                       "env", "-i", "nice", "nohup", "exec", "time", "bunx", "pnpx"})  # fmt: skip
 
 
 class MissingVariable(ValueError):
@@ -18,11 +20,16 @@ class MissingVariable(ValueError):
 
 def command_name(command: list[str]) -> str:
     """`claude`, `codex`, `scripted_agent` (a module's last name), `gemini-cli` (no @version)."""
-    named = next((part for part in command if Path(part).name not in LAUNCHERS), command[0])
+    named = next((part for part in command if not _launching(part)), command[0])
     last = named.rsplit("/", 1)[-1]
     last = re.sub(r"(?<=.)@[^@/]*$", "", last)  # an npm package's @version
     last = re.sub(r"\.(py|js|mjs|cjs|ts|sh|exe)$", "", last)
     return last.rsplit(".", 1)[-1]
+
+
+def _launching(part: str) -> bool:
+    """A word in front of the program: a launcher, its flag, or `env`'s `NAME=value`."""
+    return Path(part).name in LAUNCHERS or re.fullmatch(r"[A-Za-z_]\w*=.*", part) is not None
 
 
 def expanded(values: Mapping[str, str], where: str) -> dict[str, str]:
