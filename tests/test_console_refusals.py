@@ -68,7 +68,7 @@ async def test_e_in_the_approval_dialog_tells_the_agent_as_a_rejection() -> None
         await wait_until(pilot, lambda: app.screen is dialog and dialog.is_mounted)
         assert f"Not editable: {WHY}" in _text(dialog, "#approval-not-editable")
         keys = _text(dialog, "#approval-keys")
-        assert "e reject and tell the agent" in keys and "e edit" not in keys
+        assert "e tell the agent" in keys and "e edit" not in keys
         assert dialog.check_action("tell", ()) and not dialog.check_action("edit", ())
         await pilot.press("e")
         await wait_until(pilot, lambda: isinstance(dialog.focused, TextArea))
@@ -187,3 +187,38 @@ async def test_the_inbox_takes_only_an_answer_the_question_offers(tmp_path: Path
     finally:
         await store.close()
     assert [tuple(row) for row in rows] == [("answered", "stop")]
+
+
+async def test_a_reason_typed_in_the_inbox_goes_to_the_write_it_was_typed_for(
+    tmp_path: Path,
+) -> None:
+    """The write the box was opened for is decided elsewhere while the reason is typed: enter
+    rejects no other write (it rejected whichever the cursor had moved to); it is told."""
+    from loopdeck.store import deciding
+
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        for run_id in ("r1", "r2"):
+            await record(store, Recorded(run_id).started(RunState.AWAITING_APPROVAL).write("c1"))
+        app = DialogHost()
+        async with app.run_test(size=SIZE, notifications=True) as pilot:
+            inbox = await _inbox(pilot, app, db, 2)
+            typed_for = inbox.selected()
+            assert typed_for is not None
+            other = next(e.run_id for e in inbox.entries if e.run_id != typed_for.run_id)
+            await pilot.press("r")
+            box = inbox.query_one("#inbox-reason", Input)
+            await wait_until(pilot, lambda: box.has_focus)
+            await pilot.press(*"not this one")
+            approved = ApprovalDecision(call_id="c1", approved=True, by="cli")
+            assert await deciding.decide(store, typed_for.run_id, approved)
+            await wait_until(pilot, lambda: len(inbox.entries) == 1)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: any("already decided" in said for said in notices(app)))
+        rows = await store.fetchall("SELECT run_id, state, reason FROM approvals ORDER BY run_id")
+    finally:
+        await store.close()
+    found = {row["run_id"]: (row["state"], row["reason"]) for row in rows}
+    assert found[other] == ("pending", None)
+    assert found[typed_for.run_id][0] == "approved"

@@ -83,6 +83,9 @@ class InboxScreen(Screen[None]):
         self._deciding: dict[str, str] = {}
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
+        # The entry the open box was opened for: what is typed goes to it, wherever the
+        # cursor is when enter is pressed (the list moves as others decide).
+        self._typing_for: InboxEntry | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="inbox-header")
@@ -197,7 +200,7 @@ class InboxScreen(Screen[None]):
             box = self.query_one("#inbox-reason", Input) if self.is_mounted else None
             if box is None or not box.display or self.focused is not box:
                 return False
-            answering = isinstance(self.selected(), PendingQuestion)
+            answering = isinstance(self._typing_for, PendingQuestion)
             return answering == (parameters[:1] == ("answer",))
         if typing_into(self.focused):
             return False
@@ -224,20 +227,21 @@ class InboxScreen(Screen[None]):
             box.placeholder = (
                 f"one of: {forms}; enter sends it" if forms else "your answer, enter sends it"
             )
-            self._show_box(box, True)
+            self._show_box(box, True, entry)
         elif entry is not None:
             self._decide(entry, True, "")
 
     def action_reject(self) -> None:
-        if not isinstance(self.selected(), PendingWrite):
+        entry = self.selected()
+        if not isinstance(entry, PendingWrite):
             return
         box = self.query_one("#inbox-reason", Input)
-        box.placeholder = "reason for the model (optional), enter rejects"
-        self._show_box(box, True)
+        box.placeholder = f"reason for the model (optional), enter rejects {entry.call_id}"
+        self._show_box(box, True, entry)
 
     @on(Input.Submitted, "#inbox-reason")
     def _reason(self, event: Input.Submitted) -> None:
-        entry = self.selected()
+        entry = self._typing_for  # never the entry the cursor moved to meanwhile
         if isinstance(entry, PendingQuestion) and (problem := entry.refusal(event.value)):
             toast(self, f"{entry.call_id}: {problem}", title="not answered", severity="warning")
             return  # the box stays open with what was typed
@@ -365,9 +369,10 @@ class InboxScreen(Screen[None]):
         said, never silent."""
         worker_failed(self, event, title="inbox")
 
-    def _show_box(self, box: Input, shown: bool) -> None:
-        """The answer or reason box opened (focused; the toasts make room below it, never
-        over it) or closed (the table has the focus again)."""
+    def _show_box(self, box: Input, shown: bool, entry: InboxEntry | None = None) -> None:
+        """The answer or reason box opened for `entry` (focused; the toasts make room below
+        it, never over it) or closed (the table has the focus again)."""
+        self._typing_for = entry if shown else None
         box.display = shown
         self.set_class(shown, "-typing")
         (box if shown else self.query_one("#inbox-table")).focus()
