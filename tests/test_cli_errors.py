@@ -217,3 +217,10 @@ def test_a_gateway_on_the_scripted_model_is_refused_before_its_approve_mode(cli,
     )  # fmt: skip
     assert code == 2
     assert "gateway --model scripted" in err and "--approve" not in err
+
+
+def test_a_model_litellm_routes_nowhere_is_refused_before_the_run(cli) -> None:
+    code, _, err = cli("run", "order_support", "--model", "nosuch-model", "--headless",
+                       "--approve", "auto")  # fmt: skip
+    assert code == 2
+    assert "--model nosuch-model: LiteLLM knows no provider for it" in err

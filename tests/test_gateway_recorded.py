@@ -23,7 +23,7 @@ from openai_loopback import OpenAILoopback
 
 from loopdeck.core.approvals import DenyApprover
 from loopdeck.core.events import ApprovalDecided, ModelRetry, RunStarted
-from loopdeck.gateway.upstream import routable
+from loopdeck.llm.client import unroutable
 from loopdeck.operator.transcript import Transcript
 
 MODEL = "openai/loop-model"
@@ -142,12 +142,12 @@ def test_a_model_litellm_routes_nowhere_is_refused_before_the_agent_starts(
      "ollama/llama3", "hosted_vllm/my-model", "openrouter/anthropic/claude-3.5-sonnet"],
 )  # fmt: skip
 def test_names_a_provider_takes_are_routable(model: str) -> None:
-    assert routable(model, None)
+    assert unroutable(model, None) is None
 
 
 @pytest.mark.parametrize("model", ["nosuchprovider/xyz", "my-finetune"])
 def test_names_no_provider_takes_are_not(model: str) -> None:
-    assert not routable(model, "http://127.0.0.1:9/v1")
+    assert unroutable(model, "http://127.0.0.1:9/v1") is not None
 
 
 async def _rejected_alone(tmp_path: Path, work: Path, **how: Any) -> tuple[GatewayRun, str]:

@@ -28,9 +28,8 @@ from loopdeck.gateway.config import (
 )
 from loopdeck.gateway.loop import GatewayLoop
 from loopdeck.gateway.server import GatewayServer
-from loopdeck.gateway.upstream import routable
 from loopdeck.gateway.workspace import GatewayWorkspace
-from loopdeck.llm.client import SCRIPTED, check_credentials
+from loopdeck.llm.client import SCRIPTED, check_credentials, unroutable
 from loopdeck.llm.loader import litellm_module
 from loopdeck.workdir.agent_command import expanded
 
@@ -109,11 +108,8 @@ def upstream_problem(model: str, api_base: str | None, model_named: str) -> str 
             "a gateway run needs an upstream model (--model, or [gateway] model): a LiteLLM"
             " model name such as anthropic/claude-sonnet-4-5; `scripted` is loopdeck's own loop's"
         )
-    if not routable(model, api_base):
-        return (
-            f"{model_named} {model}: LiteLLM knows no provider for it; name one as"
-            f" PROVIDER/MODEL (openai/{model.rpartition('/')[2]} for an OpenAI-compatible server)"
-        )
+    if (why := unroutable(model, api_base)) is not None:
+        return f"{model_named} {model}: {why}"
     return None
 
 

@@ -35,21 +35,6 @@ def _litellms_own() -> frozenset[str]:
     return frozenset(set(all_litellm_params) - {"metadata"}) | OWN_FIELDS
 
 
-def routable(model: str, api_base: str | None) -> bool:
-    """Whether LiteLLM can send `model` to a provider at all, known before the agent starts.
-    A name under a provider LiteLLM knows is left to the first call: some providers' routing
-    asks the provider itself (a login, a device code)."""
-    litellm = litellm_module()
-    prefix, slash, _ = model.partition("/")
-    if slash and prefix in litellm.provider_list:
-        return True
-    try:
-        litellm.get_llm_provider(model=model, api_base=api_base)
-    except litellm.BadRequestError:  # LiteLLM's one error for a model it routes nowhere
-        return False
-    return True
-
-
 class UpstreamFailed(Exception):
     """The upstream refused or failed a call: its status (502 when it said none) and words."""
 

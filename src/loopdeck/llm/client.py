@@ -84,6 +84,26 @@ class MissingCredentials(Exception):
     """The provider's key is not in the environment; raised before the run starts."""
 
 
+def unroutable(model: str, api_base: str | None) -> str | None:
+    """Why LiteLLM would send `model` to no provider at all, known before anything starts;
+    None when it can. A name under a provider LiteLLM knows is left to the first call: some
+    providers' routing asks the provider itself (a login, a device code)."""
+    if model == SCRIPTED:
+        return None
+    litellm = litellm_module()
+    prefix, slash, _ = model.partition("/")
+    if slash and prefix in litellm.provider_list:
+        return None
+    try:
+        litellm.get_llm_provider(model=model, api_base=api_base)
+    except litellm.BadRequestError:  # LiteLLM's one error for a model it routes nowhere
+        return (
+            "LiteLLM knows no provider for it; name one as PROVIDER/MODEL"
+            f" (openai/{model.rpartition('/')[2]} for an OpenAI-compatible server)"
+        )
+    return None
+
+
 def check_credentials(model: str, api_base: str | None) -> None:
     if model == SCRIPTED:
         return

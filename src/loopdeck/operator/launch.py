@@ -23,7 +23,7 @@ from loopdeck.core.run_kind import Opening, RunKind, Target
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import Scenario, ScenarioError, Script
 from loopdeck.core.script_check import check_script
-from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials
+from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials, unroutable
 from loopdeck.llm.profile import UnsupportedLayer
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.approving import ApproveMode, deciders
@@ -269,9 +269,12 @@ def _model(
     script: Script | None,
     keys_here: bool = True,
 ) -> LiteLLMModel:
-    """The run's model, its credentials checked first (when they are this host's); a bad
-    profile names scenario.toml."""
+    """The run's model, one LiteLLM routes somewhere, its credentials checked first (when
+    they are this host's); a bad profile names scenario.toml."""
     scenario = env_dir.scenario
+    if (why := unroutable(config.model, options.api_base)) is not None:
+        named = "--model" if options.model else f"{env_dir.path / 'scenario.toml'}: model"
+        raise ScenarioError(f"{named} {config.model}: {why}")
     if keys_here:
         check_credentials(config.model, options.api_base)
     try:

@@ -21,8 +21,6 @@ from typing import Any
 from loopdeck.core.approvals import DenyApprover
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.llm.client import SCRIPTED
-from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.approving import default_approve_mode
 from loopdeck.operator.launch import RunOptions, prepare_run, resolve_env_dir
 from loopdeck.store import leases
@@ -67,9 +65,6 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     if options.script is not None:
         env_dir.script(options.script)
     model = options.model or env_dir.scenario.model
-    if (unroutable := _unroutable(model, options.api_base)) is not None:
-        named = "--model" if options.model else f"{env_dir.path / 'scenario.toml'}: model"
-        raise ScenarioError(f"{named} {model}: {unroutable}")
     options.approve = options.approve or default_approve_mode(model)
     trial = replace(options, phase=None, notify=None)
     # Its writes are the worker's to decide (nothing here runs one), its model's keys the
@@ -81,26 +76,6 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     finally:
         prepared.cleanup()
     return options
-
-
-def _unroutable(model: str, api_base: str | None) -> str | None:
-    """Why LiteLLM would send `model` to no provider at all, known before the run is queued
-    (as a gateway checks its upstream); None when it can. A name under a provider LiteLLM
-    knows is left to the worker's first call, as are its credentials (the worker's host's)."""
-    if model == SCRIPTED:
-        return None
-    litellm = litellm_module()
-    prefix, slash, _ = model.partition("/")
-    if slash and prefix in litellm.provider_list:
-        return None
-    try:
-        litellm.get_llm_provider(model=model, api_base=api_base)
-    except litellm.BadRequestError:  # LiteLLM's one error for a model it routes nowhere
-        return (
-            "LiteLLM knows no provider for it; name one as PROVIDER/MODEL"
-            f" (openai/{model.rpartition('/')[2]} for an OpenAI-compatible server)"
-        )
-    return None
 
 
 async def submit(location: Location, options: RunOptions) -> str:
