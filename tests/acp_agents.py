@@ -237,7 +237,8 @@ def pending_call(scratch: Scratch, run_id: str, runner: Runner) -> dict[str, Any
         done = loopdeck("pending", "--json", "--db", str(scratch.db), timeout=60)
         if done.returncode != 0 or not done.stdout.strip():
             return None
-        waiting = [p for p in last_json_list(done.stdout) if p.get("run_id") == run_id]
+        listed = last_json_list(done.stdout)
+        waiting = [p for p in listed if p.get("run_id") == run_id and p.get("kind") == "write"]
         return waiting[0] if waiting else None
 
     return dict(wait_until("a write waiting for approval", first, RUN_TIMEOUT_S))

@@ -83,13 +83,13 @@ def test_pending_json_lists_the_questions_after_the_writes(tmp_path: Path, cli: 
     code, listed, err = cli("pending", "--json", "--db", str(db))
     assert code == 0 and isinstance(listed, list), err
     assert [(item.get("kind"), item["run_id"], item["call_id"]) for item in listed] == [
-        (None, "r2", "c1"), ("question", "r1", "q1"), ("question", "r1", "q2"),
+        ("write", "r2", "c1"), ("question", "r1", "q1"), ("question", "r1", "q2"),
     ]  # fmt: skip
     budget = listed[2]
     assert budget["question"] == "Budget: 80% of turns used.\nGo on?"
     assert budget["choices"] == BUDGET
     assert budget["command"] == "loopdeck answer r1 continue|'raise N'|stop --question q2"
-    assert "kind" not in listed[0] and listed[0]["tool"] == "write_file"  # a write as it was
+    assert listed[0]["tool"] == "write_file"  # a write as it was, its kind said
     assert "r1 asks (q2): " in err and "--question q2" in err  # the table's form: on stderr
 
 

@@ -114,8 +114,9 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
     """What waits for the operator: the writes (an expired one marked so: approving it is
     refused, a rejection still reaches the model), the questions with the answers they take
     and the unknown outcomes (those two on stderr in the table's form). `--json`: one list,
-    the writes first (as they always were), then the unknown outcomes (`"outcome_unknown":
-    true`), then the questions (`"kind": "question"`)."""
+    each entry's `kind` saying what it is: the writes first (`"write"`, as they always were
+    but for that field), then the unknown outcomes (`"outcome"`, `"outcome_unknown": true`),
+    then the questions (`"question"`)."""
     from loopdeck.cli import decision_commands, question_commands
 
     pending, questions = await records.pending(store)
@@ -123,8 +124,8 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
     unknown = await decision_commands.print_unknown(store)
     question_commands.print_questions(questions)
     decision_commands.print_diffs(pending)
-    listed = [write.as_json(now) for write in pending]
-    listed += [{**item.as_json(), "outcome_unknown": True} for item in unknown]
+    listed = [{**write.as_json(now), "kind": "write"} for write in pending]
+    listed += [{**item.as_json(), "kind": "outcome", "outcome_unknown": True} for item in unknown]
     listed += [question_commands.question_json(question) for question in questions]
     if pending or args.json:
         _print(listed, args.json, lambda width: tables.pending_table(pending, now, width))
