@@ -323,3 +323,14 @@ def test_a_resolve_after_a_runs_stop_is_not_taken_for_a_run_going_on(
     code, text, found = _verify(capsys, run_id, "--db", db)
     assert code == 0 and found["intact"] is True, text
     assert "not the run's stop" not in text, text
+
+
+def test_resolving_a_finished_runs_write_promises_no_model_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "s.db")
+    code, out = _loopdeck(capsys, "run", "order_support", "--script", "unknown-outcome",
+                          "--headless", "--approve", "auto", "--json", "--db", db)  # fmt: skip
+    run_id = json.loads(out.splitlines()[-1])["run_id"]
+    code, out = _loopdeck(capsys, "resolve", run_id, "c2", "not-applied", "--db", db)
+    assert code == 0 and out.strip() == "c2: not-applied (recorded as failed)"

@@ -132,7 +132,8 @@ async def revoke(store: Store, args: argparse.Namespace, by: str) -> int:
 
 async def resolve(store: Store, args: argparse.Namespace, by: str, tell: records.Tell) -> int:
     """Exit 1 if the call's outcome is not unknown (already resolved, never asked)."""
-    args.run_id = (await records.named_run(store, args.run_id)).run_id
+    run = await records.named_run(store, args.run_id)
+    args.run_id = run.run_id
     applied = args.outcome == "applied"
     why = await records.resolve(store, args.run_id, args.call_id, applied=applied, by=by, tell=tell)
     if why:
@@ -141,7 +142,11 @@ async def resolve(store: Store, args: argparse.Namespace, by: str, tell: records
     if args.json:
         print(json.dumps({**result, "outcome": args.outcome}))
     elif why is None:
-        then = "recorded as executed" if applied else "the model may propose it again"
+        then = (
+            "recorded as executed" if applied
+            else "recorded as failed; the model may propose it again" if run.live
+            else "recorded as failed"  # a run that ended proposes nothing more
+        )  # fmt: skip
         print(f"{args.call_id}: {args.outcome} ({then})")
     return 0 if why is None else 1
 
