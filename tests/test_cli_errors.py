@@ -224,3 +224,10 @@ def test_a_model_litellm_routes_nowhere_is_refused_before_the_run(cli) -> None:
                        "--approve", "auto")  # fmt: skip
     assert code == 2
     assert "--model nosuch-model: LiteLLM knows no provider for it" in err
+
+
+def test_version_is_said() -> None:
+    from loopdeck import __version__
+
+    done = _loopdeck("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"loopdeck {__version__}"

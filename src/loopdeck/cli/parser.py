@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from loopdeck import __version__
 from loopdeck.caps import FLAGGED_CAPS
 from loopdeck.caps import budget_overrides as budget_overrides
 from loopdeck.cli.chosen_command import ChosenCommand, add_own_module_commands
@@ -110,6 +111,7 @@ positive_float = _positive(float, "positive number")
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command; only `command`'s arguments when given (`cli/chosen_command.py`)."""
     parser = Parser(prog="loopdeck", description="Supervise LLM agents.")
+    parser.add_argument("--version", action="version", version=f"loopdeck {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     commands = ChosenCommand(subparsers, command)
 
@@ -118,8 +120,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--script", help="script the offline model plays (default: solve)")
     run.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
     run.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
-    run.add_argument("--mode", choices=["rounds", "react"])
-    run.add_argument("--model-timeout", type=positive_float, metavar="SECONDS")
+    run.add_argument(
+        "--mode", choices=["rounds", "react"],
+        help="planner/executor/reviewer rounds (default), or one ReAct loop",
+    )  # fmt: skip
+    run.add_argument(
+        "--model-timeout", type=positive_float, metavar="SECONDS",
+        help="how long one model call may take before it is retried",
+    )  # fmt: skip
     run.add_argument(
         "--set",
         dest="settings",
@@ -375,7 +383,10 @@ def add_env_commands(commands: Any) -> None:
         "check", help="run every script of an env headless against its `expect`"
     )
     check.add_argument("env", metavar="ENV", help="env folder, or a sample env's name")
-    check.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    check.add_argument(
+        "--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+        help="override a scenario.toml value for every script (e.g. data.orders=3)",
+    )  # fmt: skip
     check.add_argument(
         "-v",
         "--verbose",
