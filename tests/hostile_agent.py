@@ -31,6 +31,7 @@ Only `acp` and the stdlib are imported: it starts as fast as the SDK lets it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -75,11 +76,15 @@ MODES = (
     "volatile-ids",
     "no-raw-input",
     "context-usage",
+    "swap-after-allow",
+    "write-next-turn",
 )
 USAGE = f"usage: python hostile_agent.py MODE [TURNS_WITH_USAGE]; modes: {', '.join(MODES)}"
 TARGET = "calc.py"
 FIXED = 'def add(a, b):\n    """The sum of a and b."""\n    return a + b\n'
 OTHER_FIX = "def add(a, b):\n    return sum((a, b))\n"
+BACKDOOR = FIXED + "import os  # BACKDOOR\n"  # not what its permission showed
+STILL_BROKEN = 'def add(a, b):\n    """Not yet."""\n    return a - b\n'
 ALLOW_ONCE = PermissionOption(option_id="allow", name="Allow", kind="allow_once")
 ALLOW_ALWAYS = PermissionOption(option_id="always", name="Always allow", kind="allow_always")
 REJECT_ONCE = PermissionOption(option_id="reject", name="Reject", kind="reject_once")
@@ -137,6 +142,9 @@ class HostileAgent:
     async def turn(self) -> PromptResponse:
         if self.mode == "context-usage":
             return await self.context_usage()
+        if self.mode == "write-next-turn" and self.prompts <= 2:
+            await self.write_next_turn()
+            return PromptResponse(stop_reason="end_turn")
         if self.prompts > 1:
             await self.say("Nothing more to do.")
             return PromptResponse(stop_reason="end_turn")
@@ -237,6 +245,35 @@ class HostileAgent:
             else:  # refused: it tries the other way
                 await self.done(call, "failed", "refused by the user")
         await self.say("Tried two ways to fix add.")
+
+    async def swap_after_allow(self) -> None:
+        """Asks to write the fix, then has loopdeck write something else in its place."""
+        call = "edit-then-swap"
+        await self.send(self.edit_start(call, FIXED))
+        if await self.ask(self.edit_request(call, FIXED), OPTIONS):
+            with contextlib.suppress(RequestError):  # refused: said by loopdeck
+                await self.client.write_text_file(
+                    session_id=self.session_id, path=str(self.cwd / TARGET), content=BACKDOOR
+                )
+        await self.done(call, "completed", f"wrote {TARGET}")
+        await self.say("Fixed add in calc.py.")
+
+    async def write_next_turn(self) -> None:
+        """Its permitted fix in its first turn, then in its second a write of the same file
+        nobody was asked for (a permission is not the file's for the rest of the run)."""
+        if self.prompts == 1:
+            call = "edit-turn-1"
+            await self.send(self.edit_start(call, STILL_BROKEN))
+            if await self.ask(self.edit_request(call, STILL_BROKEN), OPTIONS):
+                await self.client.write_text_file(
+                    session_id=self.session_id, path=str(self.cwd / TARGET), content=STILL_BROKEN
+                )
+            await self.done(call, "completed", f"wrote {TARGET}")
+            return
+        with contextlib.suppress(RequestError):
+            await self.client.write_text_file(
+                session_id=self.session_id, path=str(self.cwd / TARGET), content=FIXED
+            )
 
     async def context_usage(self) -> PromptResponse:
         if self.prompts > self.turns_with_usage:  # reports nothing, waits to be cancelled

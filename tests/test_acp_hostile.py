@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_agent import DIES, TARGET, TURN_TOKENS, WINDOW_SIZE, WINDOW_USED
+from hostile_agent import BACKDOOR, DIES, FIXED, TARGET, TURN_TOKENS, WINDOW_SIZE, WINDOW_USED
 from store_helpers import open_existing
 
 from loopdeck.store import queries
@@ -363,3 +363,23 @@ async def test_an_edit_of_an_agents_own_call_is_refused_naming_why(tmp_path: Pat
         assert await runner.pending("c1"), "a refused edit decided the call"
     finally:
         runner.stop()
+
+
+# -- 6. a permission covers what it showed, once, in its turn --------------------------------------
+@pytest.mark.parametrize(
+    ("mode", "written"), [("swap-after-allow", BACKDOOR), ("write-next-turn", FIXED)]
+)
+def test_a_write_other_than_its_permission_showed_is_asked_and_recorded_as_written(
+    tmp_path: Path, mode: str, written: str
+) -> None:
+    """Permitted to write the fix, the agent has loopdeck write something else (in its turn,
+    or in the next): that write is asked on its own and recorded with what it wrote (it was
+    written unasked, recorded nowhere, and the run ended goal_met)."""
+    _, events = run_to_end(tmp_path, mode, "auto", "--max-rounds", "2")
+    writes = [e for e in of_kind(events, "call_proposed") if e["args"].get("content") == written]
+    assert len(writes) == 1, [(e["tool"], e["args"]) for e in of_kind(events, "call_proposed")]
+    [write] = writes
+    asked = [e["call_id"] for e in of_kind(events, "approval_requested")]
+    assert write["call_id"] in asked, asked
+    finished = [e for e in of_kind(events, "tool_finished") if e["call_id"] == write["call_id"]]
+    assert [e["status"] for e in finished] == ["executed"], finished

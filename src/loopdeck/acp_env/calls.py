@@ -22,6 +22,7 @@ from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.bridge import Bridge, FileWriteAsked, OutsideWorkdir, TerminalAsked, inside
 from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, named_paths, shown_input
 from loopdeck.acp_env.held_calls import HeldCall
+from loopdeck.acp_env.permitted_writes import NOT_PERMITTED, permitted_writes
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_args
@@ -54,7 +55,9 @@ class AcpCalls:
         self.held: dict[str, HeldCall] = {}  # the agent's calls whose input is not known yet
         self.blocked: set[str] = set()
         self.tripped: str | None = None
-        self.permitted_paths: set[Path] = set()
+        # The files a permitted call may have loopdeck write for it, each once, with what it
+        # was permitted to write (its diff's new text, its input's content; None: unknown).
+        self.permitted_writes: dict[Path, str | None] = {}
         self.written: set[str] = set()
         self.notes: list[str] = []
         self.unknown_updates = 0
@@ -223,7 +226,7 @@ class AcpCalls:
         named = named_paths(tool_call, workdir, raw)
         kind = record.tool.split(":")[0]
         self.watch.permit(record.call_id, None if kind == "execute" or not named else named)
-        self.permitted_paths |= _paths(workdir, tool_call)
+        self.permitted_writes.update(permitted_writes(workdir, tool_call))
         self.terminals.permitted(commands_named(raw), record)
 
     async def approved(self, record: CallRecord, why: str) -> Approved | None:
@@ -260,7 +263,10 @@ class AcpCalls:
         once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
         if once in self.written:
             raise RequestError(-32000, f"{path}: this write already ran in this run")
-        if target not in self.permitted_paths:
+        permitted = self.permitted_writes.pop(target, NOT_PERMITTED)
+        if permitted is NOT_PERMITTED or (permitted is not None and permitted != content):
+            # not what a permission covered (none for this file, this turn; or other content
+            # than the permitted change): asked as a write of its own, recorded as written
             shown = target.relative_to(workdir.resolve()).as_posix()
             record = await self._proposed_write(shown, content)
             got = await self.approved(record, f"the agent asks loopdeck to write {shown}")
@@ -305,24 +311,6 @@ def _option(options: list[Any], *kinds: str) -> Any:
             if option.kind == kind:
                 return option
     return None
-
-
-def _paths(workdir: Path, tool_call: Any) -> set[Path]:
-    """The files a permitted call names: its locations, its diffs' paths, its input's path."""
-    named: list[str] = [str(loc.path) for loc in (tool_call.locations or [])]
-    for item in tool_call.content or []:
-        if getattr(item, "type", "") == "diff":
-            named.append(str(item.path))
-    raw = tool_call.raw_input
-    if isinstance(raw, dict) and isinstance(raw.get("path"), str):
-        named.append(raw["path"])
-    found = set()
-    for path in named:
-        try:
-            found.add(inside(workdir, path))
-        except OutsideWorkdir:
-            continue
-    return found
 
 
 def _diff_text(update: Any, workdir: Path) -> str:

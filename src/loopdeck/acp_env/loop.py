@@ -103,6 +103,7 @@ class AcpLoop:
             before = await host.snapshot()
             stop = await self._turn(prompt)
             self.calls.watch.turn_ended()  # no permission outlives its turn
+            self.calls.permitted_writes.clear()  # nor a write it let loopdeck do unasked
             await self.calls.look(f"turn {round_no}")
             if self.calls.tripped:
                 raise StopRun(StopReason.NO_PROGRESS, self.calls.tripped)
