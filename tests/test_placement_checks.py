@@ -175,3 +175,20 @@ def test_submits_help_offers_no_flag_it_refuses_and_each_is_still_refused_by_nam
     code, _, err = cli("submit", "order_support", "--headless", "--db", str(db))
     refused(code, err, "--headless: a submitted run is always headless")
     assert queued(db) == {}
+
+
+def test_a_fork_past_a_write_its_env_cannot_undo_is_refused(cli: Cli, tmp_path: Path) -> None:
+    """service_outage keeps its state in memory and has no restore(snapshot): a fork after
+    its first write would go on from the state before it, its log saying the write was done.
+    Before that write, the fork starts where the run was."""
+    db = tmp_path / "s.db"
+    code, done, err = cli("run", "service_outage", "--script", "solve", "--headless", "--json",
+                          "--db", str(db))  # fmt: skip
+    assert code == 0 and done is not None, err
+    run_id = str(done["run_id"])
+    code, _, err = cli("fork", run_id, "--at", "c3", "--db", str(db))
+    assert code == 2 and f"run {run_id} cannot be forked at c3: its env (ServiceOutage)" in err
+    assert "has no restore(snapshot)" in err
+    assert queued(db) == {}
+    code, _, err = cli("fork", run_id, "--at", "c2", "--db", str(db))
+    assert code == 0, err

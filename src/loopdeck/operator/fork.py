@@ -93,8 +93,11 @@ async def fork(
             changed += [f"--set {text}" for text in settings]
         fork_id = uuid.uuid4().hex[:12]
         used = {e.tool for e in log if isinstance(e, CallProposed) and e.seq <= through}
+        seen = next(
+            (e for e in reversed(log) if isinstance(e, StateSeen) and e.seq <= through), None
+        )
         run = run_options(options, fork_id)
-        fits = partial(rebuildable, used=used, run_id=run_id, at_call=at_call)
+        fits = partial(rebuildable, used=used, run_id=run_id, at_call=at_call, seen=seen)
         options = submitted(await asyncio.to_thread(checked, run, fits))
         options["fork"] = {"source": run_id, "at": at_call, "through": through,
                            "message": message, "changed": changed}  # fmt: skip
@@ -104,10 +107,15 @@ async def fork(
     return fork_id
 
 
-def rebuildable(runtime: Runtime, used: set[str], run_id: str, at_call: str) -> None:
+def rebuildable(
+    runtime: Runtime, used: set[str], run_id: str, at_call: str, seen: StateSeen | None = None
+) -> None:
     """The fork's prepared runtime can rebuild the run up to the fork: its loop is loopdeck's
-    own, and its env has every tool the run's calls before the fork used (else the replies
-    served from the log name tools it does not have, and the rebuilt run diverges)."""
+    own, its env has every tool the run's calls before the fork used (else the replies
+    served from the log name tools it does not have, and the rebuilt run diverges), and it
+    can be in the state the run saw at the fork (`seen`): it is in it as it starts, or it can
+    be put back (`restore(snapshot)`). A fork from another state would go on from a state
+    its log says nothing of (the writes before the fork recorded as done, not done in it)."""
     why = unresumable(runtime, reopened=False)
     if why is not None:
         raise ScenarioError(f"run {run_id} cannot be forked: {why}")
@@ -118,6 +126,19 @@ def rebuildable(runtime: Runtime, used: set[str], run_id: str, at_call: str) -> 
             f" the run's calls used {', '.join(missing)}, which it has no tool for (name the"
             " run's env with --env)"
         )
+    if seen is not None and not callable(getattr(runtime.env, "restore", None)):
+        try:
+            now = runtime.env.fingerprint()
+        except Exception:  # its state cannot be read here: the worker's rebuild will say
+            return
+        if now != seen.fingerprint:
+            raise ScenarioError(
+                f"run {run_id} cannot be forked at {at_call}: its env"
+                f" ({type(runtime.env).__name__}) starts in state {now}, not in the state the"
+                f" run saw there ({seen.fingerprint}), and has no restore(snapshot) to be put"
+                " back in it; fork at a call made before the run's first write changed it,"
+                " or give the env restore(snapshot)"
+            )
 
 
 async def _options_of(
