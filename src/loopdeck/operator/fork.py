@@ -7,9 +7,10 @@ The run is rebuilt as a worker goes on with a run it takes over (`core/replay_lo
 recorded model replies before the fork are served again (no call, no cost) and the fork's log
 begins with the events the rebuilt run makes, its own from its first. Its env is put in the
 state the run saw at the fork, where it can be (`env.restore(snapshot)`, on the fork's own
-state: `reopen(fork_id)`); where it cannot, or where the restored state is not that one,
-every standing grant given before the fork is revoked as the fork goes live: nothing approved
-before it then runs without being asked again (a receipt is bound to its state anyway).
+state: `reopen(fork_id)`); an env with no `restore` is forked only where it starts in that
+state (`rebuildable`). Where the restored state is not that one, every standing grant given
+before the fork is revoked as the fork goes live: nothing approved before it then runs
+without being asked again (a receipt is bound to its state anyway).
 
 What a worker would refuse is refused before the fork is queued: its options checked as a
 submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
