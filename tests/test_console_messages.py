@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import HARNESS, SAMPLES
-from console_helpers import console_app, finished, run_screen, wait_until
+from console_helpers import console_app, finished, notices, run_screen, wait_until
 from store_helpers import last_json, start_runner, wait_for_pending
 from test_markup_property import raw_controls, screen_text
 from textual.widgets import Input
@@ -116,6 +116,50 @@ async def test_esc_sends_nothing_and_an_empty_box_is_said() -> None:
         await pilot.press("k", "y")
         await wait_until(pilot, lambda: finished(app))
         assert _said(screen) == []
+
+
+async def _box_over_the_waiting_run(pilot, app) -> MessageDialog:
+    """The run waits for an approval (put off): `m`, and a few words typed in the box."""
+    await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+    await pilot.press("escape", "m")
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, MessageDialog) and isinstance(app.screen.focused, Input),
+    )
+    await pilot.press(*"also sk")
+    box = app.screen
+    assert isinstance(box, MessageDialog) and box.query_one(Input).value == "also sk"
+    return box
+
+
+@pytest.mark.parametrize("keys", [("ctrl+s",), ("ctrl+k", "y")], ids=["stop", "kill"])
+async def test_stopping_the_run_from_the_message_box_closes_it_unsent(keys) -> None:
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        screen = run_screen(app)
+        await _box_over_the_waiting_run(pilot, app)
+        await pilot.press(*keys)
+        await wait_until(pilot, lambda: app.screen is screen)
+        assert any("nobody will hear it" in text for text in notices(app))
+        await wait_until(pilot, lambda: finished(app))
+        assert screen.link.runtime.messages.heard == [] and _said(screen) == []
+
+
+async def test_a_run_that_ends_under_the_message_box_is_said_ended_there() -> None:
+    """The run ends on its own while the box is open: the box says so and keeps what is typed
+    (no letter taken as a key), and sends nothing."""
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = run_screen(app)
+        box = await _box_over_the_waiting_run(pilot, app)
+        screen.link.stop(by="elsewhere")
+        await wait_until(pilot, lambda: finished(app) and box.ended)
+        assert "ended" in str(box.query_one("#message-box").border_title)
+        await pilot.press(*"q and t")
+        assert app.screen is box and box.query_one(Input).value == "also skq and t"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen)
+        assert screen.link.runtime.messages.heard == [] and _said(screen) == []
 
 
 # Several seconds of subprocesses or console: in `make stress` (CI runs both).

@@ -68,7 +68,7 @@ async def test_e_in_the_approval_dialog_tells_the_agent_as_a_rejection() -> None
         await wait_until(pilot, lambda: app.screen is dialog and dialog.is_mounted)
         assert f"Not editable: {WHY}" in _text(dialog, "#approval-not-editable")
         keys = _text(dialog, "#approval-keys")
-        assert "e tell the agent" in keys and "e edit" not in keys
+        assert "e reject and tell the agent" in keys and "e edit" not in keys
         assert dialog.check_action("tell", ()) and not dialog.check_action("edit", ())
         await pilot.press("e")
         await wait_until(pilot, lambda: isinstance(dialog.focused, TextArea))

@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 from conftest import SAMPLES
 from console_helpers import finished, notices, run_screen, screen_lines, wait_until
+from textual.widgets import Input
 
 from loopdeck.core import AutoApprover
 from loopdeck.operator.approval_queue import ApprovalQueue
 from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.operator.session import RunSession
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
-from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.dialogs import ApprovalDialog, ConfirmQuitDialog
 from loopdeck.tui.inbox import InboxScreen
+from loopdeck.tui.message_dialog import MessageDialog
 
 SIZES = [(80, 24), (100, 30)]
 ids = lambda s: f"{s[0]}x{s[1]}"  # noqa: E731
@@ -79,8 +81,17 @@ async def test_an_acp_diff_keeps_the_approval_keys_in_view(tmp_path, size) -> No
     async with app.run_test(size=size, notifications=True) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog), timeout=60)
         await pilot.pause()
-        assert "return a + b" in "\n".join(screen_lines(app))  # the diff is shown
         assert shown_whole(app, "#approval-keys")
+        assert '"path": "calc.py"' in "\n".join(screen_lines(app))  # the arguments
+        # The diff comes in the agent's words, which give way to the arguments in a short
+        # box: they scroll, and the diff is read there.
+        words = app.screen.query_one("#approval-words")
+        for _ in range(words.max_scroll_y + 1):
+            if "return a + b" in "\n".join(screen_lines(app)):
+                break
+            words.scroll_down(animate=False)
+            await pilot.pause()
+        assert "return a + b" in "\n".join(screen_lines(app))
 
 
 @pytest.mark.parametrize("size", SIZES, ids=ids)
@@ -128,3 +139,62 @@ async def test_a_line_with_more_keys_than_room_says_more(tmp_path) -> None:
         assert line.rstrip().endswith("^p more"), line
         assert line.startswith(" a approve  e edit  g grant  r reject"), line
         assert not re.search(r"(^|\s)[a-z](\s+[a-z](\s|$))", line), line  # no bare letters
+
+
+async def test_over_a_dialog_the_keys_line_has_the_dialogs_keys_and_those_that_act(
+    tmp_path,
+) -> None:
+    """The run's own keys (`t`, `o`, `m`…) do nothing under a dialog: the line over it says
+    the dialog's keys and the console's that act there; while a box has the focus, the ctrl
+    keys that act from it."""
+    app = stored_app("order_support", "unknown-outcome", tmp_path / "s.db")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.pause()
+        line = screen_lines(app)[-1]
+        for words in ("a Approve", "r Reject", "esc Later", "s Stop after tools", "q Quit"):
+            assert words in line, line
+        for run_key in (" w ", " t ", " m ", " o ", " f ", " i "):
+            assert run_key not in line, line
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen.focused, Input))
+        await pilot.pause()
+        line = screen_lines(app)[-1]
+        for words in ("esc Back", "^s Stop", "^k Kill", "^q Quit"):
+            assert words in line, line
+        for plain_key in (" a ", " r ", " s ", " k ", " q "):
+            assert plain_key not in line, line
+
+
+async def test_every_text_box_says_the_ctrl_keys_that_act_from_it(tmp_path) -> None:
+    app = stored_app("order_support", "solve", tmp_path / "s.db")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        dialog = app.screen
+
+        def said(screen: Any, selector: str) -> str:
+            return str(screen.query_one(selector).render())
+
+        await pilot.press("r")  # the reason box
+        await wait_until(pilot, lambda: isinstance(dialog.focused, Input))
+        assert all(k in said(dialog, "#approval-keys") for k in ("ctrl+s", "ctrl+k", "ctrl+q"))
+        await pilot.press("ctrl+q")  # it does what it says: quitting, asked first
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmQuitDialog))
+        await pilot.press("n")
+        await wait_until(pilot, lambda: app.screen is dialog)
+        await pilot.press("escape", "e")  # the arguments' editor
+        await wait_until(pilot, lambda: dialog.mode == "edit")
+        assert "ctrl+q" in said(dialog, "#approval-keys")
+        await pilot.press("escape", "escape", "m")  # the message box, over the run
+        await wait_until(pilot, lambda: isinstance(app.screen, MessageDialog))
+        assert "ctrl+q" in said(app.screen, "#message-keys")
+        await pilot.press("escape")
+
+
+async def test_the_too_small_notice_stays_whole_under_a_dialog(tmp_path) -> None:
+    app = stored_app("order_support", "solve", tmp_path / "s.db")
+    async with app.run_test(size=(70, 20)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.pause()
+        first = screen_lines(app)[0]
+        assert "70x20" in first and "enlarge to 80x24" in first, first

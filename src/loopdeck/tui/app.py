@@ -51,10 +51,11 @@ if TYPE_CHECKING:
 __all__ = ["ConsoleStart", "LoopdeckApp", "Preparation"]
 
 
-class LoopdeckApp(ConsoleState):
+class LoopdeckApp(ConsoleState, inherit_bindings=False):
     # No CSS_PATH: `console_start.read_styles` reads the stylesheet after the first frame.
     TITLE = "loopdeck"
-    # The kill switch lives on the app, with priority, so it works over any dialog.
+    # The kill switch lives on the app, with priority, so it works over any dialog. Textual's
+    # own keys are not inherited: ctrl+q is bound below, after the keys it is listed with.
     BINDINGS = [
         Binding("s", "run_stop", "Stop after tools", priority=True, id="run.stop"),
         Binding("k", "run_kill", "Kill now", priority=True, id="run.kill"),
@@ -65,6 +66,10 @@ class LoopdeckApp(ConsoleState):
         # While a text box has the focus, letters are typed: stop and kill take ctrl.
         Binding("ctrl+s", "typed_stop", "Stop", priority=True, id="run.typed_stop"),
         Binding("ctrl+k", "typed_kill", "Kill", priority=True, id="run.typed_kill"),
+        # ctrl+q quits from anywhere (asked first, as `q`); the keys line says so while typing.
+        Binding("ctrl+q", "typed_quit", "Quit", priority=True, id="app.typed_quit"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "help_quit", show=False, system=True),
     ]
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -253,6 +258,8 @@ class LoopdeckApp(ConsoleState):
             return run is not None and run.running and typing == action.startswith("typed")
         if action == "quit_run":
             return not typing
+        if action == "typed_quit":
+            return typing
         return True
 
     def action_run_stop(self) -> None:
@@ -268,6 +275,9 @@ class LoopdeckApp(ConsoleState):
 
     def action_typed_kill(self) -> None:
         self.action_run_kill()
+
+    def action_typed_quit(self) -> None:
+        self.action_quit_run()
 
     def action_run_kill(self) -> None:
         from loopdeck.tui.dialogs import ConfirmKillDialog

@@ -22,6 +22,7 @@ from loopdeck.core.text import short_args
 from loopdeck.operator.grant_book import GrantRow
 from loopdeck.tui.args_edit import ArgsEdit
 from loopdeck.tui.grant_chooser import GrantChooser
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shown import markup, plain
 
 UNKNOWN_WHY = (
@@ -77,6 +78,7 @@ class OutcomeDialog(ModalScreen[bool | None]):
             )
             yield Static(outcome_error(self.result), id="outcome-error")
             yield Static(OUTCOME_KEYS, id="outcome-keys", classes="dialog-foot")
+        yield KeysBar()
 
     def action_say(self, applied: bool) -> None:
         self.dismiss(applied)
@@ -118,6 +120,7 @@ class GrantPicker(ModalScreen[str | None]):
                 id="grant-picker",
             )
             yield Static("[b]enter[/] revoke   [b]esc[/] keep them all", id="picker-keys")
+        yield KeysBar()
 
     @on(OptionList.OptionSelected, "#grant-picker")
     def _picked(self, event: OptionList.OptionSelected) -> None:
@@ -186,6 +189,7 @@ class WriteDecisionDialog(ModalScreen[ApprovalDecision | None]):
                 assert self.granting is not None
                 yield self.granting
                 yield Static("[b]enter[/] approve and grant   [b]esc[/] back", id="write-keys")
+        yield KeysBar()
 
     def on_mount(self) -> None:
         if self.editing is not None:

@@ -18,50 +18,39 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
-from loopdeck.core.text import visible_json
-from loopdeck.core.write_diff import CONTENT_FIELDS
+from loopdeck.tui.approval_parts import FittingBox, args_shown, rows_drawn
 from loopdeck.tui.args_edit import ArgsEdit
 from loopdeck.tui.grant_chooser import GrantChooser
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
-from loopdeck.tui.shown import markup, plain
-from loopdeck.tui.shown_input import ShownInput, typing_into
+from loopdeck.tui.shown import markup
+from loopdeck.tui.shown_input import TYPING_KEYS, ShownInput, typing_into
 from loopdeck.tui.timers import every
 
 BY = "console"  # who decided, as the store and the events have it
 KEYS = (
-    "[b]a[/] approve   [b]e[/] edit   [b]g[/] grant   [b]r[/] reject with a reason   "
+    "[b]a[/] approve  [b]e[/] edit  [b]g[/] grant  [b]r[/] reject with a reason  "
     "[b]esc[/] decide later"
 )
 TELL_KEYS = (
-    "[b]a[/] approve   [b]e[/] reject and tell the agent   [b]g[/] grant   "
-    "[b]r[/] reject with a reason   [b]esc[/] decide later"
+    "[b]a[/] approve  [b]e[/] reject and tell the agent  [b]g[/] grant  "
+    "[b]r[/] reject with a reason  [b]esc[/] decide later"
 )
-TYPING = "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill"
-EDIT_KEYS = f"[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n{TYPING}"
+EDIT_KEYS = (
+    f"[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n{TYPING_KEYS}"
+)
 TOLD_KEYS = (
     "[b]ctrl+o[/] reject, telling the agent to run this input   [b]esc[/] back, nothing decided"
-    f"\n{TYPING}"
+    f"\n{TYPING_KEYS}"
 )
+ARGS_FIRST = (
+    "[b $warning]Not approved:[/] its arguments were not in view ([b]a[/] again once they are)"
+)
+FULL_SAVES = 3  # the rows a box's `-full` look leaves out (the stylesheet's `.-full` rules)
 GRANT_KEYS = (
     "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
     "[b]esc[/] back"
 )
-
-
-def args_shown(request: ApprovalRequest) -> Iterator[Static]:
-    """The arguments; a file write's content as its diff against the working copy, `+`
-    lines green, `-` lines red, the rest of the arguments below it."""
-    if not request.diff:
-        yield Static(plain(visible_json(request.args)))
-        return
-    styles = {"+": "$text-success", "-": "$text-error", "@": "$text-accent"}
-    lines = [
-        plain(line, "" if line.startswith(("+++", "---")) else styles.get(line[:1], ""))
-        for line in request.diff.splitlines()
-    ]
-    yield Static(Content("\n").join(lines), classes="approval-diff")
-    rest = {k: v for k, v in request.args.items() if k not in CONTENT_FIELDS}
-    yield Static(plain(visible_json(rest)))
 
 
 class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
@@ -83,6 +72,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         Binding("ctrl+o", "approve_edited", "Approve edited", id="approval.approve_edited"),
         Binding("ctrl+o", "tell_edited", "Reject, tell the agent", id="approval.tell_edited"),
         Binding("escape", "close", "Later", id="approval.close"),
+        Binding("escape", "back", "Back", id="approval.back"),  # from a box opened in place
     ]
     # Under 28 rows the grant chooser takes the arguments' place (its fields box holds one).
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-roomy")]
@@ -98,7 +88,9 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self.mode = ""  # what is open in place: "", "reason", "edit" or "grant"
         # Made whole here, never looked up on mount: a dialog withdrawn before its mount ran
         # (its request decided elsewhere) has no children left to find by then.
-        self._box, self._title = Vertical(id="approval-box"), Static(id="approval-title")
+        self._box = FittingBox(self.fit, id="approval-box")
+        self._title = Static(id="approval-title")
+        self._words = VerticalScroll(id="approval-words")  # what gives way to the arguments
         self.main_keys = TELL_KEYS if request.not_editable else KEYS
         self._expiry = Static(id="approval-expiry")
         self._keys = Static(self.main_keys, id="approval-keys")
@@ -122,43 +114,18 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         risk_var = "read" if self.risk == "read" else "write"  # a theme variable's name
         with self._box:
             yield self._title
-            if r.asked_again:
-                yield Static(
-                    markup(
-                        "[b $warning]Asked again:[/] $again. "
-                        "The earlier approval did not cover this call any more.",
-                        again=r.asked_again,
-                    ),
-                    id="approval-again",
-                )
-            if r.not_editable:
-                yield Static(
-                    markup(
-                        "[b $warning]Not editable:[/] $why. [b]e[/] rejects it and tells the "
-                        "agent what to run instead.",
-                        why=r.not_editable,
-                    ),
-                    id="approval-not-editable",
-                )
-            if r.asked_by is not None:
-                yield Static(
-                    markup("[b $warning]Asked by[/] $rule", rule=r.asked_by.with_why()),
-                    id="approval-asked-by",
-                )
             yield Static(
                 markup(
-                    f"[b]$tool[/]   risk [b $risk-{risk_var}]$risk[/]$source   [b]call[/] $call\n"
-                    "[b]plan step[/] $step\n"
-                    "[b]why[/] " + ("$why" if r.rationale else "[dim]no text[/]"),
+                    f"[b]$tool[/]   risk [b $risk-{risk_var}]$risk[/]$source   [b]call[/] $call",
                     tool=r.tool,
                     risk=self.risk,
                     source=f" ({r.risk_source})" if r.risk_source else "",
                     call=r.call_id,
-                    step=r.plan_step or "—",
-                    why=r.rationale,
                 ),
-                id="approval-meta",
+                id="approval-tool",
             )
+            with self._words:
+                yield from self._words_shown()
             with self._args:
                 yield from args_shown(r)
             yield Static(
@@ -173,9 +140,63 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
                 yield self._expiry
                 yield self._reason
                 yield self._keys
+        yield KeysBar()
+
+    def _words_shown(self) -> Iterator[Static]:
+        """What gives way when the box is short (`fit`): why the call is asked again, what
+        cannot be edited, the rule that asks, the plan step and the model's words."""
+        r = self.request
+        if r.asked_again:
+            yield Static(
+                markup(
+                    "[b $warning]Asked again:[/] $again. "
+                    "The earlier approval did not cover this call any more.",
+                    again=r.asked_again,
+                ),
+                id="approval-again",
+            )
+        if r.not_editable:
+            yield Static(
+                markup(
+                    "[b $warning]Not editable:[/] $why. [b]e[/] rejects it and tells the "
+                    "agent what to run instead.",
+                    why=r.not_editable,
+                ),
+                id="approval-not-editable",
+            )
+        if r.asked_by is not None:
+            yield Static(
+                markup("[b $warning]Asked by[/] $rule", rule=r.asked_by.with_why()),
+                id="approval-asked-by",
+            )
+        yield Static(
+            markup(
+                "[b]plan step[/] $step\n[b]why[/] "
+                + ("$why" if r.rationale else "[dim]no text[/]"),
+                step=r.plan_step or "—",
+                why=r.rationale,
+            ),
+            id="approval-meta",
+        )
 
     def on_mount(self) -> None:
         every(self, 1.0, self.tick_countdown)
+
+    def fit(self) -> None:
+        """The arguments keep their first lines in view whatever the room: where the box
+        cannot hold all it shows (a small terminal, a toast's strip below it, the reason box
+        open), the words above them give way and scroll (`-full`); once they fit again, the
+        box is as tall as what it shows. It leaves `-full` only with room for the rows that
+        look leaves out, so it never goes back and forth."""
+        box, words = self._box, self._words
+        width = words.container_size.width
+        room = words.size.height - words.get_content_height(words.size, self.app.size, width)
+        if self.mode not in ("", "reason"):  # the editor or the chooser has the room
+            box.remove_class("-full")
+        elif not box.has_class("-full"):
+            box.set_class(box.max_scroll_y > 0, "-full")
+        elif room >= FULL_SAVES and not self._args.max_scroll_y:
+            box.remove_class("-full")
 
     def set_title(self, waiting: int) -> None:
         self.waiting = waiting
@@ -209,6 +230,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
             return self.mode == "edit"
         if action == "tell_edited":
             return self.mode == "tell"
+        if action in ("close", "back"):  # the same key: later, or back from a box
+            return (action == "back") == bool(self.mode)
         return True
 
     def _set_mode(self, mode: str, keys: str | Content) -> None:
@@ -217,16 +240,29 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self.set_class(mode == "grant", "-granting")
         self._keys.update(keys)
         self.refresh_bindings()
+        self.call_after_refresh(self.fit)  # the foot's height changed, not the box's
 
     def action_approve(self) -> None:
-        self.dismiss(ApprovalDecision(call_id=self.request.call_id, approved=True, by=BY))
+        if self._arguments_seen():
+            self.dismiss(ApprovalDecision(call_id=self.request.call_id, approved=True, by=BY))
+
+    def _arguments_seen(self) -> bool:
+        """A write is approved (or granted) only while its arguments' first lines are drawn:
+        else they are scrolled into view and said, and the key does nothing this time."""
+        texts = self._args.query(Static)
+        if sum(rows_drawn(self, text) for text in texts) >= min(2, self._args.virtual_size.height):
+            return True
+        self._box.scroll_to_widget(self._args, animate=False, top=True)
+        self._keys.update(ARGS_FIRST)
+        return False
 
     def action_reject(self) -> None:
         self._reason.display = True
         self._set_mode(
             "reason",
             markup(
-                "Reject [b]$tool[/]: [b]enter[/] reject   [b]esc[/] back", tool=self.request.tool
+                f"Reject [b]$tool[/]: [b]enter[/] reject   [b]esc[/] back\n{TYPING_KEYS}",
+                tool=self.request.tool,
             ),
         )
         self._reason.focus()
@@ -273,6 +309,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
             self.dismiss(decision)
 
     def action_grant(self) -> None:
+        if not self._arguments_seen():  # the chooser takes their place at 80x24
+            return
         r = self.request
         if self.granting is None:
             self.granting = GrantChooser(r.tool, r.args, r.args_schema, id="approval-grant")
@@ -289,6 +327,9 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         assert self.granting is not None
         if (decision := self.granting.approval(self.request.call_id, BY)) is not None:
             self.dismiss(decision)
+
+    def action_back(self) -> None:
+        self.action_close()
 
     def action_close(self) -> None:
         """From a box opened in place: back to the dialog's keys. Else: decide later."""
@@ -318,6 +359,7 @@ class ConfirmDialog(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="kill-box"):
             yield Static(self.text)
+        yield KeysBar()
 
     def action_confirm(self) -> None:
         self.dismiss(True)

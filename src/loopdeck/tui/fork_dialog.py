@@ -22,6 +22,7 @@ from textual.worker import Worker
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.tui.failures import worker_failed
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shown import markup
 from loopdeck.tui.shown_input import ShownInput
 
@@ -107,6 +108,7 @@ class ForkDialog(ModalScreen[ForkAsked | None]):
             with Vertical(id="fork-foot", classes="dialog-foot"):  # in view, the box full or not
                 yield self._problem
                 yield Static(KEYS, id="fork-keys")
+        yield KeysBar()
 
     def on_mount(self) -> None:
         self.read_scripts()

@@ -8,6 +8,7 @@ one Static: the same keys, descriptions and clicks, built from the screen's acti
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar
 
 from textual import events
@@ -32,6 +33,7 @@ SHORT = {
     "run.pause": "pause",
     "app.quit_run": "quit",
     "app.inbox": "inbox",
+    "app.typed_quit": "quit",
     "inbox.approve": "approve",
     "inbox.edit": "edit",
     "inbox.tell": "tell",
@@ -61,26 +63,34 @@ class KeysBar(Static):
         self.key_spans: list[tuple[int, int, str]] = []  # x from, x to, the key to press
         self._shown: tuple[Key, ...] = ()
         self._keys_shown: dict[str, Binding] = {}
+        self._under: list[Screen[object]] = []  # the screens under a dialog's line
 
     def on_mount(self) -> None:
         self.screen.bindings_updated_signal.subscribe(self, self._bindings_changed)
+        # Over a dialog, the app's keys come and go with the run under it (`_active`).
+        self._under = [s for s in self.app.screen_stack if s is not self.screen]
+        for under in self._under if self.screen.is_modal else ():
+            under.bindings_updated_signal.subscribe(self, lambda _: self._bindings_changed())
         self._bindings_changed(self.screen)
 
     def on_unmount(self) -> None:
-        self.screen.bindings_updated_signal.unsubscribe(self)
+        for screen in (self.screen, *self._under):
+            screen.bindings_updated_signal.unsubscribe(self)
 
     def on_resize(self) -> None:
         self._shown = ()  # the palette key sits at the right edge: draw again
         self._bindings_changed(self.screen)
 
-    def _bindings_changed(self, screen: Screen[object]) -> None:
-        if not self.is_attached or screen is not self.screen:
+    def _bindings_changed(self, screen: Screen[object] | None = None) -> None:
+        if not self.is_attached or screen not in (None, self.screen):
             return
         keys: list[Key] = []
         actions: set[str] = set()
         palette: Key | None = None
         self._keys_shown = {}
-        for key, (_, binding, enabled, _) in self.screen.active_bindings.items():
+        for key, binding, enabled in self._active():
+            if key in self._keys_shown:
+                continue
             if key == self.app.COMMAND_PALETTE_BINDING and self.app.ENABLE_COMMAND_PALETTE:
                 palette = (key, binding.description, enabled)
             elif binding.show and binding.action not in actions:
@@ -93,6 +103,19 @@ class KeysBar(Static):
         if shown != self._shown:
             self._shown = shown
             self._draw(keys, palette)
+
+    def _active(self) -> Iterator[tuple[str, Binding, bool]]:
+        """The screen's active bindings; over a dialog also the app's priority keys (stop,
+        kill, pause, quit, the palette), which act there though Textual's active bindings
+        stop at the dialog: the line shows the dialog's keys and those, never the keys of the
+        screen under it."""
+        for key, (_, binding, enabled, _) in self.screen.active_bindings.items():
+            yield key, binding, enabled
+        if self.screen.is_modal:
+            app = self.app
+            for key, binding in app._bindings:  # the app's own, as Textual keeps them
+                if binding.priority and app.check_action(binding.action, ()):
+                    yield key, binding, True
 
     def _fitted(self, keys: list[Key], palette: Key | None) -> tuple[list[Key], Key | None]:
         """Every key stays on a narrow line: the descriptions shorten to a word (`SHORT`),

@@ -113,6 +113,15 @@ def chooser_options(folders: Iterable[Env], samples: list[Env]) -> list[Option |
     return options
 
 
+def folder_problem(path: str, why: str) -> str:
+    """What keeps an env folder from being listed, the file it names first and short (`~` for
+    the home folder, the folder said once): a toast at 80 columns keeps its first lines."""
+    home = str(Path.home())
+    shown = f"~{path[len(home) :]}" if path.startswith(home + "/") else path
+    said = why.replace(path, shown)
+    return said if said.startswith(shown) else f"{shown}: {said}"
+
+
 class LauncherScreen(Screen[tuple[str, str]]):
     """The sample envs and their scripts (`n` on the fleet). Dismisses with (env path, script);
     the store's runs are the fleet's to list."""
@@ -195,7 +204,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
         env = event.env
         if env.get("error") or not env["scripts"]:
             why = env.get("error") or "it has no scripts for the offline model to play"
-            toast(self, f"{env['path']}: {why}", title="cannot list", severity="error",
+            toast(self, folder_problem(env["path"], why), title="cannot list", severity="error",
                   timeout=15)  # fmt: skip
             return
         key = str(Path(env["path"]).resolve())

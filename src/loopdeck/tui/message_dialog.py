@@ -1,6 +1,7 @@
 """`m` on a live run: the operator's message to the agent, typed in a box over the run. The
 model hears it before its next turn, as the operator's words; the run does not wait for it.
-While the box has the focus, letters are typed: `ctrl+s` stops, `ctrl+k` kills."""
+While the box has the focus, letters are typed: `ctrl+s` stops, `ctrl+k` kills, `ctrl+q`
+quits."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from loopdeck.tui.shown import markup
-from loopdeck.tui.shown_input import ShownInput
+from loopdeck.tui.keys_bar import KeysBar
+from loopdeck.tui.shown import markup, toast
+from loopdeck.tui.shown_input import TYPING_KEYS, ShownInput
 
-KEYS = (
-    "[b]enter[/] send   [b]esc[/] back without sending\n"
-    "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill"
-)
+KEYS = f"[b]enter[/] send   [b]esc[/] back without sending\n{TYPING_KEYS}"
 ENDED_KEYS = "[b]enter[/] or [b]esc[/] close, nothing sent"
 ENDED = (
     "[b $warning]The run has ended:[/] nobody is left to hear a message. What you type here "
@@ -39,21 +38,43 @@ class MessageDialog(ModalScreen[str | None]):
     def __init__(self, run_id: str, ended: bool = False) -> None:
         super().__init__(classes="dialog")
         self.run_id = run_id
-        self.ended = ended
+        self.ended = False
         self._box = Vertical(id="message-box")
-        ended_title = " · ended" if ended else ""
-        self._box.border_title = markup(f"Message · run $run{ended_title}", run=run_id or "…")
+        self._said = Static(markup("[b]Say to the agent[/]\n$when", when=HEARD_WHEN))
+        self._keys = Static(KEYS, id="message-keys")
         self._text = ShownInput(placeholder="what the agent should hear", id="message-text")
         self._problem = Static(id="message-problem")
         self._problem.display = False
+        self._box.border_title = markup("Message · run $run", run=run_id or "…")
+        if ended:
+            self.mark_ended()
 
     def compose(self) -> ComposeResult:
         with self._box:
-            said = markup("[b]Say to the agent[/]\n$when", when=HEARD_WHEN)
-            yield Static(ENDED if self.ended else said)
+            yield self._said
             yield self._text
             yield self._problem
-            yield Static(ENDED_KEYS if self.ended else KEYS, id="message-keys")
+            yield self._keys
+        yield KeysBar()
+
+    def mark_ended(self) -> None:
+        """The run has ended while the box is open: it says so and sends nothing; what is
+        typed next is still typed here, never taken as a key."""
+        self.ended = True
+        self._box.border_title = markup("Message · run $run · ended", run=self.run_id or "…")
+        self._said.update(ENDED)
+        self._keys.update(ENDED_KEYS)
+        self._problem.display = False
+
+    def close_unsent(self) -> None:
+        """The operator stopped or killed the run from here: nobody will hear a message; the
+        box goes (once the kill's question has), saying so if it held one."""
+        if self.app.screen is not self:
+            self.app.call_after_refresh(self._close_when_shown)
+            return
+        if self._text.value.strip():
+            toast(self.app, "the run is stopping: nobody will hear it", title="message not sent")
+        self.dismiss(None)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if self.ended:
@@ -67,3 +88,18 @@ class MessageDialog(ModalScreen[str | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+    def _close_when_shown(self) -> None:
+        if self.app.screen is self:
+            self.close_unsent()
+
+
+def unheard(box: MessageDialog | None, ended: bool = False) -> None:
+    """A run's open message box: closed when the operator stops or kills the run (ctrl+s,
+    ctrl+k from it), said ended when the run ends; what it holds is never sent."""
+    if box is None or box not in box.app.screen_stack:
+        return
+    if ended:
+        box.mark_ended()
+    else:
+        box.close_unsent()

@@ -382,14 +382,16 @@ class RunHeader(FixedSize, Static):
         run = view.run_id or "starting…"
         script = "/$script" if view.script else ""
         # Where a worker runs it: its host by the run, its last move and its fork's source
-        # at the end (a narrow terminal cuts those first).
+        # at the end (a narrow terminal cuts those first). A field not known yet (the env
+        # and model before the run's first event) is left out, not joined empty.
         host = " on [b]$host[/]" if view.host else ""
-        moves = " · [dim]$moved[/]" if view.moved else ""
-        moves += " · [dim]$forked[/]" if view.forked else ""
+        known = {f"[b]$env[/]{script}": view.env, "$model": view.model,
+                 "[dim]$moved[/]": view.moved, "[dim]$forked[/]": view.forked}  # fmt: skip
+        fields = [f"run [b]$run[/]{host}", *(f for f, value in known.items() if value)]
         paint(
             self,
             f"{spin}[b reverse $accent] {state} [/]{badge} · ⏱ {elapsed_text(agent_s)}{waited}"
-            f" · run [b]$run[/]{host} · [b]$env[/]{script} · $model{moves} · [dim]loopdeck[/]",
+            f" · {' · '.join(fields)} · [dim]loopdeck[/]",
             {"run": run, "env": view.env, "script": view.script or "", "model": view.model,
              "outage": outage, "host": view.host, "moved": view.moved, "forked": view.forked},
         )  # fmt: skip

@@ -23,12 +23,12 @@ from textual.widgets import Input, Static
 
 from loopdeck.core.budget_answer import read_answer
 from loopdeck.core.events import QuestionAsked
+from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text
 from loopdeck.tui.shown import markup, plain
-from loopdeck.tui.shown_input import ShownInput
+from loopdeck.tui.shown_input import TYPING_KEYS, ShownInput
 from loopdeck.tui.timers import every
 
-TYPING_KEYS = "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill  [b]ctrl+q[/] quit"
 CHOICE_KEYS = {
     "stop": "[b]s[/] stop the run",
     "allow": "[b]a[/] allow once",
@@ -107,6 +107,7 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
                 yield self._answer
                 yield self._problem
                 yield self._keys
+        yield KeysBar()
 
     def on_mount(self) -> None:
         if self.asked is not None and self.asked.acts_at is not None:

@@ -163,7 +163,8 @@ class RunPanels:
         small = width < MIN_SIZE[0] or height < MIN_SIZE[1]
         notice.display = small
         if small:
+            # Short: one line from 66 columns, so a dialog over the run leaves it whole.
             notice.update(
-                f"terminal is {width}x{height}: loopdeck needs at least "
-                f"{MIN_SIZE[0]}x{MIN_SIZE[1]} to show a run; enlarge it (t opens the transcript)"
+                f"{width}x{height} is too small for a run: enlarge to "
+                f"{MIN_SIZE[0]}x{MIN_SIZE[1]} (t: transcript)"
             )

@@ -42,6 +42,7 @@ from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
 from loopdeck.tui.grants_panel import GrantsPanel
 from loopdeck.tui.keys_bar import KeysBar
+from loopdeck.tui.message_dialog import MessageDialog, unheard
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
@@ -105,6 +106,7 @@ class RunScreen(Screen[None]):
         )
         self.decisions = RunDecisions(self, link, self.offers)
         self._unsubscribe: list[Callable[[], None]] = []
+        self.message_box: MessageDialog | None = None  # `m`'s, once opened
 
     @property
     def running(self) -> bool:
@@ -206,6 +208,7 @@ class RunScreen(Screen[None]):
             self.refresh_bindings()
         else:
             return
+        unheard(self.message_box, ended=True)
         if self.quitting:
             self.leave()
 
@@ -320,9 +323,11 @@ class RunScreen(Screen[None]):
             self.mark_seen()
         self.post_message(BackToFleet())
 
-    def action_message(self) -> None:
-        """`m`: a box for the operator's words; sent to the run, heard before its next turn."""
-        from loopdeck.tui.message_dialog import MessageDialog
+    def action_message(self, ended: bool = False) -> None:
+        """`m`: a box for the operator's words; sent to the run, heard before its next turn.
+        On a run that has ended the box still opens, marked so (`message_ended`)."""
+        if ended:
+            toast(self, "the run has ended: nobody is left to hear a message", title="not sent")
 
         def typed(text: str | None) -> None:
             if text is None:
@@ -333,17 +338,16 @@ class RunScreen(Screen[None]):
             self.link.message(text, by=BY)
             self.notify("message sent: the model hears it before its next turn")
 
-        self.app.push_screen(MessageDialog(self.view.run_id), typed)
+        self.message_box = MessageDialog(self.view.run_id, ended)
+        self.app.push_screen(self.message_box, typed)
 
     def action_message_ended(self) -> None:
-        from loopdeck.tui.message_dialog import MessageDialog
-
-        toast(self, "the run has ended: nobody is left to hear a message", title="not sent")
-        self.app.push_screen(MessageDialog(self.view.run_id, ended=True))
+        self.action_message(ended=True)
 
     def action_stop(self) -> None:
         self.link.stop(by="console")
         self.notify("stopping after the current tools")
+        unheard(self.message_box)
 
     def action_pause(self) -> None:
         if self.view.paused:
@@ -355,6 +359,7 @@ class RunScreen(Screen[None]):
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.link.kill(by="console")
+                unheard(self.message_box)
 
         self.app.push_screen(ConfirmKillDialog(), confirmed)
 

@@ -9,6 +9,9 @@ import sys
 from rich.text import Text
 from textual.widgets import Input
 
+# What every text box's hint says: letters are typed there, so the run's keys take ctrl.
+TYPING_KEYS = "while typing: [b]ctrl+s[/] stop  [b]ctrl+k[/] kill  [b]ctrl+q[/] quit"
+
 
 class ShownInput(Input):
     """An `Input` drawing each control or bidi character as one mark, so the cursor keeps its
