@@ -157,3 +157,31 @@ def test_runs_shows_a_paused_run_local_times_and_rounded_cost(tmp_path, monkeypa
     finally:
         runner.kill()
         runner.wait()
+
+
+@pytest.mark.slow
+def test_a_run_is_named_only_once_the_store_has_it(tmp_path) -> None:
+    """`run ID started` is said once the run's start is committed: a command sent the moment
+    it is said finds the run (it found none, and the run went on as if nobody had spoken)."""
+    db = tmp_path / "s.db"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "loopdeck", "run", "service_outage", "--script", "slow-rollout",
+         "--headless", "--json", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert runner.stderr is not None
+        first = runner.stderr.readline()
+        run_id = first.split()[1]
+        assert first.startswith(f"run {run_id} started"), first
+        killed = subprocess.run(
+            [sys.executable, "-m", "loopdeck", "cancel", run_id, "--now", "--db", str(db)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert killed.returncode == 0, killed.stderr
+        out, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert json.loads(out.splitlines()[-1])["stop_reason"] == "killed"

@@ -166,17 +166,22 @@ async def run_recorded_headless(
             prepared.runtime.bus.subscribe(trace.take)
         try:
             run_id = prepared.runtime.config.run_id
-            # Said as it starts, so another terminal can attach, approve or stop it by id.
-            print(
-                f"run {run_id} started · watch: loopdeck attach {run_id} --db {store.path}",
-                file=sys.stderr,
-            )
-            if options.approve == "wait":
+
+            def started() -> None:
+                """Said once the store has the run (its start committed), so another terminal
+                can attach, approve or stop it by id: a command sent earlier found no run."""
                 print(
-                    f"run {run_id}: writes wait for `loopdeck approve {run_id} CALL_ID` "
-                    f"(db {store.path})",
+                    f"run {run_id} started · watch: loopdeck attach {run_id} --db {store.path}",
                     file=sys.stderr,
                 )
+                if options.approve == "wait":
+                    print(
+                        f"run {run_id}: writes wait for `loopdeck approve {run_id} CALL_ID` "
+                        f"(db {store.path})",
+                        file=sys.stderr,
+                    )
+
+            session.on_recorded = started
             if signals is not None:
                 signals.aim(session.kill, lambda by: _harder(session, by))
             return await session.record()

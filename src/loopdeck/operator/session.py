@@ -49,6 +49,8 @@ class RunSession:
         # A kill before the recording began (the model library still loading): handed to the
         # recording, so the store holds the kill and the run's every event.
         self._kill_before_recording: str | None = None
+        # Told once the run is in the store (its first events committed): its id can be named.
+        self.on_recorded: Callable[[], None] | None = None
 
     @property
     def recorded(self) -> bool:
@@ -143,6 +145,7 @@ class RunSession:
         events would collide with the other run's."""
         await self.refuse_taken_id(self.runtime.config.run_id)
         self._writer = EventWriter(self.store, approve_mode=self.approve_mode)
+        self._writer.on_first_commit = self.on_recorded
         recorded = self._recorded = RecordedRun(self.store, self.runtime, self._writer, self.say)
         if self._kill_before_recording is not None:
             recorded.kill(self._kill_before_recording)

@@ -78,6 +78,9 @@ class EventWriter:
         self.on_correction: Callable[[str], None] | None = None
         # Told when an outage ended (the runner brings back other processes' spills then).
         self.on_recovery: Callable[[], None] | None = None
+        # Told once, when its first batch is committed: the run is in the store (its row, its
+        # start), and another terminal can name it.
+        self.on_first_commit: Callable[[], None] | None = None
         # Each event with its row (its JSON made where the event was made) linked into the
         # run's hash chain as it is published: the next batch is made while the previous one
         # is being inserted on the store's thread. A row of None: serializing failed, and is
@@ -289,6 +292,9 @@ class EventWriter:
         if correction is not None and self.on_correction is not None:
             self.on_correction(correction)
         self.chain.committed(last, bool(self._queue))
+        if self.on_first_commit is not None:
+            told, self.on_first_commit = self.on_first_commit, None
+            told()
 
     async def _write(self, batch: list[Queued], tx: Tx) -> tuple[ChainedRow | None, str | None]:
         """The batch's transaction: the fence, a reader's false crash undone, the rows linked
