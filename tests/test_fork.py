@@ -18,6 +18,7 @@ from loopdeck.core.events import (
     GrantRevoked,
     ModelReplied,
     RunForked,
+    RunStarted,
     RunStopped,
     ToolFinished,
 )
@@ -86,6 +87,14 @@ async def test_a_fork_is_the_run_byte_for_byte_up_to_its_call_with_no_model_call
         assert live[:-1] == json.loads(before[5]) and "Use the other." in live[-1]["content"]
         log = await stored(store, forked)
         assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        # what the fork has of its source happened when the source made it: a decision by
+        # its operator then, not at the fork's rebuild; the fork's start is its own
+        source = await stored(store, original)
+        inherited = [e for e in log if isinstance(e, ApprovalDecided)][:1]
+        assert [e.at for e in inherited] == [
+            e.at for e in source if isinstance(e, ApprovalDecided) and e.call_id == "c3"
+        ]  # fmt: skip
+        assert next(e for e in log if isinstance(e, RunStarted)).at > source[0].at
         said = next(e for e in log if isinstance(e, RunForked))
         assert (said.source, said.at_call, said.state_restored) == (original, "c5", True)
         assert "script other-address" in said.changed

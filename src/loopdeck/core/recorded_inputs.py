@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from loopdeck.core.approvals import (
@@ -26,10 +27,10 @@ from loopdeck.core.approvals import (
 from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused, RetryHook
 from loopdeck.core.env_thread import Then
-from loopdeck.core.events import E, EventBus, P
+from loopdeck.core.events import E, Event, EventBus, P, RunStarted
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest
 from loopdeck.core.replay_events import ModelReplied, StateSeen
-from loopdeck.core.replay_log import ReplayLog
+from loopdeck.core.replay_log import ReplayLog, key
 from loopdeck.core.state_reads import Read, Snapshot, StateReads
 from loopdeck.core.tools import ToolResult, ToolSpec
 
@@ -77,6 +78,8 @@ class ReplayBus(EventBus):
         if log is None or (log.diverged is None and log.live and not self.forward):
             return super().emit(make, *args, **kwargs)
         if log.diverged is None and self.forward and self._seq >= self.already:
+            if not log.live and "at" not in kwargs:
+                kwargs["at"] = _when_made(log, cast(Any, make)(*args, **kwargs, seq=0))
             event = super().emit(make, *args, **kwargs)
             if not log.live:
                 log.matched(event)
@@ -93,6 +96,16 @@ class ReplayBus(EventBus):
         if log.diverged is None:
             log.matched(made)
         return made
+
+
+def _when_made(log: ReplayLog, made: Event) -> datetime:
+    """When a fork's rebuilt event happened: the source's time for what the source made (an
+    approval decided by its operator then, not now), now for the fork's start and for what
+    the log has no match of."""
+    expected = log.next()
+    if isinstance(made, RunStarted) or expected is None or key(made) is None:
+        return made.at
+    return expected.at if key(made) == key(expected) else made.at
 
 
 class RecordedModel:
