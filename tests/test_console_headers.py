@@ -8,10 +8,11 @@ import shutil
 from typing import Any
 
 from conftest import SAMPLES
-from console_helpers import screen_lines, wait_until
+from console_helpers import console_app, finished, screen_lines, wait_until
 from textual.app import App, ComposeResult
 from textual.widgets import Input
 
+from loopdeck.core import AutoApprover
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
@@ -75,3 +76,12 @@ async def test_the_choosers_toast_names_the_file_from_its_first_line(tmp_path) -
         assert "scenario.toml: invalid scenario" in said.replace("\n", "")
         assert "goal: Field required" in said and "goall" in said
         assert said.count("broken_env") == 1  # the folder said once, in the file's path
+
+
+async def test_a_run_header_too_long_for_80_columns_is_cut_with_an_ellipsis() -> None:
+    app = console_app(SAMPLES / "order_support", "solve", approver=AutoApprover())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.pause()
+        header = screen_lines(app)[0].rstrip()
+        assert "order_support/solve" in header and header.endswith("…"), header
