@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import shutil
 import socket
 import sqlite3
@@ -193,8 +194,14 @@ def test_the_runs_words_go_only_with_otlp_content(tmp_path, cli, collector) -> N
     arguments = attrs(write.attributes)["gen_ai.tool.call.arguments"]
     assert "7 New Street, Springfield" in arguments
     assert "gen_ai.tool.call.result" in attrs(write.attributes)
-    planner = min(named(spans, "chat scripted"), key=lambda span: span.start_time_unix_nano)
-    assert "ORD-1042" in attrs(planner.attributes)["gen_ai.output.messages"]
+    chats = sorted(named(spans, "chat scripted"), key=lambda span: span.start_time_unix_nano)
+    assert "ORD-1042" in attrs(chats[0].attributes)["gen_ai.output.messages"]
+    # a reply's tool calls are in its output message as the conventions' tool_call parts
+    replies = [json.loads(attrs(chat.attributes)["gen_ai.output.messages"]) for chat in chats]
+    calls = [part for [message] in replies for part in message["parts"]
+             if part["type"] == "tool_call"]  # fmt: skip
+    writing = next(part for part in calls if part["name"] == "update_delivery_address")
+    assert writing["arguments"]["new_address"] == "7 New Street, Springfield" and writing["id"]
 
 
 MARK = "zq7-vault-4417"  # the env's words: in its goal, plan, arguments, results, errors, check

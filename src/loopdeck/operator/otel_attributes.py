@@ -14,6 +14,10 @@ title and choices, an error code of its closed set).
 
 from __future__ import annotations
 
+import contextlib
+import json
+from typing import Any
+
 from loopdeck.core.event_base import CallStatus
 from loopdeck.core.events import (
     BudgetUpdated,
@@ -132,7 +136,9 @@ def stop_attributes(
     return _kept(said)
 
 
-def chat_attributes(e: ModelCalled, requested: str, content: bool) -> Attributes:
+def chat_attributes(
+    e: ModelCalled, requested: str, content: bool, calls: list[dict[str, Any]] | None = None
+) -> Attributes:
     said: dict[str, Value | None] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider(requested or e.model),
@@ -146,9 +152,22 @@ def chat_attributes(e: ModelCalled, requested: str, content: bool) -> Attributes
         "loopdeck.role": e.role,
         "loopdeck.round": e.round,
     }
-    if content and e.content:
-        said["gen_ai.output.messages"] = _text_message("assistant", e.content)
+    if content and (e.content or calls):
+        said["gen_ai.output.messages"] = _reply_message(e.content, calls or [])
     return _kept(said)
+
+
+def _reply_message(text: str, calls: list[dict[str, Any]]) -> str:
+    """The reply as the conventions' output message: its text, then its tool calls (the
+    reply's own, as `ModelReplied` recorded them: id, name, arguments as sent)."""
+    parts: list[dict[str, Any]] = [{"type": "text", "content": text}] if text else []
+    for call in calls:
+        arguments: Any = call.get("arguments", "")
+        with contextlib.suppress(TypeError, ValueError):
+            arguments = json.loads(arguments)
+        parts.append({"type": "tool_call", "id": call.get("id"), "name": call.get("name"),
+                      "arguments": arguments})  # fmt: skip
+    return as_json([{"role": "assistant", "parts": parts}])
 
 
 def plan_attributes(e: PlanWritten, content: bool) -> Attributes:

@@ -82,7 +82,10 @@ def bound_s() -> float:
 
 
 def not_sent(url: str, why: str, unsent: int, total: int) -> str:
-    return f"cannot send the trace to {shown(url)}: {why} ({unsent} of {total} spans not sent)"
+    """The one line of a send that failed. With no answer, the last spans may have arrived:
+    they are said unconfirmed, not lost."""
+    lost = "not confirmed received" if why.startswith("no answer") else "not sent"
+    return f"cannot send the trace to {shown(url)}: {why} ({unsent} of {total} spans {lost})"
 
 
 class _Watched(requests.Session):

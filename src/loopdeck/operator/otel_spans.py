@@ -45,6 +45,7 @@ from loopdeck.core.events import (
     StateChanged,
     ToolFinished,
 )
+from loopdeck.core.replay_events import ModelReplied
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.otel_attributes import (
     FAILED_CALLS,
@@ -138,6 +139,7 @@ class TraceBuilder:
         self._rounds = 0
         self._tools: dict[str, _Open] = {}
         self._chat: Span | None = None
+        self._reply: ModelReplied | None = None  # the reply the next ModelCalled is of
         self._env, self._model, self._mode = "", "", "rounds"
         self._last = 0
         self._stop: RunStopped | None = None
@@ -168,6 +170,8 @@ class TraceBuilder:
             case PlanWritten():
                 self._in_round(event.round, at)
                 self._scope().span.set_attributes(plan_attributes(event, self.content))
+            case ModelReplied():  # recorded just before its ModelCalled: the whole reply
+                self._reply = event
             case ModelCalled():
                 self._model_called(event, at)
             case DecisionMade() if self._chat is not None:
@@ -247,7 +251,9 @@ class TraceBuilder:
     def _model_called(self, e: ModelCalled, at: int) -> None:
         start = at - round(e.latency_ms * 1_000_000)
         self._in_round(e.round, start)
-        attributes = chat_attributes(e, self._model, self.content)
+        reply, self._reply = self._reply, None
+        calls = reply.reply.get("tool_calls") if reply is not None else None
+        attributes = chat_attributes(e, self._model, self.content, calls)
         name = f"chat {self._model or e.model}"
         scope = self._scope()
         self._settle(self._unsettled)
