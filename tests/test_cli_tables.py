@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loopdeck.cli import main
-from loopdeck.store import queries
+from loopdeck.store import outcome_queries
 from loopdeck.store.liveness import this_host
 from loopdeck.store.opening import open_store
 
@@ -150,8 +150,8 @@ def test_a_live_runs_write_in_flight_is_not_an_unknown_outcome(tmp_path, capsys)
                     " 'approved')",
                     (run_id, now, now),
                 )
-            live = await queries.outcome_unknown(store, "b1b47b3167ed")
-            return await queries.outcomes_unknown(store), live
+            live = await outcome_queries.outcome_unknown(store, "b1b47b3167ed")
+            return await outcome_queries.outcomes_unknown(store), live
         finally:
             await store.close()
 

@@ -31,7 +31,7 @@ from loopdeck.core.events import (
 )
 from loopdeck.core.outcome import CallStatus
 from loopdeck.operator.placement import submit, submitted
-from loopdeck.store import deciding, leases, queries
+from loopdeck.store import deciding, leases, outcome_queries, queries
 from loopdeck.store.base import Location
 from loopdeck.store.opening import open_store
 from loopdeck.store.replay import bring_back_spills
@@ -207,7 +207,7 @@ async def test_a_write_in_flight_when_the_worker_was_lost_is_outcome_unknown(
         assert [e.status for e in finished] == [CallStatus.OUTCOME_UNKNOWN]
         assert "not run again" in json.dumps(finished[0].result)
         assert "add_note" not in [w["tool"] for w in writes(root, "r1")]  # never run here
-        assert call in await queries.outcome_unknown(store, "r1")
+        assert call in await outcome_queries.outcome_unknown(store, "r1")
     finally:
         await store.close()
 

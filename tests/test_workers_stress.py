@@ -24,7 +24,7 @@ from worker_helpers import BOUND_S, options, stored, writes
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.events import ApprovalDecided, QuestionAnswered, RunMoved, RunStopped
 from loopdeck.operator.placement import submit
-from loopdeck.store import deciding, queries
+from loopdeck.store import deciding, outcome_queries, queries
 from loopdeck.store.base import Location, Store, StoreError
 from loopdeck.store.opening import open_store
 from loopdeck.store.verification import verify_run
@@ -108,7 +108,7 @@ async def check_every_run(store: Store, root: Path, ids: list[str], operator: Op
         proof = await verify_run(store, run_id)
         assert proof.broken is None, (run_id, proof.broken)
         assert isinstance(log[-1], RunStopped), run_id
-        unknown = await queries.outcome_unknown(store, run_id)
+        unknown = await outcome_queries.outcome_unknown(store, run_id)
         assert log[-1].stop_reason.value == "goal_met" or unknown, (run_id, log[-1].detail)
         ran = collections.Counter(
             (w["tool"], json.dumps(w["args"], sort_keys=True)) for w in writes(root, run_id)
@@ -172,7 +172,7 @@ async def test_the_busiest_worker_killed_its_runs_go_on_elsewhere(monkeypatch, t
             assert took[-1] <= RESUMED_WITHIN_S, (run_id, took[-1])
         assert took, f"none of {busiest}'s runs was under way when it was killed"
         await check_every_run(store, root, ids, operator)
-        unknown = sum([bool(await queries.outcome_unknown(store, r)) for r in ids])
+        unknown = sum([bool(await outcome_queries.outcome_unknown(store, r)) for r in ids])
         print(
             f"\n{busiest} killed holding {len(mine)} runs: {len(took)} went on elsewhere,"
             f" the last {max(took):.1f}s after the kill; {len(operator.approved)} approvals,"

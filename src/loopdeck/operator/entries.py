@@ -235,7 +235,7 @@ async def run_entries(store: Store) -> list[RunEntry]:
     first), then every run the store has a row of, each with its unknown outcomes and where
     a worker holds it. Three reads, whatever the number of runs."""
     rows = await queries.list_runs(store)
-    unknown = await queries.outcomes_unknown(store)
+    unknown = await outcome_queries.outcomes_unknown(store)
     placed = {row["run_id"]: row for row in await queries.placements(store)}
     listed = []
     for row in rows:
@@ -253,7 +253,7 @@ async def run_entry(store: Store, run_id: str) -> RunEntry | None:
     if row is None:
         return None
     placed = await queries.placements(store, run_id)
-    unknown = await queries.outcome_unknown(store, run_id)
+    unknown = await outcome_queries.outcome_unknown(store, run_id)
     return RunEntry.from_row(row, unknown, Placement.from_row(placed[0]) if placed else None)
 
 

@@ -19,6 +19,37 @@ if TYPE_CHECKING:  # the runtime's events (pydantic): imported where an event is
     from loopdeck.core.events import EventBase
 
 _UNKNOWN = f"outcome IN {UNKNOWN_OUTCOMES}"
+# An approved write whose outcome is unknown, as `loopdeck runs` lists it (`outcome_unknown`):
+# ended unknown or cut short, or never recorded as ended in a run that is no longer live (in
+# a live run it is running now).
+_OUTCOME_UNKNOWN = (
+    f"a.state = 'approved' AND (a.outcome IN {UNKNOWN_OUTCOMES} OR (a.outcome IS NULL AND"
+    f" NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = a.run_id AND r.state IN {LIVE_STATES})))"
+)
+
+
+async def outcomes_unknown(store: Store) -> dict[str, list[str]]:
+    """`outcome_unknown` of every run that has any, in one read: run id -> call ids."""
+    rows = await store.fetchall(
+        f"SELECT a.run_id, a.call_id FROM approvals a WHERE {_OUTCOME_UNKNOWN}"
+        " ORDER BY a.run_id, a.call_id"
+    )
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        found.setdefault(row["run_id"], []).append(row["call_id"])
+    return found
+
+
+async def outcome_unknown(store: Store, run_id: str) -> list[str]:
+    """Approved writes whose completion was never recorded (the run no longer live), or that
+    ended with their outcome unknown (a timeout, a crash mid-write): never re-executed
+    automatically."""
+    rows = await store.fetchall(
+        f"SELECT a.call_id FROM approvals a WHERE a.run_id = ? AND {_OUTCOME_UNKNOWN}"
+        " ORDER BY a.call_id",
+        (run_id,),
+    )
+    return [row["call_id"] for row in rows]
 
 
 async def unknown_outcomes(store: Store, run_id: str | None = None) -> list[Any]:

@@ -43,13 +43,6 @@ CRASH_DETECTOR = "crash-detector"
 # A question (`ask_user`) waits in the approvals table as tool 'ask_user'; it never expires.
 QUESTION = "ask_user"
 QUESTION_NEVER_EXPIRES = "9999-12-31T23:59:59+00:00"
-# An approved write whose outcome is unknown, as `loopdeck runs` lists it (`outcome_unknown`):
-# ended unknown or cut short, or never recorded as ended in a run that is no longer live (in
-# a live run it is running now).
-_OUTCOME_UNKNOWN = (
-    f"a.state = 'approved' AND (a.outcome IN {UNKNOWN_OUTCOMES} OR (a.outcome IS NULL AND"
-    f" NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = a.run_id AND r.state IN {LIVE_STATES})))"
-)
 
 
 async def mark_crashed_runners(store: Store, silence_s: float | None = None) -> list[str]:
@@ -129,18 +122,6 @@ async def list_runs(store: Store) -> list[Any]:
     )
 
 
-async def outcomes_unknown(store: Store) -> dict[str, list[str]]:
-    """`outcome_unknown` of every run that has any, in one read: run id -> call ids."""
-    rows = await store.fetchall(
-        f"SELECT a.run_id, a.call_id FROM approvals a WHERE {_OUTCOME_UNKNOWN}"
-        " ORDER BY a.run_id, a.call_id"
-    )
-    found: dict[str, list[str]] = {}
-    for row in rows:
-        found.setdefault(row["run_id"], []).append(row["call_id"])
-    return found
-
-
 async def placements(store: Store, run_id: str | None = None) -> list[Any]:
     """The runs a worker holds or will (`store/leases.py`: queued, held, parked), each row
     with its state, the host that holds or last held it, its last move (`note`), its
@@ -152,18 +133,6 @@ async def placements(store: Store, run_id: str | None = None) -> list[Any]:
     if run_id is None:
         return await store.fetchall(sql)
     return await store.fetchall(sql + " AND run_id = ?", (run_id,))
-
-
-async def outcome_unknown(store: Store, run_id: str) -> list[str]:
-    """Approved writes whose completion was never recorded (the run no longer live), or that
-    ended with their outcome unknown (a timeout, a crash mid-write): never re-executed
-    automatically."""
-    rows = await store.fetchall(
-        f"SELECT a.call_id FROM approvals a WHERE a.run_id = ? AND {_OUTCOME_UNKNOWN}"
-        " ORDER BY a.call_id",
-        (run_id,),
-    )
-    return [row["call_id"] for row in rows]
 
 
 async def pending_approvals(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
