@@ -23,7 +23,8 @@ from acp.schema import (
 from conftest import SAMPLES, Recorder, run_env
 
 from loopdeck.acp_env.bridge import Bridge
-from loopdeck.acp_env.calls import AcpCalls, _diff_text
+from loopdeck.acp_env.call_input import diff_text
+from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.acp_env.opening import AgentsOwnModel
 from loopdeck.acp_env.workspace import WorkspaceEnvironment
 from loopdeck.core.approvals import AutoApprover
@@ -135,8 +136,9 @@ async def test_the_same_read_twice_from_one_state_is_still_a_repeat(calls: Any) 
     [tripped] = kinds(calls, "guard_tripped")
     assert tripped.tool == "read: Read calc.py"
     assert calls.tripped is not None and calls.agent.conn.cancelled == 1
+    # The agent says the second read ended: it ran, and is recorded as it ran, never blocked.
     statuses = [e.status for e in kinds(calls, "tool_finished")]
-    assert statuses == [CallStatus.EXECUTED, CallStatus.BLOCKED_REPEAT]
+    assert statuses == [CallStatus.EXECUTED, CallStatus.EXECUTED]
 
 
 def edit_request(workdir: Path) -> ToolCallUpdate:
@@ -217,7 +219,7 @@ async def test_a_call_that_starts_running_with_its_input_is_proposed_at_once(cal
 
 def test_a_diffs_sides_end_their_lines() -> None:
     item = FileEditToolCallContent(type="diff", path="/w/calc.py", old_text="a", new_text="b")
-    said = _diff_text(ToolCallUpdate(tool_call_id="t", content=[item]), Path("/w"))
+    said = diff_text(ToolCallUpdate(tool_call_id="t", content=[item]), Path("/w"))
     assert said.splitlines()[-2:] == ["-a", "+b"]
 
 

@@ -209,7 +209,13 @@ async def test_a_cwd_outside_the_working_copy_is_refused(tmp_path: Path) -> None
     outcome, rec = await _run(_env(tmp_path, step))
     assert outcome.stop_reason is StopReason.STALLED, outcome.detail
     assert not marker.exists()
-    assert _finished(rec, "terminal: ") == [] and rec.kinds("approval_requested") == []
+    # Recorded, though never asked of anyone: a call refused by loopdeck, with its reason.
+    [terminal] = _finished(rec, "terminal: ")
+    assert terminal.status is CallStatus.REJECTED
+    assert "outside the run's working copy" in terminal.result["error"]["message"]
+    [decided] = rec.kinds("approval_decided")
+    assert decided.call_id == terminal.call_id and not decided.approved
+    assert decided.decided_by is not None and decided.decided_by.who == "loopdeck"
     [agents] = _finished(rec, "execute: Run it")
     assert "outside the run's working copy" in agents.result["error"]["message"]
 

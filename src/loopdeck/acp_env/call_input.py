@@ -1,26 +1,40 @@
-"""An agent's tool call as the guard keys it and the operator judges it: its input without what
-the agent renews on every call, or, when it sends no input, what it shows.
+"""An agent's tool call as the operator judges it and the guard keys it.
+
+What the operator sees and approves is the whole input the agent sent: nothing left out, only
+cut (and said cut) past `INPUT_CAP`, as the runtime bounds a model's arguments. The guard keys
+it less what the agent renews on every call (`workdir/volatile.py`'s `steady`: per-call ids and
+times by name, and the agent's own list in `[agent] volatile`), hashed whole.
 
 Real agents differ here. Codex's adapter (0.16) put its `call_id`, `process_id`, `turn_id`
 and `started_at_ms` in the input: keyed as sent, six identical `cat calc.py` from one state
-would be six calls and the guard would never trip. Gemini CLI sends no `rawInput` at all:
-keyed as sent, every edit is `{}`, two different writes of one file are one key, and the
-operator approves `edit {}`.
-So volatile fields are left out (`workdir/volatile.py`'s `steady`: by name, by rule, and by
-the agent's own list in `[agent] volatile`), and a call with no input is keyed and shown by its
-title, locations and diffs.
+would be six calls and the guard would never trip. Gemini CLI sends no `rawInput` at all: such
+a call is shown and keyed by what it shows (its locations, diffs, text). Codex's adapter (2.6)
+sends neither input nor anything shown for its commands (`ls` and `ls -la` are both "List
+files", `{}`): nothing known is "cannot tell", never "the same", so such a call is keyed on its
+own id and is no one's repeat.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import hashlib
 from pathlib import Path
 from typing import Any
 
+from loopdeck.core.canonical import canonical_json, sha256_hex
 from loopdeck.core.text import capped
 from loopdeck.workdir.tree import relative
+from loopdeck.workdir.volatile import steady
 
 DIFF_CAP = 2000  # a diff side's text kept in what the operator sees; the key hashes it whole
+# Characters (as JSON) of an agent's own call's input stored and shown: past it, its long
+# texts are cut, each saying so (or the whole, as text); the key hashes the input whole. The
+# agent runs its own input whatever loopdeck stores: a bound, like the runtime's on a model's
+# arguments, on what a hostile input costs every event and dialog that carries it.
+INPUT_CAP = 100_000
+TEXT_SHARE = INPUT_CAP // 8  # a long text's share when an input is cut
+KEY_CAP = 4_000  # a key's JSON past this is kept (in the guard's memory) as its hash
 NOTHING_TO_JUDGE = (
     "the agent sent nothing to judge this call by: no input, no locations, no diff; only its title"
 )
@@ -77,3 +91,68 @@ def named_paths(call: Any, workdir: Path, raw: Any) -> set[str]:
             if isinstance(raw.get(key), str):
                 named.append(raw[key])
     return {relative(path, workdir) for path in named}
+
+
+def judged(call: Any, workdir: Path, volatile: frozenset[str]) -> tuple[dict[str, Any], Any]:
+    """The call's input as the operator judges it (all the agent sent; with nothing sent, or
+    only fields it renews per call, what it shows too) and as the guard keys it (less what it
+    renews per call; with no input, what it shows; None: nothing known)."""
+    raw = call.raw_input
+    data = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
+    keyed = steady(data, volatile)
+    if keyed:
+        return data, keyed
+    shown = shown_input(call, workdir)
+    return {**shown, **data}, shown or None
+
+
+def key_form(keyed: dict[str, Any]) -> dict[str, Any]:
+    """A key as the guard keeps it: a large one by its hash (the same input, the same hash)."""
+    if len(canonical_json(keyed)) <= KEY_CAP:
+        return keyed
+    return {"input_sha256": sha256_hex(keyed)}
+
+
+def within_cap(args: dict[str, Any]) -> dict[str, Any]:
+    """The input as stored and shown: whole up to `INPUT_CAP` characters; past it, each text
+    longer than its share cut (saying how much was cut), or, still too long, the whole as
+    text, cut."""
+    if len(canonical_json(args)) <= INPUT_CAP:
+        return args
+    cut = _cut_texts(args)
+    if isinstance(cut, dict) and len(canonical_json(cut)) <= INPUT_CAP:
+        return cut
+    return {"input": capped(canonical_json(args), INPUT_CAP)}
+
+
+def _cut_texts(value: Any) -> Any:
+    if isinstance(value, str):
+        return capped(value, TEXT_SHARE)
+    if isinstance(value, dict):
+        return {k: _cut_texts(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut_texts(v) for v in value]
+    return value
+
+
+def diff_text(update: Any, workdir: Path) -> str:
+    """The call's diffs as one unified diff, for the operator deciding on it."""
+    said: list[str] = []
+    for item in getattr(update, "content", None) or []:
+        if getattr(item, "type", "") != "diff":
+            continue
+        old, new = _lines(item.old_text), _lines(item.new_text)
+        name = str(item.path)
+        with contextlib.suppress(ValueError):  # named inside the working copy: said relative
+            name = Path(name).resolve().relative_to(workdir.resolve()).as_posix()
+        said.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
+    return capped("".join(said), 3000)
+
+
+def _lines(text: str | None) -> list[str]:
+    """A diff side's lines, the last one ended too: an agent's fragment (Claude Code's
+    `return a - b`) often has no newline, and its `-` and `+` lines would run together."""
+    lines = (text or "").splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n"
+    return lines

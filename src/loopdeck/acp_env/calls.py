@@ -1,7 +1,9 @@
 """An ACP agent's tool calls as loopdeck's: each recorded as it is proposed (`CallProposed`:
 once its input is known; a call started without it is held, `held_calls.py`) and as it ends
 (`ToolFinished`), keyed by the guard on (kind and title, canonical input, the working copy's
-hash when it is proposed); its permission asked of the operator like any write
+hash when it is proposed; every form the agent says the input in, `_another_form`); a repeat
+blocked unless the agent already runs it (then its end is recorded as the agent says); its
+permission asked of the operator like any write
 (`WriteApprovals`, the receipt bound to the input and the state), answered with the agent's
 allow-once option or its reject option, never allow-always; a file the agent asks loopdeck
 to write, a write loopdeck gates (unless a permitted call named the path) and runs once per
@@ -11,21 +13,26 @@ gates (unless a permitted call named its command) and starts once (`terminal_cal
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
 from loopdeck.acp_env.bridge import Bridge, FileWriteAsked, OutsideWorkdir, TerminalAsked, inside
-from loopdeck.acp_env.call_input import NOTHING_TO_JUDGE, named_paths, shown_input
+from loopdeck.acp_env.call_input import (
+    NOTHING_TO_JUDGE,
+    diff_text,
+    judged,
+    key_form,
+    named_paths,
+    within_cap,
+)
+from loopdeck.acp_env.call_results import failed, result_of
 from loopdeck.acp_env.held_calls import HeldCall
 from loopdeck.acp_env.permitted_writes import NOT_PERMITTED, permitted_writes
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.acp_env.workspace import FS_WRITE
-from loopdeck.core.canonical import canonical_args
+from loopdeck.core.canonical import canonical_args, canonical_json
 from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
 from loopdeck.core.outcome import CallRecord
@@ -54,6 +61,10 @@ class AcpCalls:
         self.records: dict[str, CallRecord] = {}  # the agent's tool call id -> its record
         self.held: dict[str, HeldCall] = {}  # the agent's calls whose input is not known yet
         self.blocked: set[str] = set()
+        # Repeats caught while the agent already ran them: blocked only if they still ask.
+        self.caught: set[str] = set()
+        self.repeats: set[str] = set()  # every call the guard caught (its say given)
+        self.forms: dict[str, set[str]] = {}  # the agent's id -> the forms of it keyed
         self.tripped: str | None = None
         # The files a permitted call may have loopdeck write for it, each once, with what it
         # was permitted to write (its diff's new text, its input's content; None: unknown).
@@ -97,48 +108,78 @@ class AcpCalls:
             await self.progress(update)
         return record
 
-    async def _propose(self, call: HeldCall) -> CallRecord:
-        """`CallProposed` with the call's whole input (or what it shows, when it sends none)
-        and latest title and kind, keyed by the guard on the working copy as it is now."""
+    async def _propose(self, call: HeldCall, own: bool = False) -> CallRecord:
+        """`CallProposed` with the call's whole input (or what it shows, when it sends none;
+        the agent's own call's cut past `INPUT_CAP`, saying so) and latest title and kind,
+        keyed by the guard on the working copy as it is now (nothing known: on its own id)."""
         acp_id = call.tool_call_id
         host = self.host
         kind = call.kind if call.kind in host.tools else "other"
         title = capped(str(call.title or kind), 200)
-        args = self._input(kind, call)
-        record, admitted = await host.propose(kind, title, args, "the agent's tool kind")
+        whole, keyed = judged(call, host.workdir, self.volatile)
+        args = self._canonical(kind, whole)
+        key = self._key(kind, keyed) if keyed else {"nothing_known": acp_id}
+        shown = args if own else within_cap(args)
+        record, admitted = await host.propose(kind, title, shown, "the agent's tool kind", key)
         self.records[acp_id] = record
-        self.diffs[acp_id] = _diff_text(call, host.workdir) or ("" if args else NOTHING_TO_JUDGE)
+        self.forms[acp_id] = {canonical_json(key)}
+        self.diffs[acp_id] = diff_text(call, host.workdir) or ("" if whole else NOTHING_TO_JUDGE)
         if not admitted:
-            await self._repeat(acp_id, record)
+            await self._repeat(acp_id, record, call.under_way, record.fingerprint)
         else:
             self.first_of.setdefault(record.fingerprint, record.call_id)
         return record
 
-    def _input(self, kind: str, call: HeldCall) -> dict[str, Any]:
-        """The input as keyed and judged: what the agent sent, less what it renews per call;
-        with nothing sent, what it shows (locations, diffs)."""
-        raw = call.raw_input
-        data = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
-        data = steady(data, self.volatile) or shown_input(call, self.host.workdir)
+    def _canonical(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         try:
             return canonical_args(self.host.tools[kind].args_model, data)
         except ValueError:
             return {"input": capped(str(data), 2000)}
 
-    async def _repeat(self, acp_id: str, record: CallRecord) -> None:
+    def _key(self, kind: str, keyed: dict[str, Any]) -> dict[str, Any]:
+        return key_form(self._canonical(kind, keyed))
+
+    async def _another_form(self, acp_id: str, record: CallRecord, raw: Any, runs: bool) -> None:
+        """The agent said a proposed call's input in another form (opencode: `{command}` in
+        its permission, `{command, description, cwd}` in its updates, in either order, as
+        its messages race): that form keyed too, so a later call said in either form is the
+        repeat it is, whichever message came first."""
+        if acp_id in self.repeats or record.status in DONE or not isinstance(raw, dict):
+            return
+        keyed = steady(raw, self.volatile)
+        kind, _, title = record.tool.partition(": ")
+        if not keyed or kind not in self.host.tools:
+            return
+        key = self._key(kind, keyed)
+        form, forms = canonical_json(key), self.forms.setdefault(acp_id, set())
+        if form in forms:
+            return
+        forms.add(form)
+        fingerprint, admitted = self.host.keyed_also(record, kind, title, key)
+        if admitted:
+            self.first_of.setdefault(fingerprint, record.call_id)
+        else:
+            await self._repeat(acp_id, record, runs, fingerprint)
+
+    async def _repeat(self, acp_id: str, record: CallRecord, runs: bool, key: str) -> None:
         """The guard saw this call from this state before. An attached operator has a say
         (`loop_say`): `allow` lets it run once; `nudge TEXT` blocks it, cancels the turn and
         sends TEXT with the next prompt; `stop`, or nobody answering: blocked, the turn
-        cancelled (a permission for it refused), the run stopped `no_progress` after it."""
+        cancelled (a permission for it refused), the run stopped `no_progress` after it.
+        A call the agent says already runs (`runs`) is not blocked: it is past stopping, and
+        its end is recorded as the agent reports it; should it still ask, it is refused."""
         self.host.guard_tripped(record)
-        earlier = self.first_of.get(record.fingerprint)
+        self.repeats.add(acp_id)
+        earlier = self.first_of.get(key)
         # Once this turn is being cut (a nudge, a stop), a later repeat in it is just blocked.
         cut = ("cut", "", "")
         say, nudge, by = cut if self.cutting else await self.host.loop_say(record, earlier)
         if say == "allow":
             return  # runs once, as the operator said (recorded in question_answered)
-        self.blocked.add(acp_id)
-        self.finish(record, CallStatus.BLOCKED_REPEAT, _failed(ErrorCode.REPEATED_CALL, REPEATED))
+        if runs:
+            self.caught.add(acp_id)
+        else:
+            self._block(acp_id, record)
         if say == "cut":
             return
         self.cutting = True
@@ -150,10 +191,15 @@ class AcpCalls:
             self.tripped = f"{record.tool} {REPEATED} ({record.call_id}){stopped}"
         await self.agent.conn.cancel(session_id=self.agent.session_id)
 
+    def _block(self, acp_id: str, record: CallRecord) -> None:
+        self.blocked.add(acp_id)
+        self.finish(record, CallStatus.BLOCKED_REPEAT, failed(ErrorCode.REPEATED_CALL, REPEATED))
+
     async def progress(self, update: Any) -> None:
         """A `tool_call_update`: merged into a held call, which is proposed once it runs or
-        ended (a call that ends with no input at all is proposed with `{}`); a call's end
-        recorded once."""
+        ended (a call that ends with no input at all is proposed with `{}`); another form of
+        a proposed call's input keyed too; a call's end recorded once, as the agent reports
+        it (one the guard blocked that the agent says it completed: it ran)."""
         acp_id = str(update.tool_call_id)
         if (held := self.held.get(acp_id)) is not None:
             if not held.merge(update).under_way:
@@ -164,11 +210,18 @@ class AcpCalls:
         if record is None:
             self.unknown_updates += 1  # an update for a call the agent never started
             return
-        if update.status not in ("completed", "failed") or record.status in DONE:
+        if update.raw_input is not None:
+            await self._another_form(acp_id, record, update.raw_input, True)
+        if update.status not in ("completed", "failed"):
+            return
+        result = result_of(update, self.terminals.shown)
+        if record.status is CallStatus.BLOCKED_REPEAT and update.status == "completed":
+            result["data"]["ran_although_blocked"] = True  # the agent ran it all the same
+        elif record.status in DONE:
             return
         self.host.tool_ran()
         status = CallStatus.EXECUTED if update.status == "completed" else CallStatus.FAILED
-        self.finish(record, status, _result(update, self.terminals.shown))
+        self.finish(record, status, result)
         self.watch.ended(record.call_id)
         await self.look(f"{record.call_id} {record.tool}")
 
@@ -186,6 +239,10 @@ class AcpCalls:
         if record is None:  # held (or never said): the request carries the whole input
             held = self.held.pop(acp_id, None)
             record = await self._propose(held.merge(tool_call) if held else HeldCall.of(tool_call))
+        else:
+            await self._another_form(acp_id, record, tool_call.raw_input, False)
+        if acp_id in self.caught and record.status not in DONE:
+            self._block(acp_id, record)  # it asks: it had not run, and now it will not
         said = f"{record.call_id} {record.tool}"
         await self.look(said)  # the agent wrote before it asked: nobody approved that
         reject = _option(options, "reject_once", "reject_always")
@@ -195,7 +252,7 @@ class AcpCalls:
             self._refuse(record, options)
             chosen = reject
         else:
-            diff = self.diffs.get(acp_id) or _diff_text(tool_call, self.host.workdir)
+            diff = self.diffs.get(acp_id) or diff_text(tool_call, self.host.workdir)
             chosen = allow if await self.approved(record, diff) is not None else reject
             await self.look(said)  # nor while it waited for the answer
         if chosen is None:
@@ -216,7 +273,7 @@ class AcpCalls:
         )
         self.host.refuse(record, why)
         self.notes.append(f"{record.tool}: {why}")
-        self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, why))
+        self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, why))
 
     def _permit(self, record: CallRecord, tool_call: Any) -> None:
         """What a permitted call may change: the files it names, or anything while it runs
@@ -240,7 +297,7 @@ class AcpCalls:
         got = await self.host.until_held(record, why, carry_out)
         if isinstance(got, Rejected):
             self.notes.append(refused_words(record.tool, record.decided_by, got.reason))
-            self.finish(record, CallStatus.REJECTED, _failed(ErrorCode.REJECTED, got.reason))
+            self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, got.reason))
             return None
         self.host.running(record)
         return got
@@ -258,6 +315,9 @@ class AcpCalls:
         try:
             target = inside(workdir, path)
         except OutsideWorkdir as exc:
+            await self.refused_own(
+                FS_WRITE, f"write {path}", {"path": path, "content": content}, exc
+            )
             raise RequestError.invalid_params({"path": str(exc)}) from None
         state_hash = await self.host.state_hash()
         once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
@@ -279,7 +339,7 @@ class AcpCalls:
             try:
                 target = inside(workdir, path)
             except OutsideWorkdir as exc:
-                self.finish(record, CallStatus.FAILED, _failed(ErrorCode.TOOL_ERROR, str(exc)))
+                self.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, str(exc)))
                 raise RequestError.invalid_params({"path": str(exc)}) from None
             self.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -298,7 +358,20 @@ class AcpCalls:
         as the agent's own calls are."""
         self._own += 1
         call = HeldCall(f"{kind}-{self._own}", kind=kind, title=title, raw_input=raw)
-        return await self._propose(call)
+        return await self._propose(call, own=True)
+
+    async def refused_own(
+        self, kind: str, title: str, raw: dict[str, Any], why: OutsideWorkdir
+    ) -> None:
+        """A write the agent asked loopdeck for that loopdeck refuses without asking (outside
+        the working copy): proposed, and refused by loopdeck with its reason, as recorded as
+        any other refusal."""
+        record = await self.proposed_own(kind, capped(title, 200), raw)
+        if record.status not in DONE:  # not a repeat the guard blocked already
+            said = f"refused by loopdeck: {why}"
+            self.host.refuse(record, said)
+            self.notes.append(f"{record.tool}: {said}")
+            self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, said))
 
 
 DONE = frozenset({CallStatus.EXECUTED, CallStatus.FAILED, CallStatus.REJECTED,
@@ -311,57 +384,3 @@ def _option(options: list[Any], *kinds: str) -> Any:
             if option.kind == kind:
                 return option
     return None
-
-
-def _diff_text(update: Any, workdir: Path) -> str:
-    """The call's diffs as one unified diff, for the operator deciding on it."""
-    said: list[str] = []
-    for item in getattr(update, "content", None) or []:
-        if getattr(item, "type", "") != "diff":
-            continue
-        old, new = _lines(item.old_text), _lines(item.new_text)
-        name = str(item.path)
-        with contextlib.suppress(ValueError):  # named inside the working copy: said relative
-            name = Path(name).resolve().relative_to(workdir.resolve()).as_posix()
-        said.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}"))
-    return capped("".join(said), 3000)
-
-
-def _lines(text: str | None) -> list[str]:
-    """A diff side's lines, the last one ended too: an agent's fragment (Claude Code's
-    `return a - b`) often has no newline, and its `-` and `+` lines would run together."""
-    lines = (text or "").splitlines(keepends=True)
-    if lines and not lines[-1].endswith(("\n", "\r")):
-        lines[-1] += "\n"
-    return lines
-
-
-def _failed(code: ErrorCode, message: str) -> dict[str, Any]:
-    return {"ok": False, "data": None, "error": {"code": code.value, "message": message}}
-
-
-def _result(update: Any, terminal: Callable[[str], dict[str, Any] | None]) -> dict[str, Any]:
-    """What a finished call showed: its text, its diffs (paths and sizes), its locations, the
-    terminals it embeds (their command, exit and output's tail)."""
-    texts, diffs, terminals = [], [], []
-    for item in update.content or []:
-        kind = getattr(item, "type", "")
-        if kind == "terminal":
-            shown = terminal(str(item.terminal_id))
-            terminals.append(shown or {"terminal": str(item.terminal_id), "unknown": True})
-        elif kind == "diff":
-            diffs.append({"path": str(item.path), "new_chars": len(item.new_text or "")})
-        elif kind == "content":
-            text = getattr(item.content, "text", None)
-            if text:
-                texts.append(text)
-    data: dict[str, Any] = {"text": capped("\n".join(texts), 2000)} if texts else {}
-    if diffs:
-        data["diffs"] = diffs
-    if terminals:
-        data["terminals"] = terminals
-    if update.raw_output is not None:
-        data["output"] = capped(str(update.raw_output), 2000)
-    if update.status == "failed":
-        return _failed(ErrorCode.TOOL_ERROR, data.get("text") or "the agent says the call failed")
-    return {"ok": True, "data": data}

@@ -45,6 +45,10 @@ class CallsHost(Protocol):
 
     async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord: ...
 
+    async def refused_own(
+        self, kind: str, title: str, raw: dict[str, Any], why: OutsideWorkdir
+    ) -> None: ...
+
     async def approved(self, record: CallRecord, why: str) -> Approved | None: ...
 
     def finish(
@@ -91,12 +95,14 @@ class TerminalCalls:
 
         workdir = self.host.workdir
         command, args, env = request.command, request.args, request.env
+        line = command_line(command, args)
         try:
             cwd = inside(workdir, request.cwd or str(workdir))
         except OutsideWorkdir as exc:
+            said = {"command": command, "args": args, "cwd": request.cwd, "env": sorted(env)}
+            await self.calls.refused_own(TERMINAL, line, said, exc)
             raise RequestError.invalid_params({"cwd": str(exc)}) from None
         raw = {"command": command, "args": args, "cwd": _relative(cwd, workdir), "env": sorted(env)}
-        line = command_line(command, args)
         record = await self.calls.proposed_own(TERMINAL, capped(line, 200), raw)
         if record.status is CallStatus.BLOCKED_REPEAT:
             raise RequestError(-32000, f"{record.tool}: {REPEATED}")

@@ -174,13 +174,19 @@ class RunHost:
 
     # -- calls -----------------------------------------------------------------------------
     async def propose(
-        self, tool: str, label: str, args: dict[str, Any], risk_source: str = ""
+        self,
+        tool: str,
+        label: str,
+        args: dict[str, Any],
+        risk_source: str = "",
+        keyed: dict[str, Any] | None = None,
     ) -> tuple[CallRecord, bool]:
         """A call recorded as proposed (`label` is how it is shown), keyed by the guard on
-        (tool and label, its canonical input, the state now); False: a repeat."""
+        (tool and label, its canonical input, the state now); False: a repeat. `keyed`: the
+        input as the guard keys it when that is not all of `args` (an agent's per-call ids)."""
         rt = self._rt
         state_hash = await rt.state_hash()
-        key = guard_key(f"{tool} {label}", args, state_hash)
+        key = guard_key(f"{tool} {label}", args if keyed is None else keyed, state_hash)
         self._count += 1
         spec = rt.tools[tool]
         record = CallRecord(
@@ -204,6 +210,15 @@ class RunHost:
         key = guard_key(f"{tool} {label}", args, record.state_hash)
         self._rt.calls.guard.admit(key)
         return key.fingerprint
+
+    def keyed_also(
+        self, record: CallRecord, tool: str, label: str, keyed: dict[str, Any]
+    ) -> tuple[str, bool]:
+        """Another form in which the agent said a proposed call's input, keyed by the guard
+        too, in the state the call was proposed in: its fingerprint, and False when an
+        earlier call had it."""
+        key = guard_key(f"{tool} {label}", keyed, record.state_hash)
+        return key.fingerprint, self._rt.calls.guard.admit(key)
 
     def guard_tripped(self, record: CallRecord) -> None:
         self._rt.emit(
