@@ -94,7 +94,7 @@ DIES = "hostile agent: exiting while its permission for calc.py waits (mode exit
 # How long the agent lets its permission request wait before it dies: long enough for the
 # client to have taken the request and asked its operator.
 WAIT_BEFORE_DYING_S = 1.5
-WINDOW_USED, WINDOW_SIZE, TURN_TOKENS = 120, 200_000, 120
+WINDOW_USED, WINDOW_SIZE, TURN_TOKENS, TURN_OUTPUT = 120, 200_000, 120, 20
 
 
 class Cancelled(Exception):
@@ -289,7 +289,11 @@ class HostileAgent:
             UsageUpdate(session_update="usage_update", used=WINDOW_USED, size=WINDOW_SIZE)
         )
         await self.say(f"Turn {self.prompts} noted.")
-        usage = Usage(total_tokens=TURN_TOKENS, input_tokens=100, output_tokens=20)
+        usage = Usage(
+            total_tokens=TURN_TOKENS,
+            input_tokens=TURN_TOKENS - TURN_OUTPUT,
+            output_tokens=TURN_OUTPUT,
+        )
         return PromptResponse(stop_reason="end_turn", usage=usage)
 
     # -- the protocol ------------------------------------------------------------------------

@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_agent import BACKDOOR, DIES, FIXED, TARGET, TURN_TOKENS, WINDOW_SIZE, WINDOW_USED
+from hostile_agent import (
+    BACKDOOR,
+    DIES,
+    FIXED,
+    TARGET,
+    TURN_OUTPUT,
+    TURN_TOKENS,
+    WINDOW_SIZE,
+    WINDOW_USED,
+)
 from store_helpers import open_existing
 
 from loopdeck.store import queries
@@ -309,6 +318,9 @@ def test_two_edits_without_raw_input_are_keyed_and_shown_by_what_they_change(
 def test_tokens_are_the_turns_usage_summed_and_the_window_is_shown_apart(tmp_path: Path) -> None:
     outcome, events = run_to_end(tmp_path, "context-usage", "auto", "--max-rounds", "3")
     assert len(of_kind(events, "model_called")) == 3, outcome["detail"]
+    # Each turn's usage says 100 in and 20 out: the completion's tokens are its output.
+    split = {(e["prompt_tokens"], e["completion_tokens"]) for e in of_kind(events, "model_called")}
+    assert split == {(TURN_TOKENS - TURN_OUTPUT, TURN_OUTPUT)}, split
     assert outcome["tokens"] == 3 * TURN_TOKENS, (
         f"three turns of {TURN_TOKENS} tokens each, the window {WINDOW_USED} full each time:"
         f" tokens {outcome['tokens']}"

@@ -2,9 +2,9 @@
 subreaper, and a cgroup where one can be made: nothing the agent starts leaves it, a daemon in
 a session of its own included; all of it ended when the runner dies, even by SIGKILL), its
 stderr kept in a file whose tail names what went wrong, connected with the SDK
-(`connect_to_agent`), initialized, its session opened and its mode set; and stopped: stdin
-closed, then SIGTERM to the guardian (which ends every process below it before it exits),
-then SIGKILL."""
+(`connect_to_agent`; its stdout less the lines that cannot be a message, `MessageLines`),
+initialized, its session opened and its mode set; and stopped: stdin closed, then SIGTERM to
+the guardian (which ends every process below it before it exits), then SIGKILL."""
 
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.config import AgentConfig
-from loopdeck.core.text import capped
+from loopdeck.core.text import capped, visible
 from loopdeck.workdir.agent_command import MissingVariable, expanded
 from loopdeck.workdir.goal_check import stderr_tail
 from loopdeck.workdir.guardian_stop import stop_guardian
 
 LIMIT = 50 * 1024 * 1024  # the longest line the agent may send (a big diff)
+SAID_LINES = 5  # lines that are no message, each said in a warning; then how many more
+LINE_CAP = 200
 
 
 class AgentFailed(Exception):
@@ -59,6 +61,70 @@ def quiet_sdk() -> None:
         root.addFilter(_SDK_RECORDS)
 
 
+class MessageLines(asyncio.StreamReader):
+    """The agent's stdout as the SDK reads it, without the lines that cannot be a JSON-RPC
+    message: one that does not start with `{` (`npm WARN …`, or a bare JSON value: `42`,
+    `null`, `[1, 2]`, `"str"`, which the SDK would parse and then fail on, closing the
+    connection as if the agent were gone). Each is skipped and said, naming the agent and
+    the line, in a warning on `loopdeck.acp`. A line past the reader's limit comes in
+    pieces (`readexactly`, then the rest with `readuntil`), judged by its first. A reader
+    (the SDK takes no other) that reads from the agent's own, as the SDK reads one."""
+
+    def __init__(self, reader: asyncio.StreamReader, name: str) -> None:
+        super().__init__(limit=LIMIT)
+        self._reader = reader
+        self._name = name
+        self._rest: bytes | None = None  # within a long line: b"" kept, b"\n" dropped
+        self.skipped = 0
+
+    async def readuntil(self, separator: Any = b"\n") -> bytes:
+        while True:
+            try:
+                line = await self._reader.readuntil(separator)
+            except asyncio.IncompleteReadError as end:  # the last line, unended
+                dropped = self._rest == b"\n"
+                if self._rest is None and not _message_like(end.partial):
+                    self._skip(end.partial)
+                    dropped = True
+                if dropped:
+                    raise asyncio.IncompleteReadError(b"", None) from None
+                raise
+            if self._rest is not None:  # the end of a long line
+                kept, self._rest = self._rest == b"", None
+                return line if kept else b"\n"
+            if _message_like(line):
+                return line
+            self._skip(line)
+
+    async def readexactly(self, n: int) -> bytes:
+        piece = await self._reader.readexactly(n)
+        if self._rest is None:  # a long line's first piece: it decides the line
+            self._rest = b"" if _message_like(piece) else b"\n"
+            if self._rest:
+                self._skip(piece)
+        return piece if self._rest == b"" else b" "
+
+    def _skip(self, line: bytes) -> None:
+        self.skipped += 1
+        if self.skipped <= SAID_LINES:
+            said = line[: LINE_CAP * 4].decode("utf-8", "replace").strip()
+            text = capped(visible(said), LINE_CAP)
+            more = "" if self.skipped < SAID_LINES else " (further such lines not said)"
+            log.warning(
+                "ACP agent `%s` wrote a line that is not a JSON-RPC message, skipped: %s%s",
+                self._name, text, more,
+            )  # fmt: skip
+
+    def at_eof(self) -> bool:
+        return self._reader.at_eof()
+
+
+def _message_like(line: bytes) -> bool:
+    """Blank (the SDK skips it), or starting as a JSON object does."""
+    start = line.lstrip()[:1]
+    return start in (b"", b"{")
+
+
 class AgentProcess:
     def __init__(self, command: list[str], workdir: Path, errlog: Path) -> None:
         self.command = command
@@ -92,7 +158,8 @@ class AgentProcess:
             except OSError as exc:  # the guardian itself: its stderr's tail said here
                 raise AgentFailed(self.said("could not start", str(exc))) from exc
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.conn = connect_to_agent(client, self.proc.stdin, self.proc.stdout)
+        self.lines = MessageLines(self.proc.stdout, self.name)
+        self.conn = connect_to_agent(client, self.proc.stdin, self.lines)
         capabilities = ClientCapabilities(
             fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
         )

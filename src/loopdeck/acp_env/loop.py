@@ -37,6 +37,9 @@ from loopdeck.core.review import findings_or_stop
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
+from loopdeck.core.workspace_changes import changes_between, files_of
+
+GOAL_CHECK = "the goal check"  # what explains the changes the goal check itself makes
 
 
 class AcpLoop:
@@ -52,6 +55,8 @@ class AcpLoop:
         self.cost_seen: float | None = None  # the session's cost so far, as the agent says
         self.cost_before = 0.0  # ... as it was when this turn started
         self.turn_tokens: int | None = None  # this turn's tokens, from its usage
+        self.turn_written = 0  # ... of them, what the model wrote (its output)
+        self.acted = False  # the agent said or did something this turn: its model ran
         # Nothing checks the goal: why, said when nobody can be asked to judge a turn.
         self.unchecked = unchecked
         self.stopping = False  # the agent's end is loopdeck's doing from here on
@@ -119,10 +124,25 @@ class AcpLoop:
                 prompt = "\n".join([left, self._next_prompt([])]).strip()
                 continue
             verdict = await host.review_round(before)
-            # The goal check runs in the working copy: a write that landed while it ran is
-            # no less unrequested, and no verdict stands on it.
-            await self.calls.look(f"turn {round_no}")
+            await self._checked(round_no)
             prompt = self._next_prompt(findings_or_stop(verdict))
+
+    async def _checked(self, round_no: int) -> None:
+        """The look after the goal check, which runs in the working copy: what changed since
+        the look just before it is the check's doing (a report, a cache it writes), recorded
+        as the check's, never blamed on the agent."""
+        watch = self.calls.watch
+        seen = dict(watch.seen or {})
+        watch.permit(GOAL_CHECK, None)
+        watch.ended(GOAL_CHECK)
+        snapshot = await self.host.snapshot()
+        watch.look(snapshot)
+        changes = changes_between(seen, files_of(snapshot))
+        if changes:
+            self.host.finding(
+                f"the goal check after turn {round_no} changed the working copy (its own"
+                f" doing, not the agent's): {changes.said()}"
+            )
 
     def _next_prompt(self, findings: list[str]) -> str:
         lines = ["The goal is not met yet. The goal check says:"] if findings else []
@@ -137,6 +157,7 @@ class AcpLoop:
         host = self.host
         host.turn_started()
         started, self.said, self.turn_tokens = time.perf_counter(), [], None
+        self.turn_written, self.acted = 0, False
         self.cost_before = self.cost_seen or 0.0
         self.calls.cutting = False
         turn = self.turn = asyncio.ensure_future(
@@ -146,6 +167,7 @@ class AcpLoop:
             while (item := await host.interruptible(self._next(turn), by_cancel=True)) is not None:
                 await self._take(item)
         except (ConnectionError, OSError) as exc:
+            self._turn_done(started)  # its tokens unknown, never 0
             raise self._went_away(exc) from None
         except BaseException:
             self._turn_done(started)  # a cut turn's tokens are unknown, never 0
@@ -154,16 +176,29 @@ class AcpLoop:
         try:
             response = turn.result()
         except (ConnectionError, OSError) as exc:
+            self._turn_done(started)
             raise self._went_away(exc) from None
         except RequestError as refused:  # e.g. Claude Code's "API Error: 400" after its retries
             said = self.agent.said("failed its turn", agent_words(refused))
             raise StopRun(StopReason.TOOL_FAILURE, said) from None
-        if (usage := getattr(response, "usage", None)) is not None:  # this turn's own
-            self.turn_tokens = int(usage.total_tokens)
+        self._usage_of(response)
         self._turn_done(started)
         self.turn = None
         await host.spent(tokens=self.turn_tokens)
         return str(response.stop_reason)
+
+    def _usage_of(self, response: Any) -> None:
+        """The turn's own usage: all it spent, and of it what the model wrote. A turn whose
+        model ran (it said or did something) reporting 0 in all (opencode's turn cut by a
+        cancel) reports nothing known: unknown, never 0."""
+        usage = getattr(response, "usage", None)
+        if usage is None:
+            return
+        total = int(usage.total_tokens)
+        if total == 0 and (self.acted or str(response.stop_reason) == "cancelled"):
+            return
+        self.turn_tokens = total
+        self.turn_written = min(max(int(usage.output_tokens or 0), 0), total)
 
     def _went_away(self, exc: BaseException) -> StopRun:
         proc = self.agent.proc
@@ -193,8 +228,10 @@ class AcpLoop:
             case Updated(update=update):
                 await self._update(update)
             case PermissionAsked(tool_call=tool_call, options=options):
+                self.acted = True
                 self._answer(item, await self.calls.permission(tool_call, options))
             case FileWriteAsked() | TerminalAsked():
+                self.acted = True
                 try:
                     self._answer(item, await self.calls.write(item))
                 except RequestError as refused:  # said to the agent as its request's error
@@ -210,11 +247,15 @@ class AcpLoop:
         from acp.schema import (
             AgentMessageChunk,
             AgentPlanUpdate,
+            AgentThoughtChunk,
             ToolCallProgress,
             ToolCallStart,
             UsageUpdate,
         )
 
+        said = (AgentMessageChunk, AgentThoughtChunk, AgentPlanUpdate, ToolCallStart)
+        if isinstance(update, (*said, ToolCallProgress)):
+            self.acted = True  # its model ran this turn
         match update:
             case AgentPlanUpdate():
                 steps = [capped(str(entry.content), 500) for entry in update.entries][:50]
@@ -245,6 +286,7 @@ class AcpLoop:
             cost_usd=cost,
             latency_ms=(time.perf_counter() - started) * 1000,
             said="".join(self.said),
+            completion_tokens=self.turn_written if self.turn_tokens is not None else 0,
         )
 
     async def _cancel_turn(self, turn: asyncio.Future[Any]) -> None:
