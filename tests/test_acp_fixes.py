@@ -214,18 +214,30 @@ def test_the_working_copy_s_tree_is_walked_as_before(tmp_path: Path) -> None:
     assert "linked_folder/o.txt" not in files and "broken" not in files
 
 
-def test_a_file_is_hashed_again_only_where_its_size_or_mtime_moved(tmp_path: Path) -> None:
+def test_a_file_is_hashed_again_only_where_its_size_mtime_or_ctime_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A same-size rewrite with its old mtime put back (`os.utime`, as an agent hiding a
+    write would) still moves the file's ctime, which nobody can set: it is read again and
+    seen changed. A file nothing touched is not read again."""
+    from loopdeck.workdir import tree
+
+    read: list[str] = []
+    monkeypatch.setattr(tree, "digest", lambda path: read.append(path) or digest(path))
     (tmp_path / "f.txt").write_text("one\n")
+    (tmp_path / "g.txt").write_text("kept\n")
     workspace = WorkspaceEnvironment(tmp_path, {})
     first = workspace.snapshot()["files"]["f.txt"]
+    read.clear()
+    assert workspace.snapshot()["files"]["f.txt"] == first and read == []  # nothing moved
     stat = (tmp_path / "f.txt").stat()
-    (tmp_path / "f.txt").write_text("two\n")  # same size: the mtime alone says it moved
+    (tmp_path / "f.txt").write_text("two\n")  # same size, and its mtime put back
     os.utime(tmp_path / "f.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert workspace.snapshot()["files"]["f.txt"] == first  # size and mtime kept: not read
-    os.utime(tmp_path / "f.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert (tmp_path / "f.txt").stat().st_mtime_ns == stat.st_mtime_ns
     assert workspace.snapshot()["files"]["f.txt"] == digest(str(tmp_path / "f.txt")) != first
+    assert read == [str(tmp_path / "f.txt")]  # g.txt, untouched, not read again
     (tmp_path / "f.txt").unlink()
-    assert workspace.snapshot()["files"] == {}
+    assert list(workspace.snapshot()["files"]) == ["g.txt"]
 
 
 def test_a_fifo_in_the_working_copy_is_left_out_never_opened(tmp_path: Path) -> None:

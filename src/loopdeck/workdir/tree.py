@@ -1,5 +1,7 @@
 """A working copy's tree as a run's state: each file's relative path and content hash, rehashed
-only where its size or mtime moved since the last look (no mtimes in the state). `.git/`,
+only where its size, mtime or ctime moved since the last look (no times in the state). The
+ctime is what an agent cannot put back: a same-size rewrite with its old mtime restored
+(`os.utime`) still moves it, so it is rehashed and seen. `.git/`,
 `.venv/`, `node_modules/` and caches are left out: a user's folder worked on in place may hold
 them, large and churning, and they are not the agent's work.
 
@@ -19,7 +21,8 @@ SKIPPED = frozenset(
     {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".venv", "node_modules"}
 )
 
-Known = dict[str, tuple[int, int, str]]  # relative path -> (size, mtime_ns, content hash)
+# relative path -> (size, mtime_ns, ctime_ns, content hash)
+Known = dict[str, tuple[int, int, int, str]]
 
 
 class FileTree:
@@ -34,13 +37,13 @@ class FileTree:
         seen: Known = {}
         walk(self._hashes, seen, os.fspath(self.root), "")
         self._hashes = seen
-        return {"files": {rel: seen[rel][2] for rel in sorted(seen)}}
+        return {"files": {rel: seen[rel][3] for rel in sorted(seen)}}
 
 
 def walk(known: Known, seen: Known, top: str, prefix: str) -> None:
     """Each file under `top` (as `os.walk` finds them: a link to a folder not followed, a
     skipped folder's name not entered) into `seen`, keyed `prefix` + its posix path; hashed
-    again only where its size or mtime moved since `known`."""
+    again only where its size, mtime or ctime moved since `known`."""
     folders = [(top, prefix)]
     while folders:
         folder, prefix = folders.pop()
@@ -61,11 +64,12 @@ def walk(known: Known, seen: Known, top: str, prefix: str) -> None:
                 if not S_ISREG(stat.st_mode):  # a FIFO or a device: opening it would block
                     continue
                 rel = prefix + entry.name
+                now = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
                 was = known.get(rel)
-                if was is not None and was[0] == stat.st_size and was[1] == stat.st_mtime_ns:
+                if was is not None and was[:3] == now:
                     seen[rel] = was
                 else:
-                    seen[rel] = (stat.st_size, stat.st_mtime_ns, digest(entry.path))
+                    seen[rel] = (*now, digest(entry.path))
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
