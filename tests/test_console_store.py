@@ -149,7 +149,12 @@ async def test_a_console_run_can_be_approved_from_another_process(tmp_path) -> N
         screen = _screen(app)
         await wait_until(pilot, lambda: screen.outcome is not None)
         assert screen.outcome.stop_reason.value == "goal_met"
-        assert app.screen is screen  # the dialog closed once the call was decided elsewhere
+        # The dialog stays on the call decided elsewhere, saying by whom, until esc.
+        dialog = app.screen
+        assert isinstance(dialog, ApprovalDialog) and dialog.request == request
+        await wait_until(pilot, lambda: "approved by cli:ops" in (dialog.gone_said or ""))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen)
         update = next(c for c in screen.outcome.calls if c.tool == "update_delivery_address")
         assert update.status.value == "executed"
     runs = last_json(loopdeck("runs", "--json", db=db).stdout)

@@ -15,6 +15,7 @@ from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import QuestionAsked
 from loopdeck.operator.links import RunLink
 from loopdeck.operator.records import RunEnded, StoreError
+from loopdeck.operator.runview import RunView
 from loopdeck.tui.dialogs import BY, ApprovalDialog
 from loopdeck.tui.failures import say
 from loopdeck.tui.question_dialog import AnswerText, QuestionDialog
@@ -28,6 +29,12 @@ class ApprovalsChanged(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, ApprovalsChanged)
+
+
+def decided_by(view: RunView, call_id: str) -> str | None:
+    """Who decided a write and how, as the run's events have it (once they arrive)."""
+    decided = view.decided.get(call_id, "")
+    return decided.split("; ")[0] if decided.startswith(("approved", "rejected")) else None
 
 
 def asking(request: ApprovalRequest) -> tuple[str, datetime]:
@@ -64,15 +71,21 @@ class ApprovalOffers:
         self._settled: set[tuple[str, datetime]] = set()
         self._settled_questions: set[str] = set()
 
-    def changed(self) -> None:
-        """The queue changed: a dialog whose request went is closed, the next one offered."""
+    def changed(self, view: RunView) -> None:
+        """The queue changed: a write's dialog whose request went stays, saying so, until
+        the operator leaves it (`drawn`: unless it went with the run); one asked again, or a
+        question's, is closed; the next one offered."""
         pending = self.link.pending()
         dialog = self.dialog
         if isinstance(dialog, ApprovalDialog):
-            if dialog.request not in pending:
-                self.close()
-            else:
+            call_id = dialog.request.call_id
+            if dialog.request in pending:
                 dialog.set_title(len(pending))
+            elif any(p.call_id == call_id for p in pending):  # asked again: offered anew
+                self.close()
+            elif dialog.gone_said is None:
+                dialog.gone(f"{call_id} is no longer waiting")
+                self.drawn(view)
         elif isinstance(dialog, QuestionDialog) and dialog.question_id not in dict(
             self.link.questions()
         ):
@@ -87,6 +100,19 @@ class ApprovalOffers:
                     severity="warning",
                 )
         self.offer_next()
+
+    def drawn(self, view: RunView) -> None:
+        """A frame of the run drawn: a write's dialog that is no longer waiting says who
+        decided it once the run's events tell; withdrawn as the run stopped, it is closed."""
+        dialog = self.dialog
+        if not isinstance(dialog, ApprovalDialog) or dialog.gone_said is None:
+            return
+        call_id = dialog.request.call_id
+        if (decided := decided_by(view, call_id)) is not None:
+            if dialog.gone_said != (said := f"{call_id} was {decided}"):
+                dialog.gone(said)
+        elif view.finished:  # withdrawn with the run: nothing comes after it
+            self.close()
 
     def reopen(self) -> None:
         """`w`: what was put off is offered again."""
@@ -140,7 +166,9 @@ class ApprovalOffers:
         dialog, self.dialog = self.dialog, None
         if decision is None:
             pending = {p.call_id for p in self.link.pending()}
-            if isinstance(dialog, ApprovalDialog) and dialog.request.call_id in pending:
+            if isinstance(dialog, ApprovalDialog) and dialog.gone_said is not None:
+                self.screen.call_after_refresh(self.offer_next)  # left: the next comes now
+            elif isinstance(dialog, ApprovalDialog) and dialog.request.call_id in pending:
                 self._later.add(dialog.request.call_id)
                 self.put_off()
             return

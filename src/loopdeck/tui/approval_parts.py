@@ -1,6 +1,7 @@
-"""Parts of the approval dialog: its arguments as shown (a file write's diff first), the box
-that says when its size changed, and whether the arguments are drawn on screen now (nothing
-over them, nothing scrolled away): a write is approved only once they are."""
+"""Parts of the approval dialog: the keys its foot says in each mode, its arguments as
+shown (a file write's diff first), the box that says when its size changed, and whether the
+arguments are drawn on screen now (nothing over them, nothing scrolled away): a write is
+approved only once they are."""
 
 from __future__ import annotations
 
@@ -18,6 +19,32 @@ from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.text import visible_json
 from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.tui.shown import plain
+from loopdeck.tui.shown_input import TYPING_KEYS
+
+# The dialog's keys, as its foot says them in each of its modes.
+KEYS = (
+    "[b]a[/] approve  [b]e[/] edit  [b]g[/] grant  [b]r[/] reject with a reason  "
+    "[b]esc[/] decide later"
+)
+TELL_KEYS = (
+    "[b]a[/] approve  [b]e[/] reject and tell the agent  [b]g[/] grant  "
+    "[b]r[/] reject with a reason  [b]esc[/] decide later"
+)
+EDIT_KEYS = (
+    f"[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n{TYPING_KEYS}"
+)
+TOLD_KEYS = (
+    "[b]ctrl+o[/] reject, telling the agent to run this input   [b]esc[/] back, nothing decided"
+    f"\n{TYPING_KEYS}"
+)
+ARGS_FIRST = (
+    "[b $warning]Not approved:[/] its arguments were not in view ([b]a[/] again once they are)"
+)
+GONE_KEYS = "[b]esc[/] close (the next write waiting is offered then)"
+GRANT_KEYS = (
+    "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
+    "[b]esc[/] back"
+)
 
 
 def args_shown(request: ApprovalRequest) -> Iterator[Static]:

@@ -18,7 +18,18 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
-from loopdeck.tui.approval_parts import FittingBox, args_shown, rows_drawn
+from loopdeck.tui.approval_parts import (
+    ARGS_FIRST,
+    EDIT_KEYS,
+    GONE_KEYS,
+    GRANT_KEYS,
+    KEYS,
+    TELL_KEYS,
+    TOLD_KEYS,
+    FittingBox,
+    args_shown,
+    rows_drawn,
+)
 from loopdeck.tui.args_edit import ArgsEdit
 from loopdeck.tui.grant_chooser import GrantChooser
 from loopdeck.tui.keys_bar import KeysBar
@@ -28,29 +39,7 @@ from loopdeck.tui.shown_input import TYPING_KEYS, ShownInput, typing_into
 from loopdeck.tui.timers import every
 
 BY = "console"  # who decided, as the store and the events have it
-KEYS = (
-    "[b]a[/] approve  [b]e[/] edit  [b]g[/] grant  [b]r[/] reject with a reason  "
-    "[b]esc[/] decide later"
-)
-TELL_KEYS = (
-    "[b]a[/] approve  [b]e[/] reject and tell the agent  [b]g[/] grant  "
-    "[b]r[/] reject with a reason  [b]esc[/] decide later"
-)
-EDIT_KEYS = (
-    f"[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n{TYPING_KEYS}"
-)
-TOLD_KEYS = (
-    "[b]ctrl+o[/] reject, telling the agent to run this input   [b]esc[/] back, nothing decided"
-    f"\n{TYPING_KEYS}"
-)
-ARGS_FIRST = (
-    "[b $warning]Not approved:[/] its arguments were not in view ([b]a[/] again once they are)"
-)
 FULL_SAVES = 3  # the rows a box's `-full` look leaves out (the stylesheet's `.-full` rules)
-GRANT_KEYS = (
-    "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
-    "[b]esc[/] back"
-)
 
 
 class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
@@ -73,6 +62,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         Binding("ctrl+o", "tell_edited", "Reject, tell the agent", id="approval.tell_edited"),
         Binding("escape", "close", "Later", id="approval.close"),
         Binding("escape", "back", "Back", id="approval.back"),  # from a box opened in place
+        Binding("escape", "leave", "Close", id="approval.leave"),  # decided elsewhere (`gone`)
     ]
     # Under 28 rows the grant chooser takes the arguments' place (its fields box holds one).
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-roomy")]
@@ -106,6 +96,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         # The editor and the chooser are made when first opened: most approvals need neither.
         self.editing: ArgsEdit | None = None
         self.granting: GrantChooser | None = None
+        self.gone_said: str | None = None  # decided elsewhere or withdrawn: what is said
         self.set_title(self.waiting)
         self.tick_countdown()
 
@@ -200,10 +191,25 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
 
     def set_title(self, waiting: int) -> None:
         self.waiting = waiting
+        if self.gone_said is not None:
+            return
         self._title.update(f"[b]Approve this write?[/]  ({waiting} waiting)")
         self._box.border_title = f"Approval · {waiting} waiting"
 
+    def gone(self, said: str) -> None:
+        """Its write was decided elsewhere (or went with the run) while on screen: it stays,
+        saying so, with no key left that decides, whatever box is open (the letters typed
+        next never land on another write); esc leaves it, and only then comes the next."""
+        self.gone_said = said
+        self._title.update("[b $warning]No longer waiting for you[/]")
+        self._box.border_title = "Approval · no longer waiting"
+        self._expiry.update(markup("[b $warning]$said[/]: nothing typed here is sent", said=said))
+        self._keys.update(GONE_KEYS)
+        self.refresh_bindings()
+
     def tick_countdown(self) -> None:
+        if self.gone_said is not None:
+            return
         left = (self.request.expires_at - self._now()).total_seconds()
         if left <= 0:
             text = (
@@ -219,6 +225,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         return typing_into(self.focused)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.gone_said is not None or action == "leave":
+            return action == "leave" and self.gone_said is not None
         if action in ("approve", "reject"):
             return self.mode in ("", "reason") and not self.typing
         if action in ("edit", "tell"):  # `e`: one or the other, as the call can carry out
@@ -269,6 +277,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
 
     @on(Input.Submitted, "#reject-reason")
     def _rejected(self, event: Input.Submitted) -> None:
+        if self.gone_said is not None:
+            return
         reason = event.value.strip()
         call_id = self.request.call_id
         self.dismiss(ApprovalDecision(call_id=call_id, approved=False, reason=reason, by=BY))
@@ -325,11 +335,16 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     def _granted(self) -> None:
         """A grant that cannot be read is said under the chooser and never sent."""
         assert self.granting is not None
+        if self.gone_said is not None:
+            return
         if (decision := self.granting.approval(self.request.call_id, BY)) is not None:
             self.dismiss(decision)
 
     def action_back(self) -> None:
         self.action_close()
+
+    def action_leave(self) -> None:
+        self.dismiss(None)
 
     def action_close(self) -> None:
         """From a box opened in place: back to the dialog's keys. Else: decide later."""

@@ -224,7 +224,7 @@ class RunScreen(Screen[None]):
         self.flush()
         self._show_header()
         self.refresh_bindings()
-        self.offers.changed()
+        self.offers.changed(self.view)
 
     @property
     def arrived(self) -> Sequence[Event]:
@@ -259,6 +259,7 @@ class RunScreen(Screen[None]):
             if self.app.screen is self:
                 self.mark_seen()
         self.decisions.drawn(self.view)
+        self.offers.drawn(self.view)
 
     def _show_header(self) -> None:
         self.panels.show_header(self.view, self.clock_now())
