@@ -443,8 +443,10 @@ def two_keys(run: Played, tool: str, status: str | None = None) -> list[dict[str
 
 
 def one_key(run: Played) -> list[dict[str, Any]]:
-    """Two identical reads from one state: one fingerprint, the second blocked as a repeat,
-    the run stopped `no_progress`, no process of the agent left. The two reads' `call_proposed`."""
+    """Two identical reads from one state: one fingerprint, the second caught as a repeat,
+    the run stopped `no_progress`, no process of the agent left. The agents read without
+    asking: the second read runs before loopdeck hears of it, and is recorded as run (the
+    agent reports it completed), never as blocked. The two reads' `call_proposed`."""
     why = run.why
     assert run.api.problems() == [], why
     reads = [e for e in kinds(run.found, "call_proposed") if e["tool"].startswith("read:")]
@@ -452,7 +454,7 @@ def one_key(run: Played) -> list[dict[str, Any]]:
     assert reads[0]["fingerprint"] == reads[1]["fingerprint"], why
     [tripped] = kinds(run.found, "guard_tripped")
     assert tripped["call_id"] == reads[1]["call_id"], why
-    assert statuses(run.found).get(reads[1]["call_id"]) == "blocked_repeat", why
+    assert statuses(run.found).get(reads[1]["call_id"]) == "executed", why
     assert run.outcome["stop_reason"] == "no_progress", why
     assert run.left() == []
     return reads
