@@ -56,8 +56,15 @@ async def test_inbox_decides_writes_of_two_other_processes(tmp_path) -> None:
             await wait_until(pilot, lambda: app.screen is fleet)
 
             # alerts: each run waiting for you, and each stop, as a toast (and the bell)
-            assert sum("waits for your approval" in t for t in notices(app)) == 2
-            await wait_until(pilot, lambda: sum(" stopped: " in t for t in notices(app)) == 2)
+            asked = " ".join(t for t in notices(app) if " for your approval" in t)
+            assert first.run_id in asked and second.run_id in asked  # one toast, or one each
+            await wait_until(
+                pilot,
+                lambda: all(
+                    any(" stopped: " in t and r in t for t in notices(app))
+                    for r in (first.run_id, second.run_id)
+                ),
+            )
         outcomes = {}
         for runner in runners:
             out, _ = runner.communicate(timeout=60)

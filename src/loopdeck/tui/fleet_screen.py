@@ -26,12 +26,13 @@ from loopdeck.operator.fleet import Fleet, FleetRow, waiting_text
 from loopdeck.operator.fleet_alerts import Alerts
 from loopdeck.operator.fleet_order import SORTS, Listed, Order, Sort
 from loopdeck.operator.records import shown_location
+from loopdeck.tui.alert_toasts import AlertToasts
 from loopdeck.tui.console_messages import NewRunAsked, RunChosen
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.fleet_table import FleetTable
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shared_state import SharedState
-from loopdeck.tui.shown import markup, toast
+from loopdeck.tui.shown import markup
 from loopdeck.tui.shown_input import ShownInput
 from loopdeck.tui.timers import every
 
@@ -81,6 +82,7 @@ class FleetScreen(Screen[None]):
         self.bell = bell
         self.fleet = Fleet()
         self.alerts = Alerts()
+        self.alert_toasts = AlertToasts()
         self.filter_text = ""
         self.sort: Sort = "needs you"
         self._stop_following = asyncio.Event()
@@ -129,13 +131,12 @@ class FleetScreen(Screen[None]):
         self.check_alerts()
 
     def check_alerts(self) -> None:
-        """Each alert the fleet calls for now: a toast, and the terminal bell unless
-        `--no-bell`."""
+        """The alerts the fleet calls for now: toasts, one a kind of alert however many runs
+        (`AlertToasts`), and the terminal bell unless `--no-bell`."""
         waiting = self.fleet.waiting_by_run  # their receipts may near their expiry
         only = self.fleet.take_touched().union(waiting)
         alerts = self.alerts.check(self.fleet, self.now(), only)
-        for alert in alerts:
-            toast(self, alert.text, title="loopdeck", severity=alert.severity)  # type: ignore[arg-type]
+        self.alert_toasts.show(self, alerts)
         if alerts and self.bell:
             self.app.bell()
 
