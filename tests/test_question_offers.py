@@ -15,6 +15,7 @@ from textual.widgets import Input
 
 from loopdeck.core.events import QuestionAsked
 from loopdeck.core.loop_say import TITLE
+from loopdeck.operator.runview import RunView
 from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.question_dialog import QuestionDialog
 
@@ -66,7 +67,7 @@ async def test_a_question_listed_before_its_asking_is_heard_waits_for_it() -> No
         await pilot.pause()
         assert app.screen is screen, "offered before its asking was heard"
         heard["q2"] = _guard_asks("q2")  # the event, then the queue's change that follows it
-        offers.changed()
+        offers.changed(RunView())
         dialog = app.screen
         assert isinstance(dialog, QuestionDialog) and dialog.question_id == "q2"
         assert dialog.choices == ("stop", "nudge") and dialog.answers_stop
