@@ -19,31 +19,34 @@ STATE_STYLE = {"active": "b $success"}
 
 
 def grants_room(screen: Screen[Any], view: RunView) -> int:
-    """How many grants the panel lists on this screen: none where it has no room (under 28
-    rows, or under 40 once the Stopped panel takes its rows), one under 40, else SHOWN."""
+    """How many grants the panel lists on this screen: none where it has no room (a cramped
+    screen, or a short one once the Stopped panel takes its rows), one on a short screen or a
+    tall one whose Stopped panel takes up to 12 rows (under 46), else SHOWN. The run screen
+    never grows past the terminal (`tests/test_replay_room.py`)."""
     short, cramped = screen.has_class("-short"), screen.has_class("-cramped")
     if cramped or (short and view.finished):
         return 0
-    return 1 if short else SHOWN
+    return 1 if short or (view.finished and screen.size.height < 46) else SHOWN
 
 
-def grants_said(view: RunView) -> str:
-    """The active grants as the Calls title says them where the panel has no room."""
+def grants_said(view: RunView, live: bool = True) -> str:
+    """The active grants as the Calls title says them where the panel has no room (`G`
+    while the run goes on; never in a replay)."""
     active = sum(row.active for row in view.grants.of_run(view.run_id))
     if not active:
         return ""
-    return f" · {plural(active, 'grant')}" + (" · G" if not view.finished else "")
+    return f" · {plural(active, 'grant')}" + (" · G" if live and not view.finished else "")
 
 
 class GrantsPanel(Static):
-    def show(self, view: RunView) -> None:
+    def show(self, view: RunView, live: bool = True) -> None:
         rows = view.grants.of_run(view.run_id)
         room = grants_room(self.screen, view)
         self.display = bool(rows) and room > 0
         if not self.display:
             return
         active = sum(row.active for row in rows)
-        revokes = " · G revokes" if active and not view.finished else ""
+        revokes = " · G revokes" if live and active and not view.finished else ""
         title(self, f"Grants · {active} active{revokes}")
         lines: list[str] = []
         values: dict[str, str] = {}

@@ -362,13 +362,14 @@ class RunHeader(FixedSize, Static):
         agent_s: float,
         operator_s: float,
         pending: int,
-        frame: int = 0,
+        frame: int | None = 0,
         elsewhere: int = 0,
         outage: str = "",
         questions: int = 0,
     ) -> None:
         """`pending` writes and `questions` wait here for the operator; `elsewhere` in other
-        runs of the store."""
+        runs of the store; `frame` the spinner's step while the run goes on (None: a replay,
+        nothing turns)."""
         state = view.shown_state
         badge = " [b $error]$outage[/]" if outage else ""  # the store cannot be read for now
         waiting = [plural(n, what) for n, what in ((pending, "approval"), (questions, "question"))]
@@ -377,7 +378,8 @@ class RunHeader(FixedSize, Static):
             badge += f" [b reverse $warning] ⚠ {said} waiting · w [/]"
         if elsewhere:
             badge += f" [b $warning]+{elsewhere} in other runs · i[/]"
-        spin = f"{SPINNER[frame % len(SPINNER)]} " if not view.finished and view.run_id else ""
+        turning = frame is not None and not view.finished and bool(view.run_id)
+        spin = f"{SPINNER[(frame or 0) % len(SPINNER)]} " if turning else ""
         waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"
         script = "/$script" if view.script else ""

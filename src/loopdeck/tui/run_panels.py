@@ -15,7 +15,7 @@ from textual.widgets import Static
 from loopdeck.core.events import CallStatus
 from loopdeck.core.text import plural
 from loopdeck.operator import run_waits
-from loopdeck.operator.links import RunLink
+from loopdeck.operator.links import ReplayLink, RunLink
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui import link_facets
@@ -53,6 +53,9 @@ class RunPanels:
         self.link = link
         self.shared = shared
         self.frame = 0  # the spinner's step
+        # A replay shows a run that is over at each of its events: nothing turns, no key of
+        # a live run (`G`) is offered.
+        self.live = not isinstance(link, ReplayLink)
         self.full_transcript: TranscriptScreen | None = None  # `t`, while it is open
 
     def titled(self) -> None:
@@ -76,11 +79,11 @@ class RunPanels:
             unknown = plural(len(view.unknown), "outcome")
             repeats += f" · [b $warning]{unknown} unknown · o[/]"
         if not grants_room(self.screen, view):  # no room for the Grants panel
-            repeats += grants_said(view)
+            repeats += grants_said(view, self.live)
         title(table, f"Calls · {view.calls_seen:,}{repeats}")
         if table.row_count:
             self.show_detail(view, table.cursor_key)
-        query(GrantsPanel).show(view)
+        query(GrantsPanel).show(view, self.live)
 
     def tick(self, view: RunView, now: datetime, frame_due: bool) -> None:
         """The spinner's step: what moves with time is drawn again, unless a frame of events
@@ -93,7 +96,7 @@ class RunPanels:
             if not view.finished:  # under a dialog too: "waiting on you" counts there
                 self._show_budgets(view, now)
         if view.grants.rows:  # a grant's time runs out with no event
-            self.screen.query_one(GrantsPanel).show(view)
+            self.screen.query_one(GrantsPanel).show(view, self.live)
 
     def show_header(self, view: RunView, now: datetime) -> None:
         """The run, its clocks, and what waits: here, and in the store's other runs."""
@@ -103,11 +106,14 @@ class RunPanels:
         elsewhere = sum(n for run_id, n in by_run.items() if run_id != view.run_id)
         outage = link_facets.store_outage(self.link)  # an attached run's store, unreadable
         outage = outage or view.store_outage  # the run holds: its store takes no writes
+        frame = self.frame if self.live else None
         self.screen.query_one(RunHeader).show(
-            view, agent_s, operator_s, pending, self.frame, elsewhere, outage, questions
+            view, agent_s, operator_s, pending, frame, elsewhere, outage, questions
         )
 
     def waiting_for(self, view: RunView) -> str:
+        if not self.live:
+            return ""
         if view.run_id:
             return run_waits.waiting_for(view)
         return link_facets.phase(self.link) or "the run to start"

@@ -65,7 +65,8 @@ SPIN_INTERVAL_S = 0.2
 
 class RunScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-cramped"), (28, "-short"), (40, "-tall")]
+    # `-short` from 30 rows: its panels with a Grants or a Stopped panel take 30 (`grants_room`).
+    VERTICAL_BREAKPOINTS = [(0, "-cramped"), (30, "-short"), (40, "-tall")]
     # The kill switch itself (`s`, `k`, `p`, `q`) is bound on the app, over any dialog, and
     # lands here (`action_stop`, `action_kill`, `action_pause`, `action_quit_run`).
     BINDINGS = [
