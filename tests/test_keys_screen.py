@@ -45,10 +45,12 @@ async def test_the_palettes_keys_opens_the_consoles_keys_screen(
         assert not app.query("HelpPanel")  # Textual's own is never shown
         await pilot.pause()
         shown = screen_text(app)
-        for words in ("On the fleet", "n      New run", "/      Filter", "Everywhere",
-                      "q          Quit", "ctrl+p     Commands"):  # fmt: skip
+        for words in ("On the fleet", "n      New run", "/      Filter", "up     Previous row"):
             assert words in shown, shown
-        assert "esc back" in shown
+        await pilot.press("end")  # a list longer than the box scrolls
+        for words in ("pgdn   A page down", "Everywhere", "q          Quit",
+                      "ctrl+p     Commands", "esc back"):  # fmt: skip
+            await wait_until(pilot, lambda words=words: words in screen_text(app))
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is fleet)
 
@@ -107,3 +109,49 @@ async def test_the_inbox_box_says_what_enter_does(tmp_path: Path, size: tuple[in
         await pilot.press(*"ORD-1042", "enter")
         await wait_until(pilot, lambda: not box.display)  # sent: the next entry is selected
         await wait_until(pilot, lambda: len(inbox.entries) == 1)
+
+
+@pytest.mark.parametrize("key", ["end", "pagedown", "down"])
+async def test_the_keys_of_a_replay_at_80x24_scroll_to_the_last(solved_run, key: str) -> None:
+    """Every key of "Everywhere" is listed once, the last ones reached by End, PageDown or
+    Down (the box is shorter than the list, and says the list scrolls)."""
+    from console_helpers import run_screen
+
+    from loopdeck.operator.links import ReplayLink
+    from loopdeck.tui.replay import ReplayScreen
+
+    db, run_id = solved_run
+    app = LoopdeckApp(ConsoleStart.for_link(ReplayLink(db, run_id)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(run_screen(app), ReplayScreen))
+        app.show_keys()
+        await wait_until(pilot, lambda: isinstance(app.screen, KeysScreen))
+        keys = app.screen
+        assert isinstance(keys, KeysScreen)
+        typed = [name for name, _, _ in keys.console]
+        for name in ("q", "tab", "shift+tab", "ctrl+c", "ctrl+q", "ctrl+p"):
+            assert typed.count(name) == 1, typed
+        await wait_until(pilot, lambda: "pgdn home end scroll" in screen_text(app))
+        listed = keys.query_one("#keys-list")
+        assert listed.max_scroll_y > 0 and "ctrl+p     Commands" not in screen_text(app)
+        while listed.scroll_y < listed.max_scroll_y:
+            before = listed.scroll_y
+            await pilot.press(key)
+            await wait_until(pilot, lambda before=before: listed.scroll_y > before)
+        await wait_until(pilot, lambda: "ctrl+p     Commands" in screen_text(app))
+
+
+async def test_the_keys_of_the_message_box_name_ctrl_q_once() -> None:
+    from loopdeck.tui.message_dialog import MessageDialog
+
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ApprovalDialog))
+        await pilot.press("m")
+        await wait_until(pilot, lambda: isinstance(app.screen, MessageDialog))
+        own, console = keys_of(app.screen)
+        typed = [name for name, _, _ in own + console]
+        assert typed.count("ctrl+q") == 1 and typed.count("esc") == 1, typed
+        assert not {"ctrl+a", "backspace", "left"} & set(typed)  # the box's editing keys

@@ -1,8 +1,9 @@
-"""The palette's `keys`: every key of the screen the operator was on, then the console's own,
-each with its words, the ones that do nothing right now said so (and why the key line dims
-them). Built from the screen's active bindings, so it is never out of date with the keys.
-Textual's own help panel named widget keys by their internal words and left the console's
-out."""
+"""The palette's `keys`: every key of the screen the operator was on (and of the panel that
+has the focus there: a list's ↑↓, pgup/pgdn, home/end), then the console's own, each key
+once with its words, the ones that do nothing right now said so (and why the key line dims
+them). Built from the screen's active bindings, so it is never out of date with the keys;
+a list longer than the box scrolls. Textual's own help panel named widget keys by their
+internal words and left the console's out."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
 from loopdeck.tui.shown import plain
+from loopdeck.tui.shown_input import typing_into
 
 KEYS = "[b]esc[/] back"
+SCROLL_KEYS = "[b]esc[/] back   [b]↑↓[/] [b]pgup[/] [b]pgdn[/] [b]home[/] [b]end[/] scroll"
 OFF = "not now"  # a key the screen has but that does nothing in its state
 # What a screen is called in the keys' heading, by its class.
 CALLED = {
@@ -30,6 +33,7 @@ CALLED = {
     "TranscriptScreen": "the transcript",
     "ApprovalDialog": "the approval",
     "QuestionDialog": "the question",
+    "MessageDialog": "the message box",
     "LauncherScreen": "the chooser",
 }
 
@@ -41,6 +45,8 @@ TEXTUALS = {
     "quit": "Quit: asked first while a run is live, as q",
     "command_palette": "Commands: the run's, the themes, these keys",
 }
+# A panel's sideways scrolling: no panel of the console is wider than its box.
+SIDEWAYS = {"scroll_left", "scroll_right", "page_left", "page_right"}
 KEY_NAMES = {"⏎": "enter", "⇥": "tab", "⇤": "shift+tab", "␣": "space", "↑": "up", "↓": "down"}
 
 Key = tuple[str, str, bool]  # the key as shown, its words, whether it acts now
@@ -54,26 +60,34 @@ def key_name(shown: str) -> str:
 
 
 def keys_of(screen: Screen[Any]) -> tuple[list[Key], list[Key]]:
-    """The screen's own keys and the console's, each in the order they are bound, with its
-    words; a key with no words (one Textual keeps for itself) is left out."""
+    """The screen's own keys (then the focused panel's: a list's cursor) and the console's,
+    each in the order they are bound, with its words, each key once (the first bound, the one
+    that acts); a key with no words (one Textual keeps for itself) is left out, and so are a
+    text box's editing keys."""
     app = screen.app
     own: list[Key] = []
+    panel: list[Key] = []
     console: list[Key] = []
     textuals: list[Key] = []
     seen: set[tuple[int, str]] = set()
     for node, binding, enabled in _bindings(screen):
-        if not binding.description or (id(node), binding.action) in seen:
+        key = key_name(app.get_key_display(binding))
+        if not binding.description or binding.action in SIDEWAYS:
             continue
-        if node is not app and node is not screen:
-            continue  # a widget's own keys (a table's cursor): the widget says them
-        seen.add((id(node), binding.action))
+        if {(id(node), key), (id(node), binding.action)} & seen:
+            continue
+        if node is not app and node is not screen and typing_into(node):
+            continue  # a text box's editing keys: the key line says how typing works
+        seen |= {(id(node), key), (id(node), binding.action)}
         words = TEXTUALS.get(binding.action, binding.description)
-        shown = (key_name(app.get_key_display(binding)), words, enabled)
+        shown = (key, words, enabled)
         if binding.action in TEXTUALS:
             textuals.append(shown)
+        elif node is app:
+            console.append(shown)
         else:
-            (console if node is app else own).append(shown)
-    return own, console + textuals
+            (own if node is screen else panel).append(shown)
+    return own + panel, console + textuals
 
 
 def _bindings(screen: Screen[Any]) -> Iterator[tuple[DOMNode, Binding, bool]]:
@@ -108,6 +122,7 @@ class KeysScreen(ModalScreen[None]):
     """ctrl+p, `keys`: the keys of the screen below, then the console's, in words."""
 
     BINDINGS = [Binding("escape", "close", "Back", id="keys.close")]
+    AUTO_FOCUS = "#keys-list"  # the arrows, pgup/pgdn, home/end scroll a list longer than the box
     DEFAULT_CSS: ClassVar[str] = """
     KeysScreen {
         align: center middle;
@@ -126,6 +141,7 @@ class KeysScreen(ModalScreen[None]):
     }
     #keys-list {
         height: auto;
+        max-height: 100%;
     }
     .keys-heading {
         text-style: bold;
@@ -152,6 +168,13 @@ class KeysScreen(ModalScreen[None]):
                 yield Static(_lines(self.own), id="keys-own")
                 yield Static("Everywhere", classes="keys-heading")
                 yield Static(_lines(self.console), id="keys-console")
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._said_scrolls)
+
+    def _said_scrolls(self) -> None:
+        scrolls = self.query_one("#keys-list", VerticalScroll).max_scroll_y > 0
+        self.query_one("#keys-keys", Static).update(SCROLL_KEYS if scrolls else KEYS)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -72,12 +72,12 @@ class LineTable(StylePerPaint, ScrollView, can_focus=True):
 
     PREFIX: ClassVar[str] = ""
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("up", "cursor(-1)", "Previous row", show=False),
+        Binding("down", "cursor(1)", "Next row", show=False),
+        Binding("pageup", "page(-1)", "A page up", show=False),
+        Binding("pagedown", "page(1)", "A page down", show=False),
+        Binding("home", "jump(0)", "First row", show=False),
+        Binding("end", "jump(-1)", "Last row", show=False),
     ]
 
     cursor_row = 0
