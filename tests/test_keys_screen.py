@@ -45,11 +45,11 @@ async def test_the_palettes_keys_opens_the_consoles_keys_screen(
         assert not app.query("HelpPanel")  # Textual's own is never shown
         await pilot.pause()
         shown = screen_text(app)
-        for words in ("On the fleet", "n      New run", "/      Filter", "up     Previous row"):
+        for words in ("On the fleet", "n      New run", "/      Filter", "Everywhere",
+                      "q          Quit", "ctrl+p     Commands", "esc back"):  # fmt: skip
             assert words in shown, shown
-        await pilot.press("end")  # a list longer than the box scrolls
-        for words in ("pgdn   A page down", "Everywhere", "q          Quit",
-                      "ctrl+p     Commands", "esc back"):  # fmt: skip
+        await pilot.press("end")  # a list longer than the box scrolls to the runs list's keys
+        for words in ("In the focused list", "up    Previous row", "pgdn  A page down"):
             await wait_until(pilot, lambda words=words: words in screen_text(app))
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is fleet)
@@ -60,12 +60,12 @@ async def test_the_keys_of_a_run_name_its_own_and_the_consoles() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         dialog = app.screen
-        own, console = keys_of(dialog)
+        own, console, _ = keys_of(dialog)
         assert ("a", "Approve", True) in own and ("r", "Reject…", True) in own
         assert ("s", "Stop after tools", True) in console  # the app's, over any dialog
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is not dialog)
-        own, console = keys_of(app.screen)
+        own, console, _ = keys_of(app.screen)
         assert ("t", "Transcript", True) in own
         assert ("k", "Kill now", True) in console
         assert all(words[0].isupper() for _, words, _ in own + console)  # words, in full
@@ -151,7 +151,7 @@ async def test_the_keys_of_the_message_box_name_ctrl_q_once() -> None:
         await wait_until(pilot, lambda: not isinstance(app.screen, ApprovalDialog))
         await pilot.press("m")
         await wait_until(pilot, lambda: isinstance(app.screen, MessageDialog))
-        own, console = keys_of(app.screen)
+        own, console, _ = keys_of(app.screen)
         typed = [name for name, _, _ in own + console]
         assert typed.count("ctrl+q") == 1 and typed.count("esc") == 1, typed
         assert not {"ctrl+a", "backspace", "left"} & set(typed)  # the box's editing keys

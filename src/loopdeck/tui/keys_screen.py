@@ -1,5 +1,5 @@
-"""The palette's `keys`: every key of the screen the operator was on (and of the panel that
-has the focus there: a list's ↑↓, pgup/pgdn, home/end), then the console's own, each key
+"""The palette's `keys`: every key of the screen the operator was on, then the console's own,
+then those of the panel that has the focus (a list's ↑↓, pgup/pgdn, home/end), each key
 once with its words, the ones that do nothing right now said so (and why the key line dims
 them). Built from the screen's active bindings, so it is never out of date with the keys;
 a list longer than the box scrolls. Textual's own help panel named widget keys by their
@@ -8,7 +8,7 @@ internal words and left the console's out."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -59,11 +59,17 @@ def key_name(shown: str) -> str:
     return KEY_NAMES.get(shown, shown)
 
 
-def keys_of(screen: Screen[Any]) -> tuple[list[Key], list[Key]]:
-    """The screen's own keys (then the focused panel's: a list's cursor) and the console's,
-    each in the order they are bound, with its words, each key once (the first bound, the one
-    that acts); a key with no words (one Textual keeps for itself) is left out, and so are a
-    text box's editing keys."""
+class Keys(NamedTuple):
+    own: list[Key]  # the screen's
+    console: list[Key]  # the app's and Textual's, everywhere
+    panel: list[Key]  # the focused panel's (a list's cursor), listed last
+
+
+def keys_of(screen: Screen[Any]) -> Keys:
+    """The screen's own keys, the console's and the focused panel's, each in the order they
+    are bound, with its words, each key once (the first bound, the one that acts); a key with
+    no words (one Textual keeps for itself) is left out, and so are a text box's editing
+    keys."""
     app = screen.app
     own: list[Key] = []
     panel: list[Key] = []
@@ -87,7 +93,7 @@ def keys_of(screen: Screen[Any]) -> tuple[list[Key], list[Key]]:
             console.append(shown)
         else:
             (own if node is screen else panel).append(shown)
-    return own + panel, console + textuals
+    return Keys(own, console + textuals, panel)
 
 
 def _bindings(screen: Screen[Any]) -> Iterator[tuple[DOMNode, Binding, bool]]:
@@ -156,7 +162,7 @@ class KeysScreen(ModalScreen[None]):
     def __init__(self, screen: Screen[Any]) -> None:
         super().__init__(classes="dialog")
         self.called = CALLED.get(type(screen).__name__, "this screen")
-        self.own, self.console = keys_of(screen)
+        self.own, self.console, self.panel = keys_of(screen)
 
     def compose(self) -> ComposeResult:
         box = Vertical(id="keys-box")
@@ -168,6 +174,9 @@ class KeysScreen(ModalScreen[None]):
                 yield Static(_lines(self.own), id="keys-own")
                 yield Static("Everywhere", classes="keys-heading")
                 yield Static(_lines(self.console), id="keys-console")
+                if self.panel:
+                    yield Static("In the focused list", classes="keys-heading")
+                    yield Static(_lines(self.panel), id="keys-panel")
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._said_scrolls)
