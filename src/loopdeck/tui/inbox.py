@@ -156,7 +156,7 @@ class InboxScreen(Screen[None]):
                 cell(entry.env),
                 cell(entry.call_id),
                 cell(entry.tool),
-                cell(entry.plan_step[:40]),
+                cell(entry.plan_step, width=max(40, self.size.width - 100)),
                 key=entry.key,
             )
         if chosen is not None and chosen in table.rows:

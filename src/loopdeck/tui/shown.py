@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual.app import App
 from textual.content import Content
@@ -38,9 +39,13 @@ def plain(text: str, style: str = "") -> Content:
     return Content.styled(visible(text), style) if style else Content(visible(text))
 
 
-def cell(text: str, style: str = "") -> Text:
-    """A table cell: Textual reads a `str` cell of a `DataTable` as Rich markup."""
-    return Text(visible(text), style=style)
+def cell(text: str, style: str = "", width: int | None = None) -> Text:
+    """A table cell: Textual reads a `str` cell of a `DataTable` as Rich markup. Past
+    `width` cells it is cut, ending in "…"."""
+    shown = visible(text)
+    if width is not None and cell_len(shown) > width:
+        shown = set_cell_size(shown, width - 1) + "…"
+    return Text(shown, style=style)
 
 
 def toast(
