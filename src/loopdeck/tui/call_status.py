@@ -23,3 +23,15 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
 }
 
 GUARD_HELD_LOOK = ("⟳ held: guard asks", "warning")
+
+# How `RunView.decided` says an approval ran the call with the operator's arguments.
+EDITED = ", edited: "
+
+
+def tool_as_run(tool: str, decided: str) -> str:
+    """The tool as the Call panel's title names it. A call approved with edited arguments is
+    said so, and a name that carries the call's input (an ACP terminal's `terminal: COMMAND`)
+    keeps only its kind: what it names never ran, the arguments below did."""
+    if EDITED not in decided:
+        return tool
+    return f"{tool.split(': ', 1)[0]} · edited: it ran with the arguments below"

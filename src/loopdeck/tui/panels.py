@@ -19,7 +19,7 @@ from loopdeck.core.text import plural, visible_json
 from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
-from loopdeck.tui.call_status import STATUS_LOOK
+from loopdeck.tui.call_status import STATUS_LOOK, tool_as_run
 from loopdeck.tui.shown import markup as shown_markup
 from loopdeck.tui.shown import plain
 
@@ -318,7 +318,7 @@ class CallDetail(VerticalScroll):
             title(self, "Call")
             paint(body, "[dim]select a call to see its arguments and result[/dim]")
             return
-        title(self, plain(f"Call {row.call_id} · {row.tool}"))
+        title(self, plain(f"Call {row.call_id} · {tool_as_run(row.tool, decided)}"))
         values = {
             "args": args_text(row.args),
             "result": visible_json(row.result) if row.result else "—",
