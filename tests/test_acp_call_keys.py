@@ -15,7 +15,6 @@ itself with the SDK's messages (as the agents sent them):
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,67 +22,23 @@ import pytest
 from acp import RequestError
 from acp.schema import (
     AllowedOutcome,
-    PermissionOption,
-    ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
 )
-from conftest import SAMPLES, Recorder
+from acp_calls_helpers import OPTIONS, acp_calls, kinds, update
 
-from loopdeck.acp_env.bridge import Bridge, FileWriteAsked
+from loopdeck.acp_env.bridge import FileWriteAsked
 from loopdeck.acp_env.call_input import INPUT_CAP
-from loopdeck.acp_env.calls import AcpCalls
-from loopdeck.acp_env.opening import AgentsOwnModel
-from loopdeck.acp_env.workspace import FS_WRITE, WorkspaceEnvironment
-from loopdeck.core.approvals import AutoApprover
+from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_json
-from loopdeck.core.config import RunConfig
-from loopdeck.core.events import CallStatus, EventBus
-from loopdeck.core.run_host import RunHost
-from loopdeck.core.runtime import Runtime
-from loopdeck.core.states import RunState
+from loopdeck.core.events import CallStatus
 
-OPTIONS = [
-    PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-    PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
-]
 DOCUMENTS = ("3f1c2a9e-8b7d-4c1e-9a2b-1d2e3f4a5b6c", "a7d9e0f1-2b3c-4d5e-8f90-123456789abc")
-
-
-class Conn:
-    def __init__(self) -> None:
-        self.cancelled = 0
-
-    async def cancel(self, session_id: str) -> None:
-        self.cancelled += 1
-
-
-class Agent:
-    def __init__(self) -> None:
-        self.session_id = "s1"
-        self.conn = Conn()
 
 
 @pytest.fixture
 def calls(tmp_path: Path) -> Any:
-    workdir = tmp_path / "work"
-    shutil.copytree(SAMPLES / "calc_acp" / "workspace", workdir)
-    bus, recorder = EventBus(), Recorder()
-    bus.subscribe(recorder)
-    config = RunConfig(env="keys", model="acp keys", goal="fix add", mode="react")
-    rt = Runtime(config, WorkspaceEnvironment(workdir, {}), AgentsOwnModel("keys"),
-                 AutoApprover(), bus=bus)  # fmt: skip
-    rt.move(RunState.DECIDING)  # as in the agent's turn
-    calls = AcpCalls(RunHost(rt), Agent(), Bridge(workdir))  # type: ignore[arg-type]
-    calls.recorder = recorder
-    try:
-        yield calls
-    finally:
-        rt.env_thread.close()
-
-
-def kinds(calls: Any, kind: str) -> list[Any]:
-    return list(calls.recorder.kinds(kind))
+    yield from acp_calls(tmp_path, "keys")
 
 
 def start(call_id: str, title: str, kind: str, status: Any = "pending", **fields: Any) -> Any:
@@ -91,10 +46,6 @@ def start(call_id: str, title: str, kind: str, status: Any = "pending", **fields
         session_update="tool_call", tool_call_id=call_id, title=title, kind=kind, status=status,
         **fields,
     )  # fmt: skip
-
-
-def update(call_id: str, **fields: Any) -> ToolCallProgress:
-    return ToolCallProgress(session_update="tool_call_update", tool_call_id=call_id, **fields)
 
 
 def asked(call_id: str, title: str, kind: str, raw_input: Any) -> ToolCallUpdate:

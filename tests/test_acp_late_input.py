@@ -14,64 +14,22 @@ import pytest
 from acp.schema import (
     AllowedOutcome,
     FileEditToolCallContent,
-    PermissionOption,
     ToolCallLocation,
-    ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
 )
-from conftest import SAMPLES, Recorder, run_env
+from acp_calls_helpers import OPTIONS, acp_calls, kinds, update
+from conftest import SAMPLES, run_env
 
-from loopdeck.acp_env.bridge import Bridge
 from loopdeck.acp_env.call_input import diff_text
 from loopdeck.acp_env.calls import AcpCalls
-from loopdeck.acp_env.opening import AgentsOwnModel
-from loopdeck.acp_env.workspace import WorkspaceEnvironment
-from loopdeck.core.approvals import AutoApprover
-from loopdeck.core.config import RunConfig
-from loopdeck.core.events import CallStatus, EventBus
-from loopdeck.core.run_host import RunHost
-from loopdeck.core.runtime import Runtime
-from loopdeck.core.states import RunState, StopReason
-
-OPTIONS = [
-    PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-    PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
-]
-
-
-class Conn:
-    def __init__(self) -> None:
-        self.cancelled = 0
-
-    async def cancel(self, session_id: str) -> None:
-        self.cancelled += 1
-
-
-class Agent:
-    """The agent's process as `AcpCalls` sees it: a session and a connection to cancel on."""
-
-    def __init__(self) -> None:
-        self.session_id = "s1"
-        self.conn = Conn()
+from loopdeck.core.events import CallStatus
+from loopdeck.core.states import StopReason
 
 
 @pytest.fixture
 def calls(tmp_path: Path) -> Any:
-    workdir = tmp_path / "work"
-    shutil.copytree(SAMPLES / "calc_acp" / "workspace", workdir)
-    bus, recorder = EventBus(), Recorder()
-    bus.subscribe(recorder)
-    config = RunConfig(env="late", model="acp late", goal="fix add", mode="react")
-    env = WorkspaceEnvironment(workdir, {})
-    rt = Runtime(config, env, AgentsOwnModel("late"), AutoApprover(), bus=bus)
-    rt.move(RunState.DECIDING)  # as in the agent's turn
-    calls = AcpCalls(RunHost(rt), Agent(), Bridge(workdir))  # type: ignore[arg-type]
-    calls.recorder = recorder
-    try:
-        yield calls
-    finally:
-        rt.env_thread.close()
+    yield from acp_calls(tmp_path, "late")
 
 
 def started(call_id: str, title: str, kind: str) -> ToolCallStart:
@@ -80,10 +38,6 @@ def started(call_id: str, title: str, kind: str) -> ToolCallStart:
         session_update="tool_call", tool_call_id=call_id, title=title, kind=kind,
         status="pending", raw_input={}, content=[], locations=[],
     )  # fmt: skip
-
-
-def update(call_id: str, **fields: Any) -> ToolCallProgress:
-    return ToolCallProgress(session_update="tool_call_update", tool_call_id=call_id, **fields)
 
 
 def read_of(workdir: Path, name: str) -> dict[str, Any]:
@@ -100,10 +54,6 @@ async def read(calls: AcpCalls, call_id: str, name: str) -> None:
     await calls.proposed(started(call_id, "Read File", "read"))
     await calls.progress(update(call_id, **read_of(calls.host.workdir, name)))
     await calls.progress(update(call_id, status="completed", raw_output="1\tdef add(a, b):"))
-
-
-def kinds(calls: Any, kind: str) -> list[Any]:
-    return list(calls.recorder.kinds(kind))
 
 
 async def test_a_call_with_no_input_yet_is_held_until_it_ends(calls: Any) -> None:
