@@ -327,7 +327,9 @@ class RunHost:
             ledger.not_reported(Cap.COST)
         if tokens is None:
             ledger.not_reported(Cap.TOKENS)
-        spent, written = (0, 0) if tokens is None else (tokens, completion_tokens)
+        # What it wrote is part of what it spent (an agent's figures that say otherwise are
+        # read as all spent, none of it more than once).
+        spent, written = (0, 0) if tokens is None else (tokens, min(completion_tokens, tokens))
         rt.emit(
             ModelCalled, run_id=self.run_id, role="agent", round=rt.round,
             model=rt.config.model, prompt_tokens=spent - written, completion_tokens=written,
