@@ -55,7 +55,7 @@ def _named(name: str, goal: str) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True, style="bold")
     grid.add_column(overflow="fold")
-    grid.add_row(name, Text(goal))
+    grid.add_row(Text(name), Text(goal))  # outside text: never read as markup
     return grid
 
 
