@@ -55,3 +55,35 @@ async def test_a_reason_typed_as_the_write_is_decided_elsewhere_never_decides_th
         )
         assert app.screen.request.call_id != first and not app.screen.gone_said
         assert decided == []
+
+
+async def test_an_answer_typed_as_the_question_is_answered_elsewhere_is_sent_nowhere() -> None:
+    """The question's dialog stays too, saying so: the letters typed next never reach the run
+    screen's keys (`s` stop, `k` kill) nor the next write's dialog."""
+    from loopdeck.core.approvals import Answer
+    from loopdeck.tui.question_dialog import QuestionDialog
+
+    app = console_app(SAMPLES / "order_support", "ask-then-act", answers=True)
+    queue = app.session.queue
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, QuestionDialog) and isinstance(app.screen.focused, Input)
+            ),
+        )
+        dialog = app.screen
+        box = dialog.query_one("#answer-text", Input)
+        await pilot.press(*"ORD")
+        elsewhere = Answer(text="ORD-1042", by="cli:ops")
+        run_loop.call(queue._resolve_question, dialog.question_id, elsewhere)
+        screen = run_screen(app)
+        await wait_until(pilot, lambda: screen.link.pending(), timeout=30)  # the run went on
+        await wait_until(pilot, lambda: "answered elsewhere" in screen_text(app))
+        assert app.screen is dialog, "the dialog went as its question was answered elsewhere"
+        await pilot.press(*"-1042 sk", "enter")
+        assert app.screen is dialog and box.value == "ORD-1042 sk"  # kept as typed
+        assert screen.running and "No longer waiting" in screen_text(app)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        assert screen.running

@@ -86,25 +86,30 @@ class ApprovalOffers:
             elif dialog.gone_said is None:
                 dialog.gone(f"{call_id} is no longer waiting")
                 self.drawn(view)
-        elif isinstance(dialog, QuestionDialog) and dialog.question_id not in dict(
-            self.link.questions()
+        elif (
+            isinstance(dialog, QuestionDialog)
+            and dialog.gone_said is None
+            and dialog.question_id not in dict(self.link.questions())
         ):
-            self.close()
             acts_at = dialog.asked.acts_at if dialog.asked else None
             if acts_at is not None and acts_at <= self.now():  # nobody answered in time
-                toast(
-                    self.screen,
-                    f"{dialog.question_id}: no answer in time; the guard blocked the call and"
-                    " the run went on",
-                    title="question",
-                    severity="warning",
-                )
+                went_on = "the guard blocked the call and the run went on"
+                if dialog.asked is None or dialog.asked.topic != "loop":
+                    went_on = "the run went on alone"
+                dialog.gone(f"{dialog.question_id}: no answer in time; {went_on}")
+            else:
+                dialog.gone(f"{dialog.question_id} was answered elsewhere")
+            self.drawn(view)
         self.offer_next()
 
     def drawn(self, view: RunView) -> None:
         """A frame of the run drawn: a write's dialog that is no longer waiting says who
         decided it once the run's events tell; withdrawn as the run stopped, it is closed."""
         dialog = self.dialog
+        if isinstance(dialog, QuestionDialog) and dialog.gone_said is not None:
+            if view.finished:  # gone with the run: nothing comes after it
+                self.close()
+            return
         if not isinstance(dialog, ApprovalDialog) or dialog.gone_said is None:
             return
         call_id = dialog.request.call_id
@@ -180,7 +185,9 @@ class ApprovalOffers:
     def _answered_question(self, answer: AnswerText | None) -> None:
         dialog, self.dialog = self.dialog, None
         if answer is None:
-            if isinstance(dialog, QuestionDialog):
+            if isinstance(dialog, QuestionDialog) and dialog.gone_said is not None:
+                self.screen.call_after_refresh(self.offer_next)  # left: the next comes now
+            elif isinstance(dialog, QuestionDialog):
                 self._later.add(dialog.question_id)
                 self.put_off()
             return

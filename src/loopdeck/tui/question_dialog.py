@@ -77,6 +77,7 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         self.choices: tuple[str, ...] = tuple(asked.choices) if asked else ()
         self._now = now
         self.box_for = ""  # what the open box answers: "" (free text), "nudge" or "raise"
+        self.gone_said: str | None = None  # answered elsewhere or gone with its run: what is said
         title = (asked.title if asked else "") or "The agent asks"
         self._box = Vertical(id="approval-box")
         self._box.border_title = plain(f"Question {question_id}")
@@ -121,7 +122,23 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         lines = [f"[b]$l{i}[/] $v{i}" for i in range(len(self.asked.evidence))]
         return markup("\n".join(lines), **values)
 
+    def gone(self, said: str) -> None:
+        """Its question was answered elsewhere (or nobody answered in time) while on screen:
+        it stays, saying so, with no key left that answers, whatever box is open (the letters
+        typed next never land on the run screen's keys); esc leaves it."""
+        self.gone_said = said
+        self._title.update(markup("[b $warning]No longer waiting for you[/]"))
+        self._box.border_title = plain(f"Question {self.question_id} · no longer waiting")
+        self._countdown.display = True
+        words = "[b $warning]$said[/]: nothing typed here is sent"
+        self._countdown.update(markup(words, said=said))
+        self._say_problem("")
+        self._keys.update("[b]esc[/] close")
+        self.refresh_bindings()
+
     def _tick(self) -> None:
+        if self.gone_said is not None:
+            return
         asked = self.asked
         if asked is None or asked.acts_at is None or self._now is None:
             self._countdown.display = False
@@ -163,9 +180,11 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
     def answers_stop(self) -> bool:
         """The app's stop key answers this question (`stop`) instead of stopping the run
         around it: the guard's and a budget's questions offer stop as their answer."""
-        return "stop" in self.choices
+        return "stop" in self.choices and self.gone_said is None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.gone_said is not None:
+            return action == "close"
         if action in ("choose", "box"):
             return parameters[0] in self.choices and not self.typing
         return True
@@ -186,6 +205,8 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         self._answer.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        if self.gone_said is not None:  # kept as typed, sent nowhere
+            return
         text = event.value.strip()
         if not text:
             self._say_problem("[b $warning]Nothing typed:[/] type an answer, or esc.")
@@ -199,6 +220,9 @@ class QuestionDialog(ModalScreen[AnswerText | None]):
         self.dismiss(AnswerText(self.question_id, answer))
 
     def action_close(self) -> None:
+        if self.gone_said is not None:
+            self.dismiss(None)
+            return
         if self.typing_box:  # the box goes; the keys come back
             self._answer.display = False
             self._say_problem("")
