@@ -236,3 +236,38 @@ async def test_tool_uses_of_one_answer_are_decided_together_and_released_in_one_
     assert finished["c1"] == {"ok": True, "data": {"output": "notes\n"}}
     assert finished["c2"]["error"]["code"] == "REJECTED"
     assert finished["c3"] == {"ok": True, "data": {"output": "wrote b.txt"}}
+
+
+async def test_a_write_is_shown_and_recorded_whole_and_keyed_without_its_per_call_fields(
+    tmp_path: Path,
+) -> None:
+    """What the agent renews per call (`request_id`, `timestamp` by name) is left out of the
+    guard's key only: the operator approves, and the record keeps, the whole input the agent
+    runs, as ACP's are."""
+    first = {"file_path": "a.txt", "content": "x\n", "request_id": "r-1", "timestamp": "09:00"}
+    again = {**first, "request_id": "r-2", "timestamp": "09:01"}
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.txt").write_text("x\n")  # the write changes nothing: the second is a repeat
+    door_file = tmp_path / "door.json"
+    loopback, model = upstream_for("chat", [Call("Write", first), Call("Write", again)])
+    with loopback as upstream:
+        run = GatewayRun(work, door_command(door_file), model, upstream.url,
+                         approver=Decider(approve))  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = Client(door.told, "chat", stream=False)
+            client.user("write a.txt")
+            answer = await client.ask()
+            [(use_id, _, given)] = answer.uses
+            assert given == first
+            client.results({use_id: "wrote a.txt"})
+            second = await client.ask()
+            assert second.uses == []
+            assert "repeats a call made from this same state" in second.text
+        outcome = await run.outcome()
+    [asked] = run.events(ApprovalRequested)
+    assert asked.args == first  # all of what runs, shown
+    [tripped] = run.events(GuardTripped)
+    [one, repeat] = outcome.calls
+    assert (one.args, repeat.args) == (first, again)
+    assert tripped.call_id == "c2" and one.fingerprint == repeat.fingerprint

@@ -43,7 +43,8 @@ def print_questions(questions: list[PendingQuestion]) -> None:
 
 def question_json(question: PendingQuestion) -> dict[str, object]:
     """A question as `pending --json` lists it, after the writes: `kind` tells it from them
-    (a write's object has no `kind`); `call_id` is its id, as `answer --question` takes it."""
+    (a write's is `write`, an unknown outcome's `outcome`); `call_id` is its id, as `answer
+    --question` takes it."""
     return {
         "kind": "question",
         "run_id": question.run_id,

@@ -202,12 +202,20 @@ class RunHost:
         )  # fmt: skip
         return record, rt.calls.guard.admit(key)
 
-    def edited(self, record: CallRecord, tool: str, label: str, args: dict[str, Any]) -> str:
+    def edited(
+        self,
+        record: CallRecord,
+        tool: str,
+        label: str,
+        args: dict[str, Any],
+        keyed: dict[str, Any] | None = None,
+    ) -> str:
         """The operator's edit of a proposed call, carried out as edited: the record runs with
-        `args`, and the guard keys the edited call as well (keyed as `propose` keys one), so
-        the same call from the same state is a repeat; the edited call's fingerprint."""
+        `args`, and the guard keys the edited call as well (keyed as `propose` keys one, on
+        `keyed` when that is not all of `args`), so the same call from the same state is a
+        repeat; the edited call's fingerprint."""
         record.args = args
-        key = guard_key(f"{tool} {label}", args, record.state_hash)
+        key = guard_key(f"{tool} {label}", args if keyed is None else keyed, record.state_hash)
         self._rt.calls.guard.admit(key)
         return key.fingerprint
 

@@ -90,18 +90,29 @@ class ToolUses:
             risk, source = self.settings.risks.risk_of(use.name)
             host.add_tool(tool_spec(use.name, schemas.get(use.name), risk, source))
         spec = host.tools[use.name]
-        args = self._args(spec, use.input)
-        record, admitted = await host.propose(use.name, label(use.input), args, spec.risk_source)
+        args, keyed = self._args(spec, use.input)
+        record, admitted = await host.propose(
+            use.name, label(use.input), args, spec.risk_source, keyed
+        )
         if admitted:
             self.first_of.setdefault(record.fingerprint, record.call_id)
         return record, admitted
 
-    def _args(self, spec: ToolSpec, value: dict[str, Any] | str) -> dict[str, Any]:
-        """The input as keyed and judged: less what the agent renews per call; a freeform
-        tool's text as `input`; checked by the tool's declared schema where it passes."""
-        data = (
-            steady(value, self.settings.volatile) if isinstance(value, dict) else {"input": value}
-        )
+    def _args(
+        self, spec: ToolSpec, value: dict[str, Any] | str
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The input as shown, approved and recorded (all of it), and as the guard keys it
+        when that differs: less what the agent renews per call (None: keyed as shown)."""
+        if not isinstance(value, dict):
+            return self._judged(spec, {"input": value}), None
+        keyed = steady(value, self.settings.volatile)
+        whole = self._judged(spec, value)
+        return whole, (None if keyed == value else self._judged(spec, keyed))
+
+    @staticmethod
+    def _judged(spec: ToolSpec, data: dict[str, Any]) -> dict[str, Any]:
+        """A freeform tool's text as `input`; checked by the tool's declared schema where it
+        passes."""
         for model in (spec.args_model, args_model_for(spec.name, None)):
             try:
                 return canonical_args(model, data)
@@ -145,7 +156,8 @@ class ToolUses:
             edited = {**renewed(use.input, self.settings.volatile), **got.args}
         # The call is now the edited one: recorded so, and keyed by the guard as proposed.
         spec = self.host.tools[use.name]
-        fingerprint = self.host.edited(record, use.name, label(edited), self._args(spec, edited))
+        args, keyed = self._args(spec, edited)
+        fingerprint = self.host.edited(record, use.name, label(edited), args, keyed)
         self.first_of.setdefault(fingerprint, record.call_id)
         return Release(edited)
 
