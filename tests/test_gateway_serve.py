@@ -48,11 +48,26 @@ def upstream_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_a_token_is_one_served_run_recorded_as_any_other(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import sqlite3
+
+    from loopdeck.cli import gateway_serve
+
     work = tmp_path / "work"
     work.mkdir()
     db = str(tmp_path / "s.db")
+    stored_when_said: list[list[str]] = []
+    say = gateway_serve._say
+
+    def said(text: str) -> None:  # what the store holds as the run is announced
+        if "started for its token" in text:
+            with sqlite3.connect(db) as store:
+                rows = store.execute("SELECT run_id FROM runs").fetchall()
+            stored_when_said.append([row[0] for row in rows])
+        say(text)
+
+    monkeypatch.setattr(gateway_serve, "_say", said)
     check = f"{sys.executable} -c \"import os, sys; sys.exit(not os.path.exists('done.txt'))\""
     write = Call("Write", {"file_path": "done.txt", "content": "done\n"})
     with AnthropicLoopback([write, Text("Done.")]) as upstream:
@@ -89,6 +104,7 @@ async def test_a_token_is_one_served_run_recorded_as_any_other(
         signals.stop("test")
         await serving
     assert recorded == ("served-one", "gateway:served", "goal_met")
+    assert stored_when_said == [["served-one"]]  # announced once the store had it
 
 
 async def _stopped(capsys: pytest.CaptureFixture[str], db: str) -> tuple[str, str, str]:

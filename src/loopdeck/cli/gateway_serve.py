@@ -133,7 +133,9 @@ async def serve(
                 options.notify = notify_settings(args)  # this server's channels, every run
                 session.prepare(options)
                 sessions[token] = session
-                _say(f"run {claims['run_id']} started for its token")
+                # Said once the store has the run: a command sent by its id then finds it.
+                started = f"run {claims['run_id']} started for its token"
+                session.on_recorded = lambda: _say(started)
                 outcome = await session.record()
                 _say(f"run {outcome.run_id} stopped: {outcome.stop_reason.value}: {outcome.detail}")
         except Exception as exc:  # a token whose run cannot start: said, the others go on
