@@ -21,6 +21,7 @@ from loopdeck.mcp_env.sdk_noise import input_of, said_by_server
 from loopdeck.workdir.guardian_stop import stop_guardian
 
 READ_CHUNK = 64 * 1024
+LINE_LIMIT = 50 * 1024 * 1024  # the longest message line a server may send (as an ACP agent)
 EXIT_GRACE_S = 2.0  # after its stdin closes, for the server to exit by itself (MCP's shutdown)
 POLL_S = 0.01
 
@@ -70,8 +71,10 @@ class StdioServer:
                 yield read, write
             finally:
                 with anyio.CancelScope(shield=True):
-                    await self._stop()
+                    # The session is done: what the server still writes is read and dropped
+                    # (`_read`), never left to fill the pipe it would block on.
                     await read.aclose()
+                    await self._stop()
                     await write.aclose()
                 tasks.cancel_scope.cancel()
 
@@ -86,12 +89,21 @@ class StdioServer:
                     buffer += chunk
                     *lines, rest = buffer.split(b"\n")
                     buffer = bytearray(rest)
+                    if len(buffer) > LINE_LIMIT:  # a line that never ends: dropped, said
+                        said_by_server(f"wrote a line longer than {LINE_LIMIT} bytes: dropped")
+                        buffer = bytearray()
                     for line in lines:
-                        message = _message(line)
-                        if message is not None:
+                        if (message := _message(line)) is not None:
                             await to_session.send(message)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError):
-            pass  # the session is gone (loopdeck's own close) or the pipe broke
+                if (message := _message(buffer)) is not None:  # its last line, unended
+                    await to_session.send(message)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            # The session is gone (loopdeck's own close): the rest is read and dropped.
+            with contextlib.suppress(ConnectionError, OSError):
+                while await stdout.read(READ_CHUNK):
+                    pass
+        except ConnectionError:
+            pass  # the pipe broke
         finally:
             self.ended.set()
 
@@ -113,26 +125,15 @@ class StdioServer:
 
     async def _stop(self) -> None:
         """Stdin closed, a grace to exit, then the guardian stopped; its stdout read to the
-        end meanwhile (a process is not waited for while a pipe of its is full)."""
+        end meanwhile by `_read` (a process is not waited for while a pipe of its is full)."""
         proc = self.proc
         if proc is None:
             return
-        drain = asyncio.ensure_future(_drained(proc))
-        try:
-            if proc.stdin is not None:
-                with contextlib.suppress(OSError, RuntimeError):
-                    proc.stdin.close()
-            await self.exit_status(EXIT_GRACE_S)
-            await stop_guardian(proc)
-        finally:
-            drain.cancel()
-
-
-async def _drained(proc: asyncio.subprocess.Process) -> None:
-    assert proc.stdout is not None
-    with contextlib.suppress(ConnectionError, OSError):
-        while await proc.stdout.read(READ_CHUNK):
-            pass
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError, RuntimeError):
+                proc.stdin.close()
+        await self.exit_status(EXIT_GRACE_S)
+        await stop_guardian(proc)
 
 
 def _message(line: bytes | bytearray) -> Any:
