@@ -116,3 +116,18 @@ async def test_a_write_whose_arguments_are_not_drawn_is_not_approved() -> None:
         await pilot.press("a")
         await wait_until(pilot, lambda: len(decided) == 1)
         assert decided[0].approved
+
+
+async def test_a_write_is_not_approved_before_its_arguments_are_laid_out() -> None:
+    """`a` the moment the dialog is pushed (composed, not laid out: its arguments take no
+    row yet) does nothing."""
+    app = DialogHost()
+    async with app.run_test(size=(100, 30)) as pilot:
+        decided: list[Any] = []
+        dialog = ApprovalDialog(_request("why"), 1, "write", lambda: datetime.now(UTC))
+        app.push_screen(dialog, decided.append)
+        dialog.action_approve()  # before any frame of it
+        await wait_until(pilot, lambda: app.screen is dialog and argument_rows(app) == 4)
+        assert decided == []
+        await pilot.press("a")
+        await wait_until(pilot, lambda: len(decided) == 1)

@@ -257,10 +257,12 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     def _arguments_seen(self) -> bool:
         """A write is approved (or granted) only while its arguments' first lines are drawn:
         else they are scrolled into view and said, and the key does nothing this time."""
-        texts = self._args.query(Static)
-        if sum(rows_drawn(self, text) for text in texts) >= min(2, self._args.virtual_size.height):
+        texts = self._args.query(Static)  # at least one once composed (`args_shown`)
+        wanted = max(1, min(2, self._args.virtual_size.height))  # not laid out yet: none drawn
+        if sum(rows_drawn(self, text) for text in texts) >= wanted:
             return True
-        self._box.scroll_to_widget(self._args, animate=False, top=True)
+        if self._args.is_mounted:
+            self._box.scroll_to_widget(self._args, animate=False, top=True)
         self._keys.update(ARGS_FIRST)
         return False
 
