@@ -213,3 +213,57 @@ async def test_a_fork_whose_worker_was_lost_before_it_went_live_is_rebuilt_from_
         assert [w["tool"] for w in writes(root, "lost-fork")] == ["update_delivery_address"]
     finally:
         await store.close()
+
+
+async def test_a_fork_its_workers_env_cannot_put_where_the_run_was_is_refused_there(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Checked at submit, and again on the worker, whose env may start elsewhere: with no
+    `restore(snapshot)` there, a fork past the run's first write ends `crashed`, saying why,
+    before anything of it runs (never live from a state its log says nothing of)."""
+    import sys
+
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        original = await submit(db, options(root))
+        await run_to_end(db, store, original)
+        forked = await fork(db, original, "c5", script="other-address")  # restore: accepted
+        env_class = next(
+            m.SharedOrders for m in list(sys.modules.values()) if hasattr(m, "SharedOrders")
+        )
+        monkeypatch.delattr(env_class, "restore")  # this worker's env cannot restore
+        await run_to_end(db, store, forked)
+        done = await stored(store, forked)
+        [stopped] = [e for e in done if isinstance(e, RunStopped)]
+        assert stopped.stop_reason.value == "crashed"
+        assert "it cannot be forked: its env (SharedOrders) starts in state" in stopped.detail
+        assert not any(isinstance(e, RunForked) for e in done)
+        assert writes(root, forked) == []
+    finally:
+        await store.close()
+
+
+async def test_a_fork_whose_env_state_cannot_be_read_is_refused_at_submit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        original = await submit(db, options(root))
+        await run_to_end(db, store, original)
+    finally:
+        await store.close()
+    env_class = next(
+        m.SharedOrders for m in list(sys.modules.values()) if hasattr(m, "SharedOrders")
+    )
+    monkeypatch.delattr(env_class, "restore")
+
+    def unreadable(self: Any) -> str:
+        raise OSError("orders.json: permission denied")
+
+    monkeypatch.setattr(env_class, "fingerprint", unreadable)
+    with pytest.raises(ScenarioError, match=r"its state could not be read.*permission denied"):
+        await fork(db, original, "c2")

@@ -127,19 +127,32 @@ def rebuildable(
             f" the run's calls used {', '.join(missing)}, which it has no tool for (name the"
             " run's env with --env)"
         )
-    if seen is not None and not callable(getattr(runtime.env, "restore", None)):
-        try:
-            now = runtime.env.fingerprint()
-        except Exception:  # its state cannot be read here: the worker's rebuild will say
-            return
-        if now != seen.fingerprint:
-            raise ScenarioError(
-                f"run {run_id} cannot be forked at {at_call}: its env"
-                f" ({type(runtime.env).__name__}) starts in state {now}, not in the state the"
-                f" run saw there ({seen.fingerprint}), and has no restore(snapshot) to be put"
-                " back in it; fork at a call made before the run's first write changed it,"
-                " or give the env restore(snapshot)"
-            )
+    why = None if seen is None else elsewhere(runtime, seen)
+    if why is not None:
+        raise ScenarioError(f"run {run_id} cannot be forked at {at_call}: {why}")
+
+
+def elsewhere(runtime: Runtime, seen: StateSeen) -> str | None:
+    """Why the fork's env, with no `restore(snapshot)`, cannot be known to start in the state
+    its source saw at the fork (`seen`): it starts in another, or its state cannot be read.
+    None: it can be restored, or it starts there."""
+    if callable(getattr(runtime.env, "restore", None)):
+        return None
+    env = type(runtime.env).__name__
+    try:
+        now = runtime.env.fingerprint()
+    except Exception as exc:
+        return (
+            f"its env ({env}) has no restore(snapshot), and its state could not be read to"
+            f" check it starts where the run was ({type(exc).__name__}: {exc})"
+        )
+    if now == seen.fingerprint:
+        return None
+    return (
+        f"its env ({env}) starts in state {now}, not in the state the run saw there"
+        f" ({seen.fingerprint}), and has no restore(snapshot) to be put back in it; fork at a"
+        " call made before the run's first write changed it, or give the env restore(snapshot)"
+    )
 
 
 async def _options_of(
@@ -178,10 +191,13 @@ async def source_of(store: Store, forked: dict[str, Any]) -> ReplayLog:
 
 async def restored(runtime: Runtime, replay: ReplayLog) -> bool:
     """The fork's env put in the state its source saw at the fork, where it can be; whether
-    it is in that state now."""
+    it is in that state now. An env with no `restore` must start in it (`elsewhere`: else
+    `ScenarioError`, checked here as at submit: this host's env may start elsewhere)."""
     seen = replay.last_of(StateSeen)
     env = runtime.env
     restore = getattr(env, "restore", None)
+    if seen is not None and (why := await asyncio.to_thread(elsewhere, runtime, seen)):
+        raise ScenarioError(why)
     if seen is None or seen.snapshot is None or not callable(restore):
         return False
     await asyncio.to_thread(restore, seen.snapshot)

@@ -22,6 +22,7 @@ from loopdeck.core.recorded_inputs import ReplayBus, record_inputs
 from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
+from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.approving import deciders
 from loopdeck.operator.fork import restored, source_of
@@ -163,7 +164,12 @@ class LeasedRun:
                     "it cannot be forked" if forked else "its worker was lost and it cannot go on"
                 )
                 return await self._crash(f"{lost}: {why}")
-            await self._open(prepared.runtime, bus, replay, forked)
+            try:
+                await self._open(prepared.runtime, bus, replay, forked)
+            except ScenarioError as exc:  # a fork this host's env cannot start where it was
+                if forked is None:
+                    raise
+                return await self._crash(f"it cannot be forked: {exc}")
             return await self._drive(prepared.runtime, log, replay)
         finally:
             prepared.cleanup()
