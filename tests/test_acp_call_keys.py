@@ -92,6 +92,7 @@ async def test_ids_and_times_renewed_per_call_are_shown_but_left_out_of_the_key(
     assert first.fingerprint == second.fingerprint
     [tripped] = kinds(calls, "guard_tripped")
     assert tripped.call_id == second.call_id
+    await calls.progress(update("r1", status="failed"))  # its permission refused: it failed
     [blocked] = [e for e in kinds(calls, "tool_finished") if e.call_id == second.call_id]
     assert blocked.status is CallStatus.BLOCKED_REPEAT
 

@@ -82,6 +82,9 @@ def test_an_approved_edit_lands_once_and_the_goal_is_met(tmp_path: Path) -> None
         if item.get("type") == "custom_tool_call_output"
     ]
     assert len(outputs) == 1 and "Success" in str(outputs[0]["output"]), why
+    # The content the permission showed was told: the file checked against it when the call
+    # ended (no finding says it went unchecked).
+    assert not [f for f in run.outcome["findings"] if "unchecked" in f], why
 
 
 def test_a_denied_edit_never_lands(tmp_path: Path) -> None:

@@ -91,6 +91,10 @@ def test_an_approved_edit_lands_once_and_the_goal_is_met(tmp_path: Path) -> None
     # Gemini CLI asks loopdeck to write the file: once, the whole fixed file.
     writes = agent_requests(run.scratch, "fs/write_text_file")
     assert [w["content"] for w in writes] == [FIXED], why
+    # The content the permission showed was told: the file checked against it when the call
+    # ended (no finding says it went unchecked), and written unasked (no write of its own asked).
+    assert not [f for f in run.outcome["findings"] if "unchecked" in f], why
+    assert not [c for c in run.outcome["calls"] if c["tool"].startswith("fs_write")], why
     # No usage_update, no `usage` in the prompt's answer (only its `_meta.quota`): the run's
     # tokens are unknown, never 0.
     assert agent_updates(run.scratch, "usage_update") == [], why

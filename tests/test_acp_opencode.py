@@ -76,6 +76,10 @@ def test_an_approved_edit_lands_once_and_the_goal_is_met(tmp_path: Path) -> None
     assert permission_answers(run.scratch) == ["once"], why
     writes = agent_requests(run.scratch, "fs/write_text_file")
     assert [w["content"] for w in writes] == [FIXED], why
+    # The content the permission showed was told: the file checked against it when the call
+    # ended (no finding says it went unchecked), and written unasked (no write of its own asked).
+    assert not [f for f in run.outcome["findings"] if "unchecked" in f], why
+    assert not [c for c in run.outcome["calls"] if c["tool"].startswith("fs_write")], why
 
 
 def test_a_denied_edit_never_lands(tmp_path: Path) -> None:

@@ -35,6 +35,10 @@ DIFF_CAP = 2000  # a diff side's text kept in what the operator sees; the key ha
 INPUT_CAP = 100_000
 TEXT_SHARE = INPUT_CAP // 8  # a long text's share when an input is cut
 KEY_CAP = 4_000  # a key's JSON past this is kept (in the guard's memory) as its hash
+# Where an agent's input names the file it works on (Claude Code: `file_path`, `notebook_path`;
+# opencode: `filePath`, `filepath` in its permissions; Gemini CLI: `absolute_path`): the one
+# list the files a call names are read by (`named_paths`, `permitted_writes.py`).
+PATH_KEYS = ("path", "file_path", "filePath", "filepath", "absolute_path", "notebook_path")
 NOTHING_TO_JUDGE = (
     "the agent sent nothing to judge this call by: no input, no locations, no diff; only its title"
 )
@@ -87,7 +91,7 @@ def named_paths(call: Any, workdir: Path, raw: Any) -> set[str]:
         if getattr(item, "type", "") == "diff":
             named.append(str(item.path))
     if isinstance(raw, dict):
-        for key in ("path", "file_path", "filePath", "absolute_path", "notebook_path"):
+        for key in PATH_KEYS:
             if isinstance(raw.get(key), str):
                 named.append(raw[key])
     return {relative(path, workdir) for path in named}

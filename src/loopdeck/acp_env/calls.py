@@ -2,23 +2,26 @@
 once its input is known; a call started without it is held, `held_calls.py`) and as it ends
 (`ToolFinished`), keyed by the guard on (kind and title, canonical input, the working copy's
 hash when it is proposed; every form the agent says the input in, `_another_form`); a repeat
-blocked unless the agent already runs it (then its end is recorded as the agent says); its
-permission asked of the operator like any write
-(`WriteApprovals`, the receipt bound to the input and the state), answered with the agent's
-allow-once option or its reject option, never allow-always; a file the agent asks loopdeck
-to write, a write loopdeck gates (unless a permitted call named the path) and runs once per
-path, content and state; and a terminal the agent asks loopdeck to run, a write loopdeck
-gates (unless a permitted call named its command) and starts once (`terminal_calls.py`).
+blocked unless the agent already runs it (then its end is recorded as the agent says); a
+blocked call has one end, recorded when the agent reports it (blocked, or run although
+blocked) or, never reported, when its turn ends; its permission asked of the operator like
+any write (`WriteApprovals`, the receipt bound to the input and the state), answered with the
+agent's allow-once option or its reject option, never allow-always; a file the agent asks
+loopdeck to write, a write loopdeck gates and runs once per path, content and state: written
+unasked only with the very content a permitted call showed the operator for it, once, in its
+turn (`permitted_writes.py`), anything else asked on its own; a permitted call's files, when
+it ends, held to that content (`ChangeWatch`); and a terminal the agent asks loopdeck to run,
+a write loopdeck gates (unless a permitted call named its command) and starts once
+(`terminal_calls.py`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.agent_process import AgentProcess
-from loopdeck.acp_env.bridge import Bridge, FileWriteAsked, OutsideWorkdir, TerminalAsked, inside
+from loopdeck.acp_env.bridge import Bridge, FileWriteAsked, OutsideWorkdir, TerminalAsked
 from loopdeck.acp_env.call_input import (
     NOTHING_TO_JUDGE,
     diff_text,
@@ -28,10 +31,10 @@ from loopdeck.acp_env.call_input import (
     within_cap,
 )
 from loopdeck.acp_env.call_results import failed, result_of
+from loopdeck.acp_env.file_writes import write_file
 from loopdeck.acp_env.held_calls import HeldCall
-from loopdeck.acp_env.permitted_writes import NOT_PERMITTED, permitted_writes
+from loopdeck.acp_env.permitted_writes import shown_contents, text_digest
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
-from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_args, canonical_json
 from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
@@ -60,15 +63,17 @@ class AcpCalls:
         self.volatile = volatile  # the agent's own list of fields it renews per call
         self.records: dict[str, CallRecord] = {}  # the agent's tool call id -> its record
         self.held: dict[str, HeldCall] = {}  # the agent's calls whose input is not known yet
+        # Repeats blocked: each recorded as it ends (`progress`), or as its turn ends.
         self.blocked: set[str] = set()
         # Repeats caught while the agent already ran them: blocked only if they still ask.
         self.caught: set[str] = set()
         self.repeats: set[str] = set()  # every call the guard caught (its say given)
         self.forms: dict[str, set[str]] = {}  # the agent's id -> the forms of it keyed
         self.tripped: str | None = None
-        # The files a permitted call may have loopdeck write for it, each once, with what it
-        # was permitted to write (its diff's new text, its input's content; None: unknown).
-        self.permitted_writes: dict[Path, str | None] = {}
+        # The files a permitted call may have loopdeck write for it, each once, with the
+        # content its permission showed (a file whose content cannot be told is not here).
+        self.permitted_writes: dict[Path, str] = {}
+        self.shown: dict[str, HeldCall] = {}  # the agent's id -> the call as proposed
         self.written: set[str] = set()
         self.notes: list[str] = []
         self.unknown_updates = 0
@@ -88,6 +93,12 @@ class AcpCalls:
         """The working copy looked at: a change no permitted call explains is named, and
         stops a guarded run (`RunHost.unrequested`)."""
         changes = self.watch.look(await self.host.snapshot())
+        if changes.unchecked:
+            self.host.finding(
+                f"changed after {after}, unchecked: {', '.join(changes.unchecked)}; the"
+                " permission showed no content it could be checked against (no diff, no"
+                " content, or one that did not apply), so whatever the agent wrote stands"
+            )
         if changes:
             self.host.unrequested(after, changes)
 
@@ -122,10 +133,11 @@ class AcpCalls:
         shown = args if own else within_cap(args)
         record, admitted = await host.propose(kind, title, shown, "the agent's tool kind", key)
         self.records[acp_id] = record
+        self.shown[acp_id] = call
         self.forms[acp_id] = {canonical_json(key)}
         self.diffs[acp_id] = diff_text(call, host.workdir) or ("" if whole else NOTHING_TO_JUDGE)
         if not admitted:
-            await self._repeat(acp_id, record, call.under_way, record.fingerprint)
+            await self._repeat(acp_id, record, call.under_way, record.fingerprint, own)
         else:
             self.first_of.setdefault(record.fingerprint, record.call_id)
         return record
@@ -161,13 +173,17 @@ class AcpCalls:
         else:
             await self._repeat(acp_id, record, runs, fingerprint)
 
-    async def _repeat(self, acp_id: str, record: CallRecord, runs: bool, key: str) -> None:
+    async def _repeat(
+        self, acp_id: str, record: CallRecord, runs: bool, key: str, own: bool = False
+    ) -> None:
         """The guard saw this call from this state before. An attached operator has a say
         (`loop_say`): `allow` lets it run once; `nudge TEXT` blocks it, cancels the turn and
         sends TEXT with the next prompt; `stop`, or nobody answering: blocked, the turn
         cancelled (a permission for it refused), the run stopped `no_progress` after it.
         A call the agent says already runs (`runs`) is not blocked: it is past stopping, and
-        its end is recorded as the agent reports it; should it still ask, it is refused."""
+        its end is recorded as the agent reports it; should it still ask, it is refused. A
+        blocked call of the agent's is recorded once, as it ends (`progress`); loopdeck's own
+        (`own`: a file, a terminal) at once: it never runs."""
         self.host.guard_tripped(record)
         self.repeats.add(acp_id)
         earlier = self.first_of.get(key)
@@ -179,7 +195,7 @@ class AcpCalls:
         if runs:
             self.caught.add(acp_id)
         else:
-            self._block(acp_id, record)
+            self._block(acp_id, record, now=own)
         if say == "cut":
             return
         self.cutting = True
@@ -191,15 +207,29 @@ class AcpCalls:
             self.tripped = f"{record.tool} {REPEATED} ({record.call_id}){stopped}"
         await self.agent.conn.cancel(session_id=self.agent.session_id)
 
-    def _block(self, acp_id: str, record: CallRecord) -> None:
+    def _block(self, acp_id: str, record: CallRecord, now: bool = False) -> None:
+        """Blocked: its permission refused. Its one end is recorded `now` (loopdeck's own
+        call), else as the agent reports it, or as the turn ends (`settle_blocked`)."""
         self.blocked.add(acp_id)
+        if now:
+            self._blocked_end(record)
+
+    def _blocked_end(self, record: CallRecord) -> None:
         self.finish(record, CallStatus.BLOCKED_REPEAT, failed(ErrorCode.REPEATED_CALL, REPEATED))
+
+    def settle_blocked(self) -> None:
+        """The turn is over: a blocked call the agent never reported ended is recorded
+        blocked (it did not run, as far as anyone was told)."""
+        for acp_id in sorted(self.blocked):
+            if (record := self.records.get(acp_id)) is not None and record.status not in DONE:
+                self._blocked_end(record)
 
     async def progress(self, update: Any) -> None:
         """A `tool_call_update`: merged into a held call, which is proposed once it runs or
         ended (a call that ends with no input at all is proposed with `{}`); another form of
         a proposed call's input keyed too; a call's end recorded once, as the agent reports
-        it (one the guard blocked that the agent says it completed: it ran)."""
+        it (one the guard blocked: blocked if it failed, run although blocked if the agent
+        says it completed; one end either way)."""
         acp_id = str(update.tool_call_id)
         if (held := self.held.get(acp_id)) is not None:
             if not held.merge(update).under_way:
@@ -214,11 +244,14 @@ class AcpCalls:
             await self._another_form(acp_id, record, update.raw_input, True)
         if update.status not in ("completed", "failed"):
             return
-        result = result_of(update, self.terminals.shown)
-        if record.status is CallStatus.BLOCKED_REPEAT and update.status == "completed":
-            result["data"]["ran_although_blocked"] = True  # the agent ran it all the same
-        elif record.status in DONE:
+        if record.status in DONE:
             return
+        result = result_of(update, self.terminals.shown)
+        if acp_id in self.blocked:
+            if update.status != "completed":
+                self._blocked_end(record)
+                return
+            result["data"]["ran_although_blocked"] = True  # the agent ran it all the same
         self.host.tool_ran()
         status = CallStatus.EXECUTED if update.status == "completed" else CallStatus.FAILED
         self.finish(record, status, result)
@@ -241,7 +274,7 @@ class AcpCalls:
             record = await self._propose(held.merge(tool_call) if held else HeldCall.of(tool_call))
         else:
             await self._another_form(acp_id, record, tool_call.raw_input, False)
-        if acp_id in self.caught and record.status not in DONE:
+        if acp_id in self.caught and record.status not in DONE and acp_id not in self.blocked:
             self._block(acp_id, record)  # it asks: it had not run, and now it will not
         said = f"{record.call_id} {record.tool}"
         await self.look(said)  # the agent wrote before it asked: nobody approved that
@@ -276,14 +309,27 @@ class AcpCalls:
         self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, why))
 
     def _permit(self, record: CallRecord, tool_call: Any) -> None:
-        """What a permitted call may change: the files it names, or anything while it runs
-        (a command, a call that names no file)."""
-        workdir = self.host.workdir
+        """What a permitted call may change: the files it names (as proposed and as asked),
+        each to the content shown for it (`permitted_writes.py`; not told: unchecked), or
+        anything while it runs (a command, a call that names no file)."""
+        workdir, root = self.host.workdir, self.host.workdir.resolve()
         raw = tool_call.raw_input
+        proposal = self.shown.get(str(tool_call.tool_call_id))
         named = named_paths(tool_call, workdir, raw)
+        if proposal is not None:
+            named |= named_paths(proposal, workdir, proposal.raw_input)
         kind = record.tool.split(":")[0]
-        self.watch.permit(record.call_id, None if kind == "execute" or not named else named)
-        self.permitted_writes.update(permitted_writes(workdir, tool_call))
+        if kind == "execute" or not named:
+            self.watch.permit(record.call_id, None)
+        else:
+            contents = shown_contents(workdir, proposal, tool_call)
+            expected: dict[str, str | None] = dict.fromkeys(named)
+            for target, text in contents.items():
+                rel = target.relative_to(root).as_posix()
+                expected[rel] = None if text is None else text_digest(text)
+                if text is not None:
+                    self.permitted_writes[target] = text
+            self.watch.permit(record.call_id, named | expected.keys(), expected)
         self.terminals.permitted(commands_named(raw), record)
 
     async def approved(self, record: CallRecord, why: str) -> Approved | None:
@@ -305,53 +351,9 @@ class AcpCalls:
     # -- files the agent asks loopdeck to write ---------------------------------------------
     async def write(self, asked: FileWriteAsked | TerminalAsked) -> Any:
         """A file to write or a command to run for the agent: a write loopdeck gates."""
-        from acp import RequestError
-        from acp.schema import WriteTextFileResponse
-
         if isinstance(asked, TerminalAsked):
             return await self.terminals.create(asked)
-        path, content = asked.path, asked.content
-        workdir = self.host.workdir
-        try:
-            target = inside(workdir, path)
-        except OutsideWorkdir as exc:
-            await self.refused_own(
-                FS_WRITE, f"write {path}", {"path": path, "content": content}, exc
-            )
-            raise RequestError.invalid_params({"path": str(exc)}) from None
-        state_hash = await self.host.state_hash()
-        once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
-        if once in self.written:
-            raise RequestError(-32000, f"{path}: this write already ran in this run")
-        permitted = self.permitted_writes.pop(target, NOT_PERMITTED)
-        if permitted is NOT_PERMITTED or (permitted is not None and permitted != content):
-            # not what a permission covered (none for this file, this turn; or other content
-            # than the permitted change): asked as a write of its own, recorded as written
-            shown = target.relative_to(workdir.resolve()).as_posix()
-            record = await self._proposed_write(shown, content)
-            got = await self.approved(record, f"the agent asks loopdeck to write {shown}")
-            if got is None:
-                reason = (record.result or {}).get("error", {}).get("message", "")
-                said = refused_words(f"the write of {path}", record.decided_by, reason)
-                raise RequestError(-32000, said)
-            # What is written is what was approved: the operator's edit, when they made one.
-            path, content = str(got.args.get("path", path)), str(got.args.get("content", ""))
-            try:
-                target = inside(workdir, path)
-            except OutsideWorkdir as exc:
-                self.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, str(exc)))
-                raise RequestError.invalid_params({"path": str(exc)}) from None
-            self.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-        self.written.add(once)
-        self.watch.permit(f"write {once}", {target.relative_to(workdir.resolve()).as_posix()})
-        self.watch.ended(f"write {once}")
-        return WriteTextFileResponse()
-
-    async def _proposed_write(self, path: str, content: str) -> CallRecord:
-        raw = {"path": path, "content": content}
-        return await self.proposed_own(FS_WRITE, f"write {path}", raw)
+        return await write_file(self, asked)
 
     async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord:
         """A call loopdeck itself makes for the agent (a file written, a terminal), proposed

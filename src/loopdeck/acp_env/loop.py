@@ -77,6 +77,7 @@ class AcpLoop:
             await self._turns()
         finally:
             self.stopping = True
+            self.calls.settle_blocked()
             if watcher is not None:
                 watcher.cancel()
             await self.calls.terminals.close()  # its commands end with the run, not after it
@@ -107,6 +108,7 @@ class AcpLoop:
             await self.calls.look(f"turn {round_no - 1}")
             before = await host.snapshot()
             stop = await self._turn(prompt)
+            self.calls.settle_blocked()  # a blocked call never said ended: blocked, once
             self.calls.watch.turn_ended()  # no permission outlives its turn
             self.calls.permitted_writes.clear()  # nor a write it let loopdeck do unasked
             await self.calls.look(f"turn {round_no}")

@@ -1,38 +1,89 @@
-"""What a permitted ACP call lets loopdeck write for the agent unasked (`fs/write_text_file`):
-each file it names, once, in its turn, with the whole content the permission showed: the file
-as it is with the call's diffs applied (a diff's old text replaced by its new, its new text
-for a new file), else its input's content. A write of anything else is asked on its own
-(`calls.AcpCalls.write`): the operator approved a change, not whatever the agent sends next.
+"""The whole content a permission showed the operator for each file it names: what a permitted
+ACP call may have loopdeck write for it unasked (`fs/write_text_file`, once, in its turn), and
+what the file must hold when the call ends (`core/workspace_changes.py`), for agents that
+write their files themselves (Codex, opencode's shell).
+
+A file's content is told by the call as the operator was shown it (its proposal and its
+permission request, `shown_contents`): its diffs applied to the file as it is (a diff's old
+text, found once, replaced by its new; no old text: its new text, a new file), its input's
+`content`, or its input's old and new strings (`old_string`/`new_string` as Claude Code says
+them, `oldString`/`newString` as opencode does; the old found exactly once, or every place
+with `replace_all`/`replaceAll`). It cannot be told when the call shows none of these for
+the file, when a diff or an edit cannot be applied to the file as it is (its old text not in
+it, or an edit's in it more than once), or when two of them disagree: then nothing is
+permitted unasked (a write is asked on its own, `file_writes.py`) and the file's content
+when the call ends cannot be checked against what was approved (said so in a finding).
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from loopdeck.acp_env.bridge import OutsideWorkdir, inside
+from loopdeck.acp_env.call_input import PATH_KEYS
 
-NOT_PERMITTED = object()  # no permission covers the file (this turn)
-PATH_KEYS = ("path", "file_path", "filePath")  # where an agent's input names its file
+SILENT = object()  # the call names the file and says nothing of its content
+OLD_KEYS = ("old_string", "oldString")
+NEW_KEYS = ("new_string", "newString")
+ALL_KEYS = ("replace_all", "replaceAll")
+# An agent's diff for a file it deletes (Codex: `_meta.kind` "delete"): no content to hold.
+DELETED = "delete"
 
 
-def permitted_writes(workdir: Path, tool_call: Any) -> dict[Path, str | None]:
-    """The files a permitted call names, each with the content it may be written with (None:
-    the permission named the file and showed no content). A file whose diff cannot be
-    applied to it as it is (its old text not in it) is left out: its write is asked."""
-    raw = tool_call.raw_input if isinstance(tool_call.raw_input, dict) else {}
-    content = raw.get("content") if isinstance(raw.get("content"), str) else None
-    named: dict[Path, str | None] = {}
-    paths = [str(loc.path) for loc in (tool_call.locations or [])]
-    paths += [
-        raw[key] for key in ("path", "file_path", "filePath") if isinstance(raw.get(key), str)
-    ]
-    for path in paths:
-        with contextlib.suppress(OutsideWorkdir):
-            named[inside(workdir, path)] = content
-    edited: dict[Path, str | None] = {}
-    for item in tool_call.content or []:
+def shown_contents(workdir: Path, *calls: Any) -> dict[Path, str | None]:
+    """Every file the calls name, each with the whole content shown for it (None: it cannot
+    be told)."""
+    told: dict[Path, list[Any]] = {}
+    for call in calls:
+        if call is None:
+            continue
+        for target, text in _told(workdir, call):
+            told.setdefault(target, []).append(text)
+    return {target: _one(texts) for target, texts in told.items()}
+
+
+def permitted_writes(workdir: Path, *calls: Any) -> dict[Path, str]:
+    """The files loopdeck may write unasked for a permitted call: each with the content shown
+    for it, once. A file whose content cannot be told is left out: its write is asked."""
+    return {
+        target: text
+        for target, text in shown_contents(workdir, *calls).items()
+        if isinstance(text, str)
+    }
+
+
+def text_digest(text: str) -> str | None:
+    """A content's hash as the working copy's snapshot says it (`workdir/tree.py`)."""
+    try:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    except UnicodeEncodeError:
+        return None
+
+
+def _one(texts: list[Any]) -> str | None:
+    said = [text for text in texts if text is not SILENT]
+    if not said or any(text is None for text in said) or len(set(said)) != 1:
+        return None
+    return str(said[0])
+
+
+def _told(workdir: Path, call: Any) -> list[tuple[Path, Any]]:
+    """What one call says of each file it names: its content, None (cannot be told: its diff
+    or edit does not apply), or SILENT."""
+    raw = call.raw_input if isinstance(call.raw_input, dict) else {}
+    named = [str(loc.path) for loc in (call.locations or [])]
+    keyed = [raw[key] for key in PATH_KEYS if isinstance(raw.get(key), str)]
+    told: list[tuple[Path, Any]] = []
+    for path in named + keyed:
+        told += _at(workdir, path, SILENT)
+    # The input's content or edit is its named file's (or its only location's).
+    own = keyed[:1] or (named if len(named) == 1 else [])
+    for path in own:
+        told += _at(workdir, path, _input_content(raw, _within(workdir, path)))
+    edited: dict[Path, Any] = {}
+    for item in call.content or []:
         if getattr(item, "type", "") != "diff":
             continue
         try:
@@ -40,24 +91,80 @@ def permitted_writes(workdir: Path, tool_call: Any) -> dict[Path, str | None]:
         except OutsideWorkdir:
             continue
         before = edited[target] if target in edited else _text_of(target)
-        edited[target] = _applied(before, item.old_text, str(item.new_text))
-    unknown = {target for target, text in edited.items() if text is None}
-    found = {**named, **edited}
-    return {target: text for target, text in found.items() if target not in unknown}
+        edited[target] = _diff_applied(before, item)
+    return told + list(edited.items())
 
 
-def _text_of(path: Path) -> str | None:
+def _at(workdir: Path, path: str, text: Any) -> list[tuple[Path, Any]]:
+    target = _within(workdir, path)
+    return [] if target is None else [(target, text)]
+
+
+def _within(workdir: Path, path: str) -> Path | None:
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return inside(workdir, path)
+    except OutsideWorkdir:
         return None
 
 
-def _applied(before: str | None, old: str | None, new: str) -> str | None:
-    """A file's text with one diff applied (every place its old text is, as an edit with
-    replace_all does); None when it cannot be told (the old text is not in it)."""
+def _input_content(raw: dict[str, Any], target: Path | None) -> Any:
+    """The content an input says its file will hold: its `content`; its edit (or `edits`,
+    in order) applied to the file as it is; SILENT when it says neither."""
+    if isinstance(raw.get("content"), str):
+        return raw["content"]
+    given = raw.get("edits")
+    listed: list[Any] = given if isinstance(given, list) else [raw]
+    edits = [edit for edit in listed if isinstance(edit, dict) and _strings(edit) is not None]
+    if not edits:
+        return SILENT
+    text = None if target is None else _text_of(target)
+    for edit in edits:
+        old, new = _strings(edit) or ("", "")
+        every = any(edit.get(key) is True for key in ALL_KEYS)
+        text = _replaced(text, old, new, every)
+    return text
+
+
+def _strings(edit: dict[str, Any]) -> tuple[str, str] | None:
+    old = next((edit[key] for key in OLD_KEYS if isinstance(edit.get(key), str)), None)
+    new = next((edit[key] for key in NEW_KEYS if isinstance(edit.get(key), str)), None)
+    return None if old is None or new is None else (old, new)
+
+
+def _replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
+    """An edit as the agent's tool does it: the old text found exactly once (or, `every`,
+    anywhere) replaced by the new; an empty old text makes a new file. None: cannot be told."""
+    if not old:
+        return new if before is None else None
+    if before is None:
+        return None
+    found = before.count(old)
+    if found == 0 or (found > 1 and not every):
+        return None
+    return before.replace(old, new)
+
+
+def _diff_applied(before: Any, item: Any) -> Any:
+    """A file's text with one more diff applied: its old text, found once, replaced by its
+    new; a new file's new text; SILENT where a diff cannot say (its old text in the file more
+    than once, or a file deleted); None where it cannot be applied (its old text not in it)."""
+    meta = getattr(item, "field_meta", None)
+    if before is SILENT or (isinstance(meta, dict) and meta.get("kind") == DELETED):
+        return SILENT
+    old, new = item.old_text, str(item.new_text or "")
     if not old:
         return new  # a new file, or one written whole
     if before is None or old not in before:
         return None
-    return before.replace(old, new)
+    if before.count(old) > 1:
+        return SILENT
+    return str(before).replace(old, new)
+
+
+def _text_of(path: Path) -> str | None:
+    """The file's text as it is on disk (its line endings as they are)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -4,6 +4,18 @@ which of it no approved call explains: the evidence of an `unrequested_change`.
 A call the operator (or the run's approver) permitted explains the paths it named until the
 first look after its end; a permitted call that names no path (a shell command) explains every
 change while it is under way. Anything else that changed is unrequested.
+
+A permission covers what the operator was shown, not whatever lands in the file it names: when
+the permit says each file's approved content (`permit(expected=...)`, an ACP agent's call, its
+diffs or input applied: `acp_env/permitted_writes.py`), the look that spends it compares each
+file it changed with that content, and a file holding anything else is unrequested
+(`Changes.differs`: its content differs from what was approved), whether the agent wrote it
+through loopdeck or to the disk itself (Codex, opencode). A file loopdeck wrote for the call
+after asking (`wrote`) is held to what was written. Where the approved content cannot be told
+(the permission showed no content for the file, its diff did not apply, or two permitted calls
+changed the file at once), the file's change is explained as before, unchecked, and said so
+(`Changes.unchecked`, a finding): nothing pretends it was checked. A permit given no `expected`
+(the gateway's) explains its paths whatever they hold.
 """
 
 from __future__ import annotations
@@ -20,6 +32,11 @@ class Changes:
     added: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    # Of those, the files a permitted call changed to other than the content it was approved
+    # with; and, not unrequested, those changed where that content cannot be told, each
+    # "path (call)".
+    differs: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
@@ -31,6 +48,12 @@ class Changes:
             if paths:
                 more = f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else ""
                 parts.append(f"{word} {', '.join(paths[:SHOWN])}{more}")
+        if self.differs:
+            more = f" and {len(self.differs) - SHOWN} more" if len(self.differs) > SHOWN else ""
+            parts.append(
+                f"{', '.join(self.differs[:SHOWN])}{more}: its content differs from what was"
+                " approved"
+            )
         return "; ".join(parts)
 
     def without(self, explained: set[str]) -> Changes:
@@ -60,6 +83,10 @@ class Permit:
     call_id: str
     paths: frozenset[str] | None
     ended: bool = False
+    # path -> the hash of the content approved for it ("": the file removed; None: cannot be
+    # told); None: not checked. And each such file's hash when the call was permitted.
+    expected: dict[str, str | None] | None = None
+    base: dict[str, str | None] = field(default_factory=dict)
 
 
 class ChangeWatch:
@@ -69,8 +96,32 @@ class ChangeWatch:
         self.seen: dict[str, str] | None = None
         self.permits: dict[str, Permit] = {}
 
-    def permit(self, call_id: str, paths: Iterable[str] | None) -> None:
-        self.permits[call_id] = Permit(call_id, None if paths is None else frozenset(paths))
+    def permit(
+        self,
+        call_id: str,
+        paths: Iterable[str] | None,
+        expected: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """`expected`: each named file's approved content's hash (None: cannot be told). A
+        file another open permit holds to a content too: neither can be told (each applies
+        to what the other leaves)."""
+        permit = Permit(call_id, None if paths is None else frozenset(paths))
+        if expected is not None:
+            permit.expected = dict(expected)
+            permit.base = {path: (self.seen or {}).get(path) for path in expected}
+            for other in self.permits.values():
+                if other.ended or other.expected is None:
+                    continue
+                for path in other.expected.keys() & permit.expected.keys():
+                    other.expected[path] = permit.expected[path] = None
+        self.permits[call_id] = permit
+
+    def wrote(self, path: str, digest: str | None) -> None:
+        """Loopdeck wrote `path` for the agent, as permitted or approved: what it wrote is
+        what open permits naming the file hold it to now."""
+        for permit in self.permits.values():
+            if not permit.ended and permit.expected is not None and path in permit.expected:
+                permit.expected[path] = digest
 
     def ended(self, call_id: str) -> None:
         if (permit := self.permits.get(call_id)) is not None:
@@ -82,8 +133,8 @@ class ChangeWatch:
             permit.ended = True
 
     def look(self, snapshot: Mapping[str, Any]) -> Changes:
-        """What changed since the last look that no permit explains; the permits of calls
-        that ended are spent by it."""
+        """What changed since the last look that no permit explains, and the files the
+        permits this look spends (those of calls that ended) hold other than approved."""
         now = files_of(snapshot)
         before, self.seen = self.seen, now
         if before is None:
@@ -91,9 +142,27 @@ class ChangeWatch:
         changes = changes_between(before, now)
         permits = list(self.permits.values())
         self.permits = {p.call_id: p for p in permits if not p.ended}
-        if not changes or any(p.paths is None for p in permits):
+        if any(p.paths is None for p in permits):
             return Changes()
         explained: set[str] = set()
         for permit in permits:
             explained |= permit.paths or frozenset()
-        return changes.without(explained)
+        left = changes.without(explained)
+        differs: dict[str, str | None] = {}  # path -> its hash when permitted
+        unchecked: list[str] = []
+        for permit in (p for p in permits if p.ended and p.expected is not None):
+            for path, want in (permit.expected or {}).items():
+                have, base = now.get(path), permit.base.get(path)
+                if have == base:
+                    continue  # the call left it as it was
+                if want is None:
+                    unchecked.append(f"{path} ({permit.call_id})")
+                elif have != (want or None):
+                    differs.setdefault(path, base)
+        return Changes(
+            added=sorted({*left.added, *(p for p, base in differs.items() if base is None)}),
+            changed=sorted({*left.changed, *(p for p, b in differs.items() if b and p in now)}),
+            removed=sorted({*left.removed, *(p for p in differs if p not in now)}),
+            differs=sorted(differs),
+            unchecked=unchecked,
+        )

@@ -1,0 +1,67 @@
+"""A file the agent asks loopdeck to write (`fs/write_text_file`): a write loopdeck gates and
+runs once per path, content and state. Written unasked only with the very content a permitted
+call showed the operator for the file, once, in its turn (`permitted_writes.py`); anything
+else (no permission for the file this turn, its content not told, other content) is asked as
+a write of its own and recorded as written, the operator's edit included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from loopdeck.acp_env.bridge import FileWriteAsked, OutsideWorkdir, inside
+from loopdeck.acp_env.call_results import failed
+from loopdeck.acp_env.permitted_writes import text_digest
+from loopdeck.acp_env.workspace import FS_WRITE
+from loopdeck.core.decided_by import refused_words
+from loopdeck.core.events import CallStatus
+from loopdeck.core.tools import ErrorCode
+
+if TYPE_CHECKING:
+    from loopdeck.acp_env.calls import AcpCalls
+
+
+async def write_file(calls: AcpCalls, asked: FileWriteAsked) -> Any:
+    from acp import RequestError
+    from acp.schema import WriteTextFileResponse
+
+    path, content = asked.path, asked.content
+    workdir = calls.host.workdir
+    try:
+        target = inside(workdir, path)
+    except OutsideWorkdir as exc:
+        await calls.refused_own(FS_WRITE, f"write {path}", {"path": path, "content": content}, exc)
+        raise RequestError.invalid_params({"path": str(exc)}) from None
+    state_hash = await calls.host.state_hash()
+    once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
+    if once in calls.written:
+        raise RequestError(-32000, f"{path}: this write already ran in this run")
+    if calls.permitted_writes.pop(target, None) != content:
+        # not what a permission showed (none for this file, this turn; its content not
+        # told; or other content): asked as a write of its own, recorded as written
+        shown = target.relative_to(workdir.resolve()).as_posix()
+        record = await calls.proposed_own(
+            FS_WRITE, f"write {shown}", {"path": shown, "content": content}
+        )
+        got = await calls.approved(record, f"the agent asks loopdeck to write {shown}")
+        if got is None:
+            reason = (record.result or {}).get("error", {}).get("message", "")
+            said = refused_words(f"the write of {path}", record.decided_by, reason)
+            raise RequestError(-32000, said)
+        # What is written is what was approved: the operator's edit, when they made one.
+        path, content = str(got.args.get("path", path)), str(got.args.get("content", ""))
+        try:
+            target = inside(workdir, path)
+        except OutsideWorkdir as exc:
+            calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, str(exc)))
+            raise RequestError.invalid_params({"path": str(exc)}) from None
+        calls.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content, encoding="utf-8")
+    calls.written.add(once)
+    rel = target.relative_to(workdir.resolve()).as_posix()
+    calls.watch.wrote(rel, text_digest(content))  # what the call's file holds now
+    calls.watch.permit(f"write {once}", {rel})
+    calls.watch.ended(f"write {once}")
+    return WriteTextFileResponse()
