@@ -86,3 +86,10 @@ def rows_drawn(screen: Screen[Any], widget: Widget) -> int:
         except NoWidget:
             continue
     return drawn
+
+
+def arguments_drawn(screen: Screen[Any], box: Widget) -> bool:
+    """Whether the first lines of a dialog's arguments (`box`'s texts) are drawn as its own
+    now: two, or all there are; none before the box is laid out."""
+    wanted = max(1, min(2, box.virtual_size.height))
+    return sum(rows_drawn(screen, text) for text in box.query(Static)) >= wanted

@@ -28,7 +28,7 @@ from loopdeck.tui.approval_parts import (
     TOLD_KEYS,
     FittingBox,
     args_shown,
-    rows_drawn,
+    arguments_drawn,
 )
 from loopdeck.tui.args_edit import ArgsEdit
 from loopdeck.tui.grant_chooser import GrantChooser
@@ -257,11 +257,9 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     def _arguments_seen(self) -> bool:
         """A write is approved (or granted) only while its arguments' first lines are drawn:
         else they are scrolled into view and said, and the key does nothing this time."""
-        texts = self._args.query(Static)  # at least one once composed (`args_shown`)
-        wanted = max(1, min(2, self._args.virtual_size.height))  # not laid out yet: none drawn
-        if sum(rows_drawn(self, text) for text in texts) >= wanted:
+        if arguments_drawn(self, self._args):
             return True
-        if self._args.is_mounted:
+        if self._args.is_mounted:  # composed: at least one text (`args_shown`)
             self._box.scroll_to_widget(self._args, animate=False, top=True)
         self._keys.update(ARGS_FIRST)
         return False
