@@ -16,3 +16,34 @@ def test_the_view_keeps_only_its_newest_call_rows() -> None:
     assert len(view.calls) == 10
     assert list(view.calls) == [f"c{n}" for n in range(25, 35)]
     assert view.calls_seen == 35 and view.calls_dropped == 25
+
+
+def test_an_approved_write_is_running_until_its_end_and_pending_again_if_asked_again() -> None:
+    """Approved, a write is carried out: never shown "pending approval" while it runs."""
+    from loopdeck.core.approvals import request_for
+    from loopdeck.core.event_base import CallStatus
+    from loopdeck.core.events import ApprovalDecided, ApprovalRequested, ToolFinished
+
+    view = RunView()
+    args = {"order_id": "ORD-1"}
+    view.apply(CallProposed(run_id="r1", seq=1, call_id="c1", round=1, tool="update", args=args,
+                            risk="write", fingerprint="f1", state_hash="s"))  # fmt: skip
+    request = request_for(run_id="r1", call_id="c1", tool="update", args=args, state_hash="s",
+                          fingerprint="f1", plan_step=None, ttl_s=60)  # fmt: skip
+
+    def asked(seq: int) -> ApprovalRequested:
+        return ApprovalRequested(seq=seq, grant_id=None, **request.model_dump())
+
+    def approved(seq: int) -> ApprovalDecided:
+        return ApprovalDecided(run_id="r1", seq=seq, call_id="c1", approved=True, reason="", by="o")
+
+    view.apply(asked(2))
+    assert view.calls["c1"].status is CallStatus.PENDING_APPROVAL
+    view.apply(approved(3))
+    assert view.calls["c1"].status is CallStatus.RUNNING
+    view.apply(asked(4))  # its receipt no longer held: asked again
+    assert view.calls["c1"].status is CallStatus.PENDING_APPROVAL
+    view.apply(approved(5))
+    view.apply(ToolFinished(run_id="r1", seq=6, call_id="c1", tool="update",
+                            status=CallStatus.EXECUTED, result={}, duration_ms=1.0))  # fmt: skip
+    assert view.calls["c1"].status is CallStatus.EXECUTED

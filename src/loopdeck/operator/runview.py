@@ -250,8 +250,11 @@ class RunView:
         push = f" ({self.pushed[e.call_id]})" if e.call_id in self.pushed else ""
         self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}{edited}{push}"
         self.grants.take(e)
-        if (row := self._row(e.call_id)) and e.args is not None:
-            row.args = e.args
+        if row := self._row(e.call_id):
+            if e.args is not None:
+                row.args = e.args
+            if e.approved and row.status is CallStatus.PENDING_APPROVAL:
+                row.status = CallStatus.RUNNING  # carried out now (asked again: pending again)
 
     @_handles(DecisionsPushed)
     def _on_decisions_pushed(self, e: DecisionsPushed) -> None:
