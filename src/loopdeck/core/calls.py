@@ -3,6 +3,7 @@ is `core/write_approvals.py`'s; the operator's say on a loop, `core/loop_say.py`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -30,12 +31,7 @@ from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import short_args
 from loopdeck.core.tools import ErrorCode, ToolResult, ToolSpec
 from loopdeck.core.unknown_outcomes import UnknownOutcomes
-from loopdeck.core.write_approvals import (
-    Approved,
-    AskAgain,
-    Rejected,
-    WriteApprovals,
-)
+from loopdeck.core.write_approvals import Approved, AskAgain, Rejected, WriteApprovals
 
 T = TypeVar("T")
 # A write that got this far ran, or may have: it never runs again in this run.
@@ -74,6 +70,7 @@ class CallHandler:
         self._failures_in_a_row = 0
         self._first_call: dict[str, str] = {}  # fingerprint -> the call that first had it
         self._nudge: str | None = None
+        self._running_since = 0.0  # when the call running now began (`time.monotonic`)
         # What the operator said of this batch's calls (an edit), told after its last result.
         self.notes: list[str] = []
         self.unknown = UnknownOutcomes(self.guard, self.executed_writes, host.emit, self.run_id)
@@ -87,8 +84,8 @@ class CallHandler:
             return [correction_message(None, problem)]
         return [correction_message(call.id, problem) for call in reply.tool_calls]
 
-    def withdraw_pending(self) -> None:
-        """At the stop: a pending approval is withdrawn; calls cut short are marked so."""
+    def withdraw_pending(self, why: str = "") -> None:
+        """At the stop (`why`): a pending approval is withdrawn; calls cut short marked so."""
         self.approvals.withdraw()
         cut_short = {
             CallStatus.RUNNING: CallStatus.INTERRUPTED,
@@ -101,14 +98,19 @@ class CallHandler:
                 if status is CallStatus.INTERRUPTED and record.risk == "write":
                     status = CallStatus.OUTCOME_UNKNOWN  # a write cut short may have happened
                 record.status = status
+                if status in (CallStatus.INTERRUPTED, CallStatus.OUTCOME_UNKNOWN):  # why, how long
+                    record.duration_ms = (time.monotonic() - self._running_since) * 1000
+                    said = f"{record.tool} was cut short by the run's stop: {why}"
+                    code = ErrorCode.OUTCOME_UNKNOWN  # for a read too: it may have answered
+                    record.result = ToolResult.failure(record.tool, "", code, said).for_model()
                 self.rt.emit(
                     ToolFinished,
                     run_id=self.run_id,
                     call_id=record.call_id,
                     tool=record.tool,
                     status=record.status,
-                    result={},
-                    duration_ms=0.0,
+                    result=record.result or {},
+                    duration_ms=record.duration_ms or 0.0,
                 )
 
     async def run_batch(self, conversation: list[dict[str, Any]], decision: Decision) -> bool:
@@ -324,6 +326,7 @@ class CallHandler:
             )
 
         self._record_of(call_id).status = CallStatus.RUNNING
+        self._running_since = time.monotonic()  # one call runs at a time
         return await self.rt.interruptible(
             self.dispatcher.run(
                 spec,

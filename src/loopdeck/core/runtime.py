@@ -344,7 +344,7 @@ class Runtime:
             note = f"env code still running was abandoned, its result discarded: {stray}"
             stop = StopRun(stop.reason, f"{stop.detail}; {note}" if stop.detail else note)
         self.env_thread.close()
-        self.calls.withdraw_pending()
+        self.calls.withdraw_pending(stop.detail)
         if stop.reason is StopReason.GOAL_MET:
             self.move(RunState.COMPLETE)
         elif not self.machine.is_terminal:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from typing import Any, TypeVar
 from loopdeck.core.text import capped, visible
 from loopdeck.core.tools import ToolError
 from loopdeck.mcp_env.config import McpConfig
-from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
+from loopdeck.mcp_env.sdk_noise import SERVER, log, quiet_sdk_noise
 from loopdeck.mcp_env.stdio_server import StdioServer
 from loopdeck.workdir.goal_check import stderr_tail
 
@@ -42,6 +44,15 @@ CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under
 REQUEST_TIMEOUT = -32001  # the SDK's, for a request past its read timeout
 SAID_CAP = 1000  # a server's words in a stop's detail
 EXIT_SEEN_S = 2.0  # from a server's output closing to its exit status
+# The server's log levels said (RFC 5424's, as MCP names them); info and debug are not.
+LOGGED_LEVELS = {
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.ERROR,
+    "alert": logging.ERROR,
+    "emergency": logging.ERROR,
+}
+LOGGED_SHOWN = 50  # a server's log messages said in one run; more is one line saying so
 
 
 class ServerFailed(Exception):
@@ -55,6 +66,7 @@ class ServerTool:
     input_schema: dict[str, Any]
     read_only: bool | None  # the server's readOnlyHint (None: no annotation)
     destructive: bool | None
+    task_support: str | None = None  # execution.taskSupport: "required" runs only as a task
 
 
 class McpConnection:
@@ -78,6 +90,7 @@ class McpConnection:
         self._on_gone: Callable[[str], None] | None = None
         self._gone_said: str | None = None  # the server's end, in words, once it went away
         self.gone: str | None = None  # why the server is no longer there
+        self._logged_count = 0  # the server's log messages said (`_logged`)
 
     # -- starting and stopping -------------------------------------------------------
     def start(self) -> None:
@@ -119,7 +132,7 @@ class McpConnection:
 
         async with self._transport(errlog) as streams:
             read, write = streams[0], streams[1]
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, logging_callback=self._logged) as session:
                 with anyio.fail_after(self.config.startup_timeout_s):
                     init = await session.initialize()
                     self.tools = await _listed_tools(session)
@@ -129,6 +142,22 @@ class McpConnection:
                 self._session = session
                 self._ready.set()
                 await self._until_gone()
+
+    async def _logged(self, params: Any) -> None:
+        """The server's log message (`notifications/message`): a warning or worse is said on
+        `loopdeck.mcp` in the server's words, up to LOGGED_SHOWN of them; the rest is not."""
+        level = LOGGED_LEVELS.get(str(params.level))
+        if level is None or self._logged_count > LOGGED_SHOWN:
+            return
+        self._logged_count += 1
+        if self._logged_count > LOGGED_SHOWN:
+            said = f"logged more than {LOGGED_SHOWN} warnings; the rest are not shown"
+            log.warning("MCP server `%s` %s", self.name, said)
+            return
+        data = params.data if isinstance(params.data, str) else json.dumps(params.data, default=str)
+        source = f" ({params.logger})" if params.logger else ""
+        words = capped(visible(data), SAID_CAP)
+        log.log(level, "MCP server `%s` logged %s%s: %s", self.name, params.level, source, words)
 
     def _transport(self, errlog: Any) -> Any:
         if self.config.url is not None:
@@ -309,6 +338,7 @@ async def _listed_tools(session: Any) -> list[ServerTool]:
                     input_schema=dict(tool.input_schema or {}),
                     read_only=None if hints is None else hints.read_only_hint,
                     destructive=None if hints is None else hints.destructive_hint,
+                    task_support=None if tool.execution is None else tool.execution.task_support,
                 )
             )
         cursor = page.next_cursor

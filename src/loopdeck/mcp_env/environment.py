@@ -25,10 +25,11 @@ from loopdeck.core.control import StopRun
 from loopdeck.core.environment import Environment, StateChanges
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import StopReason
-from loopdeck.core.tools import Risk, ToolSpec
+from loopdeck.core.tools import Risk, ToolError, ToolSpec
 from loopdeck.mcp_env.config import McpConfig, ToolOverride
 from loopdeck.mcp_env.connection import McpConnection, ServerFailed, ServerTool
 from loopdeck.mcp_env.results import call_result, resource_value
+from loopdeck.mcp_env.server_asks import check_overrides, offered_tools, server_error, unanswered
 from loopdeck.mcp_env.state_entries import check_entries, read_entry
 from loopdeck.workdir.goal_check import run_goal_check
 
@@ -59,8 +60,10 @@ class McpEnvironment(Environment):
             self.state_changes = config.state_changes
         self.connection = McpConnection(config, self.workdir, errlog)
         self.connection.start()
-        self._specs = [self._spec(tool) for tool in self.connection.tools]
-        self._read_only = {tool.name for tool in self.connection.tools if tool.read_only is True}
+        offered = offered_tools(self.connection)
+        check_overrides(config, self.connection.tools)
+        self._specs = [self._spec(tool) for tool in offered]
+        self._read_only = {tool.name for tool in offered if tool.read_only is True}
         check_entries(self.connection, config, self._specs)
 
     def watch(self, fail: Callable[[StopReason, str], None]) -> None:
@@ -127,8 +130,11 @@ class McpEnvironment(Environment):
             except ServerFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             except Exception as exc:
-                raise _server_error(name, exc) from None
-            data = call_result(result)  # raises ToolError when the server says isError
+                raise server_error(self._server, name, exc, timeout_s) from None
+            try:
+                data = call_result(result)  # raises ToolError when the server says isError
+            except ToolError as error:
+                raise unanswered(name, error.message) or error from None
             if risk == "write":
                 self.writes_executed += 1
             return data
@@ -191,12 +197,3 @@ def risk_of(tool: ServerTool, override: ToolOverride) -> tuple[Risk, str]:
     if tool.read_only is None and tool.destructive is None:
         return "write", "no annotation: treated as write"
     return "write", "server says it writes"
-
-
-def _server_error(tool: str, exc: Exception) -> Exception:
-    """A protocol error (the server gone is `ServerFailed`, said by the connection): a crash
-    of the call (a write's outcome is then unknown, as for a Python tool)."""
-    code = getattr(getattr(exc, "error", None), "code", None)
-    if code == -32001:  # the SDK's own timeout (the dispatcher's comes first)
-        return TimeoutError(f"{tool}: the server did not answer in time")
-    return RuntimeError(f"MCP error from {tool}: {exc}")

@@ -53,7 +53,7 @@ def read_entry(
             return {"resource": entry.resource, "value": resource_value(read)}
         assert entry.tool is not None
         called = server.call_sync(entry.tool, entry.args, timeout_s)
-        return {"tool": entry.tool, "value": call_result(called)}
+        return {"tool": entry.tool, "value": call_result(called, state=True)}
     except ServerFailed as failed:
         raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
     except (ToolError, TimeoutError, MCPError) as exc:
