@@ -364,3 +364,14 @@ async def test_a_tool_that_requires_a_task_is_not_offered_and_said_once(
         ": research left out of the tools offered to the model: it runs only as an MCP task"
         ' (execution.taskSupport = "required"), which loopdeck does not run'
     )
+
+
+def test_a_snapshot_entry_naming_a_tool_that_requires_a_task_refuses_the_run(
+    tmp_path: Path,
+) -> None:
+    script = _calls("one", ("set_value", {"key": "a", "text": "done"}))
+    env = _env(tmp_path, '{ tool = "research", args = { topic = "x" } }', script)
+    with pytest.raises(ScenarioError) as refused:
+        prepare_run(RunOptions(env=str(env), script="one", approve="deny"))
+    said = '[mcp] snapshot entry 1 (tool = "research"): the server runs research only as an MCP'
+    assert said in str(refused.value)

@@ -8,8 +8,9 @@ failed, as a goal check's command can, while loopdeck and its runner are well (`
 a runner is gone). A server gone is said as for any call to it.
 
 Before the run, an entry refuses it (`ValueError`, said as the scenario's error, exit 2) when
-it names a tool the server lacks or one that is not read-only (an entry runs before every call,
-unasked, even when every write is denied), or a resource the server neither lists nor serves.
+it names a tool the server lacks, one it runs only as an MCP task, or one that is not
+read-only (an entry runs before every call, unasked, even when every write is denied), or a
+resource the server neither lists nor serves.
 """
 
 from __future__ import annotations
@@ -66,7 +67,13 @@ def check_entries(server: McpConnection, config: McpConfig, specs: list[ToolSpec
     if not isinstance(config.snapshot, list):
         return
     risks = {spec.name: spec for spec in specs}
+    tasks = {tool.name for tool in server.tools if tool.task_support == "required"}
     for number, entry in enumerate(config.snapshot, 1):
+        if entry.tool is not None and entry.tool in tasks:
+            raise ValueError(
+                f"{named(number, entry)}: the server runs {entry.tool} only as an MCP task"
+                ' (execution.taskSupport = "required"), which loopdeck does not run'
+            )
         if entry.tool is not None:
             _check_tool(named(number, entry), entry.tool, risks.get(entry.tool))
         else:
