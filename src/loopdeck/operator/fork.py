@@ -12,6 +12,12 @@ state (`rebuildable`). Where the restored state is not that one, every standing 
 before the fork is revoked as the fork goes live: nothing approved before it then runs
 without being asked again (a receipt is bound to its state anyway).
 
+The fork is decided under its source's policy, as the source recorded it (`PolicyInForce`'s
+text; a submitted source's options', where its log recorded none), never under what the
+policy files say now: the rebuilt run must decide as the run did, and a write the run's
+policy denied is denied in the fork too. A fork takes no other policy (to see what another
+would have decided: `loopdeck policy replay`).
+
 What a worker would refuse is refused before the fork is queued: its options checked as a
 submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
 able to rebuild the run up to the fork (`rebuildable`).
@@ -25,7 +31,7 @@ from functools import partial
 from typing import Any
 
 from loopdeck.core.canonical import short_hash
-from loopdeck.core.events import CallProposed, Event, StateSeen
+from loopdeck.core.events import CallProposed, Event, PolicyInForce, StateSeen
 from loopdeck.core.replay_events import ModelReplied, RunForked
 from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
@@ -160,6 +166,22 @@ async def _options_of(
 ) -> dict[str, Any]:
     """The run's options as submitted; a run that was not submitted, as its log and row say
     (its env by `--env`, else by the name a sample env has)."""
+    options = await _placed_or_recorded(store, run_id, row, log, env)
+    recorded = recorded_policy(log)
+    if recorded is not None:
+        options["policy_levels"] = recorded
+    return options
+
+
+def recorded_policy(log: list[Event]) -> list[dict[str, str]] | None:
+    """The policy the run recorded it was decided under (each level's text), if it did."""
+    in_force = next((e for e in log if isinstance(e, PolicyInForce)), None)
+    return None if in_force is None else [dict(level) for level in in_force.levels]
+
+
+async def _placed_or_recorded(
+    store: Store, run_id: str, row: dict[str, Any], log: list[Event], env: str | None
+) -> dict[str, Any]:
     placed = await leases.placement(store, run_id)
     if placed is not None:
         import json

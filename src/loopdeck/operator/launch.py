@@ -88,6 +88,9 @@ class RunOptions:
     phase: Callable[[str], None] | None = None
     acp: Target | None = None  # `loopdeck acp`, `gateway`: no env folder (`env` only its name)
     policy: Path | None = None  # `--policy FILE`: the run's level of its policy
+    # The run's policy as recorded (each level's `PolicyInForce.levels` entry, its text):
+    # the run is decided under it, no file read again ([]: no policy); None: its files.
+    policy_levels: list[dict[str, str]] | None = None
     notify: NotifySettings | None = None  # `--notify`: where its decisions are pushed
 
 
@@ -168,8 +171,15 @@ def prepare_run(
 
 
 def _policy(options: RunOptions, env_dir: EnvDir | None, kind: RunKind) -> PolicyGate | None:
-    """The run's policy (`loopdeck/policy/`): the user's, the env folder's and `--policy`'s
-    files, read whole before anything starts; the expression engine loads only for one."""
+    """The run's policy (`loopdeck/policy/`): the text it recorded (a submitted, resumed or
+    forked run: `policy_levels`), else the user's, the env folder's and `--policy`'s files,
+    read whole before anything starts; the expression engine loads only for one."""
+    if options.policy_levels is not None:
+        if not options.policy_levels:
+            return None
+        from loopdeck.policy.loading import recorded_run_policy
+
+        return recorded_run_policy(options.policy_levels, kind.name)
     files = policy_files(env_dir.path if env_dir else None, options.policy)
     if not files:
         return None

@@ -5,6 +5,12 @@ epoch), until it stops, its lease is lost, or the worker lets it go (handed back
 A lost lease stops the run at once: its writer keeps nothing more, it acts on nothing more
 (the model wrapper and the dispatcher check the lease first: `Lease.ensure`), and its runtime
 is killed here without a word of it reaching the store: the run is another worker's.
+
+A run is decided under the policy it recorded (its log's `PolicyInForce`, else the text its
+options keep), never under what the policy files say when it is claimed again: a file edited
+meanwhile changes nothing of it. A run that cannot be rebuilt all the same ends `crashed`,
+saying why in words; a write it had asked for and that was decided while it was away, never
+taken by it, is recorded as not run (not an outcome nobody knows).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.approving import deciders
-from loopdeck.operator.fork import restored, source_of
+from loopdeck.operator.crashed_run import diverged_words, withdraw_untaken
+from loopdeck.operator.fork import recorded_policy, restored, source_of
 from loopdeck.operator.fork import went_live as fork_live
 from loopdeck.operator.launch import prepare_run
 from loopdeck.operator.parking import Parking
@@ -144,6 +151,8 @@ class LeasedRun:
         if forked is not None:  # rebuilt from its source, past what its log has already
             replay = await source_of(self.store, forked)
         options = run_options(self.claim.options, self.run_id)
+        if forked is None and (recorded := recorded_policy(log)) is not None:
+            options.policy_levels = recorded  # decided under its own, whatever its files say
         bus = self.bus = ReplayBus(forward=forked is not None, already=log[-1].seq if log else 0)
         try:
             chosen = deciders(options.approve, model=options.model or "", console=False,
@@ -229,7 +238,7 @@ class LeasedRun:
             await self._close(writer)
             unsubscribe()
         if replay is not None and replay.diverged is not None:
-            return await self._crash(replay.diverged)
+            return await self._crash(diverged_words(runtime, replay))
         if self.let_go_as is not None:
             return self.let_go_as
         if writer.lost is not None or self.lease.lost is not None:
@@ -312,6 +321,10 @@ class LeasedRun:
         options = dict(self.claim.options)
         log = await load_log(self.store, self.run_id)
         try:
+            approve = str(options.get("approve") or "")
+            if log and await withdraw_untaken(self.store, self.run_id, self.claim.epoch, log,
+                                              approve, "it crashed"):  # fmt: skip
+                log = await load_log(self.store, self.run_id)
             await record_stop(self.store, self.run_id, self.claim.epoch, log, detail, options)
         except leases.LeaseLost as exc:
             return f"left: {exc}"

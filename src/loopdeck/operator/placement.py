@@ -2,7 +2,9 @@
 JSON any worker reads back (`run_options`), after checking here what can be checked before a
 worker takes it: the run prepared as `loopdeck run` prepares it (its env folder and kind, its
 script against the env's tools, its policy, its model routable by LiteLLM), then let go,
-and who decides its writes. Its model's credentials are not checked here: they are the
+and who decides its writes. Its policy is kept as the text checked here (each level's, as
+`PolicyInForce` records it): a worker decides the run under that text, never under what its
+files say when it is claimed. Its model's credentials are not checked here: they are the
 workers' hosts', not the submitter's.
 
 An env folder is kept by its absolute path (a worker on another host must see the same path:
@@ -31,7 +33,7 @@ from loopdeck.store.opening import open_store
 # `loopdeck acp`'s target, pushes).
 KEPT = (
     "env", "script", "model", "api_base", "mode", "approve", "budget_overrides", "run_id",
-    "model_timeout_s", "pause_at", "settings", "policy",
+    "model_timeout_s", "pause_at", "settings", "policy", "policy_levels",
 )  # fmt: skip
 
 
@@ -59,7 +61,8 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     as `loopdeck run` prepares it, `fits` asked of its runtime, then let go. A run waits in
     the queue with `--approve wait` unless told otherwise: nobody is at its worker's console.
     Blocking (env code, an MCP server started): off the event loop."""
-    if options.policy is not None and not Path(options.policy).is_file():
+    recorded = options.policy_levels is not None  # a fork's: its source's text, no file read
+    if options.policy is not None and not recorded and not Path(options.policy).is_file():
         raise ScenarioError(f"--policy {options.policy}: no such file")
     env_dir = resolve_env_dir(options.env, options.settings)
     if options.script is not None:
@@ -73,6 +76,8 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     try:
         if fits is not None:
             fits(prepared.runtime)
+        gate = prepared.runtime.calls.approvals.policy.gate
+        options.policy_levels = [] if gate is None else list(gate.in_force()["levels"])
     finally:
         prepared.cleanup()
     return options

@@ -147,14 +147,21 @@ class Policy:
         """What every rule says of one ask, and what they decide together."""
         facts = self.complete(facts)
         at = datetime.fromisoformat(str(facts["time"]))
-        shared = {name: cel_value(facts[name]) for name in ("call", "run")}
-        shared["time"] = cel_time(at)
+        try:
+            shared = {name: cel_value(facts[name]) for name in ("call", "run")}
+        except RecursionError:  # an argument nested deeper than the facts can be made of
+            shared, unread = {}, "the call's arguments are nested too deep to be evaluated"
+        else:
+            shared["time"], unread = cel_time(at), ""
         outcomes, own = [], {}
         for rule in self.rules:
             attributes = {"id": rule.id, "uses": memory.uses(rule),
                           "age_s": round(memory.age_s(rule, at), 3),
                           "last_state": memory.last_state(rule)}  # fmt: skip
             own[rule.key] = attributes
+            if unread:  # as a condition that cannot be evaluated: never lets a call through
+                outcomes.append(_failed(rule, unread))
+                continue
             state = {
                 **facts["state"],
                 "unchanged_since_rule": attributes["last_state"] == facts["state"]["hash"],
@@ -182,9 +189,13 @@ def _outcome(rule: Rule, activation: dict[str, Any]) -> RuleOutcome:
     try:
         holds = rule.condition.holds(activation)
     except ConditionFailed as failed:
-        # A deny or ask that cannot be evaluated asks: it may have held. An allow does not.
-        return RuleOutcome(rule, "none" if rule.effect == "allow" else "ask", str(failed))
+        return _failed(rule, str(failed))
     return RuleOutcome(rule, rule.effect if holds else "none")
+
+
+def _failed(rule: Rule, why: str) -> RuleOutcome:
+    """A deny or ask that cannot be evaluated asks: it may have held. An allow does not."""
+    return RuleOutcome(rule, "none" if rule.effect == "allow" else "ask", why)
 
 
 def _strongest(outcomes: list[RuleOutcome]) -> tuple[Effect, Rule | None]:

@@ -1,11 +1,16 @@
 """A rule's `when`: a CEL expression (Google's Common Expression Language), read and evaluated
 by `cel-python`, its maintained engine; never a language of loopdeck's own.
 
-A condition is read once, when its policy loads: a syntax error, or a name that is none of
-the attributes (`call`, `state`, `run`, `rule`, `time`, or a macro's own variable), refuses
-the policy naming the rule. It holds only when it evaluates to `true`; an evaluation that
-fails (a missing argument, a type mismatch) or gives something else is `ConditionFailed`,
-with CEL's words.
+A condition is read once, when its policy loads: a syntax error, a name that is none of
+the attributes (`call`, `state`, `run`, `rule`, `time`), of CEL's type names (`string`,
+`int`…: `type(call.args.path) == string`) or of a macro's own variable inside its macro, a
+constant pattern that is no regular expression (`matches("calc(")`), or a condition that
+reads nothing and is no bool (`"1"`), refuses the policy naming the rule. It holds only when
+it evaluates to `true`; an evaluation that fails (a missing argument, a type mismatch) or
+gives something else is `ConditionFailed`, with CEL's words.
+
+Patterns are RE2's (as CEL's are), compiled once each, quietly: RE2 says nothing on stderr
+of a pattern it refuses; the condition's words do.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import celpy
+import re2  # type: ignore[import-untyped]  # CEL's patterns: RE2 (cel-python's own)
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
@@ -23,6 +29,9 @@ from celpy.evaluation import CELEvalError
 from lark import Token, Tree
 
 ROOTS = frozenset({"call", "state", "run", "rule", "time"})
+# CEL's type names, as cel-python evaluates them (`type(x) == string`).
+TYPE_NAMES = frozenset({"bool", "bytes", "double", "int", "uint", "string", "list", "map",
+                        "null_type", "type", "timestamp", "duration"})  # fmt: skip
 # Macros whose first argument names a variable of their own (`list.exists(x, x > 1)`).
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 WORDS_CAP = 300  # what an error says of itself (CEL's words can name a whole activation)
@@ -71,12 +80,19 @@ class Condition:
                 f"nested too deep to be evaluated (its parse tree is {deep} deep, at most"
                 f" {MOST_NESTED}): write it flatter"
             )
-        unknown = sorted(_root_names(tree) - ROOTS)
+        names = _root_names(tree)
+        unknown = sorted(names - ROOTS - TYPE_NAMES)
         if unknown:
             raise ExpressionError(
                 f"unknown name {unknown[0]!r}: a condition reads {', '.join(sorted(ROOTS))}"
             )
-        self._program = _environment().program(tree)
+        _constant_patterns(tree)
+        self._program = _program(tree)
+        if not names & ROOTS:  # it reads nothing: what it gives, it always gives
+            try:
+                self.holds({})
+            except ConditionFailed as exc:
+                raise ExpressionError(f"it reads no attribute and always fails: {exc}") from None
 
     def holds(self, activation: Activation) -> bool:
         try:
@@ -87,6 +103,8 @@ class Condition:
             raise ConditionFailed("nested too deep to be evaluated here") from None
         if isinstance(value, CELEvalError):
             raise ConditionFailed(_first_line(value))
+        if isinstance(value, Exception):
+            raise ConditionFailed(f"fails: {_first_line(value)}")
         if not isinstance(value, celtypes.BoolType):
             raise ConditionFailed(f"gives {type(value).__name__} {value!s:.60}, not a bool")
         return bool(value)
@@ -129,17 +147,91 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _root_names(tree: Tree[Token]) -> set[str]:
-    """The names an expression reads at its root, less the macros' own variables."""
+    """The names an expression reads at its root: a macro's own variable only outside the
+    macro that binds it (`[1].exists(x, x > 0) && x.y` reads `x`)."""
     names: set[str] = set()
-    bound: set[str] = set()
-    for node in tree.iter_subtrees():
+    stack: list[tuple[Tree[Token] | Token, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        node, bound = stack.pop()
+        if not isinstance(node, Tree):
+            continue
         if node.data == "ident":
-            names.add(str(node.children[0]))
-        elif node.data == "member_dot_arg" and str(node.children[1]) in MACROS:
-            arguments = node.children[2] if len(node.children) > 2 else None
-            if isinstance(arguments, Tree) and arguments.children:
-                first = arguments.children[0]
-                if isinstance(first, Tree):
-                    bound |= {str(n.children[0]) for n in first.iter_subtrees()
-                              if n.data == "ident"}  # fmt: skip
-    return names - bound
+            if str(node.children[0]) not in bound:
+                names.add(str(node.children[0]))
+            continue
+        variable = _macro_variable(node)
+        if variable is None:
+            stack.extend((child, bound) for child in node.children)
+            continue
+        target, _, arguments = node.children[:3]
+        assert isinstance(arguments, Tree)
+        stack.append((target, bound))
+        stack.extend((child, bound | {variable}) for child in arguments.children[1:])
+    return names
+
+
+def _macro_variable(node: Tree[Token]) -> str | None:
+    """The variable a macro's call binds (`list.all(x, …)`: `x`), if `node` is one."""
+    if node.data != "member_dot_arg" or len(node.children) < 3:
+        return None
+    if str(node.children[1]) not in MACROS or not isinstance(node.children[2], Tree):
+        return None
+    arguments = node.children[2].children
+    first = arguments[0] if len(arguments) > 1 else None
+    if not isinstance(first, Tree):
+        return None
+    idents = [n for n in first.iter_subtrees() if n.data == "ident"]
+    return str(idents[0].children[0]) if len(idents) == 1 else None
+
+
+_QUIET = re2.Options()
+_QUIET.log_errors = False  # RE2's own log line on stderr, at every evaluation: never
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, _QUIET)
+
+
+def _matches(text: Any, pattern: Any) -> Any:
+    """CEL's `matches`, as cel-python's (RE2, `search`), each pattern compiled once, quietly."""
+    try:
+        compiled = _compiled(str(pattern))
+    except re2.error as exc:
+        return CELEvalError(f"matches: {_pattern_words(pattern, exc)}")
+    return celtypes.BoolType(compiled.search(str(text)) is not None)
+
+
+def _pattern_words(pattern: Any, exc: Exception) -> str:
+    said = exc.args[0] if exc.args else exc
+    said = said.decode("utf-8", "replace") if isinstance(said, bytes) else str(said)
+    return f"{str(pattern)!r} is not a regular expression (RE2: {said})"
+
+
+def _program(tree: Tree[Token]) -> Any:
+    return _environment().program(tree, functions={"matches": _matches})
+
+
+def _constant_patterns(tree: Tree[Token]) -> None:
+    """A `matches` whose pattern reads nothing (a constant) is a regular expression RE2
+    compiles, or `ExpressionError` now: it would fail every ask."""
+    for node in tree.iter_subtrees():
+        arguments: list[Any] = []
+        if node.data == "member_dot_arg" and str(node.children[1]) == "matches":
+            arguments = list(getattr(node.children[2], "children", []))[:1]
+        elif node.data == "ident_arg" and str(node.children[0]) == "matches":
+            arguments = list(getattr(node.children[1], "children", []))[1:2]
+        for argument in arguments:
+            if not isinstance(argument, Tree) or any(
+                n.data in ("ident", "ident_arg") for n in argument.iter_subtrees()
+            ):
+                continue
+            try:
+                pattern = _program(argument).evaluate({})
+            except CELEvalError:
+                continue  # it fails as it is evaluated, saying why
+            if isinstance(pattern, str):  # a StringType, or what `+` made of two
+                try:
+                    _compiled(str(pattern))
+                except re2.error as exc:
+                    raise ExpressionError(_pattern_words(pattern, exc)) from None

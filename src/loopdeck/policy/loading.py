@@ -31,6 +31,17 @@ def run_policy(files: list[tuple[str, Path]], run_kind: str) -> RunPolicy | None
     return None if policy is None else RunPolicy(policy, run_kind)
 
 
+def recorded_run_policy(levels: list[dict[str, str]], run_kind: str) -> RunPolicy:
+    """The policy a run recorded (`PolicyInForce.levels`, or its submitted options'), read
+    again from its text: a run is decided under the policy it was given, whatever its files
+    say now."""
+    try:
+        return RunPolicy(Policy([recorded_level(level) for level in levels]), run_kind)
+    except KeyError as exc:
+        said = f"the run's recorded policy has no {exc} (recorded: {levels!r:.200})"
+        raise PolicyError(said) from None
+
+
 def read_level(name: str, path: Path, *, tested: bool = True) -> Level:
     """One file as a level: its rules' conditions read (`PolicyError` naming the rule), and,
     when `tested`, its inline tests passed (`PolicyError` naming the first that fails)."""

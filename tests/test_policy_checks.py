@@ -1,0 +1,127 @@
+"""What a policy refuses as it loads, and what it says when a rule cannot be evaluated: a
+level's file that is no file (a folder, a link to nothing), CEL's own names read as CEL reads
+them, a macro's variable only inside its macro, a constant that can never be a condition
+(a bad pattern, a value that is no bool), and an argument too deep to be looked at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopdeck.policy.cases import CaseMemory, case_facts
+from loopdeck.policy.document import PolicyCase, PolicyError
+from loopdeck.policy.engine import Policy
+from loopdeck.policy.expressions import Condition, ConditionFailed, ExpressionError, cel_value
+from loopdeck.policy.loading import load_policy, read_level
+
+
+@pytest.fixture(autouse=True)
+def _no_user_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPDECK_USER_POLICY", "none")
+
+
+def _rule(rule_id: str, effect: str, when: str) -> str:
+    return f"[[rule]]\nid = {rule_id!r}\neffect = {effect!r}\nwhen = '''{when}'''\n"
+
+
+def _case(args: dict[str, Any]) -> PolicyCase:
+    return PolicyCase.model_validate({"call": {"tool": "write_file", "args": args},
+                                      "expect": "ask"})  # fmt: skip
+
+
+def test_a_policy_toml_that_is_no_file_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = tmp_path / "env"
+    (env / "policy.toml").mkdir(parents=True)
+    with pytest.raises(PolicyError, match=r"env/policy\.toml \(the env folder's policy\): a"
+                       " folder, not a file"):  # fmt: skip
+        load_policy(env, None)
+    (env / "policy.toml").rmdir()
+    (env / "policy.toml").symlink_to(tmp_path / "gone.toml")
+    with pytest.raises(PolicyError, match=r"a link to .*gone\.toml, which does not exist"):
+        load_policy(env, None)
+    # The user's, where the user's config is: the same.
+    config = tmp_path / "config"
+    (config / "loopdeck" / "policy.toml").mkdir(parents=True)
+    monkeypatch.delenv("LOOPDECK_USER_POLICY")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    with pytest.raises(PolicyError, match=r"\(the user's policy\): a folder, not a file"):
+        load_policy(None, None)
+    (config / "loopdeck" / "policy.toml").rmdir()
+    assert load_policy(None, None) is None  # nothing there: no user level
+    with pytest.raises(PolicyError, match=r"--policy .*config: a folder, not a file"):
+        load_policy(None, config)
+
+
+@pytest.mark.parametrize(
+    ("when", "args", "holds"),
+    [
+        ("type(call.args.path) == string", {"path": "a"}, True),
+        ("type(call.args.n) == int || type(call.args.n) == uint", {"n": 1}, True),
+        ("type(call.args.m) == map && type(call.args.l) == list", {"m": {}, "l": []}, True),
+        ("type(call.args.b) == bool || type(call.args.z) == null_type", {"z": None, "b": 1},
+         True),
+        ("type(call.args.d) == double || type(call.args.d) == bytes", {"d": "x"}, False),
+        ("call.args.map(k, [k].all(j, j == k)) == [true]", {"k": 1}, True),
+    ],
+)  # fmt: skip
+def test_cels_type_names_and_macro_variables_are_read_as_cel_reads_them(
+    when: str, args: dict[str, Any], holds: bool
+) -> None:
+    assert Condition(when).holds({"call": cel_value({"args": args})}) is holds
+
+
+@pytest.mark.parametrize(
+    ("when", "said"),
+    [
+        ("[1].exists(foo, foo > 0) && foo.bar", "unknown name 'foo'"),
+        ('call.args.exists(k, k == "x") || k == 1', "unknown name 'k'"),
+        ('call.args.path.matches("calc(")', "'calc(' is not a regular expression (RE2: missing )"),
+        ('matches(call.args.path, "a" + "[")', "'a[' is not a regular expression"),
+        ('"1"', "it reads no attribute and always fails: gives StringType 1, not a bool"),
+        ("1", "gives IntType 1, not a bool"),
+        ("1 / 0 == 1", "always fails: "),
+    ],
+)
+def test_a_condition_that_could_never_be_what_it_means_is_refused_as_it_loads(
+    when: str, said: str
+) -> None:
+    with pytest.raises(ExpressionError) as refused:
+        Condition(when)
+    assert said in str(refused.value)
+
+
+def test_a_pattern_refused_as_a_call_is_decided_says_why_and_nothing_on_stderr(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    condition = Condition("call.args.path.matches(call.args.pattern)")
+    for _ in range(2):
+        with pytest.raises(ConditionFailed, match=r"'calc\(' is not a regular expression"):
+            condition.holds({"call": cel_value({"args": {"path": "a", "pattern": "calc("}})})
+    assert condition.holds({"call": cel_value({"args": {"path": "src/a", "pattern": "^src/"}})})
+    assert capfd.readouterr().err == ""
+
+
+def test_an_argument_nested_too_deep_to_be_evaluated_never_lets_a_call_through(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(_rule("no-x", "deny", 'call.tool == "x"') + _rule("all", "allow", "true"))
+    policy = Policy([read_level("run", path)])
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(600):
+        inner["a"] = {}
+        inner = inner["a"]
+    case = _case({"a": 1})
+    facts = case_facts(case)
+    facts["call"]["args"] = deep
+    verdict = policy.evaluate(facts, CaseMemory(case)).verdict()
+    assert verdict.effect == "ask" and verdict.decided_by is not None
+    assert verdict.decided_by.rule_id == "no-x"
+    too_deep = "the call's arguments are nested too deep to be evaluated"
+    assert verdict.errors == (f"run:no-x: {too_deep}", f"run:all: {too_deep}")
+    assert too_deep in verdict.decided_by.why

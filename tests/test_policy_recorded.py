@@ -1,0 +1,218 @@
+"""A run is decided under the policy recorded with it, never under what its files say later:
+a submitted run under the text checked at submit, a run going on from its log under its log's
+`PolicyInForce`, a fork under its source's. A write decided while no worker held its run, and
+never taken by it, is not left as an outcome nobody knows when the run crashes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from worker_helpers import (
+    lease_state,
+    left_by_a_lost_worker,
+    options,
+    significant,
+    stored,
+    with_a_worker,
+    writes,
+)
+
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    EventBus,
+    PolicyDecided,
+    PolicyInForce,
+    RunStopped,
+    ToolFinished,
+)
+from loopdeck.core.outcome import CallStatus
+from loopdeck.core.recorded_inputs import record_inputs
+from loopdeck.operator.fork import fork
+from loopdeck.operator.launch import prepare_run
+from loopdeck.operator.placement import submit
+from loopdeck.store import deciding, outcome_queries, queries
+from loopdeck.store.base import Store
+from loopdeck.store.opening import open_store
+
+NO_ADDRESS = """[[rule]]
+id = "no-address"
+effect = "deny"
+when = 'call.tool == "update_delivery_address"'
+message = "the address stays"
+"""
+ANYTHING = '[[rule]]\nid = "anything"\neffect = "allow"\nwhen = "true"\n'
+
+
+async def ended(store: Store, run_id: str) -> bool:
+    return await lease_state(store, run_id) == "ended"
+
+
+def _in_force(log: list[Event]) -> list[str]:
+    return [level["text"] for e in log if isinstance(e, PolicyInForce) for level in e.levels]
+
+
+def _address_denied(log: list[Event]) -> None:
+    """The run's policy denied the address update, which never ran."""
+    said = [e for e in log if isinstance(e, PolicyDecided) and e.effect == "deny"]
+    assert said and all(e.decided_by and e.decided_by.rule_id == "no-address" for e in said)
+    ran = [e for e in log if isinstance(e, ToolFinished) and e.status is CallStatus.EXECUTED]
+    assert "update_delivery_address" not in [e.tool for e in ran]
+
+
+async def test_a_submitted_run_is_decided_under_the_policy_checked_at_submit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(NO_ADDRESS, encoding="utf-8")
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    run_id = await submit(db, options(root, policy=path))
+    path.write_text(ANYTHING, encoding="utf-8")  # edited once submitted: not the run's
+    store = await open_store(db)
+    try:
+        await with_a_worker(db, lambda: ended(store, run_id))
+        log = await stored(store, run_id)
+        assert _in_force(log) == [NO_ADDRESS]
+        _address_denied(log)
+        assert "update_delivery_address" not in [w["tool"] for w in writes(root, run_id)]
+        # Its fork too, its file gone: the run's policy is its text, not its file.
+        path.unlink()
+        forked = await fork(db, run_id, "c3")
+        await with_a_worker(db, lambda: ended(store, forked))
+        log = await stored(store, forked)
+        assert _in_force(log) == [NO_ADDRESS]
+        _address_denied(log)
+    finally:
+        await store.close()
+
+
+async def _under_policy(root: Path, run_id: str, policy: Path) -> list[Event]:
+    """The events of a run under `policy` as it goes when no worker is lost."""
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    prepared = prepare_run(options(root, run_id=run_id, policy=policy), bus=bus)
+    prepared.runtime.env.reopen(run_id)  # type: ignore[attr-defined]
+    record_inputs(prepared.runtime)
+    try:
+        await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    return events
+
+
+async def test_a_run_going_on_from_its_log_keeps_its_policy_whatever_its_file_says_now(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(NO_ADDRESS, encoding="utf-8")
+    whole = await _under_policy(tmp_path / "first", "r1", path)
+    cut = next(i for i, e in enumerate(whole) if isinstance(e, PolicyInForce)) + 1
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        run = options(root, run_id="r1", policy=path)
+        await left_by_a_lost_worker(store, root, "r1", whole[:cut], run)
+        path.write_text(ANYTHING, encoding="utf-8")  # edited while no worker held it
+        await with_a_worker(db, lambda: ended(store, "r1"))
+        log = await stored(store, "r1")
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+        assert significant(log) == significant(whole)
+        assert _in_force(log) == [NO_ADDRESS]
+        _address_denied(log)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def run_under_policy(cli: Callable[..., Any], tmp_path: Path) -> tuple[Path, str, Path]:
+    """An order_support run (two address updates, c2 and c3) recorded as `loopdeck run
+    --policy FILE` records it (not submitted), its policy denying the address update: its
+    store, its id, the file."""
+    db, path = tmp_path / "s.db", tmp_path / "policy.toml"
+    path.write_text(NO_ADDRESS, encoding="utf-8")
+    code, done, err = cli("run", "order_support", "--script", "double-write", "--headless",
+                          "--json", "--policy", str(path), "--db", str(db))  # fmt: skip
+    assert code in (0, 1) and done is not None, err
+    return db, str(done["run_id"]), path
+
+
+@pytest.mark.parametrize("at", ["c2", "c3"])  # before its first ask, after it
+async def test_a_fork_is_decided_under_its_sources_recorded_policy(
+    run_under_policy: tuple[Path, str, Path], at: str
+) -> None:
+    db, source, path = run_under_policy
+    path.write_text(ANYTHING, encoding="utf-8")  # neither the file nor its absence counts
+    store = await open_store(db)
+    try:
+        assert _in_force(await stored(store, source)) == [NO_ADDRESS]
+        forked = await fork(db, source, at)
+        path.unlink()
+        await with_a_worker(db, lambda: ended(store, forked))
+        log = await stored(store, forked)
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+        assert _in_force(log) == [NO_ADDRESS]
+        _address_denied(log)
+    finally:
+        await store.close()
+
+
+async def test_a_write_decided_while_away_and_never_taken_is_not_run_when_the_run_crashes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(NO_ADDRESS, encoding="utf-8")
+    whole = await _under_policy(tmp_path / "first", "r1", path)
+    asked = next(i for i, e in enumerate(whole) if isinstance(e, ApprovalRequested))
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        run = options(root, approve="wait", run_id="r1")
+        await left_by_a_lost_worker(store, root, "r1", whole[: asked + 1], run)
+        call = whole[asked].call_id  # type: ignore[union-attr]
+        assert [p["call_id"] for p in await queries.pending_approvals(store, "r1")] == [call]
+        decision = ApprovalDecision(call_id=call, approved=True, by="operator")
+        assert await deciding.decide(store, "r1", decision)
+
+        def cannot(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("no such env here")
+
+        monkeypatch.setattr("loopdeck.operator.leased_run.prepare_run", cannot)
+        await with_a_worker(db, lambda: ended(store, "r1"))
+        log = await stored(store, "r1")
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed"
+        assert not any(isinstance(e, ApprovalDecided) for e in log)
+        finished = [e for e in log if isinstance(e, ToolFinished) and e.call_id == call]
+        assert [e.status for e in finished] == [CallStatus.WITHDRAWN]
+        assert "not run" in str(finished[0].result)
+        assert await outcome_queries.outcome_unknown(store, "r1") == []
+        assert writes(root, "r1") == []
+    finally:
+        await store.close()
+
+
+def test_a_rebuild_that_left_its_log_under_another_policy_says_so_in_words() -> None:
+    from types import SimpleNamespace
+
+    from loopdeck.core.replay_log import ReplayLog
+    from loopdeck.operator.crashed_run import diverged_words
+
+    level = {"level": "run", "path": "/p/policy.toml", "sha256": "a" * 64, "mode": "enforce",
+             "text": NO_ADDRESS}  # fmt: skip
+    logged = PolicyInForce(run_id="r1", seq=7, sha256="b" * 64, levels=[level], run_kind="x")
+    replay = ReplayLog([logged])
+    replay.diverged = "the run could not be rebuilt from its log: at event 7 (policy_in_force)"
+    policy = SimpleNamespace(gate=None)
+    runtime = SimpleNamespace(calls=SimpleNamespace(approvals=SimpleNamespace(policy=policy)))
+    said = diverged_words(runtime, replay)  # type: ignore[arg-type]
+    assert said.startswith(replay.diverged)
+    assert "decided under policy sha256 bbbbbbbbbbbb (run /p/policy.toml)" in said
+    assert said.endswith("the rebuilt run has no policy")
