@@ -8,21 +8,27 @@ a write of its own and recorded as written, the operator's edit included.
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from loopdeck.acp_env.bridge import FileWriteAsked, OutsideWorkdir, inside
 from loopdeck.acp_env.call_results import failed
 from loopdeck.acp_env.permitted_writes import text_digest
+from loopdeck.acp_env.terminal_calls import CallsHost
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
 from loopdeck.core.tools import ErrorCode
 
-if TYPE_CHECKING:
-    from loopdeck.acp_env.calls import AcpCalls
+
+class WritingCalls(CallsHost, Protocol):
+    """What of `AcpCalls` a file's write uses."""
+
+    written: set[str]  # each write once per path, content and state
+    permitted_writes: dict[Path, str]  # the content a permission showed, by file
 
 
-async def write_file(calls: AcpCalls, asked: FileWriteAsked) -> Any:
+async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
     from acp import RequestError
     from acp.schema import WriteTextFileResponse
 

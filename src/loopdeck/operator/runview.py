@@ -1,7 +1,5 @@
 """What an operator sees of one run, folded from its events. No Textual, no SQLite.
-
-The console renders it; a replay or an attached console can fold stored events into it too.
-"""
+The console renders it; a replay or an attached console can fold stored events into it too."""
 
 from __future__ import annotations
 
@@ -243,18 +241,16 @@ class RunView:
 
     @_handles(ApprovalDecided)
     def _on_approval_decided(self, e: ApprovalDecided) -> None:
-        verb = "approved" if e.approved else "rejected"
-        when = transcript.clock_text(e.at)
+        verb, when = "approved" if e.approved else "rejected", transcript.clock_text(e.at)
         reason = f": {e.reason}" if not e.approved and e.reason else ""
         edited = f", edited: {'; '.join(e.changes)}" if e.changes else ""
         push = f" ({self.pushed[e.call_id]})" if e.call_id in self.pushed else ""
         self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}{edited}{push}"
         self.grants.take(e)
-        if row := self._row(e.call_id):
-            if e.args is not None:
-                row.args = e.args
-            if e.approved and row.status is CallStatus.PENDING_APPROVAL:
-                row.status = CallStatus.RUNNING  # carried out now (asked again: pending again)
+        if (row := self._row(e.call_id)) and e.args is not None:
+            row.args = e.args
+        if row and e.approved and row.status is CallStatus.PENDING_APPROVAL:
+            row.status = CallStatus.RUNNING  # carried out now (asked again: pending again)
 
     @_handles(DecisionsPushed)
     def _on_decisions_pushed(self, e: DecisionsPushed) -> None:
