@@ -47,3 +47,25 @@ def test_an_approved_write_is_running_until_its_end_and_pending_again_if_asked_a
     view.apply(ToolFinished(run_id="r1", seq=6, call_id="c1", tool="update",
                             status=CallStatus.EXECUTED, result={}, duration_ms=1.0))  # fmt: skip
     assert view.calls["c1"].status is CallStatus.EXECUTED
+
+
+def test_a_stop_no_runtime_recorded_leaves_no_call_open() -> None:
+    """A runner killed (its stop recorded by whoever found it gone, with no call's end): the
+    write it had approved is an unknown outcome, the one waiting withdrawn, a read in flight
+    interrupted, as the runtime marks calls its own stop cuts short."""
+    from loopdeck.core.event_base import CallStatus
+    from loopdeck.core.events import ApprovalDecided, RunStopped
+    from loopdeck.core.states import RunState, StopReason
+
+    view = RunView()
+    for n, risk in enumerate(("write", "write", "read"), 1):
+        proposed = CallProposed(run_id="r1", seq=n, call_id=f"c{n}", round=1, tool=f"t{n}",
+                                args={}, risk=risk, fingerprint="f", state_hash="s")  # fmt: skip
+        view.apply(proposed)
+    view.apply(ApprovalDecided(run_id="r1", seq=4, call_id="c1", approved=True, reason="", by="o"))
+    view.apply(RunStopped(run_id="r1", seq=5, state=RunState.STOPPED,
+                          stop_reason=StopReason.CRASHED, detail="its runner is gone"))  # fmt: skip
+    statuses = {c: view.calls[c].status for c in ("c1", "c2", "c3")}
+    assert statuses == {"c1": CallStatus.OUTCOME_UNKNOWN, "c2": CallStatus.SKIPPED,
+                        "c3": CallStatus.INTERRUPTED}  # fmt: skip
+    assert view.unknown == {"c1": "t1"}  # the console's `o` resolves it

@@ -14,6 +14,7 @@ from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import MAX_TOOL_CALLS, Decision, ToolCall
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused
 from loopdeck.core.env_thread import Then
+from loopdeck.core.event_base import cut_short
 from loopdeck.core.events import (
     CallProposed,
     CallStatus,
@@ -87,16 +88,8 @@ class CallHandler:
     def withdraw_pending(self, why: str = "") -> None:
         """At the stop (`why`): a pending approval is withdrawn; calls cut short marked so."""
         self.approvals.withdraw()
-        cut_short = {
-            CallStatus.RUNNING: CallStatus.INTERRUPTED,
-            CallStatus.PROPOSED: CallStatus.SKIPPED,
-            CallStatus.PENDING_APPROVAL: CallStatus.WITHDRAWN,
-        }
         for record in self.records[-(MAX_TOOL_CALLS + 1) :]:
-            if record.status in cut_short:
-                status = cut_short[record.status]
-                if status is CallStatus.INTERRUPTED and record.risk == "write":
-                    status = CallStatus.OUTCOME_UNKNOWN  # a write cut short may have happened
+            if (status := cut_short(record.status, record.risk)) is not None:
                 record.status = status
                 if status in (CallStatus.INTERRUPTED, CallStatus.OUTCOME_UNKNOWN):  # why, how long
                     record.duration_ms = (time.monotonic() - self._running_since) * 1000

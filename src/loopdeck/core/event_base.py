@@ -27,6 +27,18 @@ class CallStatus(StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
 
 
+def cut_short(status: CallStatus, risk: str) -> CallStatus | None:
+    """What a call still open as its run stops is recorded as (None: it had ended): one
+    running is interrupted (a write's outcome unknown: it may have happened), one not yet
+    run skipped, one waiting for approval withdrawn."""
+    if status is CallStatus.RUNNING:
+        return CallStatus.OUTCOME_UNKNOWN if risk == "write" else CallStatus.INTERRUPTED
+    return {
+        CallStatus.PROPOSED: CallStatus.SKIPPED,
+        CallStatus.PENDING_APPROVAL: CallStatus.WITHDRAWN,
+    }.get(status)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loopdeck.core.budgets import Cap, CapUsage
 from loopdeck.core.decided_by import DecidedBy
+from loopdeck.core.event_base import cut_short
 from loopdeck.core.events import CallStatus
 from loopdeck.core.states import RunState, StopReason
 
@@ -33,6 +35,19 @@ class CallRecord:
     retries: int = 0
     risk_source: str = ""  # where the risk came from (an MCP server's annotation, an override)
     decided_by: DecidedBy | None = None  # who decided its last ask (None: never asked)
+
+
+def left_open(rows: Iterable[CallRecord]) -> list[CallRecord]:
+    """The calls a stop no runtime recorded (a runner killed) left open, each marked as the
+    runtime marks a call its stop cuts short (`cut_short`); a read shown as proposed may have
+    been running (the events tell a read's start from its proposal by nothing)."""
+    settled = []
+    for row in rows:
+        in_flight = row.status is CallStatus.PROPOSED and row.risk == "read"
+        if status := cut_short(CallStatus.RUNNING if in_flight else row.status, row.risk):
+            row.status = status
+            settled.append(row)
+    return settled
 
 
 class RunOutcome(BaseModel):

@@ -43,7 +43,7 @@ from loopdeck.core.events import (
     ToolRetry,
     UnrequestedChange,
 )
-from loopdeck.core.outcome import CallRecord
+from loopdeck.core.outcome import CallRecord, left_open
 from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.replay_events import RunForked, RunMoved
@@ -154,9 +154,7 @@ class RunView:
         if self.clock_at is None or now is None:
             return self.agent_s, self.operator_s
         end = min(now, self.stopped_at) if self.stopped_at else now
-        since = max(0.0, (end - self.clock_at).total_seconds())
-        if self.finished:
-            since = 0.0
+        since = 0.0 if self.finished else max(0.0, (end - self.clock_at).total_seconds())
         if self.held:
             return self.agent_s, self.operator_s + since
         return self.agent_s + since, self.operator_s
@@ -249,15 +247,14 @@ class RunView:
         self.grants.take(e)
         if (row := self._row(e.call_id)) and e.args is not None:
             row.args = e.args
-        if row and e.approved and row.status is CallStatus.PENDING_APPROVAL:
+        if row and e.approved and row.status in (CallStatus.PENDING_APPROVAL, CallStatus.PROPOSED):
             row.status = CallStatus.RUNNING  # carried out now (asked again: pending again)
 
     @_handles(DecisionsPushed)
     def _on_decisions_pushed(self, e: DecisionsPushed) -> None:
         """Said beside each decision while it waits, and after it with who took it."""
         for call_id, said in pushed_notes(e).items():
-            before = self.pushed.get(call_id)
-            self.pushed[call_id] = said
+            before, self.pushed[call_id] = self.pushed.get(call_id), said
             if self._row(call_id) is not None and self.decided.get(call_id, "") in ("", before):
                 self.decided[call_id] = said
 
@@ -394,6 +391,10 @@ class RunView:
         if self.guard_held is not None:
             self.changed_calls.add(self.guard_held)
             self.guard_held = None
+        for row in left_open(self.calls.values()):  # a stop no runtime recorded (kill -9)
+            self.changed_calls.add(row.call_id)
+            if row.status is CallStatus.OUTCOME_UNKNOWN:
+                self.unknown[row.call_id] = row.tool
         for cap in Cap:
             if cap.stops_as == self.stop_reason and cap in self.caps:
                 self.fired_cap = cap
