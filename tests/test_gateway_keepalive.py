@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from gateway_helpers import Decider, GatewayRun, door_command, door_run, until
 from loopback_server import Call
 from openai_loopback import OpenAILoopback
 
+from loopdeck.core.events import ApprovalWithdrawn, CallStatus, ToolFinished
 from loopdeck.core.states import StopReason
 from loopdeck.gateway import server
 from loopdeck.gateway.config import KEEPALIVE_S
@@ -109,9 +111,11 @@ async def test_a_held_stream_is_kept_alive_for_ten_minutes_then_answered(
     assert [line for line in lines if line][-1] == "data: [DONE]"
 
 
-async def left(url: str, headers: dict[str, str], body: dict[str, Any]) -> None:
-    """A streamed call sent raw, its connection then closed with nothing read: an agent that
-    died while its call was held."""
+async def left(
+    url: str, headers: dict[str, str], body: dict[str, Any], held: Callable[[], Any]
+) -> None:
+    """A streamed call sent raw, its connection closed with nothing read once `held()` is
+    true: an agent that died while its call was held."""
     where = httpx.URL(url)
     _, writer = await asyncio.open_connection(where.host, where.port)
     data = json.dumps(body).encode()
@@ -120,6 +124,7 @@ async def left(url: str, headers: dict[str, str], body: dict[str, Any]) -> None:
             *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
     writer.write("\r\n".join([*head, "", ""]).encode() + data)
     await writer.drain()
+    await until("the call held", held)
     writer.close()
     await writer.wait_closed()
 
@@ -130,8 +135,9 @@ async def test_an_agent_gone_while_its_stream_is_held_leaves_no_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     """The agent's connection closes while its write waits (before any keep-alive, or after
-    some), then the agent exits: the run records its end; the gateway writes nothing to the
-    closed connection and logs no error for it."""
+    some): the approval is withdrawn and the write recorded as not delivered; the gateway
+    writes nothing to the closed connection and logs no error for it; the agent then exits
+    and the run ends as any run whose agent exited."""
     if kept_alive:
         monkeypatch.setattr(server, "CLOCK", FakeClock(3 * KEEPALIVE_S))
     work = tmp_path / "work"
@@ -142,13 +148,14 @@ async def test_an_agent_gone_while_its_stream_is_held_leaves_no_traceback(
         run = GatewayRun(work, door_command(door_file), "anthropic/claude-loop", upstream.url,
                          approver=decider)  # fmt: skip
         async with door_run(run, door_file) as door:
-            await left(*request_for("messages", door.told))
-            await until("the write held", lambda: "c1" in decider.waiting)
+            await left(*request_for("messages", door.told), lambda: "c1" in decider.waiting)
             served = run.runtime.agent.server._runner.server  # aiohttp's `Server`
             gone = lambda: all(h.transport is None for h in served.connections)  # noqa: E731
             await until("the gateway saw the connection close", gone)
+            await until("the approval withdrawn", lambda: run.events(ApprovalWithdrawn))
             door.end(0)
             outcome = await run.outcome()  # the gateway's server stopped: every handler done
-    assert outcome.stop_reason is StopReason.TOOL_FAILURE
-    assert "exited (status 0) while its model call was held" in outcome.detail
+    assert outcome.stop_reason is not StopReason.TOOL_FAILURE, outcome.detail
+    [finished] = run.events(ToolFinished)
+    assert finished.status is CallStatus.WITHDRAWN and "not delivered" in str(finished.result)
     assert [r.getMessage() for r in caplog.records if r.name.startswith("aiohttp")] == []

@@ -96,7 +96,21 @@ async def test_a_token_is_one_served_run_recorded_as_any_other(
         again.user("anything more?")
         with pytest.raises(Refused) as ended:
             await again.ask()
-        assert ended.value.status == 401
+        assert (
+            ended.value.status == 400 and "this token was made for has ended" in ended.value.message
+        )
+        # Another token for the same run id: its run cannot start, and is never announced.
+        args, token_command = parsed(
+            "token", "--goal", "Write it again", "--workdir", str(work), "--model", MODEL,
+            "--api-base", upstream.url, "--approve", "auto", "--run-id", "served-one",
+        )  # fmt: skip
+        assert token_command(args) == 0
+        reused = capsys.readouterr().out.strip()
+        with pytest.raises(Refused) as unstarted:
+            await Client({**told, "ANTHROPIC_API_KEY": reused}, "messages", False).ask()
+        assert unstarted.value.status == 400 and "could not start" in unstarted.value.message
+        logged = capsys.readouterr().err
+        assert "run served-one could not start" in logged and "started for" not in logged
         forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
         with pytest.raises(Refused) as refused:
             await Client({**told, "ANTHROPIC_API_KEY": forged}, "messages", False).ask()

@@ -87,6 +87,10 @@ class ApiFormat(Protocol):
         """The answer to `body` from the upstream (`upstream`: model, api_base, timeout…),
         asked whole (never streamed), as the agent's format's JSON."""
 
+    def refused(self, body: Body) -> str | None:
+        """Why the request is refused before it goes upstream (it asks for what the gateway
+        cannot decide), or None."""
+
     def tool_uses(self, answer: Body) -> list[ToolUse]: ...
 
     def schemas(self, body: Body) -> dict[str, Any]:

@@ -13,6 +13,14 @@ the model would never read why. So the gateway tells the model itself: it asks t
 again with the answer as the model's turn and each tool use answered by what became of it
 (the operator's reason), counted as any model call, and the agent gets that follow-up,
 decided as any answer, with the gateway's words said first. At most `RETELLS` times a call.
+
+An upstream keeping the conversation (Responses' `previous_response_id`) still holds the
+calls replaced in the agent's copy: their outputs (the reason) are added to the agent's next
+request that goes on from that answer (`owed`).
+
+A call stopped while it is upstream counts as a model call whose tokens and cost are unknown
+(never 0). A call whose agent went away (its connection closed) is not asked upstream, and an
+answer being decided for it is not delivered (`tool_uses.Undelivered`).
 """
 
 from __future__ import annotations
@@ -25,14 +33,16 @@ from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.gateway.answer import Body, Release, Replace, ToolUse
+from loopdeck.gateway.answer import Body, Release, Replace, ToolUse, Verdict
 from loopdeck.gateway.config import RETELLS, GatewaySettings
 from loopdeck.gateway.door import ModelCall, Outcome
-from loopdeck.gateway.tool_uses import ToolUses, failed
+from loopdeck.gateway.responses_format import ResponsesFormat
+from loopdeck.gateway.tool_uses import ToolUses, Undelivered, failed
 from loopdeck.gateway.upstream import UPSTREAM_FAILED, Upstream, UpstreamFailed
 
 RESULT_CAP = 2000
 MAX_FAILURES = 5  # upstream failures in a row that stop the run
+OWED_KEPT = 64  # answers whose owed outputs are kept (the agent goes on from its latest)
 
 
 class GatewayCalls:
@@ -44,25 +54,35 @@ class GatewayCalls:
         self.failures = 0  # upstream failures in a row
         self.current: ModelCall | None = None
         self.quiet = False  # the last answer held no tool use: the agent may be done
+        self.owed: dict[str, list[Body]] = {}  # an answer's id -> the outputs it still lacks
 
     def unsettled(self) -> list[ModelCall]:
-        """The call being decided when the run stopped, if it was left unanswered."""
+        """The call being decided when the run stopped, if it was left unanswered (and its
+        agent still waits for it)."""
         call = self.current
-        return [call] if call is not None and not call.answered.done() else []
+        waits = call is not None and not call.answered.done() and not call.gone.is_set()
+        return [call] if call is not None and waits else []
 
     async def take(self, call: ModelCall) -> None:
         """The call decided and settled; raises what stops the run (the call then unsettled)."""
         self.current, self.quiet = call, False
+        if call.gone.is_set():  # nobody waits for its answer
+            return
         if reserved := self.upstream.reserved(call.body):
             said = ", ".join(reserved)
             call.refuse(f"loopdeck: not the agent's to set (its upstream is loopdeck's): {said}",
                         400, "invalid_request_error")  # fmt: skip
             return
+        if (refused := call.api.refused(call.body)) is not None:
+            call.refuse(refused, 400, "invalid_request_error")
+            return
+        if (owed := self.owed.pop(str(call.body.get("previous_response_id")), None)) is not None:
+            call.body = ResponsesFormat.paid(call.body, owed)
         await self._results(call)
         try:
             answer = await self._asked(call, call.body)
         except UpstreamFailed as failure:
-            call.refuse(failure.message, failure.status, UPSTREAM_FAILED)
+            call.refuse(failure.message, failure.status, UPSTREAM_FAILED, failure.headers)
             self._failed(failure)
             return
         await self._decided(call, answer)
@@ -76,7 +96,14 @@ class GatewayCalls:
         host.turn_started()  # a cap already reached refuses the call before it goes upstream
         started = time.perf_counter()
         asking = self.upstream.ask(call.api, body, call.headers)
-        answer = await host.interruptible(asking, by_cancel=True)
+        try:
+            answer = await host.interruptible(asking, by_cancel=True)
+        except UpstreamFailed:
+            raise
+        except BaseException:  # stopped while upstream: a call made, its spend unknown
+            host.turn_ended(tokens=None, cost_usd=None, said="",
+                            latency_ms=(time.perf_counter() - started) * 1000)  # fmt: skip
+            raise
         self.failures = 0
         usage = call.api.usage(answer)
         tokens = None if usage is None else usage.total
@@ -99,9 +126,17 @@ class GatewayCalls:
             if not uses:
                 decided, released = answer, []
                 break
-            verdicts = await self.uses.decide(uses, api.schemas(call.body))
+            try:
+                verdicts = await self.uses.decide(uses, api.schemas(call.body), call.gone)
+            except Undelivered:
+                self.uses.undelivered()
+                return
             decided = api.decided(answer, verdicts)
             released = [use for use in uses if isinstance(verdicts.get(use.use_id), Release)]
+            if call.gone.is_set():  # decided for nobody: nothing of it is carried out
+                self.uses.undelivered()
+                return
+            self._owe(api, answer, verdicts)
             self.uses.released(released, verdicts)  # counted against the tool-call cap first
             if released or self.uses.stop_after is not None or retell == RETELLS:
                 break
@@ -121,6 +156,15 @@ class GatewayCalls:
             self.host.move(RunState.EXECUTING)
         if self.uses.stop_after is not None:
             raise self.uses.stop_after
+
+    def _owe(self, api: object, answer: Body, verdicts: dict[str, Verdict]) -> None:
+        """The outputs an upstream keeping `answer` lacks (its replaced calls'), kept for the
+        request that goes on from it; a retold answer's are told already."""
+        replaced = {k: v.text for k, v in verdicts.items() if isinstance(v, Replace)}
+        if isinstance(api, ResponsesFormat) and replaced and answer.get("id"):
+            self.owed[str(answer["id"])] = api.owed(answer, replaced)
+            while len(self.owed) > OWED_KEPT:
+                self.owed.pop(next(iter(self.owed)))
 
     async def _results(self, call: ModelCall) -> None:
         """What the agent's tools did, as its request says, recorded once each; then the

@@ -1,7 +1,12 @@
 """OpenAI Chat Completions (`/v1/chat/completions`: opencode, pydantic-ai, the `openai` SDK's
 `chat.completions`): asked upstream with `litellm.acompletion`, an answer's tool uses the
 `tool_calls` of its message, streamed as LiteLLM fakes a stream of a whole answer
-(`convert_model_response_to_streaming`: one chunk, then `[DONE]`)."""
+(`convert_model_response_to_streaming`: one chunk, then `[DONE]`).
+
+Only one answer is decided a call: `n` above 1 (several choices, each with its own tool calls)
+is refused by name, and so are the legacy `functions` and `function_call` (a
+`message.function_call` the gateway would not see as a tool use); an answer is sent with its
+first choice alone."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from loopdeck.gateway.answer import (
 from loopdeck.llm.loader import litellm_module
 
 NOT_PASSED = frozenset({"model", "stream", "stream_options"})
+LEGACY = ("functions", "function_call")  # before `tools`: a call the gateway cannot decide
 
 
 class ChatFormat:
@@ -35,7 +41,19 @@ class ChatFormat:
         kwargs = {k: v for k, v in body.items() if k not in NOT_PASSED}
         response = await litellm.acompletion(**kwargs, **upstream, stream=False)
         answer: Body = response.model_dump(exclude_none=True)
+        answer["choices"] = (answer.get("choices") or [])[:1]  # the one decided (`n` is 1)
         return answer
+
+    def refused(self, body: Body) -> str | None:
+        n = body.get("n")
+        if n is not None and n != 1:
+            return (f"loopdeck: `n` {n!r} is refused: the gateway decides the tool calls of one "
+                    "answer a call, so ask for one choice (`n` 1 or unset)")  # fmt: skip
+        if said := [name for name in LEGACY if body.get(name) is not None]:
+            names = " and ".join(f"`{name}`" for name in said)
+            return (f"loopdeck: {names} (the legacy function calling) refused: the gateway "
+                    "decides only `tools` and their `tool_calls`")  # fmt: skip
+        return None
 
     def tool_uses(self, answer: Body) -> list[ToolUse]:
         uses = []

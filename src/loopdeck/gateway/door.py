@@ -40,6 +40,7 @@ class Outcome:
     status: int = 200
     kind: str = ""
     message: str = ""
+    headers: dict[str, str] = field(default_factory=dict)  # an upstream's `retry-after`
 
 
 @dataclass
@@ -51,13 +52,20 @@ class ModelCall:
     answered: asyncio.Future[Outcome] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    gone: asyncio.Event = field(default_factory=asyncio.Event)  # the agent's connection closed
 
     def settle(self, outcome: Outcome) -> None:
         if not self.answered.done():
             self.answered.set_result(outcome)
 
-    def refuse(self, message: str, status: int = REFUSED_STATUS, kind: str = REFUSED) -> None:
-        self.settle(Outcome(status=status, kind=kind, message=message))
+    def refuse(
+        self,
+        message: str,
+        status: int = REFUSED_STATUS,
+        kind: str = REFUSED,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.settle(Outcome(status=status, kind=kind, message=message, headers=headers or {}))
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ class MessagesFormat:
         copied: Body = json.loads(json.dumps(answer, default=str))
         return copied
 
+    def refused(self, body: Body) -> str | None:
+        return None
+
     def tool_uses(self, answer: Body) -> list[ToolUse]:
         return [
             ToolUse(str(block.get("id")), str(block.get("name")), parsed_input(block.get("input")))

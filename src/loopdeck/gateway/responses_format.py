@@ -1,7 +1,19 @@
 """OpenAI Responses (`/v1/responses`: Codex, the `openai` SDK's `responses`): asked upstream
-with `litellm.aresponses`, an answer's tool uses its `function_call`, `custom_tool_call` and
-`local_shell_call` output items, streamed as LiteLLM fakes a stream of a whole response
-(`build_synthetic_response_events`), each event named by its type."""
+with `litellm.aresponses`, streamed as LiteLLM fakes a stream of a whole response
+(`build_synthetic_response_events`), each event named by its type.
+
+An answer's tool uses are every output item the client carries out: `function_call`,
+`custom_tool_call`, the built-in tools' `local_shell_call`, `shell_call`, `apply_patch_call`
+and `computer_call` (each the tool its kind names, its input the item's action or operation),
+a `tool_search_call` the client runs, and any other `*_call` item the API may add (the tool
+named by its kind, unknown to loopdeck so a write, its input the item's fields): only the
+items the API's own servers run (`SERVER_RUN`) are not calls of the run.
+
+A conversation the upstream keeps (`previous_response_id`) holds the answer as the upstream
+gave it: a call replaced for the agent still needs its output there, or the upstream refuses
+the next request ("No tool output found for function call"). `owed` makes those outputs (the
+reason the model reads), `paid` adds them to the agent's next request.
+"""
 
 from __future__ import annotations
 
@@ -28,10 +40,22 @@ from loopdeck.gateway.chat_format import final_response
 from loopdeck.llm.loader import litellm_module
 
 NOT_PASSED = frozenset({"model", "stream", "stream_options"})
-CALLS = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
-OUTPUT_OF = {kind: f"{kind}_output" for kind in CALLS}  # a call's kind -> its output's
-OUTPUTS = frozenset(OUTPUT_OF.values())
-LOCAL_SHELL = "local_shell"  # a `local_shell_call`'s tool, its input the call's `action`
+# Items with a call id that the API's servers run (their outcome comes with the answer).
+SERVER_RUN = frozenset({
+    "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+    "mcp_call", "mcp_list_tools", "program",
+})  # fmt: skip
+INPUT_OF = {  # a call's kind -> the field holding its input
+    "function_call": "arguments", "custom_tool_call": "input", "local_shell_call": "action",
+    "shell_call": "action", "apply_patch_call": "operation", "computer_call": "action",
+    "tool_search_call": "arguments",
+}  # fmt: skip
+TOOL_OF = {  # a built-in call's tool (the names Codex's defaults know: writes)
+    "local_shell_call": "local_shell", "shell_call": "shell", "apply_patch_call": "apply_patch",
+    "computer_call": "computer", "tool_search_call": "tool_search",
+}  # fmt: skip
+ITEM_FIELDS = frozenset({"type", "id", "call_id", "status"})  # not an unknown call's input
+LOCAL_SHELL = TOOL_OF["local_shell_call"]
 CHUNK = 1 << 20  # text sent in one delta: the answer is whole, nothing is gained by slicing
 
 
@@ -44,20 +68,11 @@ class ResponsesFormat:
         answer: Body = response.model_dump(mode="json", exclude_none=True)
         return answer
 
+    def refused(self, body: Body) -> str | None:
+        return None
+
     def tool_uses(self, answer: Body) -> list[ToolUse]:
-        uses = []
-        for item in answer.get("output") or []:
-            kind = item.get("type")
-            if kind == "function_call":
-                raw = parsed_input(item.get("arguments"))
-                uses.append(ToolUse(str(item.get("call_id")), str(item.get("name")), raw))
-            elif kind == "custom_tool_call":
-                text = str(item.get("input") or "")
-                uses.append(ToolUse(str(item.get("call_id")), str(item.get("name")), text))
-            elif kind == "local_shell_call":
-                action = item.get("action") if isinstance(item.get("action"), dict) else {}
-                uses.append(ToolUse(str(item.get("call_id")), LOCAL_SHELL, dict(action)))
-        return uses
+        return [_use(item) for item in answer.get("output") or [] if is_call(item)]
 
     def schemas(self, body: Body) -> dict[str, Any]:
         return {
@@ -70,7 +85,7 @@ class ResponsesFormat:
         answer = json.loads(json.dumps(answer))
         output = []
         for item in answer.get("output") or []:
-            verdict = verdicts.get(str(item.get("call_id"))) if item.get("type") in CALLS else None
+            verdict = verdicts.get(_call_id(item)) if is_call(item) else None
             if isinstance(verdict, Replace):
                 output.append(_text_item(verdict.text))
                 continue
@@ -84,12 +99,9 @@ class ResponsesFormat:
         """The answer's items and an output for each call. A conversation the upstream keeps
         (`previous_response_id`) goes on from the answer; any other is sent whole again."""
         items = [present(item) for item in answer.get("output") or []]
-        kinds = {str(item.get("call_id")): item.get("type") for item in items}
-        outputs = [
-            {"type": OUTPUT_OF.get(str(kinds.get(use_id)), "function_call_output"),
-             "call_id": use_id, "output": text}
-            for use_id, text in results.items()
-        ]  # fmt: skip
+        kinds = {_call_id(item): str(item.get("type")) for item in items if is_call(item)}
+        outputs = [output_item(kinds.get(use_id, "function_call"), use_id, text)
+                   for use_id, text in results.items()]  # fmt: skip
         if body.get("previous_response_id") and answer.get("id"):
             return {**body, "previous_response_id": answer["id"], "input": outputs}
         asked = body.get("input")
@@ -121,9 +133,23 @@ class ResponsesFormat:
         items = body.get("input")
         found = []
         for item in items if isinstance(items, list) else []:
-            if isinstance(item, dict) and item.get("type") in OUTPUTS:
-                found.append(ToolResult(str(item.get("call_id")), result_text(item.get("output"))))
+            if isinstance(item, dict) and str(item.get("type")).endswith("_output"):
+                failed = item.get("status") == "failed"  # an `apply_patch_call_output`'s
+                found.append(ToolResult(str(item.get("call_id")), _output_text(item), failed))
         return found
+
+    def owed(self, answer: Body, replaced: dict[str, str]) -> list[Body]:
+        """The outputs an upstream keeping `answer` needs for the calls replaced in the
+        agent's copy (`replaced`: the text the model reads, by call id)."""
+        kinds = {_call_id(i): str(i.get("type")) for i in answer.get("output") or [] if is_call(i)}
+        return [output_item(kinds[k], k, text) for k, text in replaced.items() if k in kinds]
+
+    @staticmethod
+    def paid(body: Body, owed: list[Body]) -> Body:
+        """The agent's request with the outputs it owes first."""
+        asked = body.get("input")
+        rest = asked if isinstance(asked, list) else [{"role": "user", "content": asked or ""}]
+        return {**body, "input": [*owed, *(rest if asked is not None else [])]}
 
     def final(self, text: str, model: str) -> Body:
         litellm_module()
@@ -171,11 +197,59 @@ def _text_item(text: str) -> Body:
     }  # fmt: skip
 
 
+def is_call(item: Body) -> bool:
+    """Whether the client carries the item out (a call of the run's)."""
+    kind = str(item.get("type"))
+    if kind == "tool_search_call":
+        return item.get("execution") == "client"
+    return kind.endswith("_call") and kind not in SERVER_RUN
+
+
+def _call_id(item: Body) -> str:
+    return str(item.get("call_id") or item.get("id"))
+
+
+def _use(item: Body) -> ToolUse:
+    kind = str(item.get("type"))
+    field = INPUT_OF.get(kind)
+    if field is None:  # a kind loopdeck does not know: all it says, as a write of its own
+        given: dict[str, Any] | str = {k: v for k, v in item.items() if k not in ITEM_FIELDS}
+        return ToolUse(_call_id(item), kind, given)
+    name = TOOL_OF.get(kind) or str(item.get("name"))
+    raw = item.get(field)
+    given = str(raw or "") if kind == "custom_tool_call" else parsed_input(raw)
+    return ToolUse(_call_id(item), name, given)
+
+
 def _edit(item: Body, edited: dict[str, Any] | str) -> None:
-    kind = item.get("type")
-    if kind == "function_call":
-        item["arguments"] = input_text(edited)
+    kind = str(item.get("type"))
+    field = INPUT_OF.get(kind)
+    if kind in ("function_call", "tool_search_call"):
+        item[field or "arguments"] = input_text(edited)
     elif kind == "custom_tool_call":
         item["input"] = edited if isinstance(edited, str) else input_text(edited)
-    elif kind == "local_shell_call" and isinstance(edited, dict):
-        item["action"] = edited
+    elif field is not None and isinstance(edited, dict):
+        item[field] = edited
+    elif field is None and isinstance(edited, dict):
+        item.update({k: v for k, v in edited.items() if k not in ITEM_FIELDS})
+
+
+def output_item(kind: str, call_id: str, text: str) -> Body:
+    """What answers a call of `kind` that did not run, saying `text`, as the API takes it."""
+    if kind == "shell_call":
+        outcome = {"type": "exit", "exit_code": 1}
+        said = [{"stdout": "", "stderr": text, "outcome": outcome}]
+        return {"type": "shell_call_output", "call_id": call_id, "output": said}
+    if kind == "apply_patch_call":
+        return {"type": "apply_patch_call_output", "call_id": call_id, "status": "failed",
+                "output": text}  # fmt: skip
+    named = "tool_search_output" if kind == "tool_search_call" else f"{kind}_output"
+    return {"type": named, "call_id": call_id, "output": text}
+
+
+def _output_text(item: Body) -> str:
+    output = item.get("output")
+    if item.get("type") == "shell_call_output" and isinstance(output, list):
+        parts = [p for p in output if isinstance(p, dict)]
+        return "\n".join(str(p.get("stdout") or "") + str(p.get("stderr") or "") for p in parts)
+    return result_text(output)

@@ -5,7 +5,15 @@ A streamed call is answered as a stream once its run has decided it; while it is
 write waiting for the operator) the connection is kept alive with the format's keep-alive
 every `keepalive_s` (an SSE comment; Anthropic's `ping` event), the stream's headers sent at
 the first one. An error decided before the stream started is an HTTP error in the format; one
-decided after, an error event inside the stream.
+decided after, an error event inside the stream; an upstream's failure keeps its status and
+`retry-after`.
+
+An agent whose connection closes while its call waits (its client timed out) is noticed
+(aiohttp cancels the handler: `handler_cancellation`, or a keep-alive that cannot be written):
+the call is marked `gone`, and its run delivers nothing to nobody (`tool_uses.Undelivered`).
+
+A token whose run has ended (its door closed), or whose run could not start, is told so by
+name (400, not retried), never as an unknown key.
 """
 
 from __future__ import annotations
@@ -19,13 +27,22 @@ from aiohttp import web
 
 from loopdeck.gateway.answer import ApiFormat
 from loopdeck.gateway.chat_format import ChatFormat
-from loopdeck.gateway.door import Door, ModelCall, Outcome
+from loopdeck.gateway.door import REFUSED, REFUSED_STATUS, Door, ModelCall, Outcome
 from loopdeck.gateway.messages_format import MessagesFormat
 from loopdeck.gateway.responses_format import ResponsesFormat
 
 FORWARDED_HEADERS = ("anthropic-beta",)
 STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 MAX_BODY = 256 * 1024 * 1024  # a long conversation with images; the default is 1 MiB
+NO_TOKEN = "no token of a loopdeck run: set the key the gateway gave the agent"
+RUN_ENDED = (
+    "loopdeck: the run this token was made for has ended; the gateway takes no more calls for"
+    " it (a new run needs a new token)"
+)
+COULD_NOT_START = (
+    "loopdeck: the run this token was made for could not start (`loopdeck gateway serve` said"
+    " why); a token is one run: make a new one"
+)
 
 
 class Clock:
@@ -54,6 +71,7 @@ class GatewayServer:
         self.keepalive_s = keepalive_s
         self.clock = clock or CLOCK
         self.doors: dict[str, Door] = {}
+        self.ended: set[str] = set()  # the tokens whose run's door has closed
         self._opening: dict[str, asyncio.Event] = {}  # a served run's door, awaited
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -67,7 +85,9 @@ class GatewayServer:
         app.router.add_post("/v1/messages/count_tokens", self._not_served)
         app.router.add_get("/v1/models", self._models)
         app.router.add_route("*", "/", self._alive)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
         self.url = f"http://{host}:{self._runner.addresses[0][1]}"
@@ -96,24 +116,31 @@ class GatewayServer:
 
     def close_door(self, door: Door) -> None:
         self.doors.pop(door.token, None)
+        self.ended.add(door.token)
 
-    async def _door_of(self, request: web.Request) -> Door | None:
+    async def _door_of(self, request: web.Request) -> Door | str:
+        """The token's door, or why there is none."""
         said = request.headers.get("authorization", "")
         token = said[7:].strip() if said.lower().startswith("bearer ") else ""
         token = token or request.headers.get("x-api-key", "").strip()
         if not token:
-            return None
+            return NO_TOKEN
         door = self.doors.get(token)
-        if door is None and self.unknown_token is not None:
+        if door is None and token not in self.ended and self.unknown_token is not None:
             door = await self.unknown_token(token)
-        return door
+        if door is not None:
+            return door
+        if token in self.ended:
+            return RUN_ENDED
+        return COULD_NOT_START if token in self._opening else NO_TOKEN
 
     def _handler(self, api: ApiFormat) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             door = await self._door_of(request)
-            if door is None:
-                said = "no token of a loopdeck run: set the key the gateway gave the agent"
-                return _error(api, 401, "authentication_error", said)
+            if door == NO_TOKEN:
+                return _error(api, 401, "authentication_error", NO_TOKEN)
+            if not isinstance(door, Door):
+                return _error(api, REFUSED_STATUS, REFUSED, door)
             try:
                 body = await request.json()
             except ValueError:
@@ -123,9 +150,13 @@ class GatewayServer:
             headers = {k: v for k in FORWARDED_HEADERS if (v := request.headers.get(k))}
             call = ModelCall(api, body, body.get("stream") is True, headers)
             door.submit(call)
-            if not call.stream:
-                return _answered(api, await call.answered)
-            return await self._stream(request, call)
+            try:
+                if not call.stream:
+                    return _answered(api, await asyncio.shield(call.answered))
+                return await self._stream(request, call)
+            except asyncio.CancelledError:  # the agent's connection closed
+                call.gone.set()
+                raise
 
         return handle
 
@@ -141,6 +172,7 @@ class GatewayServer:
                 while not await self.clock.wait(call.answered, self.keepalive_s):
                     await response.write(api.keepalive())
             except ConnectionError:  # the agent went away while its call was held
+                call.gone.set()
                 return response
         outcome = call.answered.result()
         if outcome.answer is not None:
@@ -151,8 +183,8 @@ class GatewayServer:
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         door = await self._door_of(request)
-        if door is None:
-            return _error(FORMATS["chat"], 401, "authentication_error", "no token of a run")
+        if not isinstance(door, Door):
+            return _error(FORMATS["chat"], 401, "authentication_error", door)
         model = {"id": door.model, "object": "model", "owned_by": "loopdeck"}
         return web.json_response({"object": "list", "data": [model]})
 
@@ -167,11 +199,13 @@ class GatewayServer:
 def _answered(api: ApiFormat, outcome: Outcome) -> web.StreamResponse:
     if outcome.answer is not None:
         return web.json_response(outcome.answer)
-    return _error(api, outcome.status, outcome.kind, outcome.message)
+    return _error(api, outcome.status, outcome.kind, outcome.message, outcome.headers)
 
 
-def _error(api: ApiFormat, status: int, kind: str, message: str) -> web.StreamResponse:
-    return web.json_response(api.error(status, kind, message), status=status)
+def _error(
+    api: ApiFormat, status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> web.StreamResponse:
+    return web.json_response(api.error(status, kind, message), status=status, headers=headers)
 
 
 async def _sent(

@@ -8,7 +8,14 @@ through the run's one approval loop (`RunHost.until_held`, the receipt bound to 
 the folder's hash): approved, released as it was; edited, released with the operator's input
 (recorded with both); rejected, replaced by text carrying the reason in the words of whoever
 decided (`rejected_words`). Every tool use of the answer is decided before the answer is
-released, together.
+released, together. A tool use the same answer holds twice is one call: the first copy is
+decided, the second replaced by text saying so (`refused_duplicate`, no repeat: nothing has
+run from that state yet), the run going on.
+
+An agent whose connection closed while its answer was being decided (its client timed out)
+gets nothing: the write held for the operator is withdrawn (`ApprovalWithdrawn`) and each call
+of the answer recorded `withdrawn`, not delivered (`Undelivered`); the guard forgets them, so
+the client's retry of the request is no repeat.
 
 A released write permits the files it names to change (any file, for a command or a patch
 that names none) until the agent sends its result (`ChangeWatch`).
@@ -17,16 +24,18 @@ that names none) until the agent sends its result (`ChangeWatch`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.control import StopRun
 from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
+from loopdeck.core.guard import GuardKey, guard_key
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.schema_args import args_model_for
-from loopdeck.core.states import StopReason
+from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode, ToolSpec
 from loopdeck.core.workspace_changes import ChangeWatch
@@ -38,6 +47,12 @@ from loopdeck.gateway.workspace import tool_spec
 from loopdeck.workdir.volatile import renewed, steady
 
 REPEATED = "repeats a call made from this same state of the folder"
+DECIDED = frozenset({CallStatus.REJECTED, CallStatus.BLOCKED_REPEAT, CallStatus.REFUSED_DUPLICATE})
+UNDELIVERED = "not delivered: the agent's connection closed while its answer was decided"
+
+
+class Undelivered(Exception):
+    """The agent went away before its answer was decided: nothing of it is released."""
 
 
 class ToolUses:
@@ -49,6 +64,7 @@ class ToolUses:
         self.first_of: dict[str, str] = {}  # fingerprint -> the call that first had it
         self.stop_after: StopRun | None = None  # the guard's stop, once the answer is out
         self._records: dict[str, tuple[CallRecord, ToolUse]] = {}
+        self._keys: dict[str, list[GuardKey]] = {}  # a call of this answer's -> its guard keys
 
     async def look(self, after: str) -> None:
         """A change of the folder that no released write explains: named (`unrequested`)."""
@@ -56,18 +72,38 @@ class ToolUses:
         if changes:
             self.host.unrequested(after, changes)
 
-    async def decide(self, uses: list[ToolUse], schemas: dict[str, Any]) -> dict[str, Verdict]:
+    async def decide(
+        self, uses: list[ToolUse], schemas: dict[str, Any], gone: asyncio.Event | None = None
+    ) -> dict[str, Verdict]:
+        """Each use's verdict; `Undelivered` once `gone` is set while a write is held."""
         verdicts: dict[str, Verdict] = {}
+        first: dict[str, str] = {}  # fingerprint -> the call of this answer that had it
         for use in uses:
             record, admitted = await self._propose(use, schemas)
             self._records[use.use_id] = (record, use)
-            if not admitted and (replaced := await self._repeat(record)) is not None:
+            if not admitted and record.fingerprint in first:
+                verdicts[use.use_id] = self._duplicate(record, first[record.fingerprint])
+            elif not admitted and (replaced := await self._repeat(record)) is not None:
                 verdicts[use.use_id] = replaced
             elif self.host.tools[use.name].risk == "read":
                 verdicts[use.use_id] = Release()
             else:
-                verdicts[use.use_id] = await self._held(use, record)
+                verdicts[use.use_id] = await self._held(use, record, gone)
+            first.setdefault(record.fingerprint, record.call_id)
         return verdicts
+
+    def undelivered(self) -> None:
+        """The answer being decided never reaches the agent: its calls withdrawn, forgotten
+        by the guard."""
+        guard = self.host._rt.calls.guard  # RunHost has no word for forgetting a key
+        for use_id, (record, _) in self._records.items():
+            if record.status not in DECIDED:  # no code: neither refused nor run
+                said = {"ok": False, "data": None, "error": {"message": UNDELIVERED}}
+                self.host.finish(record, CallStatus.WITHDRAWN, said)
+            for key in self._keys.get(use_id, []):
+                guard.forget(key)
+        self._records.clear()
+        self._keys.clear()
 
     def released(self, uses: list[ToolUse], verdicts: dict[str, Verdict]) -> None:
         """Counted against the tool-call cap (past it: raises, the answer never goes out),
@@ -78,11 +114,13 @@ class ToolUses:
             record, _ = self._records.pop(use.use_id)
             verdict = verdicts[use.use_id]
             given = verdict.edited if isinstance(verdict, Release) and verdict.edited else use.input
+            self._keys.pop(use.use_id, None)
             self.host.running(record)
             self.pending[use.use_id] = record
             if self.host.tools[use.name].risk == "write":
                 self.watch.permit(record.call_id, named_paths(given, self.host.workdir))
         self._records.clear()
+        self._keys.clear()
 
     async def _propose(self, use: ToolUse, schemas: dict[str, Any]) -> tuple[CallRecord, bool]:
         host = self.host
@@ -96,6 +134,9 @@ class ToolUses:
         )
         if admitted:
             self.first_of.setdefault(record.fingerprint, record.call_id)
+            said = f"{use.name} {label(use.input)}"
+            key = guard_key(said, args if keyed is None else keyed, record.state_hash)
+            self._keys[use.use_id] = [key]
         return record, admitted
 
     def _args(
@@ -135,14 +176,20 @@ class ToolUses:
         text = f"loopdeck: {said}; it was not run: from the same state it cannot do anything new."
         return Replace(text + (f" The operator says: {nudge}" if say == "nudge" else ""))
 
-    async def _held(self, use: ToolUse, record: CallRecord) -> Verdict:
+    def _duplicate(self, record: CallRecord, first: str) -> Verdict:
+        said = f"{record.tool} is the same call as {first} in this same answer"
+        host = self.host
+        host.finish(record, CallStatus.REFUSED_DUPLICATE, failed(ErrorCode.REPEATED_CALL, said))
+        return Replace(f"loopdeck: {said}; only {first} is carried out.")
+
+    async def _held(self, use: ToolUse, record: CallRecord, gone: asyncio.Event | None) -> Verdict:
         """A write, asked of the operator (or the run's approver) until an approval holds."""
         diff = await asyncio.to_thread(diff_of, use.input, self.host.workdir)
 
         async def carry_out(got: Approved) -> Approved:
             return got  # the agent carries it out, once the answer is released
 
-        got = await self.host.until_held(record, diff, carry_out)
+        got = await self._unless_gone(self.host.until_held(record, diff, carry_out), gone)
         if isinstance(got, Rejected):
             host = self.host
             host.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, got.reason))
@@ -159,7 +206,32 @@ class ToolUses:
         args, keyed = self._args(spec, edited)
         fingerprint = self.host.edited(record, use.name, label(edited), args, keyed)
         self.first_of.setdefault(fingerprint, record.call_id)
+        said = f"{use.name} {label(edited)}"
+        key = guard_key(said, args if keyed is None else keyed, record.state_hash)
+        self._keys.setdefault(use.use_id, []).append(key)
         return Release(edited)
+
+    async def _unless_gone(
+        self, holding: Awaitable[Approved | Rejected], gone: asyncio.Event | None
+    ) -> Approved | Rejected:
+        """The approval loop's result; `Undelivered` (the pending approval withdrawn) once
+        `gone` is set first. Whatever stops the wait, the loop has unwound when it returns."""
+        if gone is None:
+            return await holding
+        held = asyncio.ensure_future(holding)
+        waiting = asyncio.ensure_future(gone.wait())
+        try:
+            await asyncio.wait({held, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            if not held.done():
+                held.cancel()
+                await asyncio.wait({held})
+        if held.cancelled() and gone.is_set():
+            self.host._rt.calls.approvals.withdraw()  # as a stop withdraws it
+            self.host.move(RunState.DECIDING)
+            raise Undelivered
+        return held.result()
 
 
 def rejected_words(record: CallRecord, reason: str) -> str:

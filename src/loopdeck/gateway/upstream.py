@@ -4,6 +4,10 @@ configured import: the local price map, no telemetry). Each call is asked whole 
 stream is made from the whole answer once it is decided), never retried here (the agent
 retries what it retries), and priced by `litellm.completion_cost`: a model LiteLLM has no
 price for costs an unknown amount, never 0.
+
+A failure goes back with the upstream's own status (LiteLLM's Anthropic interface says 500
+for any failure it wraps: the status is read from the failure it wraps, so a 529 overloaded
+stays 529) and its `retry-after`, so the agent's client waits as the upstream asks.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from loopdeck.llm.loader import litellm_module
 
 UPSTREAM_FAILED = "upstream_error"
 BAD_GATEWAY = 502
+PASSED_HEADERS = ("retry-after", "retry-after-ms")  # of an upstream's failure, to the agent
 # What LiteLLM takes as its own (where to call, with which key, what to fake) rather than the
 # request's: never the agent's to set. `metadata` is the APIs' own field too, and passes.
 OWN_FIELDS = frozenset({
@@ -38,10 +43,11 @@ def _litellms_own() -> frozenset[str]:
 class UpstreamFailed(Exception):
     """The upstream refused or failed a call: its status (502 when it said none) and words."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers or {}
 
 
 @dataclass
@@ -70,8 +76,8 @@ class Upstream:
             return await api.call(litellm, body, self._kwargs(headers))
         except Exception as exc:  # every failure goes back to the agent in its format
             failed = classify(exc)
-            status = failed.status if isinstance(failed.status, int) else BAD_GATEWAY
-            raise UpstreamFailed(status, str(failed)) from exc
+            status = _status(exc) or (failed.status if isinstance(failed.status, int) else None)
+            raise UpstreamFailed(status or BAD_GATEWAY, str(failed), _headers(exc)) from exc
 
     def reserved(self, body: Body) -> list[str]:
         """The body's fields that would steer LiteLLM itself (its endpoint, its key, a mock
@@ -90,3 +96,38 @@ class Upstream:
         except Exception:  # LiteLLM raises for a model it has no price for: unknown, not 0
             self.unpriced.add(named)
             return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(found) < 20 and seen not in found:
+        found.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return found
+
+
+def _status(exc: BaseException) -> int | None:
+    """The upstream's own HTTP status: the one said nearest the reply (LiteLLM's wrappers
+    say their own further out)."""
+    for seen in reversed(_chain(exc)):
+        status = getattr(seen, "status_code", None)
+        if not isinstance(status, int):
+            status = getattr(getattr(seen, "response", None), "status_code", None)
+        if isinstance(status, int) and 400 <= status < 600:
+            return status
+    return None
+
+
+def _headers(exc: BaseException) -> dict[str, str]:
+    """The upstream's `retry-after` (and `-ms`), wherever in the chain it was kept."""
+    for seen in _chain(exc):
+        for said in (getattr(seen, "litellm_response_headers", None),
+                     getattr(getattr(seen, "response", None), "headers", None)):  # fmt: skip
+            try:
+                found = {k: str(said[k]) for k in PASSED_HEADERS if said and said.get(k)}
+            except (AttributeError, TypeError):
+                continue
+            if found:
+                return found
+    return {}
