@@ -28,7 +28,7 @@ from loopdeck.core.events import (
     ToolFinished,
     UnrequestedChange,
 )
-from loopdeck.core.guard import guard_key
+from loopdeck.core.guard import GuardKey, guard_key
 from loopdeck.core.loop_say import Repeat, Say, operator_on_loop
 from loopdeck.core.operator_messages import OperatorMessages
 from loopdeck.core.outcome import CallRecord
@@ -260,6 +260,15 @@ class RunHost:
         kept."""
         call, _ = _asked(record, why)
         return self._rt.calls.approvals.refuse(record, call, why)
+
+    def withdraw(self) -> None:
+        """The approval asked now is withdrawn (its call will not run), as a stop withdraws
+        it."""
+        self._rt.calls.approvals.withdraw()
+
+    def forget(self, key: GuardKey) -> None:
+        """A call the agent never got: the same call from the same state is no repeat."""
+        self._rt.calls.guard.forget(key)
 
     def running(self, record: CallRecord) -> None:
         record.status = CallStatus.RUNNING

@@ -95,13 +95,12 @@ class ToolUses:
     def undelivered(self) -> None:
         """The answer being decided never reaches the agent: its calls withdrawn, forgotten
         by the guard."""
-        guard = self.host._rt.calls.guard  # RunHost has no word for forgetting a key
         for use_id, (record, _) in self._records.items():
             if record.status not in DECIDED:  # no code: neither refused nor run
                 said = {"ok": False, "data": None, "error": {"message": UNDELIVERED}}
                 self.host.finish(record, CallStatus.WITHDRAWN, said)
             for key in self._keys.get(use_id, []):
-                guard.forget(key)
+                self.host.forget(key)
         self._records.clear()
         self._keys.clear()
 
@@ -228,7 +227,7 @@ class ToolUses:
                 held.cancel()
                 await asyncio.wait({held})
         if held.cancelled() and gone.is_set():
-            self.host._rt.calls.approvals.withdraw()  # as a stop withdraws it
+            self.host.withdraw()
             self.host.move(RunState.DECIDING)
             raise Undelivered
         return held.result()
