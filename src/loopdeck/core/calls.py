@@ -71,7 +71,7 @@ class CallHandler:
         self._failures_in_a_row = 0
         self._first_call: dict[str, str] = {}  # fingerprint -> the call that first had it
         self._nudge: str | None = None
-        self._running_since = 0.0  # when the call running now began (`time.monotonic`)
+        self.started: dict[str, float] = {}  # a call running -> when it began (monotonic)
         # What the operator said of this batch's calls (an edit), told after its last result.
         self.notes: list[str] = []
         self.unknown = UnknownOutcomes(self.guard, self.executed_writes, host.emit, self.run_id)
@@ -92,7 +92,8 @@ class CallHandler:
             if (status := cut_short(record.status, record.risk)) is not None:
                 record.status = status
                 if status in (CallStatus.INTERRUPTED, CallStatus.OUTCOME_UNKNOWN):  # why, how long
-                    record.duration_ms = (time.monotonic() - self._running_since) * 1000
+                    if (since := self.started.get(record.call_id)) is not None:
+                        record.duration_ms = (time.monotonic() - since) * 1000
                     said = f"{record.tool} was cut short by the run's stop: {why}"
                     code = ErrorCode.OUTCOME_UNKNOWN  # for a read too: it may have answered
                     record.result = ToolResult.failure(record.tool, "", code, said).for_model()
@@ -319,7 +320,7 @@ class CallHandler:
             )
 
         self._record_of(call_id).status = CallStatus.RUNNING
-        self._running_since = time.monotonic()  # one call runs at a time
+        self.started[call_id] = time.monotonic()
         return await self.rt.interruptible(
             self.dispatcher.run(
                 spec,

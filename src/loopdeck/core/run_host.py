@@ -7,6 +7,7 @@ the runtime's parts: the ledger, the guard and the approvals stay the runtime's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -272,6 +273,7 @@ class RunHost:
 
     def running(self, record: CallRecord) -> None:
         record.status = CallStatus.RUNNING
+        self._rt.calls.started[record.call_id] = time.monotonic()  # how long, if cut short
 
     def finish(
         self, record: CallRecord, status: CallStatus, result: dict[str, Any], ms: float = 0.0
