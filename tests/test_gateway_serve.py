@@ -153,3 +153,76 @@ def test_a_token_needs_its_goal_model_and_approve_mode(
         args, token_command = parsed("token", "--goal", "g", "--model", model, "--approve", "auto")
         assert token_command(args) == 2
         assert said in capsys.readouterr().err
+
+
+NO_WRITES = """\
+[[rule]]
+id = "no-writes"
+effect = "deny"
+when = 'call.tool == "Write"'
+message = "this folder is read-only"
+"""
+
+
+def test_a_token_refuses_a_policy_its_run_would_refuse_and_serve_takes_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[[rule]]\nid = 1\n")
+    for policy, said in ((tmp_path / "none.toml", "no such file"), (broken, "broken.toml")):
+        args, token_command = parsed(
+            "token", "--goal", "g", "--model", MODEL, "--approve", "auto",
+            "--workdir", str(tmp_path), "--policy", str(policy),
+        )  # fmt: skip
+        assert token_command(args) == 2
+        err = capsys.readouterr().err
+        assert said in err and not capsys.readouterr().out, err
+    args, serve_command = parsed("serve", "--policy", str(broken))
+    assert serve_command(args) == 2
+    assert "--policy goes to `loopdeck gateway token`" in capsys.readouterr().err
+
+
+async def test_a_tokens_run_is_decided_under_the_policy_it_was_made_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    work = tmp_path / "work"
+    work.mkdir()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(NO_WRITES)
+    db = str(tmp_path / "s.db")
+    write = Call("Write", {"file_path": "done.txt", "content": "done\n"})
+
+    def token_for(run_id: str) -> str:
+        args, token_command = parsed(
+            "token", "--goal", "Write done.txt", "--workdir", str(work), "--model", MODEL,
+            "--api-base", upstream.url, "--approve", "auto", "--run-id", run_id, "--idle", "0.2",
+            "--policy", str(policy),
+        )  # fmt: skip
+        assert token_command(args) == 0
+        return capsys.readouterr().out.strip()
+
+    with AnthropicLoopback([write, Text("Done."), write]) as upstream:
+        kept, edited = token_for("kept"), token_for("edited")
+        serve_args, _ = parsed("serve", "--db", db)
+        signals, address = Signals(), asyncio.get_running_loop().create_future()
+        serving = asyncio.ensure_future(serve(serve_args, signals, address.set_result))
+        url = await address
+        client = Client({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": kept}, "messages", False)
+        client.user("write done.txt")
+        answer = await client.ask()
+        assert answer.uses == [] and "this folder is read-only" in answer.text  # denied
+        assert (await _stopped(capsys, db))[0] == "kept"
+        policy.write_text(NO_WRITES.replace('"deny"', '"allow"'))  # edited since its token
+        late = Client({"ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": edited}, "messages", False)
+        late.user("write done.txt")
+        with pytest.raises(Refused):
+            await late.ask()
+        signals.stop("test")
+        await serving
+    with sqlite3.connect(db) as store:
+        kinds = [row[0] for row in store.execute("SELECT kind FROM events WHERE run_id='kept'")]
+        ran = store.execute("SELECT run_id FROM runs").fetchall()
+    assert "policy_in_force" in kinds and ran == [("kept",)]
+    assert not (work / "done.txt").exists()

@@ -63,6 +63,11 @@ def run_token(args: argparse.Namespace) -> int:
     if (problem := token_problem(args)) is not None:
         print(f"loopdeck: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    try:
+        policy_sha = _policy_sha(args.policy)
+    except Exception as exc:  # a policy its run would refuse: refused now, no token
+        print(f"loopdeck: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     run_id = args.run_id or uuid.uuid4().hex[:12]
     claims = {
         "goal": args.goal, "workdir": str(args.workdir.resolve()), "check": args.check,
@@ -70,6 +75,8 @@ def run_token(args: argparse.Namespace) -> int:
         "budget": {k: v for k, v in budget_overrides(args).items() if v is not None},
         "approve": args.approve, "run_id": run_id, "pause_at": args.pause_at,
         "idle_s": args.idle,
+        "policy": None if args.policy is None else str(args.policy.resolve()),
+        "policy_sha256": policy_sha,
     }  # fmt: skip
     gateway = _gateway()
     token = gateway.token(claims, gateway.key(key_path()))
@@ -80,6 +87,31 @@ def run_token(args: argparse.Namespace) -> int:
     )
     print(token)
     return 0
+
+
+def _policy_sha(explicit: Path | None) -> str | None:
+    """The policy a token's run will be decided under (the user's and `--policy`'s levels),
+    read and checked now: its SHA-256 (None: no policy). `PolicyError` names a broken one."""
+    from loopdeck.policy.loading import run_policy
+    from loopdeck.policy.sources import policy_files
+
+    policy = run_policy(policy_files(None, explicit), "gateway")
+    return None if policy is None else str(policy.in_force()["sha256"])
+
+
+def policy_unchanged(claims: dict[str, Any], prepared: Any) -> None:
+    """A token's run is decided under the policy its token was made with, or does not start
+    (a file edited since, or the user's policy changed: said, naming both hashes)."""
+    if "policy_sha256" not in claims:  # a token made before tokens carried their policy
+        return
+    gate = prepared.runtime.calls.approvals.policy.gate
+    now = None if gate is None else str(gate.in_force()["sha256"])
+    if now != claims["policy_sha256"]:
+        made, has = claims["policy_sha256"] or "none", now or "none"
+        raise ValueError(
+            f"its policy changed since its token was made (then {made[:12]}, now {has[:12]}):"
+            " make a new token with `loopdeck gateway token`"
+        )
 
 
 def served_options(claims: dict[str, Any], token: str, server: Any) -> RunOptions:
@@ -95,11 +127,20 @@ def served_options(claims: dict[str, Any], token: str, server: Any) -> RunOption
     return RunOptions(
         env=target.env_name, approve=claims["approve"], budget_overrides=claims["budget"],
         run_id=claims["run_id"], pause_at=claims["pause_at"], acp=target,
+        policy=Path(claims["policy"]) if claims.get("policy") else None,
     )  # fmt: skip
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from loopdeck.stop_signals import StopSignals
+
+    if args.policy is not None:  # a run's policy is its token's: `serve` decides no run's
+        print(
+            "loopdeck: gateway serve: --policy goes to `loopdeck gateway token` (each token"
+            " one run, decided under the policy it was made with)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
 
     signals = StopSignals()
 
@@ -131,7 +172,7 @@ async def serve(
             async with session.opened():
                 options = served_options(claims, token, server)
                 options.notify = notify_settings(args)  # this server's channels, every run
-                session.prepare(options)
+                policy_unchanged(claims, session.prepare(options))
                 sessions[token] = session
                 # Said once the store has the run: a command sent by its id then finds it.
                 started = f"run {claims['run_id']} started for its token"
