@@ -23,7 +23,14 @@ says otherwise. Every mode answers `session/cancel`: a turn it is in ends `cance
 - `context-usage`: its first TURNS_WITH_USAGE prompts (3 by default) each write `notes.txt`
   through the client, send a `usage_update` of used=120 size=200000 (the context window's
   fill, not tokens spent) and answer with a turn usage of 120 tokens; a later prompt says
-  it started (a plan) and waits to be cancelled, reporting no usage.
+  it started (a plan) and waits to be cancelled, reporting no usage;
+- `write-at-start`: writes the fix in `session/new`, before any prompt;
+- `write-during-check`: leaves a thread that writes the fix once a process in its folder
+  naming `calc_check` (the goal check) runs;
+- `write-at-stop`: its permitted fix, written by loopdeck; a backdoor appended to calc.py
+  when it is told to stop (SIGTERM, or its exit);
+- `write-under-command`: asks to run `ls -la` and, once allowed, writes the fix with a
+  backdoor on disk itself.
 
 Only `acp` and the stdlib are imported: it starts as fast as the SDK lets it.
 """
@@ -31,9 +38,12 @@ Only `acp` and the stdlib are imported: it starts as fast as the SDK lets it.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -78,6 +88,10 @@ MODES = (
     "context-usage",
     "swap-after-allow",
     "write-next-turn",
+    "write-at-start",
+    "write-during-check",
+    "write-at-stop",
+    "write-under-command",
 )
 USAGE = f"usage: python hostile_agent.py MODE [TURNS_WITH_USAGE]; modes: {', '.join(MODES)}"
 TARGET = "calc.py"
@@ -125,6 +139,8 @@ class HostileAgent:
 
     async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
         self.cwd = Path(cwd)
+        if self.mode == "write-at-start":  # before any prompt: must not become the baseline
+            self.write_on_disk(FIXED)
         self.session_id = f"hostile-{uuid.uuid4().hex[:8]}"
         return NewSessionResponse(session_id=self.session_id)
 
@@ -274,6 +290,65 @@ class HostileAgent:
             await self.client.write_text_file(
                 session_id=self.session_id, path=str(self.cwd / TARGET), content=FIXED
             )
+
+    async def write_at_start(self) -> None:
+        await self.say("Fixed add in calc.py.")  # it was written in session/new
+
+    async def write_during_check(self) -> None:
+        """Says it is done and leaves a thread watching for the goal check (a process in its
+        folder whose command line names `calc_check`): it writes the fix while it runs."""
+
+        def watch() -> None:
+            me = str(os.getpid())
+            while True:
+                for pid in os.listdir("/proc"):
+                    if not pid.isdigit() or pid == me:
+                        continue
+                    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as file:
+                        here = os.readlink(f"/proc/{pid}/cwd") == str(self.cwd)
+                        if here and b"calc_check" in file.read():
+                            self.write_on_disk(FIXED)
+                            return
+                time.sleep(0.005)
+
+        threading.Thread(target=watch, daemon=True).start()
+        await self.say("Done, I think.")
+
+    async def write_at_stop(self) -> None:
+        """Its permitted fix, written by loopdeck as shown; and, once it is told to stop (a
+        SIGTERM, its stdin closing), a backdoor appended to the file."""
+
+        def backdoor(*_: Any) -> None:
+            with (self.cwd / TARGET).open("a", encoding="utf-8") as file:
+                file.write("import os  # BACKDOOR at the agent's stop\n")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, backdoor)
+        atexit.register(backdoor)
+        call = "edit-then-stop"
+        await self.send(self.edit_start(call, FIXED))
+        if await self.ask(self.edit_request(call, FIXED), OPTIONS):
+            await self.client.write_text_file(
+                session_id=self.session_id, path=str(self.cwd / TARGET), content=FIXED
+            )
+        await self.done(call, "completed", f"wrote {TARGET}")
+        await self.say("Fixed add in calc.py.")
+
+    async def write_under_command(self) -> None:
+        """Asks to run `ls -la` (a command: no file named) and, while it is permitted,
+        writes the fix with a backdoor on disk itself."""
+        call = "exec-ls"
+        raw = {"command": "ls -la"}
+        await self.send(
+            start_tool_call(call, "ls -la", kind="execute", status="pending", raw_input=raw)
+        )
+        request = ToolCallUpdate(
+            tool_call_id=call, title="ls -la", kind="execute", status="pending", raw_input=raw
+        )
+        if await self.ask(request, OPTIONS):
+            self.write_on_disk(BACKDOOR)
+        await self.done(call, "completed", "total 0")
+        await self.say("Listed the folder.")
 
     async def context_usage(self) -> PromptResponse:
         if self.prompts > self.turns_with_usage:  # reports nothing, waits to be cancelled

@@ -33,11 +33,13 @@ from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.acp_env.config import AgentConfig
 from loopdeck.acp_env.unchecked_goal import operator_judges
 from loopdeck.core.control import StopRun
-from loopdeck.core.review import findings_or_stop
+from loopdeck.core.events import UnrequestedChange
+from loopdeck.core.review import Verdict, findings_or_stop
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.workspace_changes import changes_between, files_of
+from loopdeck.workdir.freeze import freeze, thaw
 
 GOAL_CHECK = "the goal check"  # what explains the changes the goal check itself makes
 
@@ -62,26 +64,58 @@ class AcpLoop:
         self.stopping = False  # the agent's end is loopdeck's doing from here on
         # The prompt in flight, from its sending until its reply is taken.
         self.turn: asyncio.Future[Any] | None = None
+        self.watcher: asyncio.Future[None] | None = None  # the agent's process, waited on
 
     async def run(self) -> None:
         """The agent started, its turns until a stop; the agent stopped at any end, a start
         that failed or was killed included (its process and stderr file gone). An agent
         that dies on its own stops the run at once, whatever it waits for."""
-        watcher: asyncio.Future[None] | None = None
         try:
+            # What the folder was before the agent ran at all: a write in its start-up
+            # (initialize, session/new, its mode) is unrequested, never the baseline.
+            await self.calls.look("the start")
             try:
                 await self.host.interruptible(self.agent.start(self.bridge, self.config))
             except AgentFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
-            watcher = asyncio.ensure_future(self._watch_agent())
+            await self.calls.look("the agent's start-up")
+            self.watcher = asyncio.ensure_future(self._watch_agent())
             await self._turns()
-        finally:
-            self.stopping = True
-            self.calls.settle_blocked()
-            if watcher is not None:
-                watcher.cancel()
-            await self.calls.terminals.close()  # its commands end with the run, not after it
-            await self.agent.stop()
+        except BaseException as stop:
+            await self._stopped(stop)
+            raise
+
+    async def _stopped(self, stop: BaseException) -> None:
+        """The agent and its commands stopped, then the folder looked at once more: a write
+        made as the agent was stopped (a SIGTERM or atexit handler, a daemon's last act) is
+        recorded `unrequested_change`. It becomes the run's stop (`policy_block`, in a
+        guarded run) only when the run would otherwise end `goal_met`, which it may have
+        raced; any other stop already says why the run ended and is kept, the change
+        recorded beside it (`stops` false)."""
+        self.stopping = True
+        self.calls.settle_blocked()
+        if self.watcher is not None:
+            self.watcher.cancel()
+        await self.calls.terminals.close()  # its commands end with the run, not after it
+        await self.agent.stop()
+        if not isinstance(stop, Exception) or self.agent.proc is None:
+            return  # the task itself cancelled, or no agent ever ran: nothing to look at
+        watch, after = self.calls.watch, "the agent's stop"
+        watch.turn_ended()  # no permission outlives the agent
+        try:
+            changes = watch.look(await self.host.snapshot())
+        except Exception:  # the run's own end is what is said
+            return
+        if not changes:
+            return
+        if isinstance(stop, StopRun) and stop.reason is StopReason.GOAL_MET:
+            self.host.unrequested(after, changes)  # a guarded run: raised, the stop now
+            return
+        self.host.finding(f"unrequested change after {after}: {changes.said()}")
+        self.host.emit(
+            UnrequestedChange, run_id=self.host.run_id, after=after, added=changes.added,
+            changed=changes.changed, removed=changes.removed, stops=False,
+        )  # fmt: skip
 
     async def _watch_agent(self) -> None:
         proc = self.agent.proc
@@ -125,14 +159,41 @@ class AcpLoop:
                 left = await operator_judges(host, before, stop, said, self.unchecked)
                 prompt = "\n".join([left, self._next_prompt([])]).strip()
                 continue
-            verdict = await host.review_round(before)
-            await self._checked(round_no)
+            verdict = await self._checking(round_no, before)
             prompt = self._next_prompt(findings_or_stop(verdict))
 
+    async def _checking(self, round_no: int, before: dict[str, Any]) -> Verdict:
+        """The goal check, with the agent (and every command of its) stopped (SIGSTOP, below
+        their guardians) from the look before it to the look after it: nothing the agent
+        does can land while the check runs (a fix timed into it would pass it and be taken
+        for the check's). A process that cannot be stopped stops the run, named."""
+        proc = self.agent.proc
+        guardians = [] if proc is None else [proc.pid]
+        guardians += [
+            guardian.pid for guardian in self.calls.terminals.terminals.guardians.values()
+        ]
+        frozen, moving = await asyncio.to_thread(freeze, guardians)
+        try:
+            if moving:
+                raise StopRun(
+                    StopReason.TOOL_FAILURE,
+                    self.agent.said(
+                        "could not be held still for the goal check",
+                        f"processes {', '.join(map(str, sorted(moving)))} did not stop",
+                    ),
+                )
+            await self.calls.look(f"turn {round_no}")  # what it did before it was stopped
+            try:
+                return await self.host.review_round(before)
+            finally:
+                await self._checked(round_no)
+        finally:
+            thaw(frozen)
+
     async def _checked(self, round_no: int) -> None:
-        """The look after the goal check, which runs in the working copy: what changed since
-        the look just before it is the check's doing (a report, a cache it writes), recorded
-        as the check's, never blamed on the agent."""
+        """The look after the goal check, which runs in the working copy with the agent held
+        still: what changed since the look just before it is the check's doing (a report, a
+        cache it writes), recorded as the check's, never blamed on the agent."""
         watch = self.calls.watch
         seen = dict(watch.seen or {})
         watch.permit(GOAL_CHECK, None)
