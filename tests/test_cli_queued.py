@@ -31,3 +31,15 @@ def test_export_of_a_queued_run_says_it_has_no_events_yet(cli: Cli, tmp_path: Pa
     assert code == 2 and f"run {run_id} is queued: " in err and "nothing to cancel" in err
     code, _, err = cli("export", "nope", "--db", str(db))
     assert code == 2 and "no run 'nope'" in err  # a run that is not there: as before
+
+
+def test_a_fork_of_a_queued_run_says_it_is_queued(cli: Cli, tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    code, done, err = cli("submit", "order_support", "--json", "--db", str(db))
+    assert code == 0 and done is not None, err
+    run_id = str(done["run_id"])
+    for named in (run_id, run_id[:6]):
+        code, _, err = cli("fork", named, "--at", "c1", "--db", str(db))
+        assert code == 2 and f"run {run_id} is queued: " in err, err
+        assert "nothing to fork" in err and "no run" not in err
+    assert list(queued(db)) == [run_id]  # nothing else queued

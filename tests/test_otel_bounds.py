@@ -149,7 +149,8 @@ def _run_headless(tmp_path: Path, url: str) -> tuple[int, str, str]:
 def test_a_collector_that_hangs_does_not_hold_the_exit(tmp_path, stuck) -> None:
     code, run_id, said = _run_headless(tmp_path, stuck.url)
     assert stuck.requests >= 1  # the trace reached it; it never answered
-    again = f"send it later with `loopdeck export {run_id} --otlp {stuck.url}`"
+    db = tmp_path / "runs.db"  # the run's store named: the command works as it is
+    again = f"send it later with `loopdeck export {run_id} --otlp {stuck.url} --db {db}`"
     shape = rf"loopdeck: cannot send the trace to {re.escape(stuck.url)}: no answer within 2 s"
     unsure = r"spans not confirmed received"  # they may have arrived: it never answered
     found = re.fullmatch(rf"{shape} \((\d+) of (\d+) {unsure}\); {re.escape(again)}", said)
@@ -162,7 +163,9 @@ def test_a_collector_that_hangs_does_not_hold_the_exit(tmp_path, stuck) -> None:
 def test_a_collector_that_is_down_is_said_with_what_was_not_sent(tmp_path) -> None:
     url = _closed_port()
     code, run_id, said = _run_headless(tmp_path, url)
-    again = f"send it later with `loopdeck export {run_id} --otlp {url}`"
+    again = (
+        f"send it later with `loopdeck export {run_id} --otlp {url} --db {tmp_path / 'runs.db'}`"
+    )
     assert (code, said) == (
         0,
         f"loopdeck: cannot send the trace to {url}: Connection refused"

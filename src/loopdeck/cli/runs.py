@@ -142,7 +142,7 @@ def run_headless(args: argparse.Namespace) -> int:
     else:
         print_summary(outcome)
     if trace is not None:
-        send_trace(trace, outcome.run_id)
+        send_trace(trace, outcome.run_id, args.db)
     return EXIT_GOAL_MET if outcome.stop_reason is StopReason.GOAL_MET else EXIT_STOPPED
 
 
@@ -227,16 +227,22 @@ class BadTraceEndpoint(Exception):
     """An OpenTelemetry variable that names no endpoint loopdeck can send to."""
 
 
-def send_trace(trace: LiveTrace, run_id: str) -> None:
+def send_trace(trace: LiveTrace, run_id: str, db: Location | None = None) -> None:
     """The stopped run's trace sent, said on stderr (stdout's last line stays the run's);
-    a failure is said with the command that sends it again, and the run's exit stands."""
+    a failure is said with the command that sends it again (with the run's `--db`, a URL's
+    password left out), and the run's exit stands."""
+    import shlex
+
     from loopdeck.core.text import visible
     from loopdeck.operator.otel_export import ExportFailed, shown
+    from loopdeck.store.base import shown_location
 
     try:
         sent = trace.send()
     except ExportFailed as exc:
         again = f"loopdeck export {run_id} --otlp {shown(trace.url)}"
+        if db is not None:
+            again += f" --db {shlex.quote(shown_location(db))}"
         print(f"loopdeck: {visible(str(exc))}; send it later with `{again}`", file=sys.stderr)
         return
     print(f"trace {sent.trace_id}: {sent.spans} spans sent to {sent.endpoint}", file=sys.stderr)
@@ -305,7 +311,7 @@ def run_console(args: argparse.Namespace) -> int:
         raise app.launch_error
     code = after_console(app, code)
     if trace is not None and traced:
-        send_trace(trace, traced[0])
+        send_trace(trace, traced[0], args.db)
     return code
 
 

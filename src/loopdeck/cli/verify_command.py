@@ -1,7 +1,10 @@
 """`loopdeck verify [RUN_ID]` and `loopdeck verify --export FILE`: a run's log (every run's
 in the store, without RUN_ID; an export file's) proven by its hash chain. One line a run:
 intact with its last hash, or the first event edited, removed or reordered; events from
-before the chain said, never passed as verified. Exit 1 when any run is broken."""
+before the chain said, never passed as verified (in a store whose `chain_since` is gone, an
+event without a hash is a break: every store since schema 5 has it); a run's row that says
+another stop than its log, or a fork whose source no longer holds the events it was rebuilt
+from, is broken too. Exit 1 when any run is broken."""
 
 from __future__ import annotations
 
@@ -64,6 +67,11 @@ def report(
 
 
 def _line(proof: RunProof) -> str:
+    line = _found(proof)
+    return line if proof.lineage is None or proof.broken else f"{line} ({proof.lineage})"
+
+
+def _found(proof: RunProof) -> str:
     run = proof.run_id
     if proof.broken is not None:
         found = proof.broken

@@ -50,7 +50,9 @@ class RunMoved(EventBase):
 class RunForked(EventBase):
     """The run is a fork (`loopdeck fork`): the run it came from, the call it was forked at,
     that run's events it was rebuilt from (through `through_seq`, its model's replies served
-    again), what was changed, and whether its env is in the state the run saw there."""
+    again), what was changed, and whether its env is in the state the run saw there.
+    `source_hash`: the hash of the source's event `through_seq` when it was forked (its log
+    verified up to it): `verify` checks the source still holds those events."""
 
     kind: Literal["run_forked"] = "run_forked"
     source: str
@@ -58,3 +60,4 @@ class RunForked(EventBase):
     through_seq: int
     changed: list[str] = []
     state_restored: bool = False
+    source_hash: str | None = None

@@ -108,6 +108,8 @@ class ReplayLog:
 
     def __init__(self, events: list[Event]) -> None:
         self.events = events
+        # A fork's source: its replies served cost the fork nothing (the source paid them).
+        self.free = False
         self.sig: list[Event] = [e for e in events if key(e) is not None]
         self.at = 0  # the next of `sig` the rebuilt run must make
         self.last_seq = events[-1].seq if events else 0
@@ -185,7 +187,11 @@ class ReplayLog:
         self._from_outside(during_call=True)
         came = self.next()
         if isinstance(came, ModelReplied):
-            return ModelReply.model_validate(came.reply)
+            reply = ModelReply.model_validate(came.reply)
+            if self.free:  # served, not called: no tokens, no cost (recorded so in the fork)
+                free = {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+                reply = reply.model_copy(update=free)
+            return reply
         if isinstance(came, ModelRetry):
             raise ProviderError(came.error, retryable=True)
         if isinstance(came, ContextCompacted) and OVERFLOW in came.reason:

@@ -20,7 +20,11 @@ would have decided: `loopdeck policy replay`).
 
 What a worker would refuse is refused before the fork is queued: its options checked as a
 submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
-able to rebuild the run up to the fork (`rebuildable`).
+able to rebuild the run up to the fork (`rebuildable`). A run whose log is broken up to the
+fork point (`loopdeck verify`) is never forked: the fork would be a fresh chain over edited
+events. The hash of the source's event at the fork point is recorded (`RunForked`'s
+`source_hash`) and checked again by the worker that rebuilds the fork, and by `verify`.
+A queued run (no events yet) is refused saying so.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ from loopdeck.operator.launch import BUDGET_FLAGS
 from loopdeck.operator.placement import checked, run_options, submitted
 from loopdeck.operator.records import known_run
 from loopdeck.operator.resume import load_log, unresumable
-from loopdeck.store import leases
-from loopdeck.store.base import Location, Store
+from loopdeck.store import leases, queries
+from loopdeck.store.base import Location, Store, StoreError
 from loopdeck.store.opening import open_store
+from loopdeck.store.verification import chain_since, source_head
 
 FORKED_BY = "fork"  # who revokes the grants the fork's state does not hold
 
@@ -83,10 +88,11 @@ async def fork(
         raise ScenarioError("--message: empty (leave it out to say nothing at the fork)")
     store = await open_store(location, create=False)
     try:
-        row = await known_run(store, run_id)
+        row = await _known(store, run_id)
         run_id = str(row["run_id"])
         log = await load_log(store, run_id)
         through = fork_point(log, run_id, at_call)
+        head = await _verified_head(store, run_id, at_call, through)
         options = await _options_of(store, run_id, row, log, env)
         changed = []
         for name, value in (("model", model), ("script", script)):
@@ -107,11 +113,41 @@ async def fork(
         fits = partial(rebuildable, used=used, run_id=run_id, at_call=at_call, seen=seen)
         options = submitted(await asyncio.to_thread(checked, run, fits))
         options["fork"] = {"source": run_id, "at": at_call, "through": through,
-                           "message": message, "changed": changed}  # fmt: skip
+                           "message": message, "changed": changed,
+                           "source_hash": head}  # fmt: skip
         await leases.submit(store, fork_id, options)
     finally:
         await store.close()
     return fork_id
+
+
+async def _known(store: Store, run_id: str) -> dict[str, Any]:
+    """The run's row; a queued run (no row, no events yet) refused saying so."""
+    try:
+        return await known_run(store, run_id)
+    except StoreError:
+        waiting = [str(row["run_id"]) for row in await queries.placements(store)
+                   if row["state"] == leases.QUEUED]  # fmt: skip
+        named = [queued for queued in waiting if queued.startswith(run_id)]
+        if run_id in waiting or len(named) == 1:
+            raise ScenarioError(
+                f"run {run_id if run_id in waiting else named[0]} is queued: no worker has"
+                " started it, so it has no events yet: nothing to fork (see `loopdeck runs`)"
+            ) from None
+        raise
+
+
+async def _verified_head(store: Store, run_id: str, at_call: str, through: int) -> str | None:
+    """The hash of the run's event at the fork point, its log verified up to there; a
+    broken log refused, naming the break (None: its events there are from before the
+    chain, which nothing vouches for nor denies)."""
+    head, why = await source_head(store, run_id, through, await chain_since(store))
+    if why is not None and "before the chain" not in why:
+        raise ScenarioError(
+            f"run {run_id} cannot be forked at {at_call}: {why} (`loopdeck verify {run_id}`);"
+            " a fork of it would carry those events on under a chain of its own"
+        )
+    return head
 
 
 def rebuildable(
@@ -205,16 +241,37 @@ async def _placed_or_recorded(
     }
 
 
+class SourceLog(ReplayLog):
+    """A fork's source's events, through the fork point: its replies served cost the fork
+    nothing; `broken`: why the source no longer holds the events the fork was made from."""
+
+    def __init__(self, events: list[Event], broken: str | None) -> None:
+        super().__init__(events)
+        self.free = True
+        self.broken = broken
+
+
 async def source_of(store: Store, forked: dict[str, Any]) -> ReplayLog:
-    """The events a fork is rebuilt from: its source's, through the fork point."""
-    log = await load_log(store, str(forked["source"]))
-    return ReplayLog([e for e in log if e.seq <= int(forked["through"])])
+    """The events a fork is rebuilt from: its source's, through the fork point, checked
+    again against the hash recorded when it was forked (refused in `restored`)."""
+    source, through = str(forked["source"]), int(forked["through"])
+    log = await load_log(store, source)
+    head, why = await source_head(store, source, through, await chain_since(store))
+    recorded = forked.get("source_hash")
+    if why is None and recorded is not None and head != recorded:
+        why = f"run {source}'s event {through} is hashed {head}, not {recorded} as when forked"
+    broken = None if why is None or "before the chain" in why else why
+    return SourceLog([e for e in log if e.seq <= through], broken)
 
 
 async def restored(runtime: Runtime, replay: ReplayLog) -> bool:
     """The fork's env put in the state its source saw at the fork, where it can be; whether
     it is in that state now. An env with no `restore` must start in it (`elsewhere`: else
     `ScenarioError`, checked here as at submit: this host's env may start elsewhere)."""
+    if isinstance(replay, SourceLog) and replay.broken is not None:
+        raise ScenarioError(
+            f"its source no longer holds the events it was forked from: {replay.broken}"
+        )
     seen = replay.last_of(StateSeen)
     env = runtime.env
     restore = getattr(env, "restore", None)
@@ -233,7 +290,7 @@ def went_live(runtime: Runtime, replay: ReplayLog, forked: dict[str, Any], same:
     run_id = runtime.config.run_id
     runtime.emit(RunForked, run_id=run_id, source=str(forked["source"]), at_call=str(forked["at"]),
                  through_seq=int(forked["through"]), changed=list(forked.get("changed") or []),
-                 state_restored=same)  # fmt: skip
+                 state_restored=same, source_hash=forked.get("source_hash"))  # fmt: skip
     if not same:
         for grant in list(runtime.calls.approvals.grants.given):
             runtime.revoke(

@@ -235,8 +235,9 @@ async def export_run(store: Store, run_id: str, url: str, *, content: bool = Fal
     """The stored run as one trace, sent to `url` (a run whose runner died marked crashed
     first, so its trace says so)."""
     await queries.mark_crashed_runners(store)
-    builder = TraceBuilder(content=content)
-    for event in await load_events(store, run_id):
+    events = await load_events(store, run_id)
+    builder = TraceBuilder(content=content, events=events)
+    for event in events:
         builder.take(event)
     return await asyncio.to_thread(_send_built, builder, traces_url(url))
 

@@ -17,8 +17,8 @@ at its last event; a call without its result ends there too.
 
 from __future__ import annotations
 
-import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -45,7 +45,7 @@ from loopdeck.core.events import (
     StateChanged,
     ToolFinished,
 )
-from loopdeck.core.replay_events import ModelReplied
+from loopdeck.core.replay_events import ModelReplied, RunForked
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.otel_attributes import (
     FAILED_CALLS,
@@ -61,6 +61,7 @@ from loopdeck.operator.otel_attributes import (
     stop_attributes,
     tool_attributes,
 )
+from loopdeck.operator.otel_fork import FROM_SOURCE, digest, fork_attributes, fork_of, source_link
 
 MAX_EVENTS = 10_000  # span events a span keeps (the SDK's default, 128, drops a long run's)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -72,10 +73,6 @@ def ns(at: datetime) -> int:
     return (aware - EPOCH) // timedelta(microseconds=1) * 1000
 
 
-def _digest(text: str, size: int) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:size], "big") or 1
-
-
 class RunIds(IdGenerator):
     """The trace id from the run id, a span's id from its place in the run (`key`, set just
     before the span is started)."""
@@ -85,10 +82,10 @@ class RunIds(IdGenerator):
         self.key = "run"
 
     def generate_trace_id(self) -> int:
-        return _digest(self.run_id, 16)
+        return digest(self.run_id, 16)
 
     def generate_span_id(self) -> int:
-        return _digest(f"{self.run_id}\0{self.key}", 8)
+        return digest(f"{self.run_id}\0{self.key}", 8)
 
 
 class _Ended(SpanProcessor):
@@ -119,8 +116,14 @@ class TraceBuilder:
     """One run's spans, built as its events come (`take`), ended by `finish`. Spans stay open
     until then, so a decision that comes after a call's result still lands on its span."""
 
-    def __init__(self, *, content: bool = False) -> None:
+    def __init__(self, *, content: bool = False, events: Sequence[Event] = ()) -> None:
+        """`events`: the whole run, when known before (an export): a fork's run span starts
+        at its earliest event (`operator/otel_fork.py`)."""
         self.content = content
+        forked = fork_of(events)
+        self._forked_at = forked.seq if forked is not None else 0
+        self._earliest = min((ns(e.at) for e in events), default=None)
+        self._seq = 0
         self._ids = RunIds()
         self._ended = _Ended()
         provider = TracerProvider(
@@ -159,9 +162,9 @@ class TraceBuilder:
     def take(self, event: Event) -> None:
         if self.finished:
             return
-        at = ns(event.at)
+        at, self._seq = ns(event.at), event.seq
         if self._root is None:
-            self._start_run(event, at)
+            self._start_run(event, at if self._earliest is None else min(at, self._earliest))
         if not (isinstance(event, RunStopped) and event.stop_reason is StopReason.CRASHED):
             self._last = max(self._last, at)  # a crash's mark is not the runner's last word
         match event:
@@ -184,6 +187,11 @@ class TraceBuilder:
                 self._budget = event
             case RunStopped():
                 self._stop = event
+            case RunForked():  # the run's span says so, linked to its source's
+                assert self._root is not None
+                link = source_link(event)
+                self._root.span.set_attributes(fork_attributes(event))
+                self._root.span.add_link(link.context, link.attributes)
             case _:
                 self._mark(event, at)
 
@@ -197,6 +205,8 @@ class TraceBuilder:
         kind: SpanKind = SpanKind.INTERNAL,
     ) -> _Open:
         self._ids.key = key
+        if parent is not None and self._seq < self._forked_at:
+            attributes = {**(attributes or {}), FROM_SOURCE: True}
         # The root has no parent, whatever span this process has current.
         context = Context() if parent is None else trace.set_span_in_context(parent.span)
         span = self._tracer.start_span(

@@ -10,11 +10,16 @@ last committed hash before the batch is appended, so an append costs one sha256 
 A reader's event (a crash mark, an ended run's resolved outcome) reads the run's last row in
 its transaction (`reader_row`). Every writer of a run's events takes the run's turn first
 (`Store.transaction(run_id)`), so the chain follows the events' numbers.
+
+An export carries the chain (`exported`): each line is the event's body with its hash (and
+its row's origin) added as the last fields, taken off again to verify a file (`from_export`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import datetime
 from hashlib import sha256
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +29,7 @@ if TYPE_CHECKING:  # the runtime's events (pydantic): the caller's class is give
     from loopdeck.core.events import EventBase
 
 GENESIS = "0" * 64
+CHAIN_FIELDS = frozenset({"hash", "origin"})  # what an export adds to a body
 EventRow = tuple[str, int, str, str, str]  # run_id, seq, kind, at, body
 ChainedRow = tuple[str, int, str, str, str, str | None]  # and its hash
 EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
@@ -150,3 +156,62 @@ class RunChain:
         self.head = None if last is None or last[5] is None else (last[1], last[5])
         if not more_queued and self.head is not None:
             self.tail_seq, self.tail_hash = self.head
+
+
+def exported(body: str, origin: str | None, digest: str | None) -> str:
+    """An event's line in an export: its body, with its hash (and its row's origin) added as
+    its last fields; a body from before the chain as it is."""
+    if digest is None or not body.endswith("}"):
+        return body
+    origin_field = "" if origin is None else f',"origin":{json.dumps(origin)}'
+    return f'{body[:-1]},"hash":{json.dumps(digest)}{origin_field}}}'
+
+
+def from_export(line: str) -> tuple[str, str | None, str | None]:
+    """(body, origin, hash) of an export's line: the fields `exported` added, taken off."""
+    cut = line.rfind(',"hash":"')
+    if cut < 0:
+        return line, None, None
+    try:
+        added = json.loads("{" + line[cut + 1 :])
+    except ValueError:
+        return line, None, None
+    if not isinstance(added, dict) or not set(added) <= CHAIN_FIELDS:
+        return line, None, None
+    origin, digest = added.get("origin"), added["hash"]
+    if not isinstance(digest, str) or not isinstance(origin, str | None):
+        return line, None, None
+    return line[:cut] + "}", origin, digest
+
+
+def holds_hash(text: str) -> bool:
+    """A line whose JSON has the `hash` field `exported` adds, however it is spaced."""
+    try:
+        event = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and "hash" in event
+
+
+def place(body: str) -> tuple[Any, ...] | None:
+    """What the body says of itself: (run_id, seq, kind, at as a row has it); None when it is
+    not an event's JSON."""
+    try:
+        event = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    at = body_at(body)
+    if at is None and isinstance(event.get("at"), str):
+        at = event["at"][:-1] + "+00:00" if event["at"].endswith("Z") else event["at"]
+    return event.get("run_id"), event.get("seq"), event.get("kind"), at
+
+
+def stored_time(text: Any) -> datetime | None:
+    """A stored time, with its zone (one without is no time loopdeck wrote)."""
+    try:
+        at = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None

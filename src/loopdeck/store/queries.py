@@ -18,6 +18,7 @@ from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
+from loopdeck.store.leases import HELD
 from loopdeck.store.leases import LIVE as PLACED
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
@@ -125,14 +126,33 @@ async def list_runs(store: Store) -> list[Any]:
 async def placements(store: Store, run_id: str | None = None) -> list[Any]:
     """The runs a worker holds or will (`store/leases.py`: queued, held, parked), each row
     with its state, the host that holds or last held it, its last move (`note`), its
-    submitted options and when it was submitted. Read here, never written."""
+    submitted options and when it was submitted. Read here, never written. A held lease
+    its worker stopped renewing (killed, cut off) is said so in its `note`: the run is
+    never marked crashed (`mark_crashed_runners`), it waits for a worker to take it up."""
     sql = (
-        "SELECT run_id, state, host, note, options, submitted_at FROM leases"
+        "SELECT run_id, state, host, note, options, submitted_at, expires_at FROM leases"
         f" WHERE state IN {PLACED}"
     )
     if run_id is None:
-        return await store.fetchall(sql)
-    return await store.fetchall(sql + " AND run_id = ?", (run_id,))
+        rows = await store.fetchall(sql)
+    else:
+        rows = await store.fetchall(sql + " AND run_id = ?", (run_id,))
+    now = time.time()
+    return [_lapsed(row, now) for row in rows]
+
+
+def _lapsed(row: Any, now: float) -> Any:
+    """A held lease past its expiry, its note saying so; any other row as it is."""
+    expires = row["expires_at"]
+    if row["state"] != HELD or expires is None or float(expires) >= now:
+        return row
+    ago = max(1, int(now - float(expires)))
+    held = f" by {row['host']}" if row["host"] else ""
+    note = (
+        f"its lease{held} expired {ago} s ago (its worker stopped renewing it): it waits for"
+        " a worker to take it up, and goes on from its log then"
+    )
+    return {**dict(row), "note": note}
 
 
 async def pending_approvals(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:

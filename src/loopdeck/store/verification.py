@@ -9,7 +9,11 @@ removed or out of order named with its run and number.
 - reordered: the row at a number holds another event (its body names another number or run).
 
 Events from before the chain (a store migrated to schema 5: no hash) are counted and said,
-never passed as verified; they may only come first in their run, from before `chain_since`.
+never passed as verified; they may only come first in their run, from before `chain_since`
+(a store opened by this loopdeck always has it: with it gone, an event without a hash is a
+break). The run's row must say what its log says: its state and stop reason its last stop's
+(`row_mismatch`); a fork's source, where the store has it, must still hold the events the
+fork was rebuilt from, through the hash its `run_forked` recorded (`store/chain.py`).
 An export carries the chain (`exported`): each line is the event's body with its hash (and its
 row's origin) added as the last fields, so a file can be verified as the store is.
 """
@@ -19,17 +23,24 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loopdeck.store import chain
 from loopdeck.store.base import CHAIN_SINCE, Store, StoreError
-from loopdeck.store.chain import GENESIS, body_at, link
+from loopdeck.store.chain import (
+    GENESIS,
+    exported,
+    from_export,
+    holds_hash,
+    link,
+    stored_time,
+)
 
 EDITED, REMOVED, REORDERED = "edited", "removed", "reordered"
 PAGE = 2000
-CHAIN_FIELDS = frozenset({"hash", "origin"})  # what an export adds to a body
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,11 @@ class RunProof:
     head: str | None = None
     broken: Break | None = None
     stopped: bool = False  # its stop is among the events read (a resolve may come after it)
+    # Said in words only: its last stop (seq, state, stop reason), its `run_forked` (seq,
+    # source, through_seq, the source's hash there) and what was checked of its source.
+    stop: tuple[int, Any, Any] | None = field(default=None, repr=False)
+    forked: tuple[int, str, int, str | None] | None = field(default=None, repr=False)
+    lineage: str | None = None
 
     @property
     def verified(self) -> int:
@@ -60,8 +76,10 @@ class RunProof:
 
     def as_json(self) -> dict[str, Any]:
         found = asdict(self)
-        del found["stopped"]  # said in words only: the JSON stays as it was
-        found["intact"] = self.broken is None
+        for said in ("stopped", "stop", "forked", "lineage"):
+            del found[said]  # said in words only: the JSON stays as it was
+        # An event no hash vouches for is never counted as intact (`unchained` says how many).
+        found["intact"] = self.broken is None and not self.unchained
         return found
 
 
@@ -81,10 +99,12 @@ class ChainCheck:
     known beforehand (a file's), to tell a number coming late from one missing."""
 
     def __init__(
-        self, run_id: str, chain_since: datetime | None = None, numbers: set[int] | None = None
-    ) -> None:
+        self, run_id: str, chain_since: datetime | None = None, numbers: set[int] | None = None,
+        *, since_gone: bool = False,
+    ) -> None:  # fmt: skip
         self.proof = RunProof(run_id)
         self.chain_since = chain_since
+        self.since_gone = since_gone  # a store whose `chain_since` was taken away
         self.numbers = numbers or set()
         self.next = 1
         self.prev = GENESIS
@@ -94,15 +114,27 @@ class ChainCheck:
         """Checks one row; False once the run is found broken (the rest is not read)."""
         if self.proof.broken is not None:
             return False
-        place = _place(row.body)
+        place = chain.place(row.body)
         broken = self._elsewhere(row, place) or self._gap(row) or self._link(row, place)
         if broken is not None:
             self.proof.broken = broken
             return False
         self.proof.events += 1
-        self.proof.stopped = self.proof.stopped or row.kind == "run_stopped"
+        if row.kind in ("run_stopped", "run_forked"):
+            self._said(row)
         self.next = row.seq + 1
         return True
+
+    def _said(self, row: StoredRow) -> None:
+        """What a stop or a fork's start says, kept to check the run's row and source."""
+        event = json.loads(row.body)
+        if row.kind == "run_stopped":
+            self.proof.stopped = True
+            self.proof.stop = (row.seq, event.get("state"), event.get("stop_reason"))
+        elif self.proof.forked is None:
+            source, through = event.get("source"), event.get("through_seq")
+            if isinstance(source, str) and type(through) is int:
+                self.proof.forked = (row.seq, source, through, event.get("source_hash"))
 
     def end(self, last_seq: int | None = None) -> RunProof:
         """The run's proof; `last_seq`: how far its row says its events go."""
@@ -152,7 +184,14 @@ class ChainCheck:
         from before the chain began in this store."""
         if self.chained:
             return Break(row.seq, EDITED, "its hash is gone (the events before it have theirs)")
-        at = _time(place[3] if place is not None else row.at)
+        if self.since_gone:
+            return Break(
+                row.seq, EDITED,
+                "it has no hash, and the store no longer says when its chain began (its meta"
+                " `chain_since`, which every store since schema 5 has, is gone): nothing shows"
+                " it is from before the chain",
+            )  # fmt: skip
+        at = stored_time(place[3] if place is not None else row.at)
         if self.chain_since is not None and (at is None or at >= self.chain_since):
             return Break(
                 row.seq, EDITED,
@@ -179,33 +218,9 @@ def _numbers(first: int, last: int) -> str:
     return f"event {first} is" if first == last else f"events {first} to {last} are"
 
 
-def _place(body: str) -> tuple[Any, ...] | None:
-    """What the body says of itself: (run_id, seq, kind, at as a row has it); None when it is
-    not an event's JSON."""
-    try:
-        event = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(event, dict):
-        return None
-    at = body_at(body)
-    if at is None and isinstance(event.get("at"), str):
-        at = event["at"][:-1] + "+00:00" if event["at"].endswith("Z") else event["at"]
-    return event.get("run_id"), event.get("seq"), event.get("kind"), at
-
-
-def _time(text: Any) -> datetime | None:
-    """A stored time, with its zone (one without is no time loopdeck wrote)."""
-    try:
-        at = datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    return at if at.tzinfo is not None else None
-
-
 async def chain_since(store: Store) -> datetime | None:
     rows = await store.fetchall("SELECT value FROM meta WHERE key = ?", (CHAIN_SINCE,))
-    return _time(rows[0][0]) if rows else None
+    return stored_time(rows[0][0]) if rows else None
 
 
 async def stored_rows(store: Store, run_id: str) -> AsyncGenerator[StoredRow, None]:
@@ -224,16 +239,31 @@ async def stored_rows(store: Store, run_id: str) -> AsyncGenerator[StoredRow, No
         after = (int(page[-1][0]),)
 
 
-async def verify_run(store: Store, run_id: str, since: datetime | None = None) -> RunProof:
-    """One run's log, from its first event to the last its row names."""
-    since = since if since is not None else await chain_since(store)
-    check = ChainCheck(run_id, since)
+async def checked_rows(
+    store: Store, run_id: str, since: datetime | None, *, through: int | None = None
+) -> ChainCheck:
+    """The run's rows fed to a check, in order of number (through `through`, when given),
+    the store's `chain_since` gone when `since` is None."""
+    check = ChainCheck(run_id, since, since_gone=since is None)
     async with contextlib.aclosing(stored_rows(store, run_id)) as rows:
         async for row in rows:
-            if not check.row(row):
+            if (through is not None and row.seq > through) or not check.row(row):
                 break
+    return check
+
+
+async def verify_run(store: Store, run_id: str, since: datetime | None = None) -> RunProof:
+    """One run's log, from its first event to the last its row names. The row's last number
+    is read first: events committed while the rows are read are past it, never a gap."""
+    since = since if since is not None else await chain_since(store)
     named = await store.fetchall("SELECT last_seq FROM runs WHERE run_id = ?", (run_id,))
-    return check.end(int(named[0][0] or 0) if named else None)
+    check = await checked_rows(store, run_id, since)
+    proof = check.end(int(named[0][0] or 0) if named else None)
+    if proof.broken is None:
+        proof.broken = await row_mismatch(store, proof, check.next - 1)
+    if proof.broken is None:
+        proof.broken = await source_mismatch(store, proof, since)
+    return proof
 
 
 async def verify_store(store: Store) -> list[RunProof]:
@@ -245,46 +275,11 @@ async def verify_store(store: Store) -> list[RunProof]:
     return [await verify_run(store, run_id, since) for run_id in runs]
 
 
-def exported(body: str, origin: str | None, digest: str | None) -> str:
-    """An event's line in an export: its body, with its hash (and its row's origin) added as
-    its last fields; a body from before the chain as it is."""
-    if digest is None or not body.endswith("}"):
-        return body
-    origin_field = "" if origin is None else f',"origin":{json.dumps(origin)}'
-    return f'{body[:-1]},"hash":{json.dumps(digest)}{origin_field}}}'
-
-
 async def exported_lines(store: Store, run_id: str) -> AsyncIterator[str]:
     """The run's events as `loopdeck export` writes them, in order."""
     async with contextlib.aclosing(stored_rows(store, run_id)) as rows:
         async for row in rows:
             yield exported(row.body, row.origin, row.hash)
-
-
-def _from_export(line: str) -> tuple[str, str | None, str | None]:
-    """(body, origin, hash) of an export's line: the fields `exported` added, taken off."""
-    cut = line.rfind(',"hash":"')
-    if cut < 0:
-        return line, None, None
-    try:
-        added = json.loads("{" + line[cut + 1 :])
-    except ValueError:
-        return line, None, None
-    if not isinstance(added, dict) or not set(added) <= CHAIN_FIELDS:
-        return line, None, None
-    origin, digest = added.get("origin"), added["hash"]
-    if not isinstance(digest, str) or not isinstance(origin, str | None):
-        return line, None, None
-    return line[:cut] + "}", origin, digest
-
-
-def _holds_hash(text: str) -> bool:
-    """A line whose JSON has the `hash` field `exported` adds, however it is spaced."""
-    try:
-        event = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(event, dict) and "hash" in event
 
 
 def export_rows(lines: Iterable[str]) -> Iterator[tuple[str, StoredRow]]:
@@ -293,13 +288,13 @@ def export_rows(lines: Iterable[str]) -> Iterator[tuple[str, StoredRow]]:
         text = line.rstrip("\r\n")
         if not text.strip():
             continue
-        body, origin, digest = _from_export(text)
-        if digest is None and _holds_hash(text):
+        body, origin, digest = from_export(text)
+        if digest is None and holds_hash(text):
             raise ValueError(
                 f"line {number} has a hash, but not as `loopdeck export` wrote it (saved again"
                 " by another tool, or edited): its events cannot be verified"
             )
-        place = _place(body)
+        place = chain.place(body)
         if place is None or not isinstance(place[0], str) or type(place[1]) is not int:
             raise ValueError(f"line {number} is not an event of a loopdeck export")
         run_id, seq, kind, at = place
@@ -330,3 +325,67 @@ def verify_export(path: Path) -> list[RunProof]:
                 break
         proofs.append(check.end())
     return proofs
+
+
+# -- beside the chain: what a run's row and a fork's source must say ----------------------
+async def source_head(
+    store: Store, run_id: str, through: int, since: datetime | None
+) -> tuple[str | None, str | None]:
+    """The hash of the run's event `through`, its log verified up to it (`fork`: what a fork
+    is rebuilt from), and None; or None and why it cannot be had (its log broken there, the
+    event missing or from before the chain)."""
+    check = await checked_rows(store, run_id, since, through=through)
+    found = check.proof.broken
+    if found is not None:
+        return None, f"run {run_id}'s log is broken: event {found.seq} {found.what}: {found.detail}"
+    if check.next <= through:
+        return None, f"run {run_id} has no event {through}"
+    if check.proof.head is None or check.proof.unchained >= through:
+        return None, f"run {run_id}'s event {through} is from before the chain: not verified"
+    return check.proof.head, None
+
+
+async def source_mismatch(store: Store, proof: RunProof, since: datetime | None) -> Break | None:
+    """A fork whose source, in this store, no longer holds the events it was rebuilt from:
+    its log broken through the fork point, or its event there hashed otherwise than the
+    fork's `run_forked` recorded. What was checked is said (`proof.lineage`)."""
+    if proof.forked is None:
+        return None
+    seq, source, through, recorded = proof.forked
+    if recorded is None:
+        proof.lineage = f"a fork of {source}, with no hash of it recorded: not checked against it"
+        return None
+    if not await store.fetchall("SELECT 1 FROM events WHERE run_id = ? LIMIT 1", (source,)):
+        proof.lineage = f"a fork of {source}, which is not in this store: not checked against it"
+        return None
+    head, why = await source_head(store, source, through, since)
+    if why is None and head != recorded:
+        why = f"its event {through} is hashed {head}, not {recorded} as when it was forked"
+    if why is not None:
+        said = f"it is a fork of {source} through its event {through}, and that run no longer"
+        return Break(seq, EDITED, f"{said} holds the events it was rebuilt from: {why}")
+    proof.lineage = f"a fork of {source}: its source's events through {through} checked"
+    return None
+
+
+async def row_mismatch(store: Store, proof: RunProof, last_read: int) -> Break | None:
+    """The run's row saying another state or stop than its log's last stop (or a stop its log
+    has none of). Its row read again after its events: compared only when it names the last
+    event read (nothing committed between the two reads)."""
+    rows = await store.fetchall(
+        "SELECT state, stop_reason, last_seq FROM runs WHERE run_id = ?", (proof.run_id,)
+    )
+    if not rows or int(rows[0][2] or 0) != last_read:
+        return None
+    state, reason = rows[0][0], rows[0][1]
+    if proof.stop is None:
+        if reason is None:
+            return None
+        return Break(last_read + 1, REMOVED, f"the run's row says it stopped (state {state!r},"
+                     f" stop reason {reason!r}), but its log has no stop")  # fmt: skip
+    seq, said_state, said_reason = proof.stop
+    if (state, reason) == (said_state, said_reason):
+        return None
+    row = f"the run's row says state {state!r}, stop reason {reason!r}"
+    stop = f"its stop says {said_state!r}, {said_reason!r}"
+    return Break(seq, EDITED, f"{row}; {stop}: the row was changed")
