@@ -22,17 +22,26 @@ A run whose loop is a kind's own (an ACP agent, which changes its working copy i
 on every look, whatever its env says: its changes never pass through the dispatcher.
 
 A read takes the snapshot and its hash together, on the env thread; an env that writes its
-own `fingerprint()` has it called for every fingerprint, as before.
+own `fingerprint()` has it called for every fingerprint, as before. A snapshot must be a dict
+of JSON data: what the run records and hashes is what the env returned. Anything else (an
+object, a set, a date, NaN, a list) stops the run `crashed`, as a snapshot that raises does,
+naming where (`snapshot() returned a dict that is not JSON data: ["obj"] is of type object
+(env.py:52, in snapshot)`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from loopdeck.core.canonical import short_hash
+from loopdeck.core.canonical import NotCanonical, data_hash
+from loopdeck.core.control import StopRun
+from loopdeck.core.env_faults import home_of
 from loopdeck.core.env_thread import EnvThread, Then
 from loopdeck.core.environment import Environment, StateChanges
+from loopdeck.core.states import StopReason
+from loopdeck.core.text import capped
 from loopdeck.core.tools import ToolSpec
 
 Snapshot = dict[str, Any]
@@ -52,6 +61,38 @@ def state_changes_of(env: Environment) -> StateChanges:
         f'{type(env).__name__}.state_changes is {said!r}: it is "any_time" (the state may '
         'change with no tool run) or "by_writes" (only tools that are not read-only change it)'
     )
+
+
+def not_json_data(env: Environment, snapshot: object) -> str | None:
+    """Why `snapshot` (what `env.snapshot()` returned) cannot be the run's state, with the
+    line of the env's `snapshot`; None when it is a dict of JSON data."""
+    if not isinstance(snapshot, dict):
+        said = f"snapshot() returned {type(snapshot).__name__}, not a dict of JSON data"
+    elif (key := next((k for k in snapshot if not isinstance(k, str)), None)) is not None:
+        said = (
+            f"snapshot() returned a dict that is not JSON data: its key {capped(repr(key), 60)}"
+            " is not a str"
+        )
+    else:
+        try:
+            data_hash(snapshot)
+            return None
+        except NotCanonical as exc:
+            said = f"snapshot() returned a dict that is not JSON data: {capped(str(exc), 300)}"
+    return said + _where_snapshot(env)
+
+
+def _where_snapshot(env: Environment) -> str:
+    """` (env.py:52, in snapshot)`: where the env's own `snapshot` is ("" if loopdeck's)."""
+    code = getattr(getattr(type(env), "snapshot", None), "__code__", None)
+    home = home_of(type(env))
+    if code is None or home is None:
+        return ""
+    try:
+        path = Path(code.co_filename).resolve().relative_to(home)
+    except (ValueError, OSError):
+        return ""
+    return f" ({path.as_posix()}:{code.co_firstlineno}, in snapshot)"
 
 
 class StateReads:
@@ -80,9 +121,15 @@ class StateReads:
         return ("snapshot", self.read)
 
     def read(self) -> Read:
-        """Env code, on the env thread: the snapshot and its hash."""
+        """Env code, on the env thread: the snapshot and its hash. One that is not a dict of
+        JSON data stops the run (`crashed`), naming where."""
         snapshot = self.env.snapshot()
-        return snapshot, short_hash(snapshot)
+        if isinstance(snapshot, dict) and all(isinstance(key, str) for key in snapshot):
+            try:
+                return snapshot, data_hash(snapshot)
+            except NotCanonical:
+                pass
+        raise StopRun(StopReason.CRASHED, not_json_data(self.env, snapshot) or "")
 
     def forget(self) -> None:
         """The state may have changed since it was read: the next look reads it."""

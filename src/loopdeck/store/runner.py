@@ -162,6 +162,8 @@ class RecordedRun:
             RunCorrected, run_id=run_id, detail=detail
         )
         self.writer.on_recovery = self._bring_back_spills
+        # An event recorded as a stand-in (it could not be made JSON) is said as it happens.
+        self.writer.on_stand_in = self.say
         self.writer.start()
         heartbeat = Heartbeat(self.store, run_id)
         heartbeat.start()
@@ -204,7 +206,15 @@ class RecordedRun:
         self.notes += await bring_back_spills(self.store)
 
     def _spilled(self, exc: StoreError) -> str:
-        spilled = self.writer.spill()
+        """The store's error, and where what it could not take went; a spill that fails
+        itself is said with it, never in its place."""
+        try:
+            spilled = self.writer.spill()
+        except Exception as failed:  # the store's error is still the one to tell
+            return (
+                f"{exc}; the unsaved events could not be spilled either"
+                f" ({type(failed).__name__}: {failed})"
+            )
         if spilled is not None:
             return (
                 f"{exc}; the unsaved events are in {spilled}: the next loopdeck process to open"

@@ -9,12 +9,18 @@ lands writes the queue in order and ends the outage. What each event's rows are 
 
 A worker's run is fenced (`fence`: its run and lease epoch): each commit checks the lease in
 its own transaction (`store/leases.py`). Refused (`LeaseLost`), the writer drops what it holds
-and every later event, never retries and never spills, and tells `on_lease_lost`."""
+and every later event, never retries and never spills, and tells `on_lease_lost`.
+
+An event that cannot be made JSON (env code handed the run a value that is not JSON data) is
+never the batch's end: it is recorded as a stand-in (`stand_in_row`: each value that is not
+JSON data as `"<not JSON data: TYPE>"`), said (`on_stand_in`, `stand_ins`), and the rest of
+the batch is committed, or spilled, with it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable
@@ -35,7 +41,15 @@ from loopdeck.store.base import (
     Tx,
     run_whole,
 )
-from loopdeck.store.chain import CHAINED_COLUMNS, EVENT_COLUMNS, ChainedRow, LinkedRow, RunChain
+from loopdeck.store.chain import (
+    CHAINED_COLUMNS,
+    EVENT_COLUMNS,
+    ChainedRow,
+    EventRow,
+    LinkedRow,
+    RunChain,
+    body_at,
+)
 from loopdeck.store.event_rows import RunRows, event_json, event_row
 from loopdeck.store.leases import LeaseLost, check
 from loopdeck.store.liveness import process_started, this_host
@@ -54,6 +68,36 @@ CLOSE_RETRY_S = 10.0
 # hash (hash None: linked at the commit; row None: serializing failed, tried again at the
 # commit).
 Queued = tuple[Event, str, ChainedRow | None]
+
+
+def _not_json(value: object) -> str:
+    return f"<not JSON data: {type(value).__name__}>"
+
+
+def stand_in_row(event: Event, error: Exception) -> EventRow:
+    """The row of an event that cannot be made JSON: its fields as they are, each value that
+    is not JSON data replaced by `"<not JSON data: TYPE>"`; if even that fails, its run, number,
+    kind, time and the error (`unwritable`)."""
+    try:
+        body = type(event).__pydantic_serializer__.to_json(event, fallback=_not_json).decode()
+    except Exception:  # nothing of it serializes: what it was, and why it is not here
+        head = {"run_id": event.run_id, "seq": event.seq, "at": event.at.isoformat()}
+        said = f"{type(error).__name__}: {error}"
+        body = json.dumps({**head, "kind": event.kind, "unwritable": said}, default=str)
+    return event.run_id, event.seq, event.kind, body_at(body) or event.at.isoformat(), body
+
+
+def row_of(event: Event) -> tuple[EventRow, str | None]:
+    """An event's row, and None; or its stand-in's (`stand_in_row`) and why it is one."""
+    try:
+        return event_row(event), None
+    except Exception as exc:  # a value that is not JSON data: the rest is still committed
+        said = (
+            f"run {event.run_id}: event {event.seq} ({event.kind}) could not be made JSON"
+            f" ({type(exc).__name__}: {exc}); recorded with each value that is not JSON data"
+            " as <not JSON data: TYPE>"
+        )
+        return stand_in_row(event, exc), said
 
 
 class EventWriter:
@@ -78,6 +122,9 @@ class EventWriter:
         self.on_correction: Callable[[str], None] | None = None
         # Told when an outage ended (the runner brings back other processes' spills then).
         self.on_recovery: Callable[[], None] | None = None
+        # Told of each event recorded as a stand-in (it could not be made JSON: `row_of`).
+        self.on_stand_in: Callable[[str], None] | None = None
+        self.stand_ins: list[str] = []
         # Told once, when its first batch is committed: the run is in the store (its row, its
         # start), and another terminal can name it.
         self.on_first_commit: Callable[[], None] | None = None
@@ -106,10 +153,15 @@ class EventWriter:
         chain = self.chain
         after = chain.tail_hash
         try:
-            row: ChainedRow | None = chain.queued(event.seq, event_row(event))
-        except Exception:  # never the publisher's problem: the commit reports it
-            row = None
+            made, stand_in = row_of(event)
+            row: ChainedRow | None = chain.queued(event.seq, made)
+        except Exception:  # never the publisher's problem: the commit makes it again
+            row, stand_in = None, None
             chain.broken()
+        if stand_in is not None:
+            self.stand_ins.append(stand_in)
+            if self.on_stand_in is not None:
+                self.on_stand_in(stand_in)
         self._queue.append((event, after, row))
         if self.outage is not None:
             return  # an outage keeps its own pace
@@ -225,7 +277,7 @@ class EventWriter:
         last = self._queue[-1][0].seq
         if self._spill.path is not None and last == self._spilled_through:
             return self._spill.path
-        lines = [row[4] if row else event.as_json() for event, _, row in self._queue]
+        lines = [row[4] if row else row_of(event)[0][4] for event, _, row in self._queue]
         path = self._spill.write(lines)
         self._spilled_through = last if path is not None else 0
         return path
@@ -309,8 +361,8 @@ class EventWriter:
             batch = await _not_stored(tx, run_id, batch)
         if not batch:
             return None, correction
-        if any(item[2] is None for item in batch):  # made again (and reported) here
-            batch = [(e, after, row or (*event_row(e), None)) for e, after, row in batch]
+        if any(item[2] is None for item in batch):  # made again here (a stand-in if need be)
+            batch = [(e, after, row or (*row_of(e)[0], None)) for e, after, row in batch]
         linked = cast(list[LinkedRow], batch)  # each with its row now
         rows = await self.chain.rows(tx, run_id, batch[0][0].seq, linked)
         # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit at a
