@@ -74,3 +74,10 @@ def test_a_write_at_the_agents_stop_turns_goal_met_into_policy_block(tmp_path: P
     assert changes and changes[-1]["after"] == "the agent's stop", changes
     assert TARGET in changes[-1]["changed"] and changes[-1]["stops"] is True, changes[-1]
     assert stop_of(events)["stop_reason"] == "policy_block"
+
+
+def test_a_write_while_a_permitted_command_runs_is_named(tmp_path: Path) -> None:
+    allow = policy(tmp_path, "execute")
+    outcome, _ = run_to_end(tmp_path, "write-under-command", "deny", "--policy", allow)
+    named = [f for f in outcome["findings"] if "changed while" in f]
+    assert named and TARGET in named[0] and "ls -la" in named[0], outcome["findings"]

@@ -42,7 +42,7 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.core.workspace_changes import ChangeWatch
+from loopdeck.core.workspace_changes import ChangeWatch, commanded_words
 from loopdeck.core.write_approvals import Approved, Rejected
 from loopdeck.workdir.volatile import steady
 
@@ -99,6 +99,8 @@ class AcpCalls:
                 " permission showed no content it could be checked against (no diff, no"
                 " content, or one that did not apply), so whatever the agent wrote stands"
             )
+        if changes.commanded:
+            self.host.finding(commanded_words(after, changes))
         if changes:
             self.host.unrequested(after, changes)
 

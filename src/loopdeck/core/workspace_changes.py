@@ -3,7 +3,9 @@ which of it no approved call explains: the evidence of an `unrequested_change`.
 
 A call the operator (or the run's approver) permitted explains the paths it named until the
 first look after its end; a permitted call that names no path (a shell command) explains every
-change while it is under way. Anything else that changed is unrequested.
+change while it is under way, each such change listed (`Changes.commanded`, said as a finding:
+never silent), and the other permits' approved content is still checked meanwhile. Anything
+else that changed is unrequested.
 
 A permission covers what the operator was shown, not whatever lands in the file it names: when
 the permit says each file's approved content (`permit(expected=...)`, an ACP agent's call, its
@@ -37,6 +39,10 @@ class Changes:
     # "path (call)".
     differs: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)
+    # Not unrequested either: what changed while a permitted call naming no file (a
+    # command) was under way, each path; and those calls. Said as a finding, never silent.
+    commanded: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed)
@@ -61,6 +67,16 @@ class Changes:
             return [path for path in paths if path not in explained]
 
         return Changes(kept(self.added), kept(self.changed), kept(self.removed))
+
+
+def commanded_words(after: str, changes: Changes) -> str:
+    """The finding for what changed while a permitted command ran: the paths, the calls."""
+    paths = changes.commanded
+    more = f" and {len(paths) - SHOWN} more" if len(paths) > SHOWN else ""
+    return (
+        f"changed while {', '.join(changes.commands)} ran (a permitted command, naming no"
+        f" file), seen after {after}: {', '.join(paths[:SHOWN])}{more}"
+    )
 
 
 def files_of(snapshot: Mapping[str, Any]) -> dict[str, str]:
@@ -142,12 +158,14 @@ class ChangeWatch:
         changes = changes_between(before, now)
         permits = list(self.permits.values())
         self.permits = {p.call_id: p for p in permits if not p.ended}
-        if any(p.paths is None for p in permits):
-            return Changes()
         explained: set[str] = set()
         for permit in permits:
             explained |= permit.paths or frozenset()
         left = changes.without(explained)
+        commands = [p.call_id for p in permits if p.paths is None]
+        commanded = sorted({*left.added, *left.changed, *left.removed}) if commands else []
+        if commands:
+            left = Changes()  # explained by the command, and listed
         differs: dict[str, str | None] = {}  # path -> its hash when permitted
         unchecked: list[str] = []
         for permit in (p for p in permits if p.ended and p.expected is not None):
@@ -165,4 +183,14 @@ class ChangeWatch:
             removed=sorted({*left.removed, *(p for p in differs if p not in now)}),
             differs=sorted(differs),
             unchecked=unchecked,
+            commanded=commanded,
+            commands=commands if commanded else [],
         )
+
+    def drop_open(self) -> list[str]:
+        """The permits of calls whose end never came (an agent that exited without sending
+        its result) withdrawn: what changes from here is theirs no more. Their calls."""
+        dropped = [p.call_id for p in self.permits.values() if not p.ended]
+        for call_id in dropped:
+            del self.permits[call_id]
+        return dropped

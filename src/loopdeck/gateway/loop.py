@@ -78,6 +78,8 @@ class GatewayLoop:
                 except AgentFailed as failed:
                     raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             status = await self._calls()
+            # A released call whose result never came explains nothing past the agent's end.
+            self.calls.uses.watch.drop_open()
             await self.calls.uses.look("the agent's end")
             await judged(host, before, status, self.agent, self.unchecked)
         except BaseException as stop:

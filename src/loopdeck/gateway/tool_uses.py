@@ -18,7 +18,9 @@ of the answer recorded `withdrawn`, not delivered (`Undelivered`); the guard for
 the client's retry of the request is no repeat.
 
 A released write permits the files it names to change (any file, for a command or a patch
-that names none) until the agent sends its result (`ChangeWatch`).
+that names none, each such change listed as a finding) until the agent sends its result
+(`ChangeWatch`); a permit whose result never came is withdrawn when the agent exits, so what
+changed after its last request is unrequested.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode, ToolSpec
-from loopdeck.core.workspace_changes import ChangeWatch
+from loopdeck.core.workspace_changes import ChangeWatch, commanded_words
 from loopdeck.core.write_approvals import Approved, Rejected
 from loopdeck.gateway.answer import Release, Replace, ToolUse, Verdict
 from loopdeck.gateway.config import GatewaySettings
@@ -69,6 +71,8 @@ class ToolUses:
     async def look(self, after: str) -> None:
         """A change of the folder that no released write explains: named (`unrequested`)."""
         changes = self.watch.look(await self.host.snapshot())
+        if changes.commanded:
+            self.host.finding(commanded_words(after, changes))
         if changes:
             self.host.unrequested(after, changes)
 

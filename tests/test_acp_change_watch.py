@@ -1,0 +1,43 @@
+"""`ChangeWatch` (core/workspace_changes.py) while a permitted command (a call naming no file)
+is open: what changes is listed, never silent, and the other permits' approved content is
+still checked (a command open is no licence for an edit to land other content)."""
+
+from __future__ import annotations
+
+from loopdeck.core.workspace_changes import ChangeWatch, commanded_words
+
+
+def snap(**files: str) -> dict[str, dict[str, str]]:
+    return {"files": {name.replace("_", "."): digest for name, digest in files.items()}}
+
+
+def test_a_change_under_an_open_command_is_listed() -> None:
+    watch = ChangeWatch()
+    watch.look(snap(calc_py="old"))
+    watch.permit("c1 ls -la", None)
+    changes = watch.look(snap(calc_py="backdoor", new_txt="x"))
+    assert not changes  # the command explains it ...
+    assert changes.commanded == ["calc.py", "new.txt"]  # ... and it is listed
+    assert changes.commands == ["c1 ls -la"]
+    said = commanded_words("turn 1", changes)
+    assert "c1 ls -la" in said and "calc.py" in said
+
+
+def test_an_edit_landing_other_content_is_caught_while_a_command_is_open() -> None:
+    watch = ChangeWatch()
+    watch.look(snap(calc_py="old"))
+    watch.permit("c1 edit calc.py", {"calc.py"}, {"calc.py": "approved"})
+    watch.permit("c2 ls -la", None)
+    watch.ended("c1 edit calc.py")
+    changes = watch.look(snap(calc_py="backdoor"))
+    assert changes.differs == ["calc.py"], changes
+    assert changes.changed == ["calc.py"], changes
+
+
+def test_a_permit_never_ended_is_dropped() -> None:
+    watch = ChangeWatch()
+    watch.look(snap(calc_py="old"))
+    watch.permit("c1 ls", None)
+    assert watch.drop_open() == ["c1 ls"]
+    changes = watch.look(snap(calc_py="backdoor"))
+    assert changes.changed == ["calc.py"] and not changes.commanded
