@@ -41,3 +41,20 @@ def test_a_permit_never_ended_is_dropped() -> None:
     assert watch.drop_open() == ["c1 ls"]
     changes = watch.look(snap(calc_py="backdoor"))
     assert changes.changed == ["calc.py"] and not changes.commanded
+
+
+def test_an_approved_edit_that_also_sets_the_setuid_bit_differs() -> None:
+    watch = ChangeWatch()
+    watch.look(snap(calc_py="old"))
+    watch.permit("c1 edit calc.py", {"calc.py"}, {"calc.py": "approved"})
+    watch.ended("c1 edit calc.py")
+    changes = watch.look(snap(calc_py="approved mode 4111"))
+    assert changes.differs == ["calc.py"], changes
+
+
+def test_a_folder_emptied_by_a_permitted_removal_is_explained() -> None:
+    watch = ChangeWatch()
+    watch.look({"files": {"sub/x.py": "a"}})
+    watch.permit("c1 rm sub/x.py", {"sub/x.py"})
+    watch.ended("c1 rm sub/x.py")
+    assert not watch.look({"files": {"sub/": "folder"}})

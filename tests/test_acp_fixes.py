@@ -188,7 +188,7 @@ def walked_as_before(workdir: Path) -> dict[str, str]:
         dirs[:] = [d for d in dirs if d not in SKIPPED]
         for name in names:
             path = Path(folder) / name
-            if path.exists():  # a broken link is no file
+            if not path.is_symlink():  # a link is an entry of its own: its target's text
                 files[path.relative_to(workdir).as_posix()] = digest(str(path))
     return dict(sorted(files.items()))
 
@@ -206,12 +206,15 @@ def test_the_working_copy_s_tree_is_walked_as_before(tmp_path: Path) -> None:
     (work / "broken").symlink_to(tmp_path / "nothing")
     workspace = WorkspaceEnvironment(work, {})
     files = workspace.snapshot()["files"]
-    assert files == walked_as_before(work)
+    links = ("linked_folder", "linked_file.py", "broken")
+    assert {k: v for k, v in files.items() if k not in links} == walked_as_before(work)
     assert list(files) == sorted(files)
     assert "pkg/deep/c.txt" in files and "ünïcode/名前.txt" in files
     assert not any(part in SKIPPED for rel in files for part in rel.split("/"))
-    assert files["linked_file.py"] == files["a.py"]
-    assert "linked_folder/o.txt" not in files and "broken" not in files
+    # a link is never followed: an entry of its own, the text it points to (issue 38)
+    assert all(files[link].startswith("link ") for link in links)
+    assert files["linked_file.py"] != files["a.py"]
+    assert "linked_folder/o.txt" not in files
 
 
 def test_a_file_is_hashed_again_only_where_its_size_mtime_or_ctime_moved(
@@ -240,13 +243,13 @@ def test_a_file_is_hashed_again_only_where_its_size_mtime_or_ctime_moved(
     assert list(workspace.snapshot()["files"]) == ["g.txt"]
 
 
-def test_a_fifo_in_the_working_copy_is_left_out_never_opened(tmp_path: Path) -> None:
+def test_a_fifo_in_the_working_copy_is_an_entry_never_opened(tmp_path: Path) -> None:
     """A user's folder worked on in place may hold a named pipe: opening it to hash it would
-    block the env thread for good."""
+    block the env thread for good. It is an entry by its kind (issue 38)."""
     (tmp_path / "a.py").write_text("a\n")
     os.mkfifo(tmp_path / "pipe")
     files = WorkspaceEnvironment(tmp_path, {}).snapshot()["files"]
-    assert list(files) == ["a.py"]
+    assert list(files) == ["a.py", "pipe"] and files["pipe"] == "special fifo"
 
 
 @pytest.mark.slow  # an agent process's start: seconds (make stress)

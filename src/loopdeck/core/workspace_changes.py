@@ -63,10 +63,29 @@ class Changes:
         return "; ".join(parts)
 
     def without(self, explained: set[str]) -> Changes:
+        """Less the paths explained; an empty folder's entry ("sub/") is explained by any
+        explained path inside it (a file removed from it, or written into it)."""
+
         def kept(paths: list[str]) -> list[str]:
-            return [path for path in paths if path not in explained]
+            return [path for path in paths if not _explained(path, explained)]
 
         return Changes(kept(self.added), kept(self.changed), kept(self.removed))
+
+
+def _explained(path: str, explained: set[str]) -> bool:
+    if path in explained:
+        return True
+    return path.endswith("/") and any(other.startswith(path) for other in explained)
+
+
+def content_of(value: str | None) -> str | None:
+    """A state entry's content hash, without its mode bits (`workdir/tree.py`)."""
+    return None if value is None else value.split(" mode ", 1)[0]
+
+
+def mode_of(value: str | None) -> str:
+    """A state entry's mode bits ("" when none is set)."""
+    return "" if value is None or " mode " not in value else value.split(" mode ", 1)[1]
 
 
 def commanded_words(after: str, changes: Changes) -> str:
@@ -175,8 +194,8 @@ class ChangeWatch:
                     continue  # the call left it as it was
                 if want is None:
                     unchecked.append(f"{path} ({permit.call_id})")
-                elif have != (want or None):
-                    differs.setdefault(path, base)
+                elif content_of(have) != (want or None) or mode_of(have) != mode_of(base):
+                    differs.setdefault(path, base)  # other content, or its mode changed
         return Changes(
             added=sorted({*left.added, *(p for p, base in differs.items() if base is None)}),
             changed=sorted({*left.changed, *(p for p, b in differs.items() if b and p in now)}),

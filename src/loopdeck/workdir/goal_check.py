@@ -1,6 +1,9 @@
 """`goal_check` of an MCP env's `scenario.toml`: a command run in the working copy, off the
 event loop (on the env thread, where `unmet` runs), in a process group of its own, bounded.
 
+Python's bytecode cache is a fresh folder of the check's own (`PYTHONPYCACHEPREFIX`): a
+`__pycache__` the agent forged in the working copy is never what the check imports.
+
 Exit 0: the goal is met. Exit 1: not met, each non-empty stdout line a reason (none: "the
 goal check says not met"). Anything else (not found, another exit code, a signal, past its
 timeout) is the check failing: the run stops `tool_failure`, naming the check, with the tail
@@ -13,6 +16,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from loopdeck.core.control import StopRun
@@ -32,9 +36,24 @@ def stderr_tail(text: str) -> str:
 def run_goal_check(command: list[str], workdir: Path, timeout_s: float) -> list[str]:
     """The unmet reasons; [] when met. Raises `StopRun` when the check itself fails."""
     shown = " ".join(command)
+    with tempfile.TemporaryDirectory(prefix="loopdeck-pycache-") as cache:
+        return _run(command, shown, workdir, timeout_s, check_environment(cache))
+
+
+def check_environment(cache: str) -> dict[str, str]:
+    """The check's environment: loopdeck's, Python's bytecode read from and written to
+    `cache` (a fresh folder) only: a `__pycache__` in the working copy (which the tree does
+    not watch) is never run in place of its source, and none is written there."""
+    return {**os.environ, "PYTHONPYCACHEPREFIX": cache, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _run(
+    command: list[str], shown: str, workdir: Path, timeout_s: float, env: dict[str, str]
+) -> list[str]:
     try:
         proc = subprocess.Popen(
             command,
+            env=env,
             cwd=workdir,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
