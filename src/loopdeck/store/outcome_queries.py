@@ -9,6 +9,7 @@ the event written here, as a reader writes a crashed run's stop.
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from loopdeck.store.base import Store, Tx
@@ -89,6 +90,11 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
         (outcome, run_id, call_id),
     )
     if changed != 1:
+        if rows[0]["outcome"] is None and (lapsed := await _lapsed_lease(tx, run_id)):
+            return (
+                f"{call_id}'s outcome is not known yet: {lapsed}; the worker that takes the"
+                " run up records it outcome_unknown, and `resolve` takes your word then"
+            )
         known = rows[0]["outcome"] or "running"
         return f"{call_id}'s outcome is not unknown: it is {known}"
     said = {"call_id": call_id, "applied": applied}
@@ -126,3 +132,17 @@ async def grant_events(store: Store, run_id: str | None = None) -> list[EventBas
         body = json.loads(row["body"])
         made.append(classes[body["kind"]].model_validate(body))
     return made
+
+
+async def _lapsed_lease(tx: Tx, run_id: str) -> str | None:
+    """A live run's lease that nobody renews (its worker gone, none has taken it up yet):
+    said as the runs listing says it; None when its worker holds it."""
+    from loopdeck.store.queries import _lapsed
+
+    rows = await tx.fetchall(
+        "SELECT run_id, state, host, note, expires_at FROM leases WHERE run_id = ?", (run_id,)
+    )
+    if not rows:
+        return None
+    row = _lapsed(rows[0], time.time())
+    return None if row is rows[0] else str(row["note"])
