@@ -3,12 +3,19 @@ runs once per path, content and state. Written unasked only with the very conten
 call showed the operator for the file, once, in its turn (`permitted_writes.py`); anything
 else (no permission for the file this turn, its content not told, other content) is asked as
 a write of its own and recorded as written, the operator's edit included.
+
+The file is written with no link followed (`_write_inside`): a folder of the path the agent
+swaps for a link after it was resolved (a race while the write waits) refuses the write.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import os
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Protocol
 
 from loopdeck.acp_env.bridge import FileWriteAsked, OutsideWorkdir, inside
@@ -62,12 +69,57 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
         except OutsideWorkdir as exc:
             calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, str(exc)))
             raise RequestError.invalid_params({"path": str(exc)}) from None
+        try:
+            _write_inside(workdir.resolve(), target, content)
+        except OSError as exc:
+            said = _moved(path, exc)
+            calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, said))
+            raise RequestError(-32000, said) from None
         calls.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
+    else:
+        try:
+            _write_inside(workdir.resolve(), target, content)
+        except OSError as exc:
+            raise RequestError(-32000, _moved(path, exc)) from None
     calls.written.add(once)
     rel = target.relative_to(workdir.resolve()).as_posix()
     calls.watch.wrote(rel, text_digest(content))  # what the call's file holds now
     calls.watch.permit(f"write {once}", {rel})
     calls.watch.ended(f"write {once}")
     return WriteTextFileResponse()
+
+
+def _moved(path: str, exc: OSError) -> str:
+    return (
+        f"{path}: not written: the path changed while the write waited (a link or another"
+        f" folder where the working copy's folder was: {exc.strerror or exc})"
+    )
+
+
+def _write_inside(root: Path, target: Path, content: str) -> None:
+    """`content` written to `target` (resolved inside `root`) with no link followed: each
+    folder opened from the one before it (`dir_fd`, `O_NOFOLLOW`), made where missing, and
+    the file opened without following a link, refused if it is hard-linked elsewhere. A
+    path that a link replaced since `inside()` resolved it raises `OSError`: nothing is
+    written outside the working copy, whatever the agent swaps meanwhile."""
+    parts = target.relative_to(root).parts
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, "the working copy itself")
+    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, dir_fd=folder)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | nofollow, 0o666, dir_fd=folder)
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        stat = os.fstat(fd)
+        if not S_ISREG(stat.st_mode) or stat.st_nlink > 1:
+            raise OSError(errno.EPERM, "not a file of the working copy's own (a hard link?)")
+        file.truncate(0)
+        file.write(content)
