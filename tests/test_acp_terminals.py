@@ -160,7 +160,7 @@ async def test_an_approved_terminal_runs_once_and_its_output_reaches_the_agent(
     assert marker.read_text() == "ran\n"
     [asked] = rec.kinds("approval_requested")
     assert asked.tool == "terminal"
-    assert asked.args == {"command": sys.executable, "args": ["-c", code], "cwd": ".", "env": []}
+    assert asked.args == {"command": sys.executable, "args": ["-c", code], "cwd": ".", "env": {}}
     [ran] = _finished(rec, "terminal: ")
     assert ran.status is CallStatus.EXECUTED
     assert ran.result["data"]["exit_code"] == 0
@@ -301,3 +301,25 @@ async def test_a_permitted_call_naming_the_command_is_not_asked_twice(tmp_path: 
     [ran] = _finished(rec, "terminal: ")
     assert ran.status is CallStatus.EXECUTED and ran.result["data"]["permitted_by"] == "c1"
     assert marker.read_text() == "ran\n"
+
+
+@pytest.mark.slow
+async def test_a_terminals_environment_is_shown_with_its_values_and_runs_as_shown(
+    tmp_path: Path,
+) -> None:
+    """A `PYTHONPATH` runs code of its own: the approval shows the value (issue 38), and the
+    command runs with the environment as approved; a permission naming the command does not
+    cover a terminal carrying variables (asked, their values shown)."""
+    marker = tmp_path / "ran"
+    code = f"import os; open({str(marker)!r}, 'a').write(os.environ['PYTHONPATH'])"
+    terminal = _python(code) + ', env = { PYTHONPATH = "/evil" }'
+    step = (
+        f'{{ tool = "Run it", kind = "execute", permission = true, terminal = {{ {terminal} }} }}'
+    )
+    _, rec = await _run(_env(tmp_path, step))
+    asked = rec.kinds("approval_requested")
+    assert [e.tool.split(":")[0] for e in asked] == ["execute", "terminal"], asked
+    assert asked[1].args["env"] == {"PYTHONPATH": "/evil"}
+    [ran] = _finished(rec, "terminal: ")
+    assert "permitted_by" not in ran.result["data"]
+    assert marker.read_text() == "/evil"

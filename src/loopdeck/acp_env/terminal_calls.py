@@ -1,5 +1,6 @@
 """A terminal the agent asks loopdeck to run (`terminal/create`) as a write of the run: a call
-`terminal: COMMAND` with its canonical input (command, args, cwd, the environment's names),
+`terminal: COMMAND` with its canonical input (command, args, cwd, the environment's variables
+and their values: what runs is what is shown),
 keyed by the guard, asked of the operator like a permission (bound to the working copy's
 hash; an edit runs as edited) unless a call the operator allowed in this state named the same
 command, started once, and finished when its command ends with its exit and its output's tail.
@@ -99,14 +100,17 @@ class TerminalCalls:
         try:
             cwd = inside(workdir, request.cwd or str(workdir))
         except OutsideWorkdir as exc:
-            said = {"command": command, "args": args, "cwd": request.cwd, "env": sorted(env)}
+            said = {"command": command, "args": args, "cwd": request.cwd, "env": dict(env)}
             await self.calls.refused_own(TERMINAL, line, said, exc)
             raise RequestError.invalid_params({"cwd": str(exc)}) from None
-        raw = {"command": command, "args": args, "cwd": _relative(cwd, workdir), "env": sorted(env)}
+        shown = dict(sorted(env.items()))
+        raw = {"command": command, "args": args, "cwd": _relative(cwd, workdir), "env": shown}
         record = await self.calls.proposed_own(TERMINAL, capped(line, 200), raw)
         if record.status is CallStatus.BLOCKED_REPEAT:
             raise RequestError(-32000, f"{record.tool}: {REPEATED}")
-        by = self._allowed_by(command, args, record.state_hash)
+        # A permission named the command, not this environment: one carrying variables is
+        # asked (their values shown), never run on the permission.
+        by = None if env else self._allowed_by(command, args, record.state_hash)
         if by is None:
             approved = await self.calls.approved(record, f"the agent asks loopdeck to run: {line}")
             if approved is None:
@@ -188,12 +192,17 @@ def _edited(
     args: dict[str, Any], env: dict[str, str], workdir: Path
 ) -> tuple[str, list[str], Path, dict[str, str]] | str:
     """The command as approved (the operator may have edited it); a cwd edited outside the
-    working copy is refused. Only variables the agent gave values for can be kept."""
+    working copy is refused. The environment is as approved: the values shown, or as the
+    operator edited them."""
     try:
         cwd = inside(workdir, str(args.get("cwd") or "."))
     except OutsideWorkdir as exc:
         return str(exc)
-    kept = {name: env[name] for name in args.get("env", []) if name in env}
+    given = args.get("env", {})
+    if isinstance(given, dict):
+        kept = {str(name): str(value) for name, value in given.items()}
+    else:  # names only (a record from before values were shown): the agent's values
+        kept = {name: env[name] for name in given if name in env}
     return str(args["command"]), [str(a) for a in args.get("args", [])], cwd, kept
 
 

@@ -38,14 +38,16 @@ SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
 
 
 class TerminalInput(BaseModel):
-    """A terminal/create as loopdeck records it: the environment's names, never its values."""
+    """A terminal/create as loopdeck records it and the operator approves it: what runs, the
+    environment's variables with their values (a `PYTHONPATH` or `LD_PRELOAD` runs code of
+    its own: an approval showing only names would show nothing of it)."""
 
     model_config = ConfigDict(extra="forbid")
 
     command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
     cwd: str = "."
-    env: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
 
 
 def _agents_own(_: Any) -> Any:
