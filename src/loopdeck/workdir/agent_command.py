@@ -47,3 +47,9 @@ def expanded(values: Mapping[str, str], where: str) -> dict[str, str]:
 
         out[name] = re.sub(r"\$\{(\w+)\}", take, value)
     return out
+
+
+def child_environment(added: Mapping[str, str]) -> dict[str, str]:
+    """loopdeck's own environment with `added` set: what a command loopdeck starts in the
+    working copy gets (the goal check, its bytecode cache moved out of the folder)."""
+    return {**os.environ, **added}

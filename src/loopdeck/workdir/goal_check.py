@@ -22,6 +22,7 @@ from pathlib import Path
 from loopdeck.core.control import StopRun
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped, visible
+from loopdeck.workdir.agent_command import child_environment
 
 TAIL_CHARS = 600
 REASONS_KEPT = 50
@@ -44,7 +45,7 @@ def check_environment(cache: str) -> dict[str, str]:
     """The check's environment: loopdeck's, Python's bytecode read from and written to
     `cache` (a fresh folder) only: a `__pycache__` in the working copy (which the tree does
     not watch) is never run in place of its source, and none is written there."""
-    return {**os.environ, "PYTHONPYCACHEPREFIX": cache, "PYTHONDONTWRITEBYTECODE": "1"}
+    return child_environment({"PYTHONPYCACHEPREFIX": cache, "PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def _run(
