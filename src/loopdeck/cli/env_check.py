@@ -82,9 +82,12 @@ async def check(args: argparse.Namespace) -> int:
                 _print_faults(early.faults, "", sys.stderr)
             raise
     nothing = _nothing_to_play(env_dir)
-    if nothing is not None:
+    if nothing is not None:  # a real agent's env: its scripts are not loopdeck's to play
         print(f"nothing to play: {nothing}")
         return 0
+    if not env_dir.scenario.scripts:  # no test at all is no pass: said, and exit 1
+        print("nothing checked: scenario.toml declares no [scripts.NAME]")
+        return 1
     failed = checked = 0
     for name, script in sorted(env_dir.scenario.scripts.items()):
         if script.expect is None:
@@ -99,7 +102,7 @@ async def check(args: argparse.Namespace) -> int:
             _print_faults(heard.faults, _INDENT)
     if not checked:
         print("nothing checked: no script declares an expect = { stop_reason = ... }")
-        return 0
+        return 1
     print(f"{failed} failed" if failed else "all expectations met")
     return 1 if failed else 0
 
@@ -115,8 +118,6 @@ def _nothing_to_play(env_dir: EnvDir) -> str | None:
             f"`{agent}` is a real agent (it plays no script of loopdeck's):"
             f" `loopdeck run {visible(str(env_dir.path))}` drives it"
         )
-    if not env_dir.scenario.scripts:
-        return "scenario.toml declares no [scripts.NAME]"
     return None
 
 

@@ -86,7 +86,16 @@ def _init_env(args: argparse.Namespace) -> int:
         shutil.rmtree(dest, ignore_errors=True)  # what was copied before it failed
         why = exc.strerror or str(exc)
         raise ScenarioError(f"{dest}: cannot create the env folder there ({why})") from None
-    _rename(dest / "scenario.toml", name_line)
+    try:
+        _rename(dest / "scenario.toml", name_line)
+    except BaseException as exc:  # never a half-made env left behind, named after the sample
+        shutil.rmtree(dest, ignore_errors=True)
+        if isinstance(exc, OSError):
+            why = exc.strerror or str(exc)
+            raise ScenarioError(
+                f"{dest}: cannot name the env in its scenario.toml ({why})"
+            ) from None
+        raise
     shown = visible(str(dest))
     print(f"created {shown} from the sample env {visible(args.name)}")
     print(f"edit {shown}/scenario.toml and {shown}/env.py, then: loopdeck check {shown}")
@@ -97,13 +106,15 @@ _NAME = re.compile(r"^name\s*=.*$", re.MULTILINE)
 
 
 def _name_line(name: str) -> str:
-    """`name = "..."` naming the env after its new folder, as TOML that reads back the same."""
-    line = f"name = {json.dumps(name)}"
+    """`name = "..."` naming the env after its new folder, as TOML that reads back the same
+    (JSON's escapes of a quote, a backslash or a control character are TOML's too)."""
+    line = f"name = {json.dumps(name, ensure_ascii=False)}"
     try:
+        line.encode("utf-8")  # a lone surrogate (an undecodable byte of the path) is no text
         if tomllib.loads(line)["name"] == name:
             return line
-    except tomllib.TOMLDecodeError:
-        pass  # a lone surrogate (an undecodable byte of the path) is no TOML text
+    except (UnicodeEncodeError, tomllib.TOMLDecodeError):
+        pass
     raise ScenarioError(f"{name!r} cannot be an env's name in scenario.toml; choose another folder")
 
 
@@ -111,7 +122,8 @@ def _rename(scenario: Path, name_line: str) -> None:
     """The copy's top-level `name` (above its first table) says its own folder's name."""
     text = scenario.read_text(encoding="utf-8")
     head_end = m.start() if (m := re.search(r"^\s*\[", text, re.MULTILINE)) else len(text)
-    head, found = _NAME.subn(name_line, text[:head_end], count=1)
+    # A function, not a template: the line's backslashes are its own, never read as escapes.
+    head, found = _NAME.subn(lambda _: name_line, text[:head_end], count=1)
     if not found:
         head = f"{name_line}\n{head}"
     scenario.write_text(head + text[head_end:], encoding="utf-8")

@@ -168,7 +168,7 @@ class Runtime:
         if after_hash == self._checked_hash:
             return
         self._checked_hash = after_hash
-        if await self.env_call("goal check", self.env.goal_reasons, after):
+        if await self.state_reads.goal_check(after):
             return
         self.move(RunState.REVIEWING)
         self.emit(
@@ -189,7 +189,7 @@ class Runtime:
         if self.machine.state is not RunState.REVIEWING:
             self.move(RunState.REVIEWING)
         after = await self.snapshot()
-        unmet = await self.env_call("goal check", self.env.goal_reasons, after)
+        unmet = await self.state_reads.goal_check(after)
         self._checked_hash = short_hash(after)
         verdict = review(before, after, lambda _: unmet)
         self.emit(

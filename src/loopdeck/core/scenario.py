@@ -11,6 +11,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loopdeck.core.budgets import Budget
+from loopdeck.core.scenario_strict import (
+    NO_GOAL_CHECK,
+    goal_check_problems,
+    loose_values,
+    misspelled_table,
+)
 from loopdeck.core.states import StopReason
 
 Mode = Literal["rounds", "react"]
@@ -182,11 +188,16 @@ def _field_line(item: Any, prefix: str) -> str:
 
 
 def invalid(
-    path: Path, what: str, error: ValidationError, settings: Sequence[str], prefix: str = ""
+    path: Path,
+    what: str,
+    error: ValidationError | Sequence[Any],
+    settings: Sequence[str],
+    prefix: str = "",
 ) -> str:
     """`PATH: invalid scenario:` and a line a field, a field that a `--set` gave blamed on it:
-    `--set budgets.max_turns=0 (over PATH): …` when every field is one, else on its line."""
-    items = error.errors()
+    `--set budgets.max_turns=0 (over PATH): …` when every field is one, else on its line.
+    (`error`: pydantic's, or its items: each a dict of `loc`, `type` and `msg`.)"""
+    items = error.errors() if isinstance(error, ValidationError) else error
     lines = [_field_line(item, prefix) for item in items]
     setters = [set_by([*([prefix] if prefix else []), *item["loc"]], settings) for item in items]
     if setters and all(setters):
@@ -272,7 +283,24 @@ def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
     except RecursionError as exc:
         raise ScenarioError(f"{path}: not readable TOML: nested too deeply") from exc
     raw = apply_settings(raw, settings or [])
+    _strict(path, raw, settings or [])
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(invalid(path, "invalid scenario", exc, settings or [])) from exc
+
+
+def _strict(path: Path, raw: dict[str, Any], settings: list[str]) -> None:
+    """What pydantic would read loosely, refused first (`core/scenario_strict.py`): a table
+    misspelled, a number or boolean given as something else, a bound of nothing."""
+    known = Scenario.model_fields
+    if (found := misspelled_table(raw, known)) is not None:
+        table, meant = found
+        made = [text for text in settings if parse_setting(text)[0][:1] == [table]]
+        where = f"--set {made[-1]} (over {path})" if made else str(path)
+        raise ScenarioError(f"{where}: unknown table [{table}]; did you mean [{meant}]?")
+    items = [{"loc": loc, "type": "strict", "msg": msg} for loc, msg in loose_values(Scenario, raw)]
+    items += [{"loc": loc, "type": "strict", "msg": NO_GOAL_CHECK}
+              for loc in goal_check_problems(raw, known)]  # fmt: skip
+    if items:
+        raise ScenarioError(invalid(path, "invalid scenario", items, settings))

@@ -27,10 +27,16 @@ of JSON data: what the run records and hashes is what the env returned. Anything
 object, a set, a date, NaN, a list) stops the run `crashed`, as a snapshot that raises does,
 naming where (`snapshot() returned a dict that is not JSON data: ["obj"] is of type object
 (env.py:52, in snapshot)`).
+
+The goal check (`unmet`, on a snapshot) is bounded by the env's `goal_check_timeout_s` (a
+Python env's class may set it; 60 s unless it does; an env whose check is a `goal_check`
+command has the scenario's, and its command stops itself at it): past it the run stops
+`tool_failure` naming it, the check abandoned as a hanging tool is.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +53,17 @@ from loopdeck.core.tools import ToolSpec
 Snapshot = dict[str, Any]
 Read = tuple[Snapshot, str]  # a snapshot and its hash (`short_hash`)
 Interruptible = Callable[[Awaitable[Any]], Awaitable[Any]]
+# A goal check's bound when its env says none (the scenario's `goal_check_timeout_s` default).
+GOAL_CHECK_S = 60.0
+# A `goal_check` command stops itself at the bound, in its own words: the runtime's comes later.
+COMMAND_GRACE_S = 5.0
+
+
+def goal_check_bound(env: Environment) -> float:
+    """How long the env's goal check may run: its `goal_check_timeout_s` (else 60 s), and a
+    grace for a `goal_check` command, which stops itself at that bound."""
+    bound = float(getattr(env, "goal_check_timeout_s", None) or GOAL_CHECK_S)
+    return bound + COMMAND_GRACE_S if getattr(env, "goal_check", None) else bound
 
 
 def state_changes_of(env: Environment) -> StateChanges:
@@ -130,6 +147,23 @@ class StateReads:
             except NotCanonical:
                 pass
         raise StopRun(StopReason.CRASHED, not_json_data(self.env, snapshot) or "")
+
+    async def goal_check(self, snapshot: Snapshot) -> list[str]:
+        """The reasons the goal is not met in `snapshot` (`goal_reasons`), on the env thread,
+        bounded (`goal_check_bound`): past it the run stops `tool_failure`, naming it."""
+        bound, began = goal_check_bound(self.env), time.monotonic()
+        call = self.env_thread.call("goal check", self.env.goal_reasons, snapshot, timeout_s=bound)
+        try:
+            reasons: list[str] = await self.interruptible(call)
+        except TimeoutError:
+            if time.monotonic() - began < bound:
+                raise  # the env's own code raised it: said as any exception of its is
+            raise StopRun(
+                StopReason.TOOL_FAILURE,
+                f"goal check: {type(self.env).__name__}.unmet did not return within {bound:g}s"
+                " (its goal_check_timeout_s); abandoned, still running",
+            ) from None
+        return reasons
 
     def forget(self) -> None:
         """The state may have changed since it was read: the next look reads it."""

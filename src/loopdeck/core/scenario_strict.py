@@ -1,0 +1,83 @@
+"""What `scenario.toml` must say as TOML says it, before its models read it: a number is a
+number and a boolean a boolean (pydantic's lax reading took `"30"` as 30 and `"yes"` as true,
+while refusing 3.7), a table the scenario has is spelled as it is (`[budget]`: "did you mean
+[budgets]?"), and `goal_check_timeout_s` is given only where it bounds a `goal_check`."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+Loc = tuple[str | int, ...]
+# The scenario's own tables (a kind's, `[mcp]`, `[agent]`, are its kind's to check).
+TABLES = ("budgets", "scripted_price", "data", "scripts", "model_profile")
+NO_GOAL_CHECK = (
+    "goal_check_timeout_s bounds a goal_check command, and this env has none: a Python env's"
+    " unmet() is bounded by its class's goal_check_timeout_s (60 s unless env.py sets it)"
+)
+
+
+def misspelled_table(raw: dict[str, Any], known: typing.Iterable[str]) -> tuple[str, str] | None:
+    """A top-level table the scenario does not have, and the one of its tables it is close
+    to (`budget`, `budgets`); None when there is none such."""
+    for key, value in raw.items():
+        if not isinstance(value, dict) or key in known:
+            continue
+        meant = difflib.get_close_matches(key, TABLES, n=1, cutoff=0.75)
+        if meant:
+            return key, meant[0]
+    return None
+
+
+def loose_values(model: type[BaseModel], raw: Any, loc: Loc = ()) -> Iterator[tuple[Loc, str]]:
+    """Each number or boolean field of `model` (and of the models inside it) that `raw` gives
+    as something else: its place, and what it wants."""
+    if not isinstance(raw, dict):
+        return
+    for key, value in raw.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is not None:
+            yield from _loose(field.annotation, value, (*loc, key))
+
+
+def goal_check_problems(raw: dict[str, Any], known: typing.Iterable[str]) -> list[Loc]:
+    """`goal_check_timeout_s` where it bounds nothing: no `goal_check`, no kind's table."""
+    kinds = [k for k, v in raw.items() if isinstance(v, dict) and k not in known]
+    if "goal_check_timeout_s" in raw and raw.get("goal_check") is None and not kinds:
+        return [("goal_check_timeout_s",)]
+    return []
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return f"the text {value!r}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _loose(annotation: Any, value: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        chosen = [a for a in args if a is not type(None)]
+        if value is not None and len(chosen) == 1:
+            yield from _loose(chosen[0], value, loc)
+    elif annotation is bool:
+        if not isinstance(value, bool):
+            yield loc, f"true or false, not {_shown(value)}"
+    elif annotation in (int, float):
+        if isinstance(value, bool | str):
+            yield loc, f"a number, not {_shown(value)}"
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield from loose_values(annotation, value, loc)
+    elif origin is dict and len(args) == 2 and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _loose(args[1], item, (*loc, key))
+    elif origin is list and len(args) == 1 and isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _loose(args[0], item, (*loc, index))
