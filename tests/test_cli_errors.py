@@ -8,10 +8,11 @@ import pytest
 from conftest import SAMPLES
 
 
-def test_unknown_env_lists_the_samples(cli) -> None:
-    code, _, err = cli("run", "no_such_env", "--headless")
+def test_unknown_env_lists_the_samples(cli, tmp_path) -> None:
+    code, _, err = cli("run", "no_such_env", "--headless", "--db", str(tmp_path / "s.db"))
     assert code == 2
     assert "no_such_env" in err and "service_outage" in err
+    assert not (tmp_path / "s.db").exists()  # no store made for a run that cannot be
 
 
 def test_unknown_script_lists_the_scripts(cli) -> None:
@@ -48,6 +49,9 @@ def test_env_without_make_env_is_named(cli, tmp_path) -> None:
     code, _, err = cli("run", str(env), "--headless")
     assert code == 2
     assert "make_env" in err
+    (env / "env.py").write_text("def make_env(workdir, data):\n    return {'not': 'an env'}\n")
+    code, _, err = cli("run", str(env), "--headless")
+    assert code == 2 and "make_env() must return an Environment, not dict" in err, err
 
 
 def test_script_turn_with_two_actions_is_rejected(cli, tmp_path) -> None:

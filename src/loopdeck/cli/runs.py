@@ -157,6 +157,10 @@ async def run_recorded_headless(
     spans as its events come."""
     from loopdeck.operator.session import RunSession
 
+    if options.acp is None:  # an env folder that is not there: said before a store is made
+        from loopdeck.operator.launch import resolve_env_dir
+
+        resolve_env_dir(options.env, options.settings)
     session = RunSession(db or default_db_path(), say=_say)
     async with session.opened() as store:
         # Before it is prepared, so nothing says "started" of a run that will not be.

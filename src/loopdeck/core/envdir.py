@@ -65,7 +65,10 @@ class EnvDir:
             said = described(exc, self.path.resolve(), "make_env")
             raise ScenarioError(f"{self.path / 'env.py'}: make_env failed: {said}") from exc
         if not isinstance(env, Environment):
-            raise ScenarioError(f"{self.path / 'env.py'}: make_env() must return an Environment")
+            raise ScenarioError(
+                f"{self.path / 'env.py'}: make_env() must return an Environment, not"
+                f" {type(env).__name__}"
+            )
         return env
 
     def prepare_workdir(self) -> Path:
