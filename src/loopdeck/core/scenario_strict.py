@@ -1,7 +1,7 @@
 """What `scenario.toml` must say as TOML says it, before its models read it: a number is a
 number and a boolean a boolean (pydantic's lax reading took `"30"` as 30 and `"yes"` as true,
 while refusing 3.7), a table the scenario has is spelled as it is (`[budget]`: "did you mean
-[budgets]?"), and `goal_check_timeout_s` is given only where it bounds a `goal_check`."""
+[budgets]?"), and `goal_check` (and its timeout) only in an env whose kind runs it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ Loc = tuple[str | int, ...]
 # The scenario's own tables (a kind's, `[mcp]`, `[agent]`, are its kind's to check).
 TABLES = ("budgets", "scripted_price", "data", "scripts", "model_profile")
 NO_GOAL_CHECK = (
-    "goal_check_timeout_s bounds a goal_check command, and this env has none: a Python env's"
-    " unmet() is bounded by its class's goal_check_timeout_s (60 s unless env.py sets it)"
+    "a goal_check command and its goal_check_timeout_s are an [mcp], [agent] or [gateway]"
+    " env's: a Python env's goal check is its env.py's unmet(), bounded by its class's"
+    " goal_check_timeout_s (60 s unless env.py sets it)"
 )
 
 
@@ -46,11 +47,12 @@ def loose_values(model: type[BaseModel], raw: Any, loc: Loc = ()) -> Iterator[tu
 
 
 def goal_check_problems(raw: dict[str, Any], known: typing.Iterable[str]) -> list[Loc]:
-    """`goal_check_timeout_s` where it bounds nothing: no `goal_check`, no kind's table."""
+    """`goal_check` or `goal_check_timeout_s` in a Python env (no kind's table), where
+    nothing runs or bounds them: refused, never silently left unused."""
     kinds = [k for k, v in raw.items() if isinstance(v, dict) and k not in known]
-    if "goal_check_timeout_s" in raw and raw.get("goal_check") is None and not kinds:
-        return [("goal_check_timeout_s",)]
-    return []
+    if kinds:
+        return []
+    return [(key,) for key in ("goal_check", "goal_check_timeout_s") if key in raw]
 
 
 def _shown(value: Any) -> str:
