@@ -1,7 +1,8 @@
 """An approval dialog shows its arguments before it can be approved, whatever the room: a run
 opened from the fleet at 80x24 (its "waits for your approval" toast takes a strip below the
 box), a model whose words run long, the reason box open. What gives way is the words above
-the arguments (they scroll); once the room is back the box is as tall as what it shows."""
+the arguments (they scroll) and the blank rows, never the title; once the room is back the
+box is as tall as what it shows."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ async def test_from_the_fleet_at_80x24_the_arguments_show_under_the_toast(tmp_pa
         assert shown(app, "Toast")  # "run … waits for your approval", below the box
         assert argument_rows(app) >= 3, "\n".join(screen_lines(app))
         assert shown(app, "#approval-keys") and shown(app, "#approval-tool")
+        assert shown(app, "#approval-title")  # "Approve this write?": the words give way
+        assert "Approve this write?" in "\n".join(screen_lines(app))
         app.clear_notifications()  # the toast goes: the whole dialog, fingerprint included
         await wait_until(pilot, lambda: not app.screen.query("Toast"))
         await wait_until(
@@ -100,7 +103,7 @@ async def test_a_write_whose_arguments_are_not_drawn_is_not_approved() -> None:
     """However short the room (here a terminal far below 80x24), `a` and `g` act only while
     the arguments' first lines are drawn: else the dialog says so and stays."""
     app = DialogHost()
-    async with app.run_test(size=(80, 10)) as pilot:
+    async with app.run_test(size=(80, 8)) as pilot:
         decided: list[Any] = []
         dialog = ApprovalDialog(_request(LONG_WHY), 1, "write", lambda: datetime.now(UTC))
         app.push_screen(dialog, decided.append)

@@ -163,15 +163,22 @@ class LoopdeckApp(ConsoleState, inherit_bindings=False):
             self.launch_error = event.worker.error
             self.exit(return_code=2)  # the CLI names the error once the terminal is back
 
-    def _launch(self, choice: tuple[str, str] | None) -> None:
-        if choice is not None:
-            start_local(self, *choice)
-
     @on(NewRunAsked)
     def _new_run(self) -> None:
-        from loopdeck.tui.launcher import LauncherScreen
+        """The chooser, with the path typed in it last time; a script that failed to start
+        is offered again (enter starts it once its env is mended)."""
+        from loopdeck.tui.launcher import Choice, LauncherScreen
 
-        self.push_screen(LauncherScreen(), self._launch)
+        path_typed, again = self.chooser_kept
+        chooser = LauncherScreen(path_typed, Choice(*again) if again else None)
+
+        def launch(choice: tuple[str, str] | None) -> None:
+            offered = again if choice is None else None  # left as it was, or chosen
+            if choice is not None and not start_local(self, *choice):
+                offered = choice
+            self.chooser_kept = (chooser.path_typed, offered)
+
+        self.push_screen(chooser, launch)
 
     @on(RunChosen)
     def _open_run(self, chosen: RunChosen) -> None:

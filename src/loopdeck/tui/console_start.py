@@ -121,9 +121,9 @@ def run_screen_for(app: ConsoleState, link: RunLink) -> RunScreen:
     return RunScreen(link, app.now, app.shared)
 
 
-def start_local(app: ConsoleState, path: str, script: str) -> None:
+def start_local(app: ConsoleState, path: str, script: str) -> bool:
     """A new run of this console: recorded to the store, listed in the fleet, its screen
-    kept while the operator looks elsewhere."""
+    kept while the operator looks elsewhere. False when it cannot start (said in a toast)."""
     from loopdeck.core.scenario import ScenarioError
     from loopdeck.operator.launch import RunOptions
     from loopdeck.operator.session import RunSession
@@ -142,10 +142,11 @@ def start_local(app: ConsoleState, path: str, script: str) -> None:
         prepared = session.prepare(options)
     except ScenarioError as exc:
         toast(app, str(exc), title="cannot start", severity="error", timeout=15)
-        return
+        return False
     screen = run_screen_for(app, session.link())
     run_id = prepared.runtime.config.run_id
     app.local_runs[run_id] = screen
     app.prepared_runs.append(prepared)
     app.install_screen(screen, name=f"run-{run_id}")
     app.push_screen(f"run-{run_id}")
+    return True

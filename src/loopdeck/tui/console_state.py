@@ -117,6 +117,8 @@ class ConsoleState(App[int]):
         self.local_runs: dict[str, RunScreen] = {}
         self.quitting_all = False  # this console's live runs are being killed, to leave
         self.prepared_runs: list[PreparedRun] = []  # runs started from the fleet, to clean up
+        # The chooser's path box as last left, and the (env, script) that then failed to start.
+        self.chooser_kept: tuple[str, tuple[str, str] | None] = ("", None)
         # The run screen's class and the inbox's, once a screen of theirs was made: the app
         # knows them in its stack by these, without importing their modules (and all a run
         # needs) before the first frame.

@@ -39,7 +39,7 @@ from loopdeck.tui.shown_input import TYPING_KEYS, ShownInput, typing_into
 from loopdeck.tui.timers import every
 
 BY = "console"  # who decided, as the store and the events have it
-FULL_SAVES = 3  # the rows a box's `-full` look leaves out (the stylesheet's `.-full` rules)
+FULL_SAVES = 4  # the rows a box's `-full` look leaves out (the stylesheet's `.-full` rules)
 
 
 class ApprovalDialog(ModalScreen[ApprovalDecision | None]):

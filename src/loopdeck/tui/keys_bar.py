@@ -43,6 +43,11 @@ SHORT = {
     "inbox.close": "back",
 }
 
+# Keys the screen names elsewhere, in the order they give way on a line too narrow for every
+# key: `G` (the Calls panel's border says `· G` while a grant can be revoked), then `w` (the
+# header's badge says `· w` while anything waits).
+SAID_ELSEWHERE = ("run.revoke", "run.approvals")
+
 Key = tuple[str, str, bool]  # the key, its description, whether it is enabled now
 
 
@@ -117,32 +122,39 @@ class KeysBar(Static):
                 if binding.priority and app.check_action(binding.action, ()):
                     yield key, binding, True
 
-    def _fitted(self, keys: list[Key], palette: Key | None) -> tuple[list[Key], Key | None]:
+    def _fitted(self, keys: list[Key], palette: Key | None) -> tuple[list[Key], Key | None, int]:
         """Every key stays on a narrow line: the descriptions shorten to a word (`SHORT`),
-        then the palette's key goes. A screen with more keys than even that holds (the inbox
-        over a run at 80 columns) shows those that fit, then the palette's key as "more": its
-        `keys` lists them all. Never a key cut at the edge, never a bare letter."""
-        room = self.size.width or 10_000
+        then the palette's key goes, then the keys close up to one space apart, then the keys
+        the screen names elsewhere give way (`SAID_ELSEWHERE`). A screen with more keys than
+        even that holds shows those that fit, then the palette's key as "more": its `keys`
+        lists them all. Never a key cut at the edge, never a bare letter. The third value: the
+        spaces between two keys."""
+        room = self.size.width or self.app.size.width or 10_000  # not laid out: the screen's
 
-        def width(shown: list[Key], tail: Key | None) -> int:
-            keys_width = sum(len(self._display(k)) + len(d) + 3 for k, d, _ in shown)
+        def width(shown: list[Key], tail: Key | None, gap: int = 2) -> int:
+            keys_width = sum(len(self._display(k)) + len(d) + gap + 1 for k, d, _ in shown)
             tail_width = len(self._display(tail[0])) + len(tail[1]) + 4 if tail else 0
-            return keys_width + tail_width
+            return keys_width + (2 - gap if shown else 0) + tail_width
 
         short = [(k, self._short(k, d), e) for k, d, e in keys]
-        for shown, tail in ((keys, palette), (short, palette), (short, None)):
-            if width(shown, tail) <= room:
-                return shown, tail
+        stages = ((keys, palette, 2), (short, palette, 2), (short, None, 2), (short, None, 1))
+        for shown, tail, gap in stages:
+            if width(shown, tail, gap) <= room:
+                return shown, tail, gap
+        for said_elsewhere in SAID_ELSEWHERE:
+            short = [k for k in short if self._keys_shown[k[0]].id != said_elsewhere]
+            if width(short, None, 1) <= room:
+                return short, None, 1
         more = (palette[0], "more", True) if palette else None
-        while short and width(short, more) > room:
+        while short and width(short, more, 1) > room:
             short.pop()
-        return short, more
+        return short, more, 1
 
     def _short(self, key: str, description: str) -> str:
         binding = self._keys_shown[key]
         if binding.id in SHORT:
             return SHORT[binding.id]
-        return description.split()[0].rstrip("…:") if description else description
+        return description.split()[0].rstrip("…:").lower() if description else description
 
     def _display(self, key: str) -> str:
         return self.app.get_key_display(self._keys_shown[key])
@@ -151,10 +163,10 @@ class KeysBar(Static):
         parts: list[tuple[str, str]] = []
         spans: list[tuple[int, int, str]] = []
         x = 0
-        keys, palette = self._fitted(keys, palette)
+        keys, palette, gap = self._fitted(keys, palette)
         for key, description, enabled in keys:
             display = self.app.get_key_display(self._keys_shown[key])
-            label = f" {display} "
+            label = f"{' ' if gap == 2 or not x else ''}{display} "
             parts += [(label, KEY_STYLE if enabled else OFF_STYLE)]
             parts += [(f"{description} ", DESCRIPTION_STYLE if enabled else OFF_STYLE)]
             width = len(label) + len(description) + 1

@@ -132,10 +132,14 @@ class LauncherScreen(Screen[tuple[str, str]]):
         Binding("slash", "folder", "Env folder…", id="launcher.folder"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, path_typed: str = "", again: Choice | None = None) -> None:
+        """`path_typed`: the path box's text when the chooser last closed; `again`: the script
+        whose start failed then, offered again (its folder read again: an edit shows)."""
         super().__init__()
         self.samples = list_envs()
         self.folders: dict[str, Env] = {}  # read in the path box, by resolved path, newest first
+        self.path_typed = path_typed
+        self.again = again
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -145,6 +149,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
         )
         yield OptionList(*chooser_options([], self.samples), id="launcher-list")
         yield ShownInput(
+            self.path_typed,
             placeholder="/ an env folder of your own: its path, then enter lists its scripts",
             id="launcher-path",
         )
@@ -154,7 +159,15 @@ class LauncherScreen(Screen[tuple[str, str]]):
         listed = self.query_one(OptionList)
         listed.highlighted = self._first_script()
         listed.focus()
+        again = self.again
+        if again is not None and (index := self.index_of(again.path, again.script)) is not None:
+            listed.highlighted = index  # a sample's script
+        elif again is not None:
+            self._read_folder(Path(again.path))
         self._load_model_library()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.path_typed = event.value
 
     def _first_script(self, path: str | None = None) -> int | None:
         """The index of the first script listed (of the folder at `path`, if given)."""
@@ -213,6 +226,9 @@ class LauncherScreen(Screen[tuple[str, str]]):
         listed = self.query_one(OptionList)
         listed.set_options(chooser_options(self.folders.values(), self.samples))
         listed.highlighted = self._first_script(env["path"])
+        again, self.again = self.again, None
+        if again is not None and again.path == env["path"] and again.script in env["scripts"]:
+            listed.highlighted = self.index_of(again.path, again.script)
         listed.focus()
 
     @on(OptionList.OptionSelected)

@@ -1,0 +1,85 @@
+"""The keys line keeps every key at 80 columns (README "The console"): words shortened to
+one lowercase word, then the palette's key dropped, then the keys one space apart. Only a
+run opened from the fleet with a grant and a write waiting has more than that holds: its `G`
+gives way, which the Calls panel's border names (`· G`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from console_helpers import run_screen, screen_lines, start_from_fleet, wait_until
+from test_keys_in_view import stored_app
+from textual.pilot import Pilot
+
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+from loopdeck.tui.dialogs import ApprovalDialog
+
+BARE = re.compile(r"(^|\s)[a-z](\s+[a-z](\s|$))")  # a letter with no word after it
+RUN_KEYS = ("w wait", "t log", "m msg", "G revoke", "f fork", "s stop", "k kill", "p pause")
+DIALOG_KEYS = ("a approve", "e edit", "g grant", "r reject", "esc later", "s stop", "k kill")
+
+
+def keys_line(app: Any) -> str:
+    return screen_lines(app)[-1]
+
+
+def has(line: str, words: str) -> bool:
+    """`words` as one key of the line: not a piece of a longer word."""
+    return re.search(rf"(^|\s){re.escape(words)}(\s|$)", line) is not None
+
+
+async def granted_and_waiting(pilot: Pilot[Any], app: Any) -> None:
+    """`g` then enter on the first write (a grant of these arguments): the next write waits,
+    the grant live; esc to the run."""
+    await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+    dialog = app.screen
+    await pilot.press("g")
+    chooser = lambda: dialog.granting is not None and dialog.granting.scopes.has_focus  # noqa: E731
+    await wait_until(pilot, chooser)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog) and app.screen != dialog)
+    await pilot.press("escape")
+    screen = run_screen(app)
+    await wait_until(pilot, lambda: app.screen is screen and has(keys_line(app), "t log"))
+    await pilot.pause()
+
+
+async def test_a_run_with_a_grant_shows_every_key_at_80x24(tmp_path) -> None:
+    app = stored_app("service_outage", "grant", tmp_path / "s.db")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await granted_and_waiting(pilot, app)
+        line = keys_line(app)
+        for words in (*RUN_KEYS, "q quit", "i inbox"):
+            assert has(line, words), line
+        assert "more" not in line and not BARE.search(line), line
+
+
+async def test_the_approval_dialog_shows_every_key_at_80x24(tmp_path) -> None:
+    """`s`, `k`, `p` and `q` work over any dialog: the line says them with the dialog's."""
+    app = stored_app("service_outage", "grant", tmp_path / "s.db")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.pause()
+        line = keys_line(app)
+        for words in (*DIALOG_KEYS, "p pause", "q quit"):
+            assert has(line, words), line
+        assert "more" not in line and not BARE.search(line), line
+
+
+async def test_from_the_fleet_the_grant_key_gives_way_to_the_rest(tmp_path) -> None:
+    """Eleven keys at 80 columns: `G` gives way, named by the Calls panel's border; every
+    other key stays, `q` and `i` included, no `more`."""
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await start_from_fleet(pilot, app, "service_outage", "grant")
+        await granted_and_waiting(pilot, app)
+        line = keys_line(app)
+        for words in ("w wait", "t log", "m msg", "esc fleet", "f fork", "s stop", "k kill"):
+            assert has(line, words), line
+        for words in ("p pause", "q quit", "i inbox"):
+            assert has(line, words), line
+        assert "G " not in line and "more" not in line, line
+        assert "grant · G" in "\n".join(screen_lines(app))  # where `G` is said
+        await pilot.resize_terminal(100, 30)  # room for it: back on the line
+        await wait_until(pilot, lambda: has(keys_line(app), "G revoke"))
