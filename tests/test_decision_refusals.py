@@ -151,16 +151,16 @@ def test_an_expired_request_is_marked_by_pending_and_its_approval_refused(
     code, listed, _ = cli("pending", "--json", "--db", str(db))
     assert code == 0 and listed is not None
     assert [(item["call_id"], item["expired"]) for item in listed] == [("c1", True)]
-    code, said, err = cli("approve", "r1", "c1", "--json", "--db", str(db))
-    assert code == 1
-    assert "c1's approval request expired at " in err
-    assert "the run asks again or goes on without it: nothing was decided" in err
-    assert "`loopdeck reject r1 c1 --reason TEXT`" in err
-    assert said is not None and (said["decided"], said["state"]) == (False, "expired")
-    assert rows(db) == {"r1/c1": ("pending", None, None)}
-    code, _, err = cli("reject", "r1", "c1", "--reason", "too late", "--db", str(db))
-    assert code == 0, err  # a rejection still reaches the model
-    assert rows(db)["r1/c1"][:2] == ("rejected", "too late")
+    for command in ("approve", "reject"):  # the run takes neither: it asks again
+        code, said, err = cli(command, "r1", "c1", "--json", "--db", str(db))
+        assert code == 1
+        assert "c1's approval request expired unanswered at " in err
+        assert "nothing was decided; the run will ask again (it stops after 3" in err
+        assert (
+            f"decide the new request (`loopdeck pending`, then `loopdeck {command} r1 c1`)" in err
+        )
+        assert said is not None and (said["decided"], said["state"]) == (False, "expired")
+        assert rows(db) == {"r1/c1": ("pending", None, None)}
 
 
 def test_pending_says_expired_in_its_table(
@@ -183,7 +183,7 @@ def test_a_decision_for_a_run_that_ended_is_refused_by_name(tmp_path: Path, cli:
     db = tmp_path / "s.db"
     withdrawn = Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1")
     withdrawn.stopped(withdrawn=["c1"])
-    # A kind of run that stopped without withdrawing its request: still pending in its row.
+    # A kind of run that stopped without withdrawing its request: its stop withdraws it.
     left = Recorded("r2").started(RunState.AWAITING_APPROVAL).write("c1").stopped(withdrawn=[])
     recorded(db, withdrawn, left)
     for command in ("approve", "reject"):
@@ -196,7 +196,7 @@ def test_a_decision_for_a_run_that_ended_is_refused_by_name(tmp_path: Path, cli:
     code, said, err = cli("approve", "r2", "c1", "--json", "--db", str(db))
     assert code == 1 and "run r2 already ended (killed)" in err
     assert said is not None and said["decided"] is False
-    assert rows(db) == {"r1/c1": ("withdrawn", None, None), "r2/c1": ("pending", None, None)}
+    assert rows(db) == {"r1/c1": ("withdrawn", None, None), "r2/c1": ("withdrawn", None, None)}
     code, said, err = cli("answer", "r1", "stop", "--json", "--db", str(db))
     assert code == 1 and "run r1 already ended (killed): nothing will act on your answer" in err
     assert said is not None and said["answered"] is False and "already ended" in said["message"]
@@ -219,7 +219,7 @@ async def test_the_store_refuses_a_decision_for_an_ended_run_whatever_front_end(
         found = await store.fetchall("SELECT state FROM approvals WHERE call_id = 'c1'")
     finally:
         await store.close()
-    assert [row["state"] for row in found] == ["pending"]
+    assert [row["state"] for row in found] == ["withdrawn"]  # withdrawn by the run's stop
 
 
 def test_an_answer_the_question_does_not_offer_is_refused_naming_its_choices(

@@ -64,15 +64,30 @@ def _not_editable(args: argparse.Namespace, why: str, text: str) -> str:
 
 
 def expired_words(args: argparse.Namespace, asked: Asked | None) -> str:
-    """Why an approval of this request is refused ("" when it is not): it expired, and an
-    approval would not cover the call any more. A rejection still reaches the model."""
-    if args.command != "approve" or asked is None or not asked.expired():
+    """Why a decision on this request is refused ("" when it is not): it expired unanswered,
+    and the run takes no decision on it any more (the store refuses one too, approval or
+    rejection: the run asks again, and only the new request's decision reaches it)."""
+    if asked is None or not asked.expired():
         return ""
+    from loopdeck.core.write_approvals import MAX_APPROVAL_ASKS as ASKS
+
     when = records.local_time(asked.expires_at.isoformat())
     return (
-        f"{args.call_id}'s approval request expired at {when}; the run asks again or goes on"
-        f" without it: nothing was decided (a rejection still reaches the model: "
-        f"`loopdeck reject {args.run_id} {args.call_id} --reason TEXT`)"
+        f"{args.call_id}'s approval request expired unanswered at {when}: nothing was decided;"
+        f" the run will ask again (it stops after {ASKS} unanswered asks): decide the new"
+        f" request (`loopdeck pending`, then `loopdeck {args.command} {args.run_id}"
+        f" {args.call_id}`)"
+    )
+
+
+def asked_again_words(args: argparse.Namespace, asked: Asked) -> str:
+    """Why a decision made on one asking is not taken: the run asked again since (the store
+    never applies it to a later asking than the one decided)."""
+    when = records.local_time(asked.expires_at.isoformat())
+    return (
+        f"the run asked again (its new request expires at {when}) before your {args.command}"
+        f" landed: nothing was decided; check the new request and decide it"
+        f" (`loopdeck {args.command} {args.run_id} {args.call_id}`)"
     )
 
 

@@ -111,8 +111,8 @@ async def _runs(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _pending(store: Store, args: argparse.Namespace) -> int:
-    """What waits for the operator: the writes (an expired one marked so: approving it is
-    refused, a rejection still reaches the model), the questions with the answers they take
+    """What waits for the operator: the writes (an expired one marked so: it takes no
+    decision, the run asks again), the questions with the answers they take
     and the unknown outcomes (those two on stderr in the table's form). `--json`: one list,
     each entry's `kind` saying what it is: the writes first (`"write"`, as they always were
     but for that field), then the unknown outcomes (`"outcome"`, `"outcome_unknown": true`),
@@ -135,21 +135,19 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _decide(store: Store, args: argparse.Namespace) -> int:
-    """`approve` or `reject`: exit 1 if it will not be carried out (another decision came
-    first, nothing was pending, the request expired, the run ended), 2 if it cannot be taken
-    as written (an edit the call cannot carry out, arguments its schema refuses)."""
+    """`approve` or `reject`: exit 1 if it will not be carried out (the run ended, another
+    decision came first, nothing was pending, the request expired or was asked again), 2 if
+    it cannot be taken as written (an edit the call cannot carry out, arguments its schema
+    refuses). A run that ended is said first: nothing of it will act on any decision."""
     from loopdeck.cli import decision_commands
 
-    await records.named_run(store, args.run_id)
+    run = await records.named_run(store, args.run_id)
     approved = args.command == "approve"
     reason = "" if approved else args.reason
     asked = await records.asked(store, args.run_id, args.call_id)
     edited, grant = decision_commands.approve_terms(args, asked) if approved else (None, None)
-    if expired := decision_commands.expired_words(args, asked):
-        print(f"loopdeck: {visible(expired)}", file=sys.stderr)
-        refused = {"decided": False, "state": "expired", "message": expired}
-        _print({"run_id": args.run_id, "call_id": args.call_id, **refused}, args.json)
-        return 1
+    if run.live and (expired := decision_commands.expired_words(args, asked)):
+        return _refused(args, expired)
     ended = ""
     try:
         decision = await records.decide(
@@ -160,6 +158,8 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
         ended = str(exc)
         state, by = (asked.state, asked.by) if asked else (None, None)
         decision = records.Decision(False, state, by)
+    if not decision.won and decision.state == "pending" and not decision.question:
+        return _refused(args, await _pending_words(store, args, asked))
     result: dict[str, object] = {
         "run_id": args.run_id,
         "call_id": args.call_id,
@@ -175,6 +175,29 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     done = done if decision.won else ""
     _print(result, args.json, text=done)
     return 0 if decision.won else 1
+
+
+async def _pending_words(
+    store: Store, args: argparse.Namespace, asked: records.Asked | None
+) -> str:
+    """Why a decision on a request still pending was not taken: its asking expired before
+    it landed (the run asks again, or did: the decision is never applied to the new one)."""
+    from loopdeck.cli import decision_commands
+
+    now = await records.asked(store, args.run_id, args.call_id)
+    if now is not None and asked is not None and now.expires_at != asked.expires_at:
+        return decision_commands.asked_again_words(args, now)
+    if now is not None and (expired := decision_commands.expired_words(args, now)):
+        return expired
+    return "its request is pending but did not take your decision: nothing was decided"
+
+
+def _refused(args: argparse.Namespace, why: str) -> int:
+    """A decision on a request whose asking expired (or was asked again): exit 1."""
+    print(f"loopdeck: {visible(why)}", file=sys.stderr)
+    refused = {"decided": False, "state": "expired", "message": why}
+    _print({"run_id": args.run_id, "call_id": args.call_id, **refused}, args.json)
+    return 1
 
 
 def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: str = "") -> str:
@@ -224,7 +247,8 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
     read from stdin); exit 1 if the run already ended, 2 if there is nothing to say."""
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
-        print("loopdeck: message: stdin is empty: nothing to say to the agent", file=sys.stderr)
+        what = "is empty" if not text else "is nothing but whitespace"
+        print(f"loopdeck: message: stdin {what}: nothing to say to the agent", file=sys.stderr)
         return 2
     if await _ended(store, args):
         return 1

@@ -52,6 +52,9 @@ from loopdeck.core.write_diff import write_diff
 T = TypeVar("T")
 R = TypeVar("R")
 MAX_APPROVAL_ASKS = 3
+# How long past its expiry the run still looks for a decision recorded before it (the store
+# refuses one after: `store/queries.decide`), which the approver had not yet read.
+LAST_LOOK_S = 0.5
 REASON_CAP = 2000
 CHANGE_WIDTH = 200  # what a changed field's value shows of itself, before and after
 
@@ -122,19 +125,23 @@ class WriteApprovals:
     ) -> R | Rejected:
         """Asked until an approval covers the call as `carry_out` carries it out (which may
         find it no longer does: `AskAgain`); a write whose approval cannot hold after
-        `MAX_APPROVAL_ASKS` asks stops the run `policy_block`."""
+        `MAX_APPROVAL_ASKS` asks stops the run `policy_block`, its last request (still
+        waiting, undecided) withdrawn."""
         again: AskAgain | None = None
+        undecided = False
         for _ in range(MAX_APPROVAL_ASKS):
             got = await self.ask_once(record, call, decision, again)
             if isinstance(got, Rejected):
                 return got
             if isinstance(got, AskAgain):
-                again = got
+                again, undecided = got, True
                 continue
             done = await carry_out(got)
             if not isinstance(done, AskAgain):
                 return done
-            again = done
+            again, undecided = done, False
+        if undecided:
+            self.rt.emit(ApprovalWithdrawn, run_id=self.run_id, call_id=record.call_id)
         raise StopRun(
             StopReason.POLICY_BLOCK,
             f"approval for {call.tool} ({record.call_id}) could not be kept valid after "
@@ -256,7 +263,9 @@ class WriteApprovals:
     ) -> ApprovalDecision | None:
         """The decision (a rule's or a grant's made already: nobody is asked), or None when
         the request expired with nobody deciding (a decision refused once it expired would
-        otherwise leave the run waiting on nothing)."""
+        otherwise leave the run waiting on nothing). A decision the store took before the
+        expiry is still looked for `LAST_LOOK_S` past it: the approver may not have read it
+        yet, and the next ask would replace it unread."""
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
@@ -273,7 +282,7 @@ class WriteApprovals:
         left = max((request.expires_at - datetime.now(UTC)).total_seconds(), 0.0)
         try:
             with rt.operator_time("approval"):
-                asked = bounded(self.approver.ask(request), left)
+                asked = bounded(self.approver.ask(request), left + LAST_LOOK_S)
                 decided: ApprovalDecision | None = await rt.interruptible(asked, by_cancel=True)
         except TimeoutError:
             decided = None

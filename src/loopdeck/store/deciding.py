@@ -75,10 +75,17 @@ async def decide(
     *,
     tell: Tell = untold,
     retry_for_s: float = RETRY_FOR_S,
+    asked_at: str | None = None,
 ) -> bool:
-    """Exactly one decision wins: False if the call was already decided or is not pending."""
+    """Exactly one decision wins: False if the call was already decided, is not pending, or
+    its asking expired (the run asks again: a decision never lands on an expired asking,
+    where the run would not take it). A decision is made on one asking of the call:
+    `asked_at` (its `requested_at`, as stored), else the one asked when this is called; it
+    never lands on a later one (the run asked again while a locked store was waited out)."""
     what = f"{'approval' if decision.approved else 'rejection'} of {decision.call_id}"
     grant = None if decision.grant is None else decision.grant.model_dump(mode="json")
+    if asked_at is None:
+        asked_at = await asking(store, run_id, decision.call_id)
 
     async def once(tx: Tx) -> bool:
         return await queries.decide(
@@ -90,9 +97,23 @@ async def decide(
             reason=decision.reason,
             args=decision.args,
             grant=grant,
+            asked_at=asked_at,
         )
 
     return await _taken(store, run_id, what, once, tell, retry_for_s)
+
+
+async def asking(store: Store, run_id: str, call_id: str) -> str | None:
+    """When the call's current asking was requested (as stored), None if it is not there or
+    the store cannot be read now (the decision then waits for the store unbound)."""
+    try:
+        rows = await store.fetchall(
+            "SELECT requested_at FROM approvals WHERE run_id = ? AND call_id = ?",
+            (run_id, call_id),
+        )
+    except StoreUnavailable:
+        return None
+    return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 async def answer(

@@ -210,8 +210,7 @@ def _guard_tripped(rows: RunRows, db: Tx, e: GuardTripped) -> None:
 async def _run_stopped(rows: RunRows, db: Tx, e: RunStopped) -> None:
     rows.stopped = True
     await db.execute(
-        "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND tool = 'ask_user'"
-        " AND state = 'pending'",
+        "UPDATE approvals SET state = 'withdrawn' WHERE run_id = ? AND state = 'pending'",
         (e.run_id,),
     )
     rows.fields.update(

@@ -178,17 +178,19 @@ async def decide(
     reason: str = "",
     args: dict[str, Any] | None = None,
     grant: dict[str, Any] | None = None,
+    asked_at: str | None = None,
 ) -> bool:
-    """Exactly one decision wins: False if the call was already decided or is not pending.
-    The bare update: an operator's decision goes through `store/deciding.py` (locks waited
-    out, a dead runner refused). `args`: the operator's edit; `grant`: a grant rule given
-    with the approval (JSON, `core/grant_rules.py`)."""
+    """Exactly one decision wins: False if the call was decided, is not pending or expired
+    (checked in the update). The bare update: see `store/deciding.py`. `args`: the edit;
+    `grant`: a grant rule (JSON); `asked_at`: the asking decided (requested_at), no later."""
+    now = datetime.now(UTC).isoformat()
     changed = await store.execute(
         "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?,"
-        " edited_args = ?, grant_rule = ?"
-        f" WHERE run_id = ? AND call_id = ? AND state = 'pending' AND tool != '{QUESTION}'",
-        ("approved" if approved else "rejected", by, reason, datetime.now(UTC).isoformat(),
-         _json_or_none(args), _json_or_none(grant), run_id, call_id),
+        " edited_args = ?, grant_rule = ? WHERE run_id = ? AND call_id = ? AND state ="
+        f" 'pending' AND tool != '{QUESTION}' AND expires_at > ?"
+        " AND requested_at = COALESCE(?, requested_at)",
+        ("approved" if approved else "rejected", by, reason, now, _json_or_none(args),
+         _json_or_none(grant), run_id, call_id, now, asked_at),
     )  # fmt: skip
     return changed == 1
 
