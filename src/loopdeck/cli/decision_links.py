@@ -17,9 +17,11 @@ the runs started in a tab push too.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import secrets
 import time
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -30,7 +32,7 @@ from loopdeck.cli.notify_flags import base_authority, notify_settings
 from loopdeck.cli.serve_auth import ConsoleServer
 from loopdeck.operator import records
 from loopdeck.operator.link_decisions import LinkChoice, decide_by_link
-from loopdeck.operator.link_evidence import LinkPage, page_for
+from loopdeck.operator.link_evidence import LinkPage, RunShown, page_for
 from loopdeck.operator.link_tokens import (
     LINK_PATH,
     LinkClaim,
@@ -42,6 +44,14 @@ from loopdeck.operator.link_tokens import (
 from loopdeck.store.base import Location
 
 log = logging.getLogger("loopdeck.serve")
+LOST = "Someone else decided it first"  # `operator/link_decisions.py`'s words for a lost race
+EXPIRED = (
+    "Nothing was decided: the request expired before your decision landed. The run asks"
+    " again (or stops after its last ask): decide the new request, from its own push."
+)
+ANSWER_WAIT = "awaiting_answer"
+MOVED_ON_S = 5.0  # how long an answer's page waits for the run to take it
+LOOK_EVERY_S = 0.1
 ACTIONS = ("approve", "reject", "answer", "applied", "not-applied")
 HEADERS = {
     "Cache-Control": "no-store",
@@ -119,7 +129,28 @@ class LinkDesk:
             return _html(refused("The form said no choice: nothing was decided."), 400)
         async with records.opened(self.location) as store:
             shown = await decide_by_link(store, self.server, claim, choice)
+            shown = await self._after(store, claim, shown)
         return self._page(request, port, shown)
+
+    async def _after(self, store: records.Store, claim: LinkClaim, shown: LinkPage) -> LinkPage:
+        """A post that lost the race says what won (as the link says once opened again); an
+        answer is shown with the run as it stands once it took it (it leaves
+        `awaiting_answer` within MOVED_ON_S, else as it is then)."""
+        if shown.standing == "decided" and not shown.done and shown.words.startswith(LOST):
+            now = await page_for(store, self.server, claim)
+            if now.standing == "decided" and now.words:
+                return replace(shown, words=f"{shown.words} {now.words}", run=now.run)
+            if now.standing == "open":  # nobody decided it: it expired before yours landed
+                return LinkPage("withdrawn", EXPIRED, now.run)
+            return now  # asked again (its new ask to decide), withdrawn: as it stands
+        if not shown.done or claim.what != "question" or shown.run is None:
+            return shown
+        run: RunShown | None = shown.run
+        end = time.monotonic() + MOVED_ON_S
+        while run is not None and run.state == ANSWER_WAIT and time.monotonic() < end:
+            await asyncio.sleep(LOOK_EVERY_S)
+            run = (await page_for(store, self.server, claim)).run
+        return replace(shown, run=run or shown.run)
 
     def _page(self, request: web.Request, port: int, shown: LinkPage) -> web.StreamResponse:
         nonce = request.cookies.get(guard_cookie(port)) or secrets.token_urlsafe(16)
