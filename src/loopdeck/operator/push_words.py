@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loopdeck.core.push_events import DecisionsPushed, PushedWhat
 from loopdeck.core.text import capped, visible
+from loopdeck.operator.push_channels import UNCONFIRMED
 from loopdeck.store.base import Location, is_postgres, shown_location
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|PRIVATE|COOKIE|SESSION", re.I)
@@ -152,7 +153,8 @@ def pushed_notes(e: DecisionsPushed) -> dict[str, str]:
     when = e.at.astimezone().strftime("%H:%M:%S")
     if not e.channels:
         failed = "; ".join(e.failed) or "no channel took it"
-        return {d.call_id: f"push failed at {when}: {failed}" for d in e.decisions}
+        said = "pushed, never confirmed," if _unconfirmed(e) else "push failed"
+        return {d.call_id: f"{said} at {when}: {failed}" for d in e.decisions}
     said = f"pushed via {', '.join(e.channels)} at {when}"
     notes = {}
     for decision in e.decisions:
@@ -167,8 +169,15 @@ def pushed_entry(e: DecisionsPushed) -> tuple[str, str, str]:
     ids = ", ".join(f"{d.call_id} ({d.what})" for d in e.decisions)
     if e.channels:
         title = f"pushed · {ids} · via {', '.join(e.channels)}"
+    elif _unconfirmed(e):
+        title = f"pushed, never confirmed · {ids}"
     else:
         title = f"push failed · {ids}"
     body = [f"one-time links to {e.server}" if e.server else "the CLI commands that decide"]
-    body += [f"not sent: {why}" for why in e.failed]
+    body += [f"{'' if UNCONFIRMED in why else 'not sent: '}{why}" for why in e.failed]
     return "note", title, "\n".join(body)
+
+
+def _unconfirmed(e: DecisionsPushed) -> bool:
+    """A channel's receiver took the push and never answered: it may have arrived."""
+    return any(UNCONFIRMED in why for why in e.failed)
