@@ -222,3 +222,30 @@ def test_a_message_of_nothing_but_whitespace_says_so(
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     code, _, err = cli("message", "r1", "-", "--db", str(db))
     assert code == 2 and "stdin is empty" in err
+
+
+def test_the_cli_decides_the_asking_it_read_not_one_asked_since(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`approve` read the request (its terms checked against it); the run asked again before
+    the decision began: the approval is of the asking read, never the new one."""
+    from loopdeck.operator import records
+
+    db = tmp_path / "s.db"
+    recorded(db, Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1"))
+    later = datetime.now(UTC) + timedelta(minutes=9)
+    real = records.asked
+
+    async def asked_again_after(store: Any, run_id: str, call_id: str) -> Any:
+        read = await real(store, run_id, call_id)
+        await store.execute(
+            "UPDATE approvals SET requested_at = ?, expires_at = ? WHERE call_id = ?",
+            ((later - timedelta(minutes=5)).isoformat(), later.isoformat(), call_id),
+        )
+        return read
+
+    monkeypatch.setattr(records, "asked", asked_again_after)
+    code, said, err = cli("approve", "r1", "c1", "--json", "--db", str(db))
+    assert code == 1, err
+    assert said is not None and said["decided"] is False
+    assert rows(db) == {"r1/c1": ("pending", None, None)}

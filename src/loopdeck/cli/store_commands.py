@@ -152,7 +152,7 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     try:
         decision = await records.decide(
             store, args.run_id, args.call_id, approved=approved, by=operator(), reason=reason,
-            tell=_tell, args=edited, grant=grant,
+            tell=_tell, args=edited, grant=grant, asked_at=asked.requested_at if asked else None,
         )  # fmt: skip
     except records.RunEnded as exc:
         ended = str(exc)

@@ -207,6 +207,7 @@ class Asked:
     not_editable: str
     tool: str = ""
     arg_names: frozenset[str] | None = None
+    requested_at: str | None = None  # which asking this is, as stored: a decision binds to it
 
     def expired(self, now: datetime | None = None) -> bool:
         """Pending past its expiry: an approval would not cover the call any more."""
@@ -232,6 +233,7 @@ async def asked(store: Store, run_id: str, call_id: str) -> Asked | None:
         not_editable=str(request.get("not_editable") or ""),
         tool=str(request.get("tool") or ""),
         arg_names=None if found is None else frozenset(names),
+        requested_at=row["requested_at"],
     )
 
 
@@ -258,15 +260,17 @@ async def decide(
     tell: Tell,
     args: dict[str, Any] | None = None,
     grant: GrantRule | None = None,
+    asked_at: str | None = None,
 ) -> Decision:
-    """Approve (with an edit of its arguments, with a grant) or reject a pending write; a
-    wait for a locked store is told (`tell`)."""
+    """Approve (with an edit of its arguments, with a grant) or reject a pending write (the
+    asking `asked_at` names, as `asked` read it: never one the run asked after); a wait for
+    a locked store is told (`tell`)."""
     from loopdeck.core.approvals import ApprovalDecision  # off `loopdeck runs`' imports
 
     decision = ApprovalDecision(
         call_id=call_id, approved=approved, by=by, reason=reason, args=args, grant=grant
     )
-    won = await deciding.decide(store, run_id, decision, tell=tell)
+    won = await deciding.decide(store, run_id, decision, tell=tell, asked_at=asked_at)
     state = await queries.approval_state(store, run_id, call_id)
     if state is None:
         return Decision(won, None, None)
