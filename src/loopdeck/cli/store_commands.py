@@ -264,13 +264,21 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
 
 
 async def _send(store: Store, args: argparse.Namespace) -> int:
-    """`cancel` (`--now`: kill), `pause` or `resume`: exit 1 if the run already ended."""
+    """`cancel` (`--now`: kill), `pause` or `resume`: exit 1 if the run already ended, or
+    would do nothing with it (a pause of a paused run, a resume of one not paused)."""
     if await _ended(store, args):
         return 1
     verb = args.command if args.command != "cancel" else ("kill" if args.now else "cancel")
-    await records.send_command(store, args.run_id, verb, operator())
+    if verb in ("pause", "resume"):  # said when the run would do nothing with it
+        if why := await records.pause_or_resume(store, args.run_id, verb, operator(), _tell):
+            print(f"loopdeck: {visible(why)}", file=sys.stderr)
+            _print({"run_id": args.run_id, "command": verb, "sent": False, "message": why},
+                   args.json)  # fmt: skip
+            return 1
+    else:
+        await records.send_command(store, args.run_id, verb, operator())
     done = f"{args.run_id}: {verb} sent"
-    _print({"run_id": args.run_id, "command": verb}, args.json, text=done)
+    _print({"run_id": args.run_id, "command": verb, "sent": True}, args.json, text=done)
     return 0
 
 

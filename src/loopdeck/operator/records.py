@@ -369,6 +369,11 @@ async def send_command(store: Store, run_id: str, command: str, by: str) -> None
     await queries.send_command(store, run_id, command, by)
 
 
+async def pause_or_resume(store: Store, run_id: str, verb: str, by: str, tell: Tell) -> str | None:
+    """`pause` or `resume` sent (None), or why the run would do nothing with it."""
+    return await deciding.pause_or_resume(store, run_id, verb, by, tell=tell)
+
+
 async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
     """The operator's message to the run's agent, read by its runner with the commands."""
     await queries.send_message(store, run_id, text, by)

@@ -163,6 +163,39 @@ async def resolve(
     return refused[0] if refused else None
 
 
+async def pause_or_resume(
+    store: Store, run_id: str, verb: str, by: str, *, tell: Tell = untold
+) -> str | None:
+    """`pause` or `resume` sent to the run's runner (None), unless the run would do nothing
+    with it: paused already (or a pause on its way), or not paused: why not. Read and sent in
+    one transaction, so two terminals never both send one."""
+    refused: list[str] = []
+
+    async def once(tx: Tx) -> bool:
+        rows = await tx.fetchall("SELECT paused FROM runs WHERE run_id = ?", (run_id,))
+        paused, queued = bool(rows and rows[0][0]), False
+        sent = await tx.fetchall(
+            "SELECT command FROM commands WHERE run_id = ? AND consumed_at IS NULL"
+            " AND command IN ('pause', 'resume') ORDER BY id",
+            (run_id,),
+        )
+        if sent:  # what its runner will make of the commands it has not taken yet
+            paused, queued = sent[-1][0] == "pause", True
+        if paused == (verb == "pause"):
+            way = " (sent, not taken yet)" if queued else ""
+            refused[:] = [
+                f"{run_id} is already paused{way}: `loopdeck resume {run_id}` resumes it"
+                if paused
+                else f"{run_id} is not paused{way}: nothing to resume"
+            ]
+            return False
+        await queries.send_command(tx, run_id, verb, by)
+        return True
+
+    await _taken(store, run_id, f"{verb} of {run_id}", once, tell, RETRY_FOR_S)
+    return refused[0] if refused else None
+
+
 async def _taken(
     store: Store,
     run_id: str,
