@@ -38,12 +38,14 @@ class Placement:
     host: str | None
     note: str
     submitted: datetime
+    lapsed: bool = False  # held, its lease past its expiry: nobody renews it
 
     @classmethod
     def from_row(cls, row: Any) -> Placement:
         return cls(
             state=row["state"], host=row["host"], note=row["note"] or row["state"],
             submitted=datetime.fromtimestamp(float(row["submitted_at"]), UTC),
+            lapsed=isinstance(row, dict) and bool(row.get("lapsed")),
         )  # fmt: skip
 
     def as_json(self) -> JsonObject:
@@ -90,10 +92,13 @@ class RunEntry:
 
     @property
     def shown_state(self) -> str:
-        """Its state in a word: `parked` or `queued` when a worker will take it up, `paused`
+        """Its state in a word: `parked` or `queued` when a worker will take it up, `lease
+        expired` when its worker stopped renewing it (none has taken it up yet), `paused`
         when its operator paused it, else its state."""
         if self.placement is not None and self.placement.state in (PARKED, QUEUED):
             return self.placement.state
+        if self.placement is not None and self.placement.lapsed:
+            return "lease expired"
         return "paused" if self.paused else self.state
 
     @classmethod

@@ -12,6 +12,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from loopdeck.store import queries
 from loopdeck.store.base import Store, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.queries import LIVE_STATES, QUESTION, RESOLVE, UNKNOWN_OUTCOMES, send_command
@@ -137,12 +138,10 @@ async def grant_events(store: Store, run_id: str | None = None) -> list[EventBas
 async def _lapsed_lease(tx: Tx, run_id: str) -> str | None:
     """A live run's lease that nobody renews (its worker gone, none has taken it up yet):
     said as the runs listing says it; None when its worker holds it."""
-    from loopdeck.store.queries import _lapsed
-
     rows = await tx.fetchall(
         "SELECT run_id, state, host, note, expires_at FROM leases WHERE run_id = ?", (run_id,)
     )
     if not rows:
         return None
-    row = _lapsed(rows[0], time.time())
-    return None if row is rows[0] else str(row["note"])
+    row = queries.lapsed(rows[0], time.time())
+    return str(row["note"]) if isinstance(row, dict) and row.get("lapsed") else None

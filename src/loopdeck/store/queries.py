@@ -138,11 +138,12 @@ async def placements(store: Store, run_id: str | None = None) -> list[Any]:
     else:
         rows = await store.fetchall(sql + " AND run_id = ?", (run_id,))
     now = time.time()
-    return [_lapsed(row, now) for row in rows]
+    return [lapsed(row, now) for row in rows]
 
 
-def _lapsed(row: Any, now: float) -> Any:
-    """A held lease past its expiry, its note saying so; any other row as it is."""
+def lapsed(row: Any, now: float) -> Any:
+    """A held lease past its expiry, its note saying so (`lapsed`: true); any other row as
+    it is."""
     expires = row["expires_at"]
     if row["state"] != HELD or expires is None or float(expires) >= now:
         return row
@@ -152,7 +153,7 @@ def _lapsed(row: Any, now: float) -> Any:
         f"its lease{held} expired {ago} s ago (its worker stopped renewing it): it waits for"
         " a worker to take it up, and goes on from its log then"
     )
-    return {**dict(row), "note": note}
+    return {**dict(row), "note": note, "lapsed": True}
 
 
 async def pending_approvals(store: Store, run_id: str | None = None) -> list[dict[str, Any]]:
