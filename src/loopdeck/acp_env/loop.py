@@ -7,6 +7,10 @@ ends the goal check runs on the working copy: met, `goal_met`; unchanged, `stall
 findings are the next prompt, up to `max_rounds`. With no goal check the operator judges the
 turn (`unchecked_goal.py`). The agent's own claim never ends a run.
 
+The working copy is looked at before the agent starts, after its start-up, through its turns
+(`calls.py`), and once it has been stopped; the goal check runs with the agent held still
+(`workdir/freeze.py`), so no write of its can land while the check runs.
+
 Everything the agent sends is taken by the run's own task, in order (`bridge.py`), so stops,
 budgets and approvals work as in any run; a stop cancels the turn (`session/cancel`, every
 waiting request answered cancelled) and the agent is stopped at the end, whatever the end.
