@@ -97,6 +97,7 @@ def test_the_approval_loop_is_written_once() -> None:
             continue
         text = path.read_text(encoding="utf-8")
         for word in ("ask_once(", "MAX_APPROVAL_ASKS"):
-            if word in text:
+            said_only = path.name == "decision_commands.py" and word == "MAX_APPROVAL_ASKS"
+            if word in text and not said_only:  # (`approve`'s refusal says the number)
                 bad.append(f"{path.relative_to(SRC)}: {word}")
     assert bad == []
