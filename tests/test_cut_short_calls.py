@@ -4,6 +4,7 @@ figure from a clock it never started (an agent's call marked running by its host
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 from conftest import SAMPLES, Recorder
@@ -31,11 +32,13 @@ async def test_an_agents_call_cut_short_ran_as_long_as_it_ran(tmp_path: Path) ->
         host = RunHost(rt)
         ran, _ = await host.propose("execute", "ls", {"command": "ls"})
         asked, _ = await host.propose("execute", "pwd", {"command": "pwd"})
+        began = time.monotonic()
         host.running(ran)
         asked.status = CallStatus.RUNNING  # running by a path that never said when it began
         rt.calls.withdraw_pending("the agent went away")
         [one, two] = list(recorder.kinds("tool_finished"))
-        assert one.status is CallStatus.OUTCOME_UNKNOWN and 0 <= one.duration_ms < 60_000  # a write
+        ran_for = (time.monotonic() - began) * 1000  # what it ran for is inside this span
+        assert one.status is CallStatus.OUTCOME_UNKNOWN and 0 <= one.duration_ms <= ran_for
         assert "cut short by the run's stop: the agent went away" in one.result["error"]["message"]
         assert two.duration_ms == 0.0  # unknown, never a figure from a clock never started
     finally:
