@@ -158,6 +158,39 @@ async def test_a_replaced_call_is_answered_where_the_upstream_keeps_the_conversa
     assert owed["type"] == "function_call_output" and "loopdeck:" in owed["output"]
 
 
+async def test_the_owed_outputs_go_with_the_retry_of_a_failed_call(tmp_path: Path) -> None:
+    """The request going on from an answer with a replaced call fails upstream (a 429 passed
+    to the agent, which retries): the retry still carries the replaced call's output, so the
+    upstream takes it."""
+    from openai import RateLimitError
+
+    door_file = tmp_path / "door.json"
+    write = item("function_call", name="Write", arguments='{"file_path": "a.txt"}')
+    read = item("function_call", name="Read", arguments='{"file_path": "b.txt"}')
+    busy = {"error": {"message": "Slow down", "type": "rate_limit_error"}}
+    replies = [responses(write, read), failing(429, busy, {"retry-after": "1"}),
+               responses(said("Understood."))]  # fmt: skip
+    with RawUpstream(replies) as upstream:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), OPENAI_MODEL,
+                         upstream.root + "/v1", approver=Decider(denied))  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            first = await client.responses.create(model="m", input="write a.txt")
+            [read_call] = [i for i in first.output if i.type == "function_call"]
+            output = {"type": "function_call_output", "call_id": read_call.call_id,
+                      "output": "b"}  # fmt: skip
+            went_on = {"model": "m", "previous_response_id": first.id, "input": [output]}
+            with pytest.raises(RateLimitError):
+                await client.responses.create(**went_on)
+            second = await client.responses.create(**went_on)
+        await run.outcome()
+        assert upstream.problems == []
+        retried = upstream.bodies[2]["input"]
+    assert second.output_text == "Understood."
+    [owed] = [i for i in retried if i["call_id"] == write["call_id"]]
+    assert owed["type"] == "function_call_output" and "loopdeck:" in owed["output"]
+
+
 async def test_two_copies_of_one_tool_use_in_an_answer_are_one_call(tmp_path: Path) -> None:
     """The model asks for the same write twice in one answer: the first is decided and goes
     out, the second is replaced by text saying so (nothing has run from that state yet: no

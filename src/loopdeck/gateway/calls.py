@@ -16,7 +16,8 @@ decided as any answer, with the gateway's words said first. At most `RETELLS` ti
 
 An upstream keeping the conversation (Responses' `previous_response_id`) still holds the
 calls replaced in the agent's copy: their outputs (the reason) are added to the agent's next
-request that goes on from that answer (`owed`).
+request that goes on from that answer (`owed`), and kept until the upstream has answered one
+(a failed call or an agent gone mid-call leaves them owed to its retry).
 
 A call stopped while it is upstream counts as a model call whose tokens and cost are unknown
 (never 0). A call whose agent went away (its connection closed) is not asked upstream, and an
@@ -76,15 +77,17 @@ class GatewayCalls:
         if (refused := call.api.refused(call.body)) is not None:
             call.refuse(refused, 400, "invalid_request_error")
             return
-        if (owed := self.owed.pop(str(call.body.get("previous_response_id")), None)) is not None:
+        earlier = str(call.body.get("previous_response_id"))
+        if (owed := self.owed.get(earlier)) is not None:
             call.body = ResponsesFormat.paid(call.body, owed)
         await self._results(call)
         try:
             answer = await self._asked(call, call.body)
-        except UpstreamFailed as failure:
+        except UpstreamFailed as failure:  # the agent's retry still owes them
             call.refuse(failure.message, failure.status, UPSTREAM_FAILED, failure.headers)
             self._failed(failure)
             return
+        self.owed.pop(earlier, None)  # the upstream took them
         await self._decided(call, answer)
 
     async def _asked(self, call: ModelCall, body: Body) -> Body:
