@@ -142,3 +142,19 @@ async def test_listing_a_dead_runners_requests_writes_nothing_the_explicit_mark_
     assert row is not None and (row["state"], row["stop_reason"]) == ("stopped", "crashed")
     assert await read_entries(store) == []  # its requests withdrawn with the mark
     assert await queries.mark_crashed_runners(store) == []  # marked once
+
+
+async def test_a_decision_in_the_inbox_is_of_the_asking_it_listed(store: Store) -> None:
+    """The run asked again after the inbox listed the write: its decision is refused (the
+    new asking stays for the operator to see), never carried onto the new one."""
+    await _run(store, "r1", alive=True)
+    await _write(store, "r1", "c1", expires_in_s=300)
+    [c1] = await read_entries(store)
+    again = NOW + timedelta(seconds=5)
+    await store.execute(
+        "UPDATE approvals SET requested_at = ?, expires_at = ? WHERE call_id = 'c1'",
+        (again.isoformat(), (again + timedelta(seconds=300)).isoformat()),
+    )
+    assert not await Inbox(store=store).decide(c1, approved=True)
+    rows = await store.fetchall("SELECT state FROM approvals WHERE call_id = 'c1'")
+    assert rows[0][0] == "pending"

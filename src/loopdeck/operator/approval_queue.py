@@ -146,7 +146,10 @@ class StoreBackedQueue(ApprovalQueue):
         if item is None:
             return False
         decision = decision.with_reason()
-        won = await deciding.decide(self.recording.store, item.request.run_id, decision, tell=tell)
+        asked_at = item.request.requested_at.isoformat()  # the asking its dialog showed
+        won = await deciding.decide(
+            self.recording.store, item.request.run_id, decision, tell=tell, asked_at=asked_at
+        )
         if won:  # the runtime's own wait on the store may have seen it first: either is this
             self.resolve(decision)
         return won  # lost: the winner reaches the runtime through that wait

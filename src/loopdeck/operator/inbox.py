@@ -134,7 +134,10 @@ class Inbox:
         decision = ApprovalDecision(
             call_id=entry.call_id, approved=approved, reason=reason, by=BY, args=args, grant=grant
         )
-        return await deciding.decide(self._store(), entry.run_id, decision.with_reason(), tell=tell)
+        asked_at = None if entry.requested is None else entry.requested.isoformat()  # as listed
+        return await deciding.decide(
+            self._store(), entry.run_id, decision.with_reason(), tell=tell, asked_at=asked_at
+        )
 
     async def resolve(
         self, entry: PendingOutcome, applied: bool, tell: Tell = deciding.untold

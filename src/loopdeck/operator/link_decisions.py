@@ -69,7 +69,7 @@ async def _taken(
         decision = ApprovalDecision(
             call_id=call_id, approved=choice.action == "approve", by=BY_LINK, reason=choice.text
         )
-        won = await deciding.decide(store, run_id, decision.with_reason())
+        won = await deciding.decide(store, run_id, decision.with_reason(), asked_at=page.asked_at)
     elif claim.what == "question" and choice.action == "answer":
         evidence = page.evidence
         if evidence is not None and (

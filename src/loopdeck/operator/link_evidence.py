@@ -73,6 +73,7 @@ class LinkPage:
     evidence: Evidence | None = None
     claim: LinkClaim | None = None
     done: bool = False  # the words say what became of a decision taken on this page
+    asked_at: str | None = None  # an open write's asking, as stored: a decision binds to it
 
 
 def _run(row: dict[str, Any]) -> RunShown:
@@ -120,8 +121,11 @@ async def _approval(store: Store, server: LinkServer, claim: LinkClaim, run: Run
     if row["state"] != "pending" or not run.live:
         return _withdrawn(run)
     evidence = _write(request)
-    if ask == claim.ask:
-        return LinkPage("open", "", run, evidence, claim)
+    if ask == claim.ask:  # its row read as the same asking: the decision is of that one
+        same = datetime.fromisoformat(row["requested_at"]) == asked_at
+        return LinkPage(
+            "open", "", run, evidence, claim, asked_at=row["requested_at"] if same else None
+        )
     expires = evidence.expires_at or datetime.fromtimestamp(claim.until)
     moved = server.claim(claim.run_id, claim.call_id, ask, "approval", int(expires.timestamp()))
     why = request.get("asked_again") or "the call was asked again"

@@ -300,7 +300,9 @@ class StoreLink:
     async def decide(self, decision: ApprovalDecision, tell: Tell = deciding.untold) -> bool:
         if self.store is None:
             raise StoreError(NOT_FOLLOWING)
-        won = await deciding.decide(self.store, self.run_id, decision, tell=tell)
+        shown = next((p for p in self._pending if p.call_id == decision.call_id), None)
+        asked_at = None if shown is None else shown.requested_at.isoformat()  # as its dialog
+        won = await deciding.decide(self.store, self.run_id, decision, tell=tell, asked_at=asked_at)
         await self._refresh_pending()
         return won
 
