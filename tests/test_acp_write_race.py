@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from acp import RequestError
 
 from loopdeck.acp_env.bridge import FileWriteAsked
 from loopdeck.acp_env.file_writes import write_file
+from loopdeck.core.events import CallStatus
 from loopdeck.core.workspace_changes import ChangeWatch
 
 
@@ -98,3 +100,44 @@ async def test_a_write_with_nothing_swapped_is_written(tmp_path: Path) -> None:
     calls = Calls(work, target, "hello\n", lambda: None)
     await write_file(calls, asked(target, "hello\n"))  # type: ignore[arg-type]
     assert target.read_text() == "hello\n"
+
+
+class Approving(Calls):
+    """A write no permission showed: proposed, approved as asked, its end recorded."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir, workdir / "none", "", lambda: None)
+        self.permitted_writes = {}
+        self.ended: list[tuple[CallStatus, dict[str, Any]]] = []
+
+    async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> Any:
+        self.raw = raw
+        return SimpleNamespace(result=None, decided_by=None)
+
+    async def approved(self, record: Any, why: str) -> Any:
+        return SimpleNamespace(args=self.raw)
+
+    def finish(
+        self, record: Any, status: CallStatus, result: dict[str, Any], ms: float = 0
+    ) -> None:
+        self.ended.append((status, result))
+
+
+@pytest.mark.parametrize("permitted", [True, False], ids=["permitted", "approved"])
+async def test_content_utf8_cannot_say_is_refused_the_file_left_as_it_was(
+    permitted: bool, tmp_path: Path
+) -> None:
+    """A lone surrogate (valid JSON): the write refused by name before the file is opened,
+    the file's old content kept; an approved write's call recorded as failed, saying why."""
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "x.txt"
+    target.write_text("old\n")
+    bad = "new \ud800\n"
+    calls = Calls(work, target, bad, lambda: None) if permitted else Approving(work)
+    with pytest.raises(RequestError, match="not UTF-8 text"):
+        await write_file(calls, asked(target, bad))  # type: ignore[arg-type]
+    assert target.read_text() == "old\n"
+    if isinstance(calls, Approving):
+        [(status, result)] = calls.ended
+        assert status is CallStatus.FAILED and "U+D800" in result["error"]["message"]

@@ -6,6 +6,7 @@ a write of its own and recorded as written, the operator's edit included.
 
 The file is written with no link followed (`_write_inside`): a folder of the path the agent
 swaps for a link after it was resolved (a race while the write waits) refuses the write.
+Content UTF-8 cannot say (a lone surrogate) is refused by name before the file is opened.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
         await calls.refused_own(FS_WRITE, f"write {path}", {"path": path, "content": content}, exc)
         raise RequestError.invalid_params({"path": str(exc)}) from None
     state_hash = await calls.host.state_hash()
-    once = hashlib.sha256(f"{target}\0{content}\0{state_hash}".encode()).hexdigest()
+    said_once = f"{target}\0{content}\0{state_hash}".encode("utf-8", "surrogatepass")
+    once = hashlib.sha256(said_once).hexdigest()
     if once in calls.written:
         raise RequestError(-32000, f"{path}: this write already ran in this run")
     if calls.permitted_writes.pop(target, None) != content:
@@ -70,15 +72,17 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
             calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, str(exc)))
             raise RequestError.invalid_params({"path": str(exc)}) from None
         try:
-            _write_inside(workdir.resolve(), target, content)
-        except OSError as exc:
-            said = _moved(path, exc)
+            _write_inside(workdir.resolve(), target, _encoded(path, content))
+        except (OSError, Unwritable) as exc:
+            said = str(exc) if isinstance(exc, Unwritable) else _moved(path, exc)
             calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, said))
             raise RequestError(-32000, said) from None
         calls.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
     else:
         try:
-            _write_inside(workdir.resolve(), target, content)
+            _write_inside(workdir.resolve(), target, _encoded(path, content))
+        except Unwritable as exc:
+            raise RequestError(-32000, str(exc)) from None
         except OSError as exc:
             raise RequestError(-32000, _moved(path, exc)) from None
     calls.written.add(once)
@@ -89,6 +93,23 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
     return WriteTextFileResponse()
 
 
+class Unwritable(Exception):
+    """Content that is no UTF-8 text (a lone surrogate, which JSON can carry)."""
+
+
+def _encoded(path: str, content: str) -> bytes:
+    """`content` as the file's bytes, before the file is touched: content UTF-8 cannot say
+    is refused by name (the file left as it was)."""
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = f"U+{ord(exc.object[exc.start]):04X}"
+        raise Unwritable(
+            f"{path}: not written: its content is not UTF-8 text ({bad} at character"
+            f" {exc.start}: a lone surrogate)"
+        ) from None
+
+
 def _moved(path: str, exc: OSError) -> str:
     return (
         f"{path}: not written: the path changed while the write waited (a link or another"
@@ -96,7 +117,7 @@ def _moved(path: str, exc: OSError) -> str:
     )
 
 
-def _write_inside(root: Path, target: Path, content: str) -> None:
+def _write_inside(root: Path, target: Path, content: bytes) -> None:
     """`content` written to `target` (resolved inside `root`) with no link followed: each
     folder opened from the one before it (`dir_fd`, `O_NOFOLLOW`), made where missing, and
     the file opened without following a link, refused if it is hard-linked elsewhere. A
@@ -117,7 +138,7 @@ def _write_inside(root: Path, target: Path, content: str) -> None:
         fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | nofollow, 0o666, dir_fd=folder)
     finally:
         os.close(folder)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
+    with os.fdopen(fd, "wb") as file:
         stat = os.fstat(fd)
         if not S_ISREG(stat.st_mode) or stat.st_nlink > 1:
             raise OSError(errno.EPERM, "not a file of the working copy's own (a hard link?)")
