@@ -87,8 +87,10 @@ class StdioServer:
             async with to_session:
                 while chunk := await stdout.read(READ_CHUNK):
                     buffer += chunk
-                    *lines, rest = buffer.split(b"\n")
-                    buffer = bytearray(rest)
+                    lines: list[bytearray] = []
+                    if b"\n" in chunk:  # split once a line ends (a long one: read once)
+                        *lines, rest = buffer.split(b"\n")
+                        buffer = bytearray(rest)
                     if len(buffer) > LINE_LIMIT:  # a line that never ends: dropped, said
                         said_by_server(f"wrote a line longer than {LINE_LIMIT} bytes: dropped")
                         buffer = bytearray()
