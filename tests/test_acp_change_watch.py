@@ -58,3 +58,13 @@ def test_a_folder_emptied_by_a_permitted_removal_is_explained() -> None:
     watch.permit("c1 rm sub/x.py", {"sub/x.py"})
     watch.ended("c1 rm sub/x.py")
     assert not watch.look({"files": {"sub/": "folder"}})
+
+
+def test_a_file_permit_never_ended_explains_its_file_at_the_agents_exit() -> None:
+    watch = ChangeWatch()
+    watch.look(snap(calc_py="old"))
+    watch.permit("c1 write calc.py", {"calc.py"})
+    watch.permit("c2 ls", None)
+    assert watch.drop_open() == ["c2 ls"]
+    assert not watch.look(snap(calc_py="fixed"))
+    assert watch.look(snap(calc_py="later")).changed == ["calc.py"]  # spent at that look

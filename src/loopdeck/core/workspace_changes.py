@@ -207,9 +207,13 @@ class ChangeWatch:
         )
 
     def drop_open(self) -> list[str]:
-        """The permits of calls whose end never came (an agent that exited without sending
-        its result) withdrawn: what changes from here is theirs no more. Their calls."""
-        dropped = [p.call_id for p in self.permits.values() if not p.ended]
+        """The agent exited with calls whose end never came (it sent no result): a command's
+        permit (naming no file) is withdrawn, what changes from here is its no more (their
+        calls returned); a permit naming files is ended, explaining what its files hold at
+        the next look (an agent such as `claude -p --max-turns` runs its last tool and exits
+        with no further model call)."""
+        dropped = [p.call_id for p in self.permits.values() if not p.ended and p.paths is None]
         for call_id in dropped:
             del self.permits[call_id]
+        self.turn_ended()
         return dropped

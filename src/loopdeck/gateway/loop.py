@@ -78,7 +78,8 @@ class GatewayLoop:
                 except AgentFailed as failed:
                     raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             status = await self._calls()
-            # A released call whose result never came explains nothing past the agent's end.
+            # A released command whose result never came explains nothing past the agent's
+            # end; a released call naming files explains those files at this last look.
             self.calls.uses.watch.drop_open()
             await self.calls.uses.look("the agent's end")
             await judged(host, before, status, self.agent, self.unchecked)
