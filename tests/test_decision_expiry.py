@@ -98,12 +98,17 @@ async def test_a_rejection_landing_between_an_expiry_and_the_next_ask_is_refused
 
 
 async def test_a_decision_the_store_took_just_before_the_expiry_reaches_the_run(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rejection recorded before the request expired, which the run's approver had not yet
-    read when the expiry came: the run still carries it out (it was wiped by the next ask)."""
+    read when the expiry came: the run still carries it out (it was wiped by the next ask).
+    The request lives 3 s (the rejection lands well inside it on a loaded machine) and the
+    last look is long (what is tested is that there is one, not its length)."""
     db = tmp_path / "s.db"
+    from loopdeck.core import write_approvals
     from loopdeck.store import approver
+
+    monkeypatch.setattr(write_approvals, "LAST_LOOK_S", 60.0)
 
     real = approver.decision_from_store
     rejected = asyncio.Event()
@@ -124,7 +129,7 @@ async def test_a_decision_the_store_took_just_before_the_expiry_reaches_the_run(
 
     approver.decision_from_store = slow_reader  # type: ignore[assignment]
     try:
-        outcome, events = await _waited_run(db, 0.3, nothing)
+        outcome, events = await _waited_run(db, 3.0, nothing)
     finally:
         approver.decision_from_store = real  # type: ignore[assignment]
     decided = [e for e in events if e.kind == "approval_decided"]
