@@ -43,7 +43,7 @@ from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.workspace_changes import changes_between, commanded_words, files_of
-from loopdeck.workdir.freeze import freeze, thaw
+from loopdeck.workdir.freeze import Frozen, freeze
 
 GOAL_CHECK = "the goal check"  # what explains the changes the goal check itself makes
 
@@ -172,14 +172,16 @@ class AcpLoop:
         """The goal check, with the agent (and every command of its) stopped (SIGSTOP, below
         their guardians) from the look before it to the look after it: nothing the agent
         does can land while the check runs (a fix timed into it would pass it and be taken
-        for the check's). A process that cannot be stopped stops the run, named."""
+        for the check's). A process that cannot be stopped stops the run, named. A terminal
+        command's timeout keeps counting while it is stopped (the check's time is its)."""
         proc = self.agent.proc
         guardians = [] if proc is None else [proc.pid]
         guardians += [
             guardian.pid for guardian in self.calls.terminals.terminals.guardians.values()
         ]
-        frozen, moving = await asyncio.to_thread(freeze, guardians)
+        frozen = Frozen()  # thawed whatever happens, a cancel amid the freeze included
         try:
+            moving = await asyncio.to_thread(freeze, guardians, frozen)
             if moving:
                 raise StopRun(
                     StopReason.TOOL_FAILURE,
@@ -194,7 +196,7 @@ class AcpLoop:
             finally:
                 await self._checked(round_no)
         finally:
-            thaw(frozen)
+            frozen.thaw()
 
     async def _checked(self, round_no: int) -> None:
         """The look after the goal check, which runs in the working copy with the agent held

@@ -240,13 +240,16 @@ class Guardian:
                 os.killpg(self.command, sig)
 
     def end_all(self) -> None:
-        """SIGTERM to the command's group and to every process below, new ones as they come;
+        """SIGTERM to the command's group and to every process below, new ones as they come,
+        each then SIGCONT (one stopped, by a freeze or a job-control stop, runs its handler);
         SIGKILL after the grace to whatever is left; back once nothing is (bounded)."""
         self.signal_group(signal.SIGTERM)
+        self.signal_group(signal.SIGCONT)
         told: set[int] = set()
         end = time.monotonic() + GRACE_S
         while (left := self.below()) and time.monotonic() < end:
             _kill_each(left - told, signal.SIGTERM)
+            _kill_each(left - told, signal.SIGCONT)
             told |= left
             time.sleep(POLL_S)
             self.reap()
