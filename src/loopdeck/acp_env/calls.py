@@ -42,7 +42,7 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.core.workspace_changes import ChangeWatch, commanded_words
+from loopdeck.core.workspace_changes import Changes, ChangeWatch, commanded_words
 from loopdeck.core.write_approvals import Approved, Rejected
 from loopdeck.workdir.volatile import steady
 
@@ -93,6 +93,13 @@ class AcpCalls:
         """The working copy looked at: a change no permitted call explains is named, and
         stops a guarded run (`RunHost.unrequested`)."""
         changes = self.watch.look(await self.host.snapshot())
+        self.said_beside(after, changes)
+        if changes:
+            self.host.unrequested(after, changes)
+
+    def said_beside(self, after: str, changes: Changes) -> None:
+        """What a look found beside what is unrequested, each a finding: the files changed
+        unchecked, what changed while a command was open."""
         if changes.unchecked:
             self.host.finding(
                 f"changed after {after}, unchecked: {', '.join(changes.unchecked)}; the"
@@ -101,8 +108,6 @@ class AcpCalls:
             )
         if changes.commanded:
             self.host.finding(commanded_words(after, changes))
-        if changes:
-            self.host.unrequested(after, changes)
 
     # -- proposals and progress -----------------------------------------------------------
     async def proposed(self, update: Any) -> CallRecord | None:

@@ -42,7 +42,7 @@ from loopdeck.core.review import Verdict, findings_or_stop
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
-from loopdeck.core.workspace_changes import changes_between, commanded_words, files_of
+from loopdeck.core.workspace_changes import changes_between, files_of
 from loopdeck.workdir.freeze import Frozen, freeze
 
 GOAL_CHECK = "the goal check"  # what explains the changes the goal check itself makes
@@ -110,8 +110,7 @@ class AcpLoop:
             changes = watch.look(await self.host.snapshot())
         except Exception:  # the run's own end is what is said
             return
-        if changes.commanded:
-            self.host.finding(commanded_words(after, changes))
+        self.calls.said_beside(after, changes)
         if not changes:
             return
         if isinstance(stop, StopRun) and stop.reason is StopReason.GOAL_MET:
