@@ -1,6 +1,7 @@
 """Nothing of an answer reaches the agent undecided: several choices (`n`) and the legacy
 `functions` are refused by name; the Responses API's built-in calls the client runs
-(`apply_patch_call`, `shell_call`, an unknown `*_call`) are calls of the run, held as writes;
+(`apply_patch_call`, `shell_call`, an unknown `*_call`) are calls of the run, held as writes
+(a request declaring the computer tool is refused by name: no screenshot answers its call);
 a call replaced for an agent whose upstream keeps the conversation (`previous_response_id`)
 is answered there with its reason; two copies of one tool use in an answer are one call, the
 run going on. An upstream's failure reaches the agent with its own status and `retry-after`.
@@ -82,6 +83,29 @@ async def test_several_choices_and_legacy_functions_are_refused_by_name(
         await run.outcome()
     assert [c.message.content for c in answer.choices] == ["one"]
     assert run.events(CallProposed) == []
+
+
+async def test_a_request_declaring_the_computer_tool_is_refused_by_name(tmp_path: Path) -> None:
+    """A `computer_call` taken out could be answered upstream only with a screenshot: a
+    request declaring the computer tool is refused with a 400 naming it, never asked
+    upstream."""
+    from openai import BadRequestError
+
+    door_file = tmp_path / "door.json"
+    computer = {"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+                "environment": "linux"}  # fmt: skip
+    with RawUpstream([responses(said("Done."))]) as upstream:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), OPENAI_MODEL,
+                         upstream.root + "/v1", approver=Decider(denied))  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            with pytest.raises(BadRequestError) as refused:
+                await client.responses.create(model="m", input="click", tools=[computer])
+            assert "`computer_use_preview`" in refused.value.message
+            assert upstream.bodies == []
+            answer = await client.responses.create(model="m", input="hi")
+        await run.outcome()
+    assert answer.output_text == "Done."
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])

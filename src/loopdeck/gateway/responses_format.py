@@ -7,7 +7,10 @@ An answer's tool uses are every output item the client carries out: `function_ca
 and `computer_call` (each the tool its kind names, its input the item's action or operation),
 a `tool_search_call` the client runs, and any other `*_call` item the API may add (the tool
 named by its kind, unknown to loopdeck so a write, its input the item's fields): only the
-items the API's own servers run (`SERVER_RUN`) are not calls of the run.
+items the API's own servers run (`SERVER_RUN`) are not calls of the run. A request declaring
+the computer tool (`computer_use_preview`, any `computer*` type) is refused by name: a
+`computer_call` taken out (rejected, a repeat) is answered upstream only by a screenshot
+(`computer_call_output`), which the gateway cannot make.
 
 A conversation the upstream keeps (`previous_response_id`) holds the answer as the upstream
 gave it: a call replaced for the agent still needs its output there, or the upstream refuses
@@ -69,6 +72,14 @@ class ResponsesFormat:
         return answer
 
     def refused(self, body: Body) -> str | None:
+        tools = body.get("tools")
+        kinds = [str(t.get("type")) for t in tools if isinstance(t, dict)] if isinstance(
+            tools, list
+        ) else []  # fmt: skip
+        if said := sorted({kind for kind in kinds if kind.startswith("computer")}):
+            return (f"loopdeck: the computer tool (`{'`, `'.join(said)}`) is refused: a"
+                    " `computer_call` the gateway takes out could only be answered with a"
+                    " screenshot, which it has none of")  # fmt: skip
         return None
 
     def tool_uses(self, answer: Body) -> list[ToolUse]:
