@@ -5,6 +5,7 @@ copy, its output's tail within the agent's limit, and no command outliving its r
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 import textwrap
 from pathlib import Path
@@ -323,3 +324,32 @@ async def test_a_terminals_environment_is_shown_with_its_values_and_runs_as_show
     [ran] = _finished(rec, "terminal: ")
     assert "permitted_by" not in ran.result["data"]
     assert marker.read_text() == "/evil"
+
+
+@pytest.mark.slow
+async def test_a_secret_looking_variable_is_recorded_as_its_digest_and_runs_with_its_value(
+    tmp_path: Path,
+) -> None:
+    """A key the agent passes to a command (`*KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`) is
+    shown and recorded as `sha256:…` of its value, never the value; approved as shown, the
+    command runs with the agent's value. Other variables are shown in full."""
+    marker = tmp_path / "ran"
+    code = (f"import os; open({str(marker)!r}, 'a')"
+            ".write(os.environ['API_TOKEN'] + '|' + os.environ['PLAIN'])")  # fmt: skip
+    terminal = _python(code) + ', env = { API_TOKEN = "sk-secret-123", PLAIN = "shown" }'
+    _, rec = await _run(_env(tmp_path, _step(terminal)))
+    [asked] = [e for e in rec.kinds("approval_requested") if e.tool.startswith("terminal")]
+    digest = "sha256:" + hashlib.sha256(b"sk-secret-123").hexdigest()
+    assert asked.args["env"] == {"API_TOKEN": digest, "PLAIN": "shown"}
+    assert marker.read_text() == "sk-secret-123|shown"
+    recorded = [e.model_dump_json() for e in rec.events]
+    assert not [line for line in recorded if "sk-secret-123" in line]
+
+
+def test_a_terminal_recorded_with_its_variables_names_alone_is_still_valid() -> None:
+    """A record from before the values were shown (`env` a list of names): a resume or a
+    fork of that run validates it as it did."""
+    from loopdeck.acp_env.terminals import TerminalInput
+
+    given = {"command": "make", "args": [], "cwd": ".", "env": ["CC"]}
+    assert TerminalInput.model_validate(given).env == ["CC"]

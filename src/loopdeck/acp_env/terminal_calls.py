@@ -1,6 +1,7 @@
 """A terminal the agent asks loopdeck to run (`terminal/create`) as a write of the run: a call
 `terminal: COMMAND` with its canonical input (command, args, cwd, the environment's variables
-and their values: what runs is what is shown),
+and their values: what runs is what is shown, a secret-looking variable's value shown and
+recorded as its digest),
 keyed by the guard, asked of the operator like a permission (bound to the working copy's
 hash; an edit runs as edited) unless a call the operator allowed in this state named the same
 command, started once, and finished when its command ends with its exit and its output's tail.
@@ -22,7 +23,9 @@ from loopdeck.acp_env.terminals import (
     TERMINAL_SPEC,
     Terminal,
     command_line,
+    env_to_run,
     said_commands,
+    shown_env,
 )
 from loopdeck.core.decided_by import refused_words
 from loopdeck.core.events import CallStatus
@@ -100,10 +103,10 @@ class TerminalCalls:
         try:
             cwd = inside(workdir, request.cwd or str(workdir))
         except OutsideWorkdir as exc:
-            said = {"command": command, "args": args, "cwd": request.cwd, "env": dict(env)}
+            said = {"command": command, "args": args, "cwd": request.cwd, "env": shown_env(env)}
             await self.calls.refused_own(TERMINAL, line, said, exc)
             raise RequestError.invalid_params({"cwd": str(exc)}) from None
-        shown = dict(sorted(env.items()))
+        shown = shown_env(env)  # a secret-looking variable's value as its digest
         raw = {"command": command, "args": args, "cwd": _relative(cwd, workdir), "env": shown}
         record = await self.calls.proposed_own(TERMINAL, capped(line, 200), raw)
         if record.status is CallStatus.BLOCKED_REPEAT:
@@ -192,15 +195,15 @@ def _edited(
     args: dict[str, Any], env: dict[str, str], workdir: Path
 ) -> tuple[str, list[str], Path, dict[str, str]] | str:
     """The command as approved (the operator may have edited it); a cwd edited outside the
-    working copy is refused. The environment is as approved: the values shown, or as the
-    operator edited them."""
+    working copy is refused. The environment is as approved: the values shown (a digest
+    shown standing for the agent's value), or as the operator edited them."""
     try:
         cwd = inside(workdir, str(args.get("cwd") or "."))
     except OutsideWorkdir as exc:
         return str(exc)
     given = args.get("env", {})
     if isinstance(given, dict):
-        kept = {str(name): str(value) for name, value in given.items()}
+        kept = env_to_run({str(name): str(value) for name, value in given.items()}, env)
     else:  # names only (a record from before values were shown): the agent's values
         kept = {name: env[name] for name in given if name in env}
     return str(args["command"]), [str(a) for a in args.get("args", [])], cwd, kept

@@ -8,13 +8,15 @@ release kills and forgets; `kill_all` ends every one at the run's stop, `close` 
 their ends.
 
 The environment of a command is loopdeck's own plus the variables the request names: the
-agent's `[agent] env` (where its keys live) is not handed to the commands it asks for.
+agent's `[agent] env` (where its keys live) is not handed to the commands it asks for. The
+variables are recorded and shown with their values, a secret-looking name's as a digest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import shlex
 import signal
@@ -35,19 +37,48 @@ OUTPUT_CAP = 1 << 20  # loopdeck's own bound on a terminal's kept output, whatev
 RESULT_TAIL = 2000  # characters of output in the call's recorded result
 KEPT_AFTER_RELEASE = 50  # released terminals still shown in the calls that embed them
 SHELLS = frozenset({"sh", "bash", "zsh", "dash"})
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")  # a variable's name: its value digested
 
 
 class TerminalInput(BaseModel):
     """A terminal/create as loopdeck records it and the operator approves it: what runs, the
     environment's variables with their values (a `PYTHONPATH` or `LD_PRELOAD` runs code of
-    its own: an approval showing only names would show nothing of it)."""
+    its own: an approval showing only names would show nothing of it), a secret-looking
+    one's as its digest (`shown_env`). A record from before values were shown holds the
+    names alone (a list), still valid."""
 
     model_config = ConfigDict(extra="forbid")
 
     command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
     cwd: str = "."
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] | list[str] = Field(default_factory=dict)
+
+
+def secret_named(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def digest_of(value: str) -> str:
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def shown_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables as recorded and shown: each value in full, but a secret-looking name's
+    (`*KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`) as `sha256:HEX` of its value, so a key the
+    agent passes never reaches the log, an export or a page; approved as shown, it runs with
+    the agent's value."""
+    return {name: digest_of(value) if secret_named(name) else value
+            for name, value in sorted(env.items())}  # fmt: skip
+
+
+def env_to_run(approved: dict[str, str], asked: dict[str, str]) -> dict[str, str]:
+    """The variables a command runs with: as approved, a digest shown for the agent's value
+    standing for that value (a value the operator typed over it runs as typed)."""
+    return {name: asked[name] if name in asked and value == digest_of(asked[name])
+            and secret_named(name) else value
+            for name, value in approved.items()}  # fmt: skip
 
 
 def _agents_own(_: Any) -> Any:
