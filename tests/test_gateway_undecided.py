@@ -243,6 +243,28 @@ async def test_two_copies_of_one_tool_use_in_an_answer_are_one_call(tmp_path: Pa
     assert statuses == [("c2", CallStatus.REFUSED_DUPLICATE), ("c1", CallStatus.EXECUTED)]
 
 
+async def test_the_copy_of_a_rejected_call_says_neither_is_carried_out(tmp_path: Path) -> None:
+    """The same write twice in one answer, the first rejected: the copy's text says what
+    became of the first (not carried out), never that it is."""
+    door_file = tmp_path / "door.json"
+    one, two = tool_call("Write", WRITE_ARGS), tool_call("Write", WRITE_ARGS)
+    replies = [chat({"content": None, "tool_calls": [one, two]}), chat({"content": "Not done."})]
+    with RawUpstream(replies) as upstream:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), OPENAI_MODEL,
+                         upstream.root + "/v1", approver=Decider(denied))  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "write a.txt"}]
+            )
+        await run.outcome()
+        retold = upstream.bodies[1]["messages"]
+    said = {m["tool_call_id"]: m["content"] for m in retold if m.get("role") == "tool"}
+    assert "the same call as c1" in said[two["id"]]
+    assert "neither is carried out (c1 was not: rejected)" in said[two["id"]]
+    assert "only c1 is carried out" not in said[two["id"]]
+
+
 @pytest.mark.parametrize(
     ("api", "status"), [("messages", 529), ("chat", 429), ("responses", 503)]
 )  # fmt: skip

@@ -9,8 +9,8 @@ the folder's hash): approved, released as it was; edited, released with the oper
 (recorded with both); rejected, replaced by text carrying the reason in the words of whoever
 decided (`rejected_words`). Every tool use of the answer is decided before the answer is
 released, together. A tool use the same answer holds twice is one call: the first copy is
-decided, the second replaced by text saying so (`refused_duplicate`, no repeat: nothing has
-run from that state yet), the run going on.
+decided, the second replaced by text saying so and what became of the first
+(`refused_duplicate`, no repeat: nothing has run from that state yet), the run going on.
 
 An agent whose connection closed while its answer was being decided (its client timed out)
 gets nothing: the write held for the operator is withdrawn (`ApprovalWithdrawn`) and each call
@@ -19,8 +19,10 @@ the client's retry of the request is no repeat.
 
 A released write permits the files it names to change (any file, for a command or a patch
 that names none, each such change listed as a finding) until the agent sends its result
-(`ChangeWatch`); a permit whose result never came is withdrawn when the agent exits, so what
-changed after its last request is unrequested.
+(`ChangeWatch`); a command's permit whose result never came is withdrawn when the agent exits,
+so what changed after its last request is unrequested; a write naming files explains what
+they hold at the look after the agent's exit (it ran the write and exited, as `claude -p
+--max-turns` does on its last turn).
 """
 
 from __future__ import annotations
@@ -81,19 +83,20 @@ class ToolUses:
     ) -> dict[str, Verdict]:
         """Each use's verdict; `Undelivered` once `gone` is set while a write is held."""
         verdicts: dict[str, Verdict] = {}
-        first: dict[str, str] = {}  # fingerprint -> the call of this answer that had it
+        first: dict[str, tuple[CallRecord, str]] = {}  # fingerprint -> its first call, use
         for use in uses:
             record, admitted = await self._propose(use, schemas)
             self._records[use.use_id] = (record, use)
             if not admitted and record.fingerprint in first:
-                verdicts[use.use_id] = self._duplicate(record, first[record.fingerprint])
+                earlier, earlier_use = first[record.fingerprint]
+                verdicts[use.use_id] = self._duplicate(record, earlier, verdicts[earlier_use])
             elif not admitted and (replaced := await self._repeat(record)) is not None:
                 verdicts[use.use_id] = replaced
             elif self.host.tools[use.name].risk == "read":
                 verdicts[use.use_id] = Release()
             else:
                 verdicts[use.use_id] = await self._held(use, record, gone)
-            first.setdefault(record.fingerprint, record.call_id)
+            first.setdefault(record.fingerprint, (record, use.use_id))
         return verdicts
 
     def undelivered(self) -> None:
@@ -179,11 +182,17 @@ class ToolUses:
         text = f"loopdeck: {said}; it was not run: from the same state it cannot do anything new."
         return Replace(text + (f" The operator says: {nudge}" if say == "nudge" else ""))
 
-    def _duplicate(self, record: CallRecord, first: str) -> Verdict:
-        said = f"{record.tool} is the same call as {first} in this same answer"
+    def _duplicate(self, record: CallRecord, first: CallRecord, decided: Verdict) -> Verdict:
+        """The second copy of a call in one answer, said by what became of the first."""
+        said = f"{record.tool} is the same call as {first.call_id} in this same answer"
         host = self.host
         host.finish(record, CallStatus.REFUSED_DUPLICATE, failed(ErrorCode.REPEATED_CALL, said))
-        return Replace(f"loopdeck: {said}; only {first} is carried out.")
+        if isinstance(decided, Release):
+            return Replace(f"loopdeck: {said}; only {first.call_id} is carried out.")
+        fate = first.status.value.replace("_", " ")
+        return Replace(
+            f"loopdeck: {said}; neither is carried out ({first.call_id} was not: {fate})."
+        )
 
     async def _held(self, use: ToolUse, record: CallRecord, gone: asyncio.Event | None) -> Verdict:
         """A write, asked of the operator (or the run's approver) until an approval holds."""
