@@ -2,7 +2,7 @@
 way real coding agents do, one way per MODE, so loopdeck's ACP client is held to what it must
 do when an agent will not play by the rules (issue 36; `tests/test_acp_hostile.py`).
 
-    python tests/hostile_agent.py MODE [TURNS_WITH_USAGE]
+    python tests/hostile_agent.py MODE [TURNS_WITH_USAGE | MARKER]
 
 Its first prompt does the mode's misbehaviour on `calc.py` in the session's folder (its
 `add` subtracts); a later prompt is answered with a message and `end_turn`, unless the mode
@@ -26,7 +26,8 @@ says otherwise. Every mode answers `session/cancel`: a turn it is in ends `cance
   it started (a plan) and waits to be cancelled, reporting no usage;
 - `write-at-start`: writes the fix in `session/new`, before any prompt;
 - `write-during-check`: leaves a thread that writes the fix once a process in its folder
-  naming `calc_check` (the goal check) runs;
+  naming `calc_check` (the goal check) runs, or once the file MARKER (given) exists (the
+  check leaves it: an agent held still while the check ran writes once it goes on);
 - `write-at-stop`: its permitted fix, written by loopdeck; a backdoor appended to calc.py
   when it is told to stop (SIGTERM, or its exit);
 - `write-under-command`: asks to run `ls -la` and, once allowed, writes the fix with a
@@ -118,9 +119,10 @@ class Cancelled(Exception):
 class HostileAgent:
     """The agent side of ACP, a plain class as loopdeck's scripted agent is."""
 
-    def __init__(self, mode: str, turns_with_usage: int) -> None:
+    def __init__(self, mode: str, turns_with_usage: int, marker: str | None = None) -> None:
         self.mode = mode
         self.turns_with_usage = turns_with_usage
+        self.marker = None if marker is None else Path(marker)
         self.client: Any = None
         self.cwd = Path.cwd()
         self.session_id = ""
@@ -296,11 +298,29 @@ class HostileAgent:
 
     async def write_during_check(self) -> None:
         """Says it is done and leaves a thread watching for the goal check (a process in its
-        folder whose command line names `calc_check`): it writes the fix while it runs."""
+        folder whose command line names `calc_check`): it writes the fix while it runs. With
+        a MARKER, the check's trace: it writes the fix once it goes on (SIGCONT) after the
+        check left it, or at the latest when it is told to stop (SIGTERM, its exit)."""
+
+        def marked(*_: Any) -> None:
+            if self.marker is not None and self.marker.exists():
+                self.write_on_disk(FIXED)
+
+        def stopped(*_: Any) -> None:
+            marked()
+            os._exit(0)
+
+        if self.marker is not None:
+            signal.signal(signal.SIGCONT, marked)
+            signal.signal(signal.SIGTERM, stopped)
+            atexit.register(marked)
 
         def watch() -> None:
             me = str(os.getpid())
             while True:
+                if self.marker is not None and self.marker.exists():
+                    self.write_on_disk(FIXED)
+                    return
                 for pid in os.listdir("/proc"):
                     if not pid.isdigit() or pid == me:
                         continue
@@ -433,8 +453,9 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in MODES or len(argv) > 2:
         print(USAGE, file=sys.stderr)
         return 2
-    turns_with_usage = int(argv[1]) if len(argv) == 2 else 3
-    asyncio.run(run_agent(HostileAgent(argv[0], turns_with_usage)))
+    marker = argv[1] if len(argv) == 2 and argv[0] == "write-during-check" else None
+    turns_with_usage = int(argv[1]) if len(argv) == 2 and marker is None else 3
+    asyncio.run(run_agent(HostileAgent(argv[0], turns_with_usage, marker)))
     return 0
 
 
