@@ -445,8 +445,9 @@ def two_keys(run: Played, tool: str, status: str | None = None) -> list[dict[str
 def one_key(run: Played) -> list[dict[str, Any]]:
     """Two identical reads from one state: one fingerprint, the second caught as a repeat,
     the run stopped `no_progress`, no process of the agent left. The agents read without
-    asking: the second read runs before loopdeck hears of it, and is recorded as run (the
-    agent reports it completed), never as blocked. The two reads' `call_proposed`."""
+    asking: the second read runs before loopdeck hears of it, and is recorded as run (or as
+    interrupted, its turn cancelled before it said it completed), never as blocked. The two
+    reads' `call_proposed`."""
     why = run.why
     assert run.api.problems() == [], why
     reads = [e for e in kinds(run.found, "call_proposed") if e["tool"].startswith("read:")]
@@ -454,7 +455,9 @@ def one_key(run: Played) -> list[dict[str, Any]]:
     assert reads[0]["fingerprint"] == reads[1]["fingerprint"], why
     [tripped] = kinds(run.found, "guard_tripped")
     assert tripped["call_id"] == reads[1]["call_id"], why
-    assert statuses(run.found).get(reads[1]["call_id"]) == "executed", why
+    # run (the agent reports it completed), or, when the run's stop cancels the turn before
+    # the agent says so, interrupted as it ran (never skipped: the agent said it was running)
+    assert statuses(run.found).get(reads[1]["call_id"]) in ("executed", "interrupted"), why
     assert run.outcome["stop_reason"] == "no_progress", why
     assert run.left() == []
     return reads

@@ -208,3 +208,19 @@ async def test_a_huge_input_is_stored_cut_saying_so_and_keyed_whole(calls: Any) 
     assert first.args == second.args  # what is kept of each is the same
     assert first.fingerprint != second.fingerprint  # the key hashes each whole
     assert kinds(calls, "guard_tripped") == []
+
+
+async def test_a_call_the_agent_said_was_running_is_interrupted_when_cut_short(calls) -> None:
+    """The agent said it runs a read (`in_progress`) and never said it ended: the run's stop
+    records it interrupted as it ran, never skipped as if it never started."""
+    from acp.schema import ToolCallStart
+
+    start = ToolCallStart(
+        session_update="tool_call", tool_call_id="t1", title="Read calc.py", kind="read",
+        status="in_progress", raw_input={"path": "calc.py"},
+    )  # fmt: skip
+    record = await calls.proposed(start)
+    assert record is not None and record.status.value == "running"
+    calls.host._rt.calls.withdraw_pending("the agent went away")  # the run's stop
+    [ended] = [e for e in calls.recorder.kinds("tool_finished") if e.call_id == record.call_id]
+    assert ended.status.value == "interrupted"

@@ -249,6 +249,8 @@ class AcpCalls:
             return
         if update.raw_input is not None:
             await self._another_form(acp_id, record, update.raw_input, True)
+        if update.status == "in_progress" and record.status is CallStatus.PROPOSED:
+            self.host.running(record)  # the agent runs it: cut short, it was interrupted
         if update.status not in ("completed", "failed"):
             return
         if record.status in DONE:
