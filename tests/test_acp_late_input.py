@@ -125,7 +125,7 @@ async def test_a_held_edit_is_approved_on_the_permissions_whole_input(calls: Any
     assert finished.status is CallStatus.EXECUTED
     # What it may write unasked: the file with the diff applied, nothing else
     edited = (workdir / "calc.py").read_text().replace("return a - b", "return a + b")
-    assert calls.permitted_writes == {(workdir / "calc.py").resolve(): edited}
+    assert calls.permitted_writes == {(workdir / "calc.py").resolve(): {edited}}
 
 
 async def test_a_call_that_runs_or_ends_with_no_input_is_proposed_with_none(calls: Any) -> None:

@@ -404,3 +404,40 @@ def test_run_json_the_export_and_the_run_view_agree_on_a_repeat_run_anyway(
     assert view.repeats == 0
     [tripped] = [e for e in events if e.kind == "guard_tripped"]
     assert tripped.call_id == "c2"
+
+
+# -- Claude Code's Edit: the same edit, its own way ------------------------------------------------
+@pytest.mark.parametrize(
+    ("before", "old", "new", "as_claude"),
+    [
+        # an empty new text deletes the line with its end (a plain replace leaves it blank)
+        ("def add(a, b):\n    # TODO: remove\n    return a - b\n", "    # TODO: remove", "",
+         "def add(a, b):\n    return a - b\n"),
+        # a CRLF file: the edit made with \n, written back with the file's \r\n
+        ("def add(a, b):\r\n    return a - b\r\n", "return a - b", "s = a + b\n    return s",
+         "def add(a, b):\r\n    s = a + b\r\n    return s\r\n"),
+    ],
+)  # fmt: skip
+def test_an_edit_as_claude_code_makes_it_is_the_content_shown(
+    tmp_path: Path, before: str, old: str, new: str, as_claude: str
+) -> None:
+    """Claude Code's Edit deletes a line whole and keeps a file's line endings: what it
+    leaves is held as shown (it was stopped `policy_block` as "content differs"), and the
+    plain replacement too (an agent doing it the plain way); anything else still differs."""
+    from loopdeck.acp_env.permitted_writes import held_to, text_digest
+
+    target = tmp_path / "calc.py"
+    target.write_bytes(before.encode())
+    raw = {"file_path": str(target), "old_string": old, "new_string": new}
+    expected, also, writes = held_to(tmp_path, tmp_path.resolve(), {"calc.py"}, call(target, raw))
+    assert also == {"calc.py": text_digest(as_claude)}
+    assert as_claude in writes[target.resolve()]
+    for landed in (as_claude, before.replace(old, new)):
+        watch = ChangeWatch()
+        watch.look({"files": {"calc.py": text_digest(before)}})
+        watch.permit("c1", {"calc.py"}, expected, also)
+        watch.ended("c1")
+        assert not watch.look({"files": {"calc.py": text_digest(landed)}}), repr(landed)
+    watch.permit("c2", {"calc.py"}, expected, also)
+    watch.ended("c2")
+    assert watch.look({"files": {"calc.py": text_digest(as_claude + "import os\n")}})

@@ -33,7 +33,7 @@ from loopdeck.acp_env.call_input import (
 from loopdeck.acp_env.call_results import failed, result_of
 from loopdeck.acp_env.file_writes import write_file
 from loopdeck.acp_env.held_calls import HeldCall
-from loopdeck.acp_env.permitted_writes import shown_contents, text_digest
+from loopdeck.acp_env.permitted_writes import held_to
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.core.canonical import canonical_args, canonical_json
 from loopdeck.core.decided_by import refused_words
@@ -72,7 +72,7 @@ class AcpCalls:
         self.tripped: str | None = None
         # The files a permitted call may have loopdeck write for it, each once, with the
         # content its permission showed (a file whose content cannot be told is not here).
-        self.permitted_writes: dict[Path, str] = {}
+        self.permitted_writes: dict[Path, set[str]] = {}
         self.shown: dict[str, HeldCall] = {}  # the agent's id -> the call as proposed
         self.written: set[str] = set()
         self.notes: list[str] = []
@@ -331,14 +331,9 @@ class AcpCalls:
         if kind == "execute" or not named:
             self.watch.permit(record.call_id, None)
         else:
-            contents = shown_contents(workdir, proposal, tool_call)
-            expected: dict[str, str | None] = dict.fromkeys(named)
-            for target, text in contents.items():
-                rel = target.relative_to(root).as_posix()
-                expected[rel] = None if text is None else text_digest(text)
-                if text is not None:
-                    self.permitted_writes[target] = text
-            self.watch.permit(record.call_id, named | expected.keys(), expected)
+            expected, also, writes = held_to(workdir, root, named, proposal, tool_call)
+            self.permitted_writes.update(writes)
+            self.watch.permit(record.call_id, named | expected.keys(), expected, also)
         self.terminals.permitted(commands_named(raw), record)
 
     async def approved(self, record: CallRecord, why: str) -> Approved | None:

@@ -33,7 +33,7 @@ class WritingCalls(CallsHost, Protocol):
     """What of `AcpCalls` a file's write uses."""
 
     written: set[str]  # each write once per path, content and state
-    permitted_writes: dict[Path, str]  # the content a permission showed, by file
+    permitted_writes: dict[Path, set[str]]  # the content a permission showed, by file
 
 
 async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
@@ -52,7 +52,7 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
     once = hashlib.sha256(said_once).hexdigest()
     if once in calls.written:
         raise RequestError(-32000, f"{path}: this write already ran in this run")
-    if calls.permitted_writes.pop(target, None) != content:
+    if content not in calls.permitted_writes.pop(target, set()):
         # not what a permission showed (none for this file, this turn; its content not
         # told; or other content): asked as a write of its own, recorded as written
         shown = target.relative_to(workdir.resolve()).as_posix()

@@ -54,6 +54,67 @@ def permitted_writes(workdir: Path, *calls: Any) -> dict[Path, str]:
     }
 
 
+def held_to(
+    workdir: Path, root: Path, named: set[str], *calls: Any
+) -> tuple[dict[str, str | None], dict[str, str], dict[Path, set[str]]]:
+    """What a permitted call's files are held to (`ChangeWatch.permit`): each named file's
+    shown content's hash (None: cannot be told), the hash of the same edit as Claude Code
+    makes it, and the contents loopdeck may write for it unasked."""
+    as_claude = edited_as_claude_code(workdir, *calls)
+    expected: dict[str, str | None] = dict.fromkeys(named)
+    also: dict[str, str] = {}
+    writes: dict[Path, set[str]] = {}
+    for target, text in shown_contents(workdir, *calls).items():
+        rel = target.relative_to(root).as_posix()
+        expected[rel] = None if text is None else text_digest(text)
+        if text is not None:
+            writes[target] = {text, as_claude.get(target, text)}
+            if (other := text_digest(as_claude.get(target, text))) is not None:
+                also[rel] = other
+    return expected, also, writes
+
+
+def edited_as_claude_code(workdir: Path, *calls: Any) -> dict[Path, str]:
+    """The content an old/new-string edit leaves as Claude Code's Edit does it, where that
+    differs from a plain replacement: in the file's own line endings (the edit made with
+    `\n` and written back with the file's `\r\n`), and an empty new text taking the line's
+    end with it (a line deleted, not left blank). Either content is the one shown."""
+    told: dict[Path, str] = {}
+    for call in calls:
+        raw = getattr(call, "raw_input", None) if call is not None else None
+        if not isinstance(raw, dict) or isinstance(raw.get("content"), str):
+            continue
+        path = next((raw[key] for key in PATH_KEYS if isinstance(raw.get(key), str)), None)
+        target = None if path is None else _within(workdir, path)
+        given = raw.get("edits")
+        listed: list[Any] = given if isinstance(given, list) else [raw]
+        edits = [e for e in listed if isinstance(e, dict) and _strings(e) is not None]
+        if target is None or not edits:
+            continue
+        text = _text_of(target)
+        for edit in edits:
+            old, new = _strings(edit) or ("", "")
+            every = any(edit.get(key) is True for key in ALL_KEYS)
+            text = _claude_replaced(text, old, new, every)
+        if text is not None:
+            told[target] = text
+    return told
+
+
+def _claude_replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
+    if before is None or not old:
+        return _replaced(before, old, new, every)
+    crlf = "\r\n" in before
+    text = before.replace("\r\n", "\n") if crlf else before
+    old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+    if not new and not old.endswith("\n") and old + "\n" in text:
+        old += "\n"  # a deleted line goes with its end
+    done = _replaced(text, old, new, every)
+    if done is None:
+        return None
+    return done.replace("\n", "\r\n") if crlf else done
+
+
 def text_digest(text: str) -> str | None:
     """A content's hash as the working copy's snapshot says it (`workdir/tree.py`)."""
     try:

@@ -122,6 +122,7 @@ class Permit:
     # told); None: not checked. And each such file's hash when the call was permitted.
     expected: dict[str, str | None] | None = None
     base: dict[str, str | None] = field(default_factory=dict)
+    also: dict[str, str] = field(default_factory=dict)  # path -> another content shown as it
 
 
 class ChangeWatch:
@@ -136,13 +137,16 @@ class ChangeWatch:
         call_id: str,
         paths: Iterable[str] | None,
         expected: Mapping[str, str | None] | None = None,
+        also: Mapping[str, str] | None = None,
     ) -> None:
-        """`expected`: each named file's approved content's hash (None: cannot be told). A
-        file another open permit holds to a content too: neither can be told (each applies
-        to what the other leaves)."""
+        """`expected`: each named file's approved content's hash (None: cannot be told), and
+        `also` another hash the same edit may leave (an agent's tool's own way of making it:
+        its line endings). A file another open permit holds to a content too: neither can be
+        told (each applies to what the other leaves)."""
         permit = Permit(call_id, None if paths is None else frozenset(paths))
         if expected is not None:
             permit.expected = dict(expected)
+            permit.also = dict(also or {})
             permit.base = {path: (self.seen or {}).get(path) for path in expected}
             for other in self.permits.values():
                 if other.ended or other.expected is None:
@@ -157,6 +161,7 @@ class ChangeWatch:
         for permit in self.permits.values():
             if not permit.ended and permit.expected is not None and path in permit.expected:
                 permit.expected[path] = digest
+                permit.also.pop(path, None)
 
     def ended(self, call_id: str) -> None:
         if (permit := self.permits.get(call_id)) is not None:
@@ -194,8 +199,10 @@ class ChangeWatch:
                     continue  # the call left it as it was
                 if want is None:
                     unchecked.append(f"{path} ({permit.call_id})")
-                elif content_of(have) != (want or None) or mode_of(have) != mode_of(base):
-                    differs.setdefault(path, base)  # other content, or its mode changed
+                elif content_of(have) not in {want or None, permit.also.get(path, want) or None}:
+                    differs.setdefault(path, base)  # other content than shown
+                elif mode_of(have) != mode_of(base):
+                    differs.setdefault(path, base)  # its mode changed
         return Changes(
             added=sorted({*left.added, *(p for p, base in differs.items() if base is None)}),
             changed=sorted({*left.changed, *(p for p, b in differs.items() if b and p in now)}),
