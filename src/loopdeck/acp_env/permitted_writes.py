@@ -18,6 +18,7 @@ when the call ends cannot be checked against what was approved (said so in a fin
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,17 +87,8 @@ def edited_as_claude_code(workdir: Path, *calls: Any) -> dict[Path, str]:
             continue
         path = next((raw[key] for key in PATH_KEYS if isinstance(raw.get(key), str)), None)
         target = None if path is None else _within(workdir, path)
-        given = raw.get("edits")
-        listed: list[Any] = given if isinstance(given, list) else [raw]
-        edits = [e for e in listed if isinstance(e, dict) and _strings(e) is not None]
-        if target is None or not edits:
-            continue
-        text = _text_of(target)
-        for edit in edits:
-            old, new = _strings(edit) or ("", "")
-            every = any(edit.get(key) is True for key in ALL_KEYS)
-            text = _claude_replaced(text, old, new, every)
-        if text is not None:
+        text = None if target is None else _input_content(raw, target, _claude_replaced)
+        if target is not None and isinstance(text, str):
             told[target] = text
     return told
 
@@ -168,9 +160,13 @@ def _within(workdir: Path, path: str) -> Path | None:
         return None
 
 
-def _input_content(raw: dict[str, Any], target: Path | None) -> Any:
+def _input_content(
+    raw: dict[str, Any], target: Path | None, replaced: Callable[..., str | None] | None = None
+) -> Any:
     """The content an input says its file will hold: its `content`; its edit (or `edits`,
-    in order) applied to the file as it is; SILENT when it says neither."""
+    in order) applied to the file as it is (`replaced`: how; a plain replacement unless
+    given); SILENT when it says neither."""
+    replaced = replaced or _replaced
     if isinstance(raw.get("content"), str):
         return raw["content"]
     given = raw.get("edits")
@@ -182,7 +178,7 @@ def _input_content(raw: dict[str, Any], target: Path | None) -> Any:
     for edit in edits:
         old, new = _strings(edit) or ("", "")
         every = any(edit.get(key) is True for key in ALL_KEYS)
-        text = _replaced(text, old, new, every)
+        text = replaced(text, old, new, every)
     return text
 
 
