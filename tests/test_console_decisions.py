@@ -289,23 +289,26 @@ async def _stored_run(store: Store, run_id: str, state: str) -> None:
 
 
 async def _stored_write(store: Store, run_id: str, call_id: str, state: str, outcome: str) -> None:
+    """Asked now, not when the module was read: `make stress` runs this many minutes after
+    collecting it, and the store refuses a decision on an asking that has expired."""
     args = {"path": "notes/a.txt", "text": HOSTILE}
+    asked = datetime.now(UTC)
     await store.execute(
         "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state,"
         " outcome) VALUES (?, ?, 'write_file', ?, ?, ?, ?, ?)",
-        (run_id, call_id, json.dumps(args), NOW.isoformat(),
-         (NOW + timedelta(seconds=300)).isoformat(), state, outcome or None),
+        (run_id, call_id, json.dumps(args), asked.isoformat(),
+         (asked + timedelta(seconds=300)).isoformat(), state, outcome or None),
     )  # fmt: skip
     body = {"call_id": call_id, "tool": "write_file", "args": args, "args_schema": SCHEMA}
     await store.execute(
         "INSERT INTO events (run_id, seq, kind, at, body) SELECT ?, COALESCE(MAX(seq), 0) + 1,"
         " 'approval_requested', ?, ? FROM events WHERE run_id = ?",
-        (run_id, NOW.isoformat(), json.dumps(body), run_id),
+        (run_id, asked.isoformat(), json.dumps(body), run_id),
     )
 
 
 async def _inbox(pilot: Any, app: App[Any], db: Path, count: int) -> InboxScreen:
-    inbox = InboxScreen(db, lambda: NOW)
+    inbox = InboxScreen(db, lambda: datetime.now(UTC))
     await app.push_screen(inbox)
     await wait_until(pilot, lambda: len(inbox.entries) == count)
     return inbox

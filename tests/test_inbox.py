@@ -36,17 +36,18 @@ async def _run(store: Store, run_id: str, *, alive: bool) -> None:
 
 
 async def _write(store: Store, run_id: str, call_id: str, expires_in_s: float) -> None:
+    asked = datetime.now(UTC)  # not the module's NOW: the store refuses decisions once expired
     await store.execute(
         "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state)"
         " VALUES (?, ?, 'update_address', ?, ?, ?, 'pending')",
-        (run_id, call_id, json.dumps({"to": "7 New St"}), NOW.isoformat(),
-         (NOW + timedelta(seconds=expires_in_s)).isoformat()),
+        (run_id, call_id, json.dumps({"to": "7 New St"}), asked.isoformat(),
+         (asked + timedelta(seconds=expires_in_s)).isoformat()),
     )  # fmt: skip
     body = {"call_id": call_id, "rationale": "the customer moved", "plan_step": "3. change it"}
     await store.execute(
         "INSERT INTO events (run_id, seq, kind, at, body) SELECT ?, COALESCE(MAX(seq), 0) + 1,"
         " 'approval_requested', ?, ? FROM events WHERE run_id = ?",
-        (run_id, NOW.isoformat(), json.dumps(body), run_id),
+        (run_id, asked.isoformat(), json.dumps(body), run_id),
     )
 
 
