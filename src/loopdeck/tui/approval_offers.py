@@ -269,7 +269,11 @@ class ApprovalOffers:
         else:
             self._settled.add(asked)
             if not won:
-                toast(self.screen, f"{decision.call_id} was already decided", severity="warning")
+                toast(
+                    self.screen,
+                    f"{decision.call_id} not decided here: already decided, or its asking ended",
+                    severity="warning",
+                )
         finally:
             self._sending.discard(decision.call_id)
         self.offer_next()

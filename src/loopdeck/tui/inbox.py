@@ -271,7 +271,11 @@ class InboxScreen(Screen[None]):
 
         async def decide(tell: Tell) -> str | None:
             won = await self.inbox.decide(entry, approved, reason, tell, args=args, grant=grant)
-            return None if won else f"{entry.call_id} was already decided"
+            return (
+                None
+                if won
+                else f"{entry.call_id} not decided here: already decided, or its asking ended"
+            )
 
         await self._record(entry, decide)
 
