@@ -150,3 +150,35 @@ async def test_a_fork_whose_source_changed_before_a_worker_took_it_is_not_rebuil
     assert stopped.stop_reason.value == "crashed", stopped.detail
     assert "its source no longer holds the events it was forked from" in stopped.detail
     assert not any(isinstance(e, RunForked) for e in log)
+
+
+async def test_a_forks_deadline_counts_from_its_own_start_not_its_sources(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fork is a new run: the agent time its source spent before the fork point is the
+    source's, as its tokens and cost are. A source that used 540 of its 600 s leaves its fork
+    its whole deadline, not 60 s."""
+    from loopdeck.core.budgets import BudgetLedger, Cap
+    from loopdeck.core.events import BudgetUpdated, RunStopped
+
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        source = await submit(db, options(root, budget_overrides={"deadline": 600}))
+        with monkeypatch.context() as slow:  # the source's agent: nine of its ten minutes
+            elapsed = BudgetLedger.elapsed
+            slow.setattr(BudgetLedger, "elapsed", lambda ledger: elapsed(ledger) + 540.0)
+            await run_to_end(db, store, source)
+        spent = [e.usage[Cap.DEADLINE] for e in await stored(store, source)
+                 if isinstance(e, BudgetUpdated)]  # fmt: skip
+        assert spent and spent[-1][0] >= 540.0 and spent[-1][1] == 600
+        forked = await fork(db, source, "c5", script="other-address")
+        await run_to_end(db, store, forked)
+        log = await stored(store, forked)
+    finally:
+        await store.close()
+    said = next(e for e in log if isinstance(e, RunForked))
+    own = [e.usage[Cap.DEADLINE] for e in log if isinstance(e, BudgetUpdated) and e.seq > said.seq]
+    assert own and all(limit == 600 for _, limit in own)
+    assert max(used for used, _ in own) < 540.0, own
+    assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value != "deadline"

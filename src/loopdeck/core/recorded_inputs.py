@@ -288,16 +288,20 @@ def record_inputs(
 def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:
     """The agent's time and the operator's as the log last had them: a rebuilt run is
     charged what the run had spent, not the moments its rebuilding took (nor the time no
-    worker ran it)."""
+    worker ran it). A fork's (`log.free`: its source's log) are its own, from naught as it
+    goes live: the time its source spent is the source's, as its tokens and cost are."""
     from loopdeck.core.budgets import Cap
     from loopdeck.core.events import BudgetUpdated
 
-    last = log.last_of(BudgetUpdated)
-    if last is None:
-        return
+    agent_s = operator_s = 0.0
+    if not log.free:
+        last = log.last_of(BudgetUpdated)
+        if last is None:
+            return
+        agent_s = float(last.usage[Cap.DEADLINE][0])  # the clock is always known
+        operator_s = last.operator_s
     ledger = runtime.ledger
-    ledger._operator_s = last.operator_s
-    agent_s = float(last.usage[Cap.DEADLINE][0])  # the clock is always known
+    ledger._operator_s = operator_s
     ledger.started = time.monotonic() - agent_s - ledger.operator_s()
     runtime.rearm_deadline()
 

@@ -108,7 +108,8 @@ class ReplayLog:
 
     def __init__(self, events: list[Event]) -> None:
         self.events = events
-        # A fork's source: its replies served cost the fork nothing (the source paid them).
+        # A fork's source: what it spent is the source's (its replies served cost the fork
+        # nothing; the fork's clock starts as it goes live).
         self.free = False
         self.sig: list[Event] = [e for e in events if key(e) is not None]
         self.at = 0  # the next of `sig` the rebuilt run must make
