@@ -5,6 +5,7 @@ never taken by it, is not left as an outcome nobody knows when the run crashes."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,78 @@ def test_a_rebuild_that_left_its_log_under_another_policy_says_so_in_words() -> 
     assert said.startswith(replay.diverged)
     assert "decided under policy sha256 bbbbbbbbbbbb (run /p/policy.toml)" in said
     assert said.endswith("the rebuilt run has no policy")
+
+
+# A rule today's load refuses (a condition that reads nothing and is no bool), which the load
+# a run was recorded under took: at every ask it failed, and an allow that fails holds nothing.
+STALE = NO_ADDRESS + '[[rule]]\nid = "stale"\neffect = "allow"\nwhen = \'"1"\'\n'
+
+
+@pytest.fixture
+def load_of_before(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """While it lasts, a policy loads as before the constant check: a condition that reads
+    nothing is not evaluated when read. Returns what ends it."""
+    from loopdeck.policy.expressions import Condition
+
+    holds = Condition.holds
+
+    def unchecked_when_read(condition: Condition, activation: dict[str, Any]) -> bool:
+        return False if activation == {} else holds(condition, activation)
+
+    monkeypatch.setattr(Condition, "holds", unchecked_when_read)
+    return monkeypatch.undo
+
+
+async def test_a_run_recorded_under_a_policy_todays_load_refuses_goes_on_under_it(
+    load_of_before: Callable[[], None], tmp_path: Path
+) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(STALE, encoding="utf-8")
+    whole = await _under_policy(tmp_path / "first", "r1", path)
+    load_of_before()
+    cut = next(i for i, e in enumerate(whole) if isinstance(e, PolicyInForce)) + 1
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        run = options(root, run_id="r1", policy=path)
+        await left_by_a_lost_worker(store, root, "r1", whole[:cut], run)
+        await with_a_worker(db, lambda: ended(store, "r1"))
+        log = await stored(store, "r1")
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+        assert significant(log) == significant(whole)
+        assert _in_force(log) == [STALE]
+        _address_denied(log)
+    finally:
+        await store.close()
+
+
+async def test_a_fork_of_a_run_whose_policy_todays_load_refuses_says_so_and_is_decided_under_it(
+    cli: Callable[..., Any], load_of_before: Callable[[], None], tmp_path: Path
+) -> None:
+    db, path = tmp_path / "s.db", tmp_path / "policy.toml"
+    path.write_text(STALE, encoding="utf-8")
+    code, done, err = await asyncio.to_thread(
+        cli, "run", "order_support", "--script", "double-write", "--headless", "--json",
+        "--policy", str(path), "--db", str(db),
+    )  # fmt: skip
+    assert code in (0, 1) and done is not None, err
+    source = str(done["run_id"])
+    load_of_before()
+    code, done, err = await asyncio.to_thread(
+        cli, "fork", source, "--at", "c3", "--db", str(db), "--json"
+    )
+    assert code == 0 and done is not None, err
+    assert f"run {source}'s recorded policy would be refused if read today" in err, err
+    assert "rule 2 (stale): when: it reads no attribute and always fails" in err, err
+    store = await open_store(db)
+    try:
+        forked = str(done["run_id"])
+        await with_a_worker(db, lambda: ended(store, forked))
+        log = await stored(store, forked)
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+        assert _in_force(log) == [STALE]
+        _address_denied(log)
+    finally:
+        await store.close()

@@ -182,11 +182,13 @@ def _said(line: str) -> None:
 def _fork(args: argparse.Namespace) -> int:
     import asyncio
 
+    from loopdeck.core.text import visible
     from loopdeck.operator.fork import fork
 
     location = args.db or default_db_path()
     forked = fork(location, args.run_id, args.at, model=args.model, script=args.script,
-                  message=args.message, env=args.env_dir, settings=args.settings)  # fmt: skip
+                  message=args.message, env=args.env_dir, settings=args.settings,
+                  tell=lambda said: _said(f"loopdeck: {visible(said)}"))  # fmt: skip
     run_id = asyncio.run(forked)
     if args.json:
         print(json.dumps({"run_id": run_id, "forked_from": args.run_id, "at": args.at}))

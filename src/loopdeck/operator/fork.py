@@ -15,8 +15,10 @@ without being asked again (a receipt is bound to its state anyway).
 The fork is decided under its source's policy, as the source recorded it (`PolicyInForce`'s
 text; a submitted source's options', where its log recorded none), never under what the
 policy files say now: the rebuilt run must decide as the run did, and a write the run's
-policy denied is denied in the fork too. A fork takes no other policy (to see what another
-would have decided: `loopdeck policy replay`).
+policy denied is denied in the fork too. A recorded policy is read as the load it was
+recorded under read it: a rule a check added since would refuse fails at every ask in the
+fork as it did in the run, and the fork says so (`stale_policy`). A fork takes no other
+policy (to see what another would have decided: `loopdeck policy replay`).
 
 What a worker would refuse is refused before the fork is queued: its options checked as a
 submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -81,9 +84,11 @@ async def fork(
     message: str | None = None,
     env: str | None = None,
     settings: list[str] | None = None,
+    tell: Callable[[str], None] | None = None,
 ) -> str:
     """The fork queued for a worker; its run id. Refused (`ScenarioError`) with nothing
-    queued when a worker could not prepare it or rebuild the run up to the fork."""
+    queued when a worker could not prepare it or rebuild the run up to the fork. `tell`
+    hears what the fork is decided under that its files would not say today."""
     if message is not None and not message.strip():
         raise ScenarioError("--message: empty (leave it out to say nothing at the fork)")
     store = await open_store(location, create=False)
@@ -94,6 +99,9 @@ async def fork(
         through = fork_point(log, run_id, at_call)
         head = await _verified_head(store, run_id, at_call, through)
         options = await _options_of(store, run_id, row, log, env)
+        if tell is not None:
+            for said in stale_policy(run_id, options.get("policy_levels")):
+                tell(said)
         changed = []
         for name, value in (("model", model), ("script", script)):
             if value is not None:
@@ -213,6 +221,22 @@ def recorded_policy(log: list[Event]) -> list[dict[str, str]] | None:
     """The policy the run recorded it was decided under (each level's text), if it did."""
     in_force = next((e for e in log if isinstance(e, PolicyInForce)), None)
     return None if in_force is None else [dict(level) for level in in_force.levels]
+
+
+def stale_policy(run_id: str, levels: list[dict[str, str]] | None) -> list[str]:
+    """What the run's recorded policy would be refused for if read from its files today (a
+    check added since it was recorded), in words: the fork is decided under it all the same,
+    as the run was (`policy/loading.recorded_level`)."""
+    if not levels:
+        return []
+    from loopdeck.policy.loading import refused_today  # the expression engine: only for one
+
+    return [
+        f"run {run_id}'s recorded policy would be refused if read today ({why}); the fork is"
+        " decided under it as the run was: that rule fails at every ask, and a rule that"
+        " fails never allows (a deny or an ask asks)"
+        for why in refused_today(levels)
+    ]
 
 
 async def _placed_or_recorded(

@@ -9,6 +9,11 @@ reads nothing and is no bool (`"1"`), refuses the policy naming the rule. It hol
 it evaluates to `true`; an evaluation that fails (a missing argument, a type mismatch) or
 gives something else is `ConditionFailed`, with CEL's words.
 
+A condition a run recorded (`as_recorded`) is read as the load it was recorded under read it:
+parsed, none of the later checks made. Each of them refuses what can only fail when it is
+evaluated, so such a rule fails at every ask, as it did in the run: a rule that fails never
+allows (`engine.py`), and a rebuilt run decides as the run did.
+
 Patterns are RE2's (as CEL's are), compiled once each, quietly: RE2 says nothing on stderr
 of a pattern it refuses; the condition's words do.
 """
@@ -68,12 +73,15 @@ def _environment() -> celpy.Environment:
 
 
 class Condition:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, as_recorded: bool = False) -> None:
         self.text = text
         try:
             tree = _environment().compile(text)
         except CELParseError as exc:
             raise ExpressionError(f"not a CEL expression: {_parse_words(exc)}") from None
+        if as_recorded:
+            self._program = _program(tree)
+            return
         deep = _depth(tree)
         if deep > MOST_NESTED:
             raise ExpressionError(

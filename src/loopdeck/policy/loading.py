@@ -1,6 +1,11 @@
 """A run's policy read whole from its files (`policy/sources.py`), each a level of the policy
 in force (`engine.Policy`): its rules' conditions read, its inline tests run; a file that
 fails either refuses the run before it starts, naming the file and the rule or test.
+
+A policy a run recorded (its text, `PolicyInForce.levels`) is read as the load it was
+recorded under read it, not refused by a check added since (`recorded_level`): a run going
+on from its log, or a fork of it, is decided as the run was; `refused_today` says what a
+file of that text would be refused for now.
 """
 
 from __future__ import annotations
@@ -34,12 +39,26 @@ def run_policy(files: list[tuple[str, Path]], run_kind: str) -> RunPolicy | None
 def recorded_run_policy(levels: list[dict[str, str]], run_kind: str) -> RunPolicy:
     """The policy a run recorded (`PolicyInForce.levels`, or its submitted options'), read
     again from its text: a run is decided under the policy it was given, whatever its files
-    say now."""
+    say now, and as the load it was recorded under read it (`recorded_level`)."""
     try:
         return RunPolicy(Policy([recorded_level(level) for level in levels]), run_kind)
     except KeyError as exc:
         said = f"the run's recorded policy has no {exc} (recorded: {levels!r:.200})"
         raise PolicyError(said) from None
+
+
+def refused_today(levels: list[dict[str, str]]) -> list[str]:
+    """Why each level of a recorded policy would be refused if read from a file today (a
+    check added since it was recorded), in the words a file's refusal has; [] when none."""
+    refused = []
+    for level in levels:
+        path, text = Path(level.get("path", "?")), level.get("text", "")
+        try:
+            level_of(level.get("level", "run"), path, parse_document(path, text), text,
+                     tested=False)  # fmt: skip
+        except PolicyError as exc:
+            refused.append(str(exc))
+    return refused
 
 
 def read_level(name: str, path: Path, *, tested: bool = True) -> Level:
@@ -50,20 +69,25 @@ def read_level(name: str, path: Path, *, tested: bool = True) -> Level:
 
 
 def recorded_level(recorded: dict[str, str]) -> Level:
-    """A level as a run recorded it (`PolicyInForce.levels`), read again from its text."""
+    """A level as a run recorded it (`PolicyInForce.levels`), read again from its text as the
+    load it was recorded under read it: its rules' conditions parsed, none of the checks
+    added since made (what they refuse fails at each ask, and a rule that fails never
+    allows: the rebuilt run decides as the run did), its tests neither read nor run."""
     path, text = Path(recorded["path"]), recorded["text"]
-    return level_of(recorded["level"], path, parse_document(path, text), text, tested=False)
+    document = parse_document(path, text, tests=False)
+    return level_of(recorded["level"], path, document, text, tested=False, as_recorded=True)
 
 
 def level_of(
-    name: str, path: Path, document: PolicyDocument, text: str, *, tested: bool = True
-) -> Level:
+    name: str, path: Path, document: PolicyDocument, text: str, *, tested: bool = True,
+    as_recorded: bool = False,
+) -> Level:  # fmt: skip
     sha = hashlib.sha256(text.encode("utf-8")).hexdigest()  # `sha256sum policy.toml`'s
     shadow = document.mode == "shadow"
     rules = []
     for index, written in enumerate(document.rule, 1):
         try:
-            condition = Condition(written.when)
+            condition = Condition(written.when, as_recorded=as_recorded)
         except ExpressionError as exc:
             raise PolicyError(f"{path}: rule {index} ({written.id}): when: {exc}") from None
         rules.append(Rule(written.id, written.effect, condition, written.message, name, sha,
