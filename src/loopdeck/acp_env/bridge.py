@@ -4,9 +4,10 @@ run's own task to take (`AcpLoop`); the agent's request waits on the answer the 
 
 The SDK runs each incoming message in a task of its own: a handler that awaited before it
 queued could let a later update overtake an earlier one, so every handler queues first. File
-access is confined to the working copy. A terminal to create is a write the run gates
-(`AcpCalls.write`); the other `terminal/*` methods act on terminals loopdeck already runs
-(`terminals.py`) and are answered here.
+access is confined to the working copy, a file read with no link followed
+(`confined_files.py`: a folder swapped for a link mid-read refuses the read). A terminal to
+create is a write the run gates (`AcpCalls.write`); the other `terminal/*` methods act on
+terminals loopdeck already runs (`terminals.py`) and are answered here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loopdeck.acp_env.confined_files import read_inside
 from loopdeck.acp_env.terminals import Terminal, Terminals, UnknownTerminal
 
 if TYPE_CHECKING:  # the SDK's own models, imported when a run starts its agent
@@ -171,11 +173,17 @@ class Bridge:
         from acp.schema import ReadTextFileResponse
 
         try:
-            text = inside(self.workdir, path).read_text(encoding="utf-8", errors="replace")
+            text = read_inside(self.workdir.resolve(), inside(self.workdir, path))
         except OutsideWorkdir as exc:
             raise RequestError.invalid_params({"path": str(exc)}) from None
-        except OSError:
+        except FileNotFoundError:
             raise RequestError.resource_not_found(path) from None
+        except OSError as exc:  # a link where a folder or the file was, a FIFO: not read
+            said = (
+                f"{path}: not read: the path changed as it was read (a link met on the way is"
+                f" never followed), or it is no file: {exc.strerror or exc}"
+            )
+            raise RequestError.invalid_params({"path": said}) from None
         lines = text.splitlines(keepends=True)
         if line is not None:
             start = max(line - 1, 0)

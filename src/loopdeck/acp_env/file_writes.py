@@ -4,23 +4,20 @@ call showed the operator for the file, once, in its turn (`permitted_writes.py`)
 else (no permission for the file this turn, its content not told, other content) is asked as
 a write of its own and recorded as written, the operator's edit included.
 
-The file is written with no link followed (`_write_inside`): a folder of the path the agent
+The file is written with no link followed (`confined_files.py`): a folder of the path the agent
 swaps for a link after it was resolved (a race while the write waits) refuses the write.
 Content UTF-8 cannot say (a lone surrogate) is refused by name before the file is opened.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
-import os
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any, Protocol
 
 from loopdeck.acp_env.bridge import FileWriteAsked, OutsideWorkdir, inside
 from loopdeck.acp_env.call_results import failed
+from loopdeck.acp_env.confined_files import write_inside
 from loopdeck.acp_env.permitted_writes import text_digest
 from loopdeck.acp_env.terminal_calls import CallsHost
 from loopdeck.acp_env.workspace import FS_WRITE
@@ -72,7 +69,7 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
             calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, str(exc)))
             raise RequestError.invalid_params({"path": str(exc)}) from None
         try:
-            _write_inside(workdir.resolve(), target, _encoded(path, content))
+            write_inside(workdir.resolve(), target, _encoded(path, content))
         except (OSError, Unwritable) as exc:
             said = str(exc) if isinstance(exc, Unwritable) else _moved(path, exc)
             calls.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, said))
@@ -80,7 +77,7 @@ async def write_file(calls: WritingCalls, asked: FileWriteAsked) -> Any:
         calls.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"written": path}})
     else:
         try:
-            _write_inside(workdir.resolve(), target, _encoded(path, content))
+            write_inside(workdir.resolve(), target, _encoded(path, content))
         except Unwritable as exc:
             raise RequestError(-32000, str(exc)) from None
         except OSError as exc:
@@ -115,32 +112,3 @@ def _moved(path: str, exc: OSError) -> str:
         f"{path}: not written: the path changed while the write waited (a link or another"
         f" folder where the working copy's folder was: {exc.strerror or exc})"
     )
-
-
-def _write_inside(root: Path, target: Path, content: bytes) -> None:
-    """`content` written to `target` (resolved inside `root`) with no link followed: each
-    folder opened from the one before it (`dir_fd`, `O_NOFOLLOW`), made where missing, and
-    the file opened without following a link, refused if it is hard-linked elsewhere. A
-    path that a link replaced since `inside()` resolved it raises `OSError`: nothing is
-    written outside the working copy, whatever the agent swaps meanwhile."""
-    parts = target.relative_to(root).parts
-    if not parts:
-        raise IsADirectoryError(errno.EISDIR, "the working copy itself")
-    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
-    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for name in parts[:-1]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, dir_fd=folder)
-            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=folder)
-            os.close(folder)
-            folder = inner
-        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | nofollow, 0o666, dir_fd=folder)
-    finally:
-        os.close(folder)
-    with os.fdopen(fd, "wb") as file:
-        stat = os.fstat(fd)
-        if not S_ISREG(stat.st_mode) or stat.st_nlink > 1:
-            raise OSError(errno.EPERM, "not a file of the working copy's own (a hard link?)")
-        file.truncate(0)
-        file.write(content)
