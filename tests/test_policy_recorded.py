@@ -292,3 +292,31 @@ async def test_a_fork_of_a_run_whose_policy_todays_load_refuses_says_so_and_is_d
         _address_denied(log)
     finally:
         await store.close()
+
+
+async def test_a_run_queued_before_policies_were_recorded_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    """Its options keep only its policy's path (no text checked at submit): its worker does
+    not read today's file in its stead; it refuses the run, saying to submit it again."""
+    from loopdeck.operator.placement import submitted
+    from loopdeck.store import leases
+
+    path = tmp_path / "policy.toml"
+    path.write_text(ANYTHING, encoding="utf-8")  # not what it was when the run was queued
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    old = submitted(options(root, policy=path))
+    del old["policy_levels"]
+    store = await open_store(db)
+    try:
+        await leases.submit(store, "r-old", old)
+        await with_a_worker(db, lambda: ended(store, "r-old"))
+        log = await stored(store, "r-old")
+    finally:
+        await store.close()
+    stop = log[-1]
+    assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed", stop
+    assert "queued before policies were recorded" in stop.detail
+    assert "submit it again" in stop.detail and str(path) in stop.detail
+    assert not any(isinstance(e, PolicyInForce | ToolFinished) for e in log)
+    assert writes(root, "r-old") == []

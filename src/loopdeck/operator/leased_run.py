@@ -8,9 +8,10 @@ is killed here without a word of it reaching the store: the run is another worke
 
 A run is decided under the policy it recorded (its log's `PolicyInForce`, else the text its
 options keep), never under what the policy files say when it is claimed again: a file edited
-meanwhile changes nothing of it. A run that cannot be rebuilt all the same ends `crashed`,
-saying why in words; a write it had asked for and that was decided while it was away, never
-taken by it, is recorded as not run (not an outcome nobody knows).
+meanwhile changes nothing of it; a run queued before its policy's text was kept with it is
+refused (`placement.unrecorded_policy`). A run that cannot be rebuilt all the same ends
+`crashed`, saying why in words; a write it had asked for and that was decided while it was
+away, never taken by it, is recorded as not run (not an outcome nobody knows).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from loopdeck.operator.fork import recorded_policy, restored, source_of
 from loopdeck.operator.fork import went_live as fork_live
 from loopdeck.operator.launch import prepare_run
 from loopdeck.operator.parking import Parking
-from loopdeck.operator.placement import run_options
+from loopdeck.operator.placement import run_options, unrecorded_policy
 from loopdeck.operator.resume import Refreshed, load_log, record_stop, stopped, unresumable
 from loopdeck.store import leases
 from loopdeck.store.approver import StoreApprover
@@ -151,8 +152,11 @@ class LeasedRun:
         if forked is not None:  # rebuilt from its source, past what its log has already
             replay = await source_of(self.store, forked)
         options = run_options(self.claim.options, self.run_id)
-        if forked is None and (recorded := recorded_policy(log)) is not None:
+        recorded = None if forked is not None else recorded_policy(log)
+        if recorded is not None:
             options.policy_levels = recorded  # decided under its own, whatever its files say
+        elif forked is None and (unrecorded := unrecorded_policy(self.claim.options)):
+            return await self._crash(unrecorded)  # never under today's files in its stead
         bus = self.bus = ReplayBus(forward=forked is not None, already=log[-1].seq if log else 0)
         try:
             chosen = deciders(options.approve, model=options.model or "", console=False,

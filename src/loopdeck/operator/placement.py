@@ -56,6 +56,22 @@ def run_options(kept: dict[str, Any], run_id: str) -> RunOptions:
     return RunOptions(**chosen)
 
 
+def unrecorded_policy(kept: dict[str, Any]) -> str | None:
+    """Why a run queued with the options `kept` cannot be decided under the policy it was
+    submitted with: it was queued before the text checked at submit was kept with a run
+    (`policy_levels`), so it keeps only its policy's path. Today's files are not read in its
+    stead: they may not be what was checked then. None: its text is kept."""
+    if "policy_levels" in kept:
+        return None
+    policy = kept.get("policy")
+    named = f"only its policy's path ({policy})" if policy else "no policy's text"
+    return (
+        f"it was queued before policies were recorded with a run: it keeps {named}, and the"
+        " policy files as they are now are not read in its stead (they may not be what was"
+        " checked when it was submitted); submit it again"
+    )
+
+
 def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) -> RunOptions:
     """What a worker would refuse, refused now (`ScenarioError`, exit 2): the run prepared
     as `loopdeck run` prepares it, `fits` asked of its runtime, then let go. A run waits in
