@@ -125,3 +125,33 @@ def test_an_argument_nested_too_deep_to_be_evaluated_never_lets_a_call_through(
     too_deep = "the call's arguments are nested too deep to be evaluated"
     assert verdict.errors == (f"run:no-x: {too_deep}", f"run:all: {too_deep}")
     assert too_deep in verdict.decided_by.why
+
+
+POLICY_TEST_REFUSALS = [
+    pytest.param('[[test]]\nname = "t1"\ncall = { tool = "t" }\nstate = { unchanged = "no" }'
+                 '\nexpect = "ask"\n', 2, 'test 1 (t1): state.unchanged: Input should be a valid'
+                 ' boolean', id="unchanged-a-string"),
+    pytest.param(_rule("y", "deny", '"1"'), 2, "rule 2 (y): when: it reads no attribute and"
+                 " always fails: gives StringType 1, not a bool", id="constant-no-bool"),
+    pytest.param('[[test]]\nname = "t1"\ncall = { tool = "t" }\nexpect = "ask"\n'
+                 'expect_rule = "nope"\n', 2, "test 1 (t1): expect_rule 'nope' names no rule of"
+                 " this file (its rules: x)", id="expect-rule-names-no-rule"),
+    # A condition that gives no bool on a test's call: the test fails naming it, even where
+    # what the file decides is what the test expects (the broken deny asks).
+    pytest.param(_rule("y", "deny", "call.args.n") + '[[test]]\nname = "t1"\ncall = { tool ='
+                 ' "t", args = { n = 1 } }\nexpect = "ask"\n', 1, "test 1 (t1): rule y's"
+                 " condition gives IntType 1, not a bool", id="condition-no-bool"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("added", "code", "said"), POLICY_TEST_REFUSALS)
+def test_policy_test_refuses_a_wrong_test_or_rule_naming_the_file_and_the_test(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, added: str, code: int, said: str
+) -> None:
+    from loopdeck.cli import main
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_rule("x", "allow", 'call.tool == "w"') + added, encoding="utf-8")
+    assert main(["policy", "test", str(path)]) == code
+    out, err = capsys.readouterr()
+    assert f"loopdeck: {path}: {said}" in err, (out, err)

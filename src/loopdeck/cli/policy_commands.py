@@ -73,11 +73,12 @@ def test_files(files: list[Path], as_json: bool) -> int:
         print(f"loopdeck: no policy to test: give FILE, or write ./{FILE_NAME}", file=sys.stderr)
         return EXIT_BAD_INPUT
     said: list[dict[str, Any]] = []
-    failed = 0
+    failed, first = 0, ""
     for path in files:
         level = read_level("run", path, tested=False)
         results = run_cases(level)
         failed += sum(not result.passed for result in results)
+        first = first or next((f"{path}: {r.words()}" for r in results if not r.passed), "")
         if not as_json:
             counts = f"{_count(len(level.rules), 'rule')}, {_count(len(results), 'test')}"
             print(visible(f"{path}: {counts}, {level.mode}, sha256 {level.sha256[:12]}"))
@@ -89,7 +90,8 @@ def test_files(files: list[Path], as_json: bool) -> int:
     if as_json:
         print(json.dumps(said))
     elif failed:
-        print(f"loopdeck: {failed} policy test{'s' * (failed != 1)} failed", file=sys.stderr)
+        failures = f"{failed} policy test{'s' * (failed != 1)} failed"
+        print(visible(f"loopdeck: {first}; {failures}"), file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 

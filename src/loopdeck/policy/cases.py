@@ -3,7 +3,9 @@ rules must decide of it. A file with a failing test refuses to load, naming the 
 policy test` runs them alone.
 
 A test's facts are made as a run makes them (the same keys, the same `run.tainted` from the
-tools read and `untrusted`), with every rule's own attributes the test's `rule` table.
+tools read and `untrusted`), with every rule's own attributes the test's `rule` table. A test
+on whose call a rule's condition gives no bool fails, naming the rule, whatever the file
+decides: in a run that rule fails at every such ask.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from datetime import UTC, datetime
 
 from loopdeck.core.budgets import Cap
 from loopdeck.policy.document import PolicyCase
-from loopdeck.policy.engine import Evaluation, Level, Policy, Rule
+from loopdeck.policy.engine import Evaluation, Level, Policy, Rule, RuleOutcome
 
 CAPS = tuple(cap.value for cap in Cap)
 
@@ -57,12 +59,25 @@ class CaseResult:
         return rule.id if rule else ""
 
     @property
+    def no_bool(self) -> RuleOutcome | None:
+        """The first rule whose condition gave no bool on the test's call: a broken rule,
+        whatever the file decides (a deny that fails asks, as a test may expect)."""
+        return next((o for o in self.evaluation.outcomes if o.not_a_bool), None)
+
+    @property
     def passed(self) -> bool:
         expected_rule = self.case.expect_rule
-        return self.got == self.case.expect and (expected_rule is None or expected_rule == self.by)
+        decided = self.got == self.case.expect and expected_rule in (None, self.by)
+        return decided and self.no_bool is None
 
     def words(self) -> str:
-        """`test 2 (etc): expected deny, got allow by rule reads`."""
+        """`test 2 (etc): expected deny, got allow by rule reads`; a rule whose condition gave
+        no bool named first (`test 1: rule y's condition gives IntType 1, not a bool`)."""
+        if (broken := self.no_bool) is not None:
+            return (
+                f"{self.name}: rule {broken.rule.id}'s condition {broken.error}: a condition"
+                " must give true or false"
+            )
         got = f"{self.got} by rule {self.by}" if self.by else f"{self.got} (no rule decides)"
         decider, outcomes = self.evaluation.rule, self.evaluation.outcomes
         failed = next((o.error for o in outcomes if o.rule is decider and o.error), "")

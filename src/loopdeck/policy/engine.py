@@ -21,7 +21,13 @@ from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.policy_gate import Effect, PolicyVerdict
 from loopdeck.policy.document import Mode, PolicyCase, RuleEffect
-from loopdeck.policy.expressions import Condition, ConditionFailed, cel_time, cel_value
+from loopdeck.policy.expressions import (
+    Condition,
+    ConditionFailed,
+    NotABool,
+    cel_time,
+    cel_value,
+)
 
 LEVELS = ("user", "env", "run")  # broadest first
 STRENGTH: dict[Effect, int] = {"none": 0, "allow": 1, "ask": 2, "deny": 3}
@@ -108,6 +114,7 @@ class RuleOutcome:
     rule: Rule
     effect: Effect  # what it says here: its own effect, ask when it failed, none
     error: str = ""
+    not_a_bool: bool = False  # it failed as its condition gave no bool (`NotABool`)
 
 
 @dataclass(frozen=True)
@@ -189,13 +196,13 @@ def _outcome(rule: Rule, activation: dict[str, Any]) -> RuleOutcome:
     try:
         holds = rule.condition.holds(activation)
     except ConditionFailed as failed:
-        return _failed(rule, str(failed))
+        return _failed(rule, str(failed), not_a_bool=isinstance(failed, NotABool))
     return RuleOutcome(rule, rule.effect if holds else "none")
 
 
-def _failed(rule: Rule, why: str) -> RuleOutcome:
+def _failed(rule: Rule, why: str, *, not_a_bool: bool = False) -> RuleOutcome:
     """A deny or ask that cannot be evaluated asks: it may have held. An allow does not."""
-    return RuleOutcome(rule, "none" if rule.effect == "allow" else "ask", why)
+    return RuleOutcome(rule, "none" if rule.effect == "allow" else "ask", why, not_a_bool)
 
 
 def _strongest(outcomes: list[RuleOutcome]) -> tuple[Effect, Rule | None]:

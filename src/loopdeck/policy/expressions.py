@@ -58,6 +58,11 @@ class ConditionFailed(Exception):
     """A condition that could not be evaluated on these attributes."""
 
 
+class NotABool(ConditionFailed):
+    """A condition that gave something else than true or false: the rule's own fault,
+    whatever the call (`policy test` fails a test that shows it)."""
+
+
 @functools.cache
 def _environment() -> celpy.Environment:
     """CEL's parser, built once, when a first policy is read. Building it raises the
@@ -114,7 +119,7 @@ class Condition:
         if isinstance(value, Exception):
             raise ConditionFailed(f"fails: {_first_line(value)}")
         if not isinstance(value, celtypes.BoolType):
-            raise ConditionFailed(f"gives {type(value).__name__} {value!s:.60}, not a bool")
+            raise NotABool(f"gives {type(value).__name__} {value!s:.60}, not a bool")
         return bool(value)
 
 
