@@ -22,8 +22,9 @@ says otherwise. Every mode answers `session/cancel`: a turn it is in ends `cance
   each shown only by its title, location and diff, each asking permission (Gemini CLI);
 - `context-usage`: its first TURNS_WITH_USAGE prompts (3 by default) each write `notes.txt`
   through the client, send a `usage_update` of used=120 size=200000 (the context window's
-  fill, not tokens spent) and answer with a turn usage of 120 tokens; a later prompt says
-  it started (a plan) and waits to be cancelled, reporting no usage;
+  fill, not tokens spent) and answer with a turn usage of 120 tokens (15 of them thoughts,
+  said apart from its output); a later prompt says it started (a plan) and waits to be
+  cancelled, reporting no usage;
 - `write-at-start`: writes the fix in `session/new`, before any prompt;
 - `write-during-check`: leaves a thread that writes the fix once a process in its folder
   naming `calc_check` (the goal check) runs, or once the file MARKER (given) exists (the
@@ -110,6 +111,7 @@ DIES = "hostile agent: exiting while its permission for calc.py waits (mode exit
 # client to have taken the request and asked its operator.
 WAIT_BEFORE_DYING_S = 1.5
 WINDOW_USED, WINDOW_SIZE, TURN_TOKENS, TURN_OUTPUT = 120, 200_000, 120, 20
+TURN_THOUGHT = 15  # of TURN_TOKENS, the model's thinking: said apart from its output
 
 
 class Cancelled(Exception):
@@ -386,8 +388,9 @@ class HostileAgent:
         await self.say(f"Turn {self.prompts} noted.")
         usage = Usage(
             total_tokens=TURN_TOKENS,
-            input_tokens=TURN_TOKENS - TURN_OUTPUT,
+            input_tokens=TURN_TOKENS - TURN_OUTPUT - TURN_THOUGHT,
             output_tokens=TURN_OUTPUT,
+            thought_tokens=TURN_THOUGHT,
         )
         return PromptResponse(stop_reason="end_turn", usage=usage)
 

@@ -40,6 +40,7 @@ from hostile_agent import (
     FIXED,
     TARGET,
     TURN_OUTPUT,
+    TURN_THOUGHT,
     TURN_TOKENS,
     WINDOW_SIZE,
     WINDOW_USED,
@@ -318,9 +319,11 @@ def test_two_edits_without_raw_input_are_keyed_and_shown_by_what_they_change(
 def test_tokens_are_the_turns_usage_summed_and_the_window_is_shown_apart(tmp_path: Path) -> None:
     outcome, events = run_to_end(tmp_path, "context-usage", "auto", "--max-rounds", "3")
     assert len(of_kind(events, "model_called")) == 3, outcome["detail"]
-    # Each turn's usage says 100 in and 20 out: the completion's tokens are its output.
+    # Each turn's usage says 85 in, 20 out and 15 thought: the completion's tokens are its
+    # output and its thoughts (ACP says them apart; both are the model's writing).
     split = {(e["prompt_tokens"], e["completion_tokens"]) for e in of_kind(events, "model_called")}
-    assert split == {(TURN_TOKENS - TURN_OUTPUT, TURN_OUTPUT)}, split
+    written = TURN_OUTPUT + TURN_THOUGHT
+    assert split == {(TURN_TOKENS - written, written)}, split
     assert outcome["tokens"] == 3 * TURN_TOKENS, (
         f"three turns of {TURN_TOKENS} tokens each, the window {WINDOW_USED} full each time:"
         f" tokens {outcome['tokens']}"

@@ -258,9 +258,9 @@ class AcpLoop:
         return str(response.stop_reason)
 
     def _usage_of(self, response: Any) -> None:
-        """The turn's own usage: all it spent, and of it what the model wrote. A turn whose
-        model ran (it said or did something) reporting 0 in all (opencode's turn cut by a
-        cancel) reports nothing known: unknown, never 0."""
+        """The turn's own usage: all it spent, and of it what the model wrote (`written`). A
+        turn whose model ran (it said or did something) reporting 0 in all (opencode's turn
+        cut by a cancel) reports nothing known: unknown, never 0."""
         usage = getattr(response, "usage", None)
         if usage is None:
             return
@@ -268,7 +268,7 @@ class AcpLoop:
         if total == 0 and (self.acted or str(response.stop_reason) == "cancelled"):
             return
         self.turn_tokens = total
-        self.turn_written = min(max(int(usage.output_tokens or 0), 0), total)
+        self.turn_written = min(written(usage), total)
 
     def _went_away(self, exc: BaseException) -> StopRun:
         proc = self.agent.proc
@@ -376,3 +376,12 @@ class AcpLoop:
             turn.cancel()
         with contextlib.suppress(BaseException):
             await turn
+
+
+def written(usage: Any) -> int:
+    """What a turn's model wrote, of all it spent: its output and its thoughts. ACP counts
+    `thoughtTokens` apart from `outputTokens` (Gemini's thinking, a reasoning model's), and
+    its `totalTokens` sums them all: a thought is spent as the model's writing, never its
+    prompt's."""
+    parts = (usage.output_tokens, getattr(usage, "thought_tokens", None))
+    return sum(max(int(part or 0), 0) for part in parts)
