@@ -19,7 +19,7 @@ from loopdeck.operator.runview import RunView
 from loopdeck.tui.dialogs import BY, ApprovalDialog
 from loopdeck.tui.failures import say
 from loopdeck.tui.question_dialog import AnswerText, QuestionDialog
-from loopdeck.tui.shown import toast
+from loopdeck.tui.shown import NOT_TAKEN, toast
 
 STILL_PENDING = "it is still pending: its dialog comes back"
 
@@ -269,11 +269,8 @@ class ApprovalOffers:
         else:
             self._settled.add(asked)
             if not won:
-                toast(
-                    self.screen,
-                    f"{decision.call_id} not decided here: already decided, or its asking ended",
-                    severity="warning",
-                )
+                said = f"{decision.call_id} not decided here: {NOT_TAKEN}"
+                toast(self.screen, said, severity="warning")
         finally:
             self._sending.discard(decision.call_id)
         self.offer_next()

@@ -37,7 +37,7 @@ from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.inbox_detail import described
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import countdown_text, title
-from loopdeck.tui.shown import cell, toast
+from loopdeck.tui.shown import NOT_TAKEN, cell, toast
 from loopdeck.tui.shown_input import ShownInput, typing_into
 from loopdeck.tui.timers import every
 
@@ -271,11 +271,7 @@ class InboxScreen(Screen[None]):
 
         async def decide(tell: Tell) -> str | None:
             won = await self.inbox.decide(entry, approved, reason, tell, args=args, grant=grant)
-            return (
-                None
-                if won
-                else f"{entry.call_id} not decided here: already decided, or its asking ended"
-            )
+            return None if won else f"{entry.call_id} not decided here: {NOT_TAKEN}"
 
         await self._record(entry, decide)
 

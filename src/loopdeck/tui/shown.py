@@ -48,6 +48,10 @@ def cell(text: str, style: str = "", width: int | None = None) -> Text:
     return Text(shown, style=style)
 
 
+NOT_TAKEN = "already decided, or its asking ended"
+"""Why the store refused a decision (it says no more than that it was not taken)."""
+
+
 def toast(
     node: App[Any] | Widget,
     message: str,
