@@ -10,7 +10,10 @@ itself with the SDK's messages (as the agents sent them):
   in an order that races: the key is the same whichever came first;
 - a write loopdeck refuses for being outside the working copy is recorded, refused by
   loopdeck;
-- an agent's call input past `INPUT_CAP` is stored cut, saying so, its key the whole.
+- an agent's call input is taken whole up to the one cap on a call's arguments, the runtime's
+  (`MAX_ARGUMENTS_CHARS`); past it, stored by its digest and size (never a part shown for
+  approval), keyed whole, and refused by loopdeck by name when it asks, as a model's
+  arguments past it are refused.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ from acp.schema import (
 from acp_calls_helpers import OPTIONS, acp_calls, kinds, update
 
 from loopdeck.acp_env.bridge import FileWriteAsked
-from loopdeck.acp_env.call_input import INPUT_CAP
 from loopdeck.acp_env.workspace import FS_WRITE
 from loopdeck.core.canonical import canonical_json
+from loopdeck.core.decisions import MAX_ARGUMENTS_CHARS
 from loopdeck.core.events import CallStatus
 
 DOCUMENTS = ("3f1c2a9e-8b7d-4c1e-9a2b-1d2e3f4a5b6c", "a7d9e0f1-2b3c-4d5e-8f90-123456789abc")
@@ -195,19 +198,63 @@ async def test_a_write_outside_the_working_copy_is_recorded_as_refused_by_loopde
 
 
 # -- 9. an input past the cap ------------------------------------------------------------------
-async def test_a_huge_input_is_stored_cut_saying_so_and_keyed_whole(calls: Any) -> None:
-    for call_id, blob in (("f1", "y" * 3_000_000), ("f2", "y" * 2_999_999 + "z")):
+PAST = MAX_ARGUMENTS_CHARS  # a blob this long puts an input past the cap, as JSON
+CAP_WORDS = f"characters as JSON; at most {MAX_ARGUMENTS_CHARS} are taken"
+
+
+async def test_a_large_input_within_the_cap_is_taken_whole(calls: Any) -> None:
+    """3 MB is within the cap a model's arguments have: the agent's input is shown whole."""
+    blob = "y" * 3_000_000
+    raw = {"path": "calc.py", "blob": blob}
+    await calls.proposed(start("w1", "flood", "read", status="in_progress", raw_input=raw))
+    [proposed] = kinds(calls, "call_proposed")
+    assert proposed.args == raw
+
+
+async def test_an_input_past_the_cap_is_stored_by_its_digest_and_keyed_whole(calls: Any) -> None:
+    for call_id, blob in (("f1", "y" * PAST), ("f2", "y" * (PAST - 1) + "z")):
         raw = {"path": "calc.py", "blob": blob}
         await calls.proposed(start(call_id, "flood", "read", status="in_progress", raw_input=raw))
         await calls.progress(update(call_id, status="completed"))
     first, second = kinds(calls, "call_proposed")
     for proposed in (first, second):
-        assert len(canonical_json(proposed.args)) <= INPUT_CAP
-        assert proposed.args["path"] == "calc.py"
-        assert "truncated 2" in proposed.args["blob"]  # said cut, and by how much
-    assert first.args == second.args  # what is kept of each is the same
+        assert set(proposed.args) == {"input_sha256", "not_taken"}, list(proposed.args)
+        assert CAP_WORDS in proposed.args["not_taken"]
+        assert len(canonical_json(proposed.args)) < 1000  # no part of it kept
+    assert first.args["input_sha256"] != second.args["input_sha256"]
     assert first.fingerprint != second.fingerprint  # the key hashes each whole
     assert kinds(calls, "guard_tripped") == []
+
+
+async def test_a_permission_for_an_input_past_the_cap_is_refused_by_loopdeck(calls: Any) -> None:
+    """Nobody is asked to approve what they could not see whole: refused by name, as a
+    model's arguments past the cap are."""
+    raw = {"path": "calc.py", "content": "x" * PAST}
+    await calls.proposed(start("p1", "Write calc.py", "edit", raw_input=raw))
+    answer = await calls.permission(asked("p1", "Write calc.py", "edit", raw), OPTIONS)
+    assert not allowed(answer) and answer.outcome.option_id == "reject"
+    [decided] = kinds(calls, "approval_decided")
+    assert not decided.approved and decided.decided_by.who == "loopdeck"
+    [finished] = kinds(calls, "tool_finished")
+    assert finished.status is CallStatus.REJECTED
+    said = finished.result["error"]["message"]
+    assert said.startswith("refused by loopdeck: its input is ") and CAP_WORDS in said
+    assert any(CAP_WORDS in note for note in calls.take_notes())  # told with the next prompt
+
+
+async def test_a_file_write_past_the_cap_is_refused_by_loopdeck_and_not_written(
+    calls: Any,
+) -> None:
+    target = calls.host.workdir / "big.txt"
+    with pytest.raises(RequestError) as refused:
+        await calls.write(FileWriteAsked(path=str(target), content="x" * PAST))
+    assert CAP_WORDS in str(refused.value)
+    assert not target.exists()
+    [proposed] = kinds(calls, "call_proposed")
+    assert proposed.tool == f"{FS_WRITE}: write big.txt"
+    assert set(proposed.args) == {"input_sha256", "not_taken"}
+    [decided] = kinds(calls, "approval_decided")
+    assert not decided.approved and decided.decided_by.who == "loopdeck"
 
 
 async def test_a_call_the_agent_said_was_running_is_interrupted_when_cut_short(calls) -> None:

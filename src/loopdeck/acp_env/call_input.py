@@ -1,9 +1,12 @@
 """An agent's tool call as the operator judges it and the guard keys it.
 
-What the operator sees and approves is the whole input the agent sent: nothing left out, only
-cut (and said cut) past `INPUT_CAP`, as the runtime bounds a model's arguments. The guard keys
-it less what the agent renews on every call (`workdir/volatile.py`'s `steady`: per-call ids and
-times by name, and the agent's own list in `[agent] volatile`), hashed whole.
+What the operator sees and approves is the whole input the agent sent: nothing left out, and
+nothing taken past the one cap on a call's arguments, the runtime's (`MAX_ARGUMENTS_CHARS`, as
+JSON: a model's arguments past it are refused). Past it, an input is never shown in part (nobody
+approves what they could not see whole): it is recorded by its digest and its size, and a call
+that asks is refused by loopdeck, by name (`past_cap`). The guard keys it less what the agent
+renews on every call (`workdir/volatile.py`'s `steady`: per-call ids and times by name, and the
+agent's own list in `[agent] volatile`), hashed whole.
 
 Real agents differ here. Codex's adapter (0.16) put its `call_id`, `process_id`, `turn_id`
 and `started_at_ms` in the input: keyed as sent, six identical `cat calc.py` from one state
@@ -23,17 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.canonical import canonical_json, sha256_hex
+from loopdeck.core.decisions import MAX_ARGUMENTS_CHARS
 from loopdeck.core.text import capped
 from loopdeck.workdir.tree import relative
 from loopdeck.workdir.volatile import steady
 
 DIFF_CAP = 2000  # a diff side's text kept in what the operator sees; the key hashes it whole
-# Characters (as JSON) of an agent's own call's input stored and shown: past it, its long
-# texts are cut, each saying so (or the whole, as text); the key hashes the input whole. The
-# agent runs its own input whatever loopdeck stores: a bound, like the runtime's on a model's
-# arguments, on what a hostile input costs every event and dialog that carries it.
-INPUT_CAP = 100_000
-TEXT_SHARE = INPUT_CAP // 8  # a long text's share when an input is cut
 KEY_CAP = 4_000  # a key's JSON past this is kept (in the guard's memory) as its hash
 # Where an agent's input names the file it works on (Claude Code: `file_path`, `notebook_path`;
 # opencode: `filePath`, `filepath` in its permissions; Gemini CLI: `absolute_path`): the one
@@ -101,13 +99,18 @@ def judged(call: Any, workdir: Path, volatile: frozenset[str]) -> tuple[dict[str
     """The call's input as the operator judges it (all the agent sent; with nothing sent, or
     only fields it renews per call, what it shows too) and as the guard keys it (less what it
     renews per call; with no input, what it shows; None: nothing known)."""
-    raw = call.raw_input
-    data = raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
+    data = raw_input_of(call)
     keyed = steady(data, volatile)
     if keyed:
         return data, keyed
     shown = shown_input(call, workdir)
     return {**shown, **data}, shown or None
+
+
+def raw_input_of(call: Any) -> dict[str, Any]:
+    """The input the agent sent, as an object (none: `{}`; another value: under `input`)."""
+    raw = call.raw_input
+    return raw if isinstance(raw, dict) else ({} if raw is None else {"input": raw})
 
 
 def key_form(keyed: dict[str, Any]) -> dict[str, Any]:
@@ -117,26 +120,21 @@ def key_form(keyed: dict[str, Any]) -> dict[str, Any]:
     return {"input_sha256": sha256_hex(keyed)}
 
 
-def within_cap(args: dict[str, Any]) -> dict[str, Any]:
-    """The input as stored and shown: whole up to `INPUT_CAP` characters; past it, each text
-    longer than its share cut (saying how much was cut), or, still too long, the whole as
-    text, cut."""
-    if len(canonical_json(args)) <= INPUT_CAP:
-        return args
-    cut = _cut_texts(args)
-    if isinstance(cut, dict) and len(canonical_json(cut)) <= INPUT_CAP:
-        return cut
-    return {"input": capped(canonical_json(args), INPUT_CAP)}
+def past_cap(args: dict[str, Any]) -> str | None:
+    """Why a call's input is not taken, in words naming its size and the cap (a model's
+    arguments past it are refused alike, `core/decisions.py`); None within the cap."""
+    size = len(canonical_json(args))
+    if size <= MAX_ARGUMENTS_CHARS:
+        return None
+    return (
+        f"its input is {size} characters as JSON; at most {MAX_ARGUMENTS_CHARS} are taken, as"
+        " of a model's arguments"
+    )
 
 
-def _cut_texts(value: Any) -> Any:
-    if isinstance(value, str):
-        return capped(value, TEXT_SHARE)
-    if isinstance(value, dict):
-        return {k: _cut_texts(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_cut_texts(v) for v in value]
-    return value
+def not_taken(args: dict[str, Any], why: str) -> dict[str, Any]:
+    """An input past the cap as stored and shown: its digest and why, never a part of it."""
+    return {"input_sha256": sha256_hex(args), "not_taken": why}
 
 
 def diff_text(update: Any, workdir: Path) -> str:

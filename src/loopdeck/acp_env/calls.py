@@ -28,11 +28,14 @@ from loopdeck.acp_env.call_input import (
     judged,
     key_form,
     named_paths,
-    within_cap,
+    not_taken,
+    past_cap,
+    raw_input_of,
 )
 from loopdeck.acp_env.call_results import failed, result_of
 from loopdeck.acp_env.file_writes import write_file
 from loopdeck.acp_env.held_calls import HeldCall
+from loopdeck.acp_env.permission_options import no_allow_once, option
 from loopdeck.acp_env.permitted_writes import held_to
 from loopdeck.acp_env.terminal_calls import TerminalCalls, commands_named
 from loopdeck.core.canonical import canonical_args, canonical_json
@@ -78,6 +81,7 @@ class AcpCalls:
         self.notes: list[str] = []
         self.unknown_updates = 0
         self.diffs: dict[str, str] = {}  # the agent's id -> its diffs, for the operator
+        self.past_cap: dict[str, str] = {}  # the agent's id -> why its input is not taken
         self.first_of: dict[str, str] = {}  # fingerprint -> the call that first had it
         self.nudged = False  # the operator's nudge cut this turn: the next prompt carries it
         self.cutting = False  # this turn is being cancelled (set back as each turn starts)
@@ -128,8 +132,8 @@ class AcpCalls:
 
     async def _propose(self, call: HeldCall, own: bool = False) -> CallRecord:
         """`CallProposed` with the call's whole input (or what it shows, when it sends none;
-        the agent's own call's cut past `INPUT_CAP`, saying so) and latest title and kind,
-        keyed by the guard on the working copy as it is now (nothing known: on its own id)."""
+        past the cap, its digest: `past_cap`) and latest title and kind, keyed by the guard on
+        the working copy as it is now (nothing known: on its own id)."""
         acp_id = call.tool_call_id
         host = self.host
         kind = call.kind if call.kind in host.tools else "other"
@@ -137,8 +141,9 @@ class AcpCalls:
         whole, keyed = judged(call, host.workdir, self.volatile)
         args = self._canonical(kind, whole)
         key = self._key(kind, keyed) if keyed else {"nothing_known": acp_id}
-        shown = args if own else within_cap(args)
-        record, admitted = await host.propose(kind, title, shown, "the agent's tool kind", key)
+        if (too_long := past_cap(args)) is not None:
+            self.past_cap[acp_id], args = too_long, not_taken(args, too_long)
+        record, admitted = await host.propose(kind, title, args, "the agent's tool kind", key)
         self.records[acp_id] = record
         self.shown[acp_id] = call
         self.forms[acp_id] = {canonical_json(key)}
@@ -287,11 +292,12 @@ class AcpCalls:
             self._block(acp_id, record)  # it asks: it had not run, and now it will not
         said = f"{record.call_id} {record.tool}"
         await self.look(said)  # the agent wrote before it asked: nobody approved that
-        reject = _option(options, "reject_once", "reject_always")
+        reject = option(options, "reject_once", "reject_always")
+        too_long = self.past_cap.get(acp_id) or past_cap(raw_input_of(tool_call))
         if acp_id in self.blocked:
             chosen = reject
-        elif (allow := _option(options, "allow_once")) is None:
-            self._refuse(record, options)
+        elif too_long is not None or (allow := option(options, "allow_once")) is None:
+            self._refuse(record, too_long or no_allow_once(options))
             chosen = reject
         else:
             diff = self.diffs.get(acp_id) or diff_text(tool_call, self.host.workdir)
@@ -305,17 +311,13 @@ class AcpCalls:
             outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
         )
 
-    def _refuse(self, record: CallRecord, options: list[Any]) -> None:
-        """No allow-once option: loopdeck never answers allow-always (later calls would go
-        through unasked); refused, by loopdeck, with its reason recorded."""
-        offered = ", ".join(sorted({str(option.kind) for option in options})) or "none"
-        why = (
-            f"refused by loopdeck: the agent offered no allow-once option (offered: {offered});"
-            " loopdeck never answers allow-always"
-        )
-        self.host.refuse(record, why)
-        self.notes.append(f"{record.tool}: {why}")
-        self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, why))
+    def _refuse(self, record: CallRecord, why: str) -> None:
+        """Refused by loopdeck, nobody asked (no allow-once option; an input past the cap;
+        outside the working copy), its reason recorded and said with the next prompt."""
+        said = f"refused by loopdeck: {why}"
+        self.host.refuse(record, said)
+        self.notes.append(f"{record.tool}: {said}")
+        self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, said))
 
     def _permit(self, record: CallRecord, tool_call: Any) -> None:
         """What a permitted call may change: the files it names (as proposed and as asked),
@@ -361,10 +363,18 @@ class AcpCalls:
 
     async def proposed_own(self, kind: str, title: str, raw: dict[str, Any]) -> CallRecord:
         """A call loopdeck itself makes for the agent (a file written, a terminal), proposed
-        as the agent's own calls are."""
+        as the agent's own calls are; its input past the cap is refused by loopdeck, never
+        asked (`RequestError`: the agent's request's error)."""
+        from acp import RequestError
+
         self._own += 1
         call = HeldCall(f"{kind}-{self._own}", kind=kind, title=title, raw_input=raw)
-        return await self._propose(call, own=True)
+        record = await self._propose(call, own=True)
+        if (too_long := self.past_cap.get(call.tool_call_id)) is not None:
+            if record.status not in DONE:  # not a repeat the guard blocked already
+                self._refuse(record, too_long)
+            raise RequestError(-32000, f"{record.tool}: refused by loopdeck: {too_long}")
+        return record
 
     async def refused_own(
         self, kind: str, title: str, raw: dict[str, Any], why: OutsideWorkdir
@@ -374,19 +384,8 @@ class AcpCalls:
         any other refusal."""
         record = await self.proposed_own(kind, capped(title, 200), raw)
         if record.status not in DONE:  # not a repeat the guard blocked already
-            said = f"refused by loopdeck: {why}"
-            self.host.refuse(record, said)
-            self.notes.append(f"{record.tool}: {said}")
-            self.finish(record, CallStatus.REJECTED, failed(ErrorCode.REJECTED, said))
+            self._refuse(record, str(why))
 
 
 DONE = frozenset({CallStatus.EXECUTED, CallStatus.FAILED, CallStatus.REJECTED,
                   CallStatus.BLOCKED_REPEAT})  # fmt: skip
-
-
-def _option(options: list[Any], *kinds: str) -> Any:
-    for kind in kinds:
-        for option in options:
-            if option.kind == kind:
-                return option
-    return None
