@@ -77,7 +77,7 @@ async def test_replay_steps_back_and_forth(db) -> None:
         total = screen.position
         assert screen.view.stop_reason == "stalled"
         assert [e.seq for e in screen.replay.events] == list(range(1, total + 1))
-        assert [v.verdict for v in screen.view.verdicts] == ["fail", "stalled"]
+        assert [v.verdict for v in screen.view.findings.verdicts] == ["fail", "stalled"]
         await pilot.press("home")
         # the start is the first event: the header already names the run
         assert screen.position == 1 and screen.view.stop_reason is None

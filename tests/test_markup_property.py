@@ -27,20 +27,21 @@ from rich.console import Console
 from textual.app import App, ComposeResult
 
 from loopdeck.core.approvals import ApprovalRequest
-from loopdeck.core.events import CallStatus, ModelCalled
+from loopdeck.core.events import CallStatus, Finding, ModelCalled
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import visible
 from loopdeck.operator.fleet import FleetRow
 from loopdeck.operator.inbox import PendingQuestion, PendingWrite
-from loopdeck.operator.runview import RoundVerdict, RunView
+from loopdeck.operator.run_findings import RoundVerdict
+from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.findings_panel import FindingsPanel
 from loopdeck.tui.inbox import InboxScreen
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
-    FindingsPanel,
     GoalLine,
     OutcomePanel,
     PlanPanel,
@@ -126,7 +127,10 @@ def hostile_view(text: str) -> tuple[RunView, CallRecord]:
     view.plans = {1: [text, f"2. {text}"]}
     view.plan_step = 1
     view.model_retries, view.last_model_error = 1, text
-    view.verdicts = [RoundVerdict(1, "fail", [text, "[/]"])]
+    view.findings.found = [
+        RoundVerdict(1, "fail", [text, "[/]"]),
+        Finding(run_id="r", round=1, text=text),
+    ]
     view.stop_reason, view.stop_detail = "tool_failure", text
     view.calls["c1"] = row
     view.calls_seen = 1

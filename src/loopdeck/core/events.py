@@ -23,6 +23,7 @@ from loopdeck.core.decision_events import (
     QuestionAsked,
 )
 from loopdeck.core.event_base import CallStatus, EventBase
+from loopdeck.core.finding_events import Finding, UnrequestedChange
 from loopdeck.core.push_events import DecisionsPushed
 from loopdeck.core.replay_events import ModelReplied, RunForked, RunMoved, StateSeen
 from loopdeck.core.states import RunState, StopReason
@@ -35,6 +36,7 @@ __all__ = [
     "CallStatus",
     "DecisionsPushed",
     "EventBase",
+    "Finding",
     "GrantGiven",
     "GrantRevoked",
     "ModelReplied",
@@ -46,6 +48,7 @@ __all__ = [
     "RunForked",
     "RunMoved",
     "StateSeen",
+    "UnrequestedChange",
 ]
 
 
@@ -263,20 +266,6 @@ class RecordingResumed(EventBase):
     held_s: float
 
 
-class UnrequestedChange(EventBase):
-    """The workspace changed and no approved call explains it (an agent writing on its own,
-    before its permission was answered, or after a rejection): the paths, and the call or
-    turn it was seen after. A guarded run (`--approve deny|wait`, an operator attached)
-    stops `policy_block` on it."""
-
-    kind: Literal["unrequested_change"] = "unrequested_change"
-    after: str  # "c3 edit: calc.py" or "turn 2": what the change was seen after
-    added: list[str] = []
-    changed: list[str] = []
-    removed: list[str] = []
-    stops: bool = False  # the run stops on it (`policy_block`)
-
-
 class RunStopped(EventBase):
     kind: Literal["run_stopped"] = "run_stopped"
     state: RunState
@@ -319,6 +308,7 @@ Event = Annotated[
     | RecordingHeld
     | RecordingResumed
     | UnrequestedChange
+    | Finding
     | ModelReplied
     | StateSeen
     | RunMoved

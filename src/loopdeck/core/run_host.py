@@ -23,12 +23,14 @@ from loopdeck.core.events import (
     CallProposed,
     CallStatus,
     Emit,
+    Finding,
     GuardTripped,
     ModelCalled,
     PlanWritten,
     ToolFinished,
     UnrequestedChange,
 )
+from loopdeck.core.finding_events import listed
 from loopdeck.core.guard import GuardKey, guard_key
 from loopdeck.core.loop_say import Repeat, Say, operator_on_loop
 from loopdeck.core.operator_messages import OperatorMessages
@@ -162,7 +164,11 @@ class RunHost:
         return self._rt.messages.take()
 
     def finding(self, text: str) -> None:
-        self._rt.findings.append(f"round {self._rt.round}: {text}")
+        """Something the operator must see: its event (`Finding`: live, in the store, a replay
+        and an export) and its line in the run's outcome, made here together."""
+        rt = self._rt
+        rt.findings.append(listed(rt.round, text))
+        rt.emit(Finding, run_id=self.run_id, round=rt.round, text=text)
 
     @property
     def emit(self) -> Emit:
@@ -291,11 +297,15 @@ class RunHost:
         ledger.record_tool_call()
         self._rt.publish_budget()
 
-    def unrequested(self, after: str, changes: Changes) -> None:
+    def unrequested(self, after: str, changes: Changes, stops: bool | None = None) -> None:
         """A change of the workspace no approved call explains: named; a guarded run stops
-        (`policy_block`) before anything (a goal check) can take it for progress."""
-        stops = self._rt.config.stop_on_unrequested
-        self.finding(f"unrequested change after {after}: {changes.said()}")
+        (`policy_block`) before anything (a goal check) can take it for progress. `stops=False`:
+        one seen as the run ends on another stop (after the agent's), recorded beside it."""
+        stops = self._rt.config.stop_on_unrequested if stops is None else stops
+        # Its event is the `UnrequestedChange` below; the outcome lists it among the findings.
+        self._rt.findings.append(
+            listed(self._rt.round, f"unrequested change after {after}: {changes.said()}")
+        )
         self._rt.emit(
             UnrequestedChange, run_id=self.run_id, after=after, added=changes.added,
             changed=changes.changed, removed=changes.removed, stops=stops,

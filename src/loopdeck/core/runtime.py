@@ -36,6 +36,7 @@ from loopdeck.core.events import (
     RunStopped,
     StateChanged,
 )
+from loopdeck.core.finding_events import listed
 from loopdeck.core.model import ModelClient
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.operator_messages import OperatorMessages
@@ -201,7 +202,7 @@ class Runtime:
             before_hash=short_hash(before),
             after_hash=short_hash(after),
         )
-        self.findings.extend(f"round {self.round}: {reason}" for reason in verdict.reasons)
+        self.findings.extend(listed(self.round, reason) for reason in verdict.reasons)
         return verdict
 
     def move(self, target: RunState) -> None:

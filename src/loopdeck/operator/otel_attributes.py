@@ -1,15 +1,16 @@
 """What a run's events say on its OpenTelemetry spans, in the GenAI semantic conventions'
 words (`gen_ai.*`) and loopdeck's own (`loopdeck.*`): the attributes of the run's, a model
-call's and a tool call's span, and the operator's decisions, questions, guard trips and review
-verdicts as span events. Plain data, no SDK: `operator/otel_export.py` makes the spans.
+call's and a tool call's span, and the operator's decisions, questions, guard trips, review
+verdicts and findings as span events. Plain data, no SDK: `operator/otel_export.py` makes the
+spans.
 
 Content, said only when asked for (`content=True`), is any text loopdeck did not write itself
 (the env's, the model's or the operator's words: a token, an address, a database URL): the
 goal, the model's text, plans and reason codes, arguments, results, the stop's detail, error
 messages, questions, evidence, answers, operator messages, an approval's reason, an edit's
-values, a grant's globs. Always said: ids, hashes, names (env, model, tool, script, a field),
-counts, times, loopdeck's own words and codes (stop reason, state, status, risk, a question's
-title and choices, an error code of its closed set).
+values, a grant's globs, a finding's words. Always said: ids, hashes, names (env, model, tool,
+script, a field), counts, times, loopdeck's own words and codes (stop reason, state, status,
+risk, a question's title and choices, an error code of its closed set).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from loopdeck.core.events import (
     DecisionInvalid,
     DecisionMade,
     Event,
+    Finding,
     GuardTripped,
     ModelCalled,
     ModelRetry,
@@ -216,7 +218,8 @@ def mark(event: Event, content: bool) -> Mark | None:
 
 
 def run_mark(event: Event, content: bool) -> Mark | None:
-    """The guard, the review, the operator's words and commands, retries and the store."""
+    """The guard, the review and findings, the operator's words and commands, retries and the
+    store."""
     match event:
         case GuardTripped(call_id=call_id, fingerprint=fingerprint):
             return _mark("loopdeck.guard.tripped", {"loopdeck.fingerprint": fingerprint}, call_id)
@@ -224,6 +227,8 @@ def run_mark(event: Event, content: bool) -> Mark | None:
             return _mark("loopdeck.tool.retry", _retry(event, content), call_id)
         case ReviewVerdict():
             return _mark("loopdeck.review.verdict", _verdict(event, content))
+        case Finding(round=round_, text=text):  # its words may name paths, an upstream's error
+            return _mark("loopdeck.finding", _with({"loopdeck.round": round_}, content, text=text))
         case OperatorMessage(text=text, by=by):
             said: Said = {"loopdeck.by": by, "loopdeck.chars": len(text)}
             return _mark("loopdeck.operator.message", _with(said, content, text=text))

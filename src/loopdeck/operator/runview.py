@@ -22,6 +22,7 @@ from loopdeck.core.events import (
     DecisionMade,
     Event,
     EventBase,
+    Finding,
     GrantGiven,
     GrantRevoked,
     GuardTripped,
@@ -53,6 +54,7 @@ from loopdeck.operator.context_words import context_text
 from loopdeck.operator.grant_book import GrantBook
 from loopdeck.operator.move_words import forked_words, move_words
 from loopdeck.operator.push_words import pushed_notes
+from loopdeck.operator.run_findings import RunFindings
 
 MAX_CALL_ROWS = 500
 
@@ -71,13 +73,6 @@ def _handles(cls: type[E]) -> Callable[[Handler[E]], Handler[E]]:
         return handler
 
     return register
-
-
-@dataclass
-class RoundVerdict:
-    round: int
-    verdict: str
-    reasons: list[str]
 
 
 @dataclass
@@ -101,7 +96,8 @@ class RunView:
     repeats: int = 0
     last_budget: BudgetUpdated | None = None  # `caps` read from it when drawn, not when folded
     fired_cap: Cap | None = None
-    verdicts: list[RoundVerdict] = field(default_factory=list)
+    # What the run noticed: the Findings panel's (review verdicts, findings, unrequested changes).
+    findings: RunFindings = field(default_factory=RunFindings)
     stop_reason: str | None = None
     stop_detail: str = ""
     stopped_at: datetime | None = None
@@ -117,8 +113,6 @@ class RunView:
     context_window: int | None = None
     # An agent's own window as it says it (tokens in it, its size): its fill, never spent.
     window: tuple[int, int] | None = None
-    # Changes of the workspace no approved call explains, each said in a line.
-    unrequested: list[str] = field(default_factory=list)
     # The agent's clock as of the last budget event; `held` names an operator wait going on.
     agent_s: float = 0.0
     operator_s: float = 0.0
@@ -323,13 +317,16 @@ class RunView:
 
     @_handles(UnrequestedChange)
     def _on_unrequested_change(self, e: UnrequestedChange) -> None:
-        said = transcript.unrequested_words(e)
-        self.unrequested.append(said)
-        self.notes.append(said)
+        self.findings.take(e)
+        self.notes.append(self.findings.unrequested[-1])
 
     @_handles(ReviewVerdict)
     def _on_review_verdict(self, e: ReviewVerdict) -> None:
-        self.verdicts.append(RoundVerdict(e.round, e.verdict, list(e.reasons)))
+        self.findings.take(e)
+
+    @_handles(Finding)
+    def _on_finding(self, e: Finding) -> None:
+        self.findings.take(e)
 
     @_handles(ModelRetry)
     def _on_model_retry(self, e: ModelRetry) -> None:

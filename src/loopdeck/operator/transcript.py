@@ -2,8 +2,8 @@
 
 Every entry is whole: the goal, plans, each model turn's text, each call with its full
 arguments and its normalized result (the runtime's truncation mark is the only cut),
-approvals with who, when and why, guard trips, review verdicts and the stop's full detail.
-No Textual: the console renders entries, tests read them."""
+approvals with who, when and why, guard trips, review verdicts, findings and the stop's full
+detail. No Textual: the console renders entries, tests read them."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from loopdeck.core.events import (
     DecisionMade,
     Event,
     EventBase,
+    Finding,
     GrantGiven,
     GrantRevoked,
     GuardTripped,
@@ -54,6 +55,7 @@ from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.text import short_args, visible, visible_json
 from loopdeck.operator.move_words import forked_entry, moved_entry
 from loopdeck.operator.push_words import pushed_entry
+from loopdeck.operator.run_findings import finding_entry, unrequested_entry
 
 MAX_ENTRIES = 5000
 
@@ -113,7 +115,8 @@ class Entry:
 
     @property
     def kind(self) -> str:
-        """goal, plan, model, decision, call, approval, result, guard, review, stop or note."""
+        """goal, plan, model, decision, call, approval, result, guard, review, finding, stop
+        or note."""
         return self._words()[0]
 
     @property
@@ -380,16 +383,8 @@ def _recording_resumed(e: RecordingResumed) -> Made:
     return "note", f"resumed · {outage_words(e.cause)} for {e.held_s:.1f} s", ""
 
 
-def unrequested_words(e: UnrequestedChange) -> str:
-    paths = (("added", e.added), ("changed", e.changed), ("removed", e.removed))
-    said = "; ".join(f"{word} {', '.join(named)}" for word, named in paths if named)
-    end = " — stopped the run" if e.stops else " — recorded (--approve auto)"
-    return visible(f"unrequested change after {e.after}: {said}{end}")
-
-
-@_makes(UnrequestedChange)
-def _unrequested_change(e: UnrequestedChange) -> Made:
-    return "note", unrequested_words(e), "no approved call explains this change"
+_makes(UnrequestedChange)(unrequested_entry)  # what the run noticed: `operator/run_findings.py`
+_makes(Finding)(finding_entry)
 
 
 @_makes(RunStopped)

@@ -19,6 +19,7 @@ from loopdeck.core.events import (
     BudgetUpdated,
     Event,
     EventBase,
+    Finding,
     GuardTripped,
     OperatorCommand,
     OutcomeResolved,
@@ -192,6 +193,11 @@ def _budget_fields(rows: RunRows, e: BudgetUpdated) -> None:
 @_writes(ReviewVerdict)
 def _review_verdict(rows: RunRows, db: Tx, e: ReviewVerdict) -> None:
     rows.fields["last_finding"] = finding(e)
+
+
+@_writes(Finding)
+def _finding(rows: RunRows, db: Tx, e: Finding) -> None:
+    rows.fields["last_finding"] = e.text
 
 
 @_writes(OperatorCommand)

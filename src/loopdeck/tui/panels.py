@@ -37,8 +37,6 @@ STATE_ORDER = [
     RunState.STOPPED,
 ]
 
-VERDICT_VAR = {"pass": "$verdict-pass", "fail": "$verdict-fail", "stalled": "$verdict-stalled"}
-
 
 def paint(
     widget: Static, markup: str, values: Mapping[str, str] | None = None, width: int | None = None
@@ -258,29 +256,6 @@ class BudgetPanel(FixedSize, Static):
         if view.context_note:  # our own words and figures: no outside text
             lines.append(f"[dim]{view.context_note}[/]")
         paint(self, "\n".join(lines), {"error": error})
-
-
-class FindingsPanel(VerticalScroll):
-    def compose(self) -> ComposeResult:
-        yield Static(id="findings-body")
-
-    def show(self, view: RunView) -> None:
-        body = self.query_one("#findings-body", Static)
-        if not view.verdicts and not view.unrequested:
-            paint(body, "[dim]no review yet[/dim]")
-            return
-        lines: list[str] = []
-        said: dict[str, str] = {}
-        for change in view.unrequested:  # what no approval explains comes first
-            said[f"u{len(said)}"] = change
-            lines.append(f"[b $error]⚠[/] $u{len(said) - 1}")
-        for verdict in view.verdicts:
-            var = VERDICT_VAR.get(verdict.verdict, "$foreground")
-            lines.append(f"round {verdict.round}  [b {var}]{verdict.verdict.upper()}[/]")
-            for reason in verdict.reasons:
-                said[f"r{len(said)}"] = reason
-                lines.append(f"  · $r{len(said) - 1}")
-        paint(body, "\n".join(lines), said)
 
 
 def args_text(args: dict[str, object]) -> str:

@@ -20,12 +20,12 @@ from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui import link_facets
 from loopdeck.tui.calls_table import CallsTable
+from loopdeck.tui.findings_panel import FindingsPanel
 from loopdeck.tui.frame_pacing import tail_that_fits
 from loopdeck.tui.grants_panel import GrantsPanel, grants_room, grants_said
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
-    FindingsPanel,
     GoalLine,
     OutcomePanel,
     PlanPanel,

@@ -39,6 +39,7 @@ from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.console_messages import BackToFleet, RunLeft
 from loopdeck.tui.dialogs import BY, ConfirmKillDialog, ConfirmQuitDialog
 from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
+from loopdeck.tui.findings_panel import FindingsPanel
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
 from loopdeck.tui.grants_panel import GrantsPanel
 from loopdeck.tui.keys_bar import KeysBar
@@ -46,7 +47,6 @@ from loopdeck.tui.message_dialog import MessageDialog, unheard
 from loopdeck.tui.panels import (
     BudgetPanel,
     CallDetail,
-    FindingsPanel,
     GoalLine,
     OutcomePanel,
     PlanPanel,

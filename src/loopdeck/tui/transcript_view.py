@@ -34,6 +34,7 @@ KIND_VAR = {
     "result": "success",
     "guard": "repeat-mark",
     "review": "verdict-pass",
+    "finding": "warning",
     "stop": "error",
     "note": "foreground-muted",
 }
