@@ -192,3 +192,107 @@ def test_a_fork_past_a_write_its_env_cannot_undo_is_refused(cli: Cli, tmp_path: 
     assert queued(db) == {}
     code, _, err = cli("fork", run_id, "--at", "c2", "--db", str(db))
     assert code == 0, err
+
+
+@pytest.fixture
+def marked_mcp_env(tmp_path: Path) -> tuple[Path, Path]:
+    """notes_mcp whose server leaves a mark each time it starts, and whose `solve` script's
+    first call names a tool the server does not list: the env folder and the mark."""
+    env, mark = tmp_path / "marked_mcp", tmp_path / "server-started"
+    shutil.copytree(SAMPLES / "notes_mcp", env)
+    toml = env / "scenario.toml"
+    text = toml.read_text()
+    started = 'command = ["{python}", "{envdir}/marked.py"]'
+    text = text.replace('command = ["{python}", "{envdir}/server.py"]', started, 1)
+    toml.write_text(text.replace('tool = "list_notes"', 'tool = "list_notez"', 1))
+    (env / "marked.py").write_text(
+        f"import pathlib, runpy\npathlib.Path({str(mark)!r}).touch()\n"
+        f"runpy.run_path({str(env / 'server.py')!r}, run_name='__main__')\n"
+    )
+    return env, mark
+
+
+def test_submit_starts_no_mcp_server_and_its_worker_refuses_what_submit_could_not_check(
+    cli: Cli, marked_mcp_env: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A submit checks what it can without the env's server (the scenario, the script's
+    steps, the policy, the model): its tools are the worker's to list. The worker that claims
+    it starts the server and refuses, by name, the script calling a tool it has not."""
+    from worker_helpers import with_a_worker
+
+    from loopdeck.core.events import RunStopped
+    from loopdeck.operator.resume import load_log
+
+    env, mark = marked_mcp_env
+    db = tmp_path / "s.db"
+    code, _, err = cli("submit", str(env), "--script", "nosuch", "--db", str(db))
+    refused(code, err, "no script named 'nosuch'")
+    code, done, err = cli("submit", str(env), "--approve", "auto", "--db", str(db), "--json")
+    assert code == 0 and done is not None, err
+    assert not mark.exists()  # no server started where it was submitted
+    run_id = str(done["run_id"])
+
+    async def stopped() -> list[Any]:
+        store = await open_store(db)
+        try:
+            log: list[Any] = []
+
+            async def ended() -> bool:
+                log[:] = await load_log(store, run_id)
+                return bool(log) and isinstance(log[-1], RunStopped)
+
+            await with_a_worker(db, ended)
+            return log
+        finally:
+            await store.close()
+
+    stop = asyncio.run(stopped())[-1]
+    assert stop.stop_reason.value == "crashed", stop
+    assert "script 'solve'" in stop.detail and "unknown tool 'list_notez'" in stop.detail
+    assert mark.exists()  # its worker started it
+
+
+def test_a_fork_of_an_mcp_run_starts_no_server_and_its_worker_refuses_what_it_shows(
+    cli: Cli, marked_mcp_env: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Forked past the run's first write, the env's server would start in another state than
+    the run saw there (it has no restore): the worker that starts it refuses it, naming why;
+    `fork` itself started nothing."""
+    from worker_helpers import with_a_worker
+
+    from loopdeck.core.events import RunStopped
+    from loopdeck.operator.resume import load_log
+
+    env, mark = marked_mcp_env
+    toml = env / "scenario.toml"
+    toml.write_text(toml.read_text().replace('tool = "list_notez"', 'tool = "list_notes"', 1))
+    db = tmp_path / "s.db"
+    code, done, err = cli("run", str(env), "--headless", "--approve", "auto", "--json",
+                          "--db", str(db))  # fmt: skip
+    assert code == 0 and done is not None, err
+    source = str(done["run_id"])
+    mark.unlink()
+    code, done, err = cli("fork", source, "--at", "c6", "--env", str(env), "--db", str(db),
+                          "--json")  # fmt: skip
+    assert code == 0 and done is not None, err
+    assert not mark.exists()  # no server started where it was forked
+    forked = str(done["run_id"])
+
+    async def stopped() -> list[Any]:
+        store = await open_store(db)
+        try:
+            log: list[Any] = []
+
+            async def ended() -> bool:
+                log[:] = await load_log(store, forked)
+                return bool(log) and isinstance(log[-1], RunStopped)
+
+            await with_a_worker(db, ended)
+            return log
+        finally:
+            await store.close()
+
+    stop = asyncio.run(stopped())[-1]
+    assert stop.stop_reason.value == "crashed", stop
+    assert "it cannot be forked: its env (McpEnvironment) starts in state" in stop.detail
+    assert mark.exists()  # its worker started it

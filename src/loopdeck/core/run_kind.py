@@ -85,3 +85,11 @@ class RunKind(Protocol):
 
     def open(self, opening: Opening) -> OpenedRun:
         """The run's environment and loop (a server started, an agent's command made)."""
+
+
+def opens_outside(kind: RunKind) -> bool:
+    """Whether opening a run of `kind` starts or reaches something outside this process (an
+    MCP server), as a kind says with `opens_outside = True` (by default it does not). Such a
+    run placed on workers is checked where it is submitted without being opened: its worker
+    opens it, and refuses what only opening it shows."""
+    return getattr(kind, "opens_outside", False) is True

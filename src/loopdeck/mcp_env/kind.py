@@ -14,6 +14,7 @@ from loopdeck.mcp_env.config import TABLE, mcp_config
 class McpKind:
     name = "mcp"
     table = TABLE
+    opens_outside = True  # its server: started (or reached over HTTP) as a run opens
 
     def check(self, env_dir: EnvDir) -> None:
         """An MCP env with no `env.py` says its state and its goal check in scenario.toml."""

@@ -22,11 +22,12 @@ policy (to see what another would have decided: `loopdeck policy replay`).
 
 What a worker would refuse is refused before the fork is queued: its options checked as a
 submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
-able to rebuild the run up to the fork (`rebuildable`). A run whose log is broken up to the
-fork point (`loopdeck verify`) is never forked: the fork would be a fresh chain over edited
-events. The hash of the source's event at the fork point is recorded (`RunForked`'s
-`source_hash`) and checked again by the worker that rebuilds the fork, and by `verify`.
-A queued run (no events yet) is refused saying so.
+able to rebuild the run up to the fork (`rebuildable`); an env whose opening starts its
+server (`[mcp]`) is not opened where it is forked: its worker checks it (`unforkable`). A
+run whose log is broken up to the fork point (`loopdeck verify`) is never forked: the fork
+would be a fresh chain over edited events. The hash of the source's event at the fork point
+is recorded (`RunForked`'s `source_hash`) and checked again by the worker that rebuilds the
+fork, and by `verify`. A queued run (no events yet) is refused saying so.
 """
 
 from __future__ import annotations
@@ -180,6 +181,18 @@ def rebuildable(
     why = None if seen is None else elsewhere(runtime, seen)
     if why is not None:
         raise ScenarioError(f"run {run_id} cannot be forked at {at_call}: {why}")
+
+
+def unforkable(runtime: Runtime, replay: ReplayLog, forked: dict[str, Any]) -> str | None:
+    """Why the fork's runtime, as its worker prepared it, cannot rebuild its source up to the
+    fork (`rebuildable`, asked again here: an env whose opening starts a server was not
+    opened where it was forked); None when it can. Its state is checked as it is restored."""
+    used = {e.tool for e in replay.events if isinstance(e, CallProposed)}
+    try:
+        rebuildable(runtime, used, str(forked["source"]), str(forked["at"]))
+    except ScenarioError as exc:
+        return str(exc)
+    return None
 
 
 def elsewhere(runtime: Runtime, seen: StateSeen) -> str | None:

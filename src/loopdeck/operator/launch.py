@@ -109,6 +109,48 @@ class PreparedRun:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run as its options make it before anything of it is opened: its env folder (checked
+    by its kind) or target, its kind, its agent's name when the kind brings one, its model's
+    name, its script (named, read, not yet played), its policy and its settings."""
+
+    options: RunOptions
+    env_dir: EnvDir | None
+    kind: RunKind
+    agent: str | None
+    model_name: str
+    script_name: str | None
+    script: Script | None
+    policy: PolicyGate | None
+    config: RunConfig
+
+
+def plan_run(options: RunOptions, *, console: bool = False) -> PlannedRun:
+    """What the options name, read and checked without opening anything (`ScenarioError`,
+    `PolicyError` naming what is wrong): the env folder and its kind, the script, the policy,
+    the settings. `prepare_run` opens it; a run placed on workers is checked from it."""
+    target = options.acp
+    env_dir = None if target is not None else resolve_env_dir(options.env, options.settings)
+    kind = kind_named(target.kind) if target is not None else kind_of(_scenario(env_dir))
+    agent = kind.agent_name(env_dir, target)
+    model_name = agent or options.model or _scenario(env_dir).model
+    script_name, script = _script(options, kind, env_dir, agent, model_name)
+    policy = _policy(options, env_dir, kind)
+    guarded = console or options.approve in ("deny", "wait")
+    config = _config(options, env_dir, target, script_name, model_name, guarded)
+    return PlannedRun(options, env_dir, kind, agent, model_name, script_name, script, policy,
+                      config)  # fmt: skip
+
+
+def check_model(planned: PlannedRun) -> None:
+    """The run's model (when it is loopdeck's to call) routed somewhere by LiteLLM and its
+    profile read, its credentials left to the host that runs it: nothing is opened."""
+    if planned.agent is None:
+        env_dir = _scenario_dir(planned.env_dir)
+        _model(planned.options, env_dir, planned.config, planned.script, keys_here=False)
+
+
 def prepare_run(
     options: RunOptions,
     approver: Approver | None = None,
@@ -118,25 +160,22 @@ def prepare_run(
     console: bool = False,
     recording: Recording | None = None,
     keys_here: bool = True,
+    planned: PlannedRun | None = None,
 ) -> PreparedRun:
     """The run `options` name, of whatever kind: on a fresh copy of its env's workspace, or
     on a target's folder in place. Its approver (unless given) is chosen by
     `operator.approving.deciders`: the console's queue when `console`, raced with the store
     when `recording`. `keys_here` False: the model's credentials are not this host's to
-    check (a run placed on workers is checked where it is submitted, run where they are)."""
-    target = options.acp
-    env_dir = None if target is not None else resolve_env_dir(options.env, options.settings)
-    kind = kind_named(target.kind) if target is not None else kind_of(_scenario(env_dir))
-    agent = kind.agent_name(env_dir, target)
-    model_name = agent or options.model or _scenario(env_dir).model
-    script_name, script = _script(options, kind, env_dir, agent, model_name)
-    policy = _policy(options, env_dir, kind)
+    check (a run placed on workers is checked where it is submitted, run where they are).
+    `planned`: the options already read (`plan_run`)."""
+    planned = planned or plan_run(options, console=console)
+    env_dir, target, kind, agent = planned.env_dir, options.acp, planned.kind, planned.agent
+    script_name, script, config = planned.script_name, planned.script, planned.config
     queue = None
     if approver is None:
-        chosen = deciders(options.approve, model=model_name, console=console, recording=recording)
+        chosen = deciders(options.approve, model=planned.model_name, console=console,
+                          recording=recording)  # fmt: skip
         approver, answerer, queue = chosen.approver, answerer or chosen.answerer, chosen.queue
-    guarded = console or options.approve in ("deny", "wait")
-    config = _config(options, env_dir, target, script_name, model_name, guarded)
     if target is not None:
         workdir, owns = checked_workdir(target.workdir), False
     else:
@@ -162,7 +201,7 @@ def prepare_run(
     run_model = opened.model or model
     assert run_model is not None, "a kind with no model of its own runs the run's model"
     runtime = Runtime(config, opened.env, run_model, approver, bus=bus, answerer=answerer,
-                      agent_loop=opened.loop, policy=policy)  # fmt: skip
+                      agent_loop=opened.loop, policy=planned.policy)  # fmt: skip
     if options.notify is not None and options.notify.on:
         from loopdeck.operator.notifications import watch_run
 

@@ -33,7 +33,7 @@ from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.approving import deciders
 from loopdeck.operator.crashed_run import diverged_words, withdraw_untaken
-from loopdeck.operator.fork import recorded_policy, restored, source_of
+from loopdeck.operator.fork import recorded_policy, restored, source_of, unforkable
 from loopdeck.operator.fork import went_live as fork_live
 from loopdeck.operator.launch import prepare_run
 from loopdeck.operator.parking import Parking
@@ -171,12 +171,11 @@ class LeasedRun:
             return await self._crash(f"could not be prepared on {self.worker.host}: {exc}")
         self.lease.outage_s = max(prepared.runtime.config.store_hold_s, self.lease.hold_s)
         try:
-            why = unresumable(prepared.runtime, reopened=forked is None) if replay else None
-            if why is not None:
-                lost = (
-                    "it cannot be forked" if forked else "its worker was lost and it cannot go on"
-                )
-                return await self._crash(f"{lost}: {why}")
+            if forked is not None and replay is not None:
+                if (why := unforkable(prepared.runtime, replay, forked)) is not None:
+                    return await self._crash(why)
+            elif replay is not None and (why := unresumable(prepared.runtime)) is not None:
+                return await self._crash(f"its worker was lost and it cannot go on: {why}")
             try:
                 await self._open(prepared.runtime, bus, replay, forked)
             except ScenarioError as exc:  # a fork this host's env cannot start where it was

@@ -2,10 +2,12 @@
 JSON any worker reads back (`run_options`), after checking here what can be checked before a
 worker takes it: the run prepared as `loopdeck run` prepares it (its env folder and kind, its
 script against the env's tools, its policy, its model routable by LiteLLM), then let go,
-and who decides its writes. Its policy is kept as the text checked here (each level's, as
-`PolicyInForce` records it): a worker decides the run under that text, never under what its
-files say when it is claimed. Its model's credentials are not checked here: they are the
-workers' hosts', not the submitter's.
+and who decides its writes. A run whose opening would start its env's server (`[mcp]`) is
+only read here, not opened: its worker starts the server and refuses what that shows. Its
+policy is kept as the text checked here (each level's, as `PolicyInForce` records it): a
+worker decides the run under that text, never under what its files say when it is claimed.
+Its model's credentials are not checked here: they are the workers' hosts', not the
+submitter's.
 
 An env folder is kept by its absolute path (a worker on another host must see the same path:
 storage both hosts see), a bundled sample env by its name.
@@ -21,10 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.approvals import DenyApprover
+from loopdeck.core.run_kind import opens_outside
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.approving import default_approve_mode
-from loopdeck.operator.launch import RunOptions, prepare_run, resolve_env_dir
+from loopdeck.operator.launch import (
+    RunOptions,
+    check_model,
+    plan_run,
+    prepare_run,
+    resolve_env_dir,
+)
 from loopdeck.store import leases
 from loopdeck.store.base import Location
 from loopdeck.store.opening import open_store
@@ -73,10 +82,14 @@ def unrecorded_policy(kept: dict[str, Any]) -> str | None:
 
 
 def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) -> RunOptions:
-    """What a worker would refuse, refused now (`ScenarioError`, exit 2): the run prepared
-    as `loopdeck run` prepares it, `fits` asked of its runtime, then let go. A run waits in
-    the queue with `--approve wait` unless told otherwise: nobody is at its worker's console.
-    Blocking (env code, an MCP server started): off the event loop."""
+    """What a worker would refuse, refused now (`ScenarioError`, exit 2): the run read as
+    `loopdeck run` reads it (its env folder and kind, script, policy, model: `plan_run`),
+    then prepared as `run` prepares it (its script against the env's tools, `fits` asked of
+    its runtime) and let go, unless opening it would start or reach something outside this
+    process (`opens_outside`: an `[mcp]` env's server). That is its worker's to start, and
+    to refuse by name what only opening it shows (a script calling a tool the server lacks,
+    a fork its env cannot rebuild). A run waits in the queue with `--approve wait` unless
+    told otherwise: nobody is at its worker's console. Blocking (env code): off the loop."""
     recorded = options.policy_levels is not None  # a fork's: its source's text, no file read
     if options.policy is not None and not recorded and not Path(options.policy).is_file():
         raise ScenarioError(f"--policy {options.policy}: no such file")
@@ -86,14 +99,18 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     model = options.model or env_dir.scenario.model
     options.approve = options.approve or default_approve_mode(model)
     trial = replace(options, phase=None, notify=None)
+    planned = plan_run(trial)
+    gate = planned.policy
+    options.policy_levels = [] if gate is None else list(gate.in_force()["levels"])
+    if opens_outside(planned.kind):
+        check_model(planned)
+        return options
     # Its writes are the worker's to decide (nothing here runs one), its model's keys the
     # worker's host's: a host that submits need not hold them.
-    prepared = prepare_run(trial, approver=DenyApprover(), keys_here=False)
+    prepared = prepare_run(trial, approver=DenyApprover(), keys_here=False, planned=planned)
     try:
         if fits is not None:
             fits(prepared.runtime)
-        gate = prepared.runtime.calls.approvals.policy.gate
-        options.policy_levels = [] if gate is None else list(gate.in_force()["levels"])
     finally:
         prepared.cleanup()
     return options
