@@ -52,10 +52,11 @@ def acp_calls(tmp_path: Path, name: str) -> Iterator[Any]:
     bus, recorder = EventBus(), Recorder()
     bus.subscribe(recorder)
     config = RunConfig(env=name, model=f"acp {name}", goal="fix add", mode="react")
-    rt = Runtime(config, WorkspaceEnvironment(workdir, {}), AgentsOwnModel(name),
-                 AutoApprover(), bus=bus)  # fmt: skip
+    workspace = WorkspaceEnvironment(workdir, {})
+    rt = Runtime(config, workspace, AgentsOwnModel(name), AutoApprover(), bus=bus)
     rt.move(RunState.DECIDING)  # as in the agent's turn
-    calls = AcpCalls(RunHost(rt), Agent(), Bridge(workdir))  # type: ignore[arg-type]
+    agent: Any = Agent()
+    calls = AcpCalls(RunHost(rt), agent, Bridge(workdir), shown_calls=workspace.shown_calls)
     calls.recorder = recorder  # type: ignore[attr-defined]
     try:
         yield calls

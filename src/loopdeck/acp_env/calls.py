@@ -59,6 +59,7 @@ class AcpCalls:
         agent: AgentProcess,
         bridge: Bridge,
         volatile: frozenset[str] = frozenset(),
+        shown_calls: dict[str, tuple[Any, ...]] | None = None,
     ) -> None:
         self.host = host
         self.agent = agent
@@ -77,6 +78,8 @@ class AcpCalls:
         # content its permission showed (a file whose content cannot be told is not here).
         self.permitted_writes: dict[Path, set[str]] = {}
         self.shown: dict[str, HeldCall] = {}  # the agent's id -> the call as proposed
+        # loopdeck's call id -> the call as its permission showed it: its request's diff
+        self.shown_calls = {} if shown_calls is None else shown_calls
         self.written: set[str] = set()
         self.notes: list[str] = []
         self.unknown_updates = 0
@@ -301,6 +304,7 @@ class AcpCalls:
             chosen = reject
         else:
             diff = self.diffs.get(acp_id) or diff_text(tool_call, self.host.workdir)
+            self.shown_calls[record.call_id] = (self.shown.get(acp_id), tool_call)
             chosen = allow if await self.approved(record, diff) is not None else reject
             await self.look(said)  # nor while it waited for the answer
         if chosen is None:

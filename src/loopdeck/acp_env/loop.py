@@ -50,13 +50,19 @@ GOAL_CHECK = "the goal check"  # what explains the changes the goal check itself
 
 class AcpLoop:
     def __init__(
-        self, host: RunHost, agent: AgentProcess, config: AgentConfig, unchecked: str | None = None
+        self,
+        host: RunHost,
+        agent: AgentProcess,
+        config: AgentConfig,
+        unchecked: str | None = None,
+        shown_calls: dict[str, tuple[Any, ...]] | None = None,  # the workspace's, for diffs
     ) -> None:
         self.host = host
         self.agent = agent
         self.config = config
         self.bridge = Bridge(host.workdir)
-        self.calls = AcpCalls(host, agent, self.bridge, frozenset(config.volatile))
+        volatile = frozenset(config.volatile)
+        self.calls = AcpCalls(host, agent, self.bridge, volatile, shown_calls)
         self.said: list[str] = []  # the agent's words this turn
         self.cost_seen: float | None = None  # the session's cost so far, as the agent says
         self.cost_before = 0.0  # ... as it was when this turn started

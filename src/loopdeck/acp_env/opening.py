@@ -66,7 +66,8 @@ def open_acp_env(
         part.replace("{script}", script or "") for part in workdir_in(agent.acp, workdir, envdir)
     ]
     errlog = workdir.parent / f"{workdir.name}.agent-stderr.log"
-    return env, _loop(command, workdir, errlog, agent, unchecked)
+    shown = env.shown_calls if isinstance(env, WorkspaceEnvironment) else None
+    return env, _loop(command, workdir, errlog, agent, unchecked, shown)
 
 
 def open_acp_workdir(
@@ -79,13 +80,20 @@ def open_acp_workdir(
     workspace.goal_check = check
     workspace.goal_check_timeout_s = check_timeout_s
     errlog = Path(tempfile.gettempdir()) / f"loopdeck-acp-{uuid.uuid4().hex[:12]}.agent-stderr.log"
-    return workspace, _loop(agent.acp, workdir, errlog, agent, None if check else NO_CHECK)
+    unchecked = None if check else NO_CHECK
+    return workspace, _loop(agent.acp, workdir, errlog, agent, unchecked, workspace.shown_calls)
 
 
 def _loop(
-    command: list[str], workdir: Path, errlog: Path, config: AgentConfig, unchecked: str | None
+    command: list[str],
+    workdir: Path,
+    errlog: Path,
+    config: AgentConfig,
+    unchecked: str | None,
+    shown_calls: dict[str, tuple[Any, ...]] | None,
 ) -> LoopMaker:
     def loop(host: RunHost) -> AcpLoop:
-        return AcpLoop(host, AgentProcess(command, workdir, errlog), config, unchecked)
+        agent = AgentProcess(command, workdir, errlog)
+        return AcpLoop(host, agent, config, unchecked, shown_calls)
 
     return loop

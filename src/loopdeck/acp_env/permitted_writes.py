@@ -24,6 +24,7 @@ from typing import Any
 
 from loopdeck.acp_env.bridge import OutsideWorkdir, inside
 from loopdeck.acp_env.call_input import PATH_KEYS
+from loopdeck.core.write_diff import file_diff
 
 SILENT = object()  # the call names the file and says nothing of its content
 OLD_KEYS = ("old_string", "oldString")
@@ -53,6 +54,19 @@ def permitted_writes(workdir: Path, *calls: Any) -> dict[Path, str]:
         for target, text in shown_contents(workdir, *calls).items()
         if isinstance(text, str)
     }
+
+
+def shown_diff(workdir: Path, *calls: Any) -> str:
+    """The change the calls show, as the operator deciding on them is shown it (the request's
+    `diff`: `loopdeck pending`, the approval dialog): for each file whose whole content they
+    tell, the file as it is now against that content, a unified diff; "" when they tell none."""
+    root = workdir.resolve()
+    said = []
+    for target, text in shown_contents(workdir, *calls).items():
+        if isinstance(text, str):
+            diff = file_diff(target.relative_to(root).as_posix(), _text_of(target), text)
+            said.append(diff if diff.endswith("\n") else diff + "\n")
+    return "".join(said)
 
 
 def held_to(

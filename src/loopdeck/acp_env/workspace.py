@@ -9,8 +9,11 @@ client's own `fs/write_text_file`, loopdeck's to gate and run).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from loopdeck.acp_env.call_input import diff_text
+from loopdeck.acp_env.permitted_writes import shown_diff
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.tools import ToolSpec
 from loopdeck.workdir.working_copy import WorkingCopy
@@ -31,6 +34,22 @@ def _agents_own(_: Any) -> Any:
 
 class WorkspaceEnvironment(WorkingCopy):
     no_check = "this ACP env has no goal_check: nothing can say the goal is met"
+
+    def __init__(self, workdir: Path, data: dict[str, Any]) -> None:
+        super().__init__(workdir, data)
+        # The agent's call as each permission showed it (its proposal, its request), by
+        # loopdeck's call id (`AcpCalls`): what the request's diff is made from.
+        self.shown_calls: dict[str, tuple[Any, ...]] = {}
+
+    def write_diff(self, call_id: str, args: dict[str, Any]) -> str:
+        """A permission's change as the agent showed it: each file it tells the whole content
+        of, against the file as it is now (`permitted_writes.shown_diff`); else its diffs as
+        sent (`call_input.diff_text`). A write loopdeck makes for the agent: its content."""
+        calls = self.shown_calls.get(call_id)
+        if calls is None:
+            return super().write_diff(call_id, args)
+        sent = (diff_text(call, self.workdir) for call in reversed(calls) if call is not None)
+        return shown_diff(self.workdir, *calls) or next((d for d in sent if d), "")
 
     def tools(self) -> list[ToolSpec]:
         specs = []

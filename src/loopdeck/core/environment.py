@@ -13,6 +13,7 @@ from loopdeck.core.canonical import short_hash
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import NoArgs, Risk, ToolSpec
+from loopdeck.core.write_diff import write_diff
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,6 +107,14 @@ class Environment:
         """As the run starts: `fail(reason, detail)`, from any thread, stops it at once,
         whatever it waits for (an MCP server the state lives in died). Most envs have nothing
         outside the run to watch."""
+
+    def write_diff(self, call_id: str, args: dict[str, Any]) -> str:
+        """What a write would change, as the operator deciding on it is shown it (its
+        request's `diff`: `loopdeck pending`, the approval dialog): the diff its arguments'
+        file content makes in the working copy (`core/write_diff.py`; "" when it writes no
+        file), unless the env's kind knows the change otherwise (an ACP agent's diffs and
+        edits, by the call they were shown for). Run off the event loop: it reads files."""
+        return write_diff(self.workdir, args)
 
     def close(self) -> None:
         """The run is over: release what the env holds (an MCP env stops its server)."""

@@ -47,7 +47,6 @@ from loopdeck.core.states import RunState, StateMachine, StopReason
 from loopdeck.core.text import capped, json_text, visible
 from loopdeck.core.timeouts import bounded
 from loopdeck.core.tools import ToolSpec
-from loopdeck.core.write_diff import write_diff
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -187,7 +186,7 @@ class WriteApprovals:
             args_schema=spec.args_schema(),
             risk_source=spec.risk_source,
             not_editable=spec.not_editable,
-            diff=await asyncio.to_thread(write_diff, self.rt.env.workdir, proposed),
+            diff=await asyncio.to_thread(self.rt.env.write_diff, record.call_id, proposed),
             asked_by=ruling.asked_by,
         )
         decided = await self._ask(request, record, ruling)
