@@ -264,7 +264,7 @@ def test_an_export_saved_again_or_stripped_of_its_hashes_is_never_passed(
     """An export re-saved by a JSON tool (its hashes there, spaced otherwise) cannot be checked:
     refused by name. One stripped of every hash vouches for nothing (a file cannot say its
     events are from before the chain): exit 1, "not verified", whatever was edited. One cut
-    short is intact as far as it goes, and says its stop is not among its events."""
+    short says where (`test_verify_provenance.py` has more)."""
     db = tmp_path / "s.db"
     run_id = _run(capsys, db)
     lines = _loopdeck(capsys, "export", run_id, "--db", str(db))[1].splitlines()
@@ -287,8 +287,8 @@ def test_an_export_saved_again_or_stripped_of_its_hashes_is_never_passed(
 
     export.write_text("\n".join(lines[:-3]) + "\n")  # its last three events cut off
     code, text, found = _verify(capsys, "--export", str(export))
-    assert code == 0 and found["runs"][0]["events"] == len(lines) - 3, text
-    assert "not the run's stop: the run goes on, or its last events were cut off" in text
+    assert code == 1 and found["runs"][0]["broken"]["what"] == REMOVED, text
+    assert f"the file was cut short after event {len(lines) - 3}" in text
 
 
 def test_the_fields_an_export_adds_are_none_of_an_events_own() -> None:

@@ -153,3 +153,41 @@ def test_json_keeps_its_shape() -> None:
         "run_id", "events", "unchained", "head", "broken", "intact"
     }  # fmt: skip
     assert json.dumps(verification.RunProof("r").as_json())
+
+
+def test_an_export_cut_short_says_after_which_event(capsys, tmp_path: Path) -> None:
+    """An export says, on its first line, how far the run's events it holds go: a file cut
+    short (whole lines, or inside its last) is broken where it was cut. An export from before
+    it said so is verified as before: intact as far as it goes."""
+    from test_log_chain import _loopdeck
+
+    from loopdeck.store.chain import exported, from_export
+
+    db = tmp_path / "s.db"
+    run_id = _run(capsys, db)
+    code, out = _loopdeck(capsys, "export", run_id, "--db", str(db))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) > 10
+    assert [json.loads(line).get("export_through") for line in lines[:2]] == [len(lines), None]
+    export = tmp_path / "run.jsonl"
+    export.write_text(out)
+    code, text, found = _verify(capsys, "--export", str(export))
+    assert code == 0 and found["intact"] and found["runs"][0]["events"] == len(lines), text
+
+    kept = len(lines) - 3
+    export.write_text("\n".join(lines[:kept]) + "\n")  # its last three lines cut off
+    code, text, found = _verify(capsys, "--export", str(export))
+    assert code == 1 and found["runs"][0]["broken"]["seq"] == kept + 1, text
+    assert f"{run_id}: event {kept + 1} removed: the file was cut short after event {kept}" in text
+
+    export.write_text("\n".join(lines[:kept]) + "\n" + lines[kept][:40])  # inside a line
+    code, text, found = _verify(capsys, "--export", str(export))
+    assert code == 1 and found["runs"][0]["broken"]["seq"] == kept + 1, text
+    assert f"the file was cut short after event {kept} (its line {kept + 1} ends" in text
+
+    older = [exported(*from_export(line)[:3]) for line in lines]  # as an export wrote it before
+    assert older[1:] == lines[1:]
+    export.write_text("\n".join(older[:kept]) + "\n")
+    code, text, found = _verify(capsys, "--export", str(export))
+    assert code == 0 and found["runs"][0]["events"] == kept, text
+    assert "not the run's stop: the run goes on, or its last events were cut off" in text

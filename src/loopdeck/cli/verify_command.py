@@ -79,7 +79,9 @@ def _found(proof: RunProof) -> str:
     if not proof.events:
         return f"{run}: no events"
     last = f"its last event {proof.events} hashed {proof.head}"
-    if not proof.stopped:
+    if not proof.stopped and proof.whole:  # an export that said how far it goes
+        last += " (not the run's stop: the run went on past the export)"
+    elif not proof.stopped:
         last += " (not the run's stop: the run goes on, or its last events were cut off)"
     if not proof.unchained:
         return f"{run}: intact: {proof.events} events, {last}"

@@ -8,7 +8,8 @@ refuses a dead runner's call or a run that ended. Runs whose runner is gone are 
 here, in their own transactions, before a listing is read, so the list says so. An answer is
 one its question takes (`not_offered`: never empty, one of its fixed choices, a budget's as its
 run reads it), or it is refused before it is sent.
-A run's log is exported with its hash chain and verified (`store/verification.py`).
+A run's log is exported with its hash chain and verified (`store/verification.py`,
+`store/export_file.py`).
 What it reads comes back as typed entries (`operator/entries.py`: `RunEntry`, `PendingWrite`,
 `PendingQuestion`, `PendingOutcome`), the ones the console's inbox reads.
 """
@@ -34,11 +35,12 @@ from loopdeck.operator.entries import (
     answer_forms,
     not_offered,
 )
-from loopdeck.store import deciding, outcome_queries, queries, verification
+from loopdeck.store import deciding, outcome_queries, queries
 from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
 from loopdeck.store.deciding import RunEnded
+from loopdeck.store.export_file import exported_lines, verify_export
 from loopdeck.store.opening import open_store
-from loopdeck.store.verification import RunProof, verify_export, verify_run, verify_store
+from loopdeck.store.verification import RunProof, verify_run, verify_store
 
 if TYPE_CHECKING:  # the runtime's events and grants (pydantic): off `loopdeck runs`' imports
     from loopdeck.core.events import OutcomeResolved
@@ -382,5 +384,5 @@ async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
 async def event_bodies(store: Store, run_id: str) -> AsyncIterator[str]:
     """Every stored event of the run, in order, as `export` writes it: its JSON body with its
     hash in the run's chain (and its row's origin) as its last fields."""
-    async for line in verification.exported_lines(store, run_id):
+    async for line in exported_lines(store, run_id):
         yield line

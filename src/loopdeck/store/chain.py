@@ -12,7 +12,9 @@ its transaction (`reader_row`). Every writer of a run's events takes the run's t
 (`Store.transaction(run_id)`), so the chain follows the events' numbers.
 
 An export carries the chain (`exported`): each line is the event's body with its hash (and
-its row's origin) added as the last fields, taken off again to verify a file (`from_export`).
+its row's origin) added as the last fields, taken off again to verify a file (`from_export`);
+a run's first line with a hash also says how far the run's events in the export go
+(`export_through`), so a file cut short can say where.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ if TYPE_CHECKING:  # the runtime's events (pydantic): the caller's class is give
     from loopdeck.core.events import EventBase
 
 GENESIS = "0" * 64
-CHAIN_FIELDS = frozenset({"hash", "origin"})  # what an export adds to a body
+# What an export adds to a body: its hash, its row's origin, and (on a run's first line with
+# a hash) how far the run's events it holds go.
+CHAIN_FIELDS = frozenset({"hash", "origin", "export_through"})
 EventRow = tuple[str, int, str, str, str]  # run_id, seq, kind, at, body
 ChainedRow = tuple[str, int, str, str, str, str | None]  # and its hash
 EVENT_COLUMNS = ("run_id", "seq", "kind", "at", "body")
@@ -158,30 +162,35 @@ class RunChain:
             self.tail_seq, self.tail_hash = self.head
 
 
-def exported(body: str, origin: str | None, digest: str | None) -> str:
-    """An event's line in an export: its body, with its hash (and its row's origin) added as
-    its last fields; a body from before the chain as it is."""
+def exported(body: str, origin: str | None, digest: str | None, through: int | None = None) -> str:
+    """An event's line in an export: its body, with its hash (and its row's origin, and
+    `through`: the number of the run's last event the export holds) added as its last fields;
+    a body from before the chain as it is."""
     if digest is None or not body.endswith("}"):
         return body
     origin_field = "" if origin is None else f',"origin":{json.dumps(origin)}'
-    return f'{body[:-1]},"hash":{json.dumps(digest)}{origin_field}}}'
+    through_field = "" if through is None else f',"export_through":{int(through)}'
+    return f'{body[:-1]},"hash":{json.dumps(digest)}{origin_field}{through_field}}}'
 
 
-def from_export(line: str) -> tuple[str, str | None, str | None]:
-    """(body, origin, hash) of an export's line: the fields `exported` added, taken off."""
+def from_export(line: str) -> tuple[str, str | None, str | None, int | None]:
+    """(body, origin, hash, how far the export goes) of an export's line: the fields
+    `exported` added, taken off."""
     cut = line.rfind(',"hash":"')
     if cut < 0:
-        return line, None, None
+        return line, None, None, None
     try:
         added = json.loads("{" + line[cut + 1 :])
     except ValueError:
-        return line, None, None
+        return line, None, None, None
     if not isinstance(added, dict) or not set(added) <= CHAIN_FIELDS:
-        return line, None, None
-    origin, digest = added.get("origin"), added["hash"]
+        return line, None, None, None
+    origin, digest, through = added.get("origin"), added["hash"], added.get("export_through")
     if not isinstance(digest, str) or not isinstance(origin, str | None):
-        return line, None, None
-    return line[:cut] + "}", origin, digest
+        return line, None, None, None
+    if through is not None and (type(through) is not int or through < 1):
+        return line, None, None, None
+    return line[:cut] + "}", origin, digest, through
 
 
 def holds_hash(text: str) -> bool:

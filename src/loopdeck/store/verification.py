@@ -14,30 +14,23 @@ never passed as verified; they may only come first in their run, from before `ch
 break). The run's row must say what its log says: its state and stop reason its last stop's
 (`row_mismatch`); a fork's source, where the store has it, must still hold the events the
 fork was rebuilt from, through the hash its `run_forked` recorded (`store/chain.py`).
-An export carries the chain (`exported`): each line is the event's body with its hash (and its
-row's origin) added as the last fields, so a file can be verified as the store is.
+An export carries the chain: each line is the event's body with its hash (and its row's
+origin) added as the last fields, so a file can be verified as the store is
+(`store/export_file.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from loopdeck.store import chain
-from loopdeck.store.base import CHAIN_SINCE, Store, StoreError
-from loopdeck.store.chain import (
-    GENESIS,
-    exported,
-    from_export,
-    holds_hash,
-    link,
-    stored_time,
-)
+from loopdeck.store.base import CHAIN_SINCE, Store
+from loopdeck.store.chain import GENESIS, link, stored_time
 
 EDITED, REMOVED, REORDERED = "edited", "removed", "reordered"
 PAGE = 2000
@@ -64,6 +57,7 @@ class RunProof:
     head: str | None = None
     broken: Break | None = None
     stopped: bool = False  # its stop is among the events read (a resolve may come after it)
+    whole: bool = False  # an export that says how far it goes, and holds all of it
     # Said in words only: its last stop (seq, state, stop reason), its `run_forked` (seq,
     # source, through_seq, the source's hash there) and what was checked of its source.
     stop: tuple[int, Any, Any] | None = field(default=None, repr=False)
@@ -76,7 +70,7 @@ class RunProof:
 
     def as_json(self) -> dict[str, Any]:
         found = asdict(self)
-        for said in ("stopped", "stop", "forked", "lineage"):
+        for said in ("stopped", "whole", "stop", "forked", "lineage"):
             del found[said]  # said in words only: the JSON stays as it was
         # An event no hash vouches for is never counted as intact (`unchained` says how many).
         found["intact"] = self.broken is None and not self.unchained
@@ -273,58 +267,6 @@ async def verify_store(store: Store) -> list[RunProof]:
     logged = await store.fetchall("SELECT DISTINCT run_id FROM events")
     runs = sorted({str(row[0]) for row in (*named, *logged)})
     return [await verify_run(store, run_id, since) for run_id in runs]
-
-
-async def exported_lines(store: Store, run_id: str) -> AsyncIterator[str]:
-    """The run's events as `loopdeck export` writes them, in order."""
-    async with contextlib.aclosing(stored_rows(store, run_id)) as rows:
-        async for row in rows:
-            yield exported(row.body, row.origin, row.hash)
-
-
-def export_rows(lines: Iterable[str]) -> Iterator[tuple[str, StoredRow]]:
-    """An export's lines as the rows they were, with their runs."""
-    for number, line in enumerate(lines, 1):
-        text = line.rstrip("\r\n")
-        if not text.strip():
-            continue
-        body, origin, digest = from_export(text)
-        if digest is None and holds_hash(text):
-            raise ValueError(
-                f"line {number} has a hash, but not as `loopdeck export` wrote it (saved again"
-                " by another tool, or edited): its events cannot be verified"
-            )
-        place = chain.place(body)
-        if place is None or not isinstance(place[0], str) or type(place[1]) is not int:
-            raise ValueError(f"line {number} is not an event of a loopdeck export")
-        run_id, seq, kind, at = place
-        yield run_id, StoredRow(seq, str(kind), str(at), body, origin, digest)
-
-
-def verify_export(path: Path) -> list[RunProof]:
-    """The runs in an export file, each checked as the store is checked (without the run's row:
-    an export's last events cut off leave no gap; its last hash, kept elsewhere, tells)."""
-    runs: dict[str, list[StoredRow]] = {}
-    try:
-        with path.open(encoding="utf-8") as file:
-            for run_id, row in export_rows(file):
-                runs.setdefault(run_id, []).append(row)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise StoreError(f"{path}: not a loopdeck export: not UTF-8 text ({exc.reason})") from exc
-    except ValueError as exc:
-        raise StoreError(f"{path}: {exc}") from exc
-    if not runs:
-        raise StoreError(f"{path}: no events in it")
-    proofs = []
-    for run_id, rows in runs.items():
-        check = ChainCheck(run_id, numbers={row.seq for row in rows})
-        for row in rows:
-            if not check.row(row):
-                break
-        proofs.append(check.end())
-    return proofs
 
 
 # -- beside the chain: what a run's row and a fork's source must say ----------------------
