@@ -4,7 +4,9 @@
   those parts hold (the resource's text, the image's digest), so a write moves the state
   hash and an outside change invalidates an approval;
 - a `[mcp.tools.NAME]` override naming no tool of the server refuses the run (exit 2), in
-  `run` and in `check`, naming the closest tools;
+  `run` and in `check`, naming the closest tools; `check` starts the server for it even when
+  no script is run, and says every problem `run` would refuse (overrides, snapshot entries,
+  scripts' calls) at once;
 - a write cut off by the server's crash says why in its record, with its real duration;
 - elicitation and sampling requests are the tool's error saying loopdeck does not answer
   them, never a crash with loopdeck's file and line;
@@ -289,6 +291,38 @@ def test_run_and_check_refuse_an_unknown_override_with_exit_2(tmp_path: Path) ->
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert "[mcp.tools.deploy]: the server has no tool deploy" in done.stderr
         assert "it lists set_value, state_embedded" in done.stderr
+
+
+def test_check_starts_the_server_and_says_every_problem_run_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No script declares an `expect`, so none is run: `check` still starts the server once
+    and says each problem, as `run` refuses them."""
+    from loopdeck.cli import main
+
+    script = _calls("one", ("set_vlue", {"key": "a", "text": "done"}))
+    overrides = '[mcp.tools.set_valu]\nrisk = "read"\n[mcp.tools.deploy]\nexempt = true'
+    env = _env(tmp_path, '{ tool = "peek_all" }', script, overrides)
+    assert main(["check", str(env)]) == 2
+    said = capsys.readouterr().err
+    where = f"{env / 'scenario.toml'}: "
+    assert f"{where}[mcp.tools.set_valu]: the server has no tool set_valu" in said, said
+    assert f"{where}[mcp.tools.deploy]: the server has no tool deploy" in said, said
+    assert f'{where}[mcp] snapshot entry 1 (tool = "peek_all"): the server has no tool' in said
+    assert f"{where}script 'one', executor turn 1: unknown tool 'set_vlue'" in said, said
+    assert "NOTE" not in capsys.readouterr().out
+
+
+@pytest.mark.slow  # a server for the check, another for the run: seconds
+def test_check_of_a_sound_mcp_env_starts_its_server_once_and_runs_its_scripts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopdeck.cli import main
+
+    script = _calls("one", ("set_value", {"key": "a", "text": "done"}), expect="goal_met")
+    env = _env(tmp_path, '{ resource = "asks://store" }', script, "[mcp.tools.set_value]\n")
+    assert main(["check", str(env)]) == 0, capsys.readouterr()
+    assert "PASS  one: goal_met" in capsys.readouterr().out
 
 
 # -- 3. a write cut off by the server's crash ----------------------------------------------------

@@ -80,8 +80,9 @@ class RunKind(Protocol):
         """Whether the run plays one of the env's scripts (loopdeck's scripted agent)."""
 
     def check_scripts(self, env_dir: EnvDir) -> None:
-        """Every script checked before any run, where the tools are known without one (an
-        MCP server's are listed once its run starts: checked as its run is prepared)."""
+        """Every script checked before any run (`loopdeck check`), against the tools the env
+        has (an MCP server's: the server started once to list them, and what it shows wrong
+        in the scenario said with the scripts' problems, all at once)."""
 
     def open(self, opening: Opening) -> OpenedRun:
         """The run's environment and loop (a server started, an agent's command made)."""

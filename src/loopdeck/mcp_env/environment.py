@@ -29,12 +29,27 @@ from loopdeck.core.tools import Risk, ToolError, ToolSpec
 from loopdeck.mcp_env.config import McpConfig, ToolOverride
 from loopdeck.mcp_env.connection import McpConnection, ServerFailed, ServerTool
 from loopdeck.mcp_env.results import call_result, resource_value
-from loopdeck.mcp_env.server_asks import check_overrides, offered_tools, server_error, unanswered
-from loopdeck.mcp_env.state_entries import check_entries, read_entry
+from loopdeck.mcp_env.server_asks import (
+    offered_tools,
+    override_problems,
+    server_error,
+    unanswered,
+)
+from loopdeck.mcp_env.state_entries import entry_problems, read_entry
 from loopdeck.workdir.goal_check import run_goal_check
 
 SNAPSHOT_TIMEOUT_S = 30.0
 NOT_OBSERVED = 'not observed (snapshot = "none"): the guard keys on the writes executed'
+
+
+class Refused(ValueError):
+    """What the server shows the scenario gets wrong: each `[mcp.tools.NAME]` naming no tool
+    of its, each snapshot entry it cannot serve as state; all of them, so `run` and `check`
+    say every one at once."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 class McpEnvironment(Environment):
@@ -54,17 +69,20 @@ class McpEnvironment(Environment):
     def connect(
         self, config: McpConfig, errlog: Path, goal_check: list[str] | None, check_s: float
     ) -> None:
-        """Start the server and take its tools; `ServerFailed` names why it could not."""
+        """Start the server and take its tools; `ServerFailed` names why it could not,
+        `Refused` every override and snapshot entry the server shows to be wrong."""
         self.config, self.goal_check, self.goal_check_timeout_s = config, goal_check, check_s
         if config.state_changes is not None:
             self.state_changes = config.state_changes
         self.connection = McpConnection(config, self.workdir, errlog)
         self.connection.start()
         offered = offered_tools(self.connection)
-        check_overrides(config, self.connection.tools)
         self._specs = [self._spec(tool) for tool in offered]
         self._read_only = {tool.name for tool in offered if tool.read_only is True}
-        check_entries(self.connection, config, self._specs)
+        problems = override_problems(config, self.connection.tools)
+        problems += entry_problems(self.connection, config, self._specs)
+        if problems:
+            raise Refused(problems)
 
     def watch(self, fail: Callable[[StopReason, str], None]) -> None:
         """The server that ends while the run waits (for an approval, a model, anything)

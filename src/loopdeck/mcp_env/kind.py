@@ -41,7 +41,12 @@ class McpKind:
         return True
 
     def check_scripts(self, env_dir: EnvDir) -> None:
-        return None  # checked as each run is prepared, once its tools are known
+        """`loopdeck check`: the server started once, whenever the scenario names anything it
+        must have (an override, a snapshot entry, a script's call), and every problem `run`
+        would refuse said together (`opening.check_against_server`)."""
+        from loopdeck.mcp_env.opening import check_against_server
+
+        check_against_server(env_dir)
 
     def open(self, opening: Opening) -> OpenedRun:
         from loopdeck.mcp_env.opening import open_mcp_env

@@ -1,8 +1,9 @@
 """What a server asks of loopdeck beyond its tools, and the tools loopdeck cannot offer.
 
 - A scenario's `[mcp.tools.NAME]` naming no tool of the server refuses the run before it
-  starts (`ValueError`, said as the scenario's error, exit 2), naming the server's tools
-  closest to it: an override left unused would leave the tool it meant ungated.
+  starts (`override_problems`: said as the scenario's error, exit 2, in `run` and `check`),
+  naming the server's tools closest to it: an override left unused would leave the tool it
+  meant ungated.
 - A tool the server marks `execution.taskSupport = "required"` runs only as an MCP task,
   which loopdeck does not do: it is left out of the tools offered, said once as the run
   starts (a warning on `loopdeck.mcp`).
@@ -33,9 +34,11 @@ UNANSWERED = {
 }
 
 
-def check_overrides(config: McpConfig, tools: list[ServerTool]) -> None:
-    """Each `[mcp.tools.NAME]` names a tool the server lists, or the run is refused."""
+def override_problems(config: McpConfig, tools: list[ServerTool]) -> list[str]:
+    """Each `[mcp.tools.NAME]` that names no tool the server lists, in words: the run is
+    refused."""
     names = [tool.name for tool in tools]
+    problems = []
     for name in config.tools:
         if name in names:
             continue
@@ -45,10 +48,11 @@ def check_overrides(config: McpConfig, tools: list[ServerTool]) -> None:
         else:
             listed = ", ".join(names[:LISTED_SHOWN]) + (", …" if len(names) > LISTED_SHOWN else "")
             hint = f"it lists {listed or 'no tools'}"
-        raise ValueError(
+        problems.append(
             f"[mcp.tools.{name}]: the server has no tool {name}, so this override would"
             f" apply to nothing; {hint}"
         )
+    return problems
 
 
 def offered_tools(server: McpConnection) -> list[ServerTool]:

@@ -7,7 +7,7 @@ An entry that fails (the server's error, a tool's `isError`, no answer in time) 
 failed, as a goal check's command can, while loopdeck and its runner are well (`crashed` says
 a runner is gone). A server gone is said as for any call to it.
 
-Before the run, an entry refuses it (`ValueError`, said as the scenario's error, exit 2) when
+Before the run, an entry refuses it (`entry_problems`: said as the scenario's error, exit 2) when
 it names a tool the server lacks, one it runs only as an MCP task, or one that is not
 read-only (an entry runs before every call, unasked, even when every write is denied), or a
 resource the server neither lists nor serves.
@@ -62,52 +62,57 @@ def read_entry(
         raise StopRun(StopReason.TOOL_FAILURE, f"{named(number, entry)} failed: {said}") from None
 
 
-def check_entries(server: McpConnection, config: McpConfig, specs: list[ToolSpec]) -> None:
-    """Each entry checked against the server before the run (see above)."""
+def entry_problems(server: McpConnection, config: McpConfig, specs: list[ToolSpec]) -> list[str]:
+    """Each entry the server refuses before the run (see above), in words."""
     if not isinstance(config.snapshot, list):
-        return
+        return []
     risks = {spec.name: spec for spec in specs}
     tasks = {tool.name for tool in server.tools if tool.task_support == "required"}
+    problems = []
     for number, entry in enumerate(config.snapshot, 1):
         if entry.tool is not None and entry.tool in tasks:
-            raise ValueError(
+            problem: str | None = (
                 f"{named(number, entry)}: the server runs {entry.tool} only as an MCP task"
                 ' (execution.taskSupport = "required"), which loopdeck does not run'
             )
-        if entry.tool is not None:
-            _check_tool(named(number, entry), entry.tool, risks.get(entry.tool))
+        elif entry.tool is not None:
+            problem = _tool_problem(named(number, entry), entry.tool, risks.get(entry.tool))
         else:
-            _check_resource(server, config, number, entry)
+            problem = _resource_problem(server, config, number, entry)
+        problems += [problem] if problem is not None else []
+    return problems
 
 
-def _check_tool(named: str, tool: str, spec: ToolSpec | None) -> None:
+def _tool_problem(named: str, tool: str, spec: ToolSpec | None) -> str | None:
     if spec is None:
-        raise ValueError(f"{named}: the server has no tool {tool}")
+        return f"{named}: the server has no tool {tool}"
     if spec.risk != "read":
-        raise ValueError(
+        return (
             f"{named} is not read-only ({spec.risk_source}): a snapshot entry runs before"
             " every call, even when writes are denied. Name a resource or a read-only tool,"
             f' or, if it only reads, say so: [mcp.tools.{tool}] risk = "read"'
         )
+    return None
 
 
-def _check_resource(
+def _resource_problem(
     server: McpConnection, config: McpConfig, number: int, entry: SnapshotEntry
-) -> None:
+) -> str | None:
     """A resource the server lists is taken; one it does not (a template's, one it serves
     unlisted) is read once: a refusal refuses the run."""
     from mcp.shared.exceptions import MCPError
 
     assert entry.resource is not None
     if entry.resource in server.resources:
-        return
+        return None
     timeout_s = timeout_of(entry, config)
     try:
         server.read_sync(entry.resource, timeout_s)
     except (ToolError, TimeoutError, MCPError) as exc:
         listed = server.resources[:LISTED_SHOWN]
         lists = ", ".join(listed) + (", …" if len(server.resources) > len(listed) else "")
-        raise ValueError(
+        return (
             f"{named(number, entry)}: the server cannot read it: "
             f"{server.request_failed(exc, timeout_s)}; it lists {lists or 'no resources'}"
-        ) from None
+        )
+    return None
