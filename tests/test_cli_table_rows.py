@@ -82,3 +82,31 @@ def test_a_table_that_fits_is_written_by_rows_and_one_that_breaks_is_rich_s() ->
     broken = [*runs, RunEntry(**{**vars(runs[0]), "run_id": "tab", "env": "a\tb"})]
     assert isinstance(tables.runs_table("t", broken, 400), Table)
     assert isinstance(tables.runs_table("t", runs, 20), Table)  # nothing fits in 20
+
+
+def test_an_env_and_script_folded_onto_two_lines_are_written_as_rich_writes_them(
+    monkeypatch,
+) -> None:
+    """At 80 columns, a waiting run beside an outcome unknown: each env and script too wide
+    for its column folds at its "/" (env, then script under it), written by rows as Rich would
+    lay the folded cell out; a name wider than the whole table is Rich's own."""
+    runs = [
+        RunEntry(**{**vars(_run(i)), "env": env, "script": "wrong-guess", "state": state,
+                    "stop_reason": stop, "paused": False, "outcome_unknown": unknown,
+                    "placement": None})
+        for i, (env, state, stop, unknown) in enumerate([
+            ("service_outage", "awaiting_approval", None, ()),
+            ("order_support", "stopped", "provider_failure", ("c3",)),
+            ("x", "complete", "goal_met", ()),
+        ])
+    ]  # fmt: skip
+    for width in (80, 76):
+        ours = tables.runs_table("runs", runs, width)
+        assert isinstance(ours, tables.Drawn)
+        theirs = _by_rich(monkeypatch, lambda: tables.runs_table("runs", runs, width))  # noqa: B023
+        for terminal in (False, True):
+            assert _printed(ours, width, terminal) == _printed(theirs, width, terminal)
+        said = _printed(ours, width, False)
+        assert "service_outage/ " in said and "\n" + " " * 15 + "wrong-guess" in said, said
+    wide = [RunEntry(**{**vars(runs[0]), "env": "e" * 90})]
+    assert isinstance(tables.runs_table("runs", wide, 80), Table)

@@ -87,12 +87,50 @@ def test_runs_fits_the_terminal_with_every_id_and_time_whole(
         found = [line for line in lines if run_id in line]
         assert len(found) == 1, said  # the id whole, on one line
         line = found[0]
-        assert re.search(r"\d\d-\d\d \d\d:\d\d(:\d\d)? ", line), said  # its start, to the minute
-        # only the env and script may be cut short
-        assert "…" not in line or "env/script" in header, said
+        assert re.search(r"\d\d:\d\d:\d\d ", line), said  # its start, to the second
+        assert "…" not in line, said  # nothing that names a run is cut
     assert "provider_failure" in said and "c3" in said, said  # the stop, the outcome unknown
     waiting = [line for line in lines if "awaiting_approval" in line or "paused " in line]
     assert len(waiting) == 2, said  # a paused run's state "paused" where it is narrow
+    for run_id, env, script in RUNS:
+        assert env in _named(lines, run_id) and script in _named(lines, run_id), said
+
+
+# Each run of `_store`: its id, env and script.
+RUNS = [
+    ("0022a4e57a64", "order_support", "wrong-guess"),
+    ("b1b47b3167ed", "service_outage", "solve"),
+    ("9c0ffee00042", "service_outage", "wrong-guess"),
+]
+
+
+def _named(lines: list[str], run_id: str) -> str:
+    """The lines of a run's row: its own, and those a folded cell adds under it (no id)."""
+    at = next(i for i, line in enumerate(lines) if run_id in line)
+    row = [lines[at]]
+    for line in lines[at + 1 :]:
+        if line[:14].strip() or not line.strip():
+            break
+        row.append(line)
+    return "\n".join(row)
+
+
+def test_runs_at_80_columns_says_each_runs_env_and_script_beside_a_waiting_one(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """A run waiting for approval and one with an outcome unknown: the env and script of
+    each are still there, folded onto a second line rather than dropped or cut (they were
+    dropped while `outcome?` kept its room), the start today its time of day to the second."""
+    db = tmp_path / "s.db"
+    asyncio.run(_store(db))
+    lines = _printed("runs", db, 80, capsys, monkeypatch)
+    said = "\n".join(lines)
+    assert "env/script" in said and "outcome?" in said, said
+    assert "awaiting_approval" in said and "provider_failure" in said, said
+    for run_id, env, script in RUNS:
+        row = _named(lines, run_id)
+        assert f"{env}/" in row and script in row and "…" not in row, said
+        assert re.search(r"  \d\d:\d\d:\d\d  ", row), said
 
 
 @WIDTHS
@@ -108,9 +146,10 @@ def test_pending_fits_the_terminal_with_every_id_and_expiry_whole(
         assert len(found) == 1, said  # the call id whole, on one line
         line = found[0]
         assert run_id in line, said
-        assert re.search(r"\d\d:\d\d:\d\d", line), said  # its expiry, to the second
+        assert re.search(r"  \d\d:\d\d:\d\d", line), said  # its expiry, to the second
         assert "+00:00" not in line and "T" not in line.split()[-1], said  # local, as `runs`
-    assert "expires" in said, said
+        assert not re.search(r"\d{4}-\d\d-\d\d", line), said  # one form at every width
+    assert "expires" in said and "expires_at" not in said, said
     if width == 100:  # room for the tool's name whole; the arguments cut short
         assert said.count("update_delivery_address") == 2 and '{"order_id"' in said, said
 

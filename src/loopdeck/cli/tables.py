@@ -2,8 +2,9 @@
 
 Ids and times are never cut: they are what `attach`, `approve` and a reader's eye take. When
 the table is wider than the terminal, the least useful columns give way, in a stated order:
-a time is written shorter, a column is dropped, free text (a write's arguments) ends in "…".
-Everything is in `--json`.
+a time is written shorter (never without its seconds), a column is dropped, free text (a
+write's arguments) ends in "…", and what names a run (its env and script) folds onto a second
+line rather than go. Everything is in `--json`.
 
 A table that fits has its rows written here, a line each, exactly as Rich would lay them out
 (`Drawn`; Rich still draws its title, header and edges): Rich's layout of each cell cost
@@ -44,6 +45,9 @@ class Column:
     cells: tuple[str, ...]
     keep: bool = False  # an id or a time: never cut
     cut: int = 0  # free text that may end in "…": the fewest cells worth showing of it
+    # Each cell on lines of its own where it is wider than its column ("env/", "script"):
+    # folded, never cut; the column no narrower than its widest line.
+    folds: tuple[tuple[str, ...], ...] = ()
 
     @cached_property
     def shown(self) -> tuple[str, ...]:
@@ -61,7 +65,33 @@ class Column:
 
     @cached_property
     def least(self) -> int:
+        if self.folds:
+            return min(self.widest, max(size for sizes in self.fold_sizes for size in sizes))
         return min(self.widest, self.cut) if self.cut else self.widest
+
+    @cached_property
+    def folded(self) -> tuple[tuple[str, ...], ...]:
+        """Each cell's lines when it folds, as the terminal shows them."""
+        return tuple(_shown(lines) for lines in self.folds)
+
+    @cached_property
+    def fold_sizes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(_sizes(lines) for lines in self.folded)
+
+    def at(self, width: int) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+        """Its cells at `width`: each on one line, or folded where it is wider (a fold
+        column), with each line's width."""
+        if not self.folds:
+            return self.shown, tuple((size,) for size in self.sizes)
+        cells: list[str] = []
+        sizes: list[tuple[int, ...]] = []
+        for cell, size, lines, line_sizes in zip(
+            self.shown, self.sizes, self.folded, self.fold_sizes, strict=True
+        ):
+            folds = size > width
+            cells.append("\n".join(lines) if folds else cell)
+            sizes.append(line_sizes if folds else (size,))
+        return tuple(cells), tuple(sizes)
 
 
 def _shown(cells: tuple[str, ...]) -> tuple[str, ...]:
@@ -109,13 +139,16 @@ def _least_width(columns: list[Column]) -> int:
 def _table(title: Text | str, columns: list[Column], width: int) -> RenderableType:
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     fits = _least_width(columns) <= width
-    room = width - sum(column.widest + GAP for column in columns if not column.cut)
-    free = [column for column in columns if column.cut]
+    free = [column for column in columns if column.cut or column.folds]
+    room = width - sum(column.widest + GAP for column in columns if column not in free)
     widths = []
     for column in columns:
-        if column.cut:  # what is left, shared
+        if column in free:  # what is left, shared
             shown = max(column.least, min(column.widest, room // len(free) - GAP))
-            table.add_column(column.header, width=shown if fits else None, no_wrap=True)
+            table.add_column(
+                column.header, width=shown if fits else None, no_wrap=bool(column.cut),
+                overflow="ellipsis" if column.cut else "fold",
+            )  # fmt: skip
         elif column.keep:
             shown = column.widest
             table.add_column(column.header, no_wrap=True, min_width=column.widest)
@@ -123,12 +156,15 @@ def _table(title: Text | str, columns: list[Column], width: int) -> RenderableTy
             shown = column.widest
             table.add_column(column.header, width=column.widest if fits else None, overflow="fold")
         widths.append(shown)
-    rows = list(zip(*(column.shown for column in columns), strict=True))
+    laid = [column.at(shown) for column, shown in zip(columns, widths, strict=True)]
+    rows = list(zip(*(cells for cells, _ in laid), strict=True))
     if fits and not any(_breaks(cell) for column in columns for cell in column.shown):
-        sizes = zip(*(column.sizes for column in columns), strict=True)
+        sizes = zip(*(sizes for _, sizes in laid), strict=True)
         return Drawn(
-            table, [_line(row, size, widths) for row, size in zip(rows, sizes, strict=True)]
-        )
+            table,
+            [line for row, size in zip(rows, sizes, strict=True)
+             for line in _lines(row, size, widths)],
+        )  # fmt: skip
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # never markup
     return table
@@ -139,18 +175,28 @@ def _breaks(cell: str) -> bool:
     return "\n" in cell or "\t" in cell
 
 
-def _line(cells: Sequence[str], sizes: Sequence[int], widths: list[int]) -> str:
+def _lines(cells: Sequence[str], sizes: Sequence[tuple[int, ...]], widths: list[int]) -> list[str]:
     """One row of a table that fits, as Rich draws it (`SIMPLE_HEAD`, no padding at the edges,
     padding collapsed): each cell at its column's width, cut with "…" where its column is
-    narrower, two spaces between columns, one at each edge."""
-    shown = []
-    for cell, size, width in zip(cells, sizes, widths, strict=True):
-        if size > width:
-            cut = Text(cell)
-            cut.truncate(width, overflow="ellipsis")
-            cell, size = cut.plain, cut.cell_len
-        shown.append(cell + " " * (width - size))
-    return " " + "  ".join(shown) + " "
+    narrower, two spaces between columns, one at each edge; a folded cell's lines one under
+    the other, the other cells' columns blank beside them."""
+    parts = [
+        cell.split("\n") if len(size) > 1 else [cell]
+        for cell, size in zip(cells, sizes, strict=True)
+    ]
+    height = max(len(size) for size in sizes)
+    drawn = []
+    for at in range(height):
+        shown = []
+        for lines, line_sizes, width in zip(parts, sizes, widths, strict=True):
+            cell, size = (lines[at], line_sizes[at]) if at < len(lines) else ("", 0)
+            if size > width:
+                cut = Text(cell)
+                cut.truncate(width, overflow="ellipsis")
+                cell, size = cut.plain, cut.cell_len
+            shown.append(cell + " " * (width - size))
+        drawn.append(" " + "  ".join(shown) + " ")
+    return drawn
 
 
 @dataclass(frozen=True)
@@ -178,17 +224,24 @@ class Drawn:
 # -- `loopdeck runs` ----------------------------------------------------------------------------
 def runs_table(title: Text | str, runs: Sequence[RunEntry], width: int) -> RenderableType:
     """Every run, newest first. Giving way: the outcome-unknown column (dropped while empty,
-    else headed "outcome?"), the runner, the stop's header, the start to the minute, cost,
-    tokens, model, a paused (parked, queued) run's underlying state, env and script in one
-    column (cut short when it must be), then that column."""
+    else headed "outcome?"), the runner, the stop's header, the start (its time of day when
+    today, to the second), cost, tokens, model, a paused (parked, queued) run's underlying
+    state, env and script in one column, an ended run's state said by its stop ("goal_met"),
+    env and script folded onto two lines, then the unknown outcomes' ids cut short (`pending`
+    lists them whole). The run's id, its state, its start and which env and script it is
+    never go."""
     cells = {name: tuple(_cell(run, name) for run in runs) for name in RUN_COLUMNS}
     unknown = tuple(", ".join(run.outcome_unknown) or "-" for run in runs)
     columns = [Column(name, cells[name], keep=name in ("run_id", "started_at"))
                for name in RUN_COLUMNS]  # fmt: skip
     columns.append(Column("outcome unknown", unknown))
-    started = tuple(_short_time(run.started_at, "%m-%d %H:%M") for run in runs)
+    started = tuple(_clock(run.started_at) for run in runs)
     env_script = tuple(f"{run.env}/{run.script or '-'}" for run in runs)
+    folds = tuple((f"{run.env}/", run.script or "-") for run in runs)
     states = tuple(run.shown_state for run in runs)
+    ended = tuple(
+        run.stop_reason if not run.live and run.stop_reason else run.shown_state for run in runs
+    )
     empty = all(cell == "-" for cell in unknown)
     give_way: list[tuple[str, Column | None]] = [
         ("outcome unknown", None if empty else Column("outcome?", unknown)),
@@ -197,8 +250,10 @@ def runs_table(title: Text | str, runs: Sequence[RunEntry], width: int) -> Rende
         ("started_at", Column("started", started, keep=True)),
         ("cost_usd", None), ("tokens", None), ("model", None),
         ("state", Column("state", states)),
-        ("env", Column("env/script", env_script, cut=12)), ("script", None),
-        ("env/script", None),
+        ("env", Column("env/script", env_script)), ("script", None),
+        ("state", Column("state/stop", ended)), ("stop", None),
+        ("env/script", Column("env/script", env_script, folds=folds)),
+        ("outcome?", Column("outcome?", unknown, cut=8)),
     ]  # fmt: skip
     return fitted(title, columns, give_way, width)
 
@@ -224,18 +279,11 @@ def _cell(run: RunEntry, column: str) -> str:
     return str(value)
 
 
-def _short_time(stamp: str | None, form: str) -> str:
-    """A stored UTC time in the reader's local time, shorter than `local_time`'s."""
+def _clock(stamp: str | None) -> str:
+    """A stored UTC time where room is short: in local time to the second, its day too when
+    not today (a start in `runs`, an expiry in `pending`)."""
     if not stamp:
         return "-"
-    try:
-        return datetime.fromisoformat(stamp).astimezone().strftime(form)
-    except ValueError:
-        return stamp
-
-
-def _clock(stamp: str) -> str:
-    """A time soon (an expiry) in local time to the second, its day too when not today."""
     try:
         when = datetime.fromisoformat(stamp).astimezone()
     except ValueError:
@@ -246,21 +294,19 @@ def _clock(stamp: str) -> str:
 
 # -- `loopdeck pending` -------------------------------------------------------------------------
 def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) -> RenderableType:
-    """The writes waiting for approval, each expiry in local time as `runs` says a start.
-    Giving way: the expiry's day only when not today, the arguments cut short ("…"), then
-    dropped (`--json` has the stored UTC times)."""
+    """The writes waiting for approval, each expiry in local time, one form at every width:
+    its time of day to the second, its day too when not today (`--json` has the stored UTC
+    times). Giving way: the arguments cut short ("…"), then dropped."""
 
-    def expiry(item: PendingWrite, when: str) -> str:
+    def expiry(item: PendingWrite) -> str:
+        when = _clock(item.expires.isoformat())
         return f"expired at {when}" if item.expired(now) else when
 
-    full = tuple(expiry(item, records.local_time(item.expires.isoformat())) for item in pending)
-    short = tuple(expiry(item, _clock(item.expires.isoformat())) for item in pending)
     columns = [
         Column("run_id", tuple(item.run_id for item in pending), keep=True),
         Column("call_id", tuple(item.call_id for item in pending), keep=True),
         Column("tool", tuple(item.tool for item in pending)),
         Column("args", tuple(json.dumps(item.args) for item in pending), cut=12),
-        Column("expires_at", full, keep=True),
+        Column("expires", tuple(expiry(item) for item in pending), keep=True),
     ]
-    give_way = [("expires_at", Column("expires", short, keep=True)), ("args", None)]
-    return fitted("writes waiting for approval", columns, give_way, width)
+    return fitted("writes waiting for approval", columns, [("args", None)], width)
