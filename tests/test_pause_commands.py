@@ -37,3 +37,39 @@ def test_a_pause_or_resume_the_run_would_do_nothing_with_is_refused(
     code, _, err = cli("resume", "r1", "--db", str(db))
     assert code == 0, err
     assert sent(db) == ["pause", "resume"]
+
+
+def test_a_pause_its_runner_took_and_has_not_recorded_yet_is_judged_as_taken(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """The runner takes a command (`take_commands`) a commit before its `operator_command`
+    event sets `runs.paused`: in between, a second pause said `sent`, and a resume was
+    refused as a no-op. The taking itself now says what the run is."""
+    import asyncio
+
+    from loopdeck.store import queries
+    from loopdeck.store.opening import open_store
+
+    db = tmp_path / "s.db"
+    recorded(db, Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1"))
+
+    def taken() -> list[str]:
+        async def take() -> list[str]:
+            store = await open_store(db)
+            try:
+                return [c["command"] for c in await queries.take_commands(store, "r1")]
+            finally:
+                await store.close()
+
+        return asyncio.run(take())
+
+    assert cli("pause", "r1", "--db", str(db))[0] == 0
+    assert taken() == ["pause"]  # its event not committed yet
+    code, _, err = cli("pause", "r1", "--db", str(db))
+    assert code == 1 and "r1 is already paused: `loopdeck resume r1` resumes it" in err
+    code, _, err = cli("resume", "r1", "--db", str(db))
+    assert code == 0, err
+    assert taken() == ["resume"]
+    code, _, err = cli("resume", "r1", "--db", str(db))
+    assert code == 1 and "r1 is not paused: nothing to resume" in err
+    assert sent(db) == ["pause", "resume"]

@@ -204,6 +204,11 @@ def _not_decided(args: argparse.Namespace, decision: records.Decision, ended: st
     """Why nothing was decided; `ended`: the run ended (said unless the call was decided)."""
     if decision.state in ("approved", "rejected"):
         return f"already decided: {decision.state} by {decision.by}"
+    if decision.state == records.INVALIDATED:
+        return (
+            f"approved by {decision.by}, and the approval no longer held (the call's state or"
+            " arguments moved since): the run asks again, or stopped after its last ask"
+        )
     if ended and decision.state == "withdrawn":
         return f"{ended}; its request was withdrawn when the run stopped"
     if ended:

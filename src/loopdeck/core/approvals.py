@@ -54,6 +54,10 @@ class ApprovalDecision(BaseModel):
     args: dict[str, Any] | None = None
     # Approve and grant: later calls this rule covers are approved without asking.
     grant: GrantRule | None = None
+    # The asking it was made on (its `requested_at`), when the decider says which (the
+    # store's row): an earlier one than the run asks now when the run asked again before it
+    # read a decision the store had taken. None: the asking it answers.
+    asked_at: datetime | None = None
 
     def with_reason(self) -> ApprovalDecision:
         """A rejection without a reason says it was the operator's."""
@@ -63,7 +67,11 @@ class ApprovalDecision(BaseModel):
 
 
 class ApprovalReceipt(BaseModel):
-    """Permission for exactly one call, with exactly these arguments, from exactly this state."""
+    """Permission for exactly one call, with exactly these arguments, from exactly this state,
+    for as long as its asking was open (`valid_for`), counted from the decision: the store
+    refuses a decision once its asking expired, so a decision it took just before the expiry,
+    which the run read in its last look past it, is carried out (it never gets a receipt
+    expired already, asked again though `approve` said approved)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -82,14 +90,16 @@ class ApprovalReceipt(BaseModel):
         decision: ApprovalDecision,
         args: dict[str, Any] | None = None,
     ) -> ApprovalReceipt:
-        """Bound to the request's arguments, or to `args`, the operator's edit of them."""
+        """Bound to the request's arguments, or to `args`, the operator's edit of them; issued
+        as the run takes the decision."""
+        issued = datetime.now(UTC)
         return cls(
             run_id=request.run_id,
             call_id=request.call_id,
             args_sha256=request.args_sha256 if args is None else args_digest(args),
             state_hash=request.state_hash,
-            issued_at=datetime.now(UTC),
-            expires_at=request.expires_at,
+            issued_at=issued,
+            expires_at=issued + valid_for(request),
             approved_by=decision.by,
         )
 
@@ -113,6 +123,12 @@ class ApprovalReceipt(BaseModel):
         if now >= self.expires_at:
             return "approval expired"
         return None
+
+
+def valid_for(request: ApprovalRequest) -> timedelta:
+    """How long the request was open for a decision (the asking's own recorded times, one
+    clock): how long its receipt holds once decided."""
+    return max(request.expires_at - request.requested_at, timedelta(0))
 
 
 def request_for(

@@ -107,9 +107,15 @@ class OutcomeResolved(EventBase):
 
 
 class ApprovalInvalidated(EventBase):
+    """The call's asking no longer stands: the approval the run took no longer covers the
+    call (its state or arguments moved, an edit refused), or (`unanswered`) the asking
+    expired with no decision read, when a decision the store took on it stands (the run's
+    next ask reads it). Either way the call is asked again."""
+
     kind: Literal["approval_invalidated"] = "approval_invalidated"
     call_id: str
     problem: str
+    unanswered: bool = False
 
 
 class ApprovalWithdrawn(EventBase):

@@ -12,7 +12,7 @@ what to run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -98,6 +98,9 @@ class AskAgain:
     problem: str  # why the approval no longer covers the call, said in the next ask
     state_hash: str  # the state the next ask is about
     args: dict[str, Any] | None = None  # the operator's edit, kept for the next ask
+    # The asking that ended unanswered: a decision the store took on it before its expiry,
+    # read only after the run asked again, is carried out as made on it.
+    unanswered: ApprovalRequest | None = None
 
 
 class WriteApprovals:
@@ -128,12 +131,14 @@ class WriteApprovals:
         waiting, undecided) withdrawn."""
         again: AskAgain | None = None
         undecided = False
+        unanswered: list[ApprovalRequest] = []
         for _ in range(MAX_APPROVAL_ASKS):
-            got = await self.ask_once(record, call, decision, again)
+            got = await self.ask_once(record, call, decision, again, unanswered)
             if isinstance(got, Rejected):
                 return got
             if isinstance(got, AskAgain):
                 again, undecided = got, True
+                unanswered += [got.unanswered] if got.unanswered is not None else []
                 continue
             done = await carry_out(got)
             if not isinstance(done, AskAgain):
@@ -163,37 +168,32 @@ class WriteApprovals:
         return Rejected(capped(why, REASON_CAP))
 
     async def ask_once(
-        self, record: CallRecord, call: ToolCall, decision: Decision, again: AskAgain | None
+        self,
+        record: CallRecord,
+        call: ToolCall,
+        decision: Decision,
+        again: AskAgain | None,
+        unanswered: Sequence[ApprovalRequest] = (),
     ) -> Approved | Rejected | AskAgain:
         """One ask: the first about the state the call was proposed in, the next (`again`)
         about the state it found changed. The policy's rule may decide it, or a grant that
-        covers a first ask; else the operator (an ask again without a policy always is)."""
+        covers a first ask; else the operator (an ask again without a policy always is). A
+        decision made on an earlier asking that ended `unanswered` (the store took it before
+        that asking expired; the run had not read it) is bound to that asking's arguments and
+        state, as its decider saw them."""
         spec = self.rt.tools[call.tool]
         proposed = again.args if again and again.args is not None else call.args
         asked_in = again.state_hash if again else None
         ruling = self.policy.ruling(record, self.rt.calls, call.tool, proposed, asked_in)
-        request = request_for(
-            run_id=self.run_id,
-            call_id=record.call_id,
-            tool=call.tool,
-            args=proposed,
-            state_hash=again.state_hash if again else record.state_hash,
-            fingerprint=record.fingerprint,
-            plan_step=self._step_text(decision),
-            ttl_s=self.rt.config.approval_ttl_s,
-            rationale=capped(decision.message, REASON_CAP),
-            asked_again=again.problem if again else "",
-            args_schema=spec.args_schema(),
-            risk_source=spec.risk_source,
-            not_editable=spec.not_editable,
-            diff=await asyncio.to_thread(self.rt.env.write_diff, record.call_id, proposed),
-            asked_by=ruling.asked_by,
-        )
+        request = await self._request(record, call, decision, again, proposed, ruling)
         decided = await self._ask(request, record, ruling)
         if decided is None:  # nobody decided before the request expired: asked again
             expired = f"the request expired unanswered at {request.expires_at:%H:%M:%S} UTC"
-            self.invalidated(record.call_id, expired)
-            return AskAgain(expired, await self.rt.state_hash(), again.args if again else None)
+            self.invalidated(record.call_id, expired, unanswered=True)
+            args_kept = again.args if again else None
+            return AskAgain(expired, await self.rt.state_hash(), args_kept, request)
+        request = made_on(request, decided, unanswered)
+        proposed = request.args
         if decided.approved and decided.args is not None and spec.not_editable:
             decided = told_instead(decided, spec.not_editable)
         if not decided.approved:
@@ -220,6 +220,35 @@ class WriteApprovals:
             return AskAgain(problem, state_hash, args if args != call.args else None)
         return Approved(receipt, state_hash, args, tuple(changes))
 
+    async def _request(
+        self,
+        record: CallRecord,
+        call: ToolCall,
+        decision: Decision,
+        again: AskAgain | None,
+        proposed: dict[str, Any],
+        ruling: Ruling,
+    ) -> ApprovalRequest:
+        """The request an ask puts, with the write's diff (read off the event loop)."""
+        spec = self.rt.tools[call.tool]
+        return request_for(
+            run_id=self.run_id,
+            call_id=record.call_id,
+            tool=call.tool,
+            args=proposed,
+            state_hash=again.state_hash if again else record.state_hash,
+            fingerprint=record.fingerprint,
+            plan_step=self._step_text(decision),
+            ttl_s=self.rt.config.approval_ttl_s,
+            rationale=capped(decision.message, REASON_CAP),
+            asked_again=again.problem if again else "",
+            args_schema=spec.args_schema(),
+            risk_source=spec.risk_source,
+            not_editable=spec.not_editable,
+            diff=await asyncio.to_thread(self.rt.env.write_diff, record.call_id, proposed),
+            asked_by=ruling.asked_by,
+        )
+
     @staticmethod
     def _edit(
         spec: ToolSpec, proposed: dict[str, Any], edited: dict[str, Any] | None
@@ -234,8 +263,11 @@ class WriteApprovals:
             said = capped(str(exc), REASON_CAP)
             return proposed, f"the operator's edited arguments are refused: {said}"
 
-    def invalidated(self, call_id: str, problem: str) -> None:
-        self.rt.emit(ApprovalInvalidated, run_id=self.run_id, call_id=call_id, problem=problem)
+    def invalidated(self, call_id: str, problem: str, *, unanswered: bool = False) -> None:
+        self.rt.emit(
+            ApprovalInvalidated, run_id=self.run_id, call_id=call_id, problem=problem,
+            unanswered=unanswered,
+        )  # fmt: skip
 
     def receipt_problem(
         self, receipt: ApprovalReceipt, args: dict[str, Any], state_hash: str
@@ -315,6 +347,16 @@ class WriteApprovals:
 
 
 LOOPDECK = "loopdeck"  # who decided a call nobody was asked about
+
+
+def made_on(
+    request: ApprovalRequest, decided: ApprovalDecision, unanswered: Sequence[ApprovalRequest]
+) -> ApprovalRequest:
+    """The asking a decision was made on: the one asked now, or the earlier one it names
+    (`ApprovalDecision.asked_at`) among those that ended unanswered."""
+    if decided.asked_at is None or decided.asked_at == request.requested_at:
+        return request
+    return next((r for r in unanswered if r.requested_at == decided.asked_at), request)
 
 
 def told_instead(decided: ApprovalDecision, why: str) -> ApprovalDecision:

@@ -20,12 +20,16 @@ from loopdeck.core.push_events import PushedWhat
 from loopdeck.operator.entries import paused_cap
 from loopdeck.operator.link_tokens import OUTCOME_ASK, LinkClaim, LinkServer, ask_of_request
 from loopdeck.store import queries
-from loopdeck.store.base import Store
+from loopdeck.store.base import INVALIDATED, Store
 
 # open: decide it here; moved: asked again since the link was made, decide the new ask here;
 # decided: taken (by whom, how); withdrawn: its run stopped first; unknown: not in this store.
 Standing = Literal["open", "moved", "decided", "withdrawn", "unknown"]
 DECIDED = ("approved", "rejected", "answered")
+# Why an approval the run took no longer held, and what comes of it.
+MOVED = (
+    "the call's state or arguments moved since; the run asks again (or stopped after its last ask)"
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ async def _approval(store: Store, server: LinkServer, claim: LinkClaim, run: Run
     if row["state"] in DECIDED:
         again = "" if ask == claim.ask else " (asked again since the link was sent)"
         said = f"Already decided{again}: {row['state']} by {who(row['decided_by'])}."
+        return LinkPage("decided", said, run)
+    if row["state"] == INVALIDATED:
+        said = f"Approved by {who(row['decided_by'])}, and the approval no longer held: {MOVED}."
         return LinkPage("decided", said, run)
     if row["state"] != "pending" or not run.live:
         return _withdrawn(run)

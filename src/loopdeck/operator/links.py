@@ -46,6 +46,11 @@ class RunLink(Protocol):
     def kill(self, by: str) -> None: ...
     def pause(self, by: str) -> None: ...
     def resume(self, by: str) -> None: ...
+    async def pause_or_resume(self, verb: str, by: str, tell: Tell = ...) -> str | None:
+        """`pause` or `resume` sent (None), or why the run would do nothing with it, judged
+        as `loopdeck pause/resume` judges it (`deciding.pause_refusal`)."""
+        ...
+
     def message(self, text: str, by: str) -> None:
         """The operator's words to the agent, heard before the model's next turn."""
         ...
@@ -194,6 +199,18 @@ class LocalLink:
 
     def resume(self, by: str) -> None:
         run_loop.call(self._rt.resume, by)
+
+    async def pause_or_resume(self, verb: str, by: str, tell: Tell = deciding.untold) -> str | None:
+        """Judged and done on the runs' loop, by the run's own control (it never lags)."""
+        rt = self._rt
+
+        async def judged() -> str | None:
+            why = deciding.pause_refusal(rt.config.run_id, verb, rt.control.paused)
+            if why is None:
+                (rt.pause if verb == "pause" else rt.resume)(by)
+            return why
+
+        return await run_loop.run(judged())
 
     def message(self, text: str, by: str) -> None:
         run_loop.call(self._rt.message, text, by)

@@ -36,7 +36,14 @@ from loopdeck.operator.entries import (
     not_offered,
 )
 from loopdeck.store import deciding, outcome_queries, queries
-from loopdeck.store.base import RUN_ID_SHOWN, Location, Store, StoreError, shown_location
+from loopdeck.store.base import (
+    INVALIDATED,
+    RUN_ID_SHOWN,
+    Location,
+    Store,
+    StoreError,
+    shown_location,
+)
 from loopdeck.store.deciding import RunEnded
 from loopdeck.store.export_file import exported_lines, verify_export
 from loopdeck.store.opening import open_store
@@ -49,6 +56,7 @@ if TYPE_CHECKING:  # the runtime's events and grants (pydantic): off `loopdeck r
 
 __all__ = [
     "CHOICE_WORDS",
+    "INVALIDATED",
     "LIVE_STATES",
     "AmbiguousRun",
     "Asked",

@@ -11,7 +11,6 @@ the move (`Refreshed`).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from loopdeck.core.agent_loop import AgentLoop
@@ -27,7 +26,7 @@ from loopdeck.core.events import (
 )
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.states import RunState, StopReason
-from loopdeck.store import leases, queries
+from loopdeck.store import asking_clock, leases
 from loopdeck.store.approver import Recording, StoreApprover
 from loopdeck.store.base import Store
 from loopdeck.store.writer import EventWriter
@@ -113,10 +112,8 @@ class Refreshed(StoreApprover):
 
 
 async def _expired_unanswered(store: Store, request: ApprovalRequest) -> bool:
-    row = await queries.approval_state(store, request.run_id, request.call_id)
-    if row is None or row["state"] != "pending" or not row["expires_at"]:
-        return False
-    return datetime.fromisoformat(str(row["expires_at"])) <= datetime.now(UTC)
+    """Judged on the store's clock, as a decision is (`store/asking_clock.py`)."""
+    return await asking_clock.expired_unanswered(store, request.run_id, request.call_id)
 
 
 def request_expiry(log: list[Event]) -> float | None:

@@ -364,6 +364,12 @@ class StoreLink:
     def resume(self, by: str) -> None:
         self._send("resume", by)
 
+    async def pause_or_resume(self, verb: str, by: str, tell: Tell = deciding.untold) -> str | None:
+        """Through the store, as `loopdeck pause/resume` (`deciding.pause_or_resume`)."""
+        if self.store is None:
+            raise StoreError(NOT_FOLLOWING)
+        return await deciding.pause_or_resume(self.store, self.run_id, verb, by, tell=tell)
+
     def message(self, text: str, by: str) -> None:
         self._send(queries.MESSAGE, by, text)
 

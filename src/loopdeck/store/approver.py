@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any, Protocol
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
@@ -47,10 +48,13 @@ async def flush_when_available(writer: EventWriter) -> None:
 
 
 async def decision_from_store(store: Store, request: ApprovalRequest) -> ApprovalDecision:
+    """The decision the store has on the call, with the asking it was made on: the one
+    asked, or an earlier one the run asked again after (its re-ask never replaces a decided
+    row: `store/event_rows.py`), which the run binds it to."""
     while True:
         row = await _approval_row(store, request.run_id, request.call_id)
         if row is not None and row["state"] in ("approved", "rejected"):
-            edited, grant = row["edited_args"], row["grant_rule"]
+            edited, grant, asked = row["edited_args"], row["grant_rule"], row["requested_at"]
             return ApprovalDecision(
                 call_id=request.call_id,
                 approved=row["state"] == "approved",
@@ -58,6 +62,7 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
                 by=row["decided_by"] or "store",
                 args=None if edited is None else json.loads(edited),
                 grant=None if grant is None else GrantRule.model_validate_json(grant),
+                asked_at=None if asked is None else datetime.fromisoformat(str(asked)),
             )
         await store.wait_for_change(POLL_S)
 

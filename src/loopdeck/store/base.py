@@ -73,6 +73,12 @@ CREATE TABLE IF NOT EXISTS approvals (
 """
 
 
+# An approval row whose decision its run took and found no longer covering the call (its state
+# or arguments moved, an edit refused: `approval_invalidated`): the call is asked again, its
+# next asking replacing the row (`store/event_rows.py`).
+INVALIDATED = "invalidated"
+
+
 class StoreError(Exception):
     """The store cannot be used; the message names the file and the problem."""
 

@@ -98,6 +98,7 @@ async def decide(
             args=decision.args,
             grant=grant,
             asked_at=asked_at,
+            backend=store.backend,
         )
 
     return await _taken(store, run_id, what, once, tell, retry_for_s)
@@ -167,8 +168,10 @@ async def pause_or_resume(
     store: Store, run_id: str, verb: str, by: str, *, tell: Tell = untold
 ) -> str | None:
     """`pause` or `resume` sent to the run's runner (None), unless the run would do nothing
-    with it: paused already (or a pause on its way), or not paused: why not. Read and sent in
-    one transaction, so two terminals never both send one."""
+    with it: paused already (or a pause on its way), or not paused: why not. Judged from the
+    commands its runner has not taken yet, else the run's `paused` (set as its runner takes
+    one: `queries.take_commands_of`); read and sent in one transaction, so two terminals
+    never both send one. The console's `p` says the same (`pause_refusal`)."""
     refused: list[str] = []
 
     async def once(tx: Tx) -> bool:
@@ -181,19 +184,25 @@ async def pause_or_resume(
         )
         if sent:  # what its runner will make of the commands it has not taken yet
             paused, queued = sent[-1][0] == "pause", True
-        if paused == (verb == "pause"):
-            way = " (sent, not taken yet)" if queued else ""
-            refused[:] = [
-                f"{run_id} is already paused{way}: `loopdeck resume {run_id}` resumes it"
-                if paused
-                else f"{run_id} is not paused{way}: nothing to resume"
-            ]
+        if (why := pause_refusal(run_id, verb, paused, queued=queued)) is not None:
+            refused[:] = [why]
             return False
         await queries.send_command(tx, run_id, verb, by)
         return True
 
     await _taken(store, run_id, f"{verb} of {run_id}", once, tell, RETRY_FOR_S)
     return refused[0] if refused else None
+
+
+def pause_refusal(run_id: str, verb: str, paused: bool, *, queued: bool = False) -> str | None:
+    """Why the run would do nothing with `verb` (`pause`, `resume`), paused as it is (or will
+    be, `queued`: by a command not taken yet); None when it would."""
+    if paused != (verb == "pause"):
+        return None
+    way = " (sent, not taken yet)" if queued else ""
+    if paused:
+        return f"{run_id} is already paused{way}: `loopdeck resume {run_id}` resumes it"
+    return f"{run_id} is not paused{way}: nothing to resume"
 
 
 async def _taken(

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar, cast
 from loopdeck.caps import Cap
 from loopdeck.core.events import (
     ApprovalDecided,
+    ApprovalInvalidated,
     ApprovalRequested,
     ApprovalWithdrawn,
     BudgetUpdated,
@@ -31,19 +32,25 @@ from loopdeck.core.events import (
     StateChanged,
     ToolFinished,
 )
-from loopdeck.store.base import Tx
+from loopdeck.store.asking_clock import asked_expiry
+from loopdeck.store.base import INVALIDATED, Tx
 from loopdeck.store.chain import EventRow, body_at
 from loopdeck.store.feed import finding, pause_word
 from loopdeck.store.leases import RunEnd
 from loopdeck.store.queries import CRASH_DETECTOR, QUESTION_NEVER_EXPIRES
 
-# A call asked again (its receipt expired) replaces its row: pending again, undecided.
+# A question asked again replaces its row: pending again, unanswered.
 ASKED_AGAIN = (
     "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
     " requested_at = excluded.requested_at, expires_at = excluded.expires_at,"
     " state = excluded.state, decided_by = excluded.decided_by, reason = NULL,"
     " decided_at = NULL, outcome = NULL, edited_args = NULL, grant_rule = NULL"
 )
+# A write asked again replaces its row only while nobody decided its last asking (pending,
+# expired or not) or when the run took that decision and found it no longer holds
+# (`invalidated`): a decision the store took that the run had not read (the store out of its
+# reach for its whole last look) stays, and the run's next ask reads it (`store/approver.py`).
+WRITE_ASKED_AGAIN = f"{ASKED_AGAIN} WHERE approvals.state IN ('pending', '{INVALIDATED}')"
 
 
 class Runner(Protocol):
@@ -61,8 +68,9 @@ class RunRows:
     results touch the approvals table, so a read-only runaway's batch is one INSERT and one
     UPDATE of its run, not one statement per event)."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, backend: str = "") -> None:
         self.runner = runner
+        self.backend = backend  # the store's engine: an asking's expiry on its clock
         self.state = "ready"
         self.stopped = False
         self.asked: set[str] = set()
@@ -230,12 +238,25 @@ async def _approval_requested(rows: RunRows, db: Tx, e: ApprovalRequested) -> No
     rows.asked.add(e.call_id)  # its outcome goes on the approval's row
     # A call a grant approves is never pending: no other decider may take it.
     state, by = ("approved", f"grant {e.grant_id}") if e.grant_id else ("pending", None)
+    asked = e.requested_at.isoformat()
+    expiry, expires = asked_expiry(rows.backend, asked, e.expires_at.isoformat())
     await db.execute(
-        "INSERT INTO approvals (run_id, call_id, tool, args, requested_at,"
-        f" expires_at, state, decided_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?) {ASKED_AGAIN}",
-        (e.run_id, e.call_id, e.tool, json.dumps(e.args), e.requested_at.isoformat(),
-         e.expires_at.isoformat(), state, by),
+        "INSERT INTO approvals (run_id, call_id, tool, args, requested_at, expires_at, state,"
+        f" decided_by) VALUES (?, ?, ?, ?, ?, {expiry}, ?, ?) {WRITE_ASKED_AGAIN}",
+        (e.run_id, e.call_id, e.tool, json.dumps(e.args), asked, *expires, state, by),
     )  # fmt: skip
+
+
+@_writes(ApprovalInvalidated)
+async def _approval_invalidated(rows: RunRows, db: Tx, e: ApprovalInvalidated) -> None:
+    """The approval the run took no longer holds: its row is the next ask's to replace. An
+    asking that expired unanswered leaves its row as the store has it."""
+    if not e.unanswered:
+        await db.execute(
+            f"UPDATE approvals SET state = '{INVALIDATED}' WHERE run_id = ? AND call_id = ?"
+            " AND state = 'approved'",
+            (e.run_id, e.call_id),
+        )
 
 
 @_writes(ApprovalDecided)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopdeck import settings
+from loopdeck.store.asking_clock import asked_expiry
 from loopdeck.store.base import Store, StoreError, Tx
 from loopdeck.store.liveness import process_started, this_host
 
@@ -274,9 +275,11 @@ async def refresh_request(
     store: Store, run_id: str, call_id: str, requested_at: str, expires_at: str
 ) -> None:
     """A write asked before its run moved, still pending: its expiry counted again from the
-    ask of the worker that goes on with it (a decision made meanwhile stays as it is)."""
+    ask of the worker that goes on with it, on the store's clock (`store/asking_clock.py`);
+    a decision made meanwhile stays as it is."""
+    expiry, expires = asked_expiry(store.backend, requested_at, expires_at)
     await store.execute(
-        "UPDATE approvals SET requested_at = ?, expires_at = ?"
+        f"UPDATE approvals SET requested_at = ?, expires_at = {expiry}"
         " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
-        (requested_at, expires_at, run_id, call_id),
+        (requested_at, *expires, run_id, call_id),
     )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.core.text import escape_surrogates, json_text
+from loopdeck.store.asking_clock import still_open
 from loopdeck.store.base import Store, StoreUnavailable, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
@@ -180,18 +181,20 @@ async def decide(
     args: dict[str, Any] | None = None,
     grant: dict[str, Any] | None = None,
     asked_at: str | None = None,
+    backend: str = "",
 ) -> bool:
     """Exactly one decision wins: False if the call was decided, is not pending or expired
-    (checked in the update). The bare update: see `store/deciding.py`. `args`: the edit;
-    `grant`: a grant rule (JSON); `asked_at`: the asking decided (requested_at), no later."""
-    now = datetime.now(UTC).isoformat()
+    (checked in the update, on the store's clock: `store/asking_clock.py`; `backend`, the
+    store's). The bare update: see `store/deciding.py`. `args`: the edit; `grant`: a grant
+    rule (JSON); `asked_at`: the asking decided (requested_at), no later."""
+    unexpired, clock = still_open(backend)
     changed = await store.execute(
         "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?,"
         " edited_args = ?, grant_rule = ? WHERE run_id = ? AND call_id = ? AND state ="
-        f" 'pending' AND tool != '{QUESTION}' AND expires_at > ?"
+        f" 'pending' AND tool != '{QUESTION}' AND {unexpired}"
         " AND requested_at = COALESCE(?, requested_at)",
-        ("approved" if approved else "rejected", by, reason, now, _json_or_none(args),
-         _json_or_none(grant), run_id, call_id, now, asked_at),
+        ("approved" if approved else "rejected", by, reason, datetime.now(UTC).isoformat(),
+         _json_or_none(args), _json_or_none(grant), run_id, call_id, *clock, asked_at),
     )  # fmt: skip
     return changed == 1
 
@@ -281,21 +284,14 @@ async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
 async def take_commands(store: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's commands not taken yet, in order, each marked taken; a command with words
     has them as `said` (a message's text as `text` too)."""
-    rows = await store.fetchall(
-        'SELECT id, command, "by" FROM commands WHERE run_id = ? AND consumed_at IS NULL'
-        " ORDER BY id",
-        (run_id,),
-    )
-    for row in rows:
-        await store.execute(
-            "UPDATE commands SET consumed_at = ? WHERE id = ?", (time.time(), row["id"])
-        )
-    return [_command(dict(row)) for row in rows]
+    return await take_commands_of(store, [run_id])
 
 
 async def take_commands_of(store: Store, run_ids: list[str]) -> list[dict[str, Any]]:
     """`take_commands` for many runs at once (a worker's): one read, one mark, each command
-    with its `run_id`."""
+    with its `run_id`. A pause or resume taken sets the run's `paused` in the mark's own
+    transaction (its runner does it now): `pause_or_resume` never judges from a row that
+    lags the taking by the commit of its `operator_command` event."""
     if not run_ids:
         return []
     marks = ", ".join("?" for _ in run_ids)
@@ -305,11 +301,18 @@ async def take_commands_of(store: Store, run_ids: list[str]) -> list[dict[str, A
         tuple(run_ids),
     )
     if rows:
+        paused = {row["run_id"]: int(row["command"] == "pause") for row in rows
+                  if row["command"] in ("pause", "resume")}  # fmt: skip
         taken = ", ".join("?" for _ in rows)
-        await store.execute(
-            f"UPDATE commands SET consumed_at = ? WHERE id IN ({taken})",
-            (time.time(), *(row["id"] for row in rows)),
-        )
+        async with store.transaction() as tx:
+            await tx.execute(
+                f"UPDATE commands SET consumed_at = ? WHERE id IN ({taken})",
+                (time.time(), *(row["id"] for row in rows)),
+            )
+            for run_id, now_paused in paused.items():
+                await tx.execute(
+                    "UPDATE runs SET paused = ? WHERE run_id = ?", (now_paused, run_id)
+                )
     return [_command(dict(row)) for row in rows]
 
 

@@ -138,7 +138,7 @@ class EventWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
-        self.rows = RunRows(self)
+        self.rows = RunRows(self, store.backend)
         # An outage: the store cannot take writes now; the runtime holds until it ends.
         self.outage: JournalOutage | None = None
         self._available = asyncio.Event()

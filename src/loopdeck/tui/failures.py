@@ -26,6 +26,7 @@ MEANING = {
     "inbox": "the inbox no longer follows the store: close it and open it again",
     "inbox-decide": "it is still pending: decide again",
     "outcomes": "its outcome is still unknown: o asks again",
+    "pause": "nothing was sent: p again",
     "grants": "the grant still stands: G again",
     "fleet": "the fleet no longer follows the store: restart the console to see new runs",
     "litellm": "a run tries to load it again as it starts, and says so if it fails",

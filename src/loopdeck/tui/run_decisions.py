@@ -5,7 +5,11 @@ through `ApprovalOffers` (in a worker of the screen): what came of it is said in
 failure by `failures`.
 
 And `f` forks the run at the selected call (`ForkDialog`, then `operator/fork.py` in a worker
-of the screen, on the store the run is recorded in): the fork's id in a toast, or why not."""
+of the screen, on the store the run is recorded in): the fork's id in a toast, or why not.
+
+And `p` pauses or resumes the run through its link, judged as `loopdeck pause/resume` judges
+it (`deciding.pause_refusal`: a pause of a run paused or with a pause on its way, a resume of
+one not paused, is refused), the refusal said in a toast."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from loopdeck.operator.runview import RunView
 from loopdeck.operator.store_link import StoreLink
 from loopdeck.tui.approval_offers import ApprovalOffers
 from loopdeck.tui.calls_table import CallsTable
-from loopdeck.tui.dialogs import ConfirmDialog
+from loopdeck.tui.dialogs import BY, ConfirmDialog
 from loopdeck.tui.failures import FAILED_FOR_S
 from loopdeck.tui.fork_dialog import ForkAsked
 from loopdeck.tui.shown import markup, toast
@@ -112,6 +116,23 @@ class RunDecisions:
         self.screen.app.push_screen(
             ConfirmDialog(question), lambda yes: chosen(row.grant_id if yes else None)
         )
+
+    # -- p: pause or resume ----------------------------------------------------------------
+    def pause_or_resume(self, view: RunView) -> None:
+        verb = "resume" if view.paused else "pause"
+        self.screen.run_worker(self._pause_or_resume(verb), group="pause", exit_on_error=False,
+                               description=f"{verb} of {view.run_id}")  # fmt: skip
+
+    async def _pause_or_resume(self, verb: str) -> str | None:
+        """Sent (None), or why not, said in a toast; a store that cannot take it now is
+        waited out by the link (told), past that the worker's error, said by `failures`."""
+        why = await self.link.pause_or_resume(verb, BY, self._tell)
+        if why is not None:
+            toast(self.screen, why, title=f"not {verb}d", severity="warning")
+        return why
+
+    def _tell(self, message: str) -> None:
+        toast(self.screen, message, title="store")
 
     # -- f: fork at a call -----------------------------------------------------------------
     def can_fork(self, view: RunView) -> bool:

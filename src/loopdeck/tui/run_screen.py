@@ -352,10 +352,7 @@ class RunScreen(Screen[None]):
         unheard(self.message_box)
 
     def action_pause(self) -> None:
-        if self.view.paused:
-            self.link.resume(by="console")
-        else:
-            self.link.pause(by="console")
+        self.decisions.pause_or_resume(self.view)
 
     def action_kill(self) -> None:
         def confirmed(yes: bool | None) -> None:

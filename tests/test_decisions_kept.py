@@ -1,0 +1,201 @@
+"""A decision the store took is the one the run carries out, whatever the clocks and the
+store's outages say: an approval taken just before its asking expired gets a receipt the run
+can dispatch under (counted from the decision, not from when the run read it); the run's
+re-ask never erases a decided row (the upsert itself replaces only a row still pending, or
+one whose decision the run took and found no longer holding), and the run then takes what
+the store has; on PostgreSQL an asking's expiry is judged on the store's clock alone."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_decision_expiry import _waited_run
+
+from loopdeck.core.approvals import ApprovalDecision
+
+
+async def test_an_approval_the_store_took_just_before_the_expiry_is_carried_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`approve` said approved (the store took it before the expiry); the run read it after
+    the expiry, in its last look: its receipt was already expired, so it asked again."""
+    from loopdeck.core import write_approvals
+    from loopdeck.store import approver, deciding
+
+    monkeypatch.setattr(write_approvals, "LAST_LOOK_S", 5.0)
+    real = approver.decision_from_store
+    approved = asyncio.Event()
+
+    async def slow_reader(store: Any, request: Any) -> ApprovalDecision:
+        if not approved.is_set():
+            yes = ApprovalDecision(call_id=request.call_id, approved=True, by="ops")
+            assert await deciding.decide(store, request.run_id, yes)
+            approved.set()
+            wait = (request.expires_at - datetime.now(UTC)).total_seconds()
+            await asyncio.sleep(max(wait, 0) + 0.05)
+        return await real(store, request)
+
+    async def nothing(run_id: str, call_id: str, n: int) -> None:
+        return None
+
+    monkeypatch.setattr(approver, "decision_from_store", slow_reader)
+    outcome, events = await _waited_run(tmp_path / "s.db", 3.0, nothing)
+    decided = [e for e in events if e.kind == "approval_decided"]
+    assert [(e.approved, e.by) for e in decided] == [(True, "ops")]
+    assert not [e for e in events if e.kind == "approval_invalidated"]
+    update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
+    assert update.status.value == "executed"
+
+
+async def test_a_decision_the_run_could_not_read_before_it_asked_again_is_kept_and_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store took an approval before the expiry, and could not be read by the run for
+    its whole last look: the run asked again, and its new request's row replaced the decided
+    one (pending again, undecided) though `approve` had said approved. Now the row keeps the
+    decision and the run, reading it, carries it out as approved on the asking it was made on."""
+    from loopdeck.store import approver, deciding
+
+    real = approver.decision_from_store
+    first: list[Any] = []
+
+    async def unreadable_at_first(store: Any, request: Any) -> ApprovalDecision:
+        if not first:
+            first.append(request)
+            yes = ApprovalDecision(call_id=request.call_id, approved=True, by="ops")
+            assert await deciding.decide(store, request.run_id, yes)
+            await asyncio.Event().wait()  # never read: the store out of reach meanwhile
+        return await real(store, request)
+
+    async def nothing(run_id: str, call_id: str, n: int) -> None:
+        return None
+
+    monkeypatch.setattr(approver, "decision_from_store", unreadable_at_first)
+    outcome, events = await _waited_run(tmp_path / "s.db", 1.0, nothing)
+    decided = [e for e in events if e.kind == "approval_decided"]
+    assert [(e.approved, e.by) for e in decided] == [(True, "ops")]
+    update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
+    assert update.status.value == "executed"
+    asked = [e for e in events if e.kind == "approval_requested"]
+    assert len(asked) == 2  # the expiry's ask again, which found the decision
+
+
+class _Skewed(datetime):
+    """The deciding host's clock, `skew` off the store's."""
+
+    skew = timedelta(0)
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:
+        return datetime.now(tz) + cls.skew
+
+
+@pytest.mark.parametrize(("skew_min", "ttl_s", "taken"), [(10, 300, True), (-10, -60, False)])
+async def test_on_postgresql_an_askings_expiry_is_judged_on_the_stores_clock(
+    monkeypatch: pytest.MonkeyPatch, skew_min: int, ttl_s: float, taken: bool
+) -> None:
+    """A decider whose clock is ten minutes ahead was refused an asking with minutes left (the
+    row's expiry, the run's clock, against the decider's); one ten minutes behind decided an
+    asking already expired (the run had asked again, or would). The store's clock judges."""
+    from conftest import fresh_pg_database
+    from test_decision_refusals import Recorded, record
+
+    from loopdeck.core.states import RunState
+    from loopdeck.store import deciding, queries
+    from loopdeck.store.opening import open_store
+
+    store = await open_store(fresh_pg_database(monkeypatch))
+    try:
+        await record(
+            store, Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1", ttl_s=ttl_s)
+        )
+        monkeypatch.setattr(_Skewed, "skew", timedelta(minutes=skew_min))
+        monkeypatch.setattr(queries, "datetime", _Skewed)
+        yes = ApprovalDecision(call_id="c1", approved=True, by="ops")
+        assert await deciding.decide(store, "r1", yes) is taken
+        found = await store.fetchall("SELECT state FROM approvals WHERE call_id = 'c1'")
+    finally:
+        await store.close()
+    assert [row["state"] for row in found] == ["approved" if taken else "pending"]
+
+
+async def test_asking_again_replaces_a_row_only_while_undecided_or_its_decision_was_taken(
+    db: Any,
+) -> None:
+    """The re-ask's upsert itself: a decision the store took that the run never read stays
+    (r1); one the run took and invalidated (in its own process, r2; read from the store, r3)
+    is replaced by the new asking, pending; an asking nobody decided is replaced (r4)."""
+    from test_decision_refusals import Recorded
+
+    from loopdeck.core.decision_events import ApprovalDecided, ApprovalInvalidated
+    from loopdeck.core.states import RunState
+    from loopdeck.store import deciding
+    from loopdeck.store.opening import open_store
+    from loopdeck.store.writer import EventWriter
+
+    store = await open_store(db)
+    yes = ApprovalDecision(call_id="c1", approved=True, by="ops")
+    try:
+        for run_id in ("r1", "r2", "r3", "r4"):
+            run = Recorded(run_id).started(RunState.AWAITING_APPROVAL).write("c1")
+            writer = EventWriter(store, approve_mode="wait")
+            for event in run.events:
+                writer(event)
+            await writer.flush()
+            if run_id in ("r1", "r3"):
+                assert await deciding.decide(store, run_id, yes)
+            if run_id in ("r2", "r3"):  # the run took the approval, then found it moved
+                run.add(ApprovalDecided, call_id="c1", approved=True, reason="", by="ops")
+                run.add(ApprovalInvalidated, call_id="c1", problem="state changed")
+            else:  # its asking expired with no decision read
+                run.add(ApprovalInvalidated, call_id="c1", problem="expired", unanswered=True)
+            first = await deciding.asking(store, run_id, "c1")
+            again = Recorded(run_id).write("c1")
+            run.events.append(again.events[0].model_copy(update={"seq": len(run.events) + 1}))
+            for event in run.events[-3:]:
+                if event.seq > 3:
+                    writer(event)
+            await writer.flush()
+            row = await store.fetchall(
+                "SELECT state, decided_by, requested_at FROM approvals WHERE run_id = ?",
+                (run_id,),
+            )
+            kept = (row[0]["state"], row[0]["decided_by"], row[0]["requested_at"] == first)
+            assert kept == (
+                ("approved", "ops", True) if run_id == "r1" else ("pending", None, False)
+            ), run_id
+    finally:
+        await store.close()
+
+
+def test_an_approval_that_no_longer_held_is_never_an_unknown_outcome(
+    tmp_path: Path, cli: Any
+) -> None:
+    """The run took the approval and found the call's state moved (asked again, then stopped
+    after its last ask): its row said `approved` with no outcome, read as a write whose
+    outcome is unknown though it never ran. It says what happened, to `approve` too."""
+    from test_decision_refusals import Recorded, recorded
+
+    from loopdeck.core.decision_events import ApprovalDecided, ApprovalInvalidated
+    from loopdeck.core.states import RunState
+    from loopdeck.operator import records
+    from loopdeck.store import outcome_queries
+
+    db = tmp_path / "s.db"
+    run = Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1")
+    run.add(ApprovalDecided, call_id="c1", approved=True, reason="", by="ops")
+    run.add(ApprovalInvalidated, call_id="c1", problem="environment state changed")
+    recorded(db, run.stopped(withdrawn=[]))
+
+    async def unknown() -> list[str]:
+        async with records.opened(db) as store:
+            return await outcome_queries.outcome_unknown(store, "r1")
+
+    assert asyncio.run(unknown()) == []
+    code, said, err = cli("approve", "r1", "c1", "--json", "--db", str(db))
+    assert code == 1 and said is not None and said["state"] == "invalidated"
+    assert "approved by ops, and the approval no longer held (the call's state" in err
