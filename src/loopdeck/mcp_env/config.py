@@ -9,6 +9,7 @@ startup_timeout_s = 30
 snapshot = [ { resource = "file:///{workdir}/notes.md" },
              { tool = "list_directory", args = { path = "{workdir}" }, timeout_s = 10 } ]
 state_changes = "any_time"   # the state changes on its own: read before every call
+ping_interval_s = 5          # a server over HTTP (url): pinged this often, its end seen at once
 
 [mcp.tools.write_file]
 risk = "write"
@@ -80,6 +81,10 @@ class McpConfig(BaseModel):
     state_changes: StateChanges | None = None
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
     call_timeout_s: float = Field(default=30.0, gt=0)  # a tool's timeout when none is set
+    # A server over HTTP (`url`) has no process of loopdeck's to watch: it is pinged this
+    # often, so its end stops the run at once, whatever the run waits for; a ping it does not
+    # answer within `call_timeout_s` is its end too. 0: never pinged (found at a request).
+    ping_interval_s: float = Field(default=5.0, ge=0)
 
     @model_validator(mode="after")
     def _one_server(self) -> McpConfig:

@@ -11,6 +11,9 @@ runs). Cancelling an awaited call cancels the SDK's request, which sends MCP's
 A stdio server is loopdeck's own process under `loopdeck.workdir.guardian`
 (`stdio_server.py`), so it never outlives the runner, and its end is seen as it happens,
 whatever the run waits for: said once to whoever asked (`when_gone`), with its exit status.
+A server over HTTP (`url`) is pinged every `ping_interval_s` instead: its connection failing
+(refused, reset: the SDK's transport ends), a ping unanswered within `call_timeout_s`, or
+answered with an error (its session gone) is its end, said the same way, in the same words.
 Its stderr goes to a file (`errlog`), whose tail names what went wrong. A server that went
 away is `ServerFailed` for every call and read from then on, at once (never a wait on its
 timeout). What a server writes that is not JSON-RPC is one warning naming it
@@ -122,6 +125,8 @@ class McpConnection:
                 await self._connected(errlog)
         except BaseException as exc:  # said to whoever waits; the thread ends
             self._failure = exc
+            if self._session is not None:  # it was up: its connection ended by itself
+                self._went_away(f"its connection ended: {_words(exc)}")
         finally:
             self.gone = self.gone or "the connection ended"
             self._ready.set()
@@ -141,7 +146,7 @@ class McpConnection:
                 self.server_name = init.server_info.name
                 self._session = session
                 self._ready.set()
-                await self._until_gone()
+                await self._until_gone(session)
 
     async def _logged(self, params: Any) -> None:
         """The server's log message (`notifications/message`): a warning or worse is said on
@@ -168,9 +173,10 @@ class McpConnection:
         self._stdio = StdioServer(self.config.command, self.config.env, self.workdir, errlog)
         return self._stdio.streams()
 
-    async def _until_gone(self) -> None:
-        """Until the connection is closed; a stdio server that ends meanwhile is said at
-        once to whoever asked (`when_gone`). Over HTTP, the next request finds it gone."""
+    async def _until_gone(self, session: Any) -> None:
+        """Until the connection is closed; a server that ends meanwhile is said at once to
+        whoever asked (`when_gone`): a stdio server's process, or a server over HTTP found
+        gone by a ping (`_pinged`)."""
         import anyio
 
         if self._stdio is not None:
@@ -178,7 +184,29 @@ class McpConnection:
             await self._stdio.exit_status(EXIT_SEEN_S)
             ended = "its process ended" if self._stdio.status is not None else "its output closed"
             self._went_away(ended)
+        elif self.config.ping_interval_s > 0:
+            await self._pinged(session)
         await anyio.sleep_forever()
+
+    async def _pinged(self, session: Any) -> None:
+        """A server over HTTP pinged every `ping_interval_s` until one ping finds it gone:
+        unanswered within `call_timeout_s`, or answered with an error. A connection refused
+        or reset ends the SDK's transport instead, which `_own` says."""
+        import anyio
+        from mcp.shared.exceptions import MCPError
+
+        every, within = self.config.ping_interval_s, self.config.call_timeout_s
+        while True:
+            await anyio.sleep(every)
+            try:
+                with anyio.fail_after(within):
+                    await session.send_ping()
+            except TimeoutError:
+                self._went_away(f"no answer to a ping within {within:g}s")
+                return
+            except MCPError as exc:
+                self._went_away(f"a ping answered error {exc.error.code}: {exc.error.message}")
+                return
 
     def _went_away(self, why: str) -> None:
         """The server is gone by itself: every later call fails at once, and it is said,
