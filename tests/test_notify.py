@@ -22,6 +22,7 @@ from loopdeck.core.events import (
     CallStatus,
     DecisionsPushed,
     OutcomeResolved,
+    PushFailed,
     QuestionAnswered,
     QuestionAsked,
     RunStarted,
@@ -260,7 +261,9 @@ def test_a_push_no_channel_took_is_recorded_as_failed_on_each_and_tried_again() 
     clock.now = AFTER_S
     notifier.tick()
     [push] = recorded
-    assert push.channels == [] and len(push.failed) == 2
+    # Recorded as what happened: a push that failed, never `decisions_pushed` with no channel.
+    assert isinstance(push, PushFailed) and push.kind == "push_failed"
+    assert len(push.failed) == 2 and [d.call_id for d in push.decisions] == ["c1"]
     assert all(why.startswith("json: ") for why in push.failed)
     view, transcript = RunView(), Transcript()
     view.apply(push)
@@ -327,3 +330,39 @@ async def test_a_run_whose_decision_is_taken_in_time_pushes_nothing(tmp_path: Pa
     assert outcome.stop_reason.value == "goal_met"
     assert not any('"decisions_pushed"' in line for line in kinds)
     assert len(hooked) == 0
+
+
+async def test_a_failed_push_is_read_as_failed_by_the_inbox_and_a_later_one_as_pushed(
+    tmp_path: Path,
+) -> None:
+    """The inbox reads `push_failed` beside `decisions_pushed` (the last of each decision's):
+    its entry says the push failed, then where the next push went."""
+    from test_decision_refusals import Recorded
+
+    from loopdeck.core.push_events import PushedDecision
+    from loopdeck.core.states import RunState
+    from loopdeck.operator.inbox import read_entries
+    from loopdeck.operator.otel_attributes import mark
+    from loopdeck.store.opening import open_store
+    from loopdeck.store.writer import EventWriter
+
+    store = await open_store(tmp_path / "s.db")
+    decided = [PushedDecision(call_id="c1", what="approval")]
+    try:
+        run = Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1")
+        run.add(PushFailed, decisions=decided, failed=["json: connection refused"])
+        writer = EventWriter(store, approve_mode="wait")
+        for event in run.events:
+            writer(event)
+        await writer.flush()
+        [entry] = await read_entries(store)
+        assert entry.pushed.startswith("push failed at ")
+        assert entry.pushed.endswith(": json: connection refused")
+        writer(run.add(DecisionsPushed, decisions=decided, channels=["ntfy"]).events[-1])
+        await writer.flush()
+        [entry] = await read_entries(store)
+        assert entry.pushed.startswith("pushed via ntfy at ")
+    finally:
+        await store.close()
+    # A push is no span event in a trace, failed or not (the trace takes the new kind).
+    assert [mark(event, content=True) for event in run.events[-2:]] == [None, None]

@@ -24,7 +24,7 @@ from loopdeck.core.decision_events import (
 )
 from loopdeck.core.event_base import CallStatus, EventBase
 from loopdeck.core.finding_events import Finding, UnrequestedChange
-from loopdeck.core.push_events import DecisionsPushed
+from loopdeck.core.push_events import DecisionsPushed, PushFailed
 from loopdeck.core.replay_events import ModelReplied, RunForked, RunMoved, StateSeen
 from loopdeck.core.states import RunState, StopReason
 
@@ -43,6 +43,7 @@ __all__ = [
     "OutcomeResolved",
     "PolicyDecided",
     "PolicyInForce",
+    "PushFailed",
     "QuestionAnswered",
     "QuestionAsked",
     "RunForked",
@@ -296,6 +297,7 @@ Event = Annotated[
     | QuestionAsked
     | QuestionAnswered
     | DecisionsPushed
+    | PushFailed
     | ToolRetry
     | ToolFinished
     | GuardTripped

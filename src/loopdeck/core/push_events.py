@@ -1,6 +1,8 @@
-"""The event of a push: decisions the run waits on, sent to the operator's channels
-(`--notify`) because nobody took them in time. Recorded by the run's own process, so every
-console, the transcript, an export and the fleet's inbox see what was pushed and where."""
+"""The events of a push: decisions the run waits on, sent to the operator's channels
+(`--notify`) because nobody took them in time. Recorded by the run's own process as what
+happened, so every console, the transcript, an export and the fleet's inbox see what was
+pushed and where: `decisions_pushed` when a channel took it (or may have: its receiver took
+the request and never answered), `push_failed` when none did (it is tried again)."""
 
 from __future__ import annotations
 
@@ -30,10 +32,26 @@ class PushedDecision(BaseModel):
 class DecisionsPushed(EventBase):
     """One push: the decisions it carried, the channels that took it (by their kind, `ntfy`,
     `slack`, `json`: never their URL, which may hold a token), those that did not and why,
-    and the server its links point at ("" when it carried none)."""
+    and the server its links point at ("" when it carried none). `channels` is empty only
+    for a push its receivers took and never answered (each said among `failed`), or one
+    recorded before `push_failed` was."""
 
     kind: Literal["decisions_pushed"] = "decisions_pushed"
     decisions: list[PushedDecision]
     channels: list[str]
     failed: list[str] = []
     server: str = ""
+
+
+class PushFailed(EventBase):
+    """A push no channel took: the decisions it was to carry, each channel's failure (its
+    kind and why), and the server its links would have pointed at. It is tried again."""
+
+    kind: Literal["push_failed"] = "push_failed"
+    decisions: list[PushedDecision]
+    failed: list[str]
+    server: str = ""
+
+
+# What a push did, as it is recorded.
+Push = DecisionsPushed | PushFailed

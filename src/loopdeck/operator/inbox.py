@@ -24,7 +24,7 @@ from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.grant_rules import GrantRule
-from loopdeck.core.push_events import DecisionsPushed
+from loopdeck.core.push_events import Push
 from loopdeck.operator import entries, following
 from loopdeck.operator.entries import (
     InboxEntry,
@@ -59,7 +59,7 @@ class PushMarks:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.pushes: dict[str, dict[str, DecisionsPushed]] = {}
+        self.pushes: dict[str, dict[str, Push]] = {}
 
     async def of(self, run_id: str, call_id: str) -> str:
         if run_id not in self.pushes:

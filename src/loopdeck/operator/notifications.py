@@ -6,8 +6,9 @@ It follows what the run waits on from its events: a write's approval (each ask o
 question (the agent's, the guard's, a budget's pause), a write whose outcome is unknown. When
 to push is `PushPlan`'s; what a push says is `push_words`'; the channels are Apprise's
 (`Channels`). A push is sent by a thread of its own, one at a time, each bounded, so the run
-never waits on a channel; what it did is recorded as the run's `DecisionsPushed` (the
-channels that took it, those that did not and why), by the run's loop. A push carries each
+never waits on a channel; what it did is recorded by the run's loop as the run's
+`DecisionsPushed` (the channels that took it, those that did not and why), or `PushFailed`
+when no channel took it. A push carries each
 decision's one-time link when a `loopdeck serve --url` answers the run's store on this
 machine (`link_tokens.registered`), else the CLI command that decides it. Once the run stops
 nothing more is pushed and its links decide nothing (`operator/link_decisions.py`).
@@ -35,6 +36,7 @@ from loopdeck.core.events import (
     Event,
     EventBus,
     OutcomeResolved,
+    PushFailed,
     QuestionAnswered,
     QuestionAsked,
     RunStarted,
@@ -239,12 +241,20 @@ class Notifier:
         if self.stopped:
             return  # the run's last event is its stop
         self.plan.sent(batch, self.clock(), took=delivery.sent)
-        if self.emit is not None:
+        if self.emit is not None and delivery.sent:
             self.emit(
                 DecisionsPushed,
                 run_id=self.run.run_id,
                 decisions=pushed,
                 channels=list(delivery.took),
+                failed=list(delivery.failed),
+                server=where,
+            )
+        elif self.emit is not None:  # no channel took it: recorded as what happened
+            self.emit(
+                PushFailed,
+                run_id=self.run.run_id,
+                decisions=pushed,
                 failed=list(delivery.failed),
                 server=where,
             )

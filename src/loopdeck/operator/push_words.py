@@ -15,12 +15,12 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from loopdeck.core.push_events import DecisionsPushed, PushedWhat
+from loopdeck.core.push_events import DecisionsPushed, Push, PushedWhat, PushFailed
 from loopdeck.core.text import capped, visible
 from loopdeck.operator.push_channels import UNCONFIRMED
 from loopdeck.store.base import Location, is_postgres, shown_location
@@ -147,11 +147,12 @@ def args_text(args: object) -> str:
     return json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def pushed_notes(e: DecisionsPushed) -> dict[str, str]:
+def pushed_notes(e: Push) -> dict[str, str]:
     """Each decision of a push, what is said of it beside it (the call panel, the inbox):
-    `pushed via ntfy, json at 12:03:04, link until 12:08:00` or `push failed at …: why`."""
+    `pushed via ntfy, json at 12:03:04, link until 12:08:00` or `push failed at …: why`
+    (a `PushFailed`, or a push recorded before it was, with no channel)."""
     when = e.at.astimezone().strftime("%H:%M:%S")
-    if not e.channels:
+    if isinstance(e, PushFailed) or not e.channels:
         failed = "; ".join(e.failed) or "no channel took it"
         said = "pushed, never confirmed," if _unconfirmed(e) else "push failed"
         return {d.call_id: f"{said} at {when}: {failed}" for d in e.decisions}
@@ -164,10 +165,30 @@ def pushed_notes(e: DecisionsPushed) -> dict[str, str]:
     return notes
 
 
+def take_push(
+    e: Push, pushed: dict[str, str], decided: dict[str, str], row: Callable[[str], object]
+) -> None:
+    """A run view's take of a push (`RunView.pushed`, `decided`): said beside each decision
+    while it waits, and after it with who took it (its `row`, if the view shows the call)."""
+    for call_id, said in pushed_notes(e).items():
+        before, pushed[call_id] = pushed.get(call_id), said
+        if row(call_id) is not None and decided.get(call_id, "") in ("", before):
+            decided[call_id] = said
+
+
 def pushed_entry(e: DecisionsPushed) -> tuple[str, str, str]:
     """The transcript's entry of a push: what it carried, where it went, what did not go."""
+    return _push_entry(e)
+
+
+def failed_push_entry(e: PushFailed) -> tuple[str, str, str]:
+    """The transcript's entry of a push no channel took: what it was to carry, and why."""
+    return _push_entry(e)
+
+
+def _push_entry(e: Push) -> tuple[str, str, str]:
     ids = ", ".join(f"{d.call_id} ({d.what})" for d in e.decisions)
-    if e.channels:
+    if isinstance(e, DecisionsPushed) and e.channels:
         title = f"pushed · {ids} · via {', '.join(e.channels)}"
     elif _unconfirmed(e):
         title = f"pushed, never confirmed · {ids}"
@@ -178,6 +199,6 @@ def pushed_entry(e: DecisionsPushed) -> tuple[str, str, str]:
     return "note", title, "\n".join(body)
 
 
-def _unconfirmed(e: DecisionsPushed) -> bool:
+def _unconfirmed(e: Push) -> bool:
     """A channel's receiver took the push and never answered: it may have arrived."""
     return any(UNCONFIRMED in why for why in e.failed)

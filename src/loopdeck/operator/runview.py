@@ -45,7 +45,7 @@ from loopdeck.core.events import (
     UnrequestedChange,
 )
 from loopdeck.core.outcome import CallRecord, left_open
-from loopdeck.core.push_events import DecisionsPushed
+from loopdeck.core.push_events import DecisionsPushed, PushFailed
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.states import RunState
@@ -53,7 +53,7 @@ from loopdeck.operator import transcript
 from loopdeck.operator.context_words import context_text
 from loopdeck.operator.grant_book import GrantBook
 from loopdeck.operator.move_words import forked_words, move_words
-from loopdeck.operator.push_words import pushed_notes
+from loopdeck.operator.push_words import take_push
 from loopdeck.operator.run_findings import RunFindings
 
 MAX_CALL_ROWS = 500
@@ -246,11 +246,11 @@ class RunView:
 
     @_handles(DecisionsPushed)
     def _on_decisions_pushed(self, e: DecisionsPushed) -> None:
-        """Said beside each decision while it waits, and after it with who took it."""
-        for call_id, said in pushed_notes(e).items():
-            before, self.pushed[call_id] = self.pushed.get(call_id), said
-            if self._row(call_id) is not None and self.decided.get(call_id, "") in ("", before):
-                self.decided[call_id] = said
+        take_push(e, self.pushed, self.decided, self._row)
+
+    @_handles(PushFailed)
+    def _on_push_failed(self, e: PushFailed) -> None:
+        take_push(e, self.pushed, self.decided, self._row)
 
     @_handles(GrantGiven)
     def _on_grant_given(self, e: GrantGiven) -> None:

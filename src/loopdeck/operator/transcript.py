@@ -49,12 +49,12 @@ from loopdeck.core.events import (
     UnrequestedChange,
 )
 from loopdeck.core.grant_rules import GrantRule
-from loopdeck.core.push_events import DecisionsPushed
+from loopdeck.core.push_events import DecisionsPushed, PushFailed
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.text import short_args, visible, visible_json
 from loopdeck.operator.move_words import forked_entry, moved_entry
-from loopdeck.operator.push_words import pushed_entry
+from loopdeck.operator.push_words import failed_push_entry, pushed_entry
 from loopdeck.operator.run_findings import finding_entry, unrequested_entry
 
 MAX_ENTRIES = 5000
@@ -301,6 +301,7 @@ def _approval_withdrawn(e: ApprovalWithdrawn) -> Made:
 
 NO_ANSWER = "nobody answered in time: the run went on alone (the guard blocked the call)"
 _makes(DecisionsPushed)(pushed_entry)  # a push of decisions: `operator/push_words.py`
+_makes(PushFailed)(failed_push_entry)
 _makes(RunMoved)(moved_entry)  # a run's moves: `operator/move_words.py`
 _makes(RunForked)(forked_entry)
 
