@@ -10,7 +10,8 @@
 - a write cut off by the server's crash says why in its record, with its real duration;
 - elicitation and sampling requests are the tool's error saying loopdeck does not answer
   them, never a crash with loopdeck's file and line;
-- the server's log warnings are said on `loopdeck.mcp` in its words;
+- the server's log warnings are said on `loopdeck.mcp` in its words, and kept as the run's
+  findings (events: stored, replayed, exported);
 - a tool that requires an MCP task is left out of the tools offered, said once.
 
 The server is written below (`SERVER_CODE`) into each test's folder; its state is
@@ -368,7 +369,7 @@ async def test_the_servers_warnings_and_errors_are_said_in_its_words(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="loopdeck.mcp")
     script = _calls("noisy", ("noisy_read", {}))
-    outcome, _ = await _run(_env(tmp_path, '{ resource = "asks://store" }', script), "noisy")
+    outcome, recorder = await _run(_env(tmp_path, '{ resource = "asks://store" }', script), "noisy")
     assert outcome.calls[0].status is CallStatus.EXECUTED
     records = [r for r in caplog.records if r.name == "loopdeck.mcp"]
     said = [(r.levelno, r.getMessage()) for r in records if " logged " in r.getMessage()]
@@ -377,6 +378,31 @@ async def test_the_servers_warnings_and_errors_are_said_in_its_words(
         (logging.WARNING, f"{named} logged warning: disk almost full"),
         (logging.ERROR, f'{named} logged error: {{"disk": "full"}}'),
     ]  # info is not said
+    # Each is the run's finding too: an event (live, stored, replayed, exported) and a line
+    # of its outcome.
+    found = [event.text for event in recorder.kinds("finding")]
+    assert found == [words for _, words in said]
+    assert [f"round {e.round}: {e.text}" for e in recorder.kinds("finding")] == [
+        f for f in outcome.findings if " logged " in f
+    ]
+
+
+async def test_what_a_server_logs_before_its_run_listens_is_told_once_it_does() -> None:
+    from types import SimpleNamespace
+
+    from loopdeck.mcp_env.server_log import LOGGED_SHOWN, ServerLog
+
+    log = ServerLog("srv")
+    for number in range(LOGGED_SHOWN + 5):
+        await log.logged(SimpleNamespace(level="warning", logger=None, data=f"w{number}"))
+    await log.logged(SimpleNamespace(level="info", logger=None, data="not said"))
+    told: list[str] = []
+    log.tell(told.append)
+    assert told[0] == "MCP server `srv` logged warning: w0"
+    assert told[LOGGED_SHOWN - 1].endswith(f": w{LOGGED_SHOWN - 1}")
+    assert told[LOGGED_SHOWN:] == [
+        f"MCP server `srv` logged more than {LOGGED_SHOWN} warnings; the rest are not shown"
+    ]
 
 
 # -- 6. a tool that runs only as a task -----------------------------------------------------------

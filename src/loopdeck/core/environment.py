@@ -108,6 +108,11 @@ class Environment:
         whatever it waits for (an MCP server the state lives in died). Most envs have nothing
         outside the run to watch."""
 
+    def report_findings(self, found: Callable[[str], None]) -> None:
+        """As the run starts: `found(text)`, from any thread, makes what the env's outside
+        said for the operator a finding of the run (`Finding`: live, stored, replayed,
+        exported), as long as the run lasts: an MCP server's warnings. Most envs have none."""
+
     def write_diff(self, call_id: str, args: dict[str, Any]) -> str:
         """What a write would change, as the operator deciding on it is shown it (its
         request's `diff`: `loopdeck pending`, the approval dialog): the diff its arguments'

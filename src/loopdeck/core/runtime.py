@@ -21,7 +21,7 @@ from loopdeck.core.budgets import BudgetExhausted, BudgetLedger, Cap
 from loopdeck.core.calls import CallHandler
 from loopdeck.core.canonical import short_hash
 from loopdeck.core.config import RunConfig
-from loopdeck.core.control import Interrupted, RunControl, StopRun
+from loopdeck.core.control import Interrupted, RunControl, StopRun, from_anywhere
 from loopdeck.core.dispatcher import Dispatcher
 from loopdeck.core.env_faults import described, home_of
 from loopdeck.core.env_thread import EnvBusy, EnvThread, Then
@@ -281,6 +281,12 @@ class Runtime:
         """Past `--pause-at`: an attached operator says whether the run goes on."""
         await self.budget_pause.check()
 
+    def _found(self, text: str) -> None:
+        """What the env's outside said for the operator (an MCP server's warning), while the
+        run lasts: a finding, made as a kind's loop makes one."""
+        if not self.machine.is_terminal:
+            RunHost(self).finding(text)
+
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:
         try:
@@ -296,6 +302,7 @@ class Runtime:
         self.publish_budget()
         self._arm_deadline()
         self.env.watch(self.control.fail_from_anywhere())
+        self.env.report_findings(from_anywhere(self._found))
         try:
             await self.agent.run()
         except StopRun as stop:

@@ -14,7 +14,8 @@ whatever the run waits for: said once to whoever asked (`when_gone`), with its e
 A server over HTTP (`url`) is pinged every `ping_interval_s` instead: its connection failing
 (refused, reset: the SDK's transport ends), a ping unanswered within `call_timeout_s`, or
 answered with an error (its session gone) is its end, said the same way, in the same words.
-Its stderr goes to a file (`errlog`), whose tail names what went wrong. A server that went
+Its stderr goes to a file (`errlog`), whose tail names what went wrong; its log's warnings
+are said and kept as the run's findings (`server_log.py`). A server that went
 away is `ServerFailed` for every call and read from then on, at once (never a wait on its
 timeout). What a server writes that is not JSON-RPC is one warning naming it
 (`sdk_noise.py`), never the SDK's traceback.
@@ -25,8 +26,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
-import logging
 import threading
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -36,7 +35,8 @@ from typing import Any, TypeVar
 from loopdeck.core.text import capped, visible
 from loopdeck.core.tools import ToolError
 from loopdeck.mcp_env.config import McpConfig
-from loopdeck.mcp_env.sdk_noise import SERVER, log, quiet_sdk_noise
+from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
+from loopdeck.mcp_env.server_log import ServerLog
 from loopdeck.mcp_env.stdio_server import StdioServer
 from loopdeck.workdir.goal_check import stderr_tail
 
@@ -47,15 +47,6 @@ CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under
 REQUEST_TIMEOUT = -32001  # the SDK's, for a request past its read timeout
 SAID_CAP = 1000  # a server's words in a stop's detail
 EXIT_SEEN_S = 2.0  # from a server's output closing to its exit status
-# The server's log levels said (RFC 5424's, as MCP names them); info and debug are not.
-LOGGED_LEVELS = {
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.ERROR,
-    "alert": logging.ERROR,
-    "emergency": logging.ERROR,
-}
-LOGGED_SHOWN = 50  # a server's log messages said in one run; more is one line saying so
 
 
 class ServerFailed(Exception):
@@ -93,7 +84,7 @@ class McpConnection:
         self._on_gone: Callable[[str], None] | None = None
         self._gone_said: str | None = None  # the server's end, in words, once it went away
         self.gone: str | None = None  # why the server is no longer there
-        self._logged_count = 0  # the server's log messages said (`_logged`)
+        self.log = ServerLog(self.name)  # its warnings: said, and the run's findings
 
     # -- starting and stopping -------------------------------------------------------
     def start(self) -> None:
@@ -137,7 +128,7 @@ class McpConnection:
 
         async with self._transport(errlog) as streams:
             read, write = streams[0], streams[1]
-            async with ClientSession(read, write, logging_callback=self._logged) as session:
+            async with ClientSession(read, write, logging_callback=self.log.logged) as session:
                 with anyio.fail_after(self.config.startup_timeout_s):
                     init = await session.initialize()
                     self.tools = await _listed_tools(session)
@@ -147,22 +138,6 @@ class McpConnection:
                 self._session = session
                 self._ready.set()
                 await self._until_gone(session)
-
-    async def _logged(self, params: Any) -> None:
-        """The server's log message (`notifications/message`): a warning or worse is said on
-        `loopdeck.mcp` in the server's words, up to LOGGED_SHOWN of them; the rest is not."""
-        level = LOGGED_LEVELS.get(str(params.level))
-        if level is None or self._logged_count > LOGGED_SHOWN:
-            return
-        self._logged_count += 1
-        if self._logged_count > LOGGED_SHOWN:
-            said = f"logged more than {LOGGED_SHOWN} warnings; the rest are not shown"
-            log.warning("MCP server `%s` %s", self.name, said)
-            return
-        data = params.data if isinstance(params.data, str) else json.dumps(params.data, default=str)
-        source = f" ({params.logger})" if params.logger else ""
-        words = capped(visible(data), SAID_CAP)
-        log.log(level, "MCP server `%s` logged %s%s: %s", self.name, params.level, source, words)
 
     def _transport(self, errlog: Any) -> Any:
         if self.config.url is not None:

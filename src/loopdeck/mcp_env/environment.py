@@ -91,6 +91,12 @@ class McpEnvironment(Environment):
         if self.connection is not None:
             self.connection.when_gone(lambda said: fail(StopReason.TOOL_FAILURE, said))
 
+    def report_findings(self, found: Callable[[str], None]) -> None:
+        """The server's log warnings (`server_log.py`), each a finding of the run: those it
+        logged as it started, at once."""
+        if self.connection is not None:
+            self.connection.log.tell(found)
+
     def close(self) -> None:
         if self.connection is not None:
             self.connection.close()
