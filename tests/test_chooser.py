@@ -15,7 +15,8 @@ from console_helpers import wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
 
-from loopdeck.operator.launch import TOUR, list_envs
+from loopdeck.operator.env_listing import list_envs
+from loopdeck.operator.launch import TOUR
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.launcher import LauncherScreen

@@ -1,7 +1,7 @@
 """The chooser keeps what was typed in it: a script of one's own env folder that fails to
-start (its `make_env` raises) is said in a toast, and `n` opens the chooser again with the
-path still in its box and that script chosen, its folder read again: once the env is mended,
-enter starts it."""
+start (its folder's policy.toml is no TOML: found only as the run is prepared) is said in a
+toast, and `n` opens the chooser again with the path still in its box and that script chosen,
+its folder read again: once the env is mended, enter starts it."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.fleet_screen import FleetScreen
 from loopdeck.tui.launcher import LauncherScreen, ScriptOption
 
-GOOD = "    return OrderSupport(workdir, data)"
-BROKEN = "    raise RuntimeError('broken on purpose')"
+BROKEN = "broken on purpose ["  # not TOML
 
 
 def chosen(chooser: LauncherScreen) -> tuple[str, str] | None:
@@ -41,9 +40,8 @@ async def opened(pilot: Pilot[Any], app: LoopdeckApp) -> LauncherScreen:
 async def test_a_failed_start_keeps_the_path_and_the_script_for_enter_again(tmp_path) -> None:
     desk = tmp_path / "m1"
     shutil.copytree(SAMPLES / "order_support", desk, ignore=shutil.ignore_patterns("__py*"))
-    env_py = desk / "env.py"
-    assert GOOD in env_py.read_text()
-    env_py.write_text(env_py.read_text().replace(GOOD, BROKEN))
+    policy = desk / "policy.toml"
+    policy.write_text(BROKEN)
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         chooser = await opened(pilot, app)
@@ -56,7 +54,8 @@ async def test_a_failed_start_keeps_the_path_and_the_script_for_enter_again(tmp_
         listed = chooser.query_one(OptionList)
         listed.highlighted = chooser.index_of(str(desk), "solve")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: any("broken on purpose" in n for n in notices(app)))
+        await wait_until(pilot, lambda: any("policy.toml: not TOML" in n for n in notices(app)))
+        assert app.is_running  # said, the console kept (it crashed on a policy file)
         assert not app.local_runs
 
         again = await opened(pilot, app)  # the same path, the same script, read again
@@ -64,7 +63,7 @@ async def test_a_failed_start_keeps_the_path_and_the_script_for_enter_again(tmp_
         await wait_until(pilot, lambda: chosen(again) == (str(desk), "solve"))
         assert again.focused is again.query_one(OptionList)
 
-        env_py.write_text(env_py.read_text().replace(BROKEN, GOOD))  # mended; enter again
+        policy.unlink()  # mended; enter again
         await pilot.press("escape")  # left without starting: still kept
         again = await opened(pilot, app)
         await wait_until(pilot, lambda: chosen(again) == (str(desk), "solve"))

@@ -3,6 +3,7 @@ runtime needs, several calls in one scripted turn, what --json says of each call
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -46,7 +47,12 @@ def test_envs_says_where_it_looked(cli, tmp_path, monkeypatch, capsys) -> None:
     assert str(nowhere) in out and "no envs there" in out  # the path never cut
 
 
-def test_envs_wraps_a_scripts_description_under_itself(tmp_path, monkeypatch, capsys) -> None:
+def test_envs_wraps_a_scripts_description_under_itself_and_cuts_a_goal_on_its_line(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """At 80 columns a description longer than a line wraps under itself; an env's goal stays
+    on its name's line, cut with "…" (it wrapped mid-sentence: the whole goal is in `envs
+    --json` and the scenario)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "80")
     from loopdeck.cli import main
@@ -55,24 +61,23 @@ def test_envs_wraps_a_scripts_description_under_itself(tmp_path, monkeypatch, ca
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
     assert all(len(line) <= 80 for line in lines)
     described_at = None  # where the descriptions of the env's scripts begin
-    goal_at = None  # where the env's goal begins, on its header line
-    continued = goals_continued = 0
+    continued = cut = 0
     for line in lines[1:-1]:  # between the folder's line and the closing hint
         if (named := re.match(r"    --script \S+ +", line)) is not None:
             described_at = described_at if described_at is not None else named.end()
             assert named.end() == described_at, line  # one column for an env's descriptions
-            goal_at = None
-        elif line.startswith(" ") and described_at is not None:
+        elif line.startswith(" "):  # a description's next line: never a goal's
+            assert described_at is not None and line[:described_at].isspace(), line
             assert len(line) - len(line.lstrip()) == described_at, line  # under itself
             continued += 1
-        elif line.startswith(" ") and goal_at is not None:
-            assert len(line) - len(line.lstrip()) == goal_at, line  # the goal under itself
-            goals_continued += 1
-        else:  # the next env's header: its name, then its goal
+        else:  # the next env's header: its name, then its goal on the same line
             described_at = None
-            goal_at = re.match(r"\S+ +", line).end()  # type: ignore[union-attr]
+            cut += line.endswith("…")
     assert continued  # some description in the samples is longer than a line at 80
-    assert goals_continued  # and some goal
+    assert cut  # and some goal is cut
+    code = main(["envs", "--json"])
+    goals = [env["goal"] for env in json.loads(capsys.readouterr().out)]
+    assert code == 0 and any(len(goal) > 80 for goal in goals)  # whole there
 
 
 def test_init_env_copies_a_sample_and_refuses_to_overwrite(cli, tmp_path, monkeypatch) -> None:

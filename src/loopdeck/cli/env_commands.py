@@ -9,6 +9,7 @@ import re
 import shutil
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -29,7 +30,8 @@ def run_env_command(args: argparse.Namespace) -> int:
 
 
 def _envs(args: argparse.Namespace) -> int:
-    from loopdeck.operator.launch import list_envs, sample_envs_root
+    from loopdeck.operator.env_listing import list_envs
+    from loopdeck.operator.launch import sample_envs_root
 
     found = list_envs()
     if args.json:
@@ -42,31 +44,48 @@ def _envs(args: argparse.Namespace) -> int:
     if not found:
         console.print("no envs there (LOOPDECK_SAMPLE_ENVS names the folder to read)")
     for env in found:
-        about = env.get("goal", env.get("error", ""))
-        console.print(_named(visible(env["env"]), visible(about)))
+        console.print(_named(env, console.width))
         if env["scripts"]:
-            console.print(_scripts(env["scripts"]))
+            console.print(_scripts(env))
     console.print("[dim]run one by name (loopdeck run NAME) or by path (loopdeck run ./FOLDER)[/]")
     return 0
 
 
-def _named(name: str, goal: str) -> Table:
-    """An env's name and its goal, the goal wrapped under itself (never under the name)."""
+def _named(env: dict[str, Any], width: int) -> Table:
+    """An env's name and its goal on one line, cut with "…" where it is longer (the whole
+    goal is in `envs --json` and its scenario.toml); or why the folder is refused, wrapped
+    under itself (never under the name), never cut."""
+    from loopdeck.operator.env_listing import refusal_words
+
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True, style="bold")
+    name = Text(visible(env["env"]))  # outside text: never read as markup
+    grid.add_column(no_wrap=True, style="bold", min_width=name.cell_len)
     grid.add_column(overflow="fold")
-    grid.add_row(Text(name), Text(goal))  # outside text: never read as markup
+    if "error" in env:
+        why = visible(refusal_words(env, env["error"]))
+        grid.add_row(name, Text.assemble(("refused: ", "bold red"), (why, "red")))
+    else:
+        goal = Text(visible(env["goal"]))
+        goal.truncate(max(1, width - name.cell_len - 2), overflow="ellipsis")
+        grid.add_row(name, goal)
     return grid
 
 
-def _scripts(scripts: dict[str, str]) -> Table:
+def _scripts(env: dict[str, Any]) -> Table:
     """An env's scripts, one a row: `--script NAME` whole, its description wrapped beside it
-    (under itself, never under the name)."""
+    (under itself, never under the name); a script `loopdeck run` refuses says so and why."""
+    from loopdeck.operator.env_listing import refusal_words
+
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
-    for name, description in scripts.items():
-        grid.add_row(Text(f"    --script {visible(name)}"), Text(visible(description)))
+    refused = env.get("refused", {})
+    for name, description in env["scripts"].items():
+        about = Text(visible(description))
+        if name in refused:
+            why = visible(refusal_words(env, refused[name], name))
+            about = Text.assemble(("refused: ", "bold red"), (why, "red"))
+        grid.add_row(Text(f"    --script {visible(name)}"), about)
     return grid
 
 

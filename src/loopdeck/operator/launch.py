@@ -16,7 +16,7 @@ from loopdeck import settings
 from loopdeck.bundled import bundled_folder
 from loopdeck.core.approvals import Answerer, Approver
 from loopdeck.core.budgets import FLAGGED_CAPS, Budget
-from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir, workdir_in_script
+from loopdeck.core.envdir import EnvDir, load_env_dir, workdir_in_script
 from loopdeck.core.events import EventBus
 from loopdeck.core.policy_gate import PolicyGate
 from loopdeck.core.run_kind import Opening, RunKind, Target
@@ -363,24 +363,3 @@ TOUR = (
     TourStop("an MCP server", "notes_mcp", "solve"),
     TourStop("an ACP agent", "calc_acp", "solve"),
 )
-
-
-def list_envs() -> list[dict[str, Any]]:
-    return [describe_env(path) for path in find_env_dirs(sample_envs_root())]
-
-
-def describe_env(path: Path) -> dict[str, Any]:
-    """An env folder as the launcher lists it: its name, path, goal and scripts, or the
-    error that keeps it from loading."""
-    try:
-        env_dir = load_env_dir(path)
-        kind_of(env_dir.scenario, path / "scenario.toml").check(env_dir)
-    except ScenarioError as exc:
-        return {"env": path.name, "path": str(path), "error": str(exc), "scripts": {}}
-    scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
-    return {
-        "env": env_dir.name,
-        "path": str(path),
-        "goal": env_dir.scenario.goal,
-        "scripts": scripts,
-    }

@@ -123,9 +123,13 @@ def run_screen_for(app: ConsoleState, link: RunLink) -> RunScreen:
 
 def start_local(app: ConsoleState, path: str, script: str) -> bool:
     """A new run of this console: recorded to the store, listed in the fleet, its screen
-    kept while the operator looks elsewhere. False when it cannot start (said in a toast)."""
+    kept while the operator looks elsewhere. False when it cannot start: whatever `loopdeck
+    run` refuses with exit 2 (a scenario, a policy file, a model's missing key, the store) is
+    said in a toast, the console kept."""
     from loopdeck.core.scenario import ScenarioError
+    from loopdeck.llm.client import MissingCredentials
     from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.records import StoreError
     from loopdeck.operator.session import RunSession
 
     options = RunOptions(
@@ -140,7 +144,7 @@ def start_local(app: ConsoleState, path: str, script: str) -> bool:
     session = RunSession(app.db_path, console=True)
     try:
         prepared = session.prepare(options)
-    except ScenarioError as exc:
+    except (ScenarioError, ValueError, StoreError, MissingCredentials) as exc:
         toast(app, str(exc), title="cannot start", severity="error", timeout=15)
         return False
     screen = run_screen_for(app, session.link())

@@ -25,7 +25,8 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 from loopdeck.llm.loader import litellm_module
-from loopdeck.operator.launch import TOUR, describe_env, list_envs
+from loopdeck.operator.env_listing import describe_env, list_envs, refusal_words
+from loopdeck.operator.launch import TOUR
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shown import markup, toast
@@ -63,11 +64,19 @@ def _heading(text: str) -> Option:
     return Option(markup("[b $accent]$text[/]", text=text), disabled=True)
 
 
-def _script(env: Env, script: str, shows: str = "") -> ScriptOption:
-    """Two lines: what it shows (the tour's), the env and the script; its description."""
+def _script(env: Env, script: str, shows: str = "") -> Option:
+    """Two lines: what it shows (the tour's), the env and the script; its description. A
+    script `loopdeck run` refuses is marked so, with why in one line, and starts nothing."""
+    shown = f"  {shows:<{SHOWS_WIDTH}}" if shows else "  "
+    if (why := env.get("refused", {}).get(script)) is not None:
+        prompt = markup(
+            "[b]$shows[/]$env · [b]$script[/]  [b $error]refused[/]\n    [$error]$why[/]",
+            shows=shown, env=env["env"], script=script, why=refusal_words(env, why, script),
+        )  # fmt: skip
+        return Option(prompt, disabled=True)
     prompt = markup(
         "[b]$shows[/]$env · [b]$script[/]\n    [dim]$about[/]",
-        shows=f"  {shows:<{SHOWS_WIDTH}}" if shows else "  ",
+        shows=shown,
         env=env["env"],
         script=script,
         about=env["scripts"][script] or "(no description)",
@@ -76,9 +85,13 @@ def _script(env: Env, script: str, shows: str = "") -> ScriptOption:
 
 
 def _env_options(env: Env, skip: Iterable[str] = ()) -> list[Option]:
-    """Each script of the env (but `skip`), or the error that keeps it from loading."""
+    """Each script of the env (but `skip`), or, marked refused, why the folder cannot run,
+    in one line."""
     if env.get("error"):
-        label = markup("  [b $error]$env[/]  $error", env=env["env"], error=env["error"])
+        label = markup(
+            "  [b $error]$env[/]  [b $error]refused[/]\n    [$error]$error[/]",
+            env=env["env"], error=refusal_words(env, env["error"]),
+        )  # fmt: skip
         return [Option(label, disabled=True)]
     skipped = set(skip)
     return [_script(env, script) for script in env["scripts"] if script not in skipped]
