@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import wait_until
+from console_helpers import notices, screen_lines, wait_until
 from textual.widgets import OptionList
 
 from loopdeck.cli import main
@@ -20,7 +20,7 @@ from loopdeck.operator.env_listing import describe_env
 from loopdeck.tui import launcher
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
-from loopdeck.tui.launcher import LauncherScreen, ScriptOption
+from loopdeck.tui.launcher import LauncherScreen, RefusedOption
 
 UNKNOWN_TOOL = "unknown tool 'get_ordr'"
 BAD_VALUE = "budgets.max_turns: a number, not the text 'twenty'"
@@ -93,9 +93,11 @@ def _prompts(listed: OptionList) -> list[tuple[Any, str]]:
 async def test_the_chooser_marks_what_run_refuses_and_starts_none_of_it(
     envs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """At 80 columns: each refused line is its name, "refused", and why on one line (cut with
+    "…"); enter on it says why in full and starts nothing; the env's other scripts start."""
     monkeypatch.setattr(launcher, "litellm_module", lambda: None)  # no run starts here
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
-    async with app.run_test(size=(80, 40)) as pilot:
+    async with app.run_test(size=(80, 60), notifications=True) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
@@ -106,17 +108,25 @@ async def test_the_chooser_marks_what_run_refuses_and_starts_none_of_it(
         solve = [(o, text) for o, text in prompts if re.search(r"badtool · solve\b", text)]
         assert len(solve) == 1, prompts
         option, text = solve[0]
-        assert option.disabled and not isinstance(option, ScriptOption), text
+        assert isinstance(option, RefusedOption), text
         first, why = text.split("\n")
         assert first.split()[-1] == "refused" and UNKNOWN_TOOL in why, text
-        assert chooser.index_of("badtool", "solve") is None  # enter has nothing to start
-        assert chooser.index_of("badtool", "ask") is not None  # its other scripts do start
+        assert chooser.index_of("badtool", "solve") is None  # nothing for enter to start
+        assert chooser.index_of("badtool", "ask") is not None  # its other scripts start
         broken = [(o, text) for o, text in prompts if text.strip().startswith("broken")]
-        assert len(broken) == 1 and broken[0][0].disabled, prompts
+        assert len(broken) == 1 and isinstance(broken[0][0], RefusedOption), prompts
         head, said = broken[0][1].split("\n")  # refused, and why in one line
         assert head.split() == ["broken", "refused"], head
         assert said.strip() == f"scenario.toml: invalid scenario: {BAD_VALUE}", said
-        listed.highlighted = next(i for i, (o, _) in enumerate(prompts) if o is option)
-        await pilot.press("enter")  # on the refused line itself
         await pilot.pause()
+        lines = screen_lines(app)
+        at = next(i for i, line in enumerate(lines) if "badtool · solve  refused" in line)
+        assert "executor turn 1 (step 1): unknown tool" in lines[at + 1], lines[at : at + 3]
+        assert lines[at + 1].rstrip(" │").endswith("…"), lines[at + 1]  # one line, cut
+        assert "badtool · typo" in lines[at + 2], lines[at : at + 3]
+        listed.highlighted = next(i for i, (o, _) in enumerate(prompts) if o is option)
+        await pilot.press("enter")  # on the refused line: why, in full
+        await wait_until(pilot, lambda: any(UNKNOWN_TOOL in n for n in notices(app)))
+        full = next(n for n in notices(app) if UNKNOWN_TOOL in n)
+        assert "mark the turn invalid = true" in full, full  # the end the line cut
         assert isinstance(app.screen, LauncherScreen) and not app.local_runs

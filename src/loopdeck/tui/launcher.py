@@ -10,7 +10,7 @@ from them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,12 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
+from textual.css.styles import RulesMap
 from textual.message import Message
 from textual.screen import Screen
+from textual.strip import Strip
+from textual.style import Style
+from textual.visual import RenderOptions, Visual
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import Worker
@@ -52,6 +56,43 @@ class ScriptOption(Option):
         self.choice = choice
 
 
+class RefusedOption(Option):
+    """A folder or script `loopdeck run` refuses: listed so, with why in one line; enter says
+    why in full and starts nothing."""
+
+    def __init__(self, prompt: Content, why: str) -> None:
+        super().__init__(OneLine(prompt))
+        self.why = why
+
+
+class OneLine(Visual):
+    """Content drawn a line to a line, each cut with "…" where it is wider than the list."""
+
+    def __init__(self, content: Content) -> None:
+        self.content = content
+
+    @staticmethod
+    def _rules(rules: RulesMap) -> RulesMap:
+        return {"text_align": rules.get("text_align", "left"), "line_pad": rules.get("line_pad", 0),
+                "text_wrap": "nowrap", "text_overflow": "ellipsis"}  # fmt: skip
+
+    def render_strips(
+        self, width: int, height: int | None, style: Style, options: RenderOptions
+    ) -> list[Strip]:
+        kept = replace(options, rules=self._rules(options.rules))
+        return self.content.render_strips(width, height, style, kept)
+
+    def get_optimal_width(self, rules: RulesMap, container_width: int) -> int:
+        return self.content.get_optimal_width(self._rules(rules), container_width)
+
+    def get_height(self, rules: RulesMap, width: int) -> int:
+        return self.content.get_height(self._rules(rules), width)
+
+    @property
+    def plain(self) -> str:
+        return self.content.plain
+
+
 class EnvFolderRead(Message):
     """The env folder named in the path box, as `describe_env` read it."""
 
@@ -69,11 +110,12 @@ def _script(env: Env, script: str, shows: str = "") -> Option:
     script `loopdeck run` refuses is marked so, with why in one line, and starts nothing."""
     shown = f"  {shows:<{SHOWS_WIDTH}}" if shows else "  "
     if (why := env.get("refused", {}).get(script)) is not None:
+        said = refusal_words(env, why, script)
         prompt = markup(
             "[b]$shows[/]$env · [b]$script[/]  [b $error]refused[/]\n    [$error]$why[/]",
-            shows=shown, env=env["env"], script=script, why=refusal_words(env, why, script),
+            shows=shown, env=env["env"], script=script, why=said,
         )  # fmt: skip
-        return Option(prompt, disabled=True)
+        return RefusedOption(prompt, f"{env['env']} · {script}: {said}")
     prompt = markup(
         "[b]$shows[/]$env · [b]$script[/]\n    [dim]$about[/]",
         shows=shown,
@@ -88,11 +130,12 @@ def _env_options(env: Env, skip: Iterable[str] = ()) -> list[Option]:
     """Each script of the env (but `skip`), or, marked refused, why the folder cannot run,
     in one line."""
     if env.get("error"):
+        said = refusal_words(env, env["error"])
         label = markup(
             "  [b $error]$env[/]  [b $error]refused[/]\n    [$error]$error[/]",
-            env=env["env"], error=refusal_words(env, env["error"]),
+            env=env["env"], error=said,
         )  # fmt: skip
-        return [Option(label, disabled=True)]
+        return [RefusedOption(label, f"{env['env']}: {said}")]
     skipped = set(skip)
     return [_script(env, script) for script in env["scripts"] if script not in skipped]
 
@@ -248,6 +291,9 @@ class LauncherScreen(Screen[tuple[str, str]]):
     def _chosen(self, event: OptionList.OptionSelected) -> None:
         if isinstance(event.option, ScriptOption):
             self.dismiss((event.option.choice.path, event.option.choice.script))
+        elif isinstance(event.option, RefusedOption):  # why, in full; nothing starts
+            toast(self, event.option.why, title="refused by loopdeck run", severity="error",
+                  timeout=15)  # fmt: skip
 
     def index_of(self, env: str, script: str) -> int | None:
         """The line that starts `script` of the env named `env` (its name or its folder's),
