@@ -36,3 +36,30 @@ async def test_a_permit_spent_at_the_agents_stop_is_said_unchecked() -> None:
     await AcpLoop._stopped(loop, StopRun(StopReason.NO_PROGRESS, "looping"))  # type: ignore[arg-type]
     [said] = findings
     assert "changed after the agent's stop, unchecked: a.py (c1 edit a.py)" in said
+
+
+async def test_a_change_at_the_agents_stop_on_another_stop_is_recorded_once_beside_it() -> None:
+    """Seen as the run ends on another stop: one `unrequested_change` (not stopping), which
+    the outcome lists among the findings; never a second `finding` of the same change."""
+    findings: list[str] = []
+    unrequested: list[tuple[str, Any, bool | None]] = []
+    snapshot = {"files": {"a.py": "new"}}
+
+    async def snap() -> dict[str, Any]:
+        return snapshot
+
+    host = SimpleNamespace(
+        snapshot=snap, finding=findings.append, run_id="r",
+        unrequested=lambda after, changes, stops=None: unrequested.append((after, changes, stops)),
+    )  # fmt: skip
+    watch = ChangeWatch()
+    watch.look({"files": {"a.py": "old"}})
+    calls = SimpleNamespace(host=host, watch=watch, settle_blocked=lambda: None,
+                            terminals=SimpleNamespace(close=_nothing))  # fmt: skip
+    calls.said_beside = lambda after, changes: AcpCalls.said_beside(calls, after, changes)  # type: ignore[arg-type]
+    loop = SimpleNamespace(stopping=False, watcher=None, calls=calls, host=host,
+                           agent=SimpleNamespace(stop=_nothing, proc=object()))  # fmt: skip
+    await AcpLoop._stopped(loop, StopRun(StopReason.NO_PROGRESS, "looping"))  # type: ignore[arg-type]
+    [(after, changes, stops)] = unrequested
+    assert (after, stops, changes.changed) == ("the agent's stop", False, ["a.py"])
+    assert findings == []

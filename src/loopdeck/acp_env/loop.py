@@ -37,7 +37,6 @@ from loopdeck.acp_env.calls import AcpCalls
 from loopdeck.acp_env.config import AgentConfig
 from loopdeck.acp_env.unchecked_goal import operator_judges
 from loopdeck.core.control import StopRun
-from loopdeck.core.events import UnrequestedChange
 from loopdeck.core.review import Verdict, findings_or_stop
 from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import StopReason
@@ -122,11 +121,7 @@ class AcpLoop:
         if isinstance(stop, StopRun) and stop.reason is StopReason.GOAL_MET:
             self.host.unrequested(after, changes)  # a guarded run: raised, the stop now
             return
-        self.host.finding(f"unrequested change after {after}: {changes.said()}")
-        self.host.emit(
-            UnrequestedChange, run_id=self.host.run_id, after=after, added=changes.added,
-            changed=changes.changed, removed=changes.removed, stops=False,
-        )  # fmt: skip
+        self.host.unrequested(after, changes, stops=False)  # recorded beside the run's stop
 
     async def _watch_agent(self) -> None:
         proc = self.agent.proc
