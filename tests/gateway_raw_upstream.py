@@ -92,6 +92,7 @@ class RawUpstream:
         for item in self.stored.get(str(earlier), []):
             kind = str(item.get("type"))
             runs = kind.endswith("_call") and kind not in SERVER_RUN
+            runs = runs and item.get("execution") != "server"  # the server's own tool search
             if runs and str(item.get("call_id")) not in answered:
                 return f"No tool output found for {kind.replace('_', ' ')} {item['call_id']}."
         return None

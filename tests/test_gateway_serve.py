@@ -155,6 +155,37 @@ def test_a_token_needs_its_goal_model_and_approve_mode(
         assert said in capsys.readouterr().err
 
 
+def test_a_tokens_model_is_checked_before_its_approve_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model its served run would refuse at the first call is the problem said, not the
+    missing approve mode a user would add only to be told of the model next."""
+    for model, said in (
+        ("scripted", "`scripted` is loopdeck's own loop's"),
+        ("nosuchmodel", "--model nosuchmodel: LiteLLM knows no provider for it"),
+    ):
+        args, token_command = parsed("token", "--goal", "g", "--model", model)
+        assert token_command(args) == 2
+        err = capsys.readouterr().err
+        assert said in err and "--approve" not in err
+
+
+def test_a_token_whose_upstream_lacks_its_key_here_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is `serve`'s to have (it may run elsewhere): the token is made, and the user
+    told that a `serve` without it refuses the run at its first call."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    args, token_command = parsed(
+        "token", "--goal", "g", "--model", MODEL, "--approve", "auto", "--workdir", str(tmp_path)
+    )
+    assert token_command(args) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("ldg-")
+    assert f"{MODEL} needs ANTHROPIC_API_KEY" in err and "refused at its first call" in err
+
+
 NO_WRITES = """\
 [[rule]]
 id = "no-writes"

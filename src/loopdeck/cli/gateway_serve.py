@@ -33,6 +33,7 @@ class Serving(Protocol):
     def token(self, claims: dict[str, Any], key: bytes) -> str: ...
     def key(self, path: Path) -> bytes: ...
     def upstream_problem(self, model: str, api_base: str | None) -> str | None: ...
+    def missing_credentials(self, model: str, api_base: str | None) -> str | None: ...
 
 
 def _gateway() -> Serving:
@@ -48,14 +49,18 @@ def key_path() -> Path:
 
 
 def token_problem(args: argparse.Namespace) -> str | None:
+    """Why no token is made, the model's own problem first (the check a served run's first
+    call makes: `scripted`, or a name LiteLLM routes nowhere)."""
     for flag, value in (("--goal TEXT", args.goal), ("--model MODEL", args.model)):
         if not (value or "").strip():
             return f"gateway token needs {flag}"
+    if (problem := _gateway().upstream_problem(args.model, args.api_base)) is not None:
+        return problem
     if args.approve is None:
         return "gateway token needs --approve auto|deny|wait: how the run's writes are decided"
     if not args.workdir.is_dir():
         return f"--workdir {args.workdir}: no such folder"
-    return _gateway().upstream_problem(args.model, args.api_base)
+    return None
 
 
 def run_token(args: argparse.Namespace) -> int:
@@ -79,6 +84,12 @@ def run_token(args: argparse.Namespace) -> int:
         "policy_sha256": policy_sha,
     }  # fmt: skip
     gateway = _gateway()
+    if (missing := gateway.missing_credentials(args.model, args.api_base)) is not None:
+        print(
+            f"loopdeck: note: {missing}; `gateway serve` must have it in its environment, or"
+            " this token's run is refused at its first call",
+            file=sys.stderr,
+        )
     token = gateway.token(claims, gateway.key(key_path()))
     print(
         f"run {run_id}: give the agent this token as its key (OPENAI_API_KEY, ANTHROPIC_API_KEY)"

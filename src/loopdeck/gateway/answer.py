@@ -19,11 +19,13 @@ Body = dict[str, Any]
 @dataclass(frozen=True)
 class ToolUse:
     """A tool use in the model's answer: its id (what the agent answers with), its tool's
-    name, and its input (a JSON object, or a freeform tool's text)."""
+    name, and its input (a JSON object, or a freeform tool's text); `fixed`: why an edit of
+    it cannot be carried out ("": it can)."""
 
     use_id: str
     name: str
     input: dict[str, Any] | str
+    fixed: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,10 @@ class ApiFormat(Protocol):
     def results(self, body: Body) -> list[ToolResult]:
         """The tool results a request carries."""
 
+    def ran(self, answer: Body) -> list[ToolResult]:
+        """The results an answer carries of calls its upstream ran once the agent approved
+        them (a remote MCP server's)."""
+
     def final(self, text: str, model: str) -> Body:
         """A text answer with no tool use: what a stopped run answers."""
 
@@ -125,10 +131,10 @@ class ApiFormat(Protocol):
     def keepalive(self) -> bytes:
         """What keeps a held stream's connection alive (an SSE comment, a `ping`)."""
 
-    def error(self, status: int, kind: str, message: str) -> Body:
-        """The format's error body."""
+    def error(self, status: int, kind: str, message: str, code: str | None = None) -> Body:
+        """The format's error body (`code`: the OpenAI formats', else its type)."""
 
-    def stream_error(self, kind: str, message: str) -> bytes:
+    def stream_error(self, kind: str, message: str, code: str | None = None) -> bytes:
         """An error said inside a stream already started."""
 
 

@@ -21,7 +21,9 @@ request that goes on from that answer (`owed`), and kept until the upstream has 
 
 A call stopped while it is upstream counts as a model call whose tokens and cost are unknown
 (never 0). A call whose agent went away (its connection closed) is not asked upstream, and an
-answer being decided for it is not delivered (`tool_uses.Undelivered`).
+answer being decided for it is not delivered (`tool_uses.Undelivered`); an answer settled and
+then lost on the way (`lost`: the server tells it) is recorded as not delivered too. An
+upstream's failure is recorded with its status and type, and what the agent was told of it.
 """
 
 from __future__ import annotations
@@ -34,16 +36,17 @@ from loopdeck.core.run_host import RunHost
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode
-from loopdeck.gateway.answer import Body, Release, Replace, ToolUse, Verdict
+from loopdeck.gateway.answer import Body, Release, Replace, ToolResult, ToolUse, Verdict
 from loopdeck.gateway.config import RETELLS, GatewaySettings
 from loopdeck.gateway.door import ModelCall, Outcome
 from loopdeck.gateway.responses_format import ResponsesFormat
-from loopdeck.gateway.tool_uses import ToolUses, Undelivered, failed
+from loopdeck.gateway.tool_uses import LOST, ToolUses, Undelivered, failed
 from loopdeck.gateway.upstream import UPSTREAM_FAILED, Upstream, UpstreamFailed
 
 RESULT_CAP = 2000
 MAX_FAILURES = 5  # upstream failures in a row that stop the run
 OWED_KEPT = 64  # answers whose owed outputs are kept (the agent goes on from its latest)
+RETELL_FAILED = "the agent got the answer as decided, the reasons as its text (the model not told)"
 
 
 class GatewayCalls:
@@ -84,8 +87,9 @@ class GatewayCalls:
         try:
             answer = await self._asked(call, call.body)
         except UpstreamFailed as failure:  # the agent's retry still owes them
-            call.refuse(failure.message, failure.status, UPSTREAM_FAILED, failure.headers)
-            self._failed(failure)
+            kind = failure.kind or UPSTREAM_FAILED
+            call.refuse(failure.message, failure.status, kind, failure.headers, failure.code)
+            self._failed(failure, _told(failure))
             return
         self.owed.pop(earlier, None)  # the upstream took them
         await self._decided(call, answer)
@@ -108,6 +112,8 @@ class GatewayCalls:
                             latency_ms=(time.perf_counter() - started) * 1000)  # fmt: skip
             raise
         self.failures = 0
+        for result in call.api.ran(answer):  # a remote MCP call the agent approved, run
+            self._ended(result)
         usage = call.api.usage(answer)
         tokens = None if usage is None else usage.total
         # An answer that says no usage has no price either (LiteLLM would say $0 for it).
@@ -148,12 +154,13 @@ class GatewayCalls:
             try:
                 answer = await self._asked(call, body)
             except UpstreamFailed as failure:  # the agent gets the text it would have had
-                self._failed(failure)
+                self._failed(failure, RETELL_FAILED)
                 break
             told.append(api.said(decided))
         if told:
             decided = api.prefixed(decided, "\n\n".join(t for t in told if t))
         self.quiet = not released
+        call.released = [use.use_id for use in released]
         call.settle(Outcome(answer=decided))
         if released:
             self.host.move(RunState.EXECUTING)
@@ -172,35 +179,54 @@ class GatewayCalls:
     async def _results(self, call: ModelCall) -> None:
         """What the agent's tools did, as its request says, recorded once each; then the
         workspace looked at."""
-        ended = []
-        for result in call.api.results(call.body):
-            record = self.uses.pending.pop(result.use_id, None)
-            if record is None:
-                continue
-            text = capped(result.text, RESULT_CAP)
-            if result.is_error:
-                self.host.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, text))
-            else:
-                self.host.finish(
-                    record, CallStatus.EXECUTED, {"ok": True, "data": {"output": text}}
-                )
-            self.uses.watch.ended(record.call_id)
-            ended.append(record.call_id)
+        ended = [said for r in call.api.results(call.body) if (said := self._ended(r))]
         await self.uses.look(f"the results of {', '.join(ended)}" if ended else "a model call")
 
-    def _failed(self, failure: UpstreamFailed) -> None:
-        """The upstream's failure went back to the agent, which retries what it retries:
-        recorded as loopdeck's own runs record a failed model call (`ModelRetry`, the failures
-        in a row its attempt, no delay of loopdeck's); a run whose upstream fails call after
-        call is stopped, naming it."""
+    def lost(self, call: ModelCall) -> None:
+        """The agent's connection closed once its answer was settled, before the answer
+        reached it: the calls it released recorded as not delivered (`ToolUses.lost`), and
+        the run says so."""
+        outcome = call.answered.result() if call.answered.done() else None
+        if outcome is None or outcome.answer is None:  # a refusal: nothing was to be run
+            return
+        withdrawn = self.uses.lost(call.released)
+        said = f"; {', '.join(withdrawn)} withdrawn" if withdrawn else ""
+        self.host.finding(f"{LOST}{said}")
+
+    def _ended(self, result: ToolResult) -> str | None:
+        """A released call's result recorded, once: its call id (None: not one waiting)."""
+        record = self.uses.result_came(result.use_id)
+        if record is None:
+            return None
+        text = capped(result.text, RESULT_CAP)
+        if result.is_error:
+            self.host.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, text))
+        else:
+            self.host.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"output": text}})
+        self.uses.watch.ended(record.call_id)
+        return record.call_id
+
+    def _failed(self, failure: UpstreamFailed, told: str) -> None:
+        """The upstream's failure, and what the agent was told of it (`told`): recorded as
+        loopdeck's own runs record a failed model call (`ModelRetry`, the failures in a row its
+        attempt, no delay of loopdeck's: the agent retries what it retries); a run whose
+        upstream fails call after call is stopped, naming it."""
         self.failures += 1
-        said = f"the upstream ({self.upstream.model}) failed a call: {capped(failure.message, 300)}"
+        failed = capped(failure.said(), 300)
+        said = f"the upstream ({self.upstream.model}) failed a call: {failed}; {told}"
         host = self.host
         host.emit(ModelRetry, run_id=host.run_id, attempt=self.failures, error=said, delay_s=0.0)
         host.finding(said)
         if self.failures >= MAX_FAILURES:
-            said = capped(failure.message, 500)
+            said = capped(failure.said(), 500)
             raise StopRun(
                 StopReason.PROVIDER_FAILURE,
                 f"the upstream failed {self.failures} calls in a row: {said}",
             )
+
+
+def _told(failure: UpstreamFailed) -> str:
+    """What the agent was told of the upstream's failure: the same, in its format."""
+    waits = failure.headers.get("retry-after")
+    after = f", retry-after {waits}" if waits else ""
+    return f"the agent was told so (HTTP {failure.status}{after})"

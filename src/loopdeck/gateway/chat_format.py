@@ -138,6 +138,9 @@ class ChatFormat:
                 )
         return found
 
+    def ran(self, answer: Body) -> list[ToolResult]:
+        return []  # the upstream runs none of the agent's calls
+
     def final(self, text: str, model: str) -> Body:
         answer: Body = final_response(text, model).model_dump(exclude_none=True)
         return answer
@@ -153,11 +156,11 @@ class ChatFormat:
     def keepalive(self) -> bytes:
         return SSE_COMMENT
 
-    def error(self, status: int, kind: str, message: str) -> Body:
-        return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+    def error(self, status: int, kind: str, message: str, code: str | None = None) -> Body:
+        return {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
 
-    def stream_error(self, kind: str, message: str) -> bytes:
-        return sse(self.error(0, kind, message))
+    def stream_error(self, kind: str, message: str, code: str | None = None) -> bytes:
+        return sse(self.error(0, kind, message, code))
 
 
 def _message(answer: Body) -> dict[str, Any]:

@@ -33,14 +33,15 @@ def new_token() -> str:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a call is answered: the decided answer, or an error (its HTTP status, its type
-    and message, in the agent's format)."""
+    """How a call is answered: the decided answer, or an error (its HTTP status, its type,
+    code and message, in the agent's format)."""
 
     answer: Body | None = None
     status: int = 200
     kind: str = ""
     message: str = ""
     headers: dict[str, str] = field(default_factory=dict)  # an upstream's `retry-after`
+    code: str | None = None  # the OpenAI formats' `code` (None: the type's)
 
 
 @dataclass
@@ -53,6 +54,7 @@ class ModelCall:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the agent's connection closed
+    released: list[str] = field(default_factory=list)  # the tool uses its answer released
 
     def settle(self, outcome: Outcome) -> None:
         if not self.answered.done():
@@ -64,8 +66,19 @@ class ModelCall:
         status: int = REFUSED_STATUS,
         kind: str = REFUSED,
         headers: dict[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
-        self.settle(Outcome(status=status, kind=kind, message=message, headers=headers or {}))
+        self.settle(
+            Outcome(status=status, kind=kind, message=message, headers=headers or {}, code=code)
+        )
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A call whose answer was settled but never reached its agent (its connection closed
+    first): told to the run, which records it in its own task."""
+
+    call: ModelCall
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,7 @@ class Door:
     def __init__(self, model: str, token: str | None = None) -> None:
         self.token = token or new_token()
         self.model = model  # the upstream's, named in a final message's answer
-        self.queue: asyncio.Queue[ModelCall] = asyncio.Queue()
+        self.queue: asyncio.Queue[ModelCall | Lost] = asyncio.Queue()
         self.closing: Closing | None = None
 
     def submit(self, call: ModelCall) -> None:
@@ -99,8 +112,23 @@ class Door:
         else:
             self.queue.put_nowait(call)
 
+    def lost(self, call: ModelCall) -> None:
+        """`call`'s answer, settled, did not reach its agent: the run is told (a run that
+        no longer decides has nothing left to record)."""
+        if self.closing is None:
+            self.queue.put_nowait(Lost(call))
+
+    def losses(self) -> list[ModelCall]:
+        """The lost answers told and not yet taken, taken; the calls queued stay queued."""
+        items = [self.queue.get_nowait() for _ in range(self.queue.qsize())]
+        for item in items:
+            if isinstance(item, ModelCall):
+                self.queue.put_nowait(item)
+        return [item.call for item in items if isinstance(item, Lost)]
+
     def close(self, closing: Closing) -> None:
         """From now on every call is answered by `closing`, those waiting too."""
         self.closing = closing
         while not self.queue.empty():
-            closing.answer(self.queue.get_nowait(), self.model)
+            if isinstance(item := self.queue.get_nowait(), ModelCall):
+                closing.answer(item, self.model)

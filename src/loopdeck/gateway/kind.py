@@ -81,6 +81,13 @@ class GatewayKind:
 
         return upstream_problem(model, api_base, "--model")
 
+    def missing_credentials(self, model: str, api_base: str | None) -> str | None:
+        """What a token's upstream lacks in this environment (`opening.missing_credentials`):
+        `serve`'s own is the one its run is checked in."""
+        from loopdeck.gateway.opening import missing_credentials
+
+        return missing_credentials(model, api_base)
+
     def key(self, path: Any) -> bytes:
         from loopdeck.gateway.tokens import key_at
 

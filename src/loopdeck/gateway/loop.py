@@ -25,7 +25,7 @@ from loopdeck.core.states import StopReason
 from loopdeck.gateway.agent_process import AgentFailed, AgentProcess, agent_environment
 from loopdeck.gateway.calls import GatewayCalls
 from loopdeck.gateway.config import GatewaySettings
-from loopdeck.gateway.door import Closing, Door, ModelCall
+from loopdeck.gateway.door import Closing, Door, Lost, ModelCall
 from loopdeck.gateway.judge import judged
 from loopdeck.gateway.server import GatewayServer
 
@@ -107,7 +107,12 @@ class GatewayLoop:
             while True:
                 item = await self.host.interruptible(self._next(exited), by_cancel=True)
                 if isinstance(item, Exited):
+                    for call in self.door.losses():  # told before it exited
+                        self.calls.lost(call)
                     return item.status
+                if isinstance(item, Lost):
+                    self.calls.lost(item.call)
+                    continue
                 await self.calls.take(item)
         finally:
             exited.cancel()
@@ -120,7 +125,7 @@ class GatewayLoop:
         said = self.agent.said(f"exited (status {exited.result()}) while its model call was held")
         self.host.fail(StopReason.TOOL_FAILURE, said)
 
-    async def _next(self, exited: asyncio.Future[int]) -> ModelCall | Exited:
+    async def _next(self, exited: asyncio.Future[int]) -> ModelCall | Lost | Exited:
         queue = self.door.queue
         if exited.done():  # what it asked before it exited has nobody to answer
             return Exited(exited.result())

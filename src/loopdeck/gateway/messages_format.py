@@ -126,6 +126,9 @@ class MessagesFormat:
                     )  # fmt: skip
         return found
 
+    def ran(self, answer: Body) -> list[ToolResult]:
+        return []  # the upstream runs none of the agent's calls
+
     def final(self, text: str, model: str) -> Body:
         litellm_module()
         from litellm.llms.anthropic.messages.adapters.transformation import (
@@ -149,8 +152,8 @@ class MessagesFormat:
     def keepalive(self) -> bytes:
         return sse({"type": "ping"}, "ping")
 
-    def error(self, status: int, kind: str, message: str) -> Body:
+    def error(self, status: int, kind: str, message: str, code: str | None = None) -> Body:
         return {"type": "error", "error": {"type": kind, "message": message}}
 
-    def stream_error(self, kind: str, message: str) -> bytes:
+    def stream_error(self, kind: str, message: str, code: str | None = None) -> bytes:
         return sse(self.error(0, kind, message), "error")

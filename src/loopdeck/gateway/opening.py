@@ -29,7 +29,7 @@ from loopdeck.gateway.config import (
 from loopdeck.gateway.loop import GatewayLoop
 from loopdeck.gateway.server import GatewayServer
 from loopdeck.gateway.workspace import GatewayWorkspace
-from loopdeck.llm.client import SCRIPTED, check_credentials, unroutable
+from loopdeck.llm.client import SCRIPTED, MissingCredentials, check_credentials, unroutable
 from loopdeck.llm.loader import litellm_module
 from loopdeck.workdir.agent_command import expanded
 
@@ -110,6 +110,16 @@ def upstream_problem(model: str, api_base: str | None, model_named: str) -> str 
         )
     if (why := unroutable(model, api_base)) is not None:
         return f"{model_named} {model}: {why}"
+    return None
+
+
+def missing_credentials(model: str, api_base: str | None) -> str | None:
+    """What the upstream lacks in this process's environment (its key), as LiteLLM says it;
+    None when nothing is missing (or LiteLLM cannot tell)."""
+    try:
+        check_credentials(model, api_base)
+    except MissingCredentials as missing:
+        return str(missing)
     return None
 
 

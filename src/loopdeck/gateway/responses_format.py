@@ -5,12 +5,21 @@ with `litellm.aresponses`, streamed as LiteLLM fakes a stream of a whole respons
 An answer's tool uses are every output item the client carries out: `function_call`,
 `custom_tool_call`, the built-in tools' `local_shell_call`, `shell_call`, `apply_patch_call`
 and `computer_call` (each the tool its kind names, its input the item's action or operation),
-a `tool_search_call` the client runs, and any other `*_call` item the API may add (the tool
-named by its kind, unknown to loopdeck so a write, its input the item's fields): only the
-items the API's own servers run (`SERVER_RUN`) are not calls of the run. A request declaring
-the computer tool (`computer_use_preview`, any `computer*` type) is refused by name: a
-`computer_call` taken out (rejected, a repeat) is answered upstream only by a screenshot
-(`computer_call_output`), which the gateway cannot make.
+a `tool_search_call` the client runs (the tool `tool_search`: a read, searching the agent's own
+deferred tools), an `mcp_approval_request` (a remote MCP server's call, run by OpenAI once
+the client approves it: the tool `mcp__SERVER__NAME`, its input the call's arguments, held as
+any write; approved, it goes to the agent to approve; rejected, it is replaced by text and
+the upstream told `approve: false` with the reason), and any other `*_call` item the API may
+add (the tool named by its kind, unknown to loopdeck so a write, its input the item's
+fields): only the items the API's own servers run (`SERVER_RUN`: a `program` too, the
+JavaScript of programmatic tool calling, run in OpenAI's runtime; the client's tools it calls
+come as their own call items, held as any) are not calls of the run.
+
+Refused by name, before the request goes upstream, wherever its tools are declared (`tools`,
+or an input's `additional_tools` or client `tool_search_output`): the computer tool
+(`computer_use_preview`, any `computer*` type: a `computer_call` taken out is answered
+upstream only by a screenshot, which the gateway cannot make), and a remote MCP server whose
+`require_approval` is not `always` (its calls would run on OpenAI's servers with nobody asked).
 
 A conversation the upstream keeps (`previous_response_id`) holds the answer as the upstream
 gave it: a call replaced for the agent still needs its output there, or the upstream refuses
@@ -46,18 +55,21 @@ NOT_PASSED = frozenset({"model", "stream", "stream_options"})
 # Items with a call id that the API's servers run (their outcome comes with the answer).
 SERVER_RUN = frozenset({
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
-    "mcp_call", "mcp_list_tools", "program",
+    "mcp_call", "mcp_list_tools", "program", "program_output",
 })  # fmt: skip
+MCP_ASKED = "mcp_approval_request"  # a remote MCP call OpenAI runs once the client approves it
 INPUT_OF = {  # a call's kind -> the field holding its input
     "function_call": "arguments", "custom_tool_call": "input", "local_shell_call": "action",
     "shell_call": "action", "apply_patch_call": "operation", "computer_call": "action",
-    "tool_search_call": "arguments",
+    "tool_search_call": "arguments", MCP_ASKED: "arguments",
 }  # fmt: skip
 TOOL_OF = {  # a built-in call's tool (the names Codex's defaults know: writes)
     "local_shell_call": "local_shell", "shell_call": "shell", "apply_patch_call": "apply_patch",
     "computer_call": "computer", "tool_search_call": "tool_search",
 }  # fmt: skip
 ITEM_FIELDS = frozenset({"type", "id", "call_id", "status"})  # not an unknown call's input
+MCP_FIXED = "OpenAI runs a remote MCP call with the model's arguments or not at all"
+TOOLS_IN = ("additional_tools", "tool_search_output")  # input items that declare tools
 LOCAL_SHELL = TOOL_OF["local_shell_call"]
 CHUNK = 1 << 20  # text sent in one delta: the answer is whole, nothing is gained by slicing
 
@@ -72,14 +84,20 @@ class ResponsesFormat:
         return answer
 
     def refused(self, body: Body) -> str | None:
-        tools = body.get("tools")
-        kinds = [str(t.get("type")) for t in tools if isinstance(t, dict)] if isinstance(
-            tools, list
-        ) else []  # fmt: skip
+        tools = declared(body)
+        kinds = [str(t.get("type")) for t in tools]
         if said := sorted({kind for kind in kinds if kind.startswith("computer")}):
             return (f"loopdeck: the computer tool (`{'`, `'.join(said)}`) is refused: a"
                     " `computer_call` the gateway takes out could only be answered with a"
                     " screenshot, which it has none of")  # fmt: skip
+        unasked = sorted({str(t.get("server_label")) for t in tools
+                          if t.get("type") == "mcp" and t.get("require_approval") not in
+                          (None, "always")})  # fmt: skip
+        if unasked:
+            return (f"loopdeck: the remote MCP server `{'`, `'.join(unasked)}` is refused: its"
+                    " `require_approval` is not `always`, so OpenAI's servers would run its"
+                    " calls with nobody asked; declare it with `require_approval: \"always\"`"
+                    " (each call then waits for the operator)")  # fmt: skip
         return None
 
     def tool_uses(self, answer: Body) -> list[ToolUse]:
@@ -144,9 +162,26 @@ class ResponsesFormat:
         items = body.get("input")
         found = []
         for item in items if isinstance(items, list) else []:
-            if isinstance(item, dict) and str(item.get("type")).endswith("_output"):
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "mcp_approval_response" and item.get("approve") is False:
+                why = f": {item['reason']}" if item.get("reason") else ""
+                said = f"the agent did not approve it{why}"
+                found.append(ToolResult(str(item.get("approval_request_id")), said, True))
+            elif str(item.get("type")).endswith("_output"):
                 failed = item.get("status") == "failed"  # an `apply_patch_call_output`'s
                 found.append(ToolResult(str(item.get("call_id")), _output_text(item), failed))
+        return found
+
+    def ran(self, answer: Body) -> list[ToolResult]:
+        """Each remote MCP call OpenAI ran once the agent approved it: its output or error,
+        by the approval request's id."""
+        found = []
+        for item in answer.get("output") or []:
+            if item.get("type") == "mcp_call" and item.get("approval_request_id"):
+                error = item.get("error")
+                said = result_text(error or item.get("output"))
+                found.append(ToolResult(str(item["approval_request_id"]), said, bool(error)))
         return found
 
     def owed(self, answer: Body, replaced: dict[str, str]) -> list[Body]:
@@ -193,11 +228,11 @@ class ResponsesFormat:
     def keepalive(self) -> bytes:
         return SSE_COMMENT
 
-    def error(self, status: int, kind: str, message: str) -> Body:
-        return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+    def error(self, status: int, kind: str, message: str, code: str | None = None) -> Body:
+        return {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
 
-    def stream_error(self, kind: str, message: str) -> bytes:
-        event = {"type": "error", "code": kind, "message": message, "param": None}
+    def stream_error(self, kind: str, message: str, code: str | None = None) -> bytes:
+        event = {"type": "error", "code": code or kind, "message": message, "param": None}
         return sse(event, "error")
 
 
@@ -213,7 +248,24 @@ def is_call(item: Body) -> bool:
     kind = str(item.get("type"))
     if kind == "tool_search_call":
         return item.get("execution") == "client"
-    return kind.endswith("_call") and kind not in SERVER_RUN
+    return kind == MCP_ASKED or (kind.endswith("_call") and kind not in SERVER_RUN)
+
+
+def declared(body: Body) -> list[Body]:
+    """Every tool the request declares: its `tools`, those an input item adds, and those of
+    a namespace among them."""
+    items = body.get("input")
+    found = [*_tools(body)]
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("type") in TOOLS_IN:
+            found += _tools(item)
+    return found
+
+
+def _tools(holder: Body) -> list[Body]:
+    tools = holder.get("tools")
+    found = [tool for tool in tools if isinstance(tool, dict)] if isinstance(tools, list) else []
+    return [*found, *(inner for tool in found for inner in _tools(tool))]
 
 
 def _call_id(item: Body) -> str:
@@ -229,14 +281,18 @@ def _use(item: Body) -> ToolUse:
     name = TOOL_OF.get(kind) or str(item.get("name"))
     raw = item.get(field)
     given = str(raw or "") if kind == "custom_tool_call" else parsed_input(raw)
+    if kind == MCP_ASKED:
+        return ToolUse(_call_id(item), f"mcp__{item.get('server_label')}__{name}", given, MCP_FIXED)
     return ToolUse(_call_id(item), name, given)
 
 
 def _edit(item: Body, edited: dict[str, Any] | str) -> None:
     kind = str(item.get("type"))
     field = INPUT_OF.get(kind)
-    if kind in ("function_call", "tool_search_call"):
-        item[field or "arguments"] = input_text(edited)
+    if kind == "function_call":
+        item["arguments"] = input_text(edited)
+    elif kind == "tool_search_call" and isinstance(edited, dict):
+        item["arguments"] = edited  # an object, not JSON text
     elif kind == "custom_tool_call":
         item["input"] = edited if isinstance(edited, str) else input_text(edited)
     elif field is not None and isinstance(edited, dict):
@@ -254,12 +310,21 @@ def output_item(kind: str, call_id: str, text: str) -> Body:
     if kind == "apply_patch_call":
         return {"type": "apply_patch_call_output", "call_id": call_id, "status": "failed",
                 "output": text}  # fmt: skip
-    named = "tool_search_output" if kind == "tool_search_call" else f"{kind}_output"
-    return {"type": named, "call_id": call_id, "output": text}
+    if kind == MCP_ASKED:
+        return {"type": "mcp_approval_response", "approval_request_id": call_id,
+                "approve": False, "reason": text}  # fmt: skip
+    if kind == "tool_search_call":  # no words: the search loads no tool
+        return {"type": "tool_search_output", "call_id": call_id, "execution": "client",
+                "tools": []}  # fmt: skip
+    return {"type": f"{kind}_output", "call_id": call_id, "output": text}
 
 
 def _output_text(item: Body) -> str:
     output = item.get("output")
+    if item.get("type") == "tool_search_output":  # the tools it loaded, by name
+        loaded = [str(t.get("name") or t.get("server_label") or t.get("type"))
+                  for t in _tools(item)]  # fmt: skip
+        return f"loaded {', '.join(loaded)}" if loaded else "loaded no tool"
     if item.get("type") == "shell_call_output" and isinstance(output, list):
         parts = [p for p in output if isinstance(p, dict)]
         return "\n".join(str(p.get("stdout") or "") + str(p.get("stderr") or "") for p in parts)

@@ -11,6 +11,8 @@ decided after, an error event inside the stream; an upstream's failure keeps its
 An agent whose connection closes while its call waits (its client timed out) is noticed
 (aiohttp cancels the handler: `handler_cancellation`, or a keep-alive that cannot be written):
 the call is marked `gone`, and its run delivers nothing to nobody (`tool_uses.Undelivered`).
+One that closes once its answer is settled, before the answer is written, is told to the run
+(`Door.lost`), which records the answer as not delivered.
 
 A token whose run has ended (its door closed), or whose run could not start, is told so by
 name (400, not retried), never as an unknown key.
@@ -19,7 +21,6 @@ name (400, not retried), never as an unknown key.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -152,17 +153,25 @@ class GatewayServer:
             door.submit(call)
             try:
                 if not call.stream:
-                    return _answered(api, await asyncio.shield(call.answered))
-                return await self._stream(request, call)
+                    response = _answered(api, await asyncio.shield(call.answered))
+                    delivered = await _sent(response, request, [])
+                else:
+                    response, delivered = await self._stream(request, call)
             except asyncio.CancelledError:  # the agent's connection closed
-                call.gone.set()
+                _gone(door, call)
                 raise
+            if not delivered:
+                _gone(door, call)
+            return response
 
         return handle
 
-    async def _stream(self, request: web.Request, call: ModelCall) -> web.StreamResponse:
-        """The decided answer as a stream, kept alive while it is held. An agent gone meanwhile
-        (its connection closed) is not written to: the run records what became of it."""
+    async def _stream(
+        self, request: web.Request, call: ModelCall
+    ) -> tuple[web.StreamResponse, bool]:
+        """The decided answer as a stream, kept alive while it is held, and whether it was
+        delivered. An agent gone meanwhile (its connection closed) is not written to: the run
+        records what became of it."""
         api = call.api
         response = web.StreamResponse(headers=STREAM_HEADERS)
         if not await self.clock.wait(call.answered, self.keepalive_s):
@@ -172,14 +181,15 @@ class GatewayServer:
                 while not await self.clock.wait(call.answered, self.keepalive_s):
                     await response.write(api.keepalive())
             except ConnectionError:  # the agent went away while its call was held
-                call.gone.set()
-                return response
+                return response, False
         outcome = call.answered.result()
         if outcome.answer is not None:
-            return await _sent(response, request, api.frames(outcome.answer))
+            return response, await _sent(response, request, api.frames(outcome.answer))
         if response.prepared:
-            return await _sent(response, request, [api.stream_error(outcome.kind, outcome.message)])
-        return _answered(api, outcome)
+            said = api.stream_error(outcome.kind, outcome.message, outcome.code)
+            return response, await _sent(response, request, [said])
+        whole = _answered(api, outcome)
+        return whole, await _sent(whole, request, [])
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         door = await self._door_of(request)
@@ -199,25 +209,40 @@ class GatewayServer:
 def _answered(api: ApiFormat, outcome: Outcome) -> web.StreamResponse:
     if outcome.answer is not None:
         return web.json_response(outcome.answer)
-    return _error(api, outcome.status, outcome.kind, outcome.message, outcome.headers)
+    return _error(api, outcome.status, outcome.kind, outcome.message, outcome.headers, outcome.code)
 
 
 def _error(
-    api: ApiFormat, status: int, kind: str, message: str, headers: dict[str, str] | None = None
+    api: ApiFormat,
+    status: int,
+    kind: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> web.StreamResponse:
-    return web.json_response(api.error(status, kind, message), status=status, headers=headers)
+    body = api.error(status, kind, message, code)
+    return web.json_response(body, status=status, headers=headers)
 
 
-async def _sent(
-    response: web.StreamResponse, request: web.Request, frames: list[bytes]
-) -> web.StreamResponse:
-    """`frames` on the stream (its headers sent first, unless they were); nothing to an
-    agent whose connection is gone (aiohttp's `ConnectionResetError`, its own subclass
-    `ClientConnectionResetError` among them: "Cannot write to closing transport")."""
-    with contextlib.suppress(ConnectionError):
+async def _sent(response: web.StreamResponse, request: web.Request, frames: list[bytes]) -> bool:
+    """`frames` on the stream (its headers sent first, unless they were; a whole response's
+    body with them), and whether they went; nothing to an agent whose connection is gone
+    (aiohttp's `ConnectionResetError`, its own subclass `ClientConnectionResetError` among
+    them: "Cannot write to closing transport")."""
+    try:
         if not response.prepared:
             await response.prepare(request)
         for frame in frames:
             await response.write(frame)
         await response.write_eof()
-    return response
+    except ConnectionError:
+        return False
+    return True
+
+
+def _gone(door: Door, call: ModelCall) -> None:
+    """The agent's connection closed: before its call was settled, the run delivers nothing
+    to nobody (`gone`); after, the run is told its answer was lost (`Door.lost`)."""
+    call.gone.set()
+    if call.answered.done():
+        door.lost(call)

@@ -1,6 +1,7 @@
 """Whether a tool use reads or writes, and who said so: the operator (`--tool NAME=read|write`),
 the env's scenario (`[gateway.tools.NAME] risk = …`), loopdeck's defaults for the tools of the
-agents people run (Claude Code, Codex, opencode), or nobody: a tool nobody named is a write.
+agents people run (Claude Code, Codex, opencode) and the Responses API's `tool_search` (a
+read), or nobody: a tool nobody named is a write.
 
 A read is released at once (keyed by the guard); a write is held for the operator. Tools that
 only touch the agent's own state (a plan, a todo list) are reads; a subagent (`Task`) is a
@@ -37,6 +38,8 @@ BUILT_IN: dict[str, tuple[Risk, str]] = {
         "read", "grep", "glob", "list", "todowrite", "todoread", "webfetch", "task",
     )},
     **{name: (_WRITE, "opencode") for name in ("bash", "edit", "write", "patch", "multiedit")},
+    # A client-run `tool_search_call`: the agent searches its own deferred tools' definitions.
+    "tool_search": (_READ, "the Responses API"),
 }  # fmt: skip
 FLAG = "--tool {name}={risk}"
 SCENARIO = '[gateway.tools.{name}] risk = "{risk}" in scenario.toml'

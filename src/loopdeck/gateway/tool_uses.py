@@ -15,7 +15,9 @@ decided, the second replaced by text saying so and what became of the first
 An agent whose connection closed while its answer was being decided (its client timed out)
 gets nothing: the write held for the operator is withdrawn (`ApprovalWithdrawn`) and each call
 of the answer recorded `withdrawn`, not delivered (`Undelivered`); the guard forgets them, so
-the client's retry of the request is no repeat.
+the client's retry of the request is no repeat. One whose connection closed once the answer
+was settled, before it reached the agent, is told to the run (`lost`): each call the answer
+released is recorded `withdrawn` likewise, its permit let go and forgotten by the guard.
 
 A released write permits the files it names to change (any file, for a command or a patch
 that names none, each such change listed as a finding) until the agent sends its result
@@ -53,6 +55,7 @@ from loopdeck.workdir.volatile import renewed, steady
 REPEATED = "repeats a call made from this same state of the folder"
 DECIDED = frozenset({CallStatus.REJECTED, CallStatus.BLOCKED_REPEAT, CallStatus.REFUSED_DUPLICATE})
 UNDELIVERED = "not delivered: the agent's connection closed while its answer was decided"
+LOST = "not delivered: the agent's connection closed after its answer was decided, before it got it"
 
 
 class Undelivered(Exception):
@@ -69,6 +72,7 @@ class ToolUses:
         self.stop_after: StopRun | None = None  # the guard's stop, once the answer is out
         self._records: dict[str, tuple[CallRecord, ToolUse]] = {}
         self._keys: dict[str, list[GuardKey]] = {}  # a call of this answer's -> its guard keys
+        self._sent_keys: dict[str, list[GuardKey]] = {}  # ... of a released call, till it ends
 
     async def look(self, after: str) -> None:
         """A change of the folder that no released write explains: named (`unrequested`)."""
@@ -120,7 +124,7 @@ class ToolUses:
             record, _ = self._records.pop(use.use_id)
             verdict = verdicts[use.use_id]
             given = verdict.edited if isinstance(verdict, Release) and verdict.edited else use.input
-            self._keys.pop(use.use_id, None)
+            self._sent_keys[use.use_id] = self._keys.pop(use.use_id, [])
             self.host.running(record)
             self.pending[use.use_id] = record
             if self.host.tools[use.name].risk == "write":
@@ -128,11 +132,34 @@ class ToolUses:
         self._records.clear()
         self._keys.clear()
 
+    def result_came(self, use_id: str) -> CallRecord | None:
+        """The released call `use_id` names, its result come (None: none waits for one)."""
+        self._sent_keys.pop(use_id, None)
+        return self.pending.pop(use_id, None)
+
+    def lost(self, use_ids: list[str]) -> list[str]:
+        """The released calls of an answer that never reached the agent (its connection
+        closed once it was settled): each whose result has not come recorded `withdrawn`,
+        not delivered, its permit let go and the guard forgetting it (the client's retry is
+        no repeat); their call ids."""
+        withdrawn = []
+        for use_id in use_ids:
+            keys = self._sent_keys.pop(use_id, [])
+            if (record := self.pending.pop(use_id, None)) is None:
+                continue  # its result came: it did reach the agent
+            said = {"ok": False, "data": None, "error": {"message": LOST}}
+            self.host.finish(record, CallStatus.WITHDRAWN, said)
+            self.watch.permits.pop(record.call_id, None)
+            for key in keys:
+                self.host.forget(key)
+            withdrawn.append(record.call_id)
+        return withdrawn
+
     async def _propose(self, use: ToolUse, schemas: dict[str, Any]) -> tuple[CallRecord, bool]:
         host = self.host
         if use.name not in host.tools:
             risk, source = self.settings.risks.risk_of(use.name)
-            host.add_tool(tool_spec(use.name, schemas.get(use.name), risk, source))
+            host.add_tool(tool_spec(use.name, schemas.get(use.name), risk, source, use.fixed))
         spec = host.tools[use.name]
         args, keyed = self._args(spec, use.input)
         record, admitted = await host.propose(

@@ -7,12 +7,15 @@ price for costs an unknown amount, never 0.
 
 A failure goes back with the upstream's own status (LiteLLM's Anthropic interface says 500
 for any failure it wraps: the status is read from the failure it wraps, so a 529 overloaded
-stays 529) and its `retry-after`, so the agent's client waits as the upstream asks.
+stays 529), its `retry-after`, so the agent's client waits as the upstream asks, and its own
+error type, code and message as its reply's body says them (an Anthropic client gets the
+`overloaded_error` it would have had, not LiteLLM's wrapping of it).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,13 +44,29 @@ def _litellms_own() -> frozenset[str]:
 
 
 class UpstreamFailed(Exception):
-    """The upstream refused or failed a call: its status (502 when it said none) and words."""
+    """The upstream refused or failed a call: its status (502 when it said none), its words,
+    and its error's type and code when its reply said them (None: it said none)."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        headers: dict[str, str] | None = None,
+        kind: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        self.kind = kind
+        self.code = code
+
+    def said(self) -> str:
+        """The failure in one line: its status, its type when the upstream named one, its
+        words."""
+        kind = f" {self.kind}" if self.kind else ""
+        return f"HTTP {self.status}{kind}: {self.message}"
 
 
 @dataclass
@@ -77,7 +96,13 @@ class Upstream:
         except Exception as exc:  # every failure goes back to the agent in its format
             failed = classify(exc)
             status = _status(exc) or (failed.status if isinstance(failed.status, int) else None)
-            raise UpstreamFailed(status or BAD_GATEWAY, str(failed), _headers(exc)) from exc
+            error = _error(exc)
+            message = str(error.get("message") or "") or str(failed)
+            kind, code = error.get("type"), error.get("code")
+            raise UpstreamFailed(
+                status or BAD_GATEWAY, message, _headers(exc),
+                str(kind) if kind else None, str(code) if code else None,
+            ) from exc  # fmt: skip
 
     def reserved(self, body: Body) -> list[str]:
         """The body's fields that would steer LiteLLM itself (its endpoint, its key, a mock
@@ -131,3 +156,42 @@ def _headers(exc: BaseException) -> dict[str, str]:
             if found:
                 return found
     return {}
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    """The error object of the upstream's reply (`{"type", "message", "code"}`, in whichever
+    format the upstream speaks), from the failure nearest the reply that kept it; {}: none."""
+    for seen in reversed(_chain(exc)):
+        for said in (_reply_json(seen), getattr(seen, "body", None),
+                     _json(getattr(seen, "message", None))):  # fmt: skip
+            if found := _error_in(said):
+                return found
+    return {}
+
+
+def _error_in(said: Any) -> dict[str, Any]:
+    if not isinstance(said, dict):
+        return {}
+    error = said.get("error", said)  # the SDKs' `body` is the error object itself
+    if isinstance(error, str):
+        return {"message": error}
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error
+    return {}
+
+
+def _reply_json(seen: BaseException) -> Any:
+    reply = getattr(seen, "response", None)
+    try:
+        return reply.json() if reply is not None else None
+    except (ValueError, AttributeError, RuntimeError):  # not JSON, not read, not a reply
+        return None
+
+
+def _json(text: Any) -> Any:
+    if not isinstance(text, str) or not text.lstrip().startswith("{"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

@@ -28,9 +28,10 @@ class GatewayWorkspace(WorkingCopy):
         return []  # the agent's tools are learnt as its model names them (`tool_spec`)
 
 
-def tool_spec(name: str, schema: Any, risk: str, source: str) -> ToolSpec:
+def tool_spec(name: str, schema: Any, risk: str, source: str, not_editable: str = "") -> ToolSpec:
     """An agent's tool as loopdeck's: its declared input schema (a schema that is not valid
-    JSON Schema, or none, takes any object), its risk and where that came from."""
+    JSON Schema, or none, takes any object), its risk and where that came from;
+    `not_editable`: why an edit of its calls cannot be carried out ("": it can)."""
     try:
         model = args_model_for(name, schema if isinstance(schema, dict) else None)
     except ValueError:
@@ -42,4 +43,5 @@ def tool_spec(name: str, schema: Any, risk: str, source: str) -> ToolSpec:
         risk="read" if risk == "read" else "write",
         risk_source=source,
         fn=_agents_own,
+        not_editable=not_editable,
     )

@@ -1,0 +1,162 @@
+"""The Responses API's items that are neither a function call nor text, each treated as what
+it is: a remote MCP server's call (`mcp_approval_request`, run by OpenAI once the client
+approves it) is a write held for the operator, the upstream told of a rejection by an
+`mcp_approval_response` carrying the reason, and a server declared to run its calls unasked
+(`require_approval` not `always`) is refused by name; a `tool_search_call` the client runs
+is a read (it searches the agent's own tools), released at once; a `program` (programmatic
+tool calling's JavaScript) runs on OpenAI's servers and passes as it is, while the client's
+tool it calls is held as any call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gateway_helpers import Decider, GatewayRun, door_command, door_run
+from gateway_raw_upstream import RawUpstream, item, responses, said
+
+from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+from loopdeck.core.events import CallProposed, CallStatus, ToolFinished
+
+MODEL = "openai/loop-model"
+MCP = {"type": "mcp", "server_label": "wiki", "server_url": "https://mcp.example/wiki"}
+
+
+@pytest.fixture(autouse=True)
+def upstream_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-openai")
+
+
+def folder(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def asked(name: str, **args: Any) -> dict[str, Any]:
+    """A remote MCP call OpenAI asks the client to approve."""
+    return {"type": "mcp_approval_request", "id": f"mcpr_{name}", "server_label": "wiki",
+            "name": name, "arguments": json.dumps(args)}  # fmt: skip
+
+
+def reads_as_asked(request: ApprovalRequest) -> ApprovalDecision:
+    """Approves the wiki's `read_page`; anything else approved with an edit (another page)."""
+    edit = None if request.tool.startswith("mcp__wiki__read_page") else {"page": "draft"}
+    return ApprovalDecision(call_id=request.call_id, approved=True, by="test", args=edit)
+
+
+async def test_a_remote_mcp_call_waits_for_the_operator(tmp_path: Path) -> None:
+    """Two remote MCP calls in one answer, each a write put to the operator: the approved one
+    reaches the agent to approve, and what OpenAI's run of it says is its result; the edited
+    one cannot be carried out (OpenAI runs the model's arguments or nothing), so it is a
+    rejection telling the model what to run instead: text for the agent and, where the
+    upstream keeps the conversation, its request answered `approve: false` with the reason."""
+    door_file = tmp_path / "door.json"
+    first = responses(asked("read_page", page="home"), asked("edit_page", page="home"))
+    ran = {"type": "mcp_call", "id": "mcp_1", "server_label": "wiki", "name": "read_page",
+           "arguments": '{"page": "home"}', "approval_request_id": "mcpr_read_page",
+           "output": "the home page", "status": "completed"}  # fmt: skip
+    decider = Decider(reads_as_asked)
+    with RawUpstream([first, responses(ran, said("Read it."))]) as upstream:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL,
+                         upstream.root + "/v1", approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            answer = await client.responses.create(model="m", input="read home", tools=[MCP])
+            kinds = [i.type for i in answer.output]
+            approval = {"type": "mcp_approval_response", "approval_request_id": "mcpr_read_page",
+                        "approve": True}  # fmt: skip
+            second = await client.responses.create(
+                model="m", previous_response_id=answer.id, input=[approval], tools=[MCP]
+            )
+        await run.outcome()
+        went_on = upstream.bodies[1]["input"]
+    assert kinds == ["mcp_approval_request", "message"]
+    assert answer.output[0].id == "mcpr_read_page"
+    assert "Run it with this input instead" in answer.output_text
+    assert second.output_text == "Read it."
+    proposed = run.events(CallProposed)
+    assert [(p.tool.split(":")[0], p.risk, p.args) for p in proposed] == [
+        ("mcp__wiki__read_page", "write", {"page": "home"}),
+        ("mcp__wiki__edit_page", "write", {"page": "home"}),
+    ]
+    assert [r.tool for r in decider.asked] == ["mcp__wiki__read_page", "mcp__wiki__edit_page"]
+    finished = {f.call_id: f for f in run.events(ToolFinished)}
+    assert finished["c1"].status is CallStatus.EXECUTED
+    assert "the home page" in str(finished["c1"].result)
+    assert finished["c2"].status is CallStatus.REJECTED
+    [denied] = [i for i in went_on if i.get("type") == "mcp_approval_response" and
+                i["approval_request_id"] == "mcpr_edit_page"]  # fmt: skip
+    assert denied["approve"] is False and '"draft"' in denied["reason"]
+    assert "Run it with this input instead" in denied["reason"]
+
+
+async def test_a_remote_mcp_server_that_runs_calls_unasked_is_refused(tmp_path: Path) -> None:
+    """`require_approval` `never` (or a filter sparing some tools) would have OpenAI run its
+    calls with nobody asked: refused with a 400 naming the server, never asked upstream,
+    whether the request declares it in `tools` or in an input's `additional_tools`; a server
+    whose calls are all asked (`always`, or left unset) goes upstream."""
+    from openai import BadRequestError
+
+    door_file = tmp_path / "door.json"
+    unasked = {**MCP, "server_label": "ops", "require_approval": "never"}
+    spared = {**MCP, "server_label": "ops", "require_approval": {"never": {"tool_names": ["x"]}}}
+    added = {"type": "additional_tools", "role": "developer", "tools": [spared]}
+    with RawUpstream([responses(said("Fine."))]) as upstream:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL,
+                         upstream.root + "/v1")  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            for extra in ({"input": "go", "tools": [unasked]},
+                          {"input": [added, {"role": "user", "content": "go"}]}):  # fmt: skip
+                with pytest.raises(BadRequestError) as refused:
+                    await client.responses.create(model="m", **extra)
+                assert "remote MCP server `ops`" in refused.value.message
+                assert "`require_approval` is not `always`" in refused.value.message
+            assert upstream.bodies == []
+            asked_always = {**MCP, "require_approval": "always"}
+            fine = await client.responses.create(model="m", input="go", tools=[MCP, asked_always])
+        await run.outcome()
+    assert fine.output_text == "Fine."
+
+
+async def test_a_tool_search_is_a_read_and_a_program_runs_upstream(tmp_path: Path) -> None:
+    """A `tool_search_call` the client runs is released at once as a read (nobody asked), its
+    result the tools it loaded; the server's own tool search is no call of the run; a `program`
+    passes as OpenAI ran it, and the `Write` it calls of the client is held as any write."""
+    door_file = tmp_path / "door.json"
+    search = item("tool_search_call", execution="client", arguments={"query": "calendar"})
+    served = item("tool_search_call", execution="server", arguments={"query": "mail"})
+    program = item("program", code="await tools.Write({file_path: 'a.txt'})", fingerprint="fp")
+    write = item("function_call", name="Write", arguments='{"file_path": "a.txt"}',
+                 caller={"type": "program", "caller_id": program["call_id"]})  # fmt: skip
+    decider = Decider(lambda r: ApprovalDecision(call_id=r.call_id, approved=False, by="test",
+                                                 reason="not now"))  # fmt: skip
+    with RawUpstream([responses(search, served, program, write), responses(said("Ok."))]) as up:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            answer = await client.responses.create(model="m", input="plan a meeting")
+            loaded = {"type": "tool_search_output", "call_id": search["call_id"],
+                      "execution": "client", "status": "completed",
+                      "tools": [{"type": "function", "name": "add_event",
+                                 "parameters": {"type": "object"}}]}  # fmt: skip
+            await client.responses.create(model="m", previous_response_id=answer.id,
+                                          input=[loaded])  # fmt: skip
+        await run.outcome()
+    kinds = [i.type for i in answer.output]
+    assert kinds == ["tool_search_call", "tool_search_call", "program", "message"]
+    assert answer.output[2].model_dump()["code"] == program["code"]  # as OpenAI ran it
+    proposed = run.events(CallProposed)
+    assert [(p.tool.split(":")[0], p.risk) for p in proposed] == [
+        ("tool_search", "read"), ("Write", "write")
+    ]  # fmt: skip
+    assert "the Responses API" in proposed[0].risk_source
+    assert [r.tool.split(":")[0] for r in decider.asked] == ["Write"]  # the search: nobody
+    finished = {f.call_id: f for f in run.events(ToolFinished)}
+    assert finished["c1"].status is CallStatus.EXECUTED
+    assert "loaded add_event" in str(finished["c1"].result)
+    assert finished["c2"].status is CallStatus.REJECTED
