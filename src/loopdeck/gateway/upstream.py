@@ -181,8 +181,8 @@ def _error_in(said: Any) -> dict[str, Any]:
 
 
 def _reply_json(seen: BaseException) -> Any:
-    reply = getattr(seen, "response", None)
     try:
+        reply = getattr(seen, "response", None)
         return reply.json() if reply is not None else None
     except (ValueError, AttributeError, RuntimeError):  # not JSON, not read, not a reply
         return None
