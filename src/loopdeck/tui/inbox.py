@@ -35,9 +35,10 @@ from loopdeck.operator.inbox import (
 from loopdeck.operator.records import StoreError, answer_forms
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.inbox_detail import described
+from loopdeck.tui.inbox_table import Layout, entry_cells, expiry, layout
 from loopdeck.tui.keys_bar import KeysBar
-from loopdeck.tui.panels import countdown_text, title
-from loopdeck.tui.shown import NOT_TAKEN, cell, toast
+from loopdeck.tui.panels import title
+from loopdeck.tui.shown import NOT_TAKEN, toast
 from loopdeck.tui.shown_input import ShownInput, typing_into
 from loopdeck.tui.timers import every
 
@@ -86,6 +87,7 @@ class InboxScreen(Screen[None]):
         # The entry the open box was opened for: what is typed goes to it, wherever the
         # cursor is when enter is pressed (the list moves as others decide).
         self._typing_for: InboxEntry | None = None
+        self._layout: Layout | None = None  # the list's columns as last laid out
 
     def compose(self) -> ComposeResult:
         yield Static(id="inbox-header")
@@ -102,8 +104,6 @@ class InboxScreen(Screen[None]):
         table = self.query_one("#inbox-table", DataTable)
         table.border_title = "Waiting for you"  # writes, questions, unknown outcomes
         title(self.query_one("#inbox-detail"), "Selected write")
-        for column in ("expires in", "run", "env/script", "call", "tool", "plan step"):
-            table.add_column(column, key=column)
         every(self, 1.0, self._tick)
         self.follow()
 
@@ -134,31 +134,28 @@ class InboxScreen(Screen[None]):
     def _tick(self) -> None:
         self.render_inbox()
 
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.render_inbox)  # the list's columns for its new width
+
     def render_inbox(self) -> None:
         table = self.query_one("#inbox-table", DataTable)
         selected = self.selected()
         chosen = selected.key if selected else None
         index = table.cursor_row
-        table.clear()
         now = self.now()
-        for entry in self.entries:
-            if isinstance(entry, PendingQuestion):
-                when = "question"
-            elif isinstance(entry, PendingOutcome):
-                when = "outcome?"
-            else:
-                left = (entry.expires - now).total_seconds()
-                when = "expired" if left <= 0 else countdown_text(left)
-            when = self._deciding.get(entry.key, when)
-            table.add_row(
-                when,
-                cell(entry.run_id),
-                cell(entry.env),
-                cell(entry.call_id),
-                cell(entry.tool),
-                cell(entry.plan_step, width=max(40, self.size.width - 100)),
-                key=entry.key,
-            )
+        rows = [
+            (entry.key, entry_cells(entry, self._deciding.get(entry.key, expiry(entry, now))))
+            for entry in self.entries
+        ]
+        inside = table.scrollable_content_region.width or max(self.size.width - 2, 0)
+        shape = layout([row for _, row in rows], inside)
+        table.clear(columns=shape != self._layout)
+        if shape != self._layout:
+            for name, width in shape.widths:
+                table.add_column(name, key=name, width=width)
+            self._layout = shape
+        for key, row in rows:
+            table.add_row(*shape.cells(row), key=key)
         if chosen is not None and chosen in table.rows:
             table.move_cursor(row=table.get_row_index(chosen), animate=False)
         elif table.row_count:
