@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from loopdeck.cli import acp_command
 from loopdeck.cli.notify_flags import notify_settings
 from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED, budget_overrides
 from loopdeck.stop_signals import StopSignals
-from loopdeck.store.base import Location, default_db_path
+from loopdeck.store.base import Location, default_db_path, is_postgres
 
 if TYPE_CHECKING:
     from loopdeck.core.outcome import RunOutcome
@@ -325,6 +326,8 @@ def launcher(args: argparse.Namespace) -> int:
     from loopdeck.operator.records import check_store
     from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 
+    location = args.db or default_db_path()
+    said = made_store(location)
     asyncio.run(check_store(args.db))
     tuning.for_console()
     notify, started = notify_settings(args), None  # what a run started here takes
@@ -332,11 +335,21 @@ def launcher(args: argparse.Namespace) -> int:
         from loopdeck.operator.launch import RunOptions
 
         started = RunOptions(env="", notify=notify)
-    app = LoopdeckApp(
-        ConsoleStart.for_fleet(args.db or default_db_path(), started), theme_name=args.theme
-    )
+    app = LoopdeckApp(ConsoleStart.for_fleet(location, started, said), theme_name=args.theme)
     app.bell_enabled = not args.no_bell
     return after_console(app, app.run())
+
+
+def made_store(location: Location) -> tuple[str, ...]:
+    """What the console says when it has to make its store: made where `--db` points, its
+    folder too, as `loopdeck run` makes it (the console starts runs there, `n`), but never
+    silently, as `serve` says it: a mistyped path shows at once."""
+    if is_postgres(location) or os.path.lexists(location):
+        return ()
+    folder = (
+        "" if os.path.isdir(os.path.dirname(os.path.abspath(location))) else " (its folder too)"
+    )
+    return (f"no store was at {location}: made a new, empty one{folder}",)
 
 
 def after_console(app: LoopdeckApp, code: int | None) -> int:

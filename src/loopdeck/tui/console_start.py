@@ -91,9 +91,12 @@ def read_styles(app: App[Any]) -> None:
 
 
 def tell_theme_problems(app: ConsoleState) -> None:
-    """Each theme problem said once, as the console is mounted."""
+    """Each theme problem said once, as the console is mounted; and what the command had
+    to say as it opened the console (a store it made)."""
     for problem in app.theme_problems:
         toast(app, problem, title="theme", severity="error", timeout=15)
+    for said in app.said_at_start:
+        toast(app, said, title="store", severity="warning", timeout=15)
 
 
 def first_screen(app: ConsoleState) -> Screen[None]:

@@ -49,6 +49,7 @@ class ConsoleStart:
     preparing: str = ""  # what is being prepared, in words, for the first frame
     db_path: Location | None = None
     launch_options: RunOptions | None = None  # what a run started from the fleet inherits
+    said: tuple[str, ...] = ()  # what the console says as it opens (a store it made)
 
     @classmethod
     def for_run(cls, session: RunSession) -> ConsoleStart:
@@ -60,9 +61,12 @@ class ConsoleStart:
 
     @classmethod
     def for_fleet(
-        cls, db_path: Location | None, launch_options: RunOptions | None = None
+        cls,
+        db_path: Location | None,
+        launch_options: RunOptions | None = None,
+        said: tuple[str, ...] = (),
     ) -> ConsoleStart:
-        return cls(db_path=db_path, launch_options=launch_options)
+        return cls(db_path=db_path, launch_options=launch_options, said=said)
 
     @classmethod
     def for_preparing(
@@ -107,6 +111,7 @@ class ConsoleState(App[int]):
         self.db_path = start.db_path
         self.link = start.link
         self.theme_problems: list[str] = []
+        self.said_at_start = start.said
         # One line for the terminal once the console is gone: the run, how it ended, replay.
         self.farewell = ""
         # What its screens share: the fleet as home, the runs looked at, what waits in each
