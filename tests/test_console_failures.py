@@ -364,4 +364,5 @@ def test_every_console_worker_has_its_failure_said() -> None:
     assert running, "no worker found: the test reads the wrong folder"
     assert {c: m for c, m in running.items() if c not in handled} == {}
     # the dialogs' decisions run on the run's screen, which says their failures
-    assert sorted(set(started_elsewhere)) == ["approval_offers", "run_decisions"] and "RunScreen" in handled
+    assert sorted(set(started_elsewhere)) == ["approval_offers", "run_decisions"]
+    assert "RunScreen" in handled
