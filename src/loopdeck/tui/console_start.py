@@ -96,7 +96,7 @@ def tell_theme_problems(app: ConsoleState) -> None:
     for problem in app.theme_problems:
         toast(app, problem, title="theme", severity="error", timeout=15)
     for said in app.said_at_start:
-        toast(app, said, title="store", severity="warning", timeout=15)
+        toast(app, said, title="store", severity="information", timeout=8)  # news, not trouble
 
 
 def first_screen(app: ConsoleState) -> Screen[None]:
