@@ -160,7 +160,7 @@ def test_a_spill_holding_such_an_event_never_raises(tmp_path) -> None:
     from loopdeck.core.events import OperatorCommand
     from loopdeck.store.writer import EventWriter
 
-    store = SimpleNamespace(path=tmp_path / "s.db")  # a store nothing is committed to
+    store = SimpleNamespace(path=tmp_path / "s.db", backend="sqlite")  # nothing committed to it
     writer = EventWriter(store)  # type: ignore[arg-type]
     writer(_unwritable(1))  # type: ignore[arg-type]
     writer(OperatorCommand(run_id="r1", seq=2, command="pause", by="t"))
