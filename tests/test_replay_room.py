@@ -68,6 +68,18 @@ async def _looked_at(db: Path, height: int) -> None:
 
 @pytest.mark.parametrize("grants", [1, 6])
 async def test_a_replay_stepped_back_never_scrolls_whole(tmp_path: Path, grants: int) -> None:
+    """The three sizes the console is drawn at (each height in `make stress`, below)."""
+    db = tmp_path / "s.db"
+    await _recorded(db, grants)
+    for height in (24, 30, 48):
+        await _looked_at(db, height)
+
+
+@pytest.mark.slow  # a console a height: seconds in all
+@pytest.mark.parametrize("grants", [1, 6])
+async def test_a_replay_stepped_back_never_scrolls_whole_at_any_height(
+    tmp_path: Path, grants: int
+) -> None:
     db = tmp_path / "s.db"
     await _recorded(db, grants)
     for height in range(24, 50):
