@@ -123,51 +123,83 @@ async def test_on_postgresql_an_askings_expiry_is_judged_on_the_stores_clock(
     assert [row["state"] for row in found] == ["approved" if taken else "pending"]
 
 
-async def test_asking_again_replaces_a_row_only_while_undecided_or_its_decision_was_taken(
-    db: Any,
-) -> None:
-    """The re-ask's upsert itself: a decision the store took that the run never read stays
-    (r1); one the run took and invalidated (in its own process, r2; read from the store, r3)
-    is replaced by the new asking, pending; an asking nobody decided is replaced (r4)."""
+# How each run's first asking ended before the call is asked again: who decided it in the
+# store (None: nobody), whether the run took that decision, and whether it then found it no
+# longer holding; and whether the row keeps the store's decision through the next asking.
+ENDINGS = {
+    "r1": ("approve", False, False, True),  # the store took it, the run never read it
+    "r2": ("run", True, True, False),  # the run's own approval, found moved
+    "r3": ("approve", True, True, False),  # read from the store, found moved
+    "r4": (None, False, False, False),  # expired unanswered
+    "r5": ("approve", True, False, False),  # read from the store and carried out
+    "r6": ("reject", True, False, False),  # read from the store: rejected
+}
+
+
+async def test_asking_again_replaces_a_row_unless_its_decision_was_never_taken(db: Any) -> None:
+    """The re-ask's upsert itself: only a decision the store took that the run never read
+    stays (r1). One the run took is replaced by the new asking, pending, whether it then
+    held (r5: an agent's second permission request for the same call was approved from the
+    first answer, nobody asked; r6: rejected so) or not (r2, r3); an asking nobody decided is
+    replaced (r4). The new asking is decided on its own."""
     from test_decision_refusals import Recorded
 
-    from loopdeck.core.decision_events import ApprovalDecided, ApprovalInvalidated
+    from loopdeck.core.approvals import request_for
+    from loopdeck.core.decision_events import (
+        ApprovalDecided,
+        ApprovalInvalidated,
+        ApprovalRequested,
+    )
     from loopdeck.core.states import RunState
-    from loopdeck.store import deciding
+    from loopdeck.store import approver, deciding
     from loopdeck.store.opening import open_store
     from loopdeck.store.writer import EventWriter
 
     store = await open_store(db)
-    yes = ApprovalDecision(call_id="c1", approved=True, by="ops")
     try:
-        for run_id in ("r1", "r2", "r3", "r4"):
+        for run_id, (decider, taken, moved, kept) in ENDINGS.items():
             run = Recorded(run_id).started(RunState.AWAITING_APPROVAL).write("c1")
             writer = EventWriter(store, approve_mode="wait")
             for event in run.events:
                 writer(event)
             await writer.flush()
-            if run_id in ("r1", "r3"):
-                assert await deciding.decide(store, run_id, yes)
-            if run_id in ("r2", "r3"):  # the run took the approval, then found it moved
-                run.add(ApprovalDecided, call_id="c1", approved=True, reason="", by="ops")
+            approved = decider != "reject"
+            if decider in ("approve", "reject"):
+                said = ApprovalDecision(call_id="c1", approved=approved, by="ops")
+                assert await deciding.decide(store, run_id, said)
+            if taken:
+                by = "ops" if decider != "run" else "operator"
+                run.add(ApprovalDecided, call_id="c1", approved=approved, reason="", by=by)
+            if moved:
                 run.add(ApprovalInvalidated, call_id="c1", problem="state changed")
-            else:  # its asking expired with no decision read
+            if not taken:  # its asking expired with no decision read
                 run.add(ApprovalInvalidated, call_id="c1", problem="expired", unanswered=True)
             first = await deciding.asking(store, run_id, "c1")
             again = Recorded(run_id).write("c1")
             run.events.append(again.events[0].model_copy(update={"seq": len(run.events) + 1}))
-            for event in run.events[-3:]:
-                if event.seq > 3:
-                    writer(event)
+            for event in run.events[3:]:
+                writer(event)
             await writer.flush()
             row = await store.fetchall(
                 "SELECT state, decided_by, requested_at FROM approvals WHERE run_id = ?",
                 (run_id,),
             )
-            kept = (row[0]["state"], row[0]["decided_by"], row[0]["requested_at"] == first)
-            assert kept == (
-                ("approved", "ops", True) if run_id == "r1" else ("pending", None, False)
-            ), run_id
+            found = (row[0]["state"], row[0]["decided_by"], row[0]["requested_at"] == first)
+            assert found == (("approved", "ops", True) if kept else ("pending", None, False)), (
+                run_id
+            )
+            if kept:
+                continue
+            asked = again.events[0]
+            assert isinstance(asked, ApprovalRequested)
+            request = request_for(
+                run_id=run_id, call_id="c1", tool="write_file", args={"path": "a.txt"},
+                state_hash="s1", fingerprint="f1", plan_step=None, ttl_s=300,
+            ).model_copy(update={"requested_at": asked.requested_at})  # fmt: skip
+            no = ApprovalDecision(call_id="c1", approved=False, reason="not now", by="ops2")
+            assert await deciding.decide(store, run_id, no)
+            got = await asyncio.wait_for(approver.decision_from_store(store, request), 10)
+            assert (got.approved, got.by, got.asked_at) == (False, "ops2", asked.requested_at)
     finally:
         await store.close()
 

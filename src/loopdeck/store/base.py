@@ -19,11 +19,12 @@ import platformdirs
 
 from loopdeck import settings
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 APP_ID = "loopdeck"
 # A transaction that appends fewer rows than this is worth pipelining (`Store.transaction`):
 # on PostgreSQL they go in one INSERT, as many or more by COPY, which a pipeline cannot carry.
 PIPELINED_ROWS = 32
+# v8: the approvals' `untaken`, a decision the store took that the run has not taken yet.
 # v7: the leases' `changed`, where each run is fed to the fleet as its runs row is
 # (`store/feed.py`): the column, its index and its triggers, made by the opening's migration.
 # v6: the `leases` table, runs placed on workers (`store/leases.py`).
@@ -57,6 +58,7 @@ ADDED_COLUMNS = (
     *(("runs", column, kind) for column, kind in RUN_SUMMARY),  # v4
     ("events", "hash", "TEXT"),  # v5: the event's link in its run's hash chain
     ("leases", "changed", "BIGINT"),  # v7: where a run is, fed to the fleet
+    ("approvals", "untaken", "INTEGER"),  # v8: see UNTAKEN
 )
 
 # The tables both backends define alike (the others differ in number types and identity).
@@ -68,7 +70,8 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS approvals (
     run_id TEXT NOT NULL, call_id TEXT NOT NULL, tool TEXT, args TEXT, requested_at TEXT,
     expires_at TEXT, state TEXT NOT NULL, decided_by TEXT, reason TEXT, decided_at TEXT,
-    outcome TEXT, edited_args TEXT, grant_rule TEXT, PRIMARY KEY (run_id, call_id)
+    outcome TEXT, edited_args TEXT, grant_rule TEXT, untaken INTEGER,
+    PRIMARY KEY (run_id, call_id)
 );
 """
 
@@ -77,6 +80,11 @@ CREATE TABLE IF NOT EXISTS approvals (
 # or arguments moved, an edit refused: `approval_invalidated`): the call is asked again, its
 # next asking replacing the row (`store/event_rows.py`).
 INVALIDATED = "invalidated"
+# An approval row's `untaken`: 1 from the store taking a decision on it (`loopdeck approve`, a
+# console) until its run takes that decision (`approval_decided`). Only such a decision
+# outlives the run's next asking of the call; one the run took (NULL: every older row too) is
+# replaced by it, pending, so nobody's old answer decides a new asking.
+UNTAKEN = "untaken"
 
 
 class StoreError(Exception):

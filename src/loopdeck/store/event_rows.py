@@ -33,7 +33,7 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.store.asking_clock import asked_expiry
-from loopdeck.store.base import INVALIDATED, Tx
+from loopdeck.store.base import INVALIDATED, UNTAKEN, Tx
 from loopdeck.store.chain import EventRow, body_at
 from loopdeck.store.feed import finding, pause_word
 from loopdeck.store.leases import RunEnd
@@ -44,13 +44,14 @@ ASKED_AGAIN = (
     "ON CONFLICT (run_id, call_id) DO UPDATE SET tool = excluded.tool, args = excluded.args,"
     " requested_at = excluded.requested_at, expires_at = excluded.expires_at,"
     " state = excluded.state, decided_by = excluded.decided_by, reason = NULL,"
-    " decided_at = NULL, outcome = NULL, edited_args = NULL, grant_rule = NULL"
+    " decided_at = NULL, outcome = NULL, edited_args = NULL, grant_rule = NULL,"
+    f" {UNTAKEN} = NULL"
 )
-# A write asked again replaces its row only while nobody decided its last asking (pending,
-# expired or not) or when the run took that decision and found it no longer holds
-# (`invalidated`): a decision the store took that the run had not read (the store out of its
-# reach for its whole last look) stays, and the run's next ask reads it (`store/approver.py`).
-WRITE_ASKED_AGAIN = f"{ASKED_AGAIN} WHERE approvals.state IN ('pending', '{INVALIDATED}')"
+# A write asked again replaces its row unless the store took a decision on it that the run has
+# not taken (the store out of its reach for its whole last look): that one stays, and the run's
+# next ask reads it (`store/approver.py`). A row nobody decided, or whose decision the run took
+# (carried out, rejected, found no longer holding), is replaced: pending, nobody's old answer.
+WRITE_ASKED_AGAIN = f"{ASKED_AGAIN} WHERE COALESCE(approvals.{UNTAKEN}, 0) = 0"
 
 
 class Runner(Protocol):
@@ -261,12 +262,20 @@ async def _approval_invalidated(rows: RunRows, db: Tx, e: ApprovalInvalidated) -
 
 @_writes(ApprovalDecided)
 async def _approval_decided(rows: RunRows, db: Tx, e: ApprovalDecided) -> None:
+    """The run took a decision: its row says it (a pending row; one whose decision from the
+    store the run did not carry out as it was, an edit it cannot run made a rejection), and
+    is the next asking's to replace (`WRITE_ASKED_AGAIN`)."""
+    state = "approved" if e.approved else "rejected"
     await db.execute(
-        "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?"
-        " WHERE run_id = ? AND call_id = ? AND state = 'pending'",
-        ("approved" if e.approved else "rejected", e.by, e.reason, e.at.isoformat(),
-         e.run_id, e.call_id),
-    )  # fmt: skip
+        f"UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?,"
+        f" {UNTAKEN} = NULL WHERE run_id = ? AND call_id = ? AND (state = 'pending'"
+        f" OR ({UNTAKEN} = 1 AND state <> ?))",
+        (state, e.by, e.reason, e.at.isoformat(), e.run_id, e.call_id, state),
+    )
+    await db.execute(
+        f"UPDATE approvals SET {UNTAKEN} = NULL WHERE run_id = ? AND call_id = ? AND {UNTAKEN} = 1",
+        (e.run_id, e.call_id),
+    )
 
 
 @_writes(QuestionAsked)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from loopdeck.core.states import TERMINAL_STATES, RunState, StopReason
 from loopdeck.core.text import escape_surrogates, json_text
 from loopdeck.store.asking_clock import still_open
-from loopdeck.store.base import Store, StoreUnavailable, Tx
+from loopdeck.store.base import UNTAKEN, Store, StoreUnavailable, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
 from loopdeck.store.leases import HELD
@@ -190,8 +190,8 @@ async def decide(
     unexpired, clock = still_open(backend)
     changed = await store.execute(
         "UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?,"
-        " edited_args = ?, grant_rule = ? WHERE run_id = ? AND call_id = ? AND state ="
-        f" 'pending' AND tool != '{QUESTION}' AND {unexpired}"
+        f" edited_args = ?, grant_rule = ?, {UNTAKEN} = 1 WHERE run_id = ? AND call_id = ?"
+        f" AND state = 'pending' AND tool != '{QUESTION}' AND {unexpired}"
         " AND requested_at = COALESCE(?, requested_at)",
         ("approved" if approved else "rejected", by, reason, datetime.now(UTC).isoformat(),
          _json_or_none(args), _json_or_none(grant), run_id, call_id, *clock, asked_at),
