@@ -226,16 +226,14 @@ STALE = NO_ADDRESS + '[[rule]]\nid = "stale"\neffect = "allow"\nwhen = \'"1"\'\n
 
 @pytest.fixture
 def load_of_before(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    """While it lasts, a policy loads as before the constant check: a condition that reads
-    nothing is not evaluated when read. Returns what ends it."""
-    from loopdeck.policy.expressions import Condition
+    """While it lasts, a policy loads as before the checks made when it is read: a condition
+    is parsed, nothing more. Returns what ends it."""
+    from loopdeck.policy import expressions
 
-    holds = Condition.holds
+    def unchecked(condition: expressions.Condition, tree: Any) -> None:
+        condition._program = expressions._program(tree)
 
-    def unchecked_when_read(condition: Condition, activation: dict[str, Any]) -> bool:
-        return False if activation == {} else holds(condition, activation)
-
-    monkeypatch.setattr(Condition, "holds", unchecked_when_read)
+    monkeypatch.setattr(expressions.Condition, "_checked", unchecked)
     return monkeypatch.undo
 
 
@@ -320,3 +318,101 @@ async def test_a_run_queued_before_policies_were_recorded_is_refused_by_name(
     assert "submit it again" in stop.detail and str(path) in stop.detail
     assert not any(isinstance(e, PolicyInForce | ToolFinished) for e in log)
     assert writes(root, "r-old") == []
+
+
+# CEL's `||` absorbs an error: a rule today's load refuses (an unknown name) can still hold.
+ABSORBED = (
+    '[[rule]]\nid = "absorbed"\neffect = "allow"\n'
+    "when = 'nosuch == 1 || call.tool == \"update_delivery_address\"'\n"
+)
+
+
+def test_a_recorded_rule_todays_load_refuses_holds_only_while_its_run_is_rebuilt() -> None:
+    """Evaluated, it would allow the call; it does only while a rebuild follows its run's
+    log (which it then decides as the run did). A queued run, and a rebuilt one once live,
+    decide calls nobody decided before: the rule fails, closed, and allows nothing."""
+    from loopdeck.policy.cases import case_facts
+    from loopdeck.policy.document import PolicyCase
+    from loopdeck.policy.loading import recorded_run_policy
+
+    level = {"level": "run", "path": "/p/policy.toml", "text": ABSORBED}
+    case = PolicyCase.model_validate(
+        {"call": {"tool": "update_delivery_address"}, "expect": "allow"}
+    )
+    queued = recorded_run_policy([level], "scripted")
+    verdict = queued.decide(case_facts(case), None)
+    assert verdict.effect == "none", verdict
+    assert "would be refused if read today (unknown name 'nosuch'" in verdict.errors[0]
+    rebuilt = recorded_run_policy([level], "scripted")
+    live = rebuilt.rebuilding()
+    assert rebuilt.decide(case_facts(case), None).effect == "allow"
+    live()
+    assert rebuilt.decide(case_facts(case), None).effect == "none"
+
+
+async def test_a_run_rebuilt_from_its_log_decides_as_it_did_under_a_rule_todays_load_refuses(
+    load_of_before: Callable[[], None], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from loopdeck.policy.gate import RunPolicy
+
+    path = tmp_path / "policy.toml"
+    path.write_text(ABSORBED, encoding="utf-8")
+    whole = await _under_policy(tmp_path / "first", "r1", path)
+    load_of_before()
+    allowed = [e for e in whole if isinstance(e, PolicyDecided) and e.effect == "allow"]
+    cut = whole.index(allowed[0]) + 2  # its log has the rule's allow, and the ask after it
+    rebuilt: list[tuple[str, str]] = []
+    decide = RunPolicy.decide
+
+    def heard(gate: RunPolicy, facts: dict[str, Any], grant: Any) -> Any:
+        verdict = decide(gate, facts, grant)
+        rebuilt.append((facts["call"]["id"], verdict.effect))
+        return verdict
+
+    monkeypatch.setattr(RunPolicy, "decide", heard)
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        run = options(root, run_id="r1", policy=path)
+        await left_by_a_lost_worker(store, root, "r1", whole[:cut], run)
+        await with_a_worker(db, lambda: ended(store, "r1"))
+        log = await stored(store, "r1")
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+        assert significant(log) == significant(whole)
+        assert (allowed[0].call_id, "allow") in rebuilt  # as the run's load evaluated it
+    finally:
+        await store.close()
+
+
+async def test_a_fork_past_its_fork_point_never_allows_by_a_rule_todays_load_refuses(
+    cli: Callable[..., Any], load_of_before: Callable[[], None], tmp_path: Path
+) -> None:
+    db, path = tmp_path / "s.db", tmp_path / "policy.toml"
+    path.write_text(ABSORBED, encoding="utf-8")
+    code, done, err = await asyncio.to_thread(
+        cli, "run", "order_support", "--script", "double-write", "--headless", "--json",
+        "--policy", str(path), "--db", str(db),
+    )  # fmt: skip
+    assert code in (0, 1) and done is not None, err
+    source = str(done["run_id"])
+    load_of_before()
+    code, done, err = await asyncio.to_thread(
+        cli, "fork", source, "--at", "c2", "--db", str(db), "--json"
+    )
+    assert code == 0 and done is not None, err
+    assert "past it that rule is not evaluated: it fails at every ask, closed" in err, err
+    store = await open_store(db)
+    try:
+        ran = [e for e in await stored(store, source) if isinstance(e, PolicyDecided)]
+        assert [(e.call_id, e.effect) for e in ran] == [("c2", "allow")]  # as its load read it
+        forked = str(done["run_id"])
+        await with_a_worker(db, lambda: ended(store, forked))
+        log = await stored(store, forked)
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+        said = [e for e in log if isinstance(e, PolicyDecided)]
+        assert said and said[0].effect == "none", said  # past the fork: not evaluated
+        assert "would be refused if read today" in said[0].errors[0]
+    finally:
+        await store.close()

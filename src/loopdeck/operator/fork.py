@@ -15,10 +15,11 @@ without being asked again (a receipt is bound to its state anyway).
 The fork is decided under its source's policy, as the source recorded it (`PolicyInForce`'s
 text; a submitted source's options', where its log recorded none), never under what the
 policy files say now: the rebuilt run must decide as the run did, and a write the run's
-policy denied is denied in the fork too. A recorded policy is read as the load it was
-recorded under read it: a rule a check added since would refuse fails at every ask in the
-fork as it did in the run, and the fork says so (`stale_policy`). A fork takes no other
-policy (to see what another would have decided: `loopdeck policy replay`).
+policy denied is denied in the fork too. A rule of it that a check added since would refuse
+is evaluated as the run evaluated it up to the fork point (the rebuild decides as the run
+did); past it, it fails at every ask, closed (it never allows; a deny or an ask asks), and
+the fork says so (`stale_policy`). A fork takes no other policy (to see what another would
+have decided: `loopdeck policy replay`).
 
 What a worker would refuse is refused before the fork is queued: its options checked as a
 submitted run's (`placement.checked`: the env prepared, the path kept absolute), and its env
@@ -239,15 +240,15 @@ def recorded_policy(log: list[Event]) -> list[dict[str, str]] | None:
 def stale_policy(run_id: str, levels: list[dict[str, str]] | None) -> list[str]:
     """What the run's recorded policy would be refused for if read from its files today (a
     check added since it was recorded), in words: the fork is decided under it all the same,
-    as the run was (`policy/loading.recorded_level`)."""
+    such a rule failing closed past the fork point (`policy/gate.RunPolicy.rebuilding`)."""
     if not levels:
         return []
     from loopdeck.policy.loading import refused_today  # the expression engine: only for one
 
     return [
         f"run {run_id}'s recorded policy would be refused if read today ({why}); the fork is"
-        " decided under it as the run was: that rule fails at every ask, and a rule that"
-        " fails never allows (a deny or an ask asks)"
+        " decided under it: up to the fork point as the run was, past it that rule is not"
+        " evaluated: it fails at every ask, closed (it never allows; a deny or an ask asks)"
         for why in refused_today(levels)
     ]
 

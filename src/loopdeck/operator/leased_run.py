@@ -9,7 +9,9 @@ is killed here without a word of it reaching the store: the run is another worke
 A run is decided under the policy it recorded (its log's `PolicyInForce`, else the text its
 options keep), never under what the policy files say when it is claimed again: a file edited
 meanwhile changes nothing of it; a run queued before its policy's text was kept with it is
-refused (`placement.unrecorded_policy`). A run that cannot be rebuilt all the same ends
+refused (`placement.unrecorded_policy`). A recorded rule today's load would refuse is
+evaluated as the run evaluated it only while the run is rebuilt from its log; once live, it
+fails closed (`policy/gate.RunPolicy.rebuilding`). A run that cannot be rebuilt all the same ends
 `crashed`, saying why in words; a write it had asked for and that was decided while it was
 away, never taken by it, is recorded as not run (not an outcome nobody knows).
 """
@@ -204,6 +206,10 @@ class LeasedRun:
                 replay.on_live.append(lambda: setattr(self, "live", True))
             else:
                 replay.on_live.append(lambda: self._went_live(runtime, replay))
+            # Its recorded policy evaluated as the run evaluated it, until it goes live.
+            rebuilding = getattr(runtime.calls.approvals.policy.gate, "rebuilding", None)
+            if callable(rebuilding):
+                replay.on_live.append(rebuilding())
         record_inputs(runtime, replay, self._may_act)
 
     async def _drive(self, runtime: Runtime, log: list[Event], replay: ReplayLog | None) -> str:

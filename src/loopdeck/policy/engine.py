@@ -150,8 +150,12 @@ class Policy:
         self.untrusted = tuple(glob for level in self.levels for glob in level.untrusted)
         self.sha256 = sha256_hex([[level.name, level.sha256] for level in self.levels])
 
-    def evaluate(self, facts: dict[str, Any], memory: RuleMemory) -> Evaluation:
-        """What every rule says of one ask, and what they decide together."""
+    def evaluate(
+        self, facts: dict[str, Any], memory: RuleMemory, *, as_recorded: bool = False
+    ) -> Evaluation:
+        """What every rule says of one ask, and what they decide together; `as_recorded`: a
+        recorded condition today's load refuses evaluated as its run evaluated it (a rebuild
+        from the run's log, a replay of its asks), else it fails (`Condition.holds`)."""
         facts = self.complete(facts)
         at = datetime.fromisoformat(str(facts["time"]))
         try:
@@ -174,7 +178,7 @@ class Policy:
                 "unchanged_since_rule": attributes["last_state"] == facts["state"]["hash"],
             }
             activation = {**shared, "state": cel_value(state), "rule": cel_value(attributes)}
-            outcomes.append(_outcome(rule, activation))
+            outcomes.append(_outcome(rule, activation, as_recorded))
         enforced = [o for o in outcomes if not o.rule.shadow]
         effect, decider = _strongest(enforced)
         would, would_rule = _strongest(outcomes)
@@ -192,9 +196,9 @@ class Policy:
         return {**facts, "run": run}
 
 
-def _outcome(rule: Rule, activation: dict[str, Any]) -> RuleOutcome:
+def _outcome(rule: Rule, activation: dict[str, Any], as_recorded: bool) -> RuleOutcome:
     try:
-        holds = rule.condition.holds(activation)
+        holds = rule.condition.holds(activation, as_recorded=as_recorded)
     except ConditionFailed as failed:
         return _failed(rule, str(failed), not_a_bool=isinstance(failed, NotABool))
     return RuleOutcome(rule, rule.effect if holds else "none")

@@ -10,9 +10,12 @@ it evaluates to `true`; an evaluation that fails (a missing argument, a type mis
 gives something else is `ConditionFailed`, with CEL's words.
 
 A condition a run recorded (`as_recorded`) is read as the load it was recorded under read it:
-parsed, none of the later checks made. Each of them refuses what can only fail when it is
-evaluated, so such a rule fails at every ask, as it did in the run: a rule that fails never
-allows (`engine.py`), and a rebuilt run decides as the run did.
+parsed, the checks added since made but not refusing it: what they refuse is kept (`refused`).
+Such a condition is evaluated as the run evaluated it only while its run is rebuilt from its
+log (`holds(…, as_recorded=True)`: the rebuilt run decides as the run did). Everywhere else
+(a run going live, a fork past its fork point, a queued run) it is not evaluated: it fails
+at every ask, closed. "It can only fail" is not so: CEL's `||` and `&&` absorb an error
+(`nosuch == 1 || call.tool == "x"` holds), and an allow that held would let a call through.
 
 Patterns are RE2's (as CEL's are), compiled once each, quietly: RE2 says nothing on stderr
 of a pattern it refuses; the condition's words do.
@@ -84,9 +87,17 @@ class Condition:
             tree = _environment().compile(text)
         except CELParseError as exc:
             raise ExpressionError(f"not a CEL expression: {_parse_words(exc)}") from None
-        if as_recorded:
-            self._program = _program(tree)
+        self.refused: str | None = None  # what today's checks refuse of a recorded one
+        if not as_recorded:
+            self._checked(tree)
             return
+        try:
+            self._checked(tree)
+        except ExpressionError as exc:
+            self.refused = str(exc)
+            self._program = _program(tree)
+
+    def _checked(self, tree: Tree[Token]) -> None:
         deep = _depth(tree)
         if deep > MOST_NESTED:
             raise ExpressionError(
@@ -107,7 +118,12 @@ class Condition:
             except ConditionFailed as exc:
                 raise ExpressionError(f"it reads no attribute and always fails: {exc}") from None
 
-    def holds(self, activation: Activation) -> bool:
+    def holds(self, activation: Activation, *, as_recorded: bool = False) -> bool:
+        """Whether it holds on these attributes; a condition today's checks refuse is
+        evaluated only `as_recorded` (a run rebuilt from its log), else it fails, closed."""
+        if self.refused is not None and not as_recorded:
+            said = f"not evaluated: it would be refused if read today ({self.refused})"
+            raise ConditionFailed(said)
         try:
             value = self._program.evaluate(activation)
         except CELEvalError as exc:

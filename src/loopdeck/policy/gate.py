@@ -4,6 +4,7 @@ kind of run its calls come from."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,20 @@ class RunPolicy:
         self.policy = policy
         self.run_kind = run_kind
         self.book = RuleBook(since or datetime.now(UTC))
+        # Rebuilt from its log: its recorded conditions evaluated as the run evaluated them.
+        self.as_recorded = False
+
+    def rebuilding(self) -> Callable[[], None]:
+        """Its run is rebuilt from a log (its own, or a fork's source's): until it goes live
+        (the callable returned), a recorded condition today's load refuses is evaluated as
+        the run evaluated it, so the rebuild decides as the run did. Past that the run
+        decides calls nobody decided before: such a condition fails, closed."""
+        self.as_recorded = True
+
+        def live() -> None:
+            self.as_recorded = False
+
+        return live
 
     def in_force(self) -> dict[str, Any]:
         return {
@@ -28,6 +43,6 @@ class RunPolicy:
     def decide(self, facts: dict[str, Any], grant: Grant | None) -> PolicyVerdict:
         """The verdict on one ask, each rule that decided counted. A grant that covers the
         call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
-        evaluation = self.policy.evaluate(facts, self.book)
+        evaluation = self.policy.evaluate(facts, self.book, as_recorded=self.as_recorded)
         self.book.decided(evaluation)
         return evaluation.verdict()

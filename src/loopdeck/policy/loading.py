@@ -2,10 +2,11 @@
 in force (`engine.Policy`): its rules' conditions read, its inline tests run; a file that
 fails either refuses the run before it starts, naming the file and the rule or test.
 
-A policy a run recorded (its text, `PolicyInForce.levels`) is read as the load it was
-recorded under read it, not refused by a check added since (`recorded_level`): a run going
-on from its log, or a fork of it, is decided as the run was; `refused_today` says what a
-file of that text would be refused for now.
+A policy a run recorded (its text, `PolicyInForce.levels`) is not refused by a check added
+since it was recorded (`recorded_level`): a run rebuilt from its log, or a fork rebuilt from
+its source's, decides as the run did up to where it goes live; a rule such a check refuses
+then fails at every ask, closed (`expressions.Condition`), as it does in a queued run.
+`refused_today` says what a file of that text would be refused for now.
 """
 
 from __future__ import annotations
@@ -69,10 +70,10 @@ def read_level(name: str, path: Path, *, tested: bool = True) -> Level:
 
 
 def recorded_level(recorded: dict[str, str]) -> Level:
-    """A level as a run recorded it (`PolicyInForce.levels`), read again from its text as the
-    load it was recorded under read it: its rules' conditions parsed, none of the checks
-    added since made (what they refuse fails at each ask, and a rule that fails never
-    allows: the rebuilt run decides as the run did), its tests neither read nor run."""
+    """A level as a run recorded it (`PolicyInForce.levels`), read again from its text: its
+    rules' conditions parsed and checked, a condition a check added since refuses kept, not
+    refused (evaluated as the run did only while a rebuild follows the run's log; else it
+    fails, and a failing rule never allows), its tests neither read nor run."""
     path, text = Path(recorded["path"]), recorded["text"]
     document = parse_document(path, text, tests=False)
     return level_of(recorded["level"], path, document, text, tested=False, as_recorded=True)
