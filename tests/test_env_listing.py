@@ -130,3 +130,20 @@ async def test_the_chooser_marks_what_run_refuses_and_starts_none_of_it(
         full = next(n for n in notices(app) if UNKNOWN_TOOL in n)
         assert "mark the turn invalid = true" in full, full  # the end the line cut
         assert isinstance(app.screen, LauncherScreen) and not app.local_runs
+
+
+def test_listing_an_mcp_env_starts_no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The console's chooser lists on its loop: an `[mcp]` env's scripts are checked as its
+    run starts (or by `loopdeck check`), never by starting its server to list it."""
+    from loopdeck.mcp_env.connection import McpConnection
+
+    started: list[str] = []
+
+    def refused(connection: McpConnection) -> None:
+        started.append(connection.name)
+        raise AssertionError("a listing started an MCP server")
+
+    monkeypatch.setattr(McpConnection, "start", refused)
+    listed = describe_env(SAMPLES / "notes_mcp")
+    assert started == [] and "error" not in listed, listed
+    assert listed["scripts"] and listed["refused"] == {}

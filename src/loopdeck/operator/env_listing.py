@@ -2,8 +2,10 @@
 its goal and scripts, and what `loopdeck run` would refuse before it starts, said there rather
 than after a choice: the folder itself (a broken `scenario.toml`, env code that fails) or one
 script (a call the env's tools refuse: an unknown tool, arguments its model refuses). Scripts
-are checked where the kind knows its tools without a run (a Python env's); an MCP server's
-are listed only as its run starts, so its scripts are checked then."""
+are checked where the kind knows its tools without a run (a Python env's); a kind whose
+opening starts something outside this process (`opens_outside`: an MCP server) lists its
+tools only as its run starts, so its scripts are checked then (or by `loopdeck check`): a
+listing, which the console reads on its loop, starts no server."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.envdir import EnvDir, find_env_dirs, load_env_dir
-from loopdeck.core.run_kind import RunKind
+from loopdeck.core.run_kind import RunKind, opens_outside
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.kinds import kind_of
 from loopdeck.operator.launch import sample_envs_root
@@ -30,7 +32,7 @@ def describe_env(path: Path) -> dict[str, Any]:
         env_dir = load_env_dir(path)
         kind = kind_of(env_dir.scenario, path / "scenario.toml")
         kind.check(env_dir)
-        refused = refused_scripts(env_dir, kind)
+        refused = {} if opens_outside(kind) else refused_scripts(env_dir, kind)
     except ScenarioError as exc:
         return {"env": path.name, "path": str(path), "error": str(exc), "scripts": {}}
     scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
