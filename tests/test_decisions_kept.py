@@ -123,6 +123,47 @@ async def test_on_postgresql_an_askings_expiry_is_judged_on_the_stores_clock(
     assert [row["state"] for row in found] == ["approved" if taken else "pending"]
 
 
+@pytest.mark.parametrize(("skew_min", "ttl_s", "taken"), [(10, 300, True), (-10, -60, False)])
+def test_on_postgresql_approve_and_pending_judge_an_expiry_on_the_stores_clock(
+    monkeypatch: pytest.MonkeyPatch, cli: Any, skew_min: int, ttl_s: float, taken: bool
+) -> None:
+    """`loopdeck approve` on a host ten minutes ahead was told the asking "expired unanswered
+    … nothing was decided" with minutes left on the store's clock, and `pending` listed it
+    expired: the command judged it on its own clock before the store could. The store judges,
+    and what the command says of an asking that did expire is still said."""
+    from conftest import fresh_pg_database
+    from test_decision_refusals import Recorded, record
+
+    from loopdeck.cli import store_commands
+    from loopdeck.core.states import RunState
+    from loopdeck.operator import entries, records
+    from loopdeck.store import queries
+    from loopdeck.store.opening import open_store
+
+    url = fresh_pg_database(monkeypatch)
+
+    async def asked() -> None:
+        store = await open_store(url)
+        try:
+            run = Recorded("r1").started(RunState.AWAITING_APPROVAL).write("c1", ttl_s=ttl_s)
+            await record(store, run)
+        finally:
+            await store.close()
+
+    asyncio.run(asked())
+    monkeypatch.setattr(_Skewed, "skew", timedelta(minutes=skew_min))
+    for module in (records, queries, entries, store_commands):
+        monkeypatch.setattr(module, "datetime", _Skewed, raising=False)
+    code, listed, err = cli("pending", "--json", "--db", url)
+    assert code == 0 and listed is not None, err
+    assert [(w["call_id"], w["expired"]) for w in listed] == [("c1", not taken)]
+    code, said, err = cli("approve", "r1", "c1", "--json", "--db", url)
+    assert said is not None and (code, said["decided"]) == (0 if taken else 1, taken), err
+    if not taken:
+        assert "c1's approval request expired unanswered at" in err
+        assert "nothing was decided" in err
+
+
 # How each run's first asking ended before the call is asked again: who decided it in the
 # store (None: nobody), whether the run took that decision, and whether it then found it no
 # longer holding; and whether the row keeps the store's decision through the next asking.

@@ -63,12 +63,10 @@ def _not_editable(args: argparse.Namespace, why: str, text: str) -> str:
     )
 
 
-def expired_words(args: argparse.Namespace, asked: Asked | None) -> str:
-    """Why a decision on this request is refused ("" when it is not): it expired unanswered,
-    and the run takes no decision on it any more (the store refuses one too, approval or
+def expired_words(args: argparse.Namespace, asked: Asked) -> str:
+    """Why a decision on this request was refused: it expired unanswered (on the store's
+    clock), and the run takes no decision on it any more (the store refuses one, approval or
     rejection: the run asks again, and only the new request's decision reaches it)."""
-    if asked is None or not asked.expired():
-        return ""
     from loopdeck.core.write_approvals import MAX_APPROVAL_ASKS as ASKS
 
     when = records.local_time(asked.expires_at.isoformat())

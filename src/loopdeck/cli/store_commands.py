@@ -13,7 +13,6 @@ import getpass
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 
 from rich.console import Console, RenderableType
 from rich.text import Text
@@ -120,7 +119,9 @@ async def _pending(store: Store, args: argparse.Namespace) -> int:
     from loopdeck.cli import decision_commands, question_commands
 
     pending, questions = await records.pending(store)
-    now = datetime.now(UTC)  # what has expired, the same in the table and in `--json`
+    # What has expired, the same in the table and in `--json`, on the clock a decision is
+    # judged on (the server's, on PostgreSQL).
+    now = await records.store_now(store)
     unknown = await decision_commands.print_unknown(store)
     question_commands.print_questions(questions)
     decision_commands.print_diffs(pending)
@@ -141,14 +142,12 @@ async def _decide(store: Store, args: argparse.Namespace) -> int:
     refuses). A run that ended is said first: nothing of it will act on any decision."""
     from loopdeck.cli import decision_commands
 
-    run = await records.named_run(store, args.run_id)
+    await records.named_run(store, args.run_id)  # not there: said by name
     approved = args.command == "approve"
     reason = "" if approved else args.reason
     asked = await records.asked(store, args.run_id, args.call_id)
     edited, grant = decision_commands.approve_terms(args, asked) if approved else (None, None)
-    if run.live and (expired := decision_commands.expired_words(args, asked)):
-        return _refused(args, expired)
-    ended = ""
+    ended = ""  # an expired asking is the store's to refuse, on its clock, not this host's
     try:
         decision = await records.decide(
             store, args.run_id, args.call_id, approved=approved, by=operator(), reason=reason,
@@ -187,8 +186,8 @@ async def _pending_words(
     now = await records.asked(store, args.run_id, args.call_id)
     if now is not None and asked is not None and now.expires_at != asked.expires_at:
         return decision_commands.asked_again_words(args, now)
-    if now is not None and (expired := decision_commands.expired_words(args, now)):
-        return expired
+    if now is not None and await records.expired_unanswered(store, args.run_id, args.call_id):
+        return decision_commands.expired_words(args, now)
     return "its request is pending but did not take your decision: nothing was decided"
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from loopdeck.core.text import capped
@@ -35,7 +35,7 @@ from loopdeck.operator.entries import (
     answer_forms,
     not_offered,
 )
-from loopdeck.store import deciding, outcome_queries, queries
+from loopdeck.store import asking_clock, deciding, outcome_queries, queries
 from loopdeck.store.base import (
     INVALIDATED,
     RUN_ID_SHOWN,
@@ -219,9 +219,11 @@ class Asked:
     arg_names: frozenset[str] | None = None
     requested_at: str | None = None  # which asking this is, as stored: a decision binds to it
 
-    def expired(self, now: datetime | None = None) -> bool:
-        """Pending past its expiry: an approval would not cover the call any more."""
-        return self.state == "pending" and (now or datetime.now(UTC)) >= self.expires_at
+
+# An asking's expiry judged on the store's clock, as a decision is (this host's may be minutes
+# off the server's), and that clock's now: what has expired, said as a decision finds it.
+expired_unanswered = asking_clock.expired_unanswered
+store_now = asking_clock.store_now
 
 
 async def asked(store: Store, run_id: str, call_id: str) -> Asked | None:

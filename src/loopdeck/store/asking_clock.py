@@ -49,3 +49,12 @@ async def expired_unanswered(store: Store, run_id: str, call_id: str) -> bool:
         (*params, run_id, call_id),
     )
     return bool(rows) and not rows[0]["unexpired"]
+
+
+async def store_now(store: Store) -> datetime:
+    """The store's clock now (the server's on PostgreSQL): what a listing says has expired
+    is what a decision would find expired."""
+    if store.backend != POSTGRESQL:
+        return datetime.now(UTC)
+    rows = await store.fetchall(f"SELECT to_char({PG_NOW} AT TIME ZONE 'UTC', '{PG_ISO}') AS now")
+    return datetime.fromisoformat(str(rows[0]["now"]))
