@@ -416,3 +416,34 @@ async def test_a_fork_past_its_fork_point_never_allows_by_a_rule_todays_load_ref
         assert "would be refused if read today" in said[0].errors[0]
     finally:
         await store.close()
+
+
+async def test_a_run_queued_before_policies_were_recorded_that_asked_under_none_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Its log asked with no `PolicyInForce` (a policy records itself before the first ask it
+    rules): it had no policy, and goes on under none, not refused for its options' lack."""
+    import worker_helpers
+
+    from loopdeck.operator.placement import submitted
+
+    def queued_before(run: Any) -> dict[str, Any]:
+        kept = submitted(run)
+        del kept["policy_levels"]
+        return kept
+
+    monkeypatch.setattr(worker_helpers, "submitted", queued_before)
+    whole = await worker_helpers.uninterrupted(tmp_path / "first", "r1")
+    asked = next(i for i, e in enumerate(whole) if isinstance(e, ApprovalRequested))
+    assert not any(isinstance(e, PolicyInForce) for e in whole)
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        await left_by_a_lost_worker(store, root, "r1", whole[: asked + 1], options(root))
+        await with_a_worker(db, lambda: ended(store, "r1"))
+        log = await stored(store, "r1")
+    finally:
+        await store.close()
+    stop = log[-1]
+    assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+    assert significant(log) == significant(whole)

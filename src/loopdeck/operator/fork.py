@@ -40,7 +40,7 @@ from functools import partial
 from typing import Any
 
 from loopdeck.core.canonical import short_hash
-from loopdeck.core.events import CallProposed, Event, PolicyInForce, StateSeen
+from loopdeck.core.events import ApprovalRequested, CallProposed, Event, PolicyInForce, StateSeen
 from loopdeck.core.replay_events import ModelReplied, RunForked
 from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
@@ -232,9 +232,14 @@ async def _options_of(
 
 
 def recorded_policy(log: list[Event]) -> list[dict[str, str]] | None:
-    """The policy the run recorded it was decided under (each level's text), if it did."""
+    """The policy the run recorded it was decided under (each level's text), if it did; []
+    where its log says it had none: a policy records itself (`PolicyInForce`) before the
+    first ask it rules, so a run that asked with none recorded was decided under none. None:
+    its log cannot say (no ask yet)."""
     in_force = next((e for e in log if isinstance(e, PolicyInForce)), None)
-    return None if in_force is None else [dict(level) for level in in_force.levels]
+    if in_force is not None:
+        return [dict(level) for level in in_force.levels]
+    return [] if any(isinstance(e, ApprovalRequested) for e in log) else None
 
 
 def stale_policy(run_id: str, levels: list[dict[str, str]] | None) -> list[str]:

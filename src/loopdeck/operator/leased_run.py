@@ -8,8 +8,9 @@ is killed here without a word of it reaching the store: the run is another worke
 
 A run is decided under the policy it recorded (its log's `PolicyInForce`, else the text its
 options keep), never under what the policy files say when it is claimed again: a file edited
-meanwhile changes nothing of it; a run queued before its policy's text was kept with it is
-refused (`placement.unrecorded_policy`). A recorded rule today's load would refuse is
+meanwhile changes nothing of it (a log that asked with no `PolicyInForce`: it had none); a
+run queued before its policy's text was kept with it, and whose log cannot say, is refused
+(`placement.unrecorded_policy`). A recorded rule today's load would refuse is
 evaluated as the run evaluated it only while the run is rebuilt from its log; once live, it
 fails closed (`policy/gate.RunPolicy.rebuilding`). A run that cannot be rebuilt all the same ends
 `crashed`, saying why in words; a write it had asked for and that was decided while it was

@@ -69,7 +69,8 @@ def unrecorded_policy(kept: dict[str, Any]) -> str | None:
     """Why a run queued with the options `kept` cannot be decided under the policy it was
     submitted with: it was queued before the text checked at submit was kept with a run
     (`policy_levels`), so it keeps only its policy's path. Today's files are not read in its
-    stead: they may not be what was checked then. None: its text is kept."""
+    stead: they may not be what was checked then. Asked only of a run whose log cannot say
+    its policy (`fork.recorded_policy`). None: its text is kept."""
     if "policy_levels" in kept:
         return None
     policy = kept.get("policy")
