@@ -100,3 +100,40 @@ async def test_pending_json_shows_an_agents_edit_as_its_diff(tmp_path: Path) -> 
     [entry] = [e for e in json.loads(listed.stdout) if e.get("tool") == "edit"]
     assert entry["args"] == {"path": "calc.py"}
     assert entry["diff"].startswith("--- a/calc.py\n+++ b/calc.py\n") and FIX in entry["diff"]
+
+
+def _shown_diff_of_a_write(workdir: Path, path: str) -> str:
+    """The diff a call writing `path` whole is asked with, read on a thread of its own: a
+    FIFO the read waits on is given a writer (and the test fails) rather than hang the run."""
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    from loopdeck.acp_env.permitted_writes import shown_diff
+
+    call = SimpleNamespace(raw_input={"file_path": path, "content": "new\n"}, locations=None,
+                           content=None)  # fmt: skip
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.append(shown_diff(workdir, call)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    if reader.is_alive():  # waiting on the FIFO: let it go, then fail
+        os.close(os.open(workdir / path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+        raise AssertionError(f"the diff of {path} waited on its FIFO")
+    return said[0]
+
+
+def test_a_fifo_at_a_writes_path_is_never_waited_on_for_its_diff(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "pipe")
+    assert _shown_diff_of_a_write(tmp_path, "pipe") == "pipe: not a regular file; no diff shown\n"
+
+
+def test_a_file_past_the_read_cap_is_not_diffed_whole(tmp_path: Path) -> None:
+    from loopdeck.core.write_diff import READ_CAP
+
+    (tmp_path / "big.txt").write_text("a\n" * (READ_CAP // 2 + 1), encoding="utf-8")
+    said = _shown_diff_of_a_write(tmp_path, "big.txt")
+    assert said == f"big.txt: larger than {READ_CAP // 1024} KiB; no diff shown\n", said[:200]

@@ -24,7 +24,7 @@ from typing import Any
 
 from loopdeck.acp_env.bridge import OutsideWorkdir, inside
 from loopdeck.acp_env.call_input import PATH_KEYS
-from loopdeck.core.write_diff import file_diff
+from loopdeck.core.write_diff import Undiffable, current_text, file_diff
 
 SILENT = object()  # the call names the file and says nothing of its content
 OLD_KEYS = ("old_string", "oldString")
@@ -64,7 +64,11 @@ def shown_diff(workdir: Path, *calls: Any) -> str:
     said = []
     for target, text in shown_contents(workdir, *calls).items():
         if isinstance(text, str):
-            diff = file_diff(target.relative_to(root).as_posix(), _text_of(target), text)
+            name = target.relative_to(root).as_posix()
+            try:
+                diff = file_diff(name, current_text(target, name, line_ends=True), text)
+            except Undiffable as exc:  # a FIFO, a file past the cap: why no diff is shown
+                diff = str(exc)
             said.append(diff if diff.endswith("\n") else diff + "\n")
     return "".join(said)
 
@@ -233,9 +237,11 @@ def _diff_applied(before: Any, item: Any) -> Any:
 
 
 def _text_of(path: Path) -> str | None:
-    """The file's text as it is on disk (its line endings as they are)."""
+    """The file's text as it is on disk (its line endings as they are), read whole (what it
+    must hold is checked whole); None where it is not there or is no regular file's text
+    (`core/write_diff.current_text`: a FIFO refused, never waited on): an edit of it
+    cannot be told."""
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError):
+        return current_text(path, path.name, line_ends=True, cap=None)
+    except Undiffable:
         return None

@@ -3,13 +3,17 @@ it is in the working copy (a new file's lines all added), for the operator decid
 
 A call writes a file when its arguments name one (`path`, `file_path`) and give its content
 (`content`, `text`), both strings. `file_diff` is pure; `write_diff` reads the file, so it runs
-off the event loop (`asyncio.to_thread`).
+off the event loop (`asyncio.to_thread`). A file is read to be diffed only when it is a regular
+file (opened `O_NONBLOCK`: a FIFO at the path is refused, never waited on) of at most
+`READ_CAP` bytes (`current_text`): else the diff says why none is shown.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from loopdeck.core.text import capped
@@ -51,19 +55,45 @@ def write_diff(workdir: Path, args: dict[str, Any]) -> str:
     if not target.is_relative_to(root) or target == root:
         return ""
     name = target.relative_to(root).as_posix()
-    if not target.exists():
-        return file_diff(name, None, content)
-    if not target.is_file():
-        return f"{name}: not a regular file; no diff shown"
     try:
-        if target.stat().st_size > READ_CAP:
-            return f"{name}: larger than {READ_CAP // 1024} KiB; no diff shown"
-        old = target.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        return f"{name}: not UTF-8 text now; the write replaces it whole"
-    except OSError as exc:
-        return f"{name}: cannot be read for a diff ({exc.strerror or exc})"
+        old = current_text(target, name)
+    except Undiffable as exc:
+        return str(exc)
     return file_diff(name, old, content)
+
+
+class Undiffable(Exception):
+    """A file a write's diff cannot be shown against: its words say why."""
+
+
+def current_text(
+    target: Path, name: str, *, line_ends: bool = False, cap: int | None = READ_CAP
+) -> str | None:
+    """The file's text now, to diff a write against (None: it is not there), its line ends
+    as `\n` unless `line_ends` (as they are). `Undiffable`, naming `name`, when it is no
+    regular file (opened `O_NONBLOCK`: a FIFO is refused, never waited on), is larger than
+    `cap` bytes (None: read whole), is no UTF-8 text, or cannot be read."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Undiffable(f"{name}: cannot be read for a diff ({exc.strerror or exc})") from None
+    with open(fd, "rb") as file:
+        try:
+            if not S_ISREG(os.fstat(fd).st_mode):
+                raise Undiffable(f"{name}: not a regular file; no diff shown")
+            data = file.read(-1 if cap is None else cap + 1)
+        except OSError as exc:
+            said = f"{name}: cannot be read for a diff ({exc.strerror or exc})"
+            raise Undiffable(said) from None
+    if cap is not None and len(data) > cap:
+        raise Undiffable(f"{name}: larger than {cap // 1024} KiB; no diff shown")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Undiffable(f"{name}: not UTF-8 text now; the write replaces it whole") from None
+    return text if line_ends else text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _lines(text: str) -> list[str]:
