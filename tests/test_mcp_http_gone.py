@@ -112,3 +112,27 @@ def test_the_ping_interval_is_the_scenarios_to_set() -> None:
     assert McpConfig(url=url, ping_interval_s=0).ping_interval_s == 0  # never pinged
     with pytest.raises(ValueError, match="ping_interval_s"):
         McpConfig(url=url, ping_interval_s=-1)
+
+
+async def test_a_ping_waits_as_long_as_the_runs_slowest_call_may_take(tmp_path: Path) -> None:
+    """A server may answer nothing while it works on a call (a tool that blocks its loop):
+    a ping is given the longest timeout the scenario sets, not only `call_timeout_s`, so a
+    tool given more is not cut off as the server found gone mid-call."""
+    import anyio
+    from mcp.shared.exceptions import MCPError
+
+    from loopdeck.mcp_env.connection import McpConnection
+
+    config = McpConfig(url="http://127.0.0.1:1/mcp", call_timeout_s=5, ping_interval_s=0.001,
+                       tools={"slow_export": {"timeout_s": 600}})  # fmt: skip
+    connection = McpConnection(config, tmp_path, tmp_path / "err.log")
+    given: list[float] = []
+
+    class Session:
+        async def send_ping(self) -> None:
+            given.append(anyio.current_effective_deadline() - anyio.current_time())
+            raise MCPError(-32600, "session gone")  # ends the pings
+
+    await connection._pinged(Session())
+    assert len(given) == 1 and given[0] > 590, given
+    assert connection.gone == "a ping answered error -32600: session gone"

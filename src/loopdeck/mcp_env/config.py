@@ -83,7 +83,8 @@ class McpConfig(BaseModel):
     call_timeout_s: float = Field(default=30.0, gt=0)  # a tool's timeout when none is set
     # A server over HTTP (`url`) has no process of loopdeck's to watch: it is pinged this
     # often, so its end stops the run at once, whatever the run waits for; a ping it does not
-    # answer within `call_timeout_s` is its end too. 0: never pinged (found at a request).
+    # answer within the longest request timeout (`connection.ping_bound_s`) is its end too.
+    # 0: never pinged (found at a request).
     ping_interval_s: float = Field(default=5.0, ge=0)
 
     @model_validator(mode="after")

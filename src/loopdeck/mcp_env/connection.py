@@ -12,7 +12,8 @@ A stdio server is loopdeck's own process under `loopdeck.workdir.guardian`
 (`stdio_server.py`), so it never outlives the runner, and its end is seen as it happens,
 whatever the run waits for: said once to whoever asked (`when_gone`), with its exit status.
 A server over HTTP (`url`) is pinged every `ping_interval_s` instead: its connection failing
-(refused, reset: the SDK's transport ends), a ping unanswered within `call_timeout_s`, or
+(refused, reset: the SDK's transport ends), a ping unanswered within the longest a request of
+the run may take (`ping_bound_s`: a server busy with its slowest call is not gone), or
 answered with an error (its session gone) is its end, said the same way, in the same words.
 Its stderr goes to a file (`errlog`), whose tail names what went wrong; its log's warnings
 are said and kept as the run's findings (`server_log.py`). A server that went
@@ -47,6 +48,16 @@ CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under
 REQUEST_TIMEOUT = -32001  # the SDK's, for a request past its read timeout
 SAID_CAP = 1000  # a server's words in a stop's detail
 EXIT_SEEN_S = 2.0  # from a server's output closing to its exit status
+
+
+def ping_bound_s(config: McpConfig) -> float:
+    """How long a ping may go unanswered before the server is gone: the longest any request
+    of the run may take (`call_timeout_s`, a tool's or a snapshot entry's `timeout_s`), as a
+    server may answer nothing else while it works on one (a tool that blocks its loop)."""
+    entries = config.snapshot if isinstance(config.snapshot, list) else []
+    configured = [override.timeout_s for override in config.tools.values()]
+    configured += [entry.timeout_s for entry in entries]
+    return max([config.call_timeout_s, *(t for t in configured if t is not None)])
 
 
 class ServerFailed(Exception):
@@ -165,12 +176,12 @@ class McpConnection:
 
     async def _pinged(self, session: Any) -> None:
         """A server over HTTP pinged every `ping_interval_s` until one ping finds it gone:
-        unanswered within `call_timeout_s`, or answered with an error. A connection refused
+        unanswered within `ping_bound_s`, or answered with an error. A connection refused
         or reset ends the SDK's transport instead, which `_own` says."""
         import anyio
         from mcp.shared.exceptions import MCPError
 
-        every, within = self.config.ping_interval_s, self.config.call_timeout_s
+        every, within = self.config.ping_interval_s, ping_bound_s(self.config)
         while True:
             await anyio.sleep(every)
             try:
