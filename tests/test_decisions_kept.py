@@ -272,3 +272,152 @@ def test_an_approval_that_no_longer_held_is_never_an_unknown_outcome(
     code, said, err = cli("approve", "r1", "c1", "--json", "--db", str(db))
     assert code == 1 and said is not None and said["state"] == "invalidated"
     assert "approved by ops, and the approval no longer held (the call's state" in err
+
+
+async def _run_reading_late(
+    db: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    first_approved: bool,
+    rule_allows_again: bool = False,
+    moved: bool = False,
+) -> tuple[Any, list[Any]]:
+    """order_support/solve waiting on the store, each asking open 0.5 s: the store takes the
+    operator's decision (`first_approved`) on the first asking and the run cannot read it
+    before that asking expires (it asks again, and reads it then). `rule_allows_again`: a
+    policy's rule allows the call's asks after the first; `moved`: the state moved between
+    the proposal and the expiry; a third asking, if any, is approved by the operator."""
+    from conftest import SAMPLES
+
+    from loopdeck.core.decided_by import DecidedBy
+    from loopdeck.core.policy_gate import Ruling
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.session import RunSession
+    from loopdeck.store import approver, deciding
+
+    real_reader = approver.decision_from_store
+    reads: list[Any] = []
+
+    async def late_reader(store: Any, request: Any) -> ApprovalDecision:
+        reads.append(request)
+        if len(reads) == 1:
+            first = ApprovalDecision(
+                call_id=request.call_id, approved=first_approved, reason="no", by="ops"
+            )
+            assert await deciding.decide(store, request.run_id, first)
+            await asyncio.Event().wait()  # never read: the store out of reach meanwhile
+        if len(reads) == 3:
+            yes = ApprovalDecision(call_id=request.call_id, approved=True, by="ops")
+            assert await deciding.decide(store, request.run_id, yes)
+        return await real_reader(store, request)
+
+    monkeypatch.setattr(approver, "decision_from_store", late_reader)
+    session = RunSession(db)
+    options = RunOptions(env=str(SAMPLES / "order_support"), script="solve", approve="wait")
+    runtime = session.prepare(options).runtime
+    runtime.config = runtime.config.model_copy(update={"approval_ttl_s": 0.5})
+    events: list[Any] = []
+    runtime.bus.subscribe(events.append)
+    real_hash = runtime.state_hash
+
+    async def state_hash() -> str:
+        expired = any(e.kind == "approval_invalidated" for e in events)
+        return await real_hash() + ("-moved" if moved and expired else "")
+
+    runtime.state_hash = state_hash  # type: ignore[method-assign]
+    step = runtime.calls.approvals.policy
+    real_ruling = step.ruling
+    rulings: list[Any] = []
+
+    def ruling(record: Any, *args: Any) -> Ruling:
+        rulings.append(record.call_id)
+        if not rule_allows_again or rulings.count(record.call_id) == 1:
+            return real_ruling(record, *args)
+        by = DecidedBy(who="rule", rule_id="again", level="run", policy_sha256="0" * 64)
+        made = ApprovalDecision(call_id=record.call_id, approved=True, by=by.words())
+        return Ruling(made, by)
+
+    monkeypatch.setattr(step, "ruling", ruling)
+    try:
+        async with session.opened():
+            outcome = await session.record()
+    finally:
+        session.cleanup()
+    return outcome, events
+
+
+async def test_a_rule_never_overrides_the_stores_decision_on_an_earlier_asking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator rejected the first asking (the store took it before it expired); the run
+    asked again before reading it and a rule allowed the new asking: the write ran while its
+    row said rejected by the operator. The standing decision is the one taken."""
+    db = tmp_path / "s.db"
+    outcome, events = await _run_reading_late(
+        db, monkeypatch, first_approved=False, rule_allows_again=True
+    )
+    decided = [e for e in events if e.kind == "approval_decided"]
+    assert [(e.approved, e.by) for e in decided] == [(False, "ops")]
+    assert [e.on_earlier_ask for e in decided] == [1]
+    update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
+    assert update.status.value != "executed"
+    assert await _row(db, outcome.run_id, update.call_id) == ("rejected", "ops")
+    # Rebuilt from the log, the decision stands over the rule's again, where it stood.
+    from loopdeck.core.approvals import ApprovalRequest
+    from loopdeck.core.replay_log import ReplayLog
+
+    log = ReplayLog(events)
+    log.at = log.sig.index(decided[0])
+    asked = next(e for e in reversed(events) if e.kind == "approval_requested")
+    standing = log.standing(ApprovalRequest.model_validate(asked.model_dump()))
+    assert standing is not None and (standing.approved, standing.on_earlier_ask) == (False, 1)
+
+
+async def _row(db: Path, run_id: str, call_id: str) -> tuple[str, str]:
+    """What the store says of the call's asking: its state and who decided."""
+    from loopdeck.store import queries
+    from loopdeck.store.opening import open_store
+
+    store = await open_store(db)
+    try:
+        row = await queries.approval_state(store, run_id, call_id)
+    finally:
+        await store.close()
+    assert row is not None
+    return row["state"], row["decided_by"]
+
+
+async def test_a_decision_on_an_earlier_asking_is_rebuilt_bound_to_that_asking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's approval of the first asking, read after the run asked again, binds the
+    first asking (its state, which moved before it expired): the approval no longer holds and
+    the call is asked a third time. The log did not say which asking it was, and a rebuilt
+    run bound it to the second (the state as it expired): approved, diverging from the log."""
+    from loopdeck.core.approvals import ApprovalRequest
+    from loopdeck.core.asked_on import made_on
+    from loopdeck.core.replay_log import ReplayLog
+
+    outcome, events = await _run_reading_late(
+        tmp_path / "s.db", monkeypatch, first_approved=True, moved=True
+    )
+    decided = [e for e in events if e.kind == "approval_decided"]
+    assert [(e.approved, e.by, e.on_earlier_ask) for e in decided] == [
+        (True, "ops", 1),
+        (True, "ops", 0),
+    ]
+    invalidated = [e.problem for e in events if e.kind == "approval_invalidated"]
+    assert len(invalidated) == 2 and "state changed" in invalidated[1]
+    update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
+    assert update.status.value == "executed"
+    # Rebuilt: the log serves the decision where the run took it, and it binds the asking
+    # the live run bound (the first), not the one asked when it was read.
+    asked = [
+        ApprovalRequest.model_validate({**e.model_dump(), "run_id": e.run_id})
+        for e in events
+        if e.kind == "approval_requested"
+    ]
+    log = ReplayLog(events)
+    log.at = log.sig.index(decided[0])
+    served = log.decision(asked[1])
+    assert made_on(asked[1], served, [asked[0]]) is asked[0]

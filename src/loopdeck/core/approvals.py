@@ -9,7 +9,7 @@ and the store to the `approval_decided` event); the call is *dispatched* under i
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -58,6 +58,9 @@ class ApprovalDecision(BaseModel):
     # store's row): an earlier one than the run asks now when the run asked again before it
     # read a decision the store had taken. None: the asking it answers.
     asked_at: datetime | None = None
+    # The same, by position, as a run's log records it (`ApprovalDecided.on_earlier_ask`): the
+    # n-th asking back among those that ended unanswered. 0: the asking it answers.
+    on_earlier_ask: int = 0
 
     def with_reason(self) -> ApprovalDecision:
         """A rejection without a reason says it was the operator's."""
@@ -175,6 +178,15 @@ class Approver(Protocol):
     """Asked for the decision on a write. Cancelling the awaiting task withdraws the request."""
 
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision: ...
+
+
+@runtime_checkable
+class StandingDecisions(Protocol):
+    """An approver that can say at once, without waiting, a decision taken on an earlier
+    asking of the call that the run has not read (the store took it before that asking
+    expired): it stands over whatever decides the asking now, a policy's rule too."""
+
+    async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None: ...
 
 
 class AutoApprover:

@@ -41,6 +41,10 @@ class ApprovalDecided(EventBase):
     grant_id: str | None = None  # approved by this standing grant, not asked
     # Who decided: an operator and the channel, the default, a grant, a policy's rule.
     decided_by: DecidedBy | None = None
+    # The asking it was made on: 0, the one just asked; n, the n-th back among those that
+    # ended unanswered (the store took it before that one expired; the run read it later).
+    # Its arguments and state are what the receipt binds, rebuilt alike from the log.
+    on_earlier_ask: int = 0
 
 
 class PolicyInForce(EventBase):

@@ -23,6 +23,7 @@ from loopdeck.core.approvals import (
     ApprovalReceipt,
     ApprovalRequest,
     Approver,
+    StandingDecisions,
 )
 from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused, RetryHook
@@ -248,6 +249,12 @@ class ReplayApprover:
         if not self.log.live:
             return self.log.decision(request)
         return await self.inner.ask(request)
+
+    async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        if not self.log.live:
+            return self.log.standing(request)
+        inner = self.inner
+        return await inner.standing(request) if isinstance(inner, StandingDecisions) else None
 
 
 class ReplayAnswerer:

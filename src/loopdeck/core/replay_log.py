@@ -241,11 +241,20 @@ class ReplayLog:
             return ApprovalDecision(
                 call_id=came.call_id, approved=came.approved, reason=came.reason, by=came.by,
                 args=came.args, grant=None if grant is None else _rule(grant),
+                on_earlier_ask=came.on_earlier_ask,
             )  # fmt: skip
         if isinstance(came, ApprovalInvalidated) and came.call_id == request.call_id:
             raise TimeoutError(came.problem)
         self.diverge(f"an ask for {request.call_id}", came)
         raise AssertionError
+
+    def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        """The decision the log has next if the run took it as a standing one, made on an
+        earlier asking (over what a rule says of this one), else None."""
+        came = self.next()
+        if isinstance(came, ApprovalDecided) and came.call_id == request.call_id:
+            return self.decision(request) if came.on_earlier_ask else None
+        return None
 
     def answer(self, question_id: str) -> Answer:
         """The recorded answer; one that came by the question's own timeout raises it."""

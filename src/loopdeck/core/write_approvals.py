@@ -23,8 +23,10 @@ from loopdeck.core.approvals import (
     ApprovalReceipt,
     ApprovalRequest,
     Approver,
+    StandingDecisions,
     request_for,
 )
+from loopdeck.core.asked_on import asks_back, made_on
 from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
@@ -186,23 +188,27 @@ class WriteApprovals:
         asked_in = again.state_hash if again else None
         ruling = self.policy.ruling(record, self.rt.calls, call.tool, proposed, asked_in)
         request = await self._request(record, call, decision, again, proposed, ruling)
-        decided = await self._ask(request, record, ruling)
+        decided = await self._ask(request, record, ruling, unanswered)
         if decided is None:  # nobody decided before the request expired: asked again
             expired = f"the request expired unanswered at {request.expires_at:%H:%M:%S} UTC"
             self.invalidated(record.call_id, expired, unanswered=True)
             args_kept = again.args if again else None
             return AskAgain(expired, await self.rt.state_hash(), args_kept, request)
-        request = made_on(request, decided, unanswered)
+        if ruling.decision is not None and decided is not ruling.decision:
+            ruling = Ruling()  # a decision the store took on an earlier asking stood over it
+        bound = made_on(request, decided, unanswered)
+        back, request = (asks_back(bound, unanswered) if bound is not request else 0), bound
         proposed = request.args
         if decided.approved and decided.args is not None and spec.not_editable:
             decided = told_instead(decided, spec.not_editable)
         if not decided.approved:
-            self._decided(request, decided, ruling, record)
+            self._decided(request, decided, ruling, record, back=back)
             self.rt.move(RunState.DECIDING)
             return Rejected(capped(decided.reason or "rejected by the operator", REASON_CAP))
         args, refused = self._edit(spec, proposed, decided.args)
         changes = arg_changes(call.args, args) if args != call.args else []
-        self._decided(request, decided, ruling, record, args if changes else None, changes)
+        edit = args if changes else None
+        self._decided(request, decided, ruling, record, edit, changes, back)
         if refused:
             self.invalidated(record.call_id, refused)
             return AskAgain(refused, request.state_hash)
@@ -290,13 +296,18 @@ class WriteApprovals:
         return f"{step}. {self.rt.plan[step - 1]}"
 
     async def _ask(
-        self, request: ApprovalRequest, record: CallRecord, ruling: Ruling
+        self,
+        request: ApprovalRequest,
+        record: CallRecord,
+        ruling: Ruling,
+        unanswered: Sequence[ApprovalRequest] = (),
     ) -> ApprovalDecision | None:
         """The decision (a rule's or a grant's made already: nobody is asked), or None when
         the request expired with nobody deciding (a decision refused once it expired would
         otherwise leave the run waiting on nothing). A decision the store took before the
         expiry is still looked for `LAST_LOOK_S` past it: the approver may not have read it
-        yet, and the next ask would replace it unread."""
+        yet, and the next ask would replace it unread. One it took on an earlier asking that
+        ended `unanswered` stands over a rule's: the row and the run say the same."""
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
@@ -308,7 +319,7 @@ class WriteApprovals:
             **request.model_dump(exclude={"run_id"}),
         )
         if ruling.decision is not None:  # still a recorded decision, by the rule or grant
-            return ruling.decision
+            return await self._standing(request, unanswered) or ruling.decision
         self.pending = request
         left = max((request.expires_at - datetime.now(UTC)).total_seconds(), 0.0)
         try:
@@ -320,6 +331,17 @@ class WriteApprovals:
         self.pending = None
         return decided
 
+    async def _standing(
+        self, request: ApprovalRequest, unanswered: Sequence[ApprovalRequest]
+    ) -> ApprovalDecision | None:
+        """A decision the approver has at once on one of the `unanswered` askings, if any."""
+        if not unanswered or not isinstance(approver := self.approver, StandingDecisions):
+            return None
+        found = await self.rt.interruptible(approver.standing(request), by_cancel=True)
+        if found is None or made_on(request, found, unanswered) is request:
+            return None  # none, or not on an earlier asking: the ruling decides this one
+        return found
+
     def _decided(
         self,
         request: ApprovalRequest,
@@ -328,6 +350,7 @@ class WriteApprovals:
         record: CallRecord,
         args: dict[str, Any] | None = None,
         changes: list[str] | None = None,
+        back: int = 0,
     ) -> None:
         """Recorded with who decided: the ruling's rule or grant, else whoever answered."""
         by = ruling.decided_by if ruling.decision is not None else None
@@ -343,20 +366,11 @@ class WriteApprovals:
             changes=changes or [],
             grant_id=ruling.grant.grant_id if ruling.grant else None,
             decided_by=record.decided_by,
+            on_earlier_ask=back,
         )
 
 
 LOOPDECK = "loopdeck"  # who decided a call nobody was asked about
-
-
-def made_on(
-    request: ApprovalRequest, decided: ApprovalDecision, unanswered: Sequence[ApprovalRequest]
-) -> ApprovalRequest:
-    """The asking a decision was made on: the one asked now, or the earlier one it names
-    (`ApprovalDecision.asked_at`) among those that ended unanswered."""
-    if decided.asked_at is None or decided.asked_at == request.requested_at:
-        return request
-    return next((r for r in unanswered if r.requested_at == decided.asked_at), request)
 
 
 def told_instead(decided: ApprovalDecision, why: str) -> ApprovalDecision:

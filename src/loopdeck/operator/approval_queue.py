@@ -19,6 +19,7 @@ from loopdeck.store.approver import (
     answer_from_store,
     decision_from_store,
     flush_when_available,
+    standing_decision,
 )
 
 Listener = Callable[[], None]
@@ -140,6 +141,9 @@ class StoreBackedQueue(ApprovalQueue):
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
         store = self.recording.store
         return await self._race(super().ask(request), lambda: decision_from_store(store, request))
+
+    async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        return await standing_decision(self.recording.store, request)
 
     async def decide(self, decision: ApprovalDecision, tell: Tell) -> bool:
         item = self._open(decision.call_id)

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
 from loopdeck.core.grant_rules import GrantRule
 from loopdeck.store import queries
-from loopdeck.store.base import Store, StoreUnavailable
+from loopdeck.store.base import UNTAKEN, Store, StoreUnavailable
 from loopdeck.store.writer import EventWriter
 
 POLL_S = 0.1
@@ -47,24 +47,38 @@ async def flush_when_available(writer: EventWriter) -> None:
             continue  # the writer is in an outage now: wait for its end
 
 
+def _decision(request: ApprovalRequest, row: dict[str, Any]) -> ApprovalDecision | None:
+    """The row's decision with the asking it was made on; None while it has none."""
+    if row["state"] not in ("approved", "rejected"):
+        return None
+    edited, grant, asked = row["edited_args"], row["grant_rule"], row["requested_at"]
+    return ApprovalDecision(
+        call_id=request.call_id,
+        approved=row["state"] == "approved",
+        reason=row["reason"] or "",
+        by=row["decided_by"] or "store",
+        args=None if edited is None else json.loads(edited),
+        grant=None if grant is None else GrantRule.model_validate_json(grant),
+        asked_at=None if asked is None else datetime.fromisoformat(str(asked)),
+    )
+
+
 async def decision_from_store(store: Store, request: ApprovalRequest) -> ApprovalDecision:
     """The decision the store has on the call, with the asking it was made on: the one
-    asked, or an earlier one the run asked again after (its re-ask never replaces a decided
-    row: `store/event_rows.py`), which the run binds it to."""
+    asked, or an earlier one the run asked again after (its re-ask never replaces a row the
+    store decided and the run has not taken: `store/event_rows.py`), which the run binds it to."""
     while True:
         row = await _approval_row(store, request.run_id, request.call_id)
-        if row is not None and row["state"] in ("approved", "rejected"):
-            edited, grant, asked = row["edited_args"], row["grant_rule"], row["requested_at"]
-            return ApprovalDecision(
-                call_id=request.call_id,
-                approved=row["state"] == "approved",
-                reason=row["reason"] or "",
-                by=row["decided_by"] or "store",
-                args=None if edited is None else json.loads(edited),
-                grant=None if grant is None else GrantRule.model_validate_json(grant),
-                asked_at=None if asked is None else datetime.fromisoformat(str(asked)),
-            )
+        if row is not None and (decided := _decision(request, row)) is not None:
+            return decided
         await store.wait_for_change(POLL_S)
+
+
+async def standing_decision(store: Store, request: ApprovalRequest) -> ApprovalDecision | None:
+    """A decision the store took on the call that its run has not taken, read once (None: the
+    store has none, or cannot be read now): `StandingDecisions`."""
+    row = await _approval_row(store, request.run_id, request.call_id)
+    return None if row is None or not row[UNTAKEN] else _decision(request, row)
 
 
 class StoreApprover:
@@ -77,6 +91,9 @@ class StoreApprover:
         # The pending row is visible to other processes from here on.
         await flush_when_available(self.recording.writer)
         return await decision_from_store(self.recording.store, request)
+
+    async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        return await standing_decision(self.recording.store, request)
 
 
 async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answer:

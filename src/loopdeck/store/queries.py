@@ -243,10 +243,10 @@ async def answer(
 
 async def approval_state(store: Store, run_id: str, call_id: str) -> dict[str, Any] | None:
     """The call's row: state, decided_by, reason, the decision's edit and grant (JSON text or
-    None), when its request was asked (which asking it is) and when it expires."""
+    None), when its request was asked (which asking it is), when it expires, `untaken`."""
     rows = await store.fetchall(
         "SELECT state, decided_by, reason, edited_args, grant_rule, tool, outcome, expires_at,"
-        " requested_at FROM approvals WHERE run_id = ? AND call_id = ?",
+        f" requested_at, {UNTAKEN} FROM approvals WHERE run_id = ? AND call_id = ?",
         (run_id, call_id),
     )
     return dict(rows[0]) if rows else None
