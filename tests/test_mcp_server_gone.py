@@ -11,6 +11,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import Recorder
 from mcp_processes import servers_below
 from store_helpers import last_json, loopdeck, start_runner, wait_for_pending
@@ -66,6 +67,7 @@ async def test_a_server_killed_while_a_write_waits_stops_the_run_at_once() -> No
     assert [e.call_id for e in recorder.kinds("approval_withdrawn")] == ["c1"]
 
 
+@pytest.mark.slow  # a runner and two CLI processes, seconds: `make stress` runs it
 async def test_pending_forgets_the_write_of_a_dead_server_and_approve_refuses_it(
     tmp_path: Path,
 ) -> None:

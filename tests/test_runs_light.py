@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from store_helpers import loopdeck
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_envs"
@@ -22,6 +23,7 @@ print(sorted(m for m in sys.modules if m == "pydantic" or m == "loopdeck.core.ev
 """
 
 
+@pytest.mark.slow  # fresh interpreters, seconds: `make stress` runs it (CI too)
 def test_listing_runs_imports_no_event_and_no_pydantic(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     ran = loopdeck("run", str(SAMPLES / "order_support"), "--headless", "--approve", "auto", db=db)

@@ -81,6 +81,7 @@ def probe(code: str, *args: str, tuning_switch: str | None = None) -> dict[str, 
     return found
 
 
+@pytest.mark.slow  # a fresh interpreter importing LiteLLM, seconds: `make stress` runs it (CI too)
 def test_an_embedders_run_with_litellm_leaves_the_interpreter_as_it_was() -> None:
     found = probe(EMBEDDER, str(SAMPLES / "order_support"))
     assert found["stop"] == "goal_met"
