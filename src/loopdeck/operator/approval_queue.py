@@ -19,7 +19,7 @@ from loopdeck.store.approver import (
     answer_from_store,
     decision_from_store,
     flush_when_available,
-    standing_decision,
+    standing_in,
 )
 
 Listener = Callable[[], None]
@@ -143,7 +143,7 @@ class StoreBackedQueue(ApprovalQueue):
         return await self._race(super().ask(request), lambda: decision_from_store(store, request))
 
     async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
-        return await standing_decision(self.recording.store, request)
+        return await standing_in(self.recording, request)
 
     async def decide(self, decision: ApprovalDecision, tell: Tell) -> bool:
         item = self._open(decision.call_id)

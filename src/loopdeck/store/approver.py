@@ -75,10 +75,26 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
 
 
 async def standing_decision(store: Store, request: ApprovalRequest) -> ApprovalDecision | None:
-    """A decision the store took on the call that its run has not taken, read once (None: the
-    store has none, or cannot be read now): `StandingDecisions`."""
-    row = await _approval_row(store, request.run_id, request.call_id)
-    return None if row is None or not row[UNTAKEN] else _decision(request, row)
+    """A decision the store took on the call that its run has not taken (None: the store has
+    none): `StandingDecisions`. While the store cannot be read the read is waited out, never
+    taken as "none": a decision stays untaken exactly when the run could not reach the store,
+    and a rule's word in its place would carry out what the operator rejected (the run's
+    kill or stop still ends the wait)."""
+    while True:
+        try:
+            row = await queries.approval_state(store, request.run_id, request.call_id)
+        except StoreUnavailable:
+            await store.wait_for_change(POLL_S)
+            continue
+        return None if row is None or not row[UNTAKEN] else _decision(request, row)
+
+
+async def standing_in(recording: Recording, request: ApprovalRequest) -> ApprovalDecision | None:
+    """The standing decision once the asking's own row has landed (a decision that lands
+    after the read would otherwise be replaced by the asking's write, or taken over by the
+    rule's decision)."""
+    await flush_when_available(recording.writer)
+    return await standing_decision(recording.store, request)
 
 
 class StoreApprover:
@@ -93,7 +109,7 @@ class StoreApprover:
         return await decision_from_store(self.recording.store, request)
 
     async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
-        return await standing_decision(self.recording.store, request)
+        return await standing_in(self.recording, request)
 
 
 async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answer:
