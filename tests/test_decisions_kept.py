@@ -280,12 +280,14 @@ async def _run_reading_late(
     *,
     first_approved: bool,
     rule_allows_again: bool = False,
+    rule_denies_again: bool = False,
     moved: bool = False,
 ) -> tuple[Any, list[Any]]:
     """order_support/solve waiting on the store, each asking open 0.5 s: the store takes the
     operator's decision (`first_approved`) on the first asking and the run cannot read it
     before that asking expires (it asks again, and reads it then). `rule_allows_again`: a
-    policy's rule allows the call's asks after the first; `moved`: the state moved between
+    policy's rule allows the call's asks after the first (`rule_denies_again`: denies them);
+    `moved`: the state moved between
     the proposal and the expiry; a third asking, if any, is approved by the operator."""
     from conftest import SAMPLES
 
@@ -331,10 +333,13 @@ async def _run_reading_late(
 
     def ruling(record: Any, *args: Any) -> Ruling:
         rulings.append(record.call_id)
-        if not rule_allows_again or rulings.count(record.call_id) == 1:
+        ruled_again = rule_allows_again or rule_denies_again
+        if not ruled_again or rulings.count(record.call_id) == 1:
             return real_ruling(record, *args)
         by = DecidedBy(who="rule", rule_id="again", level="run", policy_sha256="0" * 64)
-        made = ApprovalDecision(call_id=record.call_id, approved=True, by=by.words())
+        made = ApprovalDecision(
+            call_id=record.call_id, approved=not rule_denies_again, reason="again", by=by.words()
+        )
         return Ruling(made, by)
 
     monkeypatch.setattr(step, "ruling", ruling)

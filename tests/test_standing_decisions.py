@@ -49,3 +49,20 @@ async def test_a_rejection_stands_over_a_rules_allow_through_a_store_outage(
     update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
     assert update.status.value != "executed"
     assert await _row(db, outcome.run_id, update.call_id) == ("rejected", "ops")
+
+
+async def test_an_approval_on_an_earlier_asking_never_stands_over_a_rules_deny(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator approved the first asking; a rule denies the next: the write ran."""
+    db = tmp_path / "s.db"
+    outcome, events = await _run_reading_late(
+        db, monkeypatch, first_approved=True, rule_denies_again=True
+    )
+    decided = [e for e in events if e.kind == "approval_decided"]
+    assert [(e.approved, e.on_earlier_ask) for e in decided] == [(False, 0)]
+    assert decided[0].by.startswith("rule") and decided[0].reason == "again"
+    update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
+    assert update.status.value != "executed"
+    state, by = await _row(db, outcome.run_id, update.call_id)
+    assert (state, by) == ("rejected", decided[0].by)

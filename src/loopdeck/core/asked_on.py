@@ -28,3 +28,10 @@ def asks_back(asking: ApprovalRequest, unanswered: Sequence[ApprovalRequest]) ->
     """How many askings back among the `unanswered` one `asking` is (1: the last)."""
     at = next(i for i, earlier in enumerate(unanswered) if earlier is asking)
     return len(unanswered) - at
+
+
+def over_ruling(found: ApprovalDecision | None, ruled: ApprovalDecision) -> ApprovalDecision:
+    """What the run takes where a rule or a grant decided the asking and the store has `found`
+    on an earlier one: a rejection stands over any ruling, an approval only over one that
+    approves (never carried out where the rule now denies: its row becomes the rule's)."""
+    return found if found is not None and (not found.approved or ruled.approved) else ruled

@@ -26,7 +26,7 @@ from loopdeck.core.approvals import (
     StandingDecisions,
     request_for,
 )
-from loopdeck.core.asked_on import asks_back, made_on
+from loopdeck.core.asked_on import asks_back, made_on, over_ruling
 from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
@@ -307,7 +307,7 @@ class WriteApprovals:
         otherwise leave the run waiting on nothing). A decision the store took before the
         expiry is still looked for `LAST_LOOK_S` past it: the approver may not have read it
         yet, and the next ask would replace it unread. One it took on an earlier asking that
-        ended `unanswered` stands over a rule's: the row and the run say the same."""
+        ended `unanswered` stands over a rule's (`over_ruling`): the row and the run agree."""
         rt = self.rt
         if rt.machine.state is not RunState.AWAITING_APPROVAL:
             rt.move(RunState.AWAITING_APPROVAL)
@@ -319,7 +319,7 @@ class WriteApprovals:
             **request.model_dump(exclude={"run_id"}),
         )
         if ruling.decision is not None:  # still a recorded decision, by the rule or grant
-            return await self._standing(request, unanswered) or ruling.decision
+            return over_ruling(await self._standing(request, unanswered), ruling.decision)
         self.pending = request
         left = max((request.expires_at - datetime.now(UTC)).total_seconds(), 0.0)
         try:
