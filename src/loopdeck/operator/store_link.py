@@ -253,22 +253,26 @@ class StoreLink:
     async def _refresh_pending(self) -> None:
         assert self.store is not None
         rows = await queries.pending_approvals(self.store, self.run_id)
-        pending = [
-            self._requested.get(row["call_id"])
-            or ApprovalRequest(
-                run_id=row["run_id"],
-                call_id=row["call_id"],
-                tool=row["tool"],
-                args=row["args"],
-                args_sha256="",
-                state_hash="",
-                fingerprint="",
-                plan_step=None,
-                requested_at=datetime.fromisoformat(row["requested_at"]),
-                expires_at=datetime.fromisoformat(row["expires_at"]),
+        pending = []
+        for row in rows:
+            # The asking as the row has it, which a decision names (a moved run asked again).
+            asked = {at: datetime.fromisoformat(row[at]) for at in ("requested_at", "expires_at")}
+            known = self._requested.get(row["call_id"])
+            pending.append(
+                known.model_copy(update=asked)
+                if known is not None
+                else ApprovalRequest(
+                    run_id=row["run_id"],
+                    call_id=row["call_id"],
+                    tool=row["tool"],
+                    args=row["args"],
+                    args_sha256="",
+                    state_hash="",
+                    fingerprint="",
+                    plan_step=None,
+                    **asked,
+                )
             )
-            for row in rows
-        ]
 
         def identity(items: list[ApprovalRequest]) -> list[tuple[str, datetime]]:
             return [(p.call_id, p.requested_at) for p in items]
