@@ -31,6 +31,7 @@ from loopdeck.core.events import (
     RunStopped,
     StateChanged,
     ToolFinished,
+    kind_of,
 )
 from loopdeck.store.asking_clock import asked_expiry
 from loopdeck.store.base import INVALIDATED, UNTAKEN, Tx
@@ -50,8 +51,37 @@ ASKED_AGAIN = (
 # A write asked again replaces its row unless the store took a decision on it that the run has
 # not taken (the store out of its reach for its whole last look): that one stays, and the run's
 # next ask reads it (`store/approver.py`). A row nobody decided, or whose decision the run took
-# (carried out, rejected, found no longer holding), is replaced: pending, nobody's old answer.
-WRITE_ASKED_AGAIN = f"{ASKED_AGAIN} WHERE COALESCE(approvals.{UNTAKEN}, 0) = 0"
+# (carried out, rejected, found no longer holding), is replaced: pending, nobody's old answer;
+# so is a pending row an older (v7) runner asked again with its decider's mark still on it.
+WRITE_ASKED_AGAIN = (
+    f"{ASKED_AGAIN} WHERE NOT (COALESCE(approvals.{UNTAKEN}, 0) = 1"
+    " AND approvals.state IN ('approved', 'rejected'))"
+)
+
+
+async def mark_untaken(tx: Tx) -> None:
+    """A store from before v8 (the migration's transaction): a decision the store took that
+    its run has not taken (the run's log has no `approval_decided` since the call's last
+    asking) is marked untaken, as a v8 decider marks it, so the run's next asking keeps it
+    instead of replacing it unread. A grant's approval is the run's own, never marked."""
+    asked, decided = kind_of(ApprovalRequested), kind_of(ApprovalDecided)
+    rows = await tx.fetchall(
+        f"SELECT run_id, call_id FROM approvals WHERE {UNTAKEN} IS NULL"
+        " AND state IN ('approved', 'rejected') AND COALESCE(decided_by, '') NOT LIKE 'grant %'"
+    )
+    last_said: dict[str, dict[str, str]] = {}  # per run: each call's last asking event
+    for run_id, call_id in [(str(row[0]), str(row[1])) for row in rows]:
+        if run_id not in last_said:
+            said = await tx.fetchall(
+                "SELECT kind, body FROM events WHERE run_id = ? AND kind IN (?, ?) ORDER BY seq",
+                (run_id, asked, decided),
+            )
+            last_said[run_id] = {json.loads(body)["call_id"]: str(kind) for kind, body in said}
+        if last_said[run_id].get(call_id) == asked:
+            await tx.execute(
+                f"UPDATE approvals SET {UNTAKEN} = 1 WHERE run_id = ? AND call_id = ?",
+                (run_id, call_id),
+            )
 
 
 class Runner(Protocol):
