@@ -1,6 +1,6 @@
 """A decision the store took is the one the run carries out, whatever the clocks and the
 store's outages say: an approval taken just before its asking expired gets a receipt the run
-can dispatch under (counted from the decision, not from when the run read it); the run's
+can dispatch under (counted from when the run reads it, not from the asking's expiry); the run's
 re-ask never erases a decided row (the upsert itself replaces only a row still pending, or
 one whose decision the run took and found no longer holding), and the run then takes what
 the store has; on PostgreSQL an asking's expiry is judged on the store's clock alone."""

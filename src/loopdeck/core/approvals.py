@@ -71,7 +71,8 @@ class ApprovalDecision(BaseModel):
 
 class ApprovalReceipt(BaseModel):
     """Permission for exactly one call, with exactly these arguments, from exactly this state,
-    for as long as its asking was open (`valid_for`), counted from the decision: the store
+    for as long as its asking was open (`valid_for`), counted from when the run takes the
+    decision (its receipt is issued then, not at the asking's expiry): the store
     refuses a decision once its asking expired, so a decision it took just before the expiry,
     which the run read in its last look past it, is carried out (it never gets a receipt
     expired already, asked again though `approve` said approved)."""
