@@ -24,6 +24,7 @@ from loopdeck.core.events import (
     GuardTripped,
     OperatorCommand,
     OutcomeResolved,
+    PolicyDecided,
     QuestionAnswered,
     QuestionAsked,
     ReviewVerdict,
@@ -105,6 +106,8 @@ class RunRows:
         self.state = "ready"
         self.stopped = False
         self.asked: set[str] = set()
+        # A call whose next asking a policy's rule decided (`PolicyDecided`): its state, by whom.
+        self.ruled: dict[str, tuple[str, str]] = {}
         # The run row's columns this batch sets (the last value of each), and guard repeats.
         self.fields: dict[str, Any] = {}
         self.repeats = 0
@@ -264,11 +267,21 @@ async def _run_stopped(rows: RunRows, db: Tx, e: RunStopped) -> None:
     )  # fmt: skip
 
 
+@_writes(PolicyDecided)
+async def _policy_decided(rows: RunRows, db: Tx, e: PolicyDecided) -> None:
+    if e.effect in ("allow", "deny") and e.decided_by is not None:
+        state = "approved" if e.effect == "allow" else "rejected"
+        rows.ruled[e.call_id] = (state, e.decided_by.words())
+    else:
+        rows.ruled.pop(e.call_id, None)
+
+
 @_writes(ApprovalRequested)
 async def _approval_requested(rows: RunRows, db: Tx, e: ApprovalRequested) -> None:
     rows.asked.add(e.call_id)  # its outcome goes on the approval's row
-    # A call a grant approves is never pending: no other decider may take it.
-    state, by = ("approved", f"grant {e.grant_id}") if e.grant_id else ("pending", None)
+    # A call a grant or a policy's rule decides is never pending: no other decider may take it.
+    ruled: tuple[str, str | None] = rows.ruled.pop(e.call_id, ("pending", None))
+    state, by = ("approved", f"grant {e.grant_id}") if e.grant_id else ruled
     asked = e.requested_at.isoformat()
     expiry, expires = asked_expiry(rows.backend, asked, e.expires_at.isoformat())
     await db.execute(
@@ -293,14 +306,16 @@ async def _approval_invalidated(rows: RunRows, db: Tx, e: ApprovalInvalidated) -
 @_writes(ApprovalDecided)
 async def _approval_decided(rows: RunRows, db: Tx, e: ApprovalDecided) -> None:
     """The run took a decision: its row says it (a pending row; one whose decision from the
-    store the run did not carry out as it was, an edit it cannot run made a rejection), and
-    is the next asking's to replace (`WRITE_ASKED_AGAIN`)."""
+    store the run did not carry out as it was, an edit it cannot run made a rejection; a rule's
+    asking, written decided, gains its reason), and is the next asking's to replace
+    (`WRITE_ASKED_AGAIN`)."""
     state = "approved" if e.approved else "rejected"
     await db.execute(
         f"UPDATE approvals SET state = ?, decided_by = ?, reason = ?, decided_at = ?,"
         f" {UNTAKEN} = NULL WHERE run_id = ? AND call_id = ? AND (state = 'pending'"
-        f" OR ({UNTAKEN} = 1 AND state <> ?))",
-        (state, e.by, e.reason, e.at.isoformat(), e.run_id, e.call_id, state),
+        f" OR ({UNTAKEN} = 1 AND state <> ?) OR (state = ? AND decided_by = ?"
+        " AND decided_at IS NULL))",
+        (state, e.by, e.reason, e.at.isoformat(), e.run_id, e.call_id, state, state, e.by),
     )
     await db.execute(
         f"UPDATE approvals SET {UNTAKEN} = NULL WHERE run_id = ? AND call_id = ? AND {UNTAKEN} = 1",
