@@ -45,7 +45,6 @@ from loopdeck.store.base import (
     Tx,
     redact,
 )
-from loopdeck.store.event_rows import mark_untaken
 from loopdeck.store.feed import POSTGRES_FEED, POSTGRES_HORIZON, fill_summaries
 from loopdeck.store.leases import LEASES_TABLE
 from loopdeck.store.pg_batched import batched_transaction
@@ -198,6 +197,9 @@ class PgStore(Store):
                             (CHAIN_SINCE, datetime.now(UTC).isoformat()),
                         )
                     if version < 8:  # decisions the runs have not taken yet, from their logs
+                        # Here: the events' classes stay off `loopdeck runs`'s path.
+                        from loopdeck.store.event_rows import mark_untaken
+
                         await mark_untaken(PgTx(conn))
                     await conn.execute(
                         "UPDATE meta SET value = %s WHERE key = 'schema_version'",

@@ -29,7 +29,6 @@ from loopdeck.store.base import (
     Tx,
     Work,
 )
-from loopdeck.store.event_rows import mark_untaken
 from loopdeck.store.feed import SQLITE_FEED, fill_summaries
 from loopdeck.store.files import owned_store_files, private_store_files, store_folder
 from loopdeck.store.leases import BEAT_HELD, LEASES_TABLE, RENEW
@@ -273,6 +272,9 @@ class SqliteStore(Store):
                     (CHAIN_SINCE, datetime.now(UTC).isoformat()),
                 )
             if version < 8:  # decisions the runs have not taken yet, read from their logs
+                # Here, not at the top: the events' classes stay off `loopdeck runs`'s path.
+                from loopdeck.store.event_rows import mark_untaken
+
                 await mark_untaken(_SqliteTx(self.db, begun=True))
             await self.db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
