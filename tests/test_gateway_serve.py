@@ -18,6 +18,7 @@ from gateway_clients import Client, Refused
 from gateway_helpers import WAIT_S
 from loopback_server import Call, Text
 
+from loopdeck.cli import gateway_serve
 from loopdeck.cli.gateway_command import own_command
 from loopdeck.cli.gateway_serve import key_path, serve
 from loopdeck.cli.parser import build_parser
@@ -51,8 +52,6 @@ async def test_a_token_is_one_served_run_recorded_as_any_other(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import sqlite3
-
-    from loopdeck.cli import gateway_serve
 
     work = tmp_path / "work"
     work.mkdir()
@@ -210,7 +209,40 @@ def test_a_token_refuses_a_policy_its_run_would_refuse_and_serve_takes_none(
         assert said in err and not capsys.readouterr().out, err
     args, serve_command = parsed("serve", "--policy", str(broken))
     assert serve_command(args) == 2
-    assert "--policy goes to `loopdeck gateway token`" in capsys.readouterr().err
+    assert "--policy: it belongs to `loopdeck gateway token`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--goal", "g", "--approve", "auto", "serve", "--max-tool-calls", "3"],
+            "gateway serve does not take --goal, --approve, --max-tool-calls: they belong to"
+            " `loopdeck gateway token`",
+        ),
+        (["serve", "--theme", "dark"], "--theme: it belongs to neither"),
+        (
+            ["token", "--goal", "g", "--port", "8080", "--env", "A=b"],
+            "gateway token does not take --port: it belongs to `loopdeck gateway serve`;"
+            " --env: it belongs to neither",
+        ),
+    ],
+)
+def test_a_flag_serve_or_token_does_not_carry_out_is_refused_by_name(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`serve` runs each token's run as its token says, so a run's setting given to `serve`
+    (before or after the word) would be dropped: refused by name, nothing served or made."""
+    args, command = parsed(*argv)
+    assert command not in (gateway_serve.run_serve, gateway_serve.run_token)
+    assert command(args) == 2
+    out, err = capsys.readouterr()
+    assert said in err and not out, err
+
+
+def test_what_serve_carries_out_is_taken() -> None:
+    _, command = parsed("serve", "--port", "0", "--db", "s.db", "--headless")
+    assert command is gateway_serve.run_serve
 
 
 async def test_a_tokens_run_is_decided_under_the_policy_it_was_made_with(

@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from loopdeck.caps import FLAGGED_CAPS
 from loopdeck.cli.agent_words import folder_and_command_problem, said_refused
 from loopdeck.cli.gateway_parser import add_gateway_flags
 from loopdeck.cli.gateway_target import GatewayTarget
@@ -26,6 +27,16 @@ USAGE = (
     "loopdeck gateway --goal TEXT [--workdir DIR] [--check CMD] --model MODEL [--api-base URL]"
     " [--tool NAME=read|write ...] -- AGENT_CMD ARGS…"
 )
+# What `serve` and `token` each carry out, by the flag's dest; any other flag given to them is
+# refused by name, never dropped. A token carries its run's settings; `serve` only serves (a
+# served run starts no agent process, so `--env` is nobody's; neither has a console or a trace).
+TAKEN = {
+    "serve": {"port", "db", "notify", "notify_after", "notify_content", "headless"},
+    "token": {
+        "goal", "workdir", "check", "model", "api_base", "tools", "idle", "approve", "run_id",
+        "pause_at", "policy", "headless", *(cap.option for cap in FLAGGED_CAPS),
+    },
+}  # fmt: skip
 
 
 def own_command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int] | None:
@@ -37,11 +48,38 @@ def own_command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]
         add_gateway_flags(sub, add_agent_flags, add_run_flags)
         sub.parse_args(words[1:], namespace=args)
         args.agent_command = []
+        if said_refused(stray_flags(sub, args, words[0])):
+            return lambda _: EXIT_BAD_INPUT
         from loopdeck.cli.gateway_serve import run_serve, run_token
 
         return run_serve if words[0] == "serve" else run_token
     args.agent_command = words[1:] if words[:1] == ["--"] else words
     return (lambda _: EXIT_BAD_INPUT) if refused(args) else None
+
+
+def stray_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, word: str) -> str | None:
+    """The flags given (before or after `serve`/`token`) that `word` does not carry out, each
+    named with where it belongs; None when there are none. A flag given its default is not
+    seen (it changes nothing)."""
+    other = "token" if word == "serve" else "serve"
+    given = [
+        action for action in parser._actions
+        if action.option_strings and action.dest in vars(args)
+        and action.dest not in TAKEN[word] and getattr(args, action.dest) != action.default
+    ]  # fmt: skip
+    belongs = [action.option_strings[-1] for action in given if action.dest in TAKEN[other]]
+    nobodys = [action.option_strings[-1] for action in given if action.dest not in TAKEN[other]]
+    said = []
+    if belongs:
+        why = " (a token carries its run's settings)" if other == "token" else ""
+        said.append(f"{_named(belongs)} to `loopdeck gateway {other}`{why}")
+    if nobodys:
+        said.append(f"{_named(nobodys)} to neither (only to `loopdeck gateway -- AGENT_CMD`)")
+    return f"gateway {word} does not take {'; '.join(said)}" if said else None
+
+
+def _named(flags: list[str]) -> str:
+    return f"{', '.join(flags)}: {'it belongs' if len(flags) == 1 else 'they belong'}"
 
 
 def problem(args: argparse.Namespace) -> str | None:

@@ -145,14 +145,6 @@ def served_options(claims: dict[str, Any], token: str, server: Any) -> RunOption
 def run_serve(args: argparse.Namespace) -> int:
     from loopdeck.stop_signals import StopSignals
 
-    if args.policy is not None:  # a run's policy is its token's: `serve` decides no run's
-        print(
-            "loopdeck: gateway serve: --policy goes to `loopdeck gateway token` (each token"
-            " one run, decided under the policy it was made with)",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_INPUT
-
     signals = StopSignals()
 
     async def served() -> None:
