@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -177,3 +178,24 @@ def db(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Monke
     if request.param == "sqlite":
         return tmp_path / "s.db"
     return fresh_pg_database(monkeypatch)
+
+
+# The collector, in a test worker. Importing the test modules (LiteLLM, pydantic, Textual, the
+# product) ran ~21 full collections a worker, each walking everything imported so far: ~7 s of
+# each worker's CPU before its first test (a `gc.callbacks` probe, 4 workers). The imports are
+# collected nothing while they run, then moved out of the collector's sight, as the console's
+# tuning does; what each test leaves alive is moved there once it is torn down, so a later
+# test's full collection (and pytest's five at the worker's end) walks only its own objects.
+# Cyclic garbage a test left is kept, not collected: a worker lives a few minutes.
+def pytest_collection(session: pytest.Session) -> None:
+    gc.disable()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.freeze()
+    gc.enable()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    gc.freeze()
