@@ -19,8 +19,10 @@ from gateway_helpers import Decider, GatewayRun, door_command, door_run, until
 from loopback_server import Call, Text
 from openai_loopback import OpenAILoopback
 
+from loopdeck.core.budgets import Cap
 from loopdeck.core.events import (
     ApprovalWithdrawn,
+    BudgetUpdated,
     CallStatus,
     Finding,
     GuardTripped,
@@ -104,7 +106,8 @@ async def test_an_answer_decided_for_a_connection_that_closed_is_not_delivered(
     """The write is approved and the answer settled, and the agent's connection closes before
     the answer is written: the write is recorded as not delivered (it never reached the
     agent) and the run says so; the client's retry of the same request is a new call put to
-    the operator, not a repeat."""
+    the operator, not a repeat, and the withdrawn write, which never ran, does not count
+    toward the tool-call cap (at 1, the retry is still released)."""
     clock = LateClock()
     monkeypatch.setattr(server, "CLOCK", clock)
     work = tmp_path / "work"
@@ -113,7 +116,8 @@ async def test_an_answer_decided_for_a_connection_that_closed_is_not_delivered(
     decider = Decider()
     with OpenAILoopback([WRITE, Text("Done.")]) as upstream:
         run = GatewayRun(work, door_command(door_file), MODEL, upstream.url, approver=decider,
-                         check=["sh", "-c", "test -f done.txt"])  # fmt: skip
+                         check=["sh", "-c", "test -f done.txt"],
+                         budget={"max_tool_calls": 1})  # fmt: skip
         async with door_run(run, door_file) as door:
             url = door.told["OPENAI_BASE_URL"] + "/chat/completions"
             headers = {"authorization": f"Bearer {door.told['OPENAI_API_KEY']}"}
@@ -145,6 +149,8 @@ async def test_an_answer_decided_for_a_connection_that_closed_is_not_delivered(
     assert finished["c2"].status is CallStatus.EXECUTED
     [lost] = [f.text for f in run.events(Finding) if "not delivered" in f.text]
     assert "c1 withdrawn" in lost
+    assert outcome.tool_calls == 1
+    assert run.events(BudgetUpdated)[-1].caps()[Cap.TOOL_CALLS].used == 1
 
 
 async def _sent_raw(

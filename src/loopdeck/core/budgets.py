@@ -253,6 +253,10 @@ class BudgetLedger:
     def record_tool_call(self) -> None:
         self.tool_calls += 1
 
+    def withdraw_tool_call(self) -> None:
+        """A call counted as it was released never reached its agent: it did not run."""
+        self.tool_calls = max(0, self.tool_calls - 1)
+
     def crossed(self, fraction: float, asked: set[Cap]) -> tuple[Cap, float, float] | None:
         """The first burnt cap at or past `fraction` of its limit not asked about yet."""
         for cap in Cap:

@@ -297,6 +297,12 @@ class RunHost:
         ledger.record_tool_call()
         self._rt.publish_budget()
 
+    def tool_withdrawn(self) -> None:
+        """A call counted by `tool_ran` never reached the agent (withdrawn, not delivered):
+        taken back off the tool-call cap, as it did not run."""
+        self._rt.ledger.withdraw_tool_call()
+        self._rt.publish_budget()
+
     def unrequested(self, after: str, changes: Changes, stops: bool | None = None) -> None:
         """A change of the workspace no approved call explains: named; a guarded run stops
         (`policy_block`) before anything (a goal check) can take it for progress. `stops=False`:

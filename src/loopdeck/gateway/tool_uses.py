@@ -17,7 +17,8 @@ gets nothing: the write held for the operator is withdrawn (`ApprovalWithdrawn`)
 of the answer recorded `withdrawn`, not delivered (`Undelivered`); the guard forgets them, so
 the client's retry of the request is no repeat. One whose connection closed once the answer
 was settled, before it reached the agent, is told to the run (`lost`): each call the answer
-released is recorded `withdrawn` likewise, its permit let go and forgotten by the guard.
+released is recorded `withdrawn` likewise, its permit let go, forgotten by the guard and taken
+back off the tool-call cap (it never ran).
 
 A released write permits the files it names to change (any file, for a command or a patch
 that names none, each such change listed as a finding) until the agent sends its result
@@ -149,6 +150,7 @@ class ToolUses:
                 continue  # its result came: it did reach the agent
             said = {"ok": False, "data": None, "error": {"message": LOST}}
             self.host.finish(record, CallStatus.WITHDRAWN, said)
+            self.host.tool_withdrawn()  # counted as released, it never ran
             self.watch.permits.pop(record.call_id, None)
             for key in keys:
                 self.host.forget(key)
