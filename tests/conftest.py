@@ -199,3 +199,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     gc.freeze()
+
+
+# The files that took longest in a quiet `make test` (their tests' --durations summed: 18 s
+# down to 9 s), started first. pytest-xdist hands a worker a whole file at a time, in the
+# order collected: test_workers.py (17 s), second to last by name, could leave one worker
+# running alone at the end while the others idled. An ordering hint only: a file not listed
+# keeps its place after these, and a list gone stale costs time, never a result.
+LONGEST_FIRST = (
+    "test_mcp_server_asks.py", "test_workers.py", "test_keys_screen.py", "test_console.py",
+    "test_mcp_state_failures.py", "test_gateway_folder_guarantees.py",
+    "test_console_decisions.py", "test_console_evidence.py", "test_mcp_edges.py",
+    "test_console_snapshots.py", "test_console_messages.py", "test_question_dialogs.py",
+    "test_check_says_why.py", "test_store.py", "test_keys_in_view.py", "test_decisions_kept.py",
+    "test_gateway_decisions.py", "test_gateway_stops.py", "test_gateway_undecided.py",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
