@@ -5,7 +5,8 @@ approves it) is a write held for the operator, the upstream told of a rejection 
 (`require_approval` not `always`) is refused by name; a `tool_search_call` the client runs
 is a read (it searches the agent's own tools), released at once; a `program` (programmatic
 tool calling's JavaScript) runs on OpenAI's servers and passes as it is, while the client's
-tool it calls is held as any call."""
+tool it calls is held as any call; an item of a type loopdeck does not know is held as a
+write, whatever its name."""
 
 from __future__ import annotations
 
@@ -160,3 +161,31 @@ async def test_a_tool_search_is_a_read_and_a_program_runs_upstream(tmp_path: Pat
     assert finished["c1"].status is CallStatus.EXECUTED
     assert "loaded add_event" in str(finished["c1"].result)
     assert finished["c2"].status is CallStatus.REJECTED
+
+
+async def test_an_output_item_of_a_type_loopdeck_does_not_know_is_held_as_a_write(
+    tmp_path: Path,
+) -> None:
+    """An item the API may add that is no `*_call` could still be something the client acts
+    on: held for the operator as a write (the tool named by its type, its input the item's
+    fields), never passed unasked; rejected, it is text. The kinds known to do nothing on the
+    client (a message, reasoning, a compaction) pass as they are, nobody asked."""
+    door_file = tmp_path / "door.json"
+    thought = {"type": "reasoning", "id": "rs_1", "summary": []}
+    packed = {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque"}
+    acts = {"type": "browser_action", "id": "ba_1", "action": {"click": "#buy"}}
+    decider = Decider(lambda r: ApprovalDecision(call_id=r.call_id, approved=False, by="test",
+                                                 reason="not that"))  # fmt: skip
+    with RawUpstream([responses(thought, packed, acts, said("Clicking."))]) as up:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            answer = await door.openai().responses.create(model="m", input="buy it")
+        await run.outcome()
+    kinds = [i.type for i in answer.output]
+    assert kinds == ["reasoning", "compaction", "message", "message"]
+    assert "not that" in answer.output_text
+    [proposed] = run.events(CallProposed)
+    assert (proposed.tool.split(":")[0], proposed.risk) == ("browser_action", "write")
+    assert proposed.args == {"action": {"click": "#buy"}}
+    assert [r.tool.split(":")[0] for r in decider.asked] == ["browser_action"]

@@ -15,6 +15,12 @@ fields): only the items the API's own servers run (`SERVER_RUN`: a `program` too
 JavaScript of programmatic tool calling, run in OpenAI's runtime; the client's tools it calls
 come as their own call items, held as any) are not calls of the run.
 
+An item of any other type passes only when loopdeck knows it does nothing on the client
+(`PASSES`: a message, reasoning, a compaction, a tool's output, ...). One it does not know,
+whatever its name, is held as a write the same way (the tool named by its type: `--tool
+TYPE=read` releases it unasked): the client might act on it, and an operator's console lets
+no action through unseen; a harmless new type costs a question, never an unseen action.
+
 Refused by name, before the request goes upstream, wherever its tools are declared (`tools`,
 or an input's `additional_tools` or client `tool_search_output`): the computer tool
 (`computer_use_preview`, any `computer*` type: a `computer_call` taken out is answered
@@ -56,6 +62,13 @@ NOT_PASSED = frozenset({"model", "stream", "stream_options"})
 SERVER_RUN = frozenset({
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
     "mcp_call", "mcp_list_tools", "program", "program_output",
+})  # fmt: skip
+# Items known to do nothing on the client: anything else is a call, held (`is_call`).
+PASSES = frozenset({
+    "message", "reasoning", "compaction", "additional_tools", "tool_search_output",
+    "mcp_approval_response", "function_call_output", "custom_tool_call_output",
+    "computer_call_output", "local_shell_call_output", "shell_call_output",
+    "apply_patch_call_output",
 })  # fmt: skip
 MCP_ASKED = "mcp_approval_request"  # a remote MCP call OpenAI runs once the client approves it
 INPUT_OF = {  # a call's kind -> the field holding its input
@@ -244,11 +257,12 @@ def _text_item(text: str) -> Body:
 
 
 def is_call(item: Body) -> bool:
-    """Whether the client carries the item out (a call of the run's)."""
+    """Whether the client may carry the item out (a call of the run's): any item but those
+    the API's servers run and those known to do nothing (`PASSES`)."""
     kind = str(item.get("type"))
     if kind == "tool_search_call":
         return item.get("execution") == "client"
-    return kind == MCP_ASKED or (kind.endswith("_call") and kind not in SERVER_RUN)
+    return kind not in SERVER_RUN and kind not in PASSES
 
 
 def declared(body: Body) -> list[Body]:
