@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import notices, wait_until
+from console_helpers import notices, run_screen, wait_until
 
 from loopdeck.cli import main, runs
 from loopdeck.operator.session import RunSession
@@ -59,3 +59,48 @@ async def test_the_fleet_says_the_store_it_made(tmp_path: Path) -> None:
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         await wait_until(pilot, lambda: words in notices(app))
+
+
+def _driven(monkeypatch: pytest.MonkeyPatch, until: Any) -> list[list[str]]:
+    """Each console `loopdeck run` opens, driven until `until(app)`: the toasts it then held."""
+    held: list[list[str]] = []
+
+    def run(app: LoopdeckApp, *args: Any, **kwargs: Any) -> int:
+        async def drive() -> None:
+            async with app.run_test(size=(100, 30), notifications=True) as pilot:
+                await wait_until(pilot, lambda: until(app))
+                held.append(notices(app))
+
+        asyncio.run(drive())
+        return 0
+
+    monkeypatch.setattr(runs, "no_terminal", lambda command: None)
+    monkeypatch.setattr(LoopdeckApp, "run", run)
+    return held
+
+
+def test_a_console_run_says_the_store_it_made_as_the_console_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = tmp_path / "not" / "there" / "runs.db"
+    words = runs.made_store(made)
+    assert words == (f"no store was at {made}: made a new, empty one (its folder too)",)
+    said = lambda app: words[0] in notices(app)  # noqa: E731
+    held = _driven(monkeypatch, lambda app: said(app) or run_screen(app) is not None)
+    assert main(["run", "service_outage", "--script", "solve", "--db", str(made)]) == 0
+    assert made.is_file()
+    assert held[-1] == list(words)
+    assert main(["run", "service_outage", "--script", "solve", "--db", str(made)]) == 0
+    assert not any("no store was at" in notice for notice in held[-1])  # said before its screen
+    capsys.readouterr()
+
+
+def test_a_console_run_that_cannot_start_says_the_store_it_made_on_the_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = tmp_path / "runs.db"
+    _driven(monkeypatch, lambda app: app.launch_error is not None)
+    assert main(["run", "service_outage", "--script", "nope", "--db", str(made)]) == 2
+    err = capsys.readouterr().err
+    assert f"loopdeck: no store was at {made}: made a new, empty one\n" in err
+    assert "'nope'" in err

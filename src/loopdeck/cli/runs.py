@@ -284,13 +284,20 @@ def run_console(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     tuning.for_console()
     traced: list[str] = []  # the run whose trace `trace` builds, once it is prepared
+    location = args.db or default_db_path()
+    made: list[str] = []  # the store the preparation made, if it made one
 
     def prepare() -> RunSession:
         from loopdeck.operator.records import check_store
         from loopdeck.operator.session import RunSession
+        from loopdeck.tui.console_start import tell_store_made
 
+        said = made_store(location)
         asyncio.run(check_store(args.db))
-        session = RunSession(args.db or default_db_path(), console=True)
+        if said:  # made there only now: said as `loopdeck console` says it
+            made.extend(said)
+            app.call_from_thread(tell_store_made, app, said)
+        session = RunSession(location, console=True)
         chosen = options(args)
         chosen.phase = lambda words: app.call_from_thread(app.preparing_phase, words)
         prepared = session.prepare(chosen)
@@ -299,25 +306,30 @@ def run_console(args: argparse.Namespace) -> int:
             traced.append(prepared.runtime.config.run_id)
         return session
 
-    if args.command == "acp":
-        about = acp_command.about(args)
-    elif args.command == "gateway":
-        from loopdeck.cli.gateway_command import about as gateway_about
-
-        about = gateway_about(args)
-    else:
-        about = f"run {args.env}" + (f" --script {args.script}" if args.script else "")
     app = LoopdeckApp(
-        ConsoleStart.for_preparing(prepare, about, args.db or default_db_path()),
+        ConsoleStart.for_preparing(prepare, _about(args), location),
         theme_name=args.theme,
     )
     code = app.run()
     if app.launch_error is not None:
+        for words in made:  # its toast went with the console: said where it stays
+            print(f"loopdeck: {words}", file=sys.stderr)
         raise app.launch_error
     code = after_console(app, code)
     if trace is not None and traced:
         send_trace(trace, traced[0], args.db)
     return code
+
+
+def _about(args: argparse.Namespace) -> str:
+    """The run being prepared, in words, for the console's first frame."""
+    if args.command == "acp":
+        return acp_command.about(args)
+    if args.command == "gateway":
+        from loopdeck.cli.gateway_command import about as gateway_about
+
+        return gateway_about(args)
+    return f"run {args.env}" + (f" --script {args.script}" if args.script else "")
 
 
 def launcher(args: argparse.Namespace) -> int:
@@ -341,9 +353,10 @@ def launcher(args: argparse.Namespace) -> int:
 
 
 def made_store(location: Location) -> tuple[str, ...]:
-    """What the console says when it has to make its store: made where `--db` points, its
-    folder too, as `loopdeck run` makes it (the console starts runs there, `n`), but never
-    silently, as `serve` says it: a mistyped path shows at once."""
+    """What the console says when it has to make its store (`loopdeck console` as it opens,
+    `loopdeck run` once its preparation made it): made where `--db` points, its folder too
+    (the console starts runs there, `n`), but never silently, as `serve` says it: a
+    mistyped path shows at once."""
     if is_postgres(location) or os.path.lexists(location):
         return ()
     folder = (

@@ -95,8 +95,14 @@ def tell_theme_problems(app: ConsoleState) -> None:
     to say as it opened the console (a store it made)."""
     for problem in app.theme_problems:
         toast(app, problem, title="theme", severity="error", timeout=15)
-    for said in app.said_at_start:
-        toast(app, said, title="store", severity="information", timeout=8)  # news, not trouble
+    tell_store_made(app, app.said_at_start)
+
+
+def tell_store_made(app: App[Any], said: tuple[str, ...]) -> None:
+    """A store the command made where `--db` pointed (`made_store`), said as news, not
+    trouble: as the console opens, or, for `loopdeck run`, once its preparation made it."""
+    for words in said:
+        toast(app, words, title="store", severity="information", timeout=8)
 
 
 def first_screen(app: ConsoleState) -> Screen[None]:
