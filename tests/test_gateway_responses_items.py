@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_helpers import Decider, GatewayRun, door_command, door_run
+from gateway_helpers import Decider, GatewayRun, approve, door_command, door_run
 from gateway_raw_upstream import RawUpstream, item, responses, said
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
@@ -189,3 +189,33 @@ async def test_an_output_item_of_a_type_loopdeck_does_not_know_is_held_as_a_writ
     assert (proposed.tool.split(":")[0], proposed.risk) == ("browser_action", "write")
     assert proposed.args == {"action": {"click": "#buy"}}
     assert [r.tool.split(":")[0] for r in decider.asked] == ["browser_action"]
+
+
+async def test_a_tool_a_stored_prompt_brings_is_held_whatever_its_name(tmp_path: Path) -> None:
+    """A request with a stored prompt (`prompt`) can bring tools loopdeck never sees: a call
+    to one the request does not declare is held for the operator even under a name loopdeck's
+    defaults call a read (a stored `Read` may do anything), saying why; a read the request
+    declares is released as ever, and the prompt goes upstream as the agent sent it."""
+    door_file = tmp_path / "door.json"
+    stored = item("function_call", name="Read", arguments='{"file_path": "a.txt"}')
+    declared_read = item("function_call", name="Grep", arguments='{"pattern": "x"}')
+    grep = {"type": "function", "name": "Grep", "parameters": {"type": "object"}}
+    with RawUpstream([responses(stored, declared_read, said("Looking."))]) as up:
+        decider = Decider(approve)
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            answer = await door.openai().responses.create(
+                model="m",
+                input="look",
+                tools=[grep],  # type: ignore[list-item]
+                prompt={"id": "pmpt_stored", "version": "2"},
+            )
+        await run.outcome()
+        sent = up.bodies[0]
+    assert sent["prompt"] == {"id": "pmpt_stored", "version": "2"}
+    assert [i.type for i in answer.output] == ["function_call", "function_call", "message"]
+    proposed = {p.tool.split(":")[0]: p for p in run.events(CallProposed)}
+    assert (proposed["Read"].risk, proposed["Grep"].risk) == ("write", "read")
+    assert "stored prompt" in proposed["Read"].risk_source
+    assert [r.tool.split(":")[0] for r in decider.asked] == ["Read"]

@@ -187,10 +187,12 @@ class RunHost:
         args: dict[str, Any],
         risk_source: str = "",
         keyed: dict[str, Any] | None = None,
+        write: bool = False,
     ) -> tuple[CallRecord, bool]:
         """A call recorded as proposed (`label` is how it is shown), keyed by the guard on
         (tool and label, its canonical input, the state now); False: a repeat. `keyed`: the
-        input as the guard keys it when that is not all of `args` (an agent's per-call ids)."""
+        input as the guard keys it when that is not all of `args` (an agent's per-call ids);
+        `write`: this call is a write whatever its tool's risk (`risk_source` says why)."""
         rt = self._rt
         state_hash = await rt.state_hash()
         key = guard_key(f"{tool} {label}", args if keyed is None else keyed, state_hash)
@@ -198,8 +200,8 @@ class RunHost:
         spec = rt.tools[tool]
         record = CallRecord(
             call_id=f"c{self._count}", round=rt.round, tool=f"{tool}: {label}", args=args,
-            risk=spec.risk, fingerprint=key.fingerprint, state_hash=state_hash,
-            risk_source=risk_source or spec.risk_source,
+            risk="write" if write else spec.risk, fingerprint=key.fingerprint,
+            state_hash=state_hash, risk_source=risk_source or spec.risk_source,
         )  # fmt: skip
         rt.calls.records.append(record)
         rt.emit(

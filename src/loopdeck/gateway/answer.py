@@ -98,6 +98,10 @@ class ApiFormat(Protocol):
     def schemas(self, body: Body) -> dict[str, Any]:
         """The input schema of each tool the request declares, by name."""
 
+    def unseen(self, body: Body, uses: list[ToolUse]) -> frozenset[str]:
+        """The tools of `uses` the request brought without declaring them (a stored prompt's,
+        kept by the upstream): loopdeck cannot say what they are, so each is a write."""
+
     def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
         """The answer with each tool use released, edited or replaced by text."""
 

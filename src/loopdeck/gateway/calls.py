@@ -136,7 +136,8 @@ class GatewayCalls:
                 decided, released = answer, []
                 break
             try:
-                verdicts = await self.uses.decide(uses, api.schemas(call.body), call.gone)
+                unseen = api.unseen(call.body, uses)
+                verdicts = await self.uses.decide(uses, api.schemas(call.body), call.gone, unseen)
             except Undelivered:
                 self.uses.undelivered()
                 return

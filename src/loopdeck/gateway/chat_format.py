@@ -76,6 +76,9 @@ class ChatFormat:
                 found[str(function["name"])] = function.get("parameters")
         return found
 
+    def unseen(self, body: Body, uses: list[ToolUse]) -> frozenset[str]:
+        return frozenset()  # no prompt kept upstream: the request declares every tool
+
     def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
         answer = json.loads(json.dumps(answer))
         message = _message(answer)

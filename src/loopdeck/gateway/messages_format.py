@@ -59,6 +59,9 @@ class MessagesFormat:
             if isinstance(tool, dict) and tool.get("name")
         }
 
+    def unseen(self, body: Body, uses: list[ToolUse]) -> frozenset[str]:
+        return frozenset()  # no prompt kept upstream: the request declares every tool
+
     def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
         answer = json.loads(json.dumps(answer))
         content, uses = [], 0

@@ -21,6 +21,11 @@ whatever its name, is held as a write the same way (the tool named by its type: 
 TYPE=read` releases it unasked): the client might act on it, and an operator's console lets
 no action through unseen; a harmless new type costs a question, never an unseen action.
 
+A request with a stored prompt (`prompt`: its instructions and tools kept by OpenAI) can bring
+tools loopdeck never sees: a call to a tool the request does not declare itself (`unseen`) is
+held as a write whatever its name (a stored `Read` may be anything), unless the operator named
+it (`--tool NAME=read`).
+
 Refused by name, before the request goes upstream, wherever its tools are declared (`tools`,
 or an input's `additional_tools` or client `tool_search_output`): the computer tool
 (`computer_use_preview`, any `computer*` type: a `computer_call` taken out is answered
@@ -122,6 +127,20 @@ class ResponsesFormat:
             for tool in body.get("tools") or []
             if isinstance(tool, dict) and tool.get("type") == "function" and tool.get("name")
         }
+
+    def unseen(self, body: Body, uses: list[ToolUse]) -> frozenset[str]:
+        """With a stored prompt (`prompt`: kept by OpenAI with its own tools), the tools of
+        `uses` the request does not declare itself: by name, a built-in by its type, a remote
+        MCP call by its server."""
+        if not body.get("prompt"):
+            return frozenset()
+        tools = declared(body)
+        named = {str(t.get("name") or t.get("type")) for t in tools}
+        servers = {f"mcp__{t.get('server_label')}__" for t in tools if t.get("type") == "mcp"}
+        return frozenset(
+            use.name for use in uses
+            if use.name not in named and not any(use.name.startswith(s) for s in servers)
+        )  # fmt: skip
 
     def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
         answer = json.loads(json.dumps(answer))

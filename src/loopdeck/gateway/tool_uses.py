@@ -56,6 +56,10 @@ from loopdeck.workdir.volatile import renewed, steady
 REPEATED = "repeats a call made from this same state of the folder"
 DECIDED = frozenset({CallStatus.REJECTED, CallStatus.BLOCKED_REPEAT, CallStatus.REFUSED_DUPLICATE})
 UNDELIVERED = "not delivered: the agent's connection closed while its answer was decided"
+UNSEEN = (
+    "a tool of the request's stored prompt, not declared in the request: a write whatever its"
+    " name, until `--tool NAME=read` says otherwise"
+)
 LOST = "not delivered: the agent's connection closed after its answer was decided, before it got it"
 
 
@@ -84,20 +88,25 @@ class ToolUses:
             self.host.unrequested(after, changes)
 
     async def decide(
-        self, uses: list[ToolUse], schemas: dict[str, Any], gone: asyncio.Event | None = None
+        self,
+        uses: list[ToolUse],
+        schemas: dict[str, Any],
+        gone: asyncio.Event | None = None,
+        unseen: frozenset[str] = frozenset(),
     ) -> dict[str, Verdict]:
-        """Each use's verdict; `Undelivered` once `gone` is set while a write is held."""
+        """Each use's verdict; `Undelivered` once `gone` is set while a write is held.
+        `unseen`: tools the request brought without declaring them (`ApiFormat.unseen`)."""
         verdicts: dict[str, Verdict] = {}
         first: dict[str, tuple[CallRecord, str]] = {}  # fingerprint -> its first call, use
         for use in uses:
-            record, admitted = await self._propose(use, schemas)
+            record, admitted = await self._propose(use, schemas, use.name in unseen)
             self._records[use.use_id] = (record, use)
             if not admitted and record.fingerprint in first:
                 earlier, earlier_use = first[record.fingerprint]
                 verdicts[use.use_id] = self._duplicate(record, earlier, verdicts[earlier_use])
             elif not admitted and (replaced := await self._repeat(record)) is not None:
                 verdicts[use.use_id] = replaced
-            elif self.host.tools[use.name].risk == "read":
+            elif record.risk == "read":
                 verdicts[use.use_id] = Release()
             else:
                 verdicts[use.use_id] = await self._held(use, record, gone)
@@ -128,7 +137,7 @@ class ToolUses:
             self._sent_keys[use.use_id] = self._keys.pop(use.use_id, [])
             self.host.running(record)
             self.pending[use.use_id] = record
-            if self.host.tools[use.name].risk == "write":
+            if record.risk == "write":
                 self.watch.permit(record.call_id, named_paths(given, self.host.workdir))
         self._records.clear()
         self._keys.clear()
@@ -157,15 +166,20 @@ class ToolUses:
             withdrawn.append(record.call_id)
         return withdrawn
 
-    async def _propose(self, use: ToolUse, schemas: dict[str, Any]) -> tuple[CallRecord, bool]:
+    async def _propose(
+        self, use: ToolUse, schemas: dict[str, Any], unseen: bool
+    ) -> tuple[CallRecord, bool]:
+        """The use recorded as a call. A tool of the request's stored prompt (`unseen`) is a
+        write, whatever loopdeck's defaults say of its name, unless the operator named it."""
         host = self.host
         if use.name not in host.tools:
             risk, source = self.settings.risks.risk_of(use.name)
             host.add_tool(tool_spec(use.name, schemas.get(use.name), risk, source, use.fixed))
         spec = host.tools[use.name]
         args, keyed = self._args(spec, use.input)
+        held = unseen and spec.risk == "read" and use.name not in self.settings.risks.overrides
         record, admitted = await host.propose(
-            use.name, label(use.input), args, spec.risk_source, keyed
+            use.name, label(use.input), args, UNSEEN if held else spec.risk_source, keyed, held
         )
         if admitted:
             self.first_of.setdefault(record.fingerprint, record.call_id)
