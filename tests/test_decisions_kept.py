@@ -8,6 +8,7 @@ the store has; on PostgreSQL an asking's expiry is judged on the store's clock a
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 from test_decision_expiry import _waited_run
 
 from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.events import ApprovalDecided
+from loopdeck.store import deciding, queries
 
 
 async def test_an_approval_the_store_took_just_before_the_expiry_is_carried_out(
@@ -282,13 +285,16 @@ async def _run_reading_late(
     rule_allows_again: bool = False,
     rule_denies_again: bool = False,
     moved: bool = False,
+    policy: Path | None = None,
+    gates: list[Any] | None = None,
 ) -> tuple[Any, list[Any]]:
     """order_support/solve waiting on the store, each asking open 0.5 s: the store takes the
     operator's decision (`first_approved`) on the first asking and the run cannot read it
     before that asking expires (it asks again, and reads it then). `rule_allows_again`: a
     policy's rule allows the call's asks after the first (`rule_denies_again`: denies them);
     `moved`: the state moved between
-    the proposal and the expiry; a third asking, if any, is approved by the operator."""
+    the proposal and the expiry; a third asking, if any, is approved by the operator.
+    `policy`: the run's policy file (its gate put in `gates`)."""
     from conftest import SAMPLES
 
     from loopdeck.core.decided_by import DecidedBy
@@ -315,7 +321,9 @@ async def _run_reading_late(
 
     monkeypatch.setattr(approver, "decision_from_store", late_reader)
     session = RunSession(db)
-    options = RunOptions(env=str(SAMPLES / "order_support"), script="solve", approve="wait")
+    options = RunOptions(
+        env=str(SAMPLES / "order_support"), script="solve", approve="wait", policy=policy
+    )
     runtime = session.prepare(options).runtime
     runtime.config = runtime.config.model_copy(update={"approval_ttl_s": 0.5})
     events: list[Any] = []
@@ -328,6 +336,8 @@ async def _run_reading_late(
 
     runtime.state_hash = state_hash  # type: ignore[method-assign]
     step = runtime.calls.approvals.policy
+    if gates is not None:
+        gates.append(step.gate)
     real_ruling = step.ruling
     rulings: list[Any] = []
 
@@ -378,6 +388,31 @@ async def test_a_rule_never_overrides_the_stores_decision_on_an_earlier_asking(
     assert standing is not None and (standing.approved, standing.on_earlier_ask) == (False, 1)
 
 
+async def test_a_rule_a_standing_decision_stood_over_is_not_counted_as_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator rejected the first asking (the store took it before it expired); the
+    state moved and the run asked again before reading it, and a rule allowed the new asking.
+    The rejection stood over the rule, yet the rule's use was counted: a rule allowed once
+    (`rule.uses < 1`) was spent on a call it never decided."""
+    policy = tmp_path / "policy.toml"
+    when = 'call.tool == "update_delivery_address" && !state.unchanged && rule.uses < 1'
+    policy.write_text(f'[[rule]]\nid = "moved-once"\neffect = "allow"\nwhen = \'{when}\'\n')
+    gates: list[Any] = []
+    outcome, events = await _run_reading_late(
+        tmp_path / "s.db", monkeypatch, first_approved=False, moved=True, policy=policy,
+        gates=gates,
+    )  # fmt: skip
+    update = next(c for c in outcome.calls if c.tool == "update_delivery_address")
+    said = [(e.effect, e.decided_by and e.decided_by.rule_id) for e in events
+            if e.kind == "policy_decided" and e.call_id == update.call_id]  # fmt: skip
+    assert said == [("none", None), ("allow", "moved-once")]
+    decided = [e for e in events if e.kind == "approval_decided"]
+    assert [(e.approved, e.by, e.on_earlier_ask) for e in decided] == [(False, "ops", 1)]
+    assert gates[0].book.counted.get("run:moved-once", 0) == 0
+    assert gates[0].book.allowed_in == {}
+
+
 async def _row(db: Path, run_id: str, call_id: str) -> tuple[str, str]:
     """What the store says of the call's asking: its state and who decided."""
     from loopdeck.store import queries
@@ -426,3 +461,95 @@ async def test_a_decision_on_an_earlier_asking_is_rebuilt_bound_to_that_asking(
     log.at = log.sig.index(decided[0])
     served = log.decision(asked[1])
     assert made_on(asked[1], served, [asked[0]]) is asked[0]
+
+
+async def test_a_decision_on_an_earlier_asking_read_after_a_move_binds_that_asking(
+    db: Any, tmp_path: Path
+) -> None:
+    """The store took the operator's approval of a write's first asking; the run's wait for
+    it ended unanswered (the state moved meanwhile), it asked again, and its worker was lost.
+    Rebuilt on another worker, its askings had new times, so the approval (named by its
+    asking's time in the row) bound the second asking: the write ran on a state nobody
+    approved. It binds the first, as the live run binds it: no longer holding, asked again."""
+    from worker_helpers import lease_state, left_by_a_lost_worker, options, stored, writes
+    from worker_helpers import with_a_worker as worker_until
+
+    from loopdeck.core.events import ApprovalInvalidated, ApprovalRequested, StateSeen
+    from loopdeck.store import leases
+    from loopdeck.store.opening import open_store
+    from loopdeck.store.writer import EventWriter
+
+    log = await _expired_then_asked_again(tmp_path / "first", "r1")
+    first, again = [i for i, e in enumerate(log) if isinstance(e, ApprovalRequested)][:2]
+    asked: Any = log[first]
+    assert asked.state_hash != log[again].state_hash  # type: ignore[union-attr]
+    store = await open_store(db)
+    try:
+        root = tmp_path / "shared"
+        run = options(root, approve="wait", run_id="r1")
+        await left_by_a_lost_worker(store, root, "r1", log[: first + 1], run)
+        yes = ApprovalDecision(call_id=asked.call_id, approved=True, by="ops")
+        assert await deciding.decide(store, "r1", yes, asked_at=asked.requested_at.isoformat())
+        # The run read none of it: its wait ended unanswered, it asked again, then was lost.
+        place = await leases.placement(store, "r1")
+        assert place is not None
+        writer = EventWriter(store, approve_mode="wait", fence=("r1", int(place["epoch"])))
+        writer.host, writer.pid = "host-a", 1
+        await writer.write_back(log[first + 1 : again + 1])
+        seen = next(e for e in reversed(log[: again + 1]) if isinstance(e, StateSeen))
+        assert seen.snapshot is not None
+        (root / "r1" / "orders.json").write_text(json.dumps(seen.snapshot["orders"]))
+
+        async def ended() -> bool:  # the write asked again once more: approved too
+            for item in await queries.pending_approvals(store, "r1"):
+                again_yes = ApprovalDecision(call_id=item["call_id"], approved=True, by="ops")
+                await deciding.decide(store, "r1", again_yes)
+            return await lease_state(store, "r1") == "ended"
+
+        await worker_until(db, ended)
+        moved = (await stored(store, "r1"))[again + 1 :]
+        decided = [e for e in moved if isinstance(e, ApprovalDecided)]
+        assert (decided[0].call_id, decided[0].on_earlier_ask) == (asked.call_id, 1)
+        problems = [e.problem for e in moved if isinstance(e, ApprovalInvalidated)]
+        assert problems and "state changed" in problems[0]
+        ran = [w["tool"] for w in writes(root, "r1")]
+        assert ran.count(asked.tool) == 1  # once, under the approval of its third asking
+    finally:
+        await store.close()
+
+
+async def _expired_then_asked_again(root: Path, run_id: str) -> list[Any]:
+    """shared_orders/solve as a worker runs it, its first write's first asking ending
+    unanswered after the state moved (another order's date changed meanwhile); every other
+    asking approved."""
+    from worker_helpers import options
+
+    from loopdeck.core.approvals import ApprovalRequest
+    from loopdeck.core.events import EventBus
+    from loopdeck.core.recorded_inputs import record_inputs
+    from loopdeck.operator.launch import prepare_run
+
+    bus = EventBus()
+    events: list[Any] = []
+    bus.subscribe(events.append)
+    prepared = prepare_run(options(root, run_id=run_id), bus=bus)
+    runtime = prepared.runtime
+    env: Any = runtime.env
+    env.reopen(run_id)
+    asks: list[ApprovalRequest] = []
+
+    class ExpiresFirst:
+        async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
+            asks.append(request)
+            if len(asks) == 1:
+                env.orders["ORD-2001"]["eta"] = "2027-01-04"
+                raise TimeoutError  # as the wait for an asking nobody answered in time ends
+            return ApprovalDecision(call_id=request.call_id, approved=True, by="auto")
+
+    runtime.calls.approvals.approver = ExpiresFirst()
+    record_inputs(runtime)
+    try:
+        await runtime.run()
+    finally:
+        prepared.cleanup()
+    return events

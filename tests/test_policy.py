@@ -205,11 +205,14 @@ def test_a_runs_rules_count_their_uses_and_the_states_they_allowed_in(tmp_path: 
     path = _file(tmp_path, _rule("few", "allow", "rule.uses < 2 && !state.unchanged_since_rule"))
     gate = RunPolicy(Policy([read_level("run", path)]), "python")
     facts = case_facts(_case(state={"hash": "s1"}))
-    assert gate.decide(facts, None).effect == "allow"  # first use, state s1
+    first = gate.decide(facts, None)
+    assert first.effect == "allow" and not gate.book.counted  # counted once the run takes it
+    first.count()  # first use, state s1
     assert gate.decide(facts, None).effect == "none"  # s1 is where it last allowed
     moved = case_facts(_case(state={"hash": "s2"}))
     verdict = gate.decide(moved, None)
     assert verdict.effect == "allow" and verdict.facts["rules"]["run:few"]["uses"] == 1
+    verdict.count()
     assert gate.decide(case_facts(_case(state={"hash": "s3"})), None).effect == "none"
     assert gate.book.counted == {"run:few": 2} and gate.book.allowed_in == {"run:few": "s2"}
     assert isinstance(gate.book, RuleBook)

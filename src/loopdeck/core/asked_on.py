@@ -7,8 +7,24 @@ from the log binds it alike."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
+
+
+@runtime_checkable
+class LoggedAskings(Protocol):
+    """An approver of a run rebuilt from its log (`core/recorded_inputs.py`): it knows each
+    asking the log has, by its times."""
+
+    def as_logged(self, request: ApprovalRequest) -> ApprovalRequest: ...
+
+
+def as_logged(approver: object, request: ApprovalRequest) -> ApprovalRequest:
+    """The asking as the run's log has it, where the run is rebuilt from one and the log has
+    its end (its times name it: a decision the store took on it names it by them), else as
+    it is asked now."""
+    return approver.as_logged(request) if isinstance(approver, LoggedAskings) else request
 
 
 def made_on(

@@ -13,12 +13,14 @@ it is enforced or only said (a shadow level's).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal, Protocol
 
 from loopdeck.core.approvals import ApprovalDecision, args_digest
+from loopdeck.core.asked_on import over_ruling
 from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.config import RunConfig
 from loopdeck.core.decided_by import DecidedBy
@@ -40,6 +42,9 @@ class PolicyVerdict:
     matched: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     facts: dict[str, Any] = field(default_factory=dict)  # as the rules saw them
+    # Counts the uses of the rules that decided, once the run takes the verdict: an ask a
+    # decision of the operator's stood over is no rule's use (`Ruling.taken`).
+    count: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
 class PolicyGate(Protocol):
@@ -51,8 +56,9 @@ class PolicyGate(Protocol):
         """`PolicyInForce`'s fields: the levels, their hashes, modes and text."""
 
     def decide(self, facts: dict[str, Any], grant: Grant | None) -> PolicyVerdict:
-        """The verdict on one ask (the rules' uses counted), `grant` the standing grant that
-        covers the call, if any (listed with the rules, deciding only when none does)."""
+        """The verdict on one ask (the rules' uses counted by its `count`), `grant` the
+        standing grant that covers the call, if any (listed with the rules, deciding only
+        when none does)."""
 
 
 class Tripwire(Protocol):
@@ -81,8 +87,19 @@ class Ruling:
 
     decision: ApprovalDecision | None = None
     decided_by: DecidedBy | None = None
-    grant: Grant | None = None  # the grant that approved it, its use counted
+    grant: Grant | None = None  # the grant that approved it, its use counted when taken
     asked_by: DecidedBy | None = None
+    count: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
+
+    def taken(self, found: ApprovalDecision | None) -> ApprovalDecision:
+        """What the run takes for the ruling's `decision`: `found`, a decision the store took
+        on an earlier asking, where it stands over the ruling (`over_ruling`), else the
+        ruling's, its rule's or grant's use counted only then (it decided the ask)."""
+        assert self.decision is not None
+        took = over_ruling(found, self.decision)
+        if took is self.decision:
+            self.count()
+        return took
 
 
 class PolicyStep:
@@ -123,25 +140,26 @@ class PolicyStep:
         )  # fmt: skip
         ruled = verdict.decided_by
         if verdict.effect == "none" or ruled is None:
+            verdict.count()  # a shadow level's rule, if any: it only says what it would decide
             return self._granted(record, grant)
         if verdict.effect == "ask":
+            verdict.count()  # the rule hands the call to the operator: nothing stands over that
             return Ruling(asked_by=ruled)
         if verdict.effect == "allow":
             made = ApprovalDecision(call_id=record.call_id, approved=True, by=ruled.words())
-            return Ruling(made, ruled)
+            return Ruling(made, ruled, count=verdict.count)
         reason = f"denied by policy rule {ruled.rule_id}" + (f": {ruled.why}" if ruled.why else "")
         made = ApprovalDecision(
             call_id=record.call_id, approved=False, reason=reason, by=ruled.words()
         )
-        return Ruling(made, ruled)
+        return Ruling(made, ruled, count=verdict.count)
 
     def _granted(self, record: CallRecord, grant: Grant | None) -> Ruling:
         if grant is None:
             return Ruling()
-        self.grants.use(grant)
         by = DecidedBy(who="grant", grant_id=grant.grant_id, granted_by=grant.by)
         made = ApprovalDecision(call_id=record.call_id, approved=True, by=grant.approver())
-        return Ruling(made, by, grant)
+        return Ruling(made, by, grant, count=partial(self.grants.use, grant))
 
     def facts(
         self, record: CallRecord, calls: CallBook, tool: str, args: dict[str, Any], state: str

@@ -250,6 +250,9 @@ class ReplayApprover:
             return self.log.decision(request)
         return await self.inner.ask(request)
 
+    def as_logged(self, request: ApprovalRequest) -> ApprovalRequest:
+        return self.log.asked_as(request)
+
     async def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
         if not self.log.live:
             return self.log.standing(request)

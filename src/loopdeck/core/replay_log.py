@@ -19,6 +19,7 @@ flight when the worker was lost: it is `outcome_unknown`, never run again unaske
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from loopdeck.core.approvals import Answer, ApprovalDecision, ApprovalRequest
@@ -90,6 +91,9 @@ KEYS: dict[type[Any], Callable[[Any], tuple[Any, ...]]] = {
 }
 # What came from outside the run's task: done again where the log has it.
 FROM_OUTSIDE = (OperatorMessage, OperatorCommand, GrantRevoked, OutcomeResolved)
+# What ends an asking in a log: its decision, its expiry unanswered (or its approval found no
+# longer holding), its withdrawal.
+ASKING_ENDS = (ApprovalDecided, ApprovalInvalidated, ApprovalWithdrawn)
 OVERFLOW = "context overflow"  # in a compaction's reason: the provider said the prompt overflowed
 
 
@@ -247,6 +251,22 @@ class ReplayLog:
             raise TimeoutError(came.problem)
         self.diverge(f"an ask for {request.call_id}", came)
         raise AssertionError
+
+    def asked_as(self, request: ApprovalRequest) -> ApprovalRequest:
+        """The asking the rebuilt run is about to make, with the times the log has for it when
+        the log has its end (decided, expired unanswered, withdrawn): a decision the store took
+        on it names it by them, and binds it (`core/asked_on.py`) as the run bound it. One the
+        log ends waiting on keeps its new times: it is asked again (`operator/resume.py`)."""
+        logged: ApprovalRequested | None = None
+        for event in islice(self.sig, len(self.sig) if self.live else self.at, None):
+            if logged is None and isinstance(event, ApprovalRequested):
+                if (event.call_id, event.args_sha256) != (request.call_id, request.args_sha256):
+                    return request  # another: the rebuilt run diverges there (`matched`)
+                logged = event
+            elif isinstance(event, ASKING_ENDS) and logged and event.call_id == logged.call_id:
+                times = {"requested_at": logged.requested_at, "expires_at": logged.expires_at}
+                return request.model_copy(update=times)
+        return request
 
     def standing(self, request: ApprovalRequest) -> ApprovalDecision | None:
         """The decision the log has next if the run took it as a standing one, made on an

@@ -26,7 +26,7 @@ from loopdeck.core.approvals import (
     StandingDecisions,
     request_for,
 )
-from loopdeck.core.asked_on import asks_back, made_on, over_ruling
+from loopdeck.core.asked_on import as_logged, asks_back, made_on
 from loopdeck.core.budgets import BudgetLedger
 from loopdeck.core.canonical import canonical_args
 from loopdeck.core.config import RunConfig
@@ -237,7 +237,7 @@ class WriteApprovals:
     ) -> ApprovalRequest:
         """The request an ask puts, with the write's diff (read off the event loop)."""
         spec = self.rt.tools[call.tool]
-        return request_for(
+        asked = request_for(
             run_id=self.run_id,
             call_id=record.call_id,
             tool=call.tool,
@@ -254,6 +254,7 @@ class WriteApprovals:
             diff=await asyncio.to_thread(self.rt.env.write_diff, record.call_id, proposed),
             asked_by=ruling.asked_by,
         )
+        return as_logged(self.approver, asked)  # a rebuilt run's: as its log has it
 
     @staticmethod
     def _edit(
@@ -285,8 +286,7 @@ class WriteApprovals:
     def withdraw(self) -> None:
         """At the stop: a pending approval is withdrawn."""
         if self.pending is not None:
-            call_id = self.pending.call_id
-            self.pending = None
+            call_id, self.pending = self.pending.call_id, None
             self.rt.emit(ApprovalWithdrawn, run_id=self.run_id, call_id=call_id)
 
     def _step_text(self, decision: Decision) -> str | None:
@@ -319,7 +319,7 @@ class WriteApprovals:
             **request.model_dump(exclude={"run_id"}),
         )
         if ruling.decision is not None:  # still a recorded decision, by the rule or grant
-            return over_ruling(await self._standing(request, unanswered), ruling.decision)
+            return ruling.taken(await self._standing(request, unanswered))
         self.pending = request
         left = max((request.expires_at - datetime.now(UTC)).total_seconds(), 0.0)
         try:

@@ -5,7 +5,9 @@ kind of run its calls come from."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from loopdeck.core.grants import Grant
@@ -41,8 +43,8 @@ class RunPolicy:
         }
 
     def decide(self, facts: dict[str, Any], grant: Grant | None) -> PolicyVerdict:
-        """The verdict on one ask, each rule that decided counted. A grant that covers the
-        call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
+        """The verdict on one ask, each rule that decided counted as the run takes it (its
+        `count`: never where a decision of the operator's stood over it). A grant that covers
+        the call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
         evaluation = self.policy.evaluate(facts, self.book, as_recorded=self.as_recorded)
-        self.book.decided(evaluation)
-        return evaluation.verdict()
+        return replace(evaluation.verdict(), count=partial(self.book.decided, evaluation))
