@@ -9,7 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from anthropic_loopback import AnthropicLoopback
+from gateway_clients import Client
+from gateway_helpers import Decider, GatewayRun, approve, door_command, door_run
+from loopback_server import Call
 
+from loopdeck.core.events import ApprovalRequested
+from loopdeck.core.write_diff import write_diff
 from loopdeck.gateway.evidence import diff_of, label, named_paths
 from loopdeck.gateway.tool_risk import SCENARIO, UNKNOWN, ToolRisks
 from loopdeck.workdir.volatile import renewed, steady
@@ -47,16 +53,48 @@ def test_where_a_tools_risk_came_from() -> None:
     ],
 )
 def test_an_edit_is_shown_as_the_diff_it_makes(given: dict[str, object] | str, work: Path) -> None:
+    """An edit's diff is the approval's own (`Environment.write_diff`, the ACP kind's reading
+    of old and new strings); a patch is shown as it was sent."""
     if isinstance(given, dict) and str(given.get("file_path", "")).startswith("ABS/"):
         given = {**given, "file_path": str(work / "calc.py")}
-    diff = diff_of(given, work)
+    diff = diff_of(given) if isinstance(given, str) else write_diff(work, given)
     assert "-    return a - b" in diff and "+    return a + b" in diff
     assert named_paths(given, work) == {"calc.py"}  # absolute or relative, named relative
+    if isinstance(given, dict):
+        assert diff_of(given) == ""  # not shown twice
 
 
-def test_a_whole_file_write_is_left_to_the_approvals_own_diff(work: Path) -> None:
-    assert diff_of({"file_path": "calc.py", "content": "x\n"}, work) == ""
-    assert diff_of({"filePath": "new.py", "content": "x\n"}, work).startswith("--- /dev/null")
+def test_a_whole_file_write_is_the_approvals_own_diff(work: Path) -> None:
+    assert diff_of({"file_path": "calc.py", "content": "x\n"}) == ""
+    assert write_diff(work, {"filePath": "new.py", "content": "x\n"}).startswith("--- /dev/null")
+    missing = write_diff(work, {"file_path": "calc.py", "old_string": "nope", "new_string": "x"})
+    assert missing == "calc.py: the edit's old text is not in it once as it is now; no diff shown"
+
+
+async def test_a_claude_code_edit_is_asked_with_the_whole_files_diff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claude Code's `Edit` through the gateway (an absolute `file_path`, `old_string`,
+    `new_string`): the operator is asked with the diff it makes to the file as it is now, as an
+    ACP agent's edit is shown, not with an empty diff."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-upstream-anthropic")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    fix = {"file_path": str(work / "calc.py"), "old_string": "a - b", "new_string": "a + b"}
+    door_file = tmp_path / "door.json"
+    with AnthropicLoopback([Call("Edit", fix)]) as upstream:
+        run = GatewayRun(work, door_command(door_file), "anthropic/claude-loop", upstream.url,
+                         approver=Decider(approve))  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = Client(door.told, "messages", stream=True)
+            client.user("fix calc.py")
+            await client.ask()
+        await run.outcome()
+    [asked] = run.events(ApprovalRequested)
+    assert asked.diff.startswith("--- a/calc.py\n+++ b/calc.py\n")
+    assert "-    return a - b\n+    return a + b\n" in asked.diff
+    assert " def add(a, b):" in asked.diff  # the whole file's, not the strings alone
 
 
 def test_a_command_names_no_file_and_is_labelled_by_its_words(work: Path) -> None:

@@ -8,7 +8,8 @@ permission request, `shown_contents`): its diffs applied to the file as it is (a
 text, found once, replaced by its new; no old text: its new text, a new file), its input's
 `content`, or its input's old and new strings (`old_string`/`new_string` as Claude Code says
 them, `oldString`/`newString` as opencode does; the old found exactly once, or every place
-with `replace_all`/`replaceAll`). It cannot be told when the call shows none of these for
+with `replace_all`/`replaceAll`; read as `core/write_diff.told_content` reads it, the
+gateway's approvals too). It cannot be told when the call shows none of these for
 the file, when a diff or an edit cannot be applied to the file as it is (its old text not in
 it, or an edit's in it more than once), or when two of them disagree: then nothing is
 permitted unasked (a write is asked on its own, `file_writes.py`) and the file's content
@@ -24,12 +25,15 @@ from typing import Any
 
 from loopdeck.acp_env.bridge import OutsideWorkdir, inside
 from loopdeck.acp_env.call_input import PATH_KEYS
-from loopdeck.core.write_diff import Undiffable, current_text, file_diff
+from loopdeck.core.write_diff import (
+    SILENT,
+    Undiffable,
+    current_text,
+    file_diff,
+    replaced,
+    told_content,
+)
 
-SILENT = object()  # the call names the file and says nothing of its content
-OLD_KEYS = ("old_string", "oldString")
-NEW_KEYS = ("new_string", "newString")
-ALL_KEYS = ("replace_all", "replaceAll")
 # An agent's diff for a file it deletes (Codex: `_meta.kind` "delete"): no content to hold.
 DELETED = "delete"
 
@@ -113,13 +117,13 @@ def edited_as_claude_code(workdir: Path, *calls: Any) -> dict[Path, str]:
 
 def _claude_replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
     if before is None or not old:
-        return _replaced(before, old, new, every)
+        return replaced(before, old, new, every)
     crlf = "\r\n" in before
     text = before.replace("\r\n", "\n") if crlf else before
     old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
     if not new and not old.endswith("\n") and old + "\n" in text:
         old += "\n"  # a deleted line goes with its end
-    done = _replaced(text, old, new, every)
+    done = replaced(text, old, new, every)
     if done is None:
         return None
     return done.replace("\n", "\r\n") if crlf else done
@@ -179,44 +183,11 @@ def _within(workdir: Path, path: str) -> Path | None:
 
 
 def _input_content(
-    raw: dict[str, Any], target: Path | None, replaced: Callable[..., str | None] | None = None
+    raw: dict[str, Any], target: Path | None, replace: Callable[..., str | None] | None = None
 ) -> Any:
-    """The content an input says its file will hold: its `content`; its edit (or `edits`,
-    in order) applied to the file as it is (`replaced`: how; a plain replacement unless
-    given); SILENT when it says neither."""
-    replaced = replaced or _replaced
-    if isinstance(raw.get("content"), str):
-        return raw["content"]
-    given = raw.get("edits")
-    listed: list[Any] = given if isinstance(given, list) else [raw]
-    edits = [edit for edit in listed if isinstance(edit, dict) and _strings(edit) is not None]
-    if not edits:
-        return SILENT
-    text = None if target is None else _text_of(target)
-    for edit in edits:
-        old, new = _strings(edit) or ("", "")
-        every = any(edit.get(key) is True for key in ALL_KEYS)
-        text = replaced(text, old, new, every)
-    return text
-
-
-def _strings(edit: dict[str, Any]) -> tuple[str, str] | None:
-    old = next((edit[key] for key in OLD_KEYS if isinstance(edit.get(key), str)), None)
-    new = next((edit[key] for key in NEW_KEYS if isinstance(edit.get(key), str)), None)
-    return None if old is None or new is None else (old, new)
-
-
-def _replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
-    """An edit as the agent's tool does it: the old text found exactly once (or, `every`,
-    anywhere) replaced by the new; an empty old text makes a new file. None: cannot be told."""
-    if not old:
-        return new if before is None else None
-    if before is None:
-        return None
-    found = before.count(old)
-    if found == 0 or (found > 1 and not every):
-        return None
-    return before.replace(old, new)
+    """The content an input says its file will hold (`core/write_diff.told_content`), its
+    edits applied to the file as it is."""
+    return told_content(raw, lambda: None if target is None else _text_of(target), replace)
 
 
 def _diff_applied(before: Any, item: Any) -> Any:

@@ -1,25 +1,34 @@
 """A write of a file's content, shown as what it changes: a unified diff against the file as
 it is in the working copy (a new file's lines all added), for the operator deciding on it.
 
-A call writes a file when its arguments name one (`path`, `file_path`) and give its content
-(`content`, `text`), both strings. `file_diff` is pure; `write_diff` reads the file, so it runs
-off the event loop (`asyncio.to_thread`). A file is read to be diffed only when it is a regular
-file (opened `O_NONBLOCK`: a FIFO at the path is refused, never waited on) of at most
-`READ_CAP` bytes (`current_text`): else the diff says why none is shown.
+A call writes a file when its arguments name one (`path`, `file_path`, `filePath`) and give
+its content (`content`, `text`), both strings, or edit it: an old and a new string
+(`old_string`/`new_string` as Claude Code says them, `oldString`/`newString` as opencode does;
+the old found exactly once, or every place with `replace_all`/`replaceAll`), or a list of them
+(`edits`, in order), applied to the file as it is (`told_content`: the one reading of such an
+input, the ACP kind's and the gateway's alike). `file_diff` is pure; `write_diff` reads the
+file, so it runs off the event loop (`asyncio.to_thread`). A file is read to be diffed only
+when it is a regular file (opened `O_NONBLOCK`: a FIFO at the path is refused, never waited
+on) of at most `READ_CAP` bytes (`current_text`): else the diff says why none is shown.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
 from loopdeck.core.text import capped
 
-PATH_FIELDS = ("path", "file_path")
+PATH_FIELDS = ("path", "file_path", "filePath")
 CONTENT_FIELDS = ("content", "text")
+OLD_FIELDS = ("old_string", "oldString")
+NEW_FIELDS = ("new_string", "newString")
+ALL_FIELDS = ("replace_all", "replaceAll")
+SILENT = object()  # an input that says nothing of its file's content
 DIFF_CAP = 6000  # what the request carries of a diff; the arguments keep the whole content
 READ_CAP = 2 * 1024 * 1024  # a bigger file is not read to be diffed
 
@@ -44,22 +53,76 @@ def file_diff(name: str, old: str | None, new: str) -> str:
 
 
 def write_diff(workdir: Path, args: dict[str, Any]) -> str:
-    """The diff a call's write makes in the working copy ("" when the call writes no file,
-    or one outside the working copy); reads the file."""
-    written = written_file(args)
-    if written is None:
+    """The diff a call's write or edit makes in the working copy ("" when the call changes
+    no file, or one outside the working copy); reads the file."""
+    path = next((args[f] for f in PATH_FIELDS if isinstance(args.get(f), str)), None)
+    if not path:
         return ""
-    path, content = written
     root = workdir.resolve()
     target = (root / path).resolve()
     if not target.is_relative_to(root) or target == root:
         return ""
     name = target.relative_to(root).as_posix()
+    read: list[str | None] = []
+
+    def before() -> str | None:  # read only for an edit: an input naming a file may not be one
+        read.append(current_text(target, name, line_ends=True))
+        return read[0]
+
     try:
-        old = current_text(target, name)
+        if (written := written_file(args)) is not None:
+            return file_diff(name, current_text(target, name), written[1])
+        new = told_content(args, before)
     except Undiffable as exc:
         return str(exc)
-    return file_diff(name, old, content)
+    if new is None:
+        return f"{name}: the edit's old text is not in it once as it is now; no diff shown"
+    return file_diff(name, read[0], new) if isinstance(new, str) and read else ""
+
+
+def told_content(
+    args: dict[str, Any],
+    before: Callable[[], str | None],
+    replace: Callable[[str | None, str, str, bool], str | None] | None = None,
+) -> Any:
+    """The content an input says its file will hold: its `content`; its edit (or `edits`, in
+    order) applied to the file's text as `before()` reads it (`replace`: how, `replaced`
+    unless given). None: it cannot be told (an edit does not apply); SILENT: it says
+    neither."""
+    replace = replace or replaced
+    if isinstance(args.get("content"), str):
+        return args["content"]
+    given = args.get("edits")
+    listed: list[Any] = given if isinstance(given, list) else [args]
+    edits = [edit for edit in listed if isinstance(edit, dict) and edit_strings(edit) is not None]
+    if not edits:
+        return SILENT
+    text = before()
+    for edit in edits:
+        old, new = edit_strings(edit) or ("", "")
+        every = any(edit.get(key) is True for key in ALL_FIELDS)
+        text = replace(text, old, new, every)
+    return text
+
+
+def edit_strings(edit: dict[str, Any]) -> tuple[str, str] | None:
+    """An edit's old and new strings, or None when it has not both."""
+    old = next((edit[key] for key in OLD_FIELDS if isinstance(edit.get(key), str)), None)
+    new = next((edit[key] for key in NEW_FIELDS if isinstance(edit.get(key), str)), None)
+    return None if old is None or new is None else (old, new)
+
+
+def replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
+    """An edit as the agent's tool does it: the old text found exactly once (or, `every`,
+    anywhere) replaced by the new; an empty old text makes a new file. None: cannot be told."""
+    if not old:
+        return new if before is None else None
+    if before is None:
+        return None
+    found = before.count(old)
+    if found == 0 or (found > 1 and not every):
+        return None
+    return before.replace(old, new)
 
 
 class Undiffable(Exception):

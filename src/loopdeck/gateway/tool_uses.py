@@ -239,7 +239,7 @@ class ToolUses:
 
     async def _held(self, use: ToolUse, record: CallRecord, gone: asyncio.Event | None) -> Verdict:
         """A write, asked of the operator (or the run's approver) until an approval holds."""
-        diff = await asyncio.to_thread(diff_of, use.input, self.host.workdir)
+        diff = diff_of(use.input)  # a patch's text; an edit's diff is the approval's own
 
         async def carry_out(got: Approved) -> Approved:
             return got  # the agent carries it out, once the answer is released
