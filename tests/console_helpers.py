@@ -72,7 +72,7 @@ async def start_from_fleet(pilot: Pilot[Any], app: LoopdeckApp, env: str, script
     await pilot.press("n")
     await wait_until(
         pilot,
-        lambda: isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list")),
+        lambda: isinstance(app.screen, LauncherScreen) and app.screen.listed,
     )
     chooser = app.screen
     chooser.query_one("#launcher-list").highlighted = chooser.index_of(env, script)

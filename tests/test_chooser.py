@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ async def _chooser(pilot: Pilot[Any], app: LoopdeckApp) -> LauncherScreen:
     await pilot.press("n")
     await wait_until(
         pilot,
-        lambda: isinstance(app.screen, LauncherScreen) and bool(app.screen.query("#launcher-list")),
+        lambda: isinstance(app.screen, LauncherScreen) and app.screen.listed,
     )
     screen = app.screen
     assert isinstance(screen, LauncherScreen)
@@ -172,3 +173,56 @@ async def test_the_chooser_opens_on_the_tour_then_every_other_sample_script_once
             for script in env["scripts"]:
                 shown = [pair for pair in listed_pairs if pair.endswith(f"{name} · {script}")]
                 assert len(shown) == 1, (name, script, shown)
+
+
+async def test_the_keys_answer_while_the_envs_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the sample envs (each scenario parsed, its env code and scripts checked) is off
+    the loop: "reading envs…" meanwhile, and the path box reads a folder of one's own; the
+    samples then listed under it, its script still the one chosen."""
+    from loopdeck.tui import launcher
+
+    release, reading = threading.Event(), threading.Event()
+
+    def slow_listing() -> list[dict[str, Any]]:
+        reading.set()
+        release.wait(30)  # a bound for the old code, which read them on the loop
+        return list_envs()
+
+    monkeypatch.setattr(launcher, "list_envs", slow_listing)
+    desk = tmp_path / "mydesk"
+    shutil.copytree(SAMPLES / "order_support", desk, ignore=shutil.ignore_patterns("__py*"))
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+            await pilot.press("n")
+            await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+            chooser = app.screen
+            assert isinstance(chooser, LauncherScreen)
+            listed = chooser.query_one(OptionList)
+            await wait_until(pilot, lambda: _reading(listed))
+            assert reading.is_set() and not chooser.listed
+            await _read_folder(pilot, chooser, "slash", desk)  # keys answered meanwhile
+            lines = _lines(listed)
+            assert lines[-1].strip() == "reading envs…" and "Start here" not in "".join(lines)
+            mine = listed.highlighted
+            assert mine is not None and _lines(listed)[mine] == _folder_scripts_only(listed)[0]
+            release.set()
+            await wait_until(pilot, lambda: chooser.listed)
+            assert not _reading(listed)
+            assert _index_of(listed, "service_outage", "solve") is not None  # the samples
+            assert _lines(listed)[listed.highlighted or 0] == _folder_scripts(listed, desk)[0]
+    finally:
+        release.set()
+
+
+def _reading(listed: OptionList) -> bool:
+    return "reading envs…" in [line.strip() for line in _lines(listed)]
+
+
+def _folder_scripts_only(listed: OptionList) -> list[str]:
+    """The lines of the one folder listed while no sample is: under its heading."""
+    lines = _lines(listed)
+    return [line for line in lines[1:] if line and not line.strip().startswith("reading")]

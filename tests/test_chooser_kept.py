@@ -32,7 +32,7 @@ def chosen(chooser: LauncherScreen) -> tuple[str, str] | None:
 async def opened(pilot: Pilot[Any], app: LoopdeckApp) -> LauncherScreen:
     await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
     await pilot.press("n")
-    await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+    await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen) and app.screen.listed)
     assert isinstance(app.screen, LauncherScreen)
     return app.screen
 

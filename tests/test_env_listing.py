@@ -100,7 +100,9 @@ async def test_the_chooser_marks_what_run_refuses_and_starts_none_of_it(
     async with app.run_test(size=(80, 60), notifications=True) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
         await pilot.press("n")
-        await wait_until(pilot, lambda: isinstance(app.screen, LauncherScreen))
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, LauncherScreen) and app.screen.listed
+        )
         chooser = app.screen
         assert isinstance(chooser, LauncherScreen)
         listed = chooser.query_one(OptionList)

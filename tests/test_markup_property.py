@@ -291,6 +291,7 @@ async def test_the_inbox_the_fleet_and_the_launcher_show_hostile_text_as_written
             monkeypatch.setattr(launcher, "list_envs", lambda: envs)
             screen = launcher.LauncherScreen()
             await app.push_screen(screen)
+            await wait_until(pilot, lambda: screen.listed)
             await pilot.pause()
             assert_clean(app, "launcher", "choose an env and a script")
             screen.dismiss(None)

@@ -5,7 +5,8 @@ script (a call the env's tools refuse: an unknown tool, arguments its model refu
 are checked where the kind knows its tools without a run (a Python env's); a kind whose
 opening starts something outside this process (`opens_outside`: an MCP server) lists its
 tools only as its run starts, so its scripts are checked then (or by `loopdeck check`): a
-listing, which the console reads on its loop, starts no server."""
+listing starts no server. Reading folders is blocking work: the console's chooser lists them
+on a thread."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ MEANING = {
     "pause": "nothing was sent: p again",
     "grants": "the grant still stands: G again",
     "fleet": "the fleet no longer follows the store: restart the console to see new runs",
+    "env-listing": "the sample envs are not listed: / names an env folder, n lists again",
     "litellm": "a run tries to load it again as it starts, and says so if it fails",
 }
 # What a run screen's drive that raised means: its own run is over; a run of another

@@ -93,6 +93,14 @@ class OneLine(Visual):
         return self.content.plain
 
 
+class SamplesListed(Message):
+    """The sample envs, as `list_envs` read them (off the event loop)."""
+
+    def __init__(self, samples: list[Env]) -> None:
+        super().__init__()
+        self.samples = samples
+
+
 class EnvFolderRead(Message):
     """The env folder named in the path box, as `describe_env` read it."""
 
@@ -169,6 +177,10 @@ def chooser_options(folders: Iterable[Env], samples: list[Env]) -> list[Option |
     return options
 
 
+def _reading() -> Option:
+    return Option(markup("  [dim]$text[/]", text="reading envs…"), disabled=True)
+
+
 def folder_problem(path: str, why: str) -> str:
     """What keeps an env folder from being listed, the file it names first and short (`~` for
     the home folder, the folder said once): a toast at 80 columns keeps its first lines."""
@@ -192,7 +204,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
         """`path_typed`: the path box's text when the chooser last closed; `again`: the script
         whose start failed then, offered again (its folder read again: an edit shows)."""
         super().__init__()
-        self.samples = list_envs()
+        self.samples: list[Env] | None = None  # None until listed, off the loop
         self.folders: dict[str, Env] = {}  # read in the path box, by resolved path, newest first
         self.path_typed = path_typed
         self.again = again
@@ -203,7 +215,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
             " scripted model plays it; writes wait for you.",
             id="launcher-intro",
         )
-        yield OptionList(*chooser_options([], self.samples), id="launcher-list")
+        yield OptionList(*self._options(), id="launcher-list")
         yield ShownInput(
             self.path_typed,
             placeholder="/ an env folder of your own: its path, then enter lists its scripts",
@@ -212,15 +224,51 @@ class LauncherScreen(Screen[tuple[str, str]]):
         yield KeysBar()
 
     def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+        self._list_samples()
+        self._load_model_library()
+
+    @property
+    def listed(self) -> bool:
+        """The sample envs are read and listed."""
+        return self.samples is not None
+
+    def _options(self) -> list[Option | None]:
+        """The chooser's lines; "reading envs…" below them while the samples are read."""
+        options = chooser_options(self.folders.values(), self.samples or [])
+        return options if self.samples is not None else [*options, _reading()]
+
+    @work(thread=True, group="env-listing", exit_on_error=False, description="list the envs")
+    def _list_samples(self) -> None:
+        """Each folder's scenario, env code and scripts are read and checked: off the loop,
+        so the keys answer meanwhile."""
+        self.post_message(SamplesListed(list_envs()))
+
+    @on(SamplesListed)
+    def _samples_listed(self, event: SamplesListed) -> None:
+        """Listed under the folders read meanwhile; the line chosen meanwhile kept, else the
+        first script; the script whose start failed chosen again (its folder read again when
+        it is not a sample's)."""
         listed = self.query_one(OptionList)
-        listed.highlighted = self._first_script()
-        listed.focus()
+        kept = self._chosen_now()
+        self.samples = event.samples
+        listed.set_options(self._options())
+        if kept is not None:
+            listed.highlighted = self.index_of(kept.path, kept.script)
+        else:
+            listed.highlighted = self._first_script()
         again = self.again
         if again is not None and (index := self.index_of(again.path, again.script)) is not None:
-            listed.highlighted = index  # a sample's script
+            listed.highlighted, self.again = index, None  # a sample's script
         elif again is not None:
             self._read_folder(Path(again.path))
-        self._load_model_library()
+
+    def _chosen_now(self) -> Choice | None:
+        listed = self.query_one(OptionList)
+        if listed.highlighted is None:
+            return None
+        option = listed.get_option_at_index(listed.highlighted)
+        return option.choice if isinstance(option, ScriptOption) else None
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.path_typed = event.value
@@ -241,7 +289,10 @@ class LauncherScreen(Screen[tuple[str, str]]):
 
     @on(Worker.StateChanged)
     def _worker_changed(self, event: Worker.StateChanged) -> None:
-        worker_failed(self, event, title="launcher")
+        failed = worker_failed(self, event, title="launcher")
+        if failed and event.worker.group == "env-listing":  # said: no longer "reading envs…"
+            self.samples = []
+            self.query_one(OptionList).set_options(self._options())
 
     def action_back(self) -> None:
         if self.focused is self.query_one("#launcher-path"):
@@ -280,7 +331,7 @@ class LauncherScreen(Screen[tuple[str, str]]):
         self.folders.pop(key, None)  # read again: its lines replaced, moved to the top
         self.folders = {key: env, **self.folders}
         listed = self.query_one(OptionList)
-        listed.set_options(chooser_options(self.folders.values(), self.samples))
+        listed.set_options(self._options())
         listed.highlighted = self._first_script(env["path"])
         again, self.again = self.again, None
         if again is not None and again.path == env["path"] and again.script in env["scripts"]:
