@@ -5,6 +5,7 @@ scenario.toml is the folder's refusal, in one line."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -135,8 +136,9 @@ async def test_the_chooser_marks_what_run_refuses_and_starts_none_of_it(
 
 
 def test_listing_an_mcp_env_starts_no_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The console's chooser lists on its loop: an `[mcp]` env's scripts are checked as its
-    run starts (or by `loopdeck check`), never by starting its server to list it."""
+    """A listing (`loopdeck envs`, the console's chooser): an `[mcp]` env's scripts are
+    checked as its run starts (or by `loopdeck check`), never by starting its server to list
+    it."""
     from loopdeck.mcp_env.connection import McpConnection
 
     started: list[str] = []
@@ -149,3 +151,21 @@ def test_listing_an_mcp_env_starts_no_server(monkeypatch: pytest.MonkeyPatch) ->
     listed = describe_env(SAMPLES / "notes_mcp")
     assert started == [] and "error" not in listed, listed
     assert listed["scripts"] and listed["refused"] == {}
+
+
+@pytest.mark.parametrize("columns", ["80", "160"])
+def test_envs_says_an_mcp_envs_scripts_are_checked_as_its_run_starts(
+    columns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """None of its scripts is refused in the listing, which does not mean they are fine: their
+    calls meet the server's tools only as the run starts. Its line says so, whole at 80
+    columns (its goal cut first); `--json` says it as `checked_at_start`."""
+    monkeypatch.setenv("COLUMNS", columns)
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    said = [line.rstrip() for line in lines if "checked as a run starts" in line]
+    assert [line.split()[0] for line in said] == ["notes_mcp"], lines
+    assert said[0].endswith("  scripts checked as a run starts") and len(said[0]) <= int(columns)
+    assert main(["envs", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {env["env"] for env in listed if env.get("checked_at_start")} == {"notes_mcp"}

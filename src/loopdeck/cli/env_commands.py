@@ -18,6 +18,10 @@ from rich.text import Text
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.text import visible
 
+# Beside an env whose scripts' calls are checked against its tools only as a run starts (an
+# `[mcp]` server lists them then): none of its scripts is marked refused before.
+CHECKED_AT_START = "scripts checked as a run starts"
+
 
 def run_env_command(args: argparse.Namespace) -> int:
     if args.command == "envs":
@@ -53,8 +57,9 @@ def _envs(args: argparse.Namespace) -> int:
 
 def _named(env: dict[str, Any], width: int) -> Table:
     """An env's name and its goal on one line, cut with "…" where it is longer (the whole
-    goal is in `envs --json` and its scenario.toml); or why the folder is refused, wrapped
-    under itself (never under the name), never cut."""
+    goal is in `envs --json` and its scenario.toml), then, kept before the goal, that its
+    scripts are checked only as a run starts where they are; or why the folder is refused,
+    wrapped under itself (never under the name), never cut."""
     from loopdeck.operator.env_listing import refusal_words
 
     grid = Table.grid(padding=(0, 2))
@@ -66,8 +71,12 @@ def _named(env: dict[str, Any], width: int) -> Table:
         grid.add_row(name, Text.assemble(("refused: ", "bold red"), (why, "red")))
     else:
         goal = Text(visible(env["goal"]))
-        goal.truncate(max(1, width - name.cell_len - 2), overflow="ellipsis")
-        grid.add_row(name, goal)
+        said = [Text(CHECKED_AT_START, style="yellow")] if env.get("checked_at_start") else []
+        room = width - name.cell_len - 2 - sum(note.cell_len + 2 for note in said)
+        goal.truncate(max(1, room), overflow="ellipsis")
+        for _ in said:
+            grid.add_column(no_wrap=True)
+        grid.add_row(name, goal, *said)
     return grid
 
 

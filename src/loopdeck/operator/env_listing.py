@@ -26,14 +26,17 @@ def list_envs() -> list[dict[str, Any]]:
 
 
 def describe_env(path: Path) -> dict[str, Any]:
-    """An env folder as the chooser lists it: its name, path, goal and scripts, and the
-    scripts a run refuses (`refused`: each one's reason, as `loopdeck run` says it); or the
-    error that keeps the whole folder from running."""
+    """An env folder as the chooser lists it: its name, path, goal and scripts, the scripts
+    a run refuses (`refused`: each one's reason, as `loopdeck run` says it), and whether its
+    scripts are checked only as a run starts (`checked_at_start`: a kind that
+    `opens_outside`, whose tools are listed then); or the error that keeps the whole folder
+    from running."""
     try:
         env_dir = load_env_dir(path)
         kind = kind_of(env_dir.scenario, path / "scenario.toml")
         kind.check(env_dir)
-        refused = {} if opens_outside(kind) else refused_scripts(env_dir, kind)
+        at_start = opens_outside(kind)
+        refused = {} if at_start else refused_scripts(env_dir, kind)
     except ScenarioError as exc:
         return {"env": path.name, "path": str(path), "error": str(exc), "scripts": {}}
     scripts = {name: s.description for name, s in sorted(env_dir.scenario.scripts.items())}
@@ -43,6 +46,7 @@ def describe_env(path: Path) -> dict[str, Any]:
         "goal": env_dir.scenario.goal,
         "scripts": scripts,
         "refused": refused,
+        "checked_at_start": at_start,
     }
 
 
