@@ -19,7 +19,7 @@ from gateway_helpers import Decider, GatewayRun, approve, door_command, door_run
 from gateway_raw_upstream import RawUpstream, item, responses, said
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
-from loopdeck.core.events import CallProposed, CallStatus, ToolFinished
+from loopdeck.core.events import CallProposed, CallStatus, Finding, ToolFinished
 
 MODEL = "openai/loop-model"
 MCP = {"type": "mcp", "server_label": "wiki", "server_url": "https://mcp.example/wiki"}
@@ -219,3 +219,68 @@ async def test_a_tool_a_stored_prompt_brings_is_held_whatever_its_name(tmp_path:
     assert (proposed["Read"].risk, proposed["Grep"].risk) == ("write", "read")
     assert "stored prompt" in proposed["Read"].risk_source
     assert [r.tool.split(":")[0] for r in decider.asked] == ["Read"]
+
+
+async def test_an_answer_adding_a_tool_a_request_is_refused_for_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The upstream can add tools mid-answer (an output `additional_tools`, a server tool
+    search's `tool_search_output`): one the request side refuses by name (a remote MCP server
+    run unasked, the computer tool) refuses the answer the same way, the agent told why with
+    none of the answer (its calls neither asked nor released), and the run says it."""
+    from openai import BadRequestError
+
+    door_file = tmp_path / "door.json"
+    unasked = {**MCP, "server_label": "ops", "require_approval": "never"}
+    added = {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [unasked]}
+    screen = {"type": "computer_use_preview", "display_width": 8, "display_height": 8,
+              "environment": "browser"}  # fmt: skip
+    loaded = {"type": "tool_search_output", "id": "ts_1", "execution": "server",
+              "tools": [screen]}  # fmt: skip
+    write = item("function_call", name="Write", arguments='{"file_path": "a.txt"}')
+    decider = Decider(approve)
+    with RawUpstream([responses(added, write), responses(loaded, write)]) as up:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            refusals = []
+            for _ in range(2):
+                with pytest.raises(BadRequestError) as refused:
+                    await client.responses.create(model="m", input="go")
+                refusals.append(refused.value.message)
+        await run.outcome()
+    assert "added a tool" in refusals[0] and "remote MCP server `ops`" in refusals[0]
+    assert "added a tool" in refusals[1] and "`computer_use_preview`" in refusals[1]
+    assert run.events(CallProposed) == [] and decider.asked == []
+    findings = [f.text for f in run.events(Finding)]
+    assert any("remote MCP server `ops`" in f for f in findings)
+
+
+async def test_call_items_with_no_id_are_each_held_and_decided_apart(tmp_path: Path) -> None:
+    """Two items of a kind loopdeck does not know, neither with an `id` nor a `call_id`: each
+    is its own call (known by its place in the answer), asked and decided apart, the
+    rejected one replaced by text and the approved one passed as it came."""
+    door_file = tmp_path / "door.json"
+    buy = {"type": "browser_action", "action": {"click": "#buy"}}
+    look = {"type": "browser_action", "action": {"scroll": "down"}}
+
+    def buys_nothing(request: ApprovalRequest) -> ApprovalDecision:
+        refused = "#buy" in json.dumps(request.args)
+        return ApprovalDecision(call_id=request.call_id, approved=not refused, by="test",
+                                reason="not that" if refused else "")  # fmt: skip
+
+    decider = Decider(buys_nothing)
+    with RawUpstream([responses(buy, look)]) as up:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            answer = await door.openai().responses.create(model="m", input="look, buy")
+        await run.outcome()
+    assert [i.type for i in answer.output] == ["message", "browser_action"]
+    assert "not that" in answer.output_text
+    assert answer.output[1].model_dump()["action"] == {"scroll": "down"}
+    proposed = run.events(CallProposed)
+    assert [p.args for p in proposed] == [{"action": {"click": "#buy"}},
+                                          {"action": {"scroll": "down"}}]  # fmt: skip
+    assert len(decider.asked) == 2

@@ -93,6 +93,10 @@ class ApiFormat(Protocol):
         """Why the request is refused before it goes upstream (it asks for what the gateway
         cannot decide), or None."""
 
+    def refused_answer(self, answer: Body) -> str | None:
+        """Why the upstream's answer is not delivered (it adds what a request would be refused
+        for), or None."""
+
     def tool_uses(self, answer: Body) -> list[ToolUse]: ...
 
     def schemas(self, body: Body) -> dict[str, Any]:

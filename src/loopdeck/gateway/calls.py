@@ -3,9 +3,10 @@ before it recorded (`ToolFinished`) and the workspace looked at (a change no rel
 explains is an `unrequested_change`); the run's stops and pauses taken and the turn counted
 against the caps before it goes upstream; the answer asked whole, its tokens and cost spent
 (past a cap: this call is refused and the run stops naming the cap); its tool uses decided
-(`tool_uses.py`); the decided answer settled for the agent. A call the run cannot answer (it
-stops on the way) is left unsettled: the loop's end answers it as the door closes (a final
-message, or a refusal naming why).
+(`tool_uses.py`); the decided answer settled for the agent (an answer adding a tool a
+request would be refused for is refused instead, none of it delivered, the run told). A call
+the run cannot answer (it stops on the way) is left unsettled: the loop's end answers it as
+the door closes (a final message, or a refusal naming why).
 
 An answer whose every tool use was taken out (rejected by the operator, a repeat put back to
 the model) would reach the agent as text only, and an agent such as `claude -p` ends on that:
@@ -131,6 +132,10 @@ class GatewayCalls:
         api, body, told = call.api, call.body, []
         decided, released = answer, list[ToolUse]()  # what the agent gets, what it runs
         for retell in range(RETELLS + 1):
+            if (refused := api.refused_answer(answer)) is not None:  # none of it delivered
+                self.host.finding(refused)
+                call.refuse(refused)
+                return
             uses = api.tool_uses(answer)
             if not uses:
                 decided, released = answer, []

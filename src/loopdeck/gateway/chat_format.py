@@ -55,6 +55,9 @@ class ChatFormat:
                     "decides only `tools` and their `tool_calls`")  # fmt: skip
         return None
 
+    def refused_answer(self, answer: Body) -> str | None:
+        return None
+
     def tool_uses(self, answer: Body) -> list[ToolUse]:
         uses = []
         for call in _message(answer).get("tool_calls") or []:

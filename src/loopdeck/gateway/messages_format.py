@@ -45,6 +45,9 @@ class MessagesFormat:
     def refused(self, body: Body) -> str | None:
         return None
 
+    def refused_answer(self, answer: Body) -> str | None:
+        return None
+
     def tool_uses(self, answer: Body) -> list[ToolUse]:
         return [
             ToolUse(str(block.get("id")), str(block.get("name")), parsed_input(block.get("input")))

@@ -31,6 +31,11 @@ or an input's `additional_tools` or client `tool_search_output`): the computer t
 (`computer_use_preview`, any `computer*` type: a `computer_call` taken out is answered
 upstream only by a screenshot, which the gateway cannot make), and a remote MCP server whose
 `require_approval` is not `always` (its calls would run on OpenAI's servers with nobody asked).
+An answer that adds such a tool itself (an output `additional_tools` or `tool_search_output`)
+is refused the same way (`refused_answer`): none of it reaches the agent, which is told why.
+
+A call item with neither `call_id` nor `id` is known by its place in the answer
+(`RESPONSE_ID#INDEX`), so two of them are held and decided apart.
 
 A conversation the upstream keeps (`previous_response_id`) holds the answer as the upstream
 gave it: a call replaced for the agent still needs its output there, or the upstream refuses
@@ -102,24 +107,17 @@ class ResponsesFormat:
         return answer
 
     def refused(self, body: Body) -> str | None:
-        tools = declared(body)
-        kinds = [str(t.get("type")) for t in tools]
-        if said := sorted({kind for kind in kinds if kind.startswith("computer")}):
-            return (f"loopdeck: the computer tool (`{'`, `'.join(said)}`) is refused: a"
-                    " `computer_call` the gateway takes out could only be answered with a"
-                    " screenshot, which it has none of")  # fmt: skip
-        unasked = sorted({str(t.get("server_label")) for t in tools
-                          if t.get("type") == "mcp" and t.get("require_approval") not in
-                          (None, "always")})  # fmt: skip
-        if unasked:
-            return (f"loopdeck: the remote MCP server `{'`, `'.join(unasked)}` is refused: its"
-                    " `require_approval` is not `always`, so OpenAI's servers would run its"
-                    " calls with nobody asked; declare it with `require_approval: \"always\"`"
-                    " (each call then waits for the operator)")  # fmt: skip
-        return None
+        said = _refusal(declared(body))
+        return None if said is None else f"loopdeck: {said}"
+
+    def refused_answer(self, answer: Body) -> str | None:
+        """Why the answer is not delivered: it adds a tool the request would be refused for."""
+        items = [i for i in answer.get("output") or [] if i.get("type") in TOOLS_IN]
+        said = _refusal([tool for item in items for tool in _tools(item)])
+        return None if said is None else f"loopdeck: the upstream's answer added a tool: {said}"
 
     def tool_uses(self, answer: Body) -> list[ToolUse]:
-        return [_use(item) for item in answer.get("output") or [] if is_call(item)]
+        return [_use(use_id, item) for use_id, item in _calls(answer)]
 
     def schemas(self, body: Body) -> dict[str, Any]:
         return {
@@ -144,9 +142,10 @@ class ResponsesFormat:
 
     def decided(self, answer: Body, verdicts: dict[str, Verdict]) -> Body:
         answer = json.loads(json.dumps(answer))
+        ids = {id(item): use_id for use_id, item in _calls(answer)}
         output = []
         for item in answer.get("output") or []:
-            verdict = verdicts.get(_call_id(item)) if is_call(item) else None
+            verdict = verdicts.get(ids[id(item)]) if id(item) in ids else None
             if isinstance(verdict, Replace):
                 output.append(_text_item(verdict.text))
                 continue
@@ -160,7 +159,7 @@ class ResponsesFormat:
         """The answer's items and an output for each call. A conversation the upstream keeps
         (`previous_response_id`) goes on from the answer; any other is sent whole again."""
         items = [present(item) for item in answer.get("output") or []]
-        kinds = {_call_id(item): str(item.get("type")) for item in items if is_call(item)}
+        kinds = {use_id: str(item.get("type")) for use_id, item in _calls(answer)}
         outputs = [output_item(kinds.get(use_id, "function_call"), use_id, text)
                    for use_id, text in results.items()]  # fmt: skip
         if body.get("previous_response_id") and answer.get("id"):
@@ -219,7 +218,7 @@ class ResponsesFormat:
     def owed(self, answer: Body, replaced: dict[str, str]) -> list[Body]:
         """The outputs an upstream keeping `answer` needs for the calls replaced in the
         agent's copy (`replaced`: the text the model reads, by call id)."""
-        kinds = {_call_id(i): str(i.get("type")) for i in answer.get("output") or [] if is_call(i)}
+        kinds = {use_id: str(item.get("type")) for use_id, item in _calls(answer)}
         return [output_item(kinds[k], k, text) for k, text in replaced.items() if k in kinds]
 
     @staticmethod
@@ -301,22 +300,43 @@ def _tools(holder: Body) -> list[Body]:
     return [*found, *(inner for tool in found for inner in _tools(tool))]
 
 
-def _call_id(item: Body) -> str:
-    return str(item.get("call_id") or item.get("id"))
+def _refusal(tools: list[Body]) -> str | None:
+    """Why declaring `tools` is refused (a computer tool, a remote MCP server run unasked)."""
+    kinds = [str(t.get("type")) for t in tools]
+    if said := sorted({kind for kind in kinds if kind.startswith("computer")}):
+        return (f"the computer tool (`{'`, `'.join(said)}`) is refused: a `computer_call` the"
+                " gateway takes out could only be answered with a screenshot, which it has"
+                " none of")  # fmt: skip
+    unasked = sorted({str(t.get("server_label")) for t in tools
+                      if t.get("type") == "mcp" and t.get("require_approval") not in
+                      (None, "always")})  # fmt: skip
+    if unasked:
+        return (f"the remote MCP server `{'`, `'.join(unasked)}` is refused: its"
+                " `require_approval` is not `always`, so OpenAI's servers would run its"
+                " calls with nobody asked; declare it with `require_approval: \"always\"`"
+                " (each call then waits for the operator)")  # fmt: skip
+    return None
 
 
-def _use(item: Body) -> ToolUse:
+def _calls(answer: Body) -> list[tuple[str, Body]]:
+    """The answer's calls, each with its id: its `call_id` or `id`, else its place."""
+    output = answer.get("output") or []
+    return [(str(item.get("call_id") or item.get("id") or f"{answer.get('id')}#{at}"), item)
+            for at, item in enumerate(output) if is_call(item)]  # fmt: skip
+
+
+def _use(use_id: str, item: Body) -> ToolUse:
     kind = str(item.get("type"))
     field = INPUT_OF.get(kind)
     if field is None:  # a kind loopdeck does not know: all it says, as a write of its own
         given: dict[str, Any] | str = {k: v for k, v in item.items() if k not in ITEM_FIELDS}
-        return ToolUse(_call_id(item), kind, given)
+        return ToolUse(use_id, kind, given)
     name = TOOL_OF.get(kind) or str(item.get("name"))
     raw = item.get(field)
     given = str(raw or "") if kind == "custom_tool_call" else parsed_input(raw)
     if kind == MCP_ASKED:
-        return ToolUse(_call_id(item), f"mcp__{item.get('server_label')}__{name}", given, MCP_FIXED)
-    return ToolUse(_call_id(item), name, given)
+        return ToolUse(use_id, f"mcp__{item.get('server_label')}__{name}", given, MCP_FIXED)
+    return ToolUse(use_id, name, given)
 
 
 def _edit(item: Body, edited: dict[str, Any] | str) -> None:
