@@ -71,6 +71,19 @@ def test_a_whole_file_write_is_the_approvals_own_diff(work: Path) -> None:
     assert missing == "calc.py: the edit's old text is not in it once as it is now; no diff shown"
 
 
+def test_an_edit_of_a_crlf_file_is_shown_as_claude_code_makes_it(work: Path) -> None:
+    """Claude Code edits with `\n` and writes back the file's own `\r\n`: the diff of such an
+    edit (its strings in `\n`, the file in `\r\n`) shows that change, not "old text not
+    found"; an emptied line is taken out with its end, as the agent's edit does."""
+    (work / "calc.py").write_bytes(b"def add(a, b):\r\n    # sum\r\n    return a - b\r\n")
+    fix = {"file_path": "calc.py", "old_string": "    # sum\n    return a - b",
+           "new_string": "    return a + b"}  # fmt: skip
+    diff = write_diff(work, fix)
+    assert "-    # sum\r\n-    return a - b\r\n+    return a + b\r\n" in diff
+    gone = write_diff(work, {"file_path": "calc.py", "old_string": "    # sum", "new_string": ""})
+    assert "-    # sum\r\n" in gone and "+\r\n" not in gone
+
+
 async def test_a_claude_code_edit_is_asked_with_the_whole_files_diff(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,7 +30,7 @@ from loopdeck.core.write_diff import (
     Undiffable,
     current_text,
     file_diff,
-    replaced,
+    replaced_as_claude_code,
     told_content,
 )
 
@@ -109,24 +109,10 @@ def edited_as_claude_code(workdir: Path, *calls: Any) -> dict[Path, str]:
             continue
         path = next((raw[key] for key in PATH_KEYS if isinstance(raw.get(key), str)), None)
         target = None if path is None else _within(workdir, path)
-        text = None if target is None else _input_content(raw, target, _claude_replaced)
+        text = None if target is None else _input_content(raw, target, replaced_as_claude_code)
         if target is not None and isinstance(text, str):
             told[target] = text
     return told
-
-
-def _claude_replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
-    if before is None or not old:
-        return replaced(before, old, new, every)
-    crlf = "\r\n" in before
-    text = before.replace("\r\n", "\n") if crlf else before
-    old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
-    if not new and not old.endswith("\n") and old + "\n" in text:
-        old += "\n"  # a deleted line goes with its end
-    done = replaced(text, old, new, every)
-    if done is None:
-        return None
-    return done.replace("\n", "\r\n") if crlf else done
 
 
 def text_digest(text: str) -> str | None:

@@ -6,10 +6,12 @@ its content (`content`, `text`), both strings, or edit it: an old and a new stri
 (`old_string`/`new_string` as Claude Code says them, `oldString`/`newString` as opencode does;
 the old found exactly once, or every place with `replace_all`/`replaceAll`), or a list of them
 (`edits`, in order), applied to the file as it is (`told_content`: the one reading of such an
-input, the ACP kind's and the gateway's alike). `file_diff` is pure; `write_diff` reads the
-file, so it runs off the event loop (`asyncio.to_thread`). A file is read to be diffed only
-when it is a regular file (opened `O_NONBLOCK`: a FIFO at the path is refused, never waited
-on) of at most `READ_CAP` bytes (`current_text`): else the diff says why none is shown.
+input, the ACP kind's and the gateway's alike) as Claude Code's Edit applies it
+(`replaced_as_claude_code`: in the file's own line endings, an emptied line taken out
+whole). `file_diff` is pure; `write_diff` reads the file, so it runs off the event loop
+(`asyncio.to_thread`). A file is read to be diffed only when it is a regular file (opened
+`O_NONBLOCK`: a FIFO at the path is refused, never waited on) of at most `READ_CAP` bytes
+(`current_text`): else the diff says why none is shown.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def write_diff(workdir: Path, args: dict[str, Any]) -> str:
     try:
         if (written := written_file(args)) is not None:
             return file_diff(name, current_text(target, name), written[1])
-        new = told_content(args, before)
+        new = told_content(args, before, replaced_as_claude_code)
     except Undiffable as exc:
         return str(exc)
     if new is None:
@@ -123,6 +125,23 @@ def replaced(before: str | None, old: str, new: str, every: bool) -> str | None:
     if found == 0 or (found > 1 and not every):
         return None
     return before.replace(old, new)
+
+
+def replaced_as_claude_code(before: str | None, old: str, new: str, every: bool) -> str | None:
+    """An edit as Claude Code's Edit does it, where that differs from `replaced`: in the
+    file's own line endings (the edit made with `\n` and written back with the file's `\r\n`),
+    and an empty new text taking the line's end with it (a line deleted, not left blank)."""
+    if before is None or not old:
+        return replaced(before, old, new, every)
+    crlf = "\r\n" in before
+    text = before.replace("\r\n", "\n") if crlf else before
+    old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+    if not new and not old.endswith("\n") and old + "\n" in text:
+        old += "\n"  # a deleted line goes with its end
+    done = replaced(text, old, new, every)
+    if done is None:
+        return None
+    return done.replace("\n", "\r\n") if crlf else done
 
 
 class Undiffable(Exception):
