@@ -109,14 +109,16 @@ def test_a_port_taken_is_said_with_exit_2(
 
 
 def test_a_store_serve_makes_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    db = tmp_path / "runs.db"
+    """In `made_store`'s words, as `loopdeck console` and `loopdeck run` say it."""
+    db = tmp_path / "new" / "runs.db"
     made = "loopdeck serve: no store was at"
     with socket.socket() as taken:  # stops it at the port, its store opened
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         args = parsed("--db", str(db), "--port", str(taken.getsockname()[1]))
         assert serve.run_serve(args) == 2
-        assert f"{made} {db}: made a new, empty one" in capsys.readouterr().err
+        said = capsys.readouterr().err
+        assert f"{made} {db}: made a new, empty one (its folder too)" in said
         assert serve.run_serve(args) == 2
         assert made not in capsys.readouterr().err  # there now: nothing to say
 

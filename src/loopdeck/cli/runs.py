@@ -17,7 +17,7 @@ from loopdeck.cli import acp_command
 from loopdeck.cli.notify_flags import notify_settings
 from loopdeck.cli.parser import EXIT_BAD_INPUT, EXIT_GOAL_MET, EXIT_STOPPED, budget_overrides
 from loopdeck.stop_signals import StopSignals
-from loopdeck.store.base import Location, default_db_path, is_postgres
+from loopdeck.store.base import Location, default_db_path, made_store
 
 if TYPE_CHECKING:
     from loopdeck.core.outcome import RunOutcome
@@ -79,8 +79,6 @@ def no_terminal(command: str) -> str | None:
     stderr, and stdout is the terminal it leaves its last line on. Into a pipe or a file it
     would draw escape codes, at full speed, until killed. Under textual-serve's web driver the
     pipes are the browser's terminal: keys in, frames out, in that driver's packets."""
-    import os
-
     if os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER:
         return None
     streams = {"stdin": sys.stdin, "stdout": sys.stdout, "stderr": sys.stderr}
@@ -211,8 +209,6 @@ def otlp_from_environment() -> str | None:
     """`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else `OTEL_EXPORTER_OTLP_ENDPOINT` with
     `v1/traces` put on its path, as the OpenTelemetry SDKs read them; a value that is no
     http(s) URL is refused in words naming the variable."""
-    import os
-
     from loopdeck.cli.parser import otlp_url
 
     for name, suffix in (("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
@@ -350,19 +346,6 @@ def launcher(args: argparse.Namespace) -> int:
     app = LoopdeckApp(ConsoleStart.for_fleet(location, started, said), theme_name=args.theme)
     app.bell_enabled = not args.no_bell
     return after_console(app, app.run())
-
-
-def made_store(location: Location) -> tuple[str, ...]:
-    """What the console says when it has to make its store (`loopdeck console` as it opens,
-    `loopdeck run` once its preparation made it): made where `--db` points, its folder too
-    (the console starts runs there, `n`), but never silently, as `serve` says it: a
-    mistyped path shows at once."""
-    if is_postgres(location) or os.path.lexists(location):
-        return ()
-    folder = (
-        "" if os.path.isdir(os.path.dirname(os.path.abspath(location))) else " (its folder too)"
-    )
-    return (f"no store was at {location}: made a new, empty one{folder}",)
 
 
 def after_console(app: LoopdeckApp, code: int | None) -> int:

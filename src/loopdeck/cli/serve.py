@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import os
 import re
 import secrets
 import shlex
@@ -35,6 +34,7 @@ from loopdeck.store.base import (
     Location,
     default_db_path,
     is_postgres,
+    made_store,
     redact,
     shown_location,
     store_location,
@@ -265,11 +265,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from loopdeck.operator.records import check_store
 
     location = args.db or default_db_path()
-    made = not is_postgres(location) and not os.path.lexists(location)
+    made = made_store(location)  # a tab's console starts runs in it (`n`): made, never silently
     asyncio.run(check_store(location))  # a store that cannot open is said once, here
-    if made:  # a tab's console starts runs in it (`n`), so it is made, but never silently
-        print(f"loopdeck serve: no store was at {location}: made a new, empty one",
-              file=sys.stderr)  # fmt: skip
+    for said in made:
+        print(f"loopdeck serve: {said}", file=sys.stderr)
 
     from loopdeck.cli.decision_links import LinkedServer, link_desk
     from loopdeck.cli.serve_auth import CannotListen, serve_until_stopped

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import urllib.parse
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -159,6 +160,19 @@ def shown_location(location: Location | None) -> str:
     if location is None:
         return ""
     return redact(str(location)) if is_postgres(location) else str(location)
+
+
+def made_store(location: Location) -> tuple[str, ...]:
+    """What a command says when it is to make its store (`loopdeck console` as it opens,
+    `loopdeck run` once its preparation made it, `loopdeck serve`): made where `--db` points,
+    its folder too (the console starts runs there, `n`), but never silently: a mistyped path
+    shows at once. Asked before the store is made."""
+    if is_postgres(location) or os.path.lexists(location):
+        return ()
+    folder = (
+        "" if os.path.isdir(os.path.dirname(os.path.abspath(location))) else " (its folder too)"
+    )
+    return (f"no store was at {location}: made a new, empty one{folder}",)
 
 
 def data_folder() -> Path:
