@@ -50,7 +50,7 @@ def test_the_answers_the_run_carries_out() -> None:
     assert read_answer("raise 0.75", Cap.COST, 0.5) == BudgetAnswer("raise", 0.75)
     assert read_answer("raise 0.5") == BudgetAnswer("raise", 0.5)  # used unknown: above 0
     assert read_answer("raise 0") == "the cap must be above 0, not 0"
-    assert read_answer("Continue please", Cap.TURNS, 2.0) == BudgetAnswer("continue")
+    assert read_answer("Continue", Cap.TURNS, 2.0) == BudgetAnswer("continue")
     assert read_answer("stop", Cap.TURNS, 2.0) == BudgetAnswer("stop")
 
 

@@ -42,6 +42,10 @@ textarea,input[type=text]{width:100%;font-size:1rem;padding:8px;border-radius:6p
 border:1px solid #999}
 label{display:block;margin-top:.6rem;font-size:.9rem}
 """
+BOX_LABELS = {  # a choice that takes words: its own box, sent only with its own button
+    "nudge": "nudge: what the model should hear (the call stays blocked)",
+    "raise": "raise: the new cap for this run",
+}
 FIELD_CAP = 20000  # characters of one piece of evidence the page shows
 
 
@@ -136,17 +140,22 @@ def _choices(evidence: Evidence, action: str, guard: str) -> str:
             '<textarea id="answer" name="text" rows="3" autofocus></textarea>'
             '<button class="yes">Answer</button></form>'
         )
-    buttons = "".join(
-        f'<button name="choice" value="{_value(c)}">{_e(c)}'
-        + (f" (with the {CHOICE_WORDS[c]} below)" if c in CHOICE_WORDS else "")
-        + "</button>"
+    answer = f'{form}<input type="hidden" name="action" value="answer">'
+    bare = "".join(
+        f'<button name="choice" value="{_value(c)}">{_e(c)}</button>'
         for c in evidence.choices
+        if c not in CHOICE_WORDS
     )
-    words = ""
-    if any(c in CHOICE_WORDS for c in evidence.choices):
-        words = '<label for="words">words for a choice that takes them</label>'
-        words += '<input type="text" id="words" name="text">'
-    return f'{form}<input type="hidden" name="action" value="answer">{words}{buttons}</form>'
+    forms = [f"{answer}{bare}</form>"] if bare else []
+    for c in (c for c in evidence.choices if c in CHOICE_WORDS):  # its box sent with it alone
+        box = f"words-{c}"
+        forms.append(
+            f'{answer}<label for="{box}">{_e(BOX_LABELS.get(c, CHOICE_WORDS[c]))}</label>'
+            f'<input type="text" id="{box}" name="text" required>'
+            f'<button name="choice" value="{_value(c)}">{_e(c)} (with the {CHOICE_WORDS[c]}'
+            " above)</button></form>"
+        )
+    return "".join(forms)
 
 
 def page(shown: LinkPage, action: str, guard: str) -> str:

@@ -1,5 +1,6 @@
 """An answer to a budget's pause (`core/budget_pause.py`) as the run reads it: `continue`,
-`raise N` or `stop`. The one reading: the run carries out what it returns and asks again with
+`raise N` or `stop` (`continue` and `stop` alone: words after them are refused, never
+dropped). The one reading: the run carries out what it returns and asks again with
 its words otherwise, and every front end (`loopdeck answer`, the inbox, a link, the console's
 dialog) checks an answer with it before recording it, so what is recorded is what the run
 does. Light on purpose (no pydantic): the command line imports it."""
@@ -27,12 +28,20 @@ class BudgetAnswer:
     new_cap: float = 0.0
 
 
+def takes_no_words(choice: str, instead: str = "") -> str:
+    """Why a choice that takes no words is refused with some after it (`allow foo`): the run
+    would carry out the bare choice and the words would be lost."""
+    return f"`{choice}` takes no words: answer `{choice}` alone{instead}"
+
+
 def read_answer(text: str, cap: Cap | None = None, used: float | None = None) -> BudgetAnswer | str:
     """The answer as the run carries it out, else why it cannot (words for the operator).
     `raise N` takes a finite N above what the cap has used (`used`; unknown: above 0), whole
     for a cap counted in whole numbers: the run sets the cap to it as it is."""
     words = text.split()
     first = words[0].lower() if words else ""
+    if first in CONTINUE + STOP and len(words) > 1:
+        return takes_no_words(first, ", or `raise N` for a new cap" if first in CONTINUE else "")
     if first in CONTINUE:
         return BudgetAnswer("continue")
     if first in STOP:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from loopdeck.core.approvals import Answer, Answerer
+from loopdeck.core.budget_answer import takes_no_words
 from loopdeck.core.config import RunConfig
 from loopdeck.core.questions import Asking
 
@@ -61,21 +62,25 @@ class Repeat:
 
 def parse_say(text: str, can_allow: bool = True) -> tuple[Say, str]:
     """What the operator said; ("?", "") for anything not understood (an `allow` that cannot
-    run included)."""
+    run included, and a `stop` or `allow` with words after it: only `nudge` takes words)."""
     words = text.strip().split(maxsplit=1)
     first = words[0].lower() if words else ""
-    if first in ("stop", "s"):
+    if first in ("stop", "s") and len(words) == 1:
         return "stop", ""
-    if first in ("allow", "a") and can_allow:
+    if first in ("allow", "a") and can_allow and len(words) == 1:
         return "allow", ""
     if first in ("nudge", "n") and len(words) == 2:
         return "nudge", words[1].strip()
     return "?", ""
 
 
-def _not_understood(text: str) -> str:
-    if text.strip().lower() in ("allow", "a"):
+def _not_understood(text: str, can_allow: bool) -> str:
+    words = text.strip().split(maxsplit=1)
+    first = words[0].lower() if words else ""
+    if first in ("allow", "a") and not can_allow:
         return "`allow` is not offered: this write already ran and would be refused."
+    if first in ("stop", "s", "allow", "a") and len(words) == 2:
+        return f"{takes_no_words(first, ' (to tell the model something, `nudge TEXT`)')}."
     return f"Not understood: {text.strip()[:200]!r}."
 
 
@@ -103,5 +108,5 @@ async def operator_on_loop(host: LoopHost, repeat: Repeat) -> tuple[Say, str, st
         say, text = parse_say(answer.text, repeat.can_allow)
         if say != "?":
             return say, text, answer.by
-        question = f"{_not_understood(answer.text)} {_question(repeat)}"
+        question = f"{_not_understood(answer.text, repeat.can_allow)} {_question(repeat)}"
     return "default", "", ""

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from loopdeck.caps import Cap
-from loopdeck.core.budget_answer import read_answer
+from loopdeck.core.budget_answer import read_answer, takes_no_words
 from loopdeck.core.text import capped
 from loopdeck.store import outcome_queries, queries
 from loopdeck.store.base import Store
@@ -375,9 +375,10 @@ def not_offered(
     choices: Sequence[str], text: str, cap: Cap | None = None, used: float | None = None
 ) -> str:
     """Why `text` is not an answer the question takes ("" when it is): never an empty one; a
-    budget's (it offers `raise`) as its run reads it (`core/budget_answer.py`: `raise N` above
-    what the cap had `used`, when known); another question with fixed choices takes one of
-    them (first word, any case), with the words it needs; one without choices any words."""
+        budget's (it offers `raise`) as its run reads it (`core/budget_answer.py`: `raise N` above
+        what the cap had `used`, when known); another question with fixed choices takes one of
+        them (first word, any case), with the words it needs and none after one that takes none;
+    one without choices any words."""
     if RAISE in choices:
         said = read_answer(text, cap, used)
         return said if isinstance(said, str) else ""
@@ -390,6 +391,8 @@ def not_offered(
         said = repr(capped(text.strip(), 80)) if first else "an empty answer"
         return f"it offers only {offered}; {said} is not one of them"
     needs = CHOICE_WORDS.get(first)
-    if needs is None or len(words) == 2:
+    if needs is None:  # words after it would be recorded and never carried out
+        return "" if len(words) == 1 else takes_no_words(first)
+    if len(words) == 2:
         return ""
     return f"`{first}` needs its {needs}: answer `{first} {needs}` (one argument)"
