@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from conftest import SAMPLES
-from console_helpers import wait_until
+from console_helpers import screen_lines, wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
 
-from loopdeck.operator.env_listing import list_envs
+from loopdeck.operator.env_listing import CHECKED_AT_START, list_envs
 from loopdeck.operator.launch import TOUR
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.fleet_screen import FleetScreen
@@ -164,7 +164,8 @@ async def test_the_chooser_opens_on_the_tour_then_every_other_sample_script_once
         more = next(i for i, line in enumerate(lines) if line.startswith("More scripts"))
         assert len(lines[1:more]) == len(TOUR)
         for stop, line in zip(TOUR, lines[1:more], strict=True):
-            first, about = line.split("\n")
+            first, about, *checked = line.split("\n")  # an [mcp] env's: checked at start
+            assert [c.strip() for c in checked] == ([CHECKED_AT_START] if checked else [])
             assert first.split() == [*stop.shows.split(), stop.env, "·", stop.script]
             assert about.strip() == samples[stop.env]["scripts"][stop.script]
         assert listed.highlighted == 1  # the tour's first stop
@@ -173,6 +174,25 @@ async def test_the_chooser_opens_on_the_tour_then_every_other_sample_script_once
             for script in env["scripts"]:
                 shown = [pair for pair in listed_pairs if pair.endswith(f"{name} · {script}")]
                 assert len(shown) == 1, (name, script, shown)
+
+
+async def test_an_mcp_envs_scripts_say_they_are_checked_as_a_run_starts(tmp_path) -> None:
+    """As `loopdeck envs` says it: an `[mcp]` env's scripts (its tools listed only as its
+    server starts) say so in the chooser, under each, whole on an 80x24 screen; a Python
+    env's say nothing of it."""
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        chooser = await _chooser(pilot, app)
+        listed = chooser.query_one(OptionList)
+        for script in ("solve", "invalid-args"):
+            listed.highlighted = _index_of(listed, "notes_mcp", script)
+            await pilot.pause()
+            shown = [line.strip(" │▇▄▁") for line in screen_lines(app)]
+            at = next(i for i, line in enumerate(shown) if line.endswith(f"notes_mcp · {script}"))
+            assert shown[at + 2] == CHECKED_AT_START, shown[at : at + 3]
+        checked = [line for line in _lines(listed) if CHECKED_AT_START in line]
+        assert checked and all("notes_mcp · " in line for line in checked)
+        assert CHECKED_AT_START not in _text(listed.get_option_at_index(1))  # order_support's
 
 
 async def test_the_keys_answer_while_the_envs_are_read(

@@ -18,10 +18,6 @@ from rich.text import Text
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.core.text import visible
 
-# Beside an env whose scripts' calls are checked against its tools only as a run starts (an
-# `[mcp]` server lists them then): none of its scripts is marked refused before.
-CHECKED_AT_START = "scripts checked as a run starts"
-
 
 def run_env_command(args: argparse.Namespace) -> int:
     if args.command == "envs":
@@ -60,7 +56,7 @@ def _named(env: dict[str, Any], width: int) -> Table:
     goal is in `envs --json` and its scenario.toml), then, kept before the goal, that its
     scripts are checked only as a run starts where they are; or why the folder is refused,
     wrapped under itself (never under the name), never cut."""
-    from loopdeck.operator.env_listing import refusal_words
+    from loopdeck.operator.env_listing import CHECKED_AT_START, refusal_words
 
     grid = Table.grid(padding=(0, 2))
     name = Text(visible(env["env"]))  # outside text: never read as markup

@@ -20,6 +20,11 @@ from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.kinds import kind_of
 from loopdeck.operator.launch import sample_envs_root
 
+# Beside an env whose scripts' calls are checked against its tools only as a run starts (an
+# `[mcp]` server lists them then), in `loopdeck envs` and the chooser alike: none of its
+# scripts is marked refused before.
+CHECKED_AT_START = "scripts checked as a run starts"
+
 
 def list_envs() -> list[dict[str, Any]]:
     return [describe_env(path) for path in find_env_dirs(sample_envs_root())]

@@ -29,7 +29,12 @@ from textual.widgets.option_list import Option
 from textual.worker import Worker
 
 from loopdeck.llm.loader import litellm_module
-from loopdeck.operator.env_listing import describe_env, list_envs, refusal_words
+from loopdeck.operator.env_listing import (
+    CHECKED_AT_START,
+    describe_env,
+    list_envs,
+    refusal_words,
+)
 from loopdeck.operator.launch import TOUR
 from loopdeck.tui.failures import worker_failed
 from loopdeck.tui.keys_bar import KeysBar
@@ -38,6 +43,8 @@ from loopdeck.tui.shown_input import ShownInput
 
 Env = dict[str, Any]  # an env folder as `describe_env` reads it
 SHOWS_WIDTH = 23  # the tour's first column: what a script shows
+SCRIPT_LINE = "[b]$shows[/]$env · [b]$script[/]\n    [dim]$about[/]"
+CHECKED_LINE = f"{SCRIPT_LINE}\n    [$warning]$checked[/]"  # never cut, at 80 columns too
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,9 @@ def _heading(text: str) -> Option:
 
 def _script(env: Env, script: str, shows: str = "") -> Option:
     """Two lines: what it shows (the tour's), the env and the script; its description. A
-    script `loopdeck run` refuses is marked so, with why in one line, and starts nothing."""
+    script `loopdeck run` refuses is marked so, with why in one line, and starts nothing; one
+    of an env whose scripts are checked only as a run starts (`[mcp]`) says so on a third
+    line, as `loopdeck envs` does."""
     shown = f"  {shows:<{SHOWS_WIDTH}}" if shows else "  "
     if (why := env.get("refused", {}).get(script)) is not None:
         said = refusal_words(env, why, script)
@@ -125,11 +134,12 @@ def _script(env: Env, script: str, shows: str = "") -> Option:
         )  # fmt: skip
         return RefusedOption(prompt, f"{env['env']} · {script}: {said}")
     prompt = markup(
-        "[b]$shows[/]$env · [b]$script[/]\n    [dim]$about[/]",
+        CHECKED_LINE if env.get("checked_at_start") else SCRIPT_LINE,
         shows=shown,
         env=env["env"],
         script=script,
         about=env["scripts"][script] or "(no description)",
+        checked=CHECKED_AT_START,
     )
     return ScriptOption(prompt, Choice(env["path"], script))
 
