@@ -5,7 +5,8 @@ A link is its own credential: it asks no console token (a phone opening a push h
 only its signed token (`operator/link_tokens.py`). Everything else the console's requests meet
 holds here too: the request's Host and Origin must name this server (a loopback name, its
 address, an `--allow-host` name, or BASE's own host), else 403. The form posts back with a
-value only this server makes, bound to a SameSite=Strict cookie its GET set and to the link:
+value only this server makes, bound to a SameSite=Strict cookie its GET set (one per page,
+scoped to the link it posts to: two links open in two tabs each keep theirs) and to the link:
 a post from another site has neither (and its Origin is refused first).
 
 `serve --url` registers the server for its store in loopdeck's data folder, so the runs of
@@ -52,6 +53,7 @@ EXPIRED = (
 ANSWER_WAIT = "awaiting_answer"
 MOVED_ON_S = 5.0  # how long an answer's page waits for the run to take it
 LOOK_EVERY_S = 0.1
+GUARD_GRACE_S = 600  # a page's guard outlives its link a little: a late post is told why
 ACTIONS = ("approve", "reject", "answer", "applied", "not-applied")
 HEADERS = {
     "Cache-Control": "no-store",
@@ -70,8 +72,8 @@ NO_GUARD = (
 )
 
 
-def guard_cookie(port: int) -> str:
-    return f"loopdeck_link_{port}"
+def guard_cookie(port: int, guard_id: str) -> str:
+    return f"loopdeck_link_{port}_{guard_id}"
 
 
 class LinkDesk:
@@ -118,10 +120,9 @@ class LinkDesk:
         if request.method != "POST":
             return _html(refused("A decision link is opened (GET) or decided (POST)."), 405)
         form = await request.post()
-        nonce = request.cookies.get(guard_cookie(port), "")
         fetched = request.headers.get("Sec-Fetch-Site", "same-origin")
-        guarded = self.server.signed("csrf", f"{nonce}|{token}", str(form.get("csrf", "")))
-        if not nonce or not guarded or fetched not in ("same-origin", "none"):
+        guarded = self._guarded(request, port, token, str(form.get("csrf", "")))
+        if not guarded or fetched not in ("same-origin", "none"):
             log.warning("loopdeck serve: refused a decision post without its guard")
             return _html(refused(NO_GUARD), 403)
         choice = _choice(form)
@@ -153,15 +154,41 @@ class LinkDesk:
         return replace(shown, run=run or shown.run)
 
     def _page(self, request: web.Request, port: int, shown: LinkPage) -> web.StreamResponse:
-        nonce = request.cookies.get(guard_cookie(port)) or secrets.token_urlsafe(16)
+        """The page, its form guarded by a cookie of its own: named for this page and scoped
+        to the form's own link, so pages of other links (or this one, opened again from
+        another site, where a SameSite=Strict cookie is not sent) never replace it."""
         claim: LinkClaim | None = shown.claim
         token = self.server.token(claim) if claim is not None else ""
         action = f"{LINK_PATH}{token}"
-        response = _html(page(shown, action, self.server.sign("csrf", f"{nonce}|{token}")), 200)
-        response.set_cookie(
-            guard_cookie(port), nonce, httponly=True, samesite="Strict", path=LINK_PATH
-        )
+        kept = _kept_guard(request, port) if request.path == action else None
+        guard_id, nonce = kept or (secrets.token_hex(6), secrets.token_urlsafe(16))
+        guard = f"{guard_id}.{self.server.sign('csrf', f'{nonce}|{token}')}"
+        response = _html(page(shown, action, guard), 200)
+        if claim is not None and kept is None:
+            lasts = max(int(claim.until - time.time()), 0) + GUARD_GRACE_S
+            response.set_cookie(
+                guard_cookie(port, guard_id), nonce, httponly=True, samesite="Strict",
+                path=action, max_age=lasts,
+            )  # fmt: skip
         return response
+
+    def _guarded(self, request: web.Request, port: int, token: str, given: str) -> bool:
+        """The post carries its page's guard: the cookie that page set, and its signature."""
+        guard_id, _, signature = given.partition(".")
+        if not guard_id.isalnum():
+            return False
+        nonce = request.cookies.get(guard_cookie(port, guard_id), "")
+        return bool(nonce) and self.server.signed("csrf", f"{nonce}|{token}", signature)
+
+
+def _kept_guard(request: web.Request, port: int) -> tuple[str, str] | None:
+    """The guard a page of this link set before, when the browser sent it (opened again from
+    this server's own page): the page reuses it rather than adding another."""
+    prefix = guard_cookie(port, "")
+    for name, nonce in request.cookies.items():
+        if name.startswith(prefix) and name[len(prefix) :].isalnum() and nonce:
+            return name[len(prefix) :], nonce
+    return None
 
 
 def _choice(form: Any) -> LinkChoice | None:
