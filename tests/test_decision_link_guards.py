@@ -20,9 +20,9 @@ from loopdeck.core.states import RunState
 from loopdeck.store.opening import open_store
 
 
-async def _questions(desk: Desk, *run_ids: str) -> list[str]:
+async def _questions(served: Desk, *run_ids: str) -> list[str]:
     """A free question waiting in each run; the link to each."""
-    store = await open_store(desk.db)
+    store = await open_store(served.db)
     try:
         for run_id in run_ids:
             waiting = Recorded(run_id).started(RunState.AWAITING_ANSWER)
@@ -30,7 +30,8 @@ async def _questions(desk: Desk, *run_ids: str) -> list[str]:
     finally:
         await store.close()
     until = int(time.time()) + 600
-    return [desk.server.link(desk.server.claim(r, "q1", "q1", "question", until)) for r in run_ids]
+    server = served.server
+    return [server.link(server.claim(r, "q1", "q1", "question", until)) for r in run_ids]
 
 
 async def _opened_from_another_site(browser: aiohttp.ClientSession, link: str) -> str:
