@@ -1,7 +1,8 @@
 """What a decision link's page shows, read from the store as it stands now: the run, and the
 decision's evidence (a write's arguments, diff, rationale and the state it was asked in; a
 question's words and the guard's or a budget's evidence; a write whose outcome is unknown),
-or why the link decides nothing any more (decided, asked again, withdrawn with its run).
+or why the link decides nothing any more (decided, asked again, withdrawn with its run). A
+write whose outcome is unknown takes its word after its run ended, as `loopdeck resolve` does.
 
 Whatever the push said, the page says what the store says now: a call asked again since the
 push (its state moved, its request expired) is shown as the new ask, to be decided again.
@@ -26,6 +27,7 @@ from loopdeck.store.base import INVALIDATED, Store
 # decided: taken (by whom, how); withdrawn: its run stopped first; unknown: not in this store.
 Standing = Literal["open", "moved", "decided", "withdrawn", "unknown"]
 DECIDED = ("approved", "rejected", "answered")
+KEPT = "your word on this write is still kept in its record."
 # Why an approval the run took no longer held, and what comes of it.
 MOVED = (
     "the call's state or arguments moved since; the run asks again (or stopped after its last ask)"
@@ -186,12 +188,13 @@ async def _outcome(store: Store, claim: LinkClaim, run: RunShown) -> LinkPage:
     if row["outcome"] not in queries.UNKNOWN_OUTCOMES:
         said = f"Already said: its outcome is {row['outcome'] or 'being recorded'}."
         return LinkPage("decided", said, run)
-    if not run.live:
-        return _withdrawn(run)
     evidence = Evidence(
         what="outcome",
         call_id=claim.call_id,
         headline=f"did {row['tool']} take effect? Its outcome is unknown",
         tool=str(row["tool"] or ""),
     )
-    return LinkPage("open", "", run, evidence, claim)
+    # The store keeps the word after the run ended (`loopdeck resolve` takes it too): whoever
+    # reads the run's record, or picks its work up again, learns whether the write happened.
+    ended = "" if run.live else f"The run has ended ({run.stop_reason or run.state}): {KEPT}"
+    return LinkPage("open", ended, run, evidence, claim)
