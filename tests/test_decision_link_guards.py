@@ -1,6 +1,7 @@
 """Each decision link's page keeps its own guard: two links opened from another site (a
 webmail, ntfy's web app: their GETs carry no SameSite=Strict cookie) in two tabs each post
-with theirs, the second page never replacing the first's."""
+with theirs, the second page never replacing the first's. And `serve --url` with a path (its
+links, answered at the root, would all be dead) is refused by name, exit 2."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from test_notify_links import Desk, _form, _session, desk  # noqa: F401
 from yarl import URL
 
 from loopdeck.cli import decision_links
+from loopdeck.cli.parser import build_parser
 from loopdeck.core.states import RunState
 from loopdeck.store.opening import open_store
 
@@ -57,3 +59,20 @@ async def test_two_links_opened_from_another_site_each_keep_their_guard(
             said = await (await browser.post(desk.base + action, data=posted)).text()
             assert "not posted from this server's own page" not in said, said
             assert re.search(r'<p class="done">', said), html.unescape(said)[:2000]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://host:8080/ld", "https://box.example.net/ld/", "http://h/#x"]
+)
+def test_serve_refuses_a_url_with_a_path_its_links_would_be_dead_under(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["serve", "--url", url])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --url: must be an address with no path, got {url!r}" in err
+    assert "answers decision links at its root (/d/TOKEN)" in err and "Behind a proxy" in err
+    assert build_parser().parse_args(["serve", "--url", "https://box.example.net/"]).url == (
+        "https://box.example.net"
+    )

@@ -76,7 +76,8 @@ def _check_unflagged(urls: tuple[str, ...]) -> None:
 
 
 def base_url(text: str) -> str:
-    """`serve --url BASE`: an http(s) URL with a host, no query."""
+    """`serve --url BASE`: an http(s) URL with a host, no query, and no path: the links are
+    answered at the server's root (`/d/TOKEN`), so a link under a path would be dead."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(text)
@@ -88,6 +89,13 @@ def base_url(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"must be the http:// or https:// address a phone reaches this server at"
             f" (e.g. https://box.tailnet.ts.net), got {text!r}"
+        )
+    if parts.path.strip("/") or parts.fragment:
+        raise argparse.ArgumentTypeError(
+            f"must be an address with no path, got {text!r}: this server answers decision"
+            " links at its root (/d/TOKEN), so links under a path would all be refused. Behind"
+            " a proxy, publish it at a host (or port) of its own whose root is forwarded to this"
+            " server, e.g. https://loopdeck.example.net"
         )
     return text.rstrip("/")
 
