@@ -413,6 +413,40 @@ async def test_a_rule_a_standing_decision_stood_over_is_not_counted_as_used(
     assert gates[0].book.allowed_in == {}
 
 
+async def test_replay_counts_a_rule_as_the_run_counted_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loopdeck policy replay` of that run under its own policy: the ask the operator's
+    standing rejection stood over replays as that rejection (nothing differs from what ran),
+    and the rule is not spent on it, as the run did not spend it."""
+    from loopdeck.policy import replay as replaying
+    from loopdeck.policy.record import read_run
+
+    policy = tmp_path / "policy.toml"
+    when = 'call.tool == "update_delivery_address" && !state.unchanged && rule.uses < 1'
+    policy.write_text(f'[[rule]]\nid = "moved-once"\neffect = "allow"\nwhen = \'{when}\'\n')
+    outcome, events = await _run_reading_late(
+        tmp_path / "s.db", monkeypatch, first_approved=False, moved=True, policy=policy
+    )
+    books: list[Any] = []
+    book_of = replaying.RuleBook
+
+    def kept_book(since: Any) -> Any:
+        books.append(book_of(since))
+        return books[-1]
+
+    record = read_run(outcome.run_id, events)
+    recorded = replaying.recorded_policy(record)
+    assert recorded is not None
+    with monkeypatch.context() as patched:
+        patched.setattr(replaying, "RuleBook", kept_book)
+        done = replaying.replay(record, recorded)
+    [stood] = [d for d in done if d.ask.decided and d.ask.decided.on_earlier_ask == 1]
+    assert (stood.effect, stood.by and stood.by.words()) == ("ask", "operator via ops")
+    assert [d.ask.call_id for d in done if d.differs] == []
+    assert books[0].counted.get("run:moved-once", 0) == 0
+
+
 async def _row(db: Path, run_id: str, call_id: str) -> tuple[str, str]:
     """What the store says of the call's asking: its state and who decided."""
     from loopdeck.store import queries

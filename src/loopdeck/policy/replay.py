@@ -2,6 +2,11 @@
 counted as they would have been, the run's standing grants in force from when they were given
 until revoked or used up) and `explain` (one call's asks, every rule's outcome: under the
 policy the run recorded, on the facts it recorded, or under another).
+
+A rule's or grant's decision is counted as the run counts it (`core/policy_gate.Ruling.taken`):
+only where it is taken. Where the run took the operator's decision on an earlier asking
+instead (recorded `on_earlier_ask`), and it stands over the ruling (`over_ruling`), the ask
+replays as that decision, and the rule or grant is not spent.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.asked_on import over_ruling
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.events import GrantGiven
 from loopdeck.core.grant_rules import GrantRule
@@ -69,10 +76,12 @@ class _Grants:
                 grant.revoked_by = event.by
 
     def covering(self, tool: str, args: dict[str, Any], at: datetime) -> Grant | None:
-        grant = next((g for g in self.given.values() if g.covers(tool, args, at)), None)
-        if grant is not None and grant.uses_left is not None:
+        return next((g for g in self.given.values() if g.covers(tool, args, at)), None)
+
+    @staticmethod
+    def use(grant: Grant) -> None:
+        if grant.uses_left is not None:
             grant.uses_left -= 1
-        return grant
 
 
 def replay(record: RunRecord, policy: Policy) -> list[Replayed]:
@@ -87,9 +96,11 @@ def replay(record: RunRecord, policy: Policy) -> list[Replayed]:
             replayed.append(Replayed(ask, None, "deny", ask.decided_by))
             continue
         evaluation = policy.evaluate(ask.facts, book)
-        book.decided(evaluation)
         effect, by = evaluation.effect, evaluation.verdict().decided_by
-        if effect == "none":
+        ruled, grant = effect in ("allow", "deny") and by is not None, None
+        if not ruled:  # an ask, or a shadow rule's say: counted, nothing stands over it
+            book.decided(evaluation)
+        if effect == "none" or by is None:
             call = ask.facts["call"]
             at = datetime.fromisoformat(str(ask.facts["time"]))
             grant = grants.covering(call["tool"], call["args"], at) if ask.first else None
@@ -99,8 +110,26 @@ def replay(record: RunRecord, policy: Policy) -> list[Replayed]:
                 if grant
                 else None
             )
+        if (ruled or grant) and _overruled(ask, effect == "allow"):
+            replayed.append(Replayed(ask, evaluation, "ask", ask.decided_by))
+            continue
+        if ruled:
+            book.decided(evaluation)
+        if grant is not None:
+            grants.use(grant)
         replayed.append(Replayed(ask, evaluation, effect, by))
     return replayed
+
+
+def _overruled(ask: Ask, approves: bool) -> bool:
+    """Whether the operator's decision on an earlier asking, which the run recorded taking
+    for this ask, stands over a ruling that `approves` (or denies) it."""
+    decided = ask.decided
+    if decided is None or decided.on_earlier_ask < 1:
+        return False
+    found = ApprovalDecision(call_id=ask.call_id, approved=decided.approved, by=decided.by)
+    ruled = ApprovalDecision(call_id=ask.call_id, approved=approves, by="rule")
+    return over_ruling(found, ruled) is found
 
 
 def recorded_policy(record: RunRecord) -> Policy | None:
