@@ -260,7 +260,7 @@ async def test_links_that_decide_nothing_say_why_over_http(desk: Desk) -> None:
     cases = {
         "expired": desk.server.link(_claim(desk.server, past)),
         "another loopdeck server": desk.base + "/d/" + other.token(_claim(other, soon)),
-        "not made by this server": desk.server.link(_claim(desk.server, soon))[:-4] + "AAAA",
+        "or it was altered": desk.server.link(_claim(desk.server, soon))[:-4] + "AAAA",
         "not a loopdeck decision link": desk.base + "/d/garbage",
         "no such run": desk.server.link(_claim(desk.server, soon)),
     }

@@ -62,6 +62,11 @@ HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline';"
     " form-action 'self'; frame-ancestors 'none'",
 }
+DECIDE_BY_COMMAND = "Decide with the command in the push (it says the store), or in the console."
+NO_LINKS = (
+    "This loopdeck server does not answer decision links now: it was started without --url"
+    f" (restarted since the push, perhaps). Nothing was decided. {DECIDE_BY_COMMAND}"
+)
 NOT_OURS = (
     "This page answers only its own server's address: the request came from, or named, "
     "another site. Nothing was decided."
@@ -103,7 +108,7 @@ class LinkDesk:
         try:
             claim = self.server.claim_of(token, time.time())
         except LinkRefused as exc:
-            return _html(refused(str(exc)), 403)
+            return _html(refused(f"{exc} {DECIDE_BY_COMMAND}"), 403)
         try:
             return await self._answer(request, port, token, claim)
         except records.StoreError as exc:  # said to the person on the page, and logged
@@ -207,8 +212,18 @@ def _html(text: str, status: int) -> web.Response:
     )
 
 
+@web.middleware
+async def no_links(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A server started without `--url`: a link opened on it (pushed while one with `--url`
+    served) is told so on the links' own page, not met by the console's token."""
+    if not request.path.startswith(LINK_PATH):
+        return await handler(request)
+    return _html(refused(NO_LINKS), 404)
+
+
 class LinkedServer(ConsoleServer):
-    """The browser console, and the decision links when `links` is given."""
+    """The browser console, and the decision links when `links` is given (else a link
+    opened on it is told this server answers none)."""
 
     def __init__(self, *args: Any, links: LinkDesk | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -216,9 +231,11 @@ class LinkedServer(ConsoleServer):
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
-        if self.links is not None:
-            app.middlewares.insert(0, self.links.middleware(self))
-            app.on_cleanup.append(self._unregister)
+        if self.links is None:
+            app.middlewares.insert(0, no_links)
+            return app
+        app.middlewares.insert(0, self.links.middleware(self))
+        app.on_cleanup.append(self._unregister)
         return app
 
     async def _unregister(self, app: web.Application) -> None:

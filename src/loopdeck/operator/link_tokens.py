@@ -3,8 +3,9 @@
 A token names one ask of one decision of one run (`LinkClaim`: the run, the call or question,
 which ask of it, what it is, until when, and the server), signed with HMAC-SHA256 under the
 server's secret and compared in constant time. A token for another server (another `--url`,
-another machine's secret) is foreign; one whose signature does not match was not made by
-this server; one past its time has expired. What the token decides is the store's to say:
+another machine's secret) is foreign; one whose signature does not match was made under
+another secret (another store's server at this address, a secret made anew) or altered; one
+past its time has expired. What the token decides is the store's to say:
 `operator/link_decisions.py`.
 
 The server: `loopdeck serve --url BASE` registers itself for its store in loopdeck's data
@@ -36,6 +37,12 @@ VERSION = 1
 LINK_PATH = "/d/"
 SECRET_BYTES = 32
 OUTCOME_ASK = "outcome"  # an unknown outcome has one ask: its word
+# Most often honest: another store's server at the same address, or its secret made anew.
+NOT_THIS_SECRET = (
+    "This link was made for this address by another loopdeck server (another store served"
+    " here, or this store's link secret was made anew), or it was altered: it decides nothing"
+    " here."
+)
 
 
 class LinkRefused(Exception):
@@ -112,9 +119,7 @@ class LinkServer:
                 "This link was made for another loopdeck server: it decides nothing here.",
             )
         if not hmac.compare_digest(mac, self._mac("link", payload)):
-            raise LinkRefused(
-                "forged", "This link was not made by this server (its signature does not match)."
-            )
+            raise LinkRefused("forged", NOT_THIS_SECRET)
         if now >= claim.until:
             when = datetime.fromtimestamp(claim.until).astimezone().strftime("%H:%M:%S")
             raise LinkRefused("expired", f"This link expired at {when}: it decides nothing.")
