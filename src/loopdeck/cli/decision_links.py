@@ -67,6 +67,10 @@ NO_LINKS = (
     "This loopdeck server does not answer decision links now: it was started without --url"
     f" (restarted since the push, perhaps). Nothing was decided. {DECIDE_BY_COMMAND}"
 )
+STILL_WAITS = (
+    "The decision still waits, as shown below: decide it with the command in the push, or"
+    " with the link of a newer push."
+)
 NOT_OURS = (
     "This page answers only its own server's address: the request came from, or named, "
     "another site. Nothing was decided."
@@ -105,11 +109,16 @@ class LinkDesk:
 
     async def answer(self, request: web.Request, port: int) -> web.StreamResponse:
         token = request.path[len(LINK_PATH) :]
+        expired = ""
         try:
             claim = self.server.claim_of(token, time.time())
         except LinkRefused as exc:
-            return _html(refused(f"{exc} {DECIDE_BY_COMMAND}"), 403)
+            if exc.claim is None or request.method != "GET":
+                return _html(refused(f"{exc} {DECIDE_BY_COMMAND}"), 403)
+            claim, expired = exc.claim, str(exc)
         try:
+            if expired:
+                return await self._expired(request, port, claim, expired)
             return await self._answer(request, port, token, claim)
         except records.StoreError as exc:  # said to the person on the page, and logged
             log.warning("loopdeck serve: a decision link cannot read the store: %s", exc)
@@ -137,6 +146,20 @@ class LinkDesk:
             shown = await decide_by_link(store, self.server, claim, choice)
             shown = await self._after(store, claim, shown)
         return self._page(request, port, shown)
+
+    async def _expired(
+        self, request: web.Request, port: int, claim: LinkClaim, said: str
+    ) -> web.StreamResponse:
+        """An expired link shows where its decision stands, as one whose ask moved does: the
+        call asked again is the new ask to decide (its own claim, its own time); an ask that
+        still waits is shown, decided elsewhere (the link decides nothing by itself)."""
+        async with records.opened(self.location) as store:
+            shown = await page_for(store, self.server, claim)
+        if shown.standing == "unknown":
+            return _html(refused(f"{said} {DECIDE_BY_COMMAND}"), 403)
+        if shown.standing == "open":
+            shown = replace(shown, standing="expired", words=STILL_WAITS, claim=None)
+        return self._page(request, port, replace(shown, words=f"{said} {shown.words}"))
 
     async def _after(self, store: records.Store, claim: LinkClaim, shown: LinkPage) -> LinkPage:
         """A post that lost the race says what won (as the link says once opened again); an

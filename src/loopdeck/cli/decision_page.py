@@ -14,7 +14,7 @@ import html
 import json
 from datetime import datetime
 
-from loopdeck.core.text import capped, visible
+from loopdeck.core.text import capped, moment_words, visible
 from loopdeck.operator.link_evidence import Evidence, LinkPage, RunShown
 from loopdeck.operator.push_words import budget_words
 from loopdeck.operator.records import CHOICE_WORDS
@@ -83,7 +83,7 @@ def _run(run: RunShown | None) -> str:
 
 
 def _when(moment: datetime | None) -> str:
-    return moment.astimezone().strftime("%H:%M:%S") if moment else ""
+    return moment_words(moment) if moment else ""
 
 
 def _diff(diff: str) -> str:
@@ -165,7 +165,8 @@ def page(shown: LinkPage, action: str, guard: str) -> str:
         kind = "done" if shown.done else "why"
         body.append(f'<p class="{kind}">{_e(shown.words)}</p>')
     body.append(_run(shown.run))
-    if shown.evidence is not None and shown.standing in ("open", "moved"):
+    if shown.evidence is not None and shown.standing in ("open", "moved", "expired"):
         body.append(_evidence(shown.evidence))
+    if shown.evidence is not None and shown.standing in ("open", "moved"):
         body.append(_choices(shown.evidence, action, guard))
     return document("loopdeck: a decision", "".join(body))

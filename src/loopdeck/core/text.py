@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from datetime import datetime
 
 TRUNCATION_MARK = " …[truncated {} chars]"
 
@@ -127,3 +128,16 @@ def number(value: float) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.4f}".rstrip("0").rstrip(".")
+
+
+def moment_words(moment: datetime, now: datetime | None = None) -> str:
+    """A time for a person who may read it elsewhere (a phone, another zone, the next day):
+    local, with its UTC offset, and its date when not today: `14:08:01 UTC+02:00`,
+    `2026-12-05 14:08:01 UTC+02:00`."""
+    local = moment.astimezone()
+    today = (now or datetime.now(local.tzinfo)).astimezone(local.tzinfo).date()
+    offset = int((local.utcoffset() or local - local).total_seconds()) // 60
+    sign, offset = "+" if offset >= 0 else "-", abs(offset)
+    zone = f"UTC{sign}{offset // 60:02d}:{offset % 60:02d}"
+    shown = local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")
+    return f"{shown} {zone}"

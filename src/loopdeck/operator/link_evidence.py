@@ -24,8 +24,9 @@ from loopdeck.store import queries
 from loopdeck.store.base import INVALIDATED, Store
 
 # open: decide it here; moved: asked again since the link was made, decide the new ask here;
-# decided: taken (by whom, how); withdrawn: its run stopped first; unknown: not in this store.
-Standing = Literal["open", "moved", "decided", "withdrawn", "unknown"]
+# decided: taken (by whom, how); withdrawn: its run stopped first; unknown: not in this store;
+# expired: the link is past its time and its ask still waits (shown, decided elsewhere).
+Standing = Literal["open", "moved", "decided", "withdrawn", "unknown", "expired"]
 DECIDED = ("approved", "rejected", "answered")
 KEPT = "your word on this write is still kept in its record."
 # Why an approval the run took no longer held, and what comes of it.

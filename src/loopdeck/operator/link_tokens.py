@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from loopdeck.core.push_events import PushedWhat
+from loopdeck.core.text import moment_words
 from loopdeck.store.base import Location, data_folder, is_postgres, redact
 from loopdeck.store.files import private_folder
 
@@ -49,9 +50,10 @@ class LinkRefused(Exception):
     """A token that decides nothing here: `reason` is one of `malformed`, `foreign`,
     `forged`, `expired`; the message says it to the person who opened it."""
 
-    def __init__(self, reason: str, words: str) -> None:
+    def __init__(self, reason: str, words: str, claim: LinkClaim | None = None) -> None:
         super().__init__(words)
         self.reason = reason
+        self.claim = claim  # an expired link's, read and checked: the page shows where it stands
 
 
 @dataclass(frozen=True)
@@ -121,8 +123,9 @@ class LinkServer:
         if not hmac.compare_digest(mac, self._mac("link", payload)):
             raise LinkRefused("forged", NOT_THIS_SECRET)
         if now >= claim.until:
-            when = datetime.fromtimestamp(claim.until).astimezone().strftime("%H:%M:%S")
-            raise LinkRefused("expired", f"This link expired at {when}: it decides nothing.")
+            when = moment_words(datetime.fromtimestamp(claim.until).astimezone())
+            said = f"This link expired at {when}: it decides nothing by itself."
+            raise LinkRefused("expired", said, claim)
         return claim
 
     def sign(self, purpose: str, text: str) -> str:

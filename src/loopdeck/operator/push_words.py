@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 from loopdeck.core.push_events import DecisionsPushed, Push, PushedWhat, PushFailed
-from loopdeck.core.text import capped, visible
+from loopdeck.core.text import capped, moment_words, visible
 from loopdeck.operator.push_channels import UNCONFIRMED
 from loopdeck.store.base import Location, is_postgres, shown_location
 
@@ -124,7 +124,7 @@ def push_text(
     title = f"loopdeck: {many} · run {run.run_id} ({run.env})"
     lines = [f"run {run.run_id} · {run.env}"]
     for number, one in enumerate(asked, 1):
-        until = one.valid_until.astimezone().strftime("%H:%M:%S") if one.valid_until else ""
+        until = moment_words(one.valid_until) if one.valid_until else ""
         lines.append(f"{number}. {one.headline} [{one.call_id}]")
         if until:
             lines.append(f"   valid until {until}")
