@@ -61,6 +61,9 @@ class ApprovalDecision(BaseModel):
     # The same, by position, as a run's log records it (`ApprovalDecided.on_earlier_ask`): the
     # n-th asking back among those that ended unanswered. 0: the asking it answers.
     on_earlier_ask: int = 0
+    # When it was made, when the decider says (the store's row): a run rebuilt after it
+    # counts its operator's wait up to then (`BudgetLedger.decided`). None: as it is taken.
+    decided_at: datetime | None = None
 
     def with_reason(self) -> ApprovalDecision:
         """A rejection without a reason says it was the operator's."""
@@ -210,6 +213,7 @@ class Answer(BaseModel):
 
     text: str
     by: str = "operator"
+    decided_at: datetime | None = None  # as `ApprovalDecision.decided_at`
 
 
 class Answerer(Protocol):

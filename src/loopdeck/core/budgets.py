@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -137,6 +138,8 @@ class BudgetLedger:
         self.held: str | None = None
         self._held_since: float | None = None
         self._operator_s = 0.0
+        # A wait taken over from the log (`carry_hold`): when it began, when it was taken up.
+        self._carried: tuple[datetime, datetime] | None = None
         self.turns = 0
         self.tool_calls = 0
         self.tokens = 0
@@ -162,6 +165,30 @@ class BudgetLedger:
         if self._held_since is not None:
             self._operator_s += time.monotonic() - self._held_since
             self._held_since, self.held = None, None
+        self._carried = None
+
+    def carry_hold(self, began: datetime) -> None:
+        """The run, rebuilt from its log, was waiting on its operator since `began` when its
+        log ends (it was parked, or its worker lost): the wait up to now is the operator's,
+        until the decision says when it came (`decided`); the agent's time is as it was."""
+        now = datetime.now(UTC)
+        self._give_operator(max((now - began).total_seconds(), 0.0))
+        self._carried = (began, now)
+
+    def decided(self, at: datetime | None) -> None:
+        """What the run waited on came at `at` (the store's time of the decision; None: as
+        it is taken). A carried wait counted past it, while no worker ran the run, is
+        nobody's: the operator had decided, and the agent was not running."""
+        carried, self._carried = self._carried, None
+        if carried is None or at is None:
+            return
+        began, taken_up = carried
+        self._give_operator(-max((taken_up - max(at, began)).total_seconds(), 0.0))
+
+    def _give_operator(self, seconds: float) -> None:
+        """`seconds` more of the operator's time, the agent's own left as it is."""
+        self._operator_s += seconds
+        self.started -= seconds
 
     def operator_s(self) -> float:
         """Time spent waiting on the operator so far."""

@@ -239,16 +239,21 @@ class ReplayDispatcher(Dispatcher):
         return served
 
 
+Decided = Callable[[datetime | None], None]  # told when a live decision or answer was made
+
+
 class ReplayApprover:
     """The operator's recorded decisions while the log has them; then the run's approver."""
 
-    def __init__(self, inner: Approver, log: ReplayLog) -> None:
-        self.inner, self.log = inner, log
+    def __init__(self, inner: Approver, log: ReplayLog, decided: Decided) -> None:
+        self.inner, self.log, self.decided = inner, log, decided
 
     async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
         if not self.log.live:
             return self.log.decision(request)
-        return await self.inner.ask(request)
+        decision = await self.inner.ask(request)
+        self.decided(decision.decided_at)
+        return decision
 
     def as_logged(self, request: ApprovalRequest) -> ApprovalRequest:
         return self.log.asked_as(request)
@@ -263,13 +268,15 @@ class ReplayApprover:
 class ReplayAnswerer:
     """The operator's recorded answers while the log has them; then the run's answerer."""
 
-    def __init__(self, inner: Answerer, log: ReplayLog) -> None:
-        self.inner, self.log = inner, log
+    def __init__(self, inner: Answerer, log: ReplayLog, decided: Decided) -> None:
+        self.inner, self.log, self.decided = inner, log, decided
 
     async def answer(self, run_id: str, question_id: str, question: str) -> Answer:
         if not self.log.live:
             return self.log.answer(question_id)
-        return await self.inner.answer(run_id, question_id, question)
+        answer = await self.inner.answer(run_id, question_id, question)
+        self.decided(answer.decided_at)
+        return answer
 
 
 def record_inputs(
@@ -288,9 +295,10 @@ def record_inputs(
     if log is None:
         return
     approvals = runtime.calls.approvals
-    approvals.approver = ReplayApprover(approvals.approver, log)
+    decided = runtime.ledger.decided
+    approvals.approver = ReplayApprover(approvals.approver, log, decided)
     if runtime.answerer is not None:
-        runtime.answerer = ReplayAnswerer(runtime.answerer, log)
+        runtime.answerer = ReplayAnswerer(runtime.answerer, log, decided)
     log.outside = lambda event: _done_again(runtime, event)
     log.on_live.append(lambda: _clock_as_recorded(runtime, log))
 
@@ -299,11 +307,17 @@ def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:
     """The agent's time and the operator's as the log last had them: a rebuilt run is
     charged what the run had spent, not the moments its rebuilding took (nor the time no
     worker ran it). A fork's (`log.free`: its source's log) are its own, from naught as it
-    goes live: the time its source spent is the source's, as its tokens and cost are."""
+    goes live: the time its source spent is the source's, as its tokens and cost are.
+
+    A log that ends while the operator was waited on (the run parked, or its worker lost
+    mid-wait) has that wait's start, not its end: the wait is the operator's from its start
+    up to the decision, when the store says when it came before the run was taken up here,
+    else up to now (the move) and on as the rebuilt run waits (`BudgetLedger.carry_hold`)."""
     from loopdeck.core.budgets import Cap
     from loopdeck.core.events import BudgetUpdated
 
     agent_s = operator_s = 0.0
+    last = None
     if not log.free:
         last = log.last_of(BudgetUpdated)
         if last is None:
@@ -313,6 +327,8 @@ def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:
     ledger = runtime.ledger
     ledger._operator_s = operator_s
     ledger.started = time.monotonic() - agent_s - ledger.operator_s()
+    if last is not None and last.held is not None:
+        ledger.carry_hold(last.at)
     runtime.rearm_deadline()
 
 

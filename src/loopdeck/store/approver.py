@@ -47,6 +47,20 @@ async def flush_when_available(writer: EventWriter) -> None:
             continue  # the writer is in an outage now: wait for its end
 
 
+async def _decided_at(store: Store, run_id: str, call_id: str) -> datetime | None:
+    """When the call's decision (or answer) was taken, as its row says; None when the row
+    cannot say it now (the run then counts its wait up to when it reads the decision)."""
+    try:
+        rows = await store.fetchall(
+            "SELECT decided_at FROM approvals WHERE run_id = ? AND call_id = ?",
+            (run_id, call_id),
+        )
+    except StoreUnavailable:
+        return None
+    at = rows[0]["decided_at"] if rows else None
+    return None if at is None else datetime.fromisoformat(str(at))
+
+
 def _decision(request: ApprovalRequest, row: dict[str, Any]) -> ApprovalDecision | None:
     """The row's decision with the asking it was made on; None while it has none."""
     if row["state"] not in ("approved", "rejected"):
@@ -70,7 +84,8 @@ async def decision_from_store(store: Store, request: ApprovalRequest) -> Approva
     while True:
         row = await _approval_row(store, request.run_id, request.call_id)
         if row is not None and (decided := _decision(request, row)) is not None:
-            return decided
+            at = await _decided_at(store, request.run_id, request.call_id)
+            return decided.model_copy(update={"decided_at": at})
         await store.wait_for_change(POLL_S)
 
 
@@ -116,7 +131,8 @@ async def answer_from_store(store: Store, run_id: str, question_id: str) -> Answ
     while True:
         row = await _approval_row(store, run_id, question_id)
         if row is not None and row["state"] == "answered":
-            return Answer(text=row["reason"] or "", by=row["decided_by"] or "store")
+            at = await _decided_at(store, run_id, question_id)
+            return Answer(text=row["reason"] or "", by=row["decided_by"] or "store", decided_at=at)
         await store.wait_for_change(POLL_S)
 
 
