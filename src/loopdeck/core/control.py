@@ -144,6 +144,22 @@ class RunControl:
                 await self.interruptible(self._resumed.wait(), by_cancel=True)
             await self.checkpoint()
 
+    async def settle(self) -> None:
+        """Before acting where no checkpoint came after the commands just taken (a moved
+        run's first act, after those sent while no worker held it): a kill or a cancel
+        lands now, as on a run waiting for its operator (nothing of it is in flight), and a
+        pause holds here."""
+        if self._interrupt is not None:
+            raise Interrupted(*self._interrupt)
+        if self.cancel_requested_by is not None:
+            raise Interrupted(
+                StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
+            )
+        if self._resumed is not None and not self._resumed.is_set():
+            with self.hold("paused"):
+                await self.interruptible(self._resumed.wait(), by_cancel=True)
+            await self.settle()
+
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
         if self._interrupt is not None:
             if asyncio.iscoroutine(awaitable):

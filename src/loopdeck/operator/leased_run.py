@@ -42,7 +42,7 @@ from loopdeck.operator.launch import prepare_run
 from loopdeck.operator.parking import Parking
 from loopdeck.operator.placement import run_options, unrecorded_policy
 from loopdeck.operator.resume import Refreshed, load_log, record_stop, stopped, unresumable
-from loopdeck.store import leases
+from loopdeck.store import leases, queries
 from loopdeck.store.approver import StoreApprover
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.runner import apply_command
@@ -110,6 +110,10 @@ class LeasedRun:
         self.runtime: Runtime | None = None
         self.let_go_as: str | None = None  # handed back or parked: how it left this worker
         self.live = False  # its runtime takes commands from other terminals
+        # Live, and the commands that waited for it taken: its worker reads it the rest.
+        self.hears = False
+        self._catching: asyncio.Task[None] | None = None
+        self._settled = False  # the commands it caught up on landed before its first act
         self.handing_back: str | None = None  # its worker stops: let go once at rest, why
         self.bus: ReplayBus | None = None
         self.started = asyncio.Event()  # its runtime runs (or it left without one)
@@ -204,7 +208,7 @@ class LeasedRun:
             if forked is not None:
                 same = await restored(runtime, replay)
                 replay.on_live.append(lambda: fork_live(runtime, replay, forked, same))
-                replay.on_live.append(lambda: setattr(self, "live", True))
+                replay.on_live.append(self._goes_live)
             else:
                 replay.on_live.append(lambda: self._went_live(runtime, replay))
             # Its recorded policy evaluated as the run evaluated it, until it goes live.
@@ -229,7 +233,8 @@ class LeasedRun:
         # the others has work due (a run's wait would hold up every other run's turn).
         runtime.env_thread.only_when_idle = nothing_else_due
         writer.start()
-        self.live = replay is None
+        if replay is None:
+            self._goes_live()
         self.started.set()
         parking = Parking(runtime, replay, self.worker.host, self.let_go)
         unwatch = runtime.bus.subscribe(parking.seen)
@@ -261,7 +266,12 @@ class LeasedRun:
         claim = self.claim
         runtime.emit(RunMoved, run_id=self.run_id, host=self.worker.host, was=claim.was,
                      epoch=claim.epoch, note=claim.note, after_seq=replay.last_seq)  # fmt: skip
+        self._goes_live()
+
+    def _goes_live(self) -> None:
+        """It takes commands from now on: first those that waited for it (`_catch_up`)."""
         self.live = True
+        self._catching = asyncio.get_running_loop().create_task(self._catch_up())
 
     def take(self, command: dict[str, Any]) -> None:
         """A command from another terminal (the worker reads them for all its runs)."""
@@ -274,6 +284,30 @@ class LeasedRun:
         if self.handing_back is not None and self.at_rest():
             await self.let_go(leases.QUEUED, self.handing_back, still=self.at_rest)
         await self.lease.ensure()
+        if self._catching is not None and not self._settled and self.runtime is not None:
+            await asyncio.shield(self._catching)
+            self._settled = True
+            await self.runtime.control.settle()
+
+    async def _catch_up(self) -> None:
+        """Gone live: the commands sent while no worker ran it (or while it was rebuilt)
+        taken, as a live run would have taken them at its last checkpoint (its first act
+        waits for them: a stop or a pause among them lands before it); then its worker reads
+        it the rest. A store that cannot be read for now is tried again while it is live."""
+        failing = False
+        while self.live:
+            try:
+                commands = await queries.take_commands(self.store, self.run_id)
+            except StoreError as exc:
+                if not failing:
+                    self.say(f"run {self.run_id}: its commands cannot be read now: {exc}")
+                failing = True
+                await asyncio.sleep(ENSURE_POLL_S)
+                continue
+            for command in commands:
+                self.take(command)
+            self.hears = True
+            return
 
     def _lost(self, why: str) -> None:
         """The run is not this worker's any more: nothing more of it is kept or done here."""
@@ -323,7 +357,14 @@ class LeasedRun:
             self.say(f"run {self.run_id}: its last events could not be written ({exc}); {where}")
 
     async def _end(self, why: str) -> None:
+        """The run's lease ended; commands sent it that it never took (they came as it ended,
+        or it ended before it went live) are said not carried out, in its note and here,
+        never left looking sent."""
         with contextlib.suppress(StoreError):
+            if untaken := await queries.take_commands(self.store, self.run_id):
+                said = ", ".join(f"{c['command']} from {c['by']}" for c in untaken)
+                why = f"{why}; not carried out (the run had ended): {said}"
+                self.say(f"run {self.run_id}: {said} not carried out: the run had ended")
             await leases.let_go(self.store, self.run_id, self.claim.epoch, leases.ENDED, why)
 
     async def _crash(self, detail: str) -> str:

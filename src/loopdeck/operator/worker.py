@@ -130,11 +130,13 @@ class Worker:
 
     async def _commands(self, store: Store, stop: asyncio.Event) -> None:
         """Commands from other terminals (cancel, kill, pause, message…) to this worker's
-        runs, read for all of them at once and taken by each once it is live; a store that
+        runs, read for all of them at once and taken by each once it hears them (live, and
+        what waited for it taken before its first act: `LeasedRun._catch_up`); a store that
         cannot be read is said once and tried again."""
         failing = False
         while not stop.is_set():
-            live = {run_id: run for run_id, run in self.leased.items() if run.live}
+            live = {run_id: run for run_id, run in self.leased.items()
+                    if run.live and run.hears}  # fmt: skip
             try:
                 for command in await queries.take_commands_of(store, list(live)):
                     live[command["run_id"]].take(command)

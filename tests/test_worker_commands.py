@@ -1,0 +1,163 @@
+"""Commands sent to a run no worker held (queued, its lease run out, parked): the worker that
+takes it up takes them before the run's first model call or tool, as a live run would have
+taken them at its next checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker_helpers import (
+    lease_state,
+    left_by_a_lost_worker,
+    options,
+    stored,
+    uninterrupted,
+    with_a_worker,
+    writes,
+)
+
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.events import (
+    ApprovalRequested,
+    ModelReplied,
+    OperatorCommand,
+    RunMoved,
+    RunStopped,
+    ToolFinished,
+)
+from loopdeck.store import deciding, queries
+from loopdeck.store.base import Location, Store
+from loopdeck.store.opening import open_store
+
+
+async def _untaken(store: Store, run_id: str) -> list[str]:
+    rows = await store.fetchall(
+        "SELECT command FROM commands WHERE run_id = ? AND consumed_at IS NULL", (run_id,)
+    )
+    return [str(row[0]) for row in rows]
+
+
+async def test_a_pause_sent_while_no_worker_held_the_run_holds_it_before_it_acts(
+    db: Location, tmp_path: Any
+) -> None:
+    """Its worker lost while c3 waited: c3 approved, then paused; the next worker takes the
+    pause before it runs c3 (it held nothing back: c3 and the later write ran on)."""
+    whole = await uninterrupted(tmp_path / "first", "r1")
+    asked = next(i for i, e in enumerate(whole) if isinstance(e, ApprovalRequested))
+    call = whole[asked].call_id  # type: ignore[union-attr]
+    store = await open_store(db)
+    try:
+        root = tmp_path / "shared"
+        run = options(root, approve="wait", run_id="r1")
+        await left_by_a_lost_worker(store, root, "r1", whole[: asked + 1], run)
+        yes = ApprovalDecision(call_id=call, approved=True, by="operator")
+        assert await deciding.decide(store, "r1", yes)
+        assert await deciding.pause_or_resume(store, "r1", "pause", "operator") is None
+        seen: dict[str, Any] = {}
+
+        async def ended() -> bool:  # once paused: resumed, its next write approved
+            if "log" not in seen:
+                log = await stored(store, "r1")
+                if not any(isinstance(e, OperatorCommand) for e in log):
+                    return await lease_state(store, "r1") == "ended"
+                seen["log"], seen["untaken"] = log, await _untaken(store, "r1")
+                resumed = await deciding.pause_or_resume(store, "r1", "resume", "operator")
+                assert resumed is None
+            for item in await queries.pending_approvals(store, "r1"):
+                await deciding.decide(store, "r1", ApprovalDecision(
+                    call_id=item["call_id"], approved=True, by="operator"))  # fmt: skip
+            return await lease_state(store, "r1") == "ended"
+
+        await with_a_worker(db, ended)
+        assert "log" in seen, "the pause was never taken"
+        moved = next(i for i, e in enumerate(seen["log"]) if isinstance(e, RunMoved))
+        after = seen["log"][moved:]
+        commands = [(e.command, e.by) for e in after if isinstance(e, OperatorCommand)]
+        assert commands == [("pause", "operator")]
+        assert not any(isinstance(e, ToolFinished | ModelReplied) for e in after)
+        assert seen["untaken"] == []
+        log = await stored(store, "r1")
+        assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value == "goal_met"
+        assert [w["tool"] for w in writes(root, "r1")] == ["add_note", "update_delivery_address"]
+    finally:
+        await store.close()
+
+
+async def test_a_cancel_sent_to_a_queued_run_stops_it_before_its_first_model_call(
+    db: Location, tmp_path: Any
+) -> None:
+    from loopdeck.operator.placement import submit
+
+    run_id = await submit(db, options(tmp_path))
+    store = await open_store(db)
+    try:
+        await queries.send_command(store, run_id, "cancel", "operator")
+
+        async def ended() -> bool:
+            return await lease_state(store, run_id) == "ended"
+
+        await with_a_worker(db, ended)
+        log = await stored(store, run_id)
+        assert not any(isinstance(e, ModelReplied) for e in log)
+        stop = log[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "cancelled"
+        assert "by operator" in stop.detail
+        assert writes(tmp_path, run_id) == []
+        assert await _untaken(store, run_id) == []
+    finally:
+        await store.close()
+
+
+async def left_unmovable(store: Store, run_id: str = "r1", approve: str = "auto") -> None:
+    """An order_support run (its env keeps its state in its worker's memory) whose worker
+    was lost after its first tool: its lease run out."""
+    from conftest import SAMPLES
+
+    from loopdeck.core.events import EventBus
+    from loopdeck.core.recorded_inputs import record_inputs
+    from loopdeck.operator.launch import RunOptions, prepare_run
+    from loopdeck.operator.placement import submitted
+    from loopdeck.store import leases
+    from loopdeck.store.writer import EventWriter
+
+    run = RunOptions(env=str(SAMPLES / "order_support"), script="solve",
+                     approve=approve, run_id=run_id)  # type: ignore[arg-type]  # fmt: skip
+    bus = EventBus()
+    whole: list[Any] = []
+    bus.subscribe(whole.append)
+    prepared = prepare_run(RunOptions(env=run.env, script="solve", approve="auto",
+                                      run_id=run_id), bus=bus)  # fmt: skip
+    record_inputs(prepared.runtime)
+    await prepared.runtime.run()
+    prepared.cleanup()
+    cut = next(i for i, e in enumerate(whole) if e.kind == "tool_finished") + 1
+    await leases.submit(store, run_id, submitted(run))
+    claim = await leases.claim(store, leases.WorkerName("host-a", 1, "gone"), 0.001)
+    assert claim is not None
+    writer = EventWriter(store, approve_mode=approve, fence=(run_id, claim.epoch))
+    await writer.write_back(whole[:cut])
+
+
+async def test_a_command_a_run_never_took_before_it_ended_is_said_not_carried_out(
+    tmp_path: Any,
+) -> None:
+    from loopdeck.store import leases
+
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        await left_unmovable(store)
+        await queries.send_command(store, "r1", "pause", "operator")
+
+        async def ended() -> bool:
+            return await lease_state(store, "r1") == "ended"
+
+        worker = await with_a_worker(db, ended)
+        row = await leases.placement(store, "r1")
+        assert row is not None and row["note"].startswith("crashed: ")
+        assert row["note"].endswith("not carried out (the run had ended): pause from operator")
+        said = worker.said  # type: ignore[attr-defined]
+        assert "run r1: pause from operator not carried out: the run had ended" in said
+        assert await _untaken(store, "r1") == []
+    finally:
+        await store.close()
