@@ -281,6 +281,9 @@ async def test_a_pause_holds_the_agents_next_model_call_until_resumed(
             asking = asyncio.ensure_future(client.ask())
             await until("the call held by the pause", lambda: run.runtime.ledger.held == "paused")
             assert upstream.main_requests() == [] and not asking.done()
+            # held a millisecond at least: the outcome says its wait to the millisecond (a
+            # resume within half of one, as a loaded CI once had it, said 0.0)
+            await until("a held millisecond", lambda: run.runtime.ledger.operator_s() >= 0.001)
             run.runtime.resume(by="test")
             first = await asking
             assert [tool for _, tool, _ in first.uses] == ["Read"]
