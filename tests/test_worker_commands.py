@@ -4,6 +4,7 @@ taken them at its next checkpoint."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from worker_helpers import (
@@ -108,9 +109,11 @@ async def test_a_cancel_sent_to_a_queued_run_stops_it_before_its_first_model_cal
         await store.close()
 
 
-async def left_unmovable(store: Store, run_id: str = "r1", approve: str = "auto") -> None:
+async def left_unmovable(
+    store: Store, run_id: str = "r1", approve: str = "auto", cut_after: str = "tool_finished"
+) -> int:
     """An order_support run (its env keeps its state in its worker's memory) whose worker
-    was lost after its first tool: its lease run out."""
+    was lost after its first event of `cut_after`: its lease run out; its epoch."""
     from conftest import SAMPLES
 
     from loopdeck.core.events import EventBus
@@ -130,12 +133,13 @@ async def left_unmovable(store: Store, run_id: str = "r1", approve: str = "auto"
     record_inputs(prepared.runtime)
     await prepared.runtime.run()
     prepared.cleanup()
-    cut = next(i for i, e in enumerate(whole) if e.kind == "tool_finished") + 1
+    cut = next(i for i, e in enumerate(whole) if e.kind == cut_after) + 1
     await leases.submit(store, run_id, submitted(run))
     claim = await leases.claim(store, leases.WorkerName("host-a", 1, "gone"), 0.001)
     assert claim is not None
     writer = EventWriter(store, approve_mode=approve, fence=(run_id, claim.epoch))
     await writer.write_back(whole[:cut])
+    return claim.epoch
 
 
 async def test_a_command_a_run_never_took_before_it_ended_is_said_not_carried_out(
@@ -161,3 +165,65 @@ async def test_a_command_a_run_never_took_before_it_ended_is_said_not_carried_ou
         assert await _untaken(store, "r1") == []
     finally:
         await store.close()
+
+
+async def test_a_worker_says_in_its_lease_that_a_run_it_holds_cannot_move(
+    tmp_path: Any,
+) -> None:
+    from conftest import SAMPLES
+
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.placement import submit
+    from loopdeck.store import leases
+
+    db = tmp_path / "s.db"
+    run_id = await submit(db, RunOptions(env=str(SAMPLES / "order_support"), script="solve",
+                                         approve="wait"))  # fmt: skip
+    store = await open_store(db)
+    try:
+
+        async def pinned() -> bool:
+            row = await leases.placement(store, run_id)
+            return row is not None and row["unmovable"] is not None
+
+        await with_a_worker(db, pinned)
+        row = await leases.placement(store, run_id)
+        assert row is not None and "(OrderSupport) keeps its state" in row["unmovable"]
+    finally:
+        await store.close()
+
+
+def test_a_run_that_cannot_move_whose_lease_lapsed_is_said_stranded_and_refuses_decisions(
+    tmp_path: Any, cli: Any
+) -> None:
+    """`runs` says it cannot go on; approve, reject and pause refuse it by name, exit 2, as
+    for a runner that is gone: no worker would carry them out (the next one crashes it)."""
+    import asyncio
+
+    from loopdeck.store import leases
+
+    db = tmp_path / "s.db"
+
+    async def left() -> None:
+        store = await open_store(db)
+        try:
+            epoch = await left_unmovable(store, approve="wait", cut_after="approval_requested")
+            why = "its env (OrderSupport) keeps its state in its worker's memory"
+            await leases.pin(store, "r1", epoch, why)
+        finally:
+            await store.close()
+
+    asyncio.run(left())
+    code, runs, err = cli("runs", "--json", "--db", str(db))
+    assert code == 0 and runs is not None, err
+    [run] = runs
+    said = json.dumps(run)
+    assert "it cannot go on (its env (OrderSupport) keeps its state" in said, said
+    assert "goes on from its log" not in said
+    code, pending, _ = cli("pending", "--json", "--db", str(db))
+    [asked] = [p for p in pending if p.get("kind") == "write"]  # type: ignore[union-attr]
+    for argv in (["approve", "r1", asked["call_id"]], ["reject", "r1", asked["call_id"]],
+                 ["pause", "r1"]):  # fmt: skip
+        code, _, err = cli(*argv, "--db", str(db))
+        assert code == 2, (argv, err)
+        assert "cannot go on" in err and "nothing will act on" in err, err

@@ -116,6 +116,7 @@ class LeasedRun:
         self._settled = False  # the commands it caught up on landed before its first act
         self.handing_back: str | None = None  # its worker stops: let go once at rest, why
         self.bus: ReplayBus | None = None
+        self.unmovable: str | None = None  # why no other worker could go on with it
         self.started = asyncio.Event()  # its runtime runs (or it left without one)
         lease.on_lost = self._lost
 
@@ -177,12 +178,17 @@ class LeasedRun:
         except Exception as exc:  # its env or model cannot be made on this worker
             return await self._crash(f"could not be prepared on {self.worker.host}: {exc}")
         self.lease.outage_s = max(prepared.runtime.config.store_hold_s, self.lease.hold_s)
+        self.unmovable = unresumable(prepared.runtime)
         try:
             if forked is not None and replay is not None:
                 if (why := unforkable(prepared.runtime, replay, forked)) is not None:
                     return await self._crash(why)
-            elif replay is not None and (why := unresumable(prepared.runtime)) is not None:
-                return await self._crash(f"its worker was lost and it cannot go on: {why}")
+            elif replay is not None and self.unmovable is not None:
+                return await self._crash(
+                    f"its worker was lost and it cannot go on: {self.unmovable}"
+                )
+            if self.unmovable is not None:  # said in its lease: nobody waits on it in vain
+                await leases.pin(self.store, self.run_id, self.claim.epoch, self.unmovable)
             try:
                 await self._open(prepared.runtime, bus, replay, forked)
             except ScenarioError as exc:  # a fork this host's env cannot start where it was

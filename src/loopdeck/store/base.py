@@ -20,11 +20,12 @@ import platformdirs
 
 from loopdeck import settings
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 APP_ID = "loopdeck"
 # A transaction that appends fewer rows than this is worth pipelining (`Store.transaction`):
 # on PostgreSQL they go in one INSERT, as many or more by COPY, which a pipeline cannot carry.
 PIPELINED_ROWS = 32
+# v9: the leases' `unmovable`, why a run cannot go on in another worker (`leases.pin`).
 # v8: the approvals' `untaken`, a decision the store took that the run has not taken yet.
 # v7: the leases' `changed`, where each run is fed to the fleet as its runs row is
 # (`store/feed.py`): the column, its index and its triggers, made by the opening's migration.
@@ -60,6 +61,7 @@ ADDED_COLUMNS = (
     ("events", "hash", "TEXT"),  # v5: the event's link in its run's hash chain
     ("leases", "changed", "BIGINT"),  # v7: where a run is, fed to the fleet
     ("approvals", "untaken", "INTEGER"),  # v8: see UNTAKEN
+    ("leases", "unmovable", "TEXT"),  # v9: see `leases.pin`
 )
 
 # The tables both backends define alike (the others differ in number types and identity).

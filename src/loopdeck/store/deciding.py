@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from loopdeck.store import outcome_queries, queries
+from loopdeck.store import leases, outcome_queries, queries
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
 from loopdeck.store.leases import is_placed
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
@@ -53,6 +53,11 @@ WHY = {
 
 class RunnerGone(StoreError):
     """The run is live in the store but its runner process is gone: a decision is refused."""
+
+
+class RunStranded(RunnerGone):
+    """The run is placed on workers, but its worker's lease lapsed and it cannot move (its
+    env's state, or its agent, lived in that worker): no worker will act on a decision."""
 
 
 class RunnerOutOfReach(StoreError):
@@ -159,6 +164,8 @@ async def resolve(
 
     try:
         await _taken(store, run_id, what, once, tell, retry_for_s, ended_too=True)
+    except RunStranded as exc:
+        return str(exc)
     except RunnerGone:
         await _taken(store, run_id, what, once, tell, retry_for_s, ended_too=True)
     return refused[0] if refused else None
@@ -265,7 +272,13 @@ async def _while_runner_alive(
             (run_id,),
         )
         if rows and rows[0]["state"] in queries.LIVE_STATES and await is_placed(tx, run_id):
-            pass  # a worker goes on with it: the decision waits in its row
+            # A worker goes on with it (the decision waits in its row), unless none can.
+            if (why := await leases.stranded_run(tx, run_id)) is not None:
+                raise RunStranded(
+                    f"run {run_id}'s runner is gone (its worker's lease lapsed, and it cannot"
+                    f" go on: {why}): nothing will act on your {what}; the next worker to"
+                    " take it up ends it crashed"
+                )
         elif rows and rows[0]["state"] in queries.LIVE_STATES:
             here, now, silence_s = this_host(), time.time(), crash_silence_s()
             gone = runner_gone(rows[0], here=here, now=now, silence_s=silence_s)

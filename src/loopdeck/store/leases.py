@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS leases (
     run_id TEXT PRIMARY KEY, options TEXT NOT NULL, state TEXT NOT NULL,
     epoch BIGINT NOT NULL DEFAULT 0, holder TEXT, host TEXT, expires_at DOUBLE PRECISION,
     submitted_at DOUBLE PRECISION NOT NULL, moved_at DOUBLE PRECISION, note TEXT,
-    changed BIGINT
+    changed BIGINT, unmovable TEXT
 );
 CREATE INDEX IF NOT EXISTS leases_claimable ON leases (state, expires_at);
 """
@@ -253,11 +253,44 @@ async def let_go(
     return changed == 1
 
 
+async def pin(store: Store, run_id: str, epoch: int, why: str) -> None:
+    """The run cannot go on in another worker (`why`: `operator/resume.unresumable`, said by
+    the worker that prepared it): once its lease lapses it is `stranded`."""
+    await store.execute(
+        "UPDATE leases SET unmovable = ? WHERE run_id = ? AND epoch = ?", (why, run_id, epoch)
+    )
+
+
+def stranded(row: Any, now: float) -> str | None:
+    """Why a placed run will never go on (its lease lapsed, and it cannot move: its worker
+    said why, `pin`); None while it may. A row read without `unmovable` says nothing."""
+    fields = dict(row)
+    why, expires = fields.get("unmovable"), fields.get("expires_at")
+    if not why or fields.get("state") != HELD or expires is None or float(expires) >= now:
+        return None
+    return str(why)
+
+
+def after_lapse(row: Any, now: float) -> str:
+    """What becomes of a run whose lease lapsed (`queries.lapsed`'s note), in words."""
+    if (why := stranded(row, now)) is not None:
+        return f"it cannot go on ({why}); the next worker to take it up ends it crashed"
+    return "it waits for a worker to take it up, and goes on from its log then"
+
+
+async def stranded_run(store: Store | Tx, run_id: str) -> str | None:
+    """`stranded`, read from the run's lease now."""
+    rows = await store.fetchall(
+        "SELECT state, expires_at, unmovable FROM leases WHERE run_id = ?", (run_id,)
+    )
+    return stranded(rows[0], time.time()) if rows else None
+
+
 async def placement(store: Store, run_id: str) -> dict[str, Any] | None:
     """A submitted run's row: its state, epoch, holder, lease and last move."""
     rows = await store.fetchall(
         "SELECT run_id, options, state, epoch, holder, host, expires_at, submitted_at,"
-        " moved_at, note FROM leases WHERE run_id = ?",
+        " moved_at, note, unmovable FROM leases WHERE run_id = ?",
         (run_id,),
     )
     return dict(rows[0]) if rows else None

@@ -139,7 +139,8 @@ async def _lapsed_lease(tx: Tx, run_id: str) -> str | None:
     """A live run's lease that nobody renews (its worker gone, none has taken it up yet):
     said as the runs listing says it; None when its worker holds it."""
     rows = await tx.fetchall(
-        "SELECT run_id, state, host, note, expires_at FROM leases WHERE run_id = ?", (run_id,)
+        "SELECT run_id, state, host, note, expires_at, unmovable FROM leases WHERE run_id = ?",
+        (run_id,),
     )
     if not rows:
         return None

@@ -19,7 +19,7 @@ from loopdeck.store.asking_clock import still_open
 from loopdeck.store.base import UNTAKEN, Store, StoreUnavailable, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.feed import FEED_COLUMNS
-from loopdeck.store.leases import HELD
+from loopdeck.store.leases import HELD, after_lapse
 from loopdeck.store.leases import LIVE as PLACED
 from loopdeck.store.liveness import crash_silence_s, runner_gone, this_host
 
@@ -131,7 +131,8 @@ async def placements(store: Store, run_id: str | None = None) -> list[Any]:
     its worker stopped renewing (killed, cut off) is said so in its `note`: the run is
     never marked crashed (`mark_crashed_runners`), it waits for a worker to take it up."""
     sql = (
-        "SELECT run_id, state, host, note, options, submitted_at, expires_at FROM leases"
+        "SELECT run_id, state, host, note, options, submitted_at, expires_at, unmovable"
+        " FROM leases"
         f" WHERE state IN {PLACED}"
     )
     if run_id is None:
@@ -143,17 +144,14 @@ async def placements(store: Store, run_id: str | None = None) -> list[Any]:
 
 
 def lapsed(row: Any, now: float) -> Any:
-    """A held lease past its expiry, its note saying so (`lapsed`: true); any other row as
-    it is."""
+    """A held lease past its expiry, its note saying so (`lapsed`: true), and whether the run
+    can go on (`leases.stranded`); any other row as it is."""
     expires = row["expires_at"]
     if row["state"] != HELD or expires is None or float(expires) >= now:
         return row
     ago = max(1, int(now - float(expires)))
-    held = f" by {row['host']}" if row["host"] else ""
-    note = (
-        f"its lease{held} expired {ago} s ago (its worker stopped renewing it): it waits for"
-        " a worker to take it up, and goes on from its log then"
-    )
+    held, then = (f" by {row['host']}" if row["host"] else ""), after_lapse(row, now)
+    note = f"its lease{held} expired {ago} s ago (its worker stopped renewing it): {then}"
     return {**dict(row), "note": note, "lapsed": True}
 
 
