@@ -30,7 +30,7 @@ from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused, RetryHook
 from loopdeck.core.env_thread import Then
 from loopdeck.core.events import E, Event, EventBus, P, RunStarted
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest
-from loopdeck.core.replay_events import ModelReplied, StateSeen
+from loopdeck.core.replay_events import ModelReplied, RunForked, StateSeen
 from loopdeck.core.replay_log import ReplayLog, key
 from loopdeck.core.state_reads import Read, Snapshot, StateReads
 from loopdeck.core.tools import ToolResult, ToolSpec
@@ -301,6 +301,9 @@ def record_inputs(
         runtime.answerer = ReplayAnswerer(runtime.answerer, log, decided)
     log.outside = lambda event: _done_again(runtime, event)
     log.on_live.append(lambda: _clock_as_recorded(runtime, log))
+    forked = None if log.free else log.last_of(RunForked)
+    if forked is not None:  # a fork moved: what its restored state settled stays settled
+        log.on_live.append(lambda: runtime.calls.unknown.settle(forked.settled))
 
 
 def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:

@@ -61,3 +61,6 @@ class RunForked(EventBase):
     changed: list[str] = []
     state_restored: bool = False
     source_hash: str | None = None
+    # The source's writes whose outcome was unknown, the fork's env restored to the state seen
+    # after them: their outcome in the fork is that state's, not the operator's to say.
+    settled: list[str] = []

@@ -36,6 +36,12 @@ class UnknownOutcomes:
     def waiting(self) -> list[str]:
         return list(self._keys)
 
+    def settle(self, call_ids: list[str]) -> None:
+        """These are no longer the operator's to resolve: a fork's env was restored to the
+        state seen after them (`RunForked.settled` records it), which holds their outcome."""
+        for call_id in call_ids:
+            self._keys.pop(call_id, None)
+
     def resolve(self, call_id: str, applied: bool, by: str) -> str:
         """The operator's word recorded; what the model is told. Raises `Unresolvable`."""
         if call_id not in self._keys:

@@ -329,11 +329,18 @@ async def restored(runtime: Runtime, replay: ReplayLog) -> bool:
 
 def went_live(runtime: Runtime, replay: ReplayLog, forked: dict[str, Any], same: bool) -> None:
     """The fork is rebuilt: say so, revoke what was granted for a state it is not in, and
-    tell the agent the fork's message before its next turn."""
+    tell the agent the fork's message before its next turn. Its source's writes whose outcome
+    is unknown are settled where its state is the one the source saw after them (restored
+    from the source's snapshot): their outcome is that state's. Elsewhere they are still the
+    operator's to resolve: nobody knows whether they took effect in what the fork has."""
     run_id = runtime.config.run_id
+    unknown = runtime.calls.unknown
+    settled = unknown.waiting() if same else []
+    unknown.settle(settled)
     runtime.emit(RunForked, run_id=run_id, source=str(forked["source"]), at_call=str(forked["at"]),
                  through_seq=int(forked["through"]), changed=list(forked.get("changed") or []),
-                 state_restored=same, source_hash=forked.get("source_hash"))  # fmt: skip
+                 state_restored=same, source_hash=forked.get("source_hash"),
+                 settled=settled)  # fmt: skip
     if not same:
         for grant in list(runtime.calls.approvals.grants.given):
             runtime.revoke(

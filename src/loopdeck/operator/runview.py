@@ -357,6 +357,8 @@ class RunView:
     @_handles(RunForked)
     def _on_run_forked(self, e: RunForked) -> None:
         self.forked = forked_words(e)
+        for call_id in e.settled:  # its restored state holds their outcome: nothing to resolve
+            self.unknown.pop(call_id, None)
 
     @_handles(RunCorrected)
     def _on_run_corrected(self, e: RunCorrected) -> None:

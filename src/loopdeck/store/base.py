@@ -88,6 +88,9 @@ INVALIDATED = "invalidated"
 # outlives the run's next asking of the call; one the run took (NULL: every older row too) is
 # replaced by it, pending, so nobody's old answer decides a new asking.
 UNTAKEN = "untaken"
+# An approval row's `outcome` in a fork, for a write of its source whose outcome was unknown
+# when the fork's env was restored to the state seen after it (`RunForked.settled`).
+RESTORED = "restored"
 
 
 class StoreError(Exception):

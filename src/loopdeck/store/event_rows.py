@@ -34,8 +34,9 @@ from loopdeck.core.events import (
     ToolFinished,
     kind_of,
 )
+from loopdeck.core.replay_events import RunForked
 from loopdeck.store.asking_clock import asked_expiry
-from loopdeck.store.base import INVALIDATED, UNTAKEN, Tx
+from loopdeck.store.base import INVALIDATED, RESTORED, UNTAKEN, Tx
 from loopdeck.store.chain import EventRow, body_at
 from loopdeck.store.feed import finding, pause_word
 from loopdeck.store.leases import RunEnd
@@ -350,6 +351,16 @@ async def _outcome_resolved(rows: RunRows, db: Tx, e: OutcomeResolved) -> None:
         "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
         ("executed" if e.applied else "failed", e.run_id, e.call_id),
     )
+
+
+@_writes(RunForked)
+async def _run_forked(rows: RunRows, db: Tx, e: RunForked) -> None:
+    """A fork's writes its restored state settles are no longer unknown (`RESTORED`)."""
+    for call_id in e.settled:
+        await db.execute(
+            "UPDATE approvals SET outcome = ? WHERE run_id = ? AND call_id = ?",
+            (RESTORED, e.run_id, call_id),
+        )
 
 
 @_writes(ApprovalWithdrawn)

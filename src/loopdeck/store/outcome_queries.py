@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from loopdeck.store import queries
-from loopdeck.store.base import Store, Tx
+from loopdeck.store.base import RESTORED, Store, Tx
 from loopdeck.store.chain import READER_INSERT, reader_row
 from loopdeck.store.queries import LIVE_STATES, QUESTION, RESOLVE, UNKNOWN_OUTCOMES, send_command
 
@@ -96,6 +96,8 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
                 f"{call_id}'s outcome is not known yet: {lapsed}; the worker that takes the"
                 " run up records it outcome_unknown, and `resolve` takes your word then"
             )
+        if rows[0]["outcome"] == RESTORED:
+            return await _settled_by_fork(tx, run_id, call_id)
         known = rows[0]["outcome"] or "running"
         return f"{call_id}'s outcome is not unknown: it is {known}"
     said = {"call_id": call_id, "applied": applied}
@@ -110,6 +112,22 @@ async def resolve(tx: Tx, run_id: str, call_id: str, *, applied: bool, by: str) 
     await tx.execute(READER_INSERT, row)
     await tx.execute("UPDATE runs SET last_seq = ? WHERE run_id = ?", (event.seq, run_id))
     return None
+
+
+async def _settled_by_fork(tx: Tx, run_id: str, call_id: str) -> str:
+    """Why a fork's write its restored state settled takes no word (`RunForked.settled`)."""
+    from loopdeck.core.replay_events import RunForked
+
+    rows = await tx.fetchall(
+        "SELECT body FROM events WHERE run_id = ? AND kind = 'run_forked'", (run_id,)
+    )
+    source = RunForked.model_validate_json(rows[0]["body"]).source if rows else "its source"
+    return (
+        f"{call_id} ran in run {source} before this fork, its outcome unknown there; run"
+        f" {run_id}'s env was restored to the state {source} saw after it, so its outcome here"
+        f" is that state's: say what became of it in {source} (loopdeck resolve {source}"
+        f" {call_id})"
+    )
 
 
 async def grant_events(store: Store, run_id: str | None = None) -> list[EventBase]:
