@@ -227,3 +227,39 @@ def test_a_run_that_cannot_move_whose_lease_lapsed_is_said_stranded_and_refuses_
         code, _, err = cli(*argv, "--db", str(db))
         assert code == 2, (argv, err)
         assert "cannot go on" in err and "nothing will act on" in err, err
+
+
+async def test_a_stopping_worker_ends_a_run_that_cannot_move_after_its_tools_not_hands_it_back(
+    tmp_path: Any,
+) -> None:
+    """Handed back, the next worker crashed it as "its worker was lost": it is stopped after
+    its current tools here, saying why (its pending write withdrawn with it)."""
+    from conftest import SAMPLES
+
+    from loopdeck.operator.launch import RunOptions
+    from loopdeck.operator.placement import submit
+    from loopdeck.store import leases
+
+    db = tmp_path / "s.db"
+    run_id = await submit(db, RunOptions(env=str(SAMPLES / "order_support"), script="solve",
+                                         approve="wait"))  # fmt: skip
+    store = await open_store(db)
+    try:
+
+        async def waiting() -> bool:
+            row = await leases.placement(store, run_id)
+            pinned = row is not None and row["unmovable"] is not None
+            return pinned and bool(await queries.pending_approvals(store, run_id))
+
+        worker = await with_a_worker(db, waiting)  # then stopped, as SIGTERM stops it
+        row = await leases.placement(store, run_id)
+        assert row is not None and row["state"] == "ended", row
+        stop = (await stored(store, run_id))[-1]
+        assert isinstance(stop, RunStopped) and stop.stop_reason.value == "cancelled"
+        assert "its worker stopped, and it cannot move" in stop.detail
+        assert "(OrderSupport) keeps its state" in stop.detail
+        assert await queries.pending_approvals(store, run_id) == []
+        said = worker.said  # type: ignore[attr-defined]
+        assert any(f"run {run_id}: cannot move" in line for line in said), said
+    finally:
+        await store.close()

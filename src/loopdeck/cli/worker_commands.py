@@ -132,7 +132,8 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     """Until SIGTERM or SIGINT: then no more claims, and each run it holds is handed back to
-    the queue where it is (a second signal leaves at once: their leases run out)."""
+    the queue where it is, one that cannot move stopped after its current tools (a second
+    signal leaves at once: their leases run out)."""
     import asyncio
     import signal
 
@@ -151,7 +152,8 @@ def _worker(args: argparse.Namespace) -> int:
         def stopping(number: int) -> None:
             if stop.is_set():
                 os._exit(128 + number)
-            _said(f"worker {worker.name.holder}: stopping, its runs handed back")
+            _said(f"worker {worker.name.holder}: stopping, its runs handed back (a run that"
+                  " cannot move is stopped after its current tools)")  # fmt: skip
             stop.set()
 
         for number in (signal.SIGTERM, signal.SIGINT):

@@ -184,7 +184,8 @@ class Worker:
         """Stopping: each run this worker holds goes back to the queue, where it is, for
         another worker to go on with; a run whose tools are running is let go once they
         have finished (up to `HAND_BACK_WAIT_S`), so that a write in flight is carried out
-        and recorded here, not left to the next worker as an outcome nobody knows."""
+        and recorded here, not left to the next worker as an outcome nobody knows. A run
+        that cannot move is stopped here instead (`_stop_unmovable`)."""
         leased = list(self.leased.values())
         if not all(run.at_rest() for run in leased):
             self.say(f"worker {self.name.holder}: stopping once the tools running finish"
@@ -195,6 +196,8 @@ class Worker:
             await asyncio.wait(runs)
 
     async def _let_go(self, run: LeasedRun) -> None:
+        if run.unmovable is not None and run.runtime is not None:
+            return self._stop_unmovable(run, run.unmovable)
         note = run.handing_back = f"handed back by {self.name.host} (its worker stopped)"
         until = time.monotonic() + HAND_BACK_WAIT_S
         task = self.runs.get(run.run_id)
@@ -210,3 +213,13 @@ class Worker:
                 if run.let_go_as is not None or run.lease.lost is not None:
                     return
             await asyncio.sleep(HAND_BACK_POLL_S)
+
+    def _stop_unmovable(self, run: LeasedRun, why: str) -> None:
+        """A run no other worker could go on with is not handed back (the next worker would
+        end it crashed, "its worker was lost"): it stops here after its current tools, a
+        write in flight carried out and recorded, one waiting withdrawn, saying why. Not
+        kept until it ends: one waiting on its operator would hold the stop for as long."""
+        self.say(f"run {run.run_id}: cannot move ({why}): stopped after its current tools")
+        assert run.runtime is not None
+        by = f"{self.name.host}: its worker stopped, and it cannot move ({why})"
+        run.runtime.cancel(after_current_tools=True, by=by)
