@@ -38,11 +38,12 @@ async def _untaken(store: Store, run_id: str) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-async def test_a_pause_sent_while_no_worker_held_the_run_holds_it_before_it_acts(
+async def test_a_pause_sent_while_no_worker_held_the_run_holds_it_before_its_next_model_call(
     db: Location, tmp_path: Any
 ) -> None:
     """Its worker lost while c3 waited: c3 approved, then paused; the next worker takes the
-    pause before it runs c3 (it held nothing back: c3 and the later write ran on)."""
+    pause as it goes live: c3 is carried out, as a live run's reply's tools are, and the run
+    holds before its next model call (it ran on to c5 and its end)."""
     whole = await uninterrupted(tmp_path / "first", "r1")
     asked = next(i for i, e in enumerate(whole) if isinstance(e, ApprovalRequested))
     call = whole[asked].call_id  # type: ignore[union-attr]
@@ -54,30 +55,31 @@ async def test_a_pause_sent_while_no_worker_held_the_run_holds_it_before_it_acts
         yes = ApprovalDecision(call_id=call, approved=True, by="operator")
         assert await deciding.decide(store, "r1", yes)
         assert await deciding.pause_or_resume(store, "r1", "pause", "operator") is None
-        seen: dict[str, Any] = {}
+        resumed: list[bool] = []
 
-        async def ended() -> bool:  # once paused: resumed, its next write approved
-            if "log" not in seen:
-                log = await stored(store, "r1")
-                if not any(isinstance(e, OperatorCommand) for e in log):
+        async def ended() -> bool:  # once paused after c3: resumed, its next write approved
+            log = await stored(store, "r1")
+            if not resumed:
+                ran = any(isinstance(e, ToolFinished) and e.call_id == call for e in log)
+                if not (ran and any(isinstance(e, OperatorCommand) for e in log)):
                     return await lease_state(store, "r1") == "ended"
-                seen["log"], seen["untaken"] = log, await _untaken(store, "r1")
-                resumed = await deciding.pause_or_resume(store, "r1", "resume", "operator")
-                assert resumed is None
+                assert await _untaken(store, "r1") == []
+                assert await deciding.pause_or_resume(store, "r1", "resume", "operator") is None
+                resumed.append(True)
             for item in await queries.pending_approvals(store, "r1"):
                 await deciding.decide(store, "r1", ApprovalDecision(
                     call_id=item["call_id"], approved=True, by="operator"))  # fmt: skip
             return await lease_state(store, "r1") == "ended"
 
         await with_a_worker(db, ended)
-        assert "log" in seen, "the pause was never taken"
-        moved = next(i for i, e in enumerate(seen["log"]) if isinstance(e, RunMoved))
-        after = seen["log"][moved:]
-        commands = [(e.command, e.by) for e in after if isinstance(e, OperatorCommand)]
-        assert commands == [("pause", "operator")]
-        assert not any(isinstance(e, ToolFinished | ModelReplied) for e in after)
-        assert seen["untaken"] == []
         log = await stored(store, "r1")
+        moved = next(i for i, e in enumerate(log) if isinstance(e, RunMoved))
+        commands = [i for i, e in enumerate(log) if isinstance(e, OperatorCommand)]
+        said = [(log[i].command, log[i].by) for i in commands]  # type: ignore[attr-defined]
+        assert said == [("pause", "operator"), ("resume", "operator")]
+        held = log[moved : commands[1]]  # from its move to its resume: c3, and no model call
+        assert not any(isinstance(e, ModelReplied) for e in held)
+        assert [e.call_id for e in held if isinstance(e, ToolFinished)] == [call]
         assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value == "goal_met"
         assert [w["tool"] for w in writes(root, "r1")] == ["add_note", "update_delivery_address"]
     finally:

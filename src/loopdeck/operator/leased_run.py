@@ -290,16 +290,20 @@ class LeasedRun:
         if self.handing_back is not None and self.at_rest():
             await self.let_go(leases.QUEUED, self.handing_back, still=self.at_rest)
         await self.lease.ensure()
-        if self._catching is not None and not self._settled and self.runtime is not None:
+        runtime = self.runtime
+        if self._catching is not None and not self._settled and runtime is not None:
             await asyncio.shield(self._catching)
-            self._settled = True
-            await self.runtime.control.settle()
+            # Before a model call, as at its checkpoint; a reply's tools run first, as a
+            # live run's would (a write approved is carried out, never left in between).
+            if runtime.machine.state is not RunState.EXECUTING:
+                self._settled = True
+                await runtime.control.settle()
 
     async def _catch_up(self) -> None:
         """Gone live: the commands sent while no worker ran it (or while it was rebuilt)
-        taken, as a live run would have taken them at its last checkpoint (its first act
-        waits for them: a stop or a pause among them lands before it); then its worker reads
-        it the rest. A store that cannot be read for now is tried again while it is live."""
+        taken, as a live run would have taken them at its last checkpoint (its first model
+        call waits for them: a stop or a pause among them lands before it); then its worker
+        reads it the rest. A store that cannot be read for now is tried again while it is live."""
         failing = False
         while self.live:
             try:
