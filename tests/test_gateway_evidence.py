@@ -71,6 +71,15 @@ def test_a_whole_file_write_is_the_approvals_own_diff(work: Path) -> None:
     assert missing == "calc.py: the edit's old text is not in it once as it is now; no diff shown"
 
 
+def test_edits_that_fail_at_one_are_said_to_fail_whole(work: Path) -> None:
+    """A MultiEdit whose first edit finds no old text fails as a whole: a later edit with an
+    empty old text is no new file (it was shown replacing the whole file)."""
+    edits = [{"old_string": "absent", "new_string": "X"},
+             {"old_string": "", "new_string": "whole new\n"}]  # fmt: skip
+    said = write_diff(work, {"file_path": "calc.py", "edits": edits})
+    assert said == "calc.py: the edit's old text is not in it once as it is now; no diff shown"
+
+
 def test_an_edit_of_a_crlf_file_is_shown_as_claude_code_makes_it(work: Path) -> None:
     """Claude Code edits with `\n` and writes back the file's own `\r\n`: the diff of such an
     edit (its strings in `\n`, the file in `\r\n`) shows that change, not "old text not

@@ -104,6 +104,8 @@ def told_content(
         old, new = edit_strings(edit) or ("", "")
         every = any(edit.get(key) is True for key in ALL_FIELDS)
         text = replace(text, old, new, every)
+        if text is None:  # the edits fail as a whole (MultiEdit): a later one is no new file
+            return None
     return text
 
 
