@@ -48,7 +48,7 @@ async def test_a_link_of_another_stores_server_at_this_address_is_not_called_for
     desk: Desk,  # noqa: F811 (the fixture)
 ) -> None:
     other_store = LinkServer(desk.server.url, b"another store's secret")
-    link = other_store.link(_claim(other_store, time.time() + 60))
+    link = other_store.link(_claim(other_store, time.time() + 3600))
     async with _session() as browser:
         response = await browser.get(link)
         said = await response.text()

@@ -234,13 +234,13 @@ def _claim(server: LinkServer, until: float) -> Any:
 
 def test_a_token_is_read_only_by_its_own_server_in_its_time() -> None:
     server = LinkServer("https://box.example", b"k" * 32)
-    token = server.token(_claim(server, time.time() + 60))
+    token = server.token(_claim(server, time.time() + 3600))
     assert server.claim_of(token, time.time()).call_id == "c1"
     other = LinkServer("https://other.example", b"k" * 32)  # even with the same secret
     reasons = {}
     for name, given, by in [
         ("expired", server.token(_claim(server, time.time() - 1)), server),
-        ("foreign", other.token(_claim(other, time.time() + 60)), server),
+        ("foreign", other.token(_claim(other, time.time() + 3600)), server),
         ("forged", token, LinkServer("https://box.example", b"x" * 32)),
         ("forged", token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB"), server),
         ("malformed", "not-a-token", server),
@@ -256,7 +256,7 @@ def test_a_token_is_read_only_by_its_own_server_in_its_time() -> None:
 async def test_links_that_decide_nothing_say_why_over_http(desk: Desk) -> None:
     await records.check_store(desk.db)  # a store with no run in it
     other = LinkServer("https://elsewhere.example", desk.server.secret)
-    soon, past = time.time() + 60, time.time() - 5
+    soon, past = time.time() + 3600, time.time() - 5
     cases = {
         "expired": desk.server.link(_claim(desk.server, past)),
         "another loopdeck server": desk.base + "/d/" + other.token(_claim(other, soon)),

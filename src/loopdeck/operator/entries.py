@@ -375,9 +375,9 @@ def not_offered(
     choices: Sequence[str], text: str, cap: Cap | None = None, used: float | None = None
 ) -> str:
     """Why `text` is not an answer the question takes ("" when it is): never an empty one; a
-        budget's (it offers `raise`) as its run reads it (`core/budget_answer.py`: `raise N` above
-        what the cap had `used`, when known); another question with fixed choices takes one of
-        them (first word, any case), with the words it needs and none after one that takes none;
+    budget's (it offers `raise`) as its run reads it (`core/budget_answer.py`: `raise N` above
+    what the cap had `used`, when known); another question with fixed choices takes one of
+    them (first word, any case), with the words it needs and none after one that takes none;
     one without choices any words."""
     if RAISE in choices:
         said = read_answer(text, cap, used)
