@@ -4,6 +4,7 @@ taken them at its next checkpoint."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -26,6 +27,7 @@ from loopdeck.core.events import (
     RunStopped,
     ToolFinished,
 )
+from loopdeck.operator.worker import Worker
 from loopdeck.store import deciding, queries
 from loopdeck.store.base import Location, Store
 from loopdeck.store.opening import open_store
@@ -263,5 +265,38 @@ async def test_a_stopping_worker_ends_a_run_that_cannot_move_after_its_tools_not
         assert await queries.pending_approvals(store, run_id) == []
         said = worker.said  # type: ignore[attr-defined]
         assert any(f"run {run_id}: cannot move" in line for line in said), said
+    finally:
+        await store.close()
+
+
+async def test_commands_taken_for_a_run_no_longer_live_here_are_given_back(db: Location) -> None:
+    """The worker reads its live runs' commands at once; a run that ended, was parked or
+    handed back while the read was on its way takes none: they are untaken again, for its
+    next worker or its end to say, never marked taken and dropped."""
+
+    class GoneMeanwhile:  # live when the worker chose whom to read for, not when they came
+        live = hears = True
+
+        def __init__(self) -> None:
+            self.offered: list[str] = []
+
+        def take(self, command: dict[str, Any]) -> bool:
+            self.offered.append(str(command["command"]))
+            return False
+
+    store = await open_store(db)
+    try:
+        await queries.send_command(store, "r1", "pause", "operator")
+        worker = Worker(db, slots=1, say=lambda line: None)
+        gone = GoneMeanwhile()
+        worker.leased["r1"] = gone  # type: ignore[assignment]
+        stop = asyncio.Event()
+        reading = asyncio.create_task(worker._commands(store, stop))
+        while not gone.offered and not reading.done():
+            await asyncio.sleep(0.01)
+        stop.set()
+        await reading
+        assert gone.offered[:1] == ["pause"]
+        assert await _untaken(store, "r1") == ["pause"]
     finally:
         await store.close()

@@ -42,7 +42,7 @@ from loopdeck.operator.launch import prepare_run
 from loopdeck.operator.parking import Parking
 from loopdeck.operator.placement import run_options, unrecorded_policy
 from loopdeck.operator.resume import Refreshed, load_log, record_stop, stopped, unresumable
-from loopdeck.store import leases, queries
+from loopdeck.store import deciding, leases, queries
 from loopdeck.store.approver import StoreApprover
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.runner import apply_command
@@ -279,10 +279,13 @@ class LeasedRun:
         self.live = True
         self._catching = asyncio.get_running_loop().create_task(self._catch_up())
 
-    def take(self, command: dict[str, Any]) -> None:
-        """A command from another terminal (the worker reads them for all its runs)."""
-        if self.runtime is not None and self.live and self.let_go_as is None:
-            apply_command(self.runtime, command, self.say)
+    def take(self, command: dict[str, Any]) -> bool:
+        """A command from another terminal (the worker reads them for all its runs); False
+        when the run is not live here any more (the caller gives it back: `deciding.give_back`)."""
+        if self.runtime is None or not self.live or self.let_go_as is not None:
+            return False
+        apply_command(self.runtime, command, self.say)
+        return True
 
     async def _may_act(self) -> None:
         """Before each model call and tool: its worker stopping, the run is handed back at
@@ -314,8 +317,9 @@ class LeasedRun:
                 failing = True
                 await asyncio.sleep(ENSURE_POLL_S)
                 continue
-            for command in commands:
-                self.take(command)
+            missed = [c["id"] for c in commands if not self.take(c)]
+            with contextlib.suppress(StoreError):
+                await deciding.give_back(self.store, missed)
             self.hears = True
             return
 

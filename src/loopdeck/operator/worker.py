@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.leased_run import Lease, LeasedRun
-from loopdeck.store import leases, queries
+from loopdeck.store import deciding, leases, queries
 from loopdeck.store.base import Beats, Location, Store, StoreError
 from loopdeck.store.opening import open_store
 
@@ -138,8 +138,10 @@ class Worker:
             live = {run_id: run for run_id, run in self.leased.items()
                     if run.live and run.hears}  # fmt: skip
             try:
-                for command in await queries.take_commands_of(store, list(live)):
-                    live[command["run_id"]].take(command)
+                taken = await queries.take_commands_of(store, list(live))
+                # a run no longer live here by now gives its commands back, never drops them
+                missed = [c["id"] for c in taken if not live[c["run_id"]].take(c)]
+                await deciding.give_back(store, missed)
                 failing = False
             except StoreError as exc:
                 if not failing:

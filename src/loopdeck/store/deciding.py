@@ -314,3 +314,15 @@ def _out_of_reach(row: Any, here: str, now: float, silence_s: float) -> str | No
         f"(pid {row['pid']} on {here}) has not reached the store for {now - beat:.0f}s: its"
         " heartbeat is silent (the store may refuse its login, or be out of its reach)"
     )
+
+
+async def give_back(store: Store, ids: list[int]) -> None:
+    """Commands a worker took for a run that stopped being its own meanwhile (it ended, was
+    parked or handed back while the read was on its way): untaken again, for the run's next
+    worker to take or its end to say not carried out, never dropped."""
+    if ids:
+        marks = ", ".join("?" for _ in ids)
+        async with store.transaction() as tx:
+            await tx.execute(
+                f"UPDATE commands SET consumed_at = NULL WHERE id IN ({marks})", tuple(ids)
+            )
