@@ -153,7 +153,8 @@ async def resolve(
 ) -> str | None:
     """The operator's word on a write whose outcome is unknown: None when it is the one
     recorded, else why not. A run whose runner is gone is marked crashed, then resolved as a
-    run that ended (the store keeps the word)."""
+    run that ended (the store keeps the word); one stranded on its lost worker (it cannot
+    move) is ended by the next worker, and resolved after."""
     what = f"resolution of {call_id}"
     refused: list[str] = []
 
@@ -164,8 +165,8 @@ async def resolve(
 
     try:
         await _taken(store, run_id, what, once, tell, retry_for_s, ended_too=True)
-    except RunStranded as exc:
-        return str(exc)
+    except RunStranded as exc:  # ended crashed by the next worker: the word is kept then
+        return f"{exc}; resolve it once it has ended, as for any ended run"
     except RunnerGone:
         await _taken(store, run_id, what, once, tell, retry_for_s, ended_too=True)
     return refused[0] if refused else None
