@@ -145,6 +145,17 @@ async def test_a_line_with_more_keys_than_room_says_more(tmp_path, width) -> Non
         assert not re.search(r"(^|\s)[a-z](\s+[a-z](\s|$))", line), line  # no bare letters
 
 
+async def test_at_a_phones_width_the_approval_keys_line_has_both_answers(tmp_path) -> None:
+    """A phone's browser gives the console about 43 columns: the line keeps the keys that fit,
+    first those that answer (it had approve, edit and grant, and no reject)."""
+    app = stored_app("order_support", "solve", tmp_path / "s.db")
+    async with app.run_test(size=(43, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.pause()
+        line = screen_lines(app)[-1]
+        assert re.search(r"\ba approve", line, re.I) and re.search(r"\br reject", line, re.I)
+
+
 async def test_over_a_dialog_the_keys_line_has_the_dialogs_keys_and_those_that_act(
     tmp_path,
 ) -> None:
