@@ -99,3 +99,13 @@ def test_a_pushs_command_names_its_question() -> None:
     asked = Asked("q2", "question", "answer the budget's pause", until, answers=("continue",))
     said = command(run, asked)
     assert said == "loopdeck answer r1 continue --question q2 --db /tmp/runs.db"
+
+
+def test_a_pushed_questions_command_says_the_words_its_choices_take() -> None:
+    """As `pending` says them: a guard's `nudge TEXT`, a budget's `raise N` (the push said
+    `stop|allow|nudge`, and `nudge` alone is refused)."""
+    from loopdeck.operator.push_words import Asked, RunAbout, command
+
+    guard = Asked("q1", "question", "the loop repeats", None, answers=("stop", "allow", "nudge"))
+    said = command(RunAbout("r1", "env"), guard)
+    assert said == "loopdeck answer r1 'stop|allow|nudge TEXT' --question q1"

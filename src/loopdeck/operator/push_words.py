@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loopdeck.core.push_events import DecisionsPushed, Push, PushedWhat, PushFailed
 from loopdeck.core.text import capped, moment_words, visible
+from loopdeck.operator.entries import answer_forms
 from loopdeck.operator.push_channels import UNCONFIRMED
 from loopdeck.store.base import Location, is_postgres, shown_location
 
@@ -106,7 +107,7 @@ def command(run: RunAbout, asked: Asked) -> str:
         return f"loopdeck approve {run_id} {call_id}{db}  (or: loopdeck reject … --reason TEXT)"
     if asked.what == "outcome":
         return f"loopdeck resolve {run_id} {call_id} applied|not-applied{db}"
-    choice = "|".join(asked.answers) if asked.answers else "TEXT"
+    choice = "|".join(answer_forms(asked.answers)) if asked.answers else "TEXT"
     # Named: a question asked after this push is never the one this command answers.
     return f"loopdeck answer {run_id} {shlex.quote(choice)} --question {call_id}{db}"
 
