@@ -300,3 +300,29 @@ async def test_commands_taken_for_a_run_no_longer_live_here_are_given_back(db: L
         assert await _untaken(store, "r1") == ["pause"]
     finally:
         await store.close()
+
+
+async def test_a_worker_says_when_the_store_answers_again(tmp_path: Any, monkeypatch: Any) -> None:
+    """Through an outage it says once that it cannot claim, and once the store answers again
+    that it claims again (it said nothing: the outage looked still on)."""
+    from loopdeck.store import leases
+    from loopdeck.store.base import StoreUnavailable
+
+    said: list[str] = []
+    tries: list[int] = []
+    stop = asyncio.Event()
+
+    async def claim(*args: Any, **kwargs: Any) -> None:
+        tries.append(1)
+        if len(tries) <= 2:
+            raise StoreUnavailable("the server closed the connection", StoreUnavailable.UNREACHABLE)
+        stop.set()
+
+    monkeypatch.setattr(leases, "claim", claim)
+    monkeypatch.setattr(Worker, "_wait", lambda self, store, stop: asyncio.sleep(0))
+    worker = Worker(tmp_path / "s.db", slots=1, say=said.append)
+    await worker._claiming(None, stop)  # type: ignore[arg-type]
+    assert [line.split(": ", 1)[1] for line in said] == [
+        "cannot claim for now: the server closed the connection",
+        "the store answers again: claiming",
+    ]

@@ -115,6 +115,8 @@ class Worker:
             if len(self.runs) < self.slots:
                 try:
                     claimed = await leases.claim(store, self.name, self.hold_s)
+                    if unreachable:
+                        self.say(f"worker {self.name.holder}: the store answers again: claiming")
                     unreachable = False
                 except StoreError as exc:
                     if not unreachable:
@@ -142,6 +144,8 @@ class Worker:
                 # a run no longer live here by now gives its commands back, never drops them
                 missed = [c["id"] for c in taken if not live[c["run_id"]].take(c)]
                 await deciding.give_back(store, missed)
+                if failing:
+                    self.say(f"worker {self.name.holder}: commands read again")
                 failing = False
             except StoreError as exc:
                 if not failing:
