@@ -30,6 +30,7 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.core.outcome import CallStatus
+from loopdeck.operator.entries import run_entry
 from loopdeck.operator.placement import submit, submitted
 from loopdeck.store import deciding, leases, outcome_queries, queries
 from loopdeck.store.base import Location
@@ -529,6 +530,8 @@ async def test_a_stopping_worker_hands_its_runs_back_and_another_goes_on(tmp_pat
         row = await leases.placement(store, run_id)
         assert row is not None and row["state"] == "queued"
         assert row["note"].startswith("handed back by")
+        entry = await run_entry(store, run_id)  # queued: none runs it (it named the worker)
+        assert entry is not None and entry.runner == "-"
 
         async def ended() -> bool:
             return await lease_state(store, run_id) == "ended"
