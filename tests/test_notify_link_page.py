@@ -19,7 +19,7 @@ from loopdeck.cli.decision_page import page
 from loopdeck.core.text import TRUNCATION_MARK
 from loopdeck.core.write_approvals import REASON_CAP
 from loopdeck.operator import records
-from loopdeck.operator.link_evidence import LinkPage, RunShown
+from loopdeck.operator.link_evidence import Evidence, LinkPage, RunShown
 
 RLO = "\u202e"
 LONG = "x" * 60_000
@@ -109,3 +109,11 @@ def test_no_word_widens_the_page_past_a_phone(chromium: Path) -> None:  # noqa: 
 
 
 from test_serve_browser import chromium  # noqa: E402, F401 (the fixture)
+
+
+def test_a_questions_page_names_it_a_question_and_a_writes_a_call() -> None:
+    shown = RunShown("r1", "env/solve", "awaiting_input", None, {})
+    for what, named in (("question", "question"), ("approval", "call")):
+        evidence = Evidence(what, "q1", "the loop repeats")  # type: ignore[arg-type]
+        made = page(LinkPage("expired", "", shown, evidence=evidence), "/d/x", "g")
+        assert f"<dt>{named}</dt><dd>q1</dd>" in made, made

@@ -97,7 +97,7 @@ def _diff(diff: str) -> str:
 
 def _evidence(evidence: Evidence) -> str:
     parts = [f"<h1>{_e(evidence.headline)}</h1>"]
-    facts = [("call", evidence.call_id)]
+    facts = [("question" if evidence.what == "question" else "call", evidence.call_id)]
     if evidence.expires_at:
         facts.append(("valid until", _when(evidence.expires_at)))
     if evidence.state_hash:
