@@ -137,7 +137,7 @@ async def test_a_line_with_more_keys_than_room_says_more(tmp_path, width) -> Non
         await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen))
         await pilot.pause()
         line = screen_lines(app)[-1]
-        assert line.startswith(" a approve e edit g grant r reject m msg esc back s stop"), line
+        assert line.startswith(" a approve r reject e edit g grant m msg esc back s stop"), line
         if width == 80:
             assert line.rstrip().endswith("p pause q quit") and "more" not in line, line
         else:

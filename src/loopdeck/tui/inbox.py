@@ -61,10 +61,10 @@ class InboxScreen(Screen[None]):
 
     BINDINGS = [
         Binding("a", "approve", "Approve/answer", id="inbox.approve"),
+        Binding("r", "reject", "Reject…", id="inbox.reject"),  # beside approve, as the dialog
         Binding("e", "edit('edit')", "Edit…", id="inbox.edit"),
         Binding("e", "edit('tell')", "Tell the agent…", id="inbox.tell"),
         Binding("g", "edit('grant')", "Grant…", id="inbox.grant"),
-        Binding("r", "reject", "Reject…", id="inbox.reject"),
         Binding("o", "outcome", "Outcome?", id="inbox.outcome"),
         Binding("m", "message", "Message", id="inbox.message"),
         # While the answer or reason box is open, the key line says what enter does.
