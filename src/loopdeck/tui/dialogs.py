@@ -53,10 +53,8 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
     agent: `ctrl+o` then rejects, its reason telling the agent to run that input."""
 
     BINDINGS = [
-        # The keys line keeps the first that fit (a phone's 43 columns: approve, reject,
-        # edit): the two answers first, the grant last.
         Binding("a", "approve", "Approve", id="approval.approve"),
-        Binding("r", "reject", "Reject…", id="approval.reject"),
+        Binding("r", "reject", "Reject…", id="approval.reject"),  # both answers fit a phone
         Binding("e", "edit", "Edit…", id="approval.edit"),
         Binding("e", "tell", "Tell the agent…", id="approval.tell"),
         Binding("g", "grant", "Grant…", id="approval.grant"),
