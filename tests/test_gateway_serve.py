@@ -37,8 +37,9 @@ class Signals:
 
 
 def parsed(*argv: str) -> Any:
-    args = build_parser().parse_args(["gateway", *argv])
-    own = own_command(args)
+    words = ["gateway", *argv]
+    args = build_parser().parse_args(words)
+    own = own_command(args, words)
     assert own is not None
     return args, own
 
@@ -226,6 +227,11 @@ def test_a_token_refuses_a_policy_its_run_would_refuse_and_serve_takes_none(
             "gateway token does not take --port: it belongs to `loopdeck gateway serve`;"
             " --env: it belongs to neither",
         ),
+        # Given by the words, whatever their value: a default's value is given all the same.
+        (["serve", "--workdir", "."], "gateway serve does not take --workdir: it belongs to"),
+        (["--workdir=.", "serve"], "gateway serve does not take --workdir: it belongs to"),
+        (["--work", ".", "serve"], "gateway serve does not take --workdir: it belongs to"),
+        (["token", "--goal", "g", "--port", "0"], "gateway token does not take --port"),
     ],
 )
 def test_a_flag_serve_or_token_does_not_carry_out_is_refused_by_name(
@@ -238,6 +244,18 @@ def test_a_flag_serve_or_token_does_not_carry_out_is_refused_by_name(
     assert command(args) == 2
     out, err = capsys.readouterr()
     assert said in err and not out, err
+
+
+def test_the_command_line_says_which_flags_serve_was_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`loopdeck gateway serve --workdir .`: the folder is the default's, and still a flag
+    `serve` does not carry out (a token carries its run's folder): refused, exit 2."""
+    from loopdeck.cli import main
+
+    assert main(["gateway", "serve", "--workdir", "."]) == 2
+    out, err = capsys.readouterr()
+    assert "gateway serve does not take --workdir" in err and not out, err
 
 
 def test_what_serve_carries_out_is_taken() -> None:

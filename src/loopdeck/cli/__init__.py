@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop_signals.outlive_terminal()
     try:
         with stop_signals.kept(args.command in RUN_COMMANDS):
-            return _command(args)(args)
+            return _command(args, words)(args)
     except BrokenPipeError:
         # A reader like `head` went away: nothing more to say, and nothing was lost.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -47,8 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
-def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
-    """The function that runs `args.command`, from the module that holds it."""
+def _command(args: argparse.Namespace, words: Sequence[str]) -> Callable[[argparse.Namespace], int]:
+    """The function that runs `args.command` (parsed from `words`), from the module that
+    holds it."""
     if args.command in ENV_COMMANDS:
         from loopdeck.cli.env_commands import run_env_command
 
@@ -64,7 +65,7 @@ def _command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
     if args.command == "gateway":
         from loopdeck.cli.gateway_command import own_command
 
-        if (own := own_command(args)) is not None:
+        if (own := own_command(args, words)) is not None:
             return own
     if args.command == "serve":
         from loopdeck.cli.serve import run_serve

@@ -10,11 +10,12 @@ options are made.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from loopdeck.caps import FLAGGED_CAPS
 from loopdeck.cli.agent_words import folder_and_command_problem, said_refused
+from loopdeck.cli.chosen_command import command_word
 from loopdeck.cli.gateway_parser import add_gateway_flags
 from loopdeck.cli.gateway_target import GatewayTarget
 from loopdeck.cli.parser import EXIT_BAD_INPUT, add_agent_flags, add_run_flags, budget_overrides
@@ -39,16 +40,19 @@ TAKEN = {
 }  # fmt: skip
 
 
-def own_command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int] | None:
+def own_command(
+    args: argparse.Namespace, argv: Sequence[str]
+) -> Callable[[argparse.Namespace], int] | None:
     """What runs this `gateway` command when it is not an agent's run (`serve`, `token`, or
-    words that cannot run); None: the agent's run, which `cli/runs.py` drives as any run."""
+    words that cannot run); None: the agent's run, which `cli/runs.py` drives as any run.
+    `argv`: the command line `args` was parsed from (which flags it gives)."""
     words = list(args.agent_command)
     if words[:1] in (["serve"], ["token"]):
         sub = argparse.ArgumentParser(prog=f"loopdeck gateway {words[0]}")
         add_gateway_flags(sub, add_agent_flags, add_run_flags)
         sub.parse_args(words[1:], namespace=args)
         args.agent_command = []
-        if said_refused(stray_flags(sub, args, words[0])):
+        if said_refused(stray_flags(sub, given_flags(argv, words), words[0])):
             return lambda _: EXIT_BAD_INPUT
         from loopdeck.cli.gateway_serve import run_serve, run_token
 
@@ -57,18 +61,33 @@ def own_command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]
     return (lambda _: EXIT_BAD_INPUT) if refused(args) else None
 
 
-def stray_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, word: str) -> str | None:
-    """The flags given (before or after `serve`/`token`) that `word` does not carry out, each
-    named with where it belongs; None when there are none. A flag given its default is not
-    seen (it changes nothing)."""
+def given_flags(argv: Sequence[str], words: list[str]) -> set[str]:
+    """The dests of the flags `argv` gives before `serve`/`token` and after it (`words`: that
+    word and what follows), by the words it has, never by their values: a flag given its
+    default value is given all the same. Parsed as the command was, every default left out."""
+    quiet = argparse.ArgumentParser(add_help=False)
+    add_gateway_flags(quiet, add_agent_flags, add_run_flags)
+    for action in quiet._actions:
+        action.default = argparse.SUPPRESS
+    line = list(argv)
+    start = line.index(command_word(line) or "gateway") + 1
+    found: set[str] = set()
+    for part in (line[start : len(line) - len(words)], words[1:]):
+        said, _ = quiet.parse_known_args(part)
+        found |= set(vars(said))
+    return found
+
+
+def stray_flags(parser: argparse.ArgumentParser, given: set[str], word: str) -> str | None:
+    """The flags given (`given`: their dests, before or after `serve`/`token`) that `word`
+    does not carry out, each named with where it belongs; None when there are none."""
     other = "token" if word == "serve" else "serve"
-    given = [
+    given_there = [
         action for action in parser._actions
-        if action.option_strings and action.dest in vars(args)
-        and action.dest not in TAKEN[word] and getattr(args, action.dest) != action.default
+        if action.option_strings and action.dest in given and action.dest not in TAKEN[word]
     ]  # fmt: skip
-    belongs = [action.option_strings[-1] for action in given if action.dest in TAKEN[other]]
-    nobodys = [action.option_strings[-1] for action in given if action.dest not in TAKEN[other]]
+    belongs = [a.option_strings[-1] for a in given_there if a.dest in TAKEN[other]]
+    nobodys = [a.option_strings[-1] for a in given_there if a.dest not in TAKEN[other]]
     said = []
     if belongs:
         why = " (a token carries its run's settings)" if other == "token" else ""
