@@ -7,14 +7,17 @@ the request body giving `(status, JSON body, headers)`; every body is recorded.
 The Responses API's stored conversation is kept as the API keeps it: an answer is stored by
 its id, and a request going on from it (`previous_response_id`) must carry an output for each
 call the client runs in it, or it gets the API's 400 ("No tool output found for function
-call …"), recorded in `problems`.
+call …"), recorded in `problems`; an input item of a type the API does not take (neither one
+of the `openai` SDK's input items nor a type this upstream answered with) gets its 400 too.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
+import typing
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,7 +73,10 @@ class RawUpstream:
     def reply(self, path: str, body: Body) -> tuple[int, Body, dict[str, str]]:
         with self.lock:
             self.bodies.append(body)
-            if path.endswith("/responses") and (problem := self._unanswered(body)):
+            problem = None
+            if path.endswith("/responses"):
+                problem = self._invalid(body) or self._unanswered(body)
+            if problem:
                 self.problems.append(problem)
                 return 400, {"error": {"message": problem, "type": "invalid_request_error",
                                        "param": "input", "code": None}}, {}  # fmt: skip
@@ -80,6 +86,16 @@ class RawUpstream:
             if path.endswith("/responses") and status == 200:
                 self.stored[str(data["id"])] = list(data.get("output") or [])
             return status, data, headers
+
+    def _invalid(self, body: Body) -> str | None:
+        """The API's refusal of an input item whose type it does not take."""
+        given = body.get("input")
+        answered = {str(i.get("type")) for out in self.stored.values() for i in out}
+        for i in given if isinstance(given, list) else []:
+            kind = str(i.get("type") or "message") if isinstance(i, dict) else "?"
+            if kind not in input_kinds() | answered:
+                return f"Invalid value: '{kind}'. Supported values are: ..."
+        return None
 
     def _unanswered(self, body: Body) -> str | None:
         earlier = body.get("previous_response_id")
@@ -96,6 +112,20 @@ class RawUpstream:
             if runs and str(item.get("call_id")) not in answered:
                 return f"No tool output found for {kind.replace('_', ' ')} {item['call_id']}."
         return None
+
+
+@functools.cache
+def input_kinds() -> frozenset[str]:
+    """The input item types the Responses API takes, as the `openai` SDK lists them."""
+    from openai.types.responses.response_input_item_param import ResponseInputItemParam
+
+    kinds: set[str] = set()
+    for shape in typing.get_args(ResponseInputItemParam):
+        said = typing.get_type_hints(shape).get("type")
+        while typing.get_args(said) and not isinstance(typing.get_args(said)[0], str):
+            said = typing.get_args(said)[0]  # Required[Literal[...]] -> Literal[...]
+        kinds |= set(typing.get_args(said))
+    return frozenset(kinds)
 
 
 def chat(*messages: Body) -> Reply:

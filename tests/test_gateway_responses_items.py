@@ -191,6 +191,39 @@ async def test_an_output_item_of_a_type_loopdeck_does_not_know_is_held_as_a_writ
     assert [r.tool.split(":")[0] for r in decider.asked] == ["browser_action"]
 
 
+async def test_a_rejected_item_of_an_unknown_type_is_answered_upstream_as_the_api_takes(
+    tmp_path: Path,
+) -> None:
+    """An agent going on with `previous_response_id`: the upstream still holds the item of a
+    type loopdeck does not know that the operator rejected. No output item of the API's
+    answers such a type (a guessed `browser_action_output` is an input the API refuses), so
+    the agent's next request carries a developer message saying it was not carried out and
+    why, and the upstream takes it."""
+    door_file = tmp_path / "door.json"
+    acts = {"type": "browser_action", "id": "ba_1", "action": {"click": "#buy"}}
+    read = item("function_call", name="Read", arguments='{"file_path": "b.txt"}')
+    decider = Decider(lambda r: ApprovalDecision(call_id=r.call_id, approved=False, by="test",
+                                                 reason="not that"))  # fmt: skip
+    with RawUpstream([responses(acts, read), responses(said("Understood."))]) as up:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            first = await client.responses.create(model="m", input="buy it")
+            output = {"type": "function_call_output", "call_id": read["call_id"], "output": "b"}
+            second = await client.responses.create(
+                model="m", previous_response_id=first.id, input=[output]
+            )
+        await run.outcome()
+        went_on = up.bodies[1]["input"]
+    assert up.problems == []
+    assert second.output_text == "Understood."
+    assert [i.get("type") for i in went_on] == ["message", "function_call_output"]
+    told = went_on[0]
+    assert told["role"] == "developer" and "`browser_action` item ba_1" in told["content"]
+    assert "not that" in told["content"]
+
+
 async def test_a_tool_a_stored_prompt_brings_is_held_whatever_its_name(tmp_path: Path) -> None:
     """A request with a stored prompt (`prompt`) can bring tools loopdeck never sees: a call
     to one the request does not declare is held for the operator even under a name loopdeck's

@@ -144,11 +144,17 @@ async def test_the_responses_built_in_calls_are_held_as_writes(
     ]  # fmt: skip
     assert proposed[0].args["path"] == "a.txt" and proposed[2].args["target"] == "a.txt"
     assert {f.status for f in run.events(ToolFinished)} == {CallStatus.REJECTED}
+    assert upstream.problems == []  # every item of the retold request one the API takes
     outputs = {i["type"]: i for i in retold if str(i.get("type")).endswith("_output")}
+    assert set(outputs) == {"apply_patch_call_output", "shell_call_output"}
     assert outputs["apply_patch_call_output"]["status"] == "failed"
     assert "loopdeck:" in outputs["apply_patch_call_output"]["output"]
     assert "loopdeck:" in outputs["shell_call_output"]["output"][0]["stderr"]
-    assert "loopdeck:" in outputs["teleport_call_output"]["output"]
+    # The API has no output item for a kind it does not list: the model reads it as the
+    # harness's developer message, naming the call.
+    [told] = [i for i in retold if i.get("role") == "developer"]
+    assert told["type"] == "message" and other["call_id"] in told["content"]
+    assert "`teleport_call`" in told["content"] and "denied" in told["content"]
 
 
 async def test_a_replaced_call_is_answered_where_the_upstream_keeps_the_conversation(

@@ -40,7 +40,8 @@ A call item with neither `call_id` nor `id` is known by its place in the answer
 A conversation the upstream keeps (`previous_response_id`) holds the answer as the upstream
 gave it: a call replaced for the agent still needs its output there, or the upstream refuses
 the next request ("No tool output found for function call"). `owed` makes those outputs (the
-reason the model reads), `paid` adds them to the agent's next request.
+reason the model reads; for a kind no output item of the API's answers, a developer message),
+`paid` adds them to the agent's next request.
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ INPUT_OF = {  # a call's kind -> the field holding its input
 TOOL_OF = {  # a built-in call's tool (the names Codex's defaults know: writes)
     "local_shell_call": "local_shell", "shell_call": "shell", "apply_patch_call": "apply_patch",
     "computer_call": "computer", "tool_search_call": "tool_search",
+}  # fmt: skip
+TEXT_ANSWERED = {  # a call's kind -> the output item that answers it with text
+    "function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
+    # The API's `local_shell_call_output` is keyed by an `id`; Codex, the tool's own client,
+    # answers the call with a `function_call_output` by its `call_id`.
+    "local_shell_call": "function_call_output",
 }  # fmt: skip
 ITEM_FIELDS = frozenset({"type", "id", "call_id", "status"})  # not an unknown call's input
 MCP_FIXED = "OpenAI runs a remote MCP call with the model's arguments or not at all"
@@ -369,7 +376,13 @@ def output_item(kind: str, call_id: str, text: str) -> Body:
     if kind == "tool_search_call":  # no words: the search loads no tool
         return {"type": "tool_search_output", "call_id": call_id, "execution": "client",
                 "tools": []}  # fmt: skip
-    return {"type": f"{kind}_output", "call_id": call_id, "output": text}
+    if kind in TEXT_ANSWERED:
+        return {"type": TEXT_ANSWERED[kind], "call_id": call_id, "output": text}
+    # No item of the API's answers this kind with text (a kind it added since, a computer
+    # call's answer is a screenshot): a guessed `{kind}_output` is an input type the API
+    # refuses. The model reads it from the harness instead, as a developer message.
+    said = f"loopdeck: your `{kind}` item {call_id} was not carried out. {text}"
+    return {"type": "message", "role": "developer", "content": said}
 
 
 def _output_text(item: Body) -> str:
