@@ -214,7 +214,7 @@ def test_a_decision_for_a_dead_runner_is_refused(tmp_path, cli) -> None:
     asyncio.run(_stored(db, _dead_pid()))
     code, _, err = cli("approve", RUN, CALL, "--json", "--db", str(db))
     assert code == 2
-    assert f"run {RUN}'s runner is gone" in err and "nothing will act on this decision" in err
+    assert f"run {RUN}'s runner is gone" in err and "nothing will act on your approval of" in err
     code, runs, _ = cli("runs", "--json", "--db", str(db))
     assert code == 0 and runs is not None
     [run] = runs

@@ -248,7 +248,8 @@ async def _ended(store: Store, args: argparse.Namespace) -> bool:
 
 async def _message(store: Store, args: argparse.Namespace) -> int:
     """`message`: the operator's words, heard by the model before its next turn (TEXT `-`:
-    read from stdin); exit 1 if the run already ended, 2 if there is nothing to say."""
+    read from stdin); exit 1 if the run already ended, 2 if there is nothing to say or no
+    runner will hear it (gone, stranded on its lost worker: said by name, nothing recorded)."""
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
         what = "is empty" if not text else "is nothing but whitespace"
@@ -258,7 +259,7 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
         return 1
     from loopdeck.core.operator_messages import MESSAGE_CAP
 
-    await records.send_message(store, args.run_id, text, operator())
+    await records.send_message(store, args.run_id, text, operator(), _tell)
     cut = len(text) > MESSAGE_CAP  # the run keeps (and the model hears) its first part
     size = f"{len(text):,} characters" + (f", cut to {MESSAGE_CAP:,}" if cut else "")
     done = f"{args.run_id}: message sent ({size}); the model hears it next turn"
@@ -269,7 +270,9 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
 
 async def _send(store: Store, args: argparse.Namespace) -> int:
     """`cancel` (`--now`: kill), `pause` or `resume`: exit 1 if the run already ended, or
-    would do nothing with it (a pause of a paused run, a resume of one not paused)."""
+    would do nothing with it (a pause of a paused run, a resume of one not paused); 2 if no
+    runner will take it (said by name). A cancel or kill of a run stranded on its lost worker
+    is recorded, and said as what will happen: the next worker ends it crashed."""
     if await _ended(store, args):
         return 1
     verb = args.command if args.command != "cancel" else ("kill" if args.now else "cancel")
@@ -279,11 +282,23 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
             _print({"run_id": args.run_id, "command": verb, "sent": False, "message": why},
                    args.json)  # fmt: skip
             return 1
-    else:
-        await records.send_command(store, args.run_id, verb, operator())
+    elif stranded := await records.send_command(store, args.run_id, verb, operator(), _tell):
+        said = _stranded_stop(args.run_id, verb, stranded)
+        _print({"run_id": args.run_id, "command": verb, "sent": True, "ends": "crashed",
+                "message": said}, args.json, text=said)  # fmt: skip
+        return 0
     done = f"{args.run_id}: {verb} sent"
     _print({"run_id": args.run_id, "command": verb, "sent": True}, args.json, text=done)
     return 0
+
+
+def _stranded_stop(run_id: str, verb: str, why: str) -> str:
+    """What becomes of a run stranded on its lost worker that was sent a cancel or a kill."""
+    return visible(
+        f"{run_id}: {verb} recorded; its worker's lease lapsed, and it cannot go on ({why}):"
+        f" the next worker to take it up ends it crashed (its own worker, if it reaches the"
+        f" store again first, {verb}s it)"
+    )
 
 
 async def _export(store: Store, args: argparse.Namespace) -> int:

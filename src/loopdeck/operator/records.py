@@ -376,9 +376,11 @@ async def waiting_writes(store: Store, run_id: str) -> list[str]:
     return [row["call_id"] for row in await queries.pending_approvals(store, run_id)]
 
 
-async def send_command(store: Store, run_id: str, command: str, by: str) -> None:
-    """`cancel`, `kill`, `pause` or `resume`, read by the run's runner."""
-    await queries.send_command(store, run_id, command, by)
+async def send_command(
+    store: Store, run_id: str, verb: str, by: str, tell: Tell = deciding.untold
+) -> str | None:
+    """`cancel` or `kill` sent: None, or why the run is stranded (`deciding.stop`)."""
+    return await deciding.stop(store, run_id, verb, by, tell=tell)
 
 
 async def pause_or_resume(store: Store, run_id: str, verb: str, by: str, tell: Tell) -> str | None:
@@ -386,9 +388,9 @@ async def pause_or_resume(store: Store, run_id: str, verb: str, by: str, tell: T
     return await deciding.pause_or_resume(store, run_id, verb, by, tell=tell)
 
 
-async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
-    """The operator's message to the run's agent, read by its runner with the commands."""
-    await queries.send_message(store, run_id, text, by)
+async def send_message(store: Store, run_id: str, text: str, by: str, tell: Tell) -> None:
+    """The operator's message to the run's agent, refused when no runner will hear it."""
+    await deciding.send_message(store, run_id, text, by, tell=tell)
 
 
 async def event_bodies(store: Store, run_id: str) -> AsyncIterator[str]:

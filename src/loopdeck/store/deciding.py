@@ -202,6 +202,39 @@ async def pause_or_resume(
     return refused[0] if refused else None
 
 
+async def send_message(
+    store: Store, run_id: str, text: str, by: str, *, tell: Tell = untold
+) -> None:
+    """The operator's words to the run's agent, recorded in the transaction that checks a
+    runner will hear them; refused by name, nothing recorded, when none will (its runner
+    gone, or stranded on its lost worker: `RunnerGone`; `RunnerOutOfReach`; `RunEnded`)."""
+
+    async def once(tx: Tx) -> bool:
+        await queries.send_message(tx, run_id, text, by)
+        return True
+
+    await _taken(store, run_id, f"message to {run_id}", once, tell, RETRY_FOR_S)
+
+
+async def stop(store: Store, run_id: str, verb: str, by: str, *, tell: Tell = untold) -> str | None:
+    """`cancel` or `kill` sent to the run's runner: None, or why the run is stranded on its
+    lost worker (`leases.stranded`). Such a run is sent it all the same: its own worker, back
+    in reach of the store before another takes it up, takes it; else the next worker ends the
+    run crashed. A runner gone (not on a worker) is refused as a decision is (`RunnerGone`);
+    a run that ended is not (it takes nothing more: the caller says it ended)."""
+    stranded: list[str] = []
+
+    async def once(tx: Tx) -> bool:
+        why = await leases.stranded_run(tx, run_id)
+        stranded[:] = [] if why is None else [why]
+        await queries.send_command(tx, run_id, verb, by)
+        return True
+
+    what = f"{verb} of {run_id}"
+    await _taken(store, run_id, what, once, tell, RETRY_FOR_S, ended_too=True, stranded_too=True)
+    return stranded[0] if stranded else None
+
+
 def pause_refusal(run_id: str, verb: str, paused: bool, *, queued: bool = False) -> str | None:
     """Why the run would do nothing with `verb` (`pause`, `resume`), paused as it is (or will
     be, `queued`: by a command not taken yet); None when it would."""
@@ -222,15 +255,17 @@ async def _taken(
     retry_for_s: float,
     *,
     ended_too: bool = False,
+    stranded_too: bool = False,
 ) -> bool:
     """`once` in a transaction of its own, a store unavailable for now waited out; `RunEnded`
-    unless `ended_too` (a word that outlives the run)."""
+    unless `ended_too` (a word that outlives the run), `RunStranded` unless `stranded_too`
+    (a stop: the run ends either way)."""
     started = time.monotonic()
     pause = FIRST_PAUSE_S
     told: float | None = None  # when the operator was last told, into the wait
     while True:
         try:
-            won = await _while_runner_alive(store, run_id, once, what, ended_too)
+            won = await _while_runner_alive(store, run_id, once, what, ended_too, stranded_too)
         except StoreRefused:
             raise  # until someone changes the credentials: said at once, nothing recorded
         except StoreUnavailable as exc:
@@ -257,7 +292,12 @@ async def _taken(
 
 
 async def _while_runner_alive(
-    store: Store, run_id: str, once: Callable[[Tx], Awaitable[bool]], what: str, ended_too: bool
+    store: Store,
+    run_id: str,
+    once: Callable[[Tx], Awaitable[bool]],
+    what: str,
+    ended_too: bool,
+    stranded_too: bool = False,
 ) -> bool:
     """The runner's liveness is checked inside the decision's own write transaction, so no
     other writer (a reader marking the run crashed, the runner recording its stop) lands
@@ -274,7 +314,8 @@ async def _while_runner_alive(
         )
         if rows and rows[0]["state"] in queries.LIVE_STATES and await is_placed(tx, run_id):
             # A worker goes on with it (the decision waits in its row), unless none can.
-            if (why := await leases.stranded_run(tx, run_id)) is not None:
+            why = None if stranded_too else await leases.stranded_run(tx, run_id)
+            if why is not None:
                 raise RunStranded(
                     f"run {run_id}'s runner is gone (its worker's lease lapsed, and it cannot"
                     f" go on: {why}): nothing will act on your {what}; the next worker to"
@@ -286,7 +327,7 @@ async def _while_runner_alive(
             if gone is None and (silent := _out_of_reach(rows[0], here, now, silence_s)):
                 raise RunnerOutOfReach(
                     f"run {run_id}'s runner {silent}: it cannot hear your {what}, so nothing"
-                    " was recorded; decide again once it reaches the store"
+                    " was recorded; try again once it reaches the store"
                 )
         elif rows and not ended_too:
             ended = rows[0]["stop_reason"] or rows[0]["state"]
@@ -301,7 +342,7 @@ async def _while_runner_alive(
     except StoreUnavailable:
         marked = ""
     raise RunnerGone(
-        f"run {run_id}'s runner is gone ({gone}): nothing will act on this decision{marked}"
+        f"run {run_id}'s runner is gone ({gone}): nothing will act on your {what}{marked}"
     )
 
 

@@ -274,7 +274,7 @@ async def send_command(
     )
 
 
-async def send_message(store: Store, run_id: str, text: str, by: str) -> None:
+async def send_message(store: Store | Tx, run_id: str, text: str, by: str) -> None:
     """The operator's message to the run's agent, read by its runner with the commands."""
     await send_command(store, run_id, MESSAGE, by, text)
 

@@ -1,0 +1,108 @@
+"""Commands to a run stranded on its lost worker (its lease lapsed, and it cannot move: its
+env's state lived in that worker): each says what will happen. A message or a resume is
+refused by name (exit 2, nothing recorded): nothing would hear it. A cancel or a kill is
+recorded and said as what becomes of the run: the next worker ends it crashed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from test_worker_commands import left_unmovable
+from worker_helpers import lease_state, stored, with_a_worker
+
+from loopdeck.core.events import RunStopped
+from loopdeck.store import leases
+from loopdeck.store.opening import open_store
+
+WHY = "its env (OrderSupport) keeps its state in its worker's memory"
+
+
+def _stranded(db: Path) -> None:
+    async def left() -> None:
+        store = await open_store(db)
+        try:
+            epoch = await left_unmovable(store, approve="wait", cut_after="approval_requested")
+            await leases.pin(store, "r1", epoch, WHY)
+        finally:
+            await store.close()
+
+    asyncio.run(left())
+
+
+def _commands(db: Path) -> list[str]:
+    async def read() -> list[str]:
+        store = await open_store(db)
+        try:
+            rows = await store.fetchall("SELECT command FROM commands WHERE run_id = 'r1'")
+            return [str(row[0]).split(" ", 1)[0] for row in rows]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_a_message_or_a_resume_to_a_stranded_run_is_refused_by_name(
+    tmp_path: Path, cli: Any
+) -> None:
+    db = tmp_path / "s.db"
+    _stranded(db)
+    for argv, what in ((["message", "r1", "look again"], "message to r1"),
+                       (["resume", "r1"], "resume of r1")):  # fmt: skip
+        code, said, err = cli(*argv, "--db", str(db))
+        assert code == 2, (argv, err)
+        assert said is None and "sent" not in err, err
+        assert f"it cannot go on: {WHY}): nothing will act on your {what}" in err, err
+        assert "the next worker to take it up ends it crashed" in err, err
+    assert _commands(db) == []
+
+
+def test_a_cancel_or_a_kill_of_a_stranded_run_says_the_next_worker_ends_it_crashed(
+    tmp_path: Path, cli: Any
+) -> None:
+    db = tmp_path / "s.db"
+    _stranded(db)
+    code, said, err = cli("cancel", "r1", "--json", "--db", str(db))
+    assert code == 0 and said is not None, err
+    assert said["command"] == "cancel" and said["ends"] == "crashed", said
+    message = str(said["message"])
+    assert "sent" not in message and f"it cannot go on ({WHY})" in message, message
+    assert "the next worker to take it up ends it crashed" in message, message
+    code, _, err = cli("cancel", "r1", "--now", "--db", str(db))
+    assert code == 0, err
+    assert _commands(db) == ["cancel", "kill"]  # its own worker, back first, takes them
+
+    async def ended_as_said() -> RunStopped:
+        store = await open_store(db)
+        try:
+
+            async def ended() -> bool:
+                return await lease_state(store, "r1") == "ended"
+
+            await with_a_worker(db, ended)
+            stop = (await stored(store, "r1"))[-1]
+            assert isinstance(stop, RunStopped)
+            return stop
+        finally:
+            await store.close()
+
+    assert asyncio.run(ended_as_said()).stop_reason.value == "crashed"
+
+
+def test_a_message_or_a_cancel_to_a_run_whose_runner_is_gone_is_refused_and_it_is_crashed(
+    tmp_path: Path, cli: Any
+) -> None:
+    """Not on a worker, its runner's process gone: nothing would hear either (they were
+    recorded and said sent); refused as a decision is, the run marked crashed."""
+    from test_store_locks import RUN, _dead_pid, _stored
+
+    db = tmp_path / "s.db"
+    asyncio.run(_stored(db, _dead_pid()))
+    code, _, err = cli("message", RUN, "look again", "--db", str(db))
+    assert code == 2, err
+    assert f"run {RUN}'s runner is gone" in err and "nothing will act on your message" in err
+    code, _, err = cli("cancel", RUN, "--db", str(db))
+    assert code == 1 and "already ended (crashed): nothing to cancel" in err, err
+    code, runs, _ = cli("runs", "--json", "--db", str(db))
+    assert runs is not None and [run["stop_reason"] for run in runs] == ["crashed"]
