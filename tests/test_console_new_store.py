@@ -6,16 +6,21 @@ is opened with nothing said."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from console_helpers import notices, run_screen, wait_until
+from textual.widget import Widget
 
 from loopdeck.cli import main, runs
+from loopdeck.core.approvals import request_for
 from loopdeck.operator.session import RunSession
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+from loopdeck.tui.dialogs import ApprovalDialog
 from loopdeck.tui.fleet_screen import FleetScreen
+from loopdeck.tui.shown import toast
 
 
 def _opened(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
@@ -108,3 +113,42 @@ def test_a_console_run_that_cannot_start_says_the_store_it_made_on_the_terminal(
     err = capsys.readouterr().err
     assert f"loopdeck: no store was at {made}: made a new, empty one\n" in err
     assert "'nope'" in err
+
+
+def drawn_toasts(app: LoopdeckApp) -> list[str]:
+    """The toasts drawn now: those of the top screen, and of any screen under it that shows
+    through (a dialog's), whose rack is displayed."""
+    return [
+        str(toast.render())
+        for screen in app.screen_stack
+        if screen.is_current
+        for toast in screen.query("Toast")
+        if all(node.display for node in toast.ancestors_with_self if isinstance(node, Widget))
+    ]
+
+
+async def test_a_toast_is_drawn_once_over_a_dialog(tmp_path: Path) -> None:
+    """The store's toast, then an approval dialog over the screen: the dialog's strip says
+    it; the screen showing through the dialog says it no more (it did, cut, beside the
+    panels); once the dialog is gone, the screen says it again."""
+    app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    words = f"no store was at {tmp_path / 's.db'}: made a new, empty one"
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        toast(app, words, title="store", timeout=3600)  # as `tell_store_made`, kept up
+        await wait_until(pilot, lambda: drawn_toasts(app) == [f"store\n{words}"])
+        app.push_screen(ApprovalDialog(_request(), 1, "write", lambda: datetime.now(UTC)))
+        await wait_until(pilot, lambda: bool(app.screen.query("Toast")))
+        assert isinstance(app.screen, ApprovalDialog)
+        assert drawn_toasts(app) == [f"store\n{words}"]
+        await pilot.press("escape")  # decided later
+        await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+        await wait_until(pilot, lambda: drawn_toasts(app) == [f"store\n{words}"])
+
+
+def _request() -> Any:
+    return request_for(
+        run_id="r1", call_id="c1", tool="update_delivery_address",
+        args={"order_id": "ORD-1042"}, state_hash="s1", fingerprint="f1",
+        plan_step="3. Update the address", ttl_s=300, rationale="why",
+    )  # fmt: skip

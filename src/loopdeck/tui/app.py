@@ -93,6 +93,7 @@ class LoopdeckApp(ConsoleState, inherit_bindings=False):
             apply_themes(self)
 
     def on_mount(self) -> None:
+        self.screen_change_signal.subscribe(self, self._toasts_on_top, immediate=True)
         self.stop_signals.install()
         self.stop_signals.aim(
             lambda by: console_quit.stop_by_signal(self, by),
@@ -110,6 +111,15 @@ class LoopdeckApp(ConsoleState, inherit_bindings=False):
         else:
             read_styles(self)
             self.push_screen(first_screen(self))
+
+    def _toasts_on_top(self, top: Screen[Any]) -> None:
+        """The toasts on the top screen only: a screen under a dialog shows through it, and
+        its own toasts beside the dialog's strip said each toast twice. Textual shows them
+        again on a screen that is on top again (`ScreenResume`)."""
+        for screen in self.screen_stack:
+            if screen is not top:
+                for rack in screen.query("#textual-toastrack"):
+                    rack.display = False
 
     def get_default_screen(self) -> Screen[Any]:
         """While a run is prepared, the first screen is its preparing screen (the run's goes
