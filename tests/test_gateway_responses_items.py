@@ -254,6 +254,43 @@ async def test_a_tool_a_stored_prompt_brings_is_held_whatever_its_name(tmp_path:
     assert [r.tool.split(":")[0] for r in decider.asked] == ["Read"]
 
 
+async def test_a_tool_an_earlier_answer_loaded_is_held_whatever_its_name(
+    tmp_path: Path,
+) -> None:
+    """A server tool search's `tool_search_output` loads a function tool into a conversation
+    the upstream keeps: the agent going on from it (`previous_response_id`) does not declare
+    it, so a call to it is held for the operator even under a name loopdeck's defaults call a
+    read (a loaded `Read` may do anything), saying why; a read the request declares is
+    released as ever."""
+    door_file = tmp_path / "door.json"
+    search = item("tool_search_call", execution="server", arguments={"query": "files"})
+    loaded = {"type": "tool_search_output", "id": "ts_1", "execution": "server",
+              "tools": [{"type": "function", "name": "Read",
+                         "parameters": {"type": "object"}}]}  # fmt: skip
+    stored = item("function_call", name="Read", arguments='{"file_path": "a.txt"}')
+    declared_read = item("function_call", name="Grep", arguments='{"pattern": "x"}')
+    grep = {"type": "function", "name": "Grep", "parameters": {"type": "object"}}
+    replies = [responses(search, loaded, said("Loaded.")),
+               responses(stored, declared_read, said("Looking."))]  # fmt: skip
+    with RawUpstream(replies) as up:
+        decider = Decider(approve)
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            client = door.openai()
+            first = await client.responses.create(model="m", input="find a file tool")
+            answer = await client.responses.create(
+                model="m", previous_response_id=first.id, input="look",
+                tools=[grep],  # type: ignore[list-item]
+            )  # fmt: skip
+        await run.outcome()
+    assert [i.type for i in answer.output] == ["function_call", "function_call", "message"]
+    proposed = {p.tool.split(":")[0]: p for p in run.events(CallProposed)}
+    assert (proposed["Read"].risk, proposed["Grep"].risk) == ("write", "read")
+    assert "an earlier answer loaded" in proposed["Read"].risk_source
+    assert [r.tool.split(":")[0] for r in decider.asked] == ["Read"]
+
+
 async def test_an_answer_adding_a_tool_a_request_is_refused_for_is_refused(
     tmp_path: Path,
 ) -> None:

@@ -21,10 +21,11 @@ whatever its name, is held as a write the same way (the tool named by its type: 
 TYPE=read` releases it unasked): the client might act on it, and an operator's console lets
 no action through unseen; a harmless new type costs a question, never an unseen action.
 
-A request with a stored prompt (`prompt`: its instructions and tools kept by OpenAI) can bring
-tools loopdeck never sees: a call to a tool the request does not declare itself (`unseen`) is
-held as a write whatever its name (a stored `Read` may be anything), unless the operator named
-it (`--tool NAME=read`).
+A request with a stored prompt (`prompt`: its instructions and tools kept by OpenAI), or going
+on from an answer the upstream keeps (`previous_response_id`: a tool search's
+`tool_search_output` there may have loaded tools), can bring tools loopdeck never sees: a call
+to a tool the request does not declare itself (`unseen`) is held as a write whatever its name
+(a stored or loaded `Read` may be anything), unless the operator named it (`--tool NAME=read`).
 
 Refused by name, before the request goes upstream, wherever its tools are declared (`tools`,
 or an input's `additional_tools` or client `tool_search_output`): the computer tool
@@ -66,6 +67,7 @@ from loopdeck.gateway.answer import (
     sse,
 )
 from loopdeck.gateway.chat_format import final_response
+from loopdeck.gateway.responses_tools import TOOLS_IN, declared, refusal, tools_of
 from loopdeck.llm.loader import litellm_module
 
 NOT_PASSED = frozenset({"model", "stream", "stream_options"})
@@ -99,7 +101,6 @@ TEXT_ANSWERED = {  # a call's kind -> the output item that answers it with text
 }  # fmt: skip
 ITEM_FIELDS = frozenset({"type", "id", "call_id", "status"})  # not an unknown call's input
 MCP_FIXED = "OpenAI runs a remote MCP call with the model's arguments or not at all"
-TOOLS_IN = ("additional_tools", "tool_search_output")  # input items that declare tools
 LOCAL_SHELL = TOOL_OF["local_shell_call"]
 CHUNK = 1 << 20  # text sent in one delta: the answer is whole, nothing is gained by slicing
 
@@ -114,13 +115,13 @@ class ResponsesFormat:
         return answer
 
     def refused(self, body: Body) -> str | None:
-        said = _refusal(declared(body))
+        said = refusal(declared(body))
         return None if said is None else f"loopdeck: {said}"
 
     def refused_answer(self, answer: Body) -> str | None:
         """Why the answer is not delivered: it adds a tool the request would be refused for."""
         items = [i for i in answer.get("output") or [] if i.get("type") in TOOLS_IN]
-        said = _refusal([tool for item in items for tool in _tools(item)])
+        said = refusal([tool for item in items for tool in tools_of(item)])
         return None if said is None else f"loopdeck: the upstream's answer added a tool: {said}"
 
     def tool_uses(self, answer: Body) -> list[ToolUse]:
@@ -134,10 +135,11 @@ class ResponsesFormat:
         }
 
     def unseen(self, body: Body, uses: list[ToolUse]) -> frozenset[str]:
-        """With a stored prompt (`prompt`: kept by OpenAI with its own tools), the tools of
-        `uses` the request does not declare itself: by name, a built-in by its type, a remote
-        MCP call by its server."""
-        if not body.get("prompt"):
+        """With a stored prompt (`prompt`: kept by OpenAI with its own tools) or a conversation
+        the upstream keeps (`previous_response_id`: tools an earlier answer loaded), the tools
+        of `uses` the request does not declare itself: by name, a built-in by its type, a
+        remote MCP call by its server."""
+        if not (body.get("prompt") or body.get("previous_response_id")):
             return frozenset()
         tools = declared(body)
         named = {str(t.get("name") or t.get("type")) for t in tools}
@@ -290,41 +292,6 @@ def is_call(item: Body) -> bool:
     return kind not in SERVER_RUN and kind not in PASSES
 
 
-def declared(body: Body) -> list[Body]:
-    """Every tool the request declares: its `tools`, those an input item adds, and those of
-    a namespace among them."""
-    items = body.get("input")
-    found = [*_tools(body)]
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict) and item.get("type") in TOOLS_IN:
-            found += _tools(item)
-    return found
-
-
-def _tools(holder: Body) -> list[Body]:
-    tools = holder.get("tools")
-    found = [tool for tool in tools if isinstance(tool, dict)] if isinstance(tools, list) else []
-    return [*found, *(inner for tool in found for inner in _tools(tool))]
-
-
-def _refusal(tools: list[Body]) -> str | None:
-    """Why declaring `tools` is refused (a computer tool, a remote MCP server run unasked)."""
-    kinds = [str(t.get("type")) for t in tools]
-    if said := sorted({kind for kind in kinds if kind.startswith("computer")}):
-        return (f"the computer tool (`{'`, `'.join(said)}`) is refused: a `computer_call` the"
-                " gateway takes out could only be answered with a screenshot, which it has"
-                " none of")  # fmt: skip
-    unasked = sorted({str(t.get("server_label")) for t in tools
-                      if t.get("type") == "mcp" and t.get("require_approval") not in
-                      (None, "always")})  # fmt: skip
-    if unasked:
-        return (f"the remote MCP server `{'`, `'.join(unasked)}` is refused: its"
-                " `require_approval` is not `always`, so OpenAI's servers would run its"
-                " calls with nobody asked; declare it with `require_approval: \"always\"`"
-                " (each call then waits for the operator)")  # fmt: skip
-    return None
-
-
 def _calls(answer: Body) -> list[tuple[str, Body]]:
     """The answer's calls, each with its id: its `call_id` or `id`, else its place."""
     output = answer.get("output") or []
@@ -389,7 +356,7 @@ def _output_text(item: Body) -> str:
     output = item.get("output")
     if item.get("type") == "tool_search_output":  # the tools it loaded, by name
         loaded = [str(t.get("name") or t.get("server_label") or t.get("type"))
-                  for t in _tools(item)]  # fmt: skip
+                  for t in tools_of(item)]  # fmt: skip
         return f"loaded {', '.join(loaded)}" if loaded else "loaded no tool"
     if item.get("type") == "shell_call_output" and isinstance(output, list):
         parts = [p for p in output if isinstance(p, dict)]

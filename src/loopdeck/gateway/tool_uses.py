@@ -57,8 +57,9 @@ REPEATED = "repeats a call made from this same state of the folder"
 DECIDED = frozenset({CallStatus.REJECTED, CallStatus.BLOCKED_REPEAT, CallStatus.REFUSED_DUPLICATE})
 UNDELIVERED = "not delivered: the agent's connection closed while its answer was decided"
 UNSEEN = (
-    "a tool of the request's stored prompt, not declared in the request: a write whatever its"
-    " name, until `--tool NAME=read` says otherwise"
+    "a tool the request does not declare (its stored prompt's, or one an earlier answer loaded"
+    " in a conversation the upstream keeps): a write whatever its name, until `--tool"
+    " NAME=read` says otherwise"
 )
 LOST = "not delivered: the agent's connection closed after its answer was decided, before it got it"
 
@@ -169,8 +170,9 @@ class ToolUses:
     async def _propose(
         self, use: ToolUse, schemas: dict[str, Any], unseen: bool
     ) -> tuple[CallRecord, bool]:
-        """The use recorded as a call. A tool of the request's stored prompt (`unseen`) is a
-        write, whatever loopdeck's defaults say of its name, unless the operator named it."""
+        """The use recorded as a call. A tool the request does not declare (`unseen`: a stored
+        prompt's, an earlier answer's) is a write, whatever loopdeck's defaults say of its
+        name, unless the operator named it."""
         host = self.host
         if use.name not in host.tools:
             risk, source = self.settings.risks.risk_of(use.name)
