@@ -170,4 +170,5 @@ async def test_a_run_on_a_server_its_lost_worker_started_ends_crashed_naming_why
     assert [e.seq for e in log] == list(range(1, cut + 2))
     stop = log[-1]
     assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed"
-    assert "its MCP server was started by the lost worker ([mcp] command)" in stop.detail
+    assert "its worker was lost and it cannot go on" in stop.detail, stop.detail
+    assert "its MCP server was started by its worker ([mcp] command)" in stop.detail

@@ -261,7 +261,8 @@ async def test_a_stopping_worker_ends_a_run_that_cannot_move_after_its_tools_not
         stop = (await stored(store, run_id))[-1]
         assert isinstance(stop, RunStopped) and stop.stop_reason.value == "cancelled"
         assert "its worker stopped, and it cannot move" in stop.detail
-        assert "(OrderSupport) keeps its state" in stop.detail
+        assert "(OrderSupport) keeps its state in its worker's memory" in stop.detail
+        assert "lost" not in stop.detail, stop.detail  # stopped on purpose, nothing lost
         assert await queries.pending_approvals(store, run_id) == []
         said = worker.said  # type: ignore[attr-defined]
         assert any(f"run {run_id}: cannot move" in line for line in said), said

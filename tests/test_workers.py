@@ -283,7 +283,8 @@ async def test_an_env_that_keeps_its_state_in_memory_ends_crashed_naming_why(
         assert [e.seq for e in log] == list(range(1, cut + 2))
         stop = log[-1]
         assert isinstance(stop, RunStopped) and stop.stop_reason.value == "crashed"
-        assert "keeps its state in the lost worker's memory" in stop.detail
+        said = "its worker was lost and it cannot go on: its env (OrderSupport) keeps its state"
+        assert stop.detail.startswith(said + " in its worker's memory"), stop.detail
         assert "OrderSupport" in stop.detail
     finally:
         await store.close()

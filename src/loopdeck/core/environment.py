@@ -131,8 +131,8 @@ class Environment:
         if callable(getattr(self, "reopen", None)):
             return None
         return (
-            f"its env ({type(self).__name__}) keeps its state in the lost worker's memory: it"
-            " has no reopen(run_id) to find it elsewhere"
+            f"its env ({type(self).__name__}) keeps its state in its worker's memory: it has"
+            " no reopen(run_id) for another worker to find it"
         )
 
     def fingerprint(self) -> str:

@@ -111,8 +111,8 @@ class McpEnvironment(Environment):
         if self.config is not None and self.config.url is not None:
             return None
         return (
-            "its MCP server was started by the lost worker ([mcp] command): its state went"
-            " with it; a server over HTTP ([mcp] url) or an env.py with reopen(run_id) resumes"
+            "its MCP server was started by its worker ([mcp] command): its state goes with"
+            " that worker; a server over HTTP ([mcp] url) or an env.py with reopen(run_id) moves"
         )
 
     @property

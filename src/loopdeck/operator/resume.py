@@ -1,7 +1,9 @@
 """A claimed run that has a log goes on from it (`core/replay_log.py`), or, when it cannot,
-ends `crashed` saying why: its env keeps its state in the lost worker's memory (it has no
-`reopen`), its loop is an agent's own (an agent's session lives in its process), or the run
-rebuilt from its log did something else than the log says.
+ends `crashed` saying why: its env kept its state in its worker's memory, lost with it (it
+has no `reopen`), its loop is an agent's own (an agent's session lives in its process), or the
+run rebuilt from its log did something else than the log says. `unresumable` says why in words
+true before any worker is lost: a worker that stops on purpose says them too
+(`worker._stop_unmovable`), as do `runs` and a refused decision once its lease lapsed.
 
 A run that can go on: its env reopened where its state lives (`env.reopen(run_id)`), its
 runtime rebuilt from the log, and its move recorded (`RunMoved`); a write it was asked to
