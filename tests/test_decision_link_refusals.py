@@ -88,7 +88,7 @@ async def test_an_expired_link_shows_the_run_and_its_calls_new_ask(
         assert re.search(r'<p class="run">run r1 · decisions/files · ', said), said
         action, guard = _form(said)
         assert action != link.removeprefix(desk.base)  # the new ask's own link
-        posted = {"csrf": guard, "action": "reject", "text": "not now"}
+        posted = {"csrf": guard, "action": "reject", "reason": "not now"}
         decided = html.unescape(await (await browser.post(desk.base + action, data=posted)).text())
         expired_post = await browser.post(link, data=posted)
         assert expired_post.status == 403  # the expired link itself decides nothing

@@ -46,7 +46,7 @@ async def test_a_rejections_reason_is_said_as_the_model_is_told_it(
     reason = f"no {RLO}evil{RLO} " + LONG
     async with _session() as browser:
         action, guard = _form(await (await browser.get(link)).text())
-        posted = {"csrf": guard, "action": "reject", "text": reason}
+        posted = {"csrf": guard, "action": "reject", "reason": reason}
         decided = await (await browser.post(desk.base + action, data=posted)).text()
     async with records.opened(desk.db) as store:
         await records.send_command(store, run_id, "kill", "test")

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from loopdeck.cli.decision_page import page, refused
+from loopdeck.cli.decision_page import BOX_OF, BOXES, CHOICE_NAMES, page, refused
 from loopdeck.cli.notify_flags import base_authority, notify_settings
 from loopdeck.cli.serve_auth import ConsoleServer
 from loopdeck.operator import records
@@ -54,7 +54,6 @@ ANSWER_WAIT = "awaiting_answer"
 MOVED_ON_S = 5.0  # how long an answer's page waits for the run to take it
 LOOK_EVERY_S = 0.1
 GUARD_GRACE_S = 600  # a page's guard outlives its link a little: a late post is told why
-ACTIONS = ("approve", "reject", "answer", "applied", "not-applied")
 HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "same-origin",  # no-referrer makes a post's Origin `null`
@@ -220,13 +219,23 @@ def _kept_guard(request: web.Request, port: int) -> tuple[str, str] | None:
 
 
 def _choice(form: Any) -> LinkChoice | None:
+    """The choice posted, with the words of its own box; words in another choice's box (a
+    page that shared one, a form made elsewhere) named, so the choice is refused, never taken
+    with words meant for another."""
     action = str(form.get("action", ""))
-    text = str(form.get("text", "")).strip()
+    if action not in BOXES:
+        return None
+    own = BOXES[action]
+    text = str(form.get(own[0], "")) if own else ""
+    text = text if action == "edit" else text.strip()  # an edit is checked as it was typed
     if action == "answer" and (choice := str(form.get("choice", "")).strip()):
         text = f"{choice} {text}".strip()
-    if action not in ACTIONS:
-        return None
-    return LinkChoice(action, text)  # type: ignore[arg-type]
+    strays = [box for box in BOX_OF if box not in own and str(form.get(box, "")).strip()]
+    stray = ""
+    if strays:
+        typed_in, choice_name = BOX_OF[strays[0]], CHOICE_NAMES[action]
+        stray = f"the words typed in {typed_in} do not go with {choice_name}: not recorded"
+    return LinkChoice(action, text, stray)  # type: ignore[arg-type]
 
 
 def _html(text: str, status: int) -> web.Response:

@@ -14,7 +14,7 @@ import html
 import json
 from datetime import datetime
 
-from loopdeck.core.text import capped, moment_words, visible
+from loopdeck.core.text import capped, moment_words, visible, visible_json
 from loopdeck.operator.link_evidence import Evidence, LinkPage, RunShown
 from loopdeck.operator.push_words import budget_words
 from loopdeck.operator.records import CHOICE_WORDS
@@ -34,14 +34,31 @@ border-radius:6px;padding:8px;font-size:.85rem;max-height:60vh;overflow:auto}
 dl{display:grid;grid-template-columns:auto 1fr;gap:2px 10px;font-size:.9rem}
 dt{color:#555}dd{margin:0;overflow-wrap:anywhere}
 form{margin:.8rem 0}
-button{display:block;width:100%;min-height:48px;margin:8px 0;font-size:1.05rem;border-radius:8px;
-border:1px solid #777;background:#fff}
+button{display:block;width:100%;min-height:56px;margin:12px 0;padding:10px;font:600 1.1rem/1.2
+system-ui,sans-serif;border-radius:10px;border:2px solid #777;background:#fff;color:#1b1b1b;
+touch-action:manipulation}
 button.yes{background:#1f6f3a;color:#fff;border-color:#1f6f3a}
-button.no{background:#8c1d26;color:#fff;border-color:#8c1d26}
+button.no{background:#fff;color:#8c1d26;border-color:#8c1d26;border-style:dashed}
+button.alt{background:#fff;color:#1f6f3a;border-color:#1f6f3a}
+.choice{margin:0;padding:12px 0}
+.choice+.choice{margin-top:20px;border-top:1px solid #bbb;padding-top:20px}
 textarea,input[type=text]{width:100%;font-size:1rem;padding:8px;border-radius:6px;
 border:1px solid #999}
+textarea.args{font:.9rem/1.35 ui-monospace,monospace;min-height:10rem}
+summary{min-height:44px;padding:10px 0;font-weight:600;cursor:pointer}
 label{display:block;margin-top:.6rem;font-size:.9rem}
 """
+# Each choice's own box, by the field name it posts: a box another choice posts is refused.
+BOXES: dict[str, tuple[str, ...]] = {
+    "approve": (), "edit": ("args",), "reject": ("reason",), "answer": ("text", "choice"),
+    "applied": (), "not-applied": (),
+}  # fmt: skip
+BOX_OF = {"args": "the edit's arguments box", "reason": "Reject's reason box", "text": "a box"}
+CHOICE_NAMES = {
+    "approve": "Approve", "edit": "Approve with these arguments", "reject": "Reject",
+    "answer": "an answer", "applied": "It took effect", "not-applied": "It did not",
+}  # fmt: skip
+EDIT_CAP = 100_000  # characters of arguments the page offers to edit (a phone's textarea)
 BOX_LABELS = {  # a choice that takes words: its own box, sent only with its own button
     "nudge": "nudge: what the model should hear (the call stays blocked)",
     "raise": "raise: the new cap for this run",
@@ -118,16 +135,11 @@ def _evidence(evidence: Evidence) -> str:
     return "".join(parts)
 
 
-def _choices(evidence: Evidence, action: str, guard: str) -> str:
+def _choices(evidence: Evidence, action: str, guard: str, typed: str | None = None) -> str:
     hidden = f'<input type="hidden" name="csrf" value="{_value(guard)}">'
     form = f'<form method="post" action="{_value(action)}">{hidden}'
     if evidence.what == "approval":
-        return (
-            f'{form}<button class="yes" name="action" value="approve" autofocus>Approve</button>'
-            '<label for="reason">reason, if you reject (the model reads it)</label>'
-            '<textarea id="reason" name="text" rows="2"></textarea>'
-            '<button class="no" name="action" value="reject">Reject</button></form>'
-        )
+        return _approval(evidence, hidden, action, typed)
     if evidence.what == "outcome":
         return (
             f'{form}<button class="yes" name="action" value="applied">It took effect</button>'
@@ -158,6 +170,51 @@ def _choices(evidence: Evidence, action: str, guard: str) -> str:
     return "".join(forms)
 
 
+def _approval(evidence: Evidence, hidden: str, action: str, typed: str | None) -> str:
+    """Approve, an edit, Reject: each its own form, sending only its own box; the two one-tap
+    decisions kept apart by the others (a slip of the thumb lands on neither)."""
+    form = f'<form method="post" action="{_value(action)}"'
+    focus = "" if typed is not None else " autofocus"  # a refused edit: its box instead
+    approve = (
+        f'{form} class="choice">{hidden}<button class="yes" name="action" value="approve"'
+        f"{focus}>Approve as proposed</button></form>"
+    )
+    reject = (
+        f'{form} class="choice">{hidden}'
+        '<label for="reason">reason for rejecting (the model reads it)</label>'
+        '<textarea id="reason" name="reason" rows="2"></textarea>'
+        '<button class="no" name="action" value="reject">Reject</button></form>'
+    )
+    return approve + _edit(evidence, f"{form}>{hidden}", typed) + reject
+
+
+def _edit(evidence: Evidence, form: str, typed: str | None) -> str:
+    """A write whose tool takes arguments: its arguments as JSON, to change and approve."""
+    if evidence.not_editable:
+        said = (
+            f"Not editable: {evidence.not_editable}. To have other input run, reject it and"
+            " say in the reason what to run instead."
+        )
+        return f'<p class="note choice">{_e(said)}</p>'
+    if not evidence.editable:
+        return ""
+    text = typed if typed is not None else visible_json(evidence.args or {})
+    if len(text) > EDIT_CAP:
+        said = "Its arguments are too long to edit here: `loopdeck approve --args`, or the console."
+        return f'<p class="note choice">{_e(said)}</p>'
+    opened = " open" if typed is not None else ""
+    focus = " autofocus" if typed is not None else ""
+    return (
+        f'<details class="choice"{opened}><summary>Edit the arguments, then approve</summary>'
+        f'{form}<label for="args">arguments, as they will run (JSON)</label>'
+        f'<textarea id="args" class="args" name="args" rows="10" spellcheck="false"'
+        f' autocapitalize="off" autocomplete="off"{focus}>\n{html.escape(text, quote=False)}'
+        "</textarea>"
+        '<button class="alt" name="action" value="edit">Approve with these arguments</button>'
+        "</form></details>"
+    )
+
+
 def page(shown: LinkPage, action: str, guard: str) -> str:
     """The page for a link: the decision to take, or where it stands."""
     body = []
@@ -168,5 +225,5 @@ def page(shown: LinkPage, action: str, guard: str) -> str:
     if shown.evidence is not None and shown.standing in ("open", "moved", "expired"):
         body.append(_evidence(shown.evidence))
     if shown.evidence is not None and shown.standing in ("open", "moved"):
-        body.append(_choices(shown.evidence, action, guard))
+        body.append(_choices(shown.evidence, action, guard, shown.typed))
     return document("loopdeck: a decision", "".join(body))

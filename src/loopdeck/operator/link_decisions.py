@@ -21,7 +21,8 @@ from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.questions import ANSWER_CAP
 from loopdeck.core.text import capped
 from loopdeck.core.write_approvals import REASON_CAP
-from loopdeck.operator.link_evidence import LinkPage, RunShown, page_for
+from loopdeck.operator.arg_edits import check_edit
+from loopdeck.operator.link_evidence import Evidence, LinkPage, RunShown, page_for
 from loopdeck.operator.link_tokens import LinkClaim, LinkServer
 from loopdeck.operator.records import not_offered
 from loopdeck.store import deciding, queries
@@ -30,15 +31,18 @@ from loopdeck.store.base import Store, StoreError
 BY_LINK = "link"  # who decided, as the store records it: an operator through a link
 CARRIED_OUT_S = 20.0  # how long the page waits for the run to act on the decision
 LOOK_EVERY_S = 0.2
-Action = Literal["approve", "reject", "answer", "applied", "not-applied"]
+Action = Literal["approve", "edit", "reject", "answer", "applied", "not-applied"]
 
 
 @dataclass(frozen=True)
 class LinkChoice:
-    """What the person chose on the page, and their words (a reason, an answer)."""
+    """What the person chose on the page, and the words of that choice's own box (a reason,
+    an answer, an edit's JSON). `stray`: words that came in another choice's box, said so
+    (the choice is refused: they were meant for something else)."""
 
     action: Action
     text: str = ""
+    stray: str = ""
 
 
 async def decide_by_link(
@@ -52,7 +56,9 @@ async def decide_by_link(
     try:
         said = await _taken(store, claim, choice, page)
     except (StoreError, ValueError) as exc:
-        return LinkPage("open", f"Nothing was decided: {exc}", page.run, page.evidence, claim)
+        typed = choice.text if choice.action == "edit" else None
+        words = f"Nothing was decided: {exc}"
+        return LinkPage("open", words, page.run, page.evidence, claim, typed=typed)
     if said is not None:
         return said
     if claim.what != "approval":
@@ -65,11 +71,11 @@ async def _taken(
 ) -> LinkPage | None:
     """None once the decision is the one recorded; else the page saying why not."""
     run_id, call_id = claim.run_id, claim.call_id
-    if claim.what == "approval" and choice.action in ("approve", "reject"):
-        decision = ApprovalDecision(
-            call_id=call_id, approved=choice.action == "approve", by=BY_LINK, reason=choice.text
-        )
-        won = await deciding.decide(store, run_id, decision.with_reason(), asked_at=page.asked_at)
+    if choice.stray:
+        raise ValueError(f"{choice.stray}. Each choice takes only the words in its own box")
+    if claim.what == "approval" and choice.action in ("approve", "edit", "reject"):
+        decision = link_approval(call_id, choice, page.evidence)
+        won = await deciding.decide(store, run_id, decision, asked_at=page.asked_at)
     elif claim.what == "question" and choice.action == "answer":
         evidence = page.evidence
         if evidence is not None and (
@@ -88,6 +94,26 @@ async def _taken(
     return _lost(page)
 
 
+def link_approval(call_id: str, choice: LinkChoice, asked: Evidence | None) -> ApprovalDecision:
+    """The approval or rejection the page's choice makes: an edit checked as `loopdeck
+    approve --args` checks it (`check_edit`, against the tool's schema; never on a call that
+    cannot carry an edit out), one as proposed a plain approval (as the console makes it).
+    ValueError: an edit that cannot be taken, what is wrong with it named."""
+    if choice.action == "reject":
+        rejected = ApprovalDecision(call_id=call_id, approved=False, by=BY_LINK, reason=choice.text)
+        return rejected.with_reason()
+    edited = None
+    if choice.action == "edit":
+        if asked is None or not asked.editable:
+            why = asked.not_editable if asked and asked.not_editable else "it takes no arguments"
+            raise ValueError(f"{call_id} cannot be approved with other arguments: {why}")
+        edited, problem = check_edit(choice.text, asked.args_schema)
+        if edited is None:
+            raise ValueError(f"the edited arguments were refused: {problem}")
+        edited = None if edited == asked.args else edited
+    return ApprovalDecision(call_id=call_id, approved=True, by=BY_LINK, args=edited)
+
+
 def _lost(page: LinkPage) -> LinkPage:
     return LinkPage("decided", "Someone else decided it first: yours was not recorded.", page.run)
 
@@ -98,6 +124,8 @@ def _done(choice: LinkChoice, told: str | None = None) -> str:
     match choice.action:
         case "approve":
             return "Approved."
+        case "edit":
+            return "Approved with the arguments you sent."
         case "reject":
             reason = capped(choice.text, REASON_CAP) if told is None else told
             return "Rejected: the model is told" + (f": {reason}" if reason else ".")

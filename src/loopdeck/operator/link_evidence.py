@@ -54,6 +54,14 @@ class Evidence:
     expires_at: datetime | None = None
     cap: Cap | None = None  # a budget's pause: its cap and what it had used
     used: float | None = None
+    args_schema: dict[str, Any] = field(default_factory=dict)  # what an edit is checked against
+    not_editable: str = ""  # why the call cannot run an edit ("" when it can)
+
+    @property
+    def editable(self) -> bool:
+        """A write whose tool takes arguments the run can carry out edited."""
+        takes = bool(self.args) or bool(self.args_schema.get("properties"))
+        return self.what == "approval" and takes and not self.not_editable
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,7 @@ class LinkPage:
     claim: LinkClaim | None = None
     done: bool = False  # the words say what became of a decision taken on this page
     asked_at: str | None = None  # an open write's asking, as stored: a decision binds to it
+    typed: str | None = None  # an edit refused: shown again in its box, to be put right
 
 
 def _run(row: dict[str, Any]) -> RunShown:
@@ -155,6 +164,8 @@ def _write(request: dict[str, Any]) -> Evidence:
         state_hash=str(request.get("state_hash") or ""),
         asked_again=str(request.get("asked_again") or ""),
         expires_at=datetime.fromisoformat(request["expires_at"]),
+        args_schema=dict(request.get("args_schema") or {}),
+        not_editable=str(request.get("not_editable") or ""),
     )
 
 
