@@ -6,14 +6,19 @@ gives way, which the Calls panel's border names (`· G`)."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from console_helpers import run_screen, screen_lines, start_from_fleet, wait_until
+from test_console_refusals import DialogHost
 from test_keys_in_view import stored_app
 from textual.pilot import Pilot
 
+from loopdeck.core.approvals import request_for
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.dialogs import ApprovalDialog
+from loopdeck.tui.keys_bar import KeysBar
 
 BARE = re.compile(r"(^|\s)[a-z](\s+[a-z](\s|$))")  # a letter with no word after it
 RUN_KEYS = ("w wait", "t log", "m msg", "G revoke", "f fork", "s stop", "k kill", "p pause")
@@ -83,3 +88,30 @@ async def test_from_the_fleet_the_grant_key_gives_way_to_the_rest(tmp_path) -> N
         assert "grant · G" in "\n".join(screen_lines(app))  # where `G` is said
         await pilot.resize_terminal(100, 30)  # room for it: back on the line
         await wait_until(pilot, lambda: has(keys_line(app), "G revoke"))
+
+
+@pytest.mark.parametrize("not_editable", ["", "the agent runs its own input"])
+async def test_the_approval_dialogs_foot_says_its_keys_in_the_keys_lines_order(
+    not_editable: str,
+) -> None:
+    """Reject beside approve in both lines: the dialog's own foot and the keys line below."""
+    request = request_for(
+        run_id="r1", call_id="c1", tool="write_file", args={"path": "a.txt"}, state_hash="s1",
+        fingerprint="f1", plan_step=None, ttl_s=300, not_editable=not_editable,
+    )  # fmt: skip
+    app = DialogHost()
+    async with app.run_test(size=(160, 48)) as pilot:
+        dialog = ApprovalDialog(request, 1, "write", lambda: datetime.now(UTC))
+        app.push_screen(dialog)
+        await wait_until(pilot, lambda: dialog.is_mounted)
+        bar = dialog.query_one(KeysBar)
+        await wait_until(pilot, lambda: bool(bar.key_spans))
+        foot = str(dialog.query_one("#approval-keys").render())
+        said = [part.split()[0] for part in foot.split("  ")]
+        assert said == ["a", "r", "e", "g", "esc"], foot
+        bar_keys = [key for _, _, key in bar.key_spans]
+        assert [k for k in bar_keys if k in ("a", "r", "e", "g", "escape")] == [
+            "a", "r", "e", "g", "escape"
+        ]  # fmt: skip
+        words = "reject and tell the agent" if not_editable else "edit"
+        assert f"e {words}" in foot

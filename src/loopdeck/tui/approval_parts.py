@@ -5,9 +5,10 @@ approved only once they are."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.errors import NoWidget
@@ -21,15 +22,17 @@ from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.tui.shown import plain
 from loopdeck.tui.shown_input import TYPING_KEYS
 
-# The dialog's keys, as its foot says them in each of its modes.
-KEYS = (
-    "[b]a[/] approve  [b]e[/] edit  [b]g[/] grant  [b]r[/] reject with a reason  "
-    "[b]esc[/] decide later"
-)
-TELL_KEYS = (
-    "[b]a[/] approve  [b]e[/] reject and tell the agent  [b]g[/] grant  "
-    "[b]r[/] reject with a reason  [b]esc[/] decide later"
-)
+# The foot's words for the dialog's main keys, by binding id. The foot says them in the
+# order of the dialog's bindings, as the keys line below it does (`main_keys`).
+MAIN_WORDS = {
+    "approval.approve": "approve",
+    "approval.reject": "reject with a reason",
+    "approval.edit": "edit",
+    "approval.tell": "reject and tell the agent",
+    "approval.grant": "grant",
+    "approval.close": "decide later",
+}
+# The dialog's keys, as its foot says them in each of its other modes.
 EDIT_KEYS = (
     f"[b]ctrl+o[/] approve with these arguments   [b]esc[/] back, nothing edited\n{TYPING_KEYS}"
 )
@@ -45,6 +48,17 @@ GRANT_KEYS = (
     "[b]↑↓[/] scope   [b]tab[/] fields, uses, for (90s, 10m)   [b]enter[/] approve and grant   "
     "[b]esc[/] back"
 )
+
+
+def main_keys(bindings: Iterable[BindingType], not_editable: bool) -> str:
+    """The foot's keys while nothing is open in place, in the order of the dialog's
+    `bindings`; `e` as the one of edit and tell that applies."""
+    left_out = "approval.edit" if not_editable else "approval.tell"
+    return "  ".join(
+        f"[b]{'esc' if b.key == 'escape' else b.key}[/] {MAIN_WORDS[b.id]}"
+        for b in bindings
+        if isinstance(b, Binding) and b.id in MAIN_WORDS and b.id != left_out
+    )
 
 
 def args_shown(request: ApprovalRequest) -> Iterator[Static]:
