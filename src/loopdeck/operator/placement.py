@@ -90,7 +90,8 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     process (`opens_outside`: an `[mcp]` env's server). That is its worker's to start, and
     to refuse by name what only opening it shows (a script calling a tool the server lacks,
     a fork its env cannot rebuild). A run waits in the queue with `--approve wait` unless
-    told otherwise: nobody is at its worker's console. Blocking (env code): off the loop."""
+    told otherwise: nobody is at its worker's console. The env's default model and script are
+    kept as resolved here. Blocking (env code): off the loop."""
     recorded = options.policy_levels is not None  # a fork's: its source's text, no file read
     if options.policy is not None and not recorded and not Path(options.policy).is_file():
         raise ScenarioError(f"--policy {options.policy}: no such file")
@@ -101,6 +102,11 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     options.approve = options.approve or default_approve_mode(model)
     trial = replace(options, phase=None, notify=None)
     planned = plan_run(trial)
+    # The defaults a worker would take from the env, kept as resolved now: a worker uses
+    # these, whatever the env says when it claims the run, and `runs` shows them meanwhile.
+    if planned.agent is None:  # a kind that brings its agent: the agent names the model
+        options.model = options.model or planned.model_name
+    options.script = options.script if options.script is not None else planned.script_name
     gate = planned.policy
     options.policy_levels = [] if gate is None else list(gate.in_force()["levels"])
     if opens_outside(planned.kind):
