@@ -327,6 +327,42 @@ async def test_an_answer_adding_a_tool_a_request_is_refused_for_is_refused(
     assert any("remote MCP server `ops`" in f for f in findings)
 
 
+async def test_a_remote_mcp_call_run_in_the_answer_adding_its_server_is_said_run(
+    tmp_path: Path,
+) -> None:
+    """The answer adds a remote MCP server that runs its calls unasked and holds a call OpenAI
+    already ran on it: the answer is refused, yet the call happened. The operator is told
+    plainly that it RAN upstream before loopdeck saw it (its server, tool and arguments), and
+    the run records it executed with what its run said, nobody asked, never as refused."""
+    from openai import BadRequestError
+
+    door_file = tmp_path / "door.json"
+    unasked = {**MCP, "server_label": "ops", "require_approval": "never"}
+    added = {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [unasked]}
+    ran = {"type": "mcp_call", "id": "mcp_9", "server_label": "ops", "name": "drop_table",
+           "arguments": '{"table": "users"}', "output": "dropped users",
+           "status": "completed"}  # fmt: skip
+    decider = Decider(approve)
+    with RawUpstream([responses(added, ran, said("Dropped it."))]) as up:
+        run = GatewayRun(folder(tmp_path), door_command(door_file), MODEL, up.root + "/v1",
+                         approver=decider)  # fmt: skip
+        async with door_run(run, door_file) as door:
+            with pytest.raises(BadRequestError) as refused:
+                await door.openai().responses.create(model="m", input="tidy the db")
+        await run.outcome()
+    assert "added a tool" in refused.value.message
+    assert decider.asked == []
+    [proposed] = run.events(CallProposed)
+    assert proposed.tool.split(":")[0] == "mcp__ops__drop_table"
+    assert proposed.args == {"table": "users"} and proposed.risk == "write"
+    assert "run by the upstream before loopdeck saw" in proposed.risk_source
+    [finished] = run.events(ToolFinished)
+    assert finished.status is CallStatus.EXECUTED and "dropped users" in str(finished.result)
+    [told] = [f.text for f in run.events(Finding) if "RAN upstream" in f.text]
+    assert "`ops`" in told and "`drop_table`" in told and '{"table": "users"}' in told
+    assert "before loopdeck saw the answer" in told and "dropped users" in told
+
+
 async def test_call_items_with_no_id_are_each_held_and_decided_apart(tmp_path: Path) -> None:
     """Two items of a kind loopdeck does not know, neither with an `id` nor a `call_id`: each
     is its own call (known by its place in the answer), asked and decided apart, the

@@ -130,6 +130,10 @@ class ApiFormat(Protocol):
         """The results an answer carries of calls its upstream ran once the agent approved
         them (a remote MCP server's)."""
 
+    def ran_unasked(self, answer: Body) -> list[tuple[ToolUse, ToolResult]]:
+        """The calls its upstream ran before anyone saw the answer (a remote MCP server that
+        runs its calls unasked), each with its result."""
+
     def final(self, text: str, model: str) -> Body:
         """A text answer with no tool use: what a stopped run answers."""
 

@@ -2,11 +2,13 @@
 before it recorded (`ToolFinished`) and the workspace looked at (a change no released write
 explains is an `unrequested_change`); the run's stops and pauses taken and the turn counted
 against the caps before it goes upstream; the answer asked whole, its tokens and cost spent
-(past a cap: this call is refused and the run stops naming the cap); its tool uses decided
-(`tool_uses.py`); the decided answer settled for the agent (an answer adding a tool a
-request would be refused for is refused instead, none of it delivered, the run told). A call
-the run cannot answer (it stops on the way) is left unsettled: the loop's end answers it as
-the door closes (a final message, or a refusal naming why).
+(past a cap: this call is refused and the run stops naming the cap), the calls its upstream
+ran recorded (approved ones' results; one run unasked, `ToolUses.ran_unasked`); its tool
+uses decided (`tool_uses.py`); the decided answer settled for the agent (an answer adding a
+tool a request would be refused for is refused instead, none of it delivered, the run told,
+what ran of it already recorded as run). A call the run cannot answer (it stops on the way)
+is left unsettled: the loop's end answers it as the door closes (a final message, or a
+refusal naming why).
 
 An answer whose every tool use was taken out (rejected by the operator, a repeat put back to
 the model) would reach the agent as text only, and an agent such as `claude -p` ends on that:
@@ -115,6 +117,8 @@ class GatewayCalls:
         self.failures = 0
         for result in call.api.ran(answer):  # a remote MCP call the agent approved, run
             self._ended(result)
+        for use, result in call.api.ran_unasked(answer):  # ... one nobody was asked about
+            await self.uses.ran_unasked(use, result)
         usage = call.api.usage(answer)
         tokens = None if usage is None else usage.total
         # An answer that says no usage has no price either (LiteLLM would say $0 for it).

@@ -147,6 +147,9 @@ class ChatFormat:
     def ran(self, answer: Body) -> list[ToolResult]:
         return []  # the upstream runs none of the agent's calls
 
+    def ran_unasked(self, answer: Body) -> list[tuple[ToolUse, ToolResult]]:
+        return []
+
     def final(self, text: str, model: str) -> Body:
         answer: Body = final_response(text, model).model_dump(exclude_none=True)
         return answer

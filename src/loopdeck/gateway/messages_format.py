@@ -135,6 +135,9 @@ class MessagesFormat:
     def ran(self, answer: Body) -> list[ToolResult]:
         return []  # the upstream runs none of the agent's calls
 
+    def ran_unasked(self, answer: Body) -> list[tuple[ToolUse, ToolResult]]:
+        return []
+
     def final(self, text: str, model: str) -> Body:
         litellm_module()
         from litellm.llms.anthropic.messages.adapters.transformation import (

@@ -33,7 +33,8 @@ or an input's `additional_tools` or client `tool_search_output`): the computer t
 upstream only by a screenshot, which the gateway cannot make), and a remote MCP server whose
 `require_approval` is not `always` (its calls would run on OpenAI's servers with nobody asked).
 An answer that adds such a tool itself (an output `additional_tools` or `tool_search_output`)
-is refused the same way (`refused_answer`): none of it reaches the agent, which is told why.
+is refused the same way (`refused_answer`): none of it reaches the agent, which is told why;
+a call OpenAI already ran on such a server (`ran_unasked`) is recorded as run, not refused.
 
 A call item with neither `call_id` nor `id` is known by its place in the answer
 (`RESPONSE_ID#INDEX`), so two of them are held and decided apart.
@@ -224,6 +225,22 @@ class ResponsesFormat:
                 found.append(ToolResult(str(item["approval_request_id"]), said, bool(error)))
         return found
 
+    def ran_unasked(self, answer: Body) -> list[tuple[ToolUse, ToolResult]]:
+        """Each remote MCP call OpenAI ran with nobody asked (no approval request: its server
+        runs calls unasked), as the tool `mcp__SERVER__NAME` with its arguments, and what the
+        run said."""
+        found = []
+        for at, item in enumerate(answer.get("output") or []):
+            if item.get("type") != "mcp_call" or item.get("approval_request_id"):
+                continue
+            use_id = str(item.get("id") or f"{answer.get('id')}#{at}")
+            name = f"mcp__{item.get('server_label')}__{item.get('name')}"
+            use = ToolUse(use_id, name, parsed_input(item.get("arguments")), MCP_FIXED)
+            error = item.get("error")
+            found.append((use, ToolResult(use_id, result_text(error or item.get("output")),
+                                          bool(error))))  # fmt: skip
+        return found
+
     def owed(self, answer: Body, replaced: dict[str, str]) -> list[Body]:
         """The outputs an upstream keeping `answer` needs for the calls replaced in the
         agent's copy (`replaced`: the text the model reads, by call id)."""
@@ -348,8 +365,8 @@ def output_item(kind: str, call_id: str, text: str) -> Body:
     # No item of the API's answers this kind with text (a kind it added since, a computer
     # call's answer is a screenshot): a guessed `{kind}_output` is an input type the API
     # refuses. The model reads it from the harness instead, as a developer message.
-    said = f"loopdeck: your `{kind}` item {call_id} was not carried out. {text}"
-    return {"type": "message", "role": "developer", "content": said}
+    told = f"loopdeck: your `{kind}` item {call_id} was not carried out. {text}"
+    return {"type": "message", "role": "developer", "content": told}
 
 
 def _output_text(item: Body) -> str:

@@ -31,6 +31,7 @@ they hold at the look after the agent's exit (it ran the write and exited, as `c
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable
 from typing import Any
 
@@ -47,7 +48,7 @@ from loopdeck.core.text import capped
 from loopdeck.core.tools import ErrorCode, ToolSpec
 from loopdeck.core.workspace_changes import ChangeWatch, commanded_words
 from loopdeck.core.write_approvals import Approved, Rejected
-from loopdeck.gateway.answer import Release, Replace, ToolUse, Verdict
+from loopdeck.gateway.answer import Release, Replace, ToolResult, ToolUse, Verdict
 from loopdeck.gateway.config import GatewaySettings
 from loopdeck.gateway.evidence import diff_of, label, named_paths
 from loopdeck.gateway.workspace import tool_spec
@@ -61,6 +62,7 @@ UNSEEN = (
     " in a conversation the upstream keeps): a write whatever its name, until `--tool"
     " NAME=read` says otherwise"
 )
+RAN_UNASKED = "run by the upstream before loopdeck saw its answer: nobody was asked"
 LOST = "not delivered: the agent's connection closed after its answer was decided, before it got it"
 
 
@@ -166,6 +168,31 @@ class ToolUses:
                 self.host.forget(key)
             withdrawn.append(record.call_id)
         return withdrawn
+
+    async def ran_unasked(self, use: ToolUse, result: ToolResult) -> None:
+        """A call the upstream ran before loopdeck saw the answer (a remote MCP server that
+        runs its calls unasked): recorded as it happened, a write proposed and executed (or
+        failed) with what its run said, never refused, and the operator told plainly."""
+        host = self.host
+        if use.name not in host.tools:
+            risk, source = self.settings.risks.risk_of(use.name)
+            host.add_tool(tool_spec(use.name, None, risk, source, use.fixed))
+        args, keyed = self._args(host.tools[use.name], use.input)
+        record, _ = await host.propose(use.name, label(use.input), args, RAN_UNASKED, keyed, True)
+        text = capped(result.text, 2000)
+        if result.is_error:
+            host.finish(record, CallStatus.FAILED, failed(ErrorCode.TOOL_ERROR, text))
+        else:
+            host.finish(record, CallStatus.EXECUTED, {"ok": True, "data": {"output": text}})
+        server, _, tool = use.name.removeprefix("mcp__").partition("__")
+        given = capped(json.dumps(use.input) if isinstance(use.input, dict) else use.input, 500)
+        outcome = "it failed" if result.is_error else "it ran"
+        host.finding(
+            f"{record.call_id} RAN upstream: OpenAI ran the remote MCP server `{server}`'s tool"
+            f" `{tool}` with {given} on its own servers before loopdeck saw the answer (the"
+            f" server runs its calls unasked); nobody decided it and it cannot be undone;"
+            f" {outcome}: {capped(text, 300)}"
+        )
 
     async def _propose(
         self, use: ToolUse, schemas: dict[str, Any], unseen: bool
