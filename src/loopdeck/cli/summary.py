@@ -11,9 +11,9 @@ from rich.text import Text
 
 from loopdeck.core.budgets import Cap
 from loopdeck.core.events import CallStatus
-from loopdeck.core.outcome import RunOutcome
+from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.states import StopReason
-from loopdeck.core.text import short_args, visible
+from loopdeck.core.text import capped, short_args, visible
 from loopdeck.operator.context_words import context_text
 
 STATUS_STYLE = {
@@ -41,6 +41,9 @@ def print_summary(outcome: RunOutcome, console: Console | None = None) -> None:
     console.print(_head(outcome))
     if outcome.calls:
         console.print(_calls(outcome))
+    for call in outcome.calls:
+        if (failure := _failure(outcome.run_id, call)) is not None:
+            console.print(failure)
     for finding in outcome.findings:
         console.print(Text.assemble(("finding", "yellow"), " ", visible(finding)))
     console.print(_figures(outcome))
@@ -92,6 +95,31 @@ def _calls(outcome: RunOutcome) -> Table:
             "" if call.duration_ms is None else f"{call.duration_ms:.0f}",
         )
     return table
+
+
+# What a tool did itself (raised, a ToolError, timed out): the table's status alone does not
+# say why, and an env's author looks for the exception and its line.
+_FAILED = frozenset({CallStatus.FAILED, CallStatus.OUTCOME_UNKNOWN})
+
+
+def _failure(run_id: str, call: CallRecord) -> Text | None:
+    """A failed call's error as the model was told it (a tool that raised: its exception and
+    its line), and for a write whose outcome is unknown the command that settles it."""
+    if call.status not in _FAILED:
+        return None
+    error = (call.result or {}).get("error")
+    said = Text.assemble((f"{call.status.value}", STATUS_STYLE[call.status]), " ")
+    said.append(f"{visible(call.call_id)} {visible(call.tool)}")
+    if isinstance(error, dict) and error.get("message"):
+        code = str(error.get("code") or "")
+        named = f"{code}: " if code and code.lower() != call.status.value else ""
+        said.append(f": {visible(named)}{capped(visible(str(error['message'])), 600)}")
+    if call.status is CallStatus.OUTCOME_UNKNOWN:
+        said.append(
+            f" — say whether it took effect: loopdeck resolve {run_id}"
+            f" {visible(call.call_id)} applied|not-applied"
+        )
+    return said
 
 
 def _figures(outcome: RunOutcome) -> str:
