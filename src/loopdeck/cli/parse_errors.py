@@ -1,6 +1,6 @@
 """How the command line says what is wrong with its words: a mistyped choice with the nearest
 one ("did you mean approve?"), and a word a command does not take under that command's own
-usage, not the top parser's.
+usage, not the top parser's, with the flag meant when one is close ("did you mean --headless?").
 """
 
 from __future__ import annotations
@@ -34,8 +34,22 @@ class CommandParser(Parser):
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self.nearest_flag(extras)}")
         return parsed, extras
+
+    def nearest_flag(self, extras: Sequence[str]) -> str:
+        """ "; did you mean --headless?" for the first unknown flag close to one this command
+        takes (`--hedless`), "" otherwise."""
+        names = [flag[2:] for flag in self._option_string_actions if flag.startswith("--")]
+        for extra in extras:
+            word = extra.split("=", 1)[0]
+            if not word.startswith("-"):
+                continue
+            # Without the dashes every flag shares: "--reasn" is not "--grant".
+            close = difflib.get_close_matches(word.lstrip("-"), names, n=1, cutoff=0.7)
+            if close:
+                return f"; did you mean --{close[0]}?"
+        return ""
 
 
 def nearest_choice(message: str) -> str:
