@@ -67,6 +67,10 @@ class RunControl:
         self._inflight_cancellable = False
         self._cancelled_inflight = False
         self._resumed: asyncio.Event | None = None
+        # Held by a pause where stops land (nothing in flight): a worker may park it; told
+        # to `on_pause_hold` as each such hold begins.
+        self.pause_holds = False
+        self.on_pause_hold: list[Callable[[], None]] = []
 
     @property
     def paused(self) -> bool:
@@ -133,15 +137,8 @@ class RunControl:
         """The point before a model call where stops land and pauses hold."""
         # Yield once, so an operator's keys are served even when model and tools never block.
         await asyncio.sleep(0)
-        if self._interrupt is not None:
-            raise Interrupted(*self._interrupt)
-        if self.cancel_requested_by is not None:
-            raise StopRun(
-                StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
-            )
-        if self._resumed is not None and not self._resumed.is_set():
-            with self.hold("paused"):
-                await self.interruptible(self._resumed.wait(), by_cancel=True)
+        self._landed(cancel=StopRun)
+        if await self._hold_while_paused():
             await self.checkpoint()
 
     async def settle(self) -> None:
@@ -149,28 +146,41 @@ class RunControl:
         run's first act, after those sent while no worker held it): a kill or a cancel
         lands now, as on a run waiting for its operator (nothing of it is in flight), and a
         pause holds here."""
+        self._landed(cancel=Interrupted)
+        if await self._hold_while_paused():
+            await self.settle()
+
+    def _landed(self, cancel: type[StopRun] | type[Interrupted]) -> None:
+        """A stop that came, raised: a kill, a failure or the deadline as `Interrupted`; the
+        operator's cancel as `cancel` (`StopRun` at a checkpoint, where the run's tools are
+        done; `Interrupted` where it cuts a wait short)."""
         if self._interrupt is not None:
             raise Interrupted(*self._interrupt)
         if self.cancel_requested_by is not None:
-            raise Interrupted(
+            raise cancel(
                 StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
             )
-        if self._resumed is not None and not self._resumed.is_set():
+
+    async def _hold_while_paused(self) -> bool:
+        """Held here while a pause lasts (the agent's clock stopped); whether it was, and so
+        whether a stop sent meanwhile is to be looked for again."""
+        if self._resumed is None or self._resumed.is_set():
+            return False
+        self.pause_holds = True
+        for then in self.on_pause_hold:
+            then()
+        try:
             with self.hold("paused"):
                 await self.interruptible(self._resumed.wait(), by_cancel=True)
-            await self.settle()
+        finally:
+            self.pause_holds = False
+        return True
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
-        if self._interrupt is not None:
+        if self._interrupt is not None or (by_cancel and self.cancel_requested_by is not None):
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()
-            raise Interrupted(*self._interrupt)
-        if by_cancel and self.cancel_requested_by is not None:
-            if asyncio.iscoroutine(awaitable):
-                awaitable.close()
-            raise Interrupted(
-                StopReason.CANCELLED, f"stopped after current tools by {self.cancel_requested_by}"
-            )
+            self._landed(cancel=Interrupted)
         # A stop cancels the run's own task while it waits here, as `asyncio.timeout` does,
         # rather than a task made for each wait: a step makes four waits, and a task each
         # cost two more turns of the loop apiece.

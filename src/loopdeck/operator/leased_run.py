@@ -242,13 +242,12 @@ class LeasedRun:
         if replay is None:
             self._goes_live()
         self.started.set()
-        parking = Parking(runtime, replay, self.worker.host, self.let_go)
+        wait = self.claim.options.get("approve") == "wait"  # its decisions wait in the store
+        parking = Parking(runtime, replay, self.worker.host, self.let_go, decisions=wait)
         unwatch = runtime.bus.subscribe(parking.seen)
-        watching = None
-        # A run whose env keeps its state in this worker's memory is never parked: no other
-        # worker could rebuild it where its decision lands; it holds its slot while it waits.
-        if self.claim.options.get("approve") == "wait" and runtime.env.not_reopenable() is None:
-            watching = asyncio.create_task(parking.watch())
+        # A run that cannot move is never parked: no other worker could rebuild it where its
+        # decision or resume lands; it holds its slot while it waits.
+        watching = None if self.unmovable else asyncio.create_task(parking.watch())
         try:
             outcome = await runtime.run()
         finally:

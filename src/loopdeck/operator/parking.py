@@ -1,13 +1,15 @@
 """A run that waits on its operator holds no worker: past `LOOPDECK_PARK_AFTER_S` of waiting
-(each wait timed from its own start) for a write's approval, or for an answer that has no
-deadline of its own, its worker parks it (`store/leases.py`): what it did is committed, its
-slot freed, its runtime stopped here without a word of it in the log. The decision, when it
-lands (in the store, as any decision does), makes it claimable; a free worker rebuilds it
-from its log and finds the decision there. A request that expires, or a command sent to it
-(a cancel, a message), makes it claimable too: its runtime takes them.
+(each wait timed from its own start) for a write's approval, for an answer that has no
+deadline of its own, or for its resume (a pause holds it where stops land), its worker parks
+it (`store/leases.py`): what it did is committed, its slot freed, its runtime stopped here
+without a word of it in the log. The decision, when it lands (in the store, as any decision
+does), makes it claimable; a free worker rebuilds it from its log and finds the decision
+there. A request that expires, or a command sent to it (a resume, a cancel, a message), makes
+it claimable too: its runtime takes them. A paused run only a command wakes: a decision taken
+while it is paused waits for its resume, as its next model call would.
 
-A run whose env keeps its state in the worker's memory (no `reopen`) is not watched: no other
-worker could rebuild it (`leased_run.py`).
+A run whose env keeps its state in the worker's memory (no `reopen`), or whose agent drives
+its own loop, is not watched: no other worker could rebuild it (`leased_run.py`).
 
 The check and the let-go are one step of the event loop: a run whose decision came in the
 meantime is not parked (it acts on it), and one that is parked acts on nothing more.
@@ -35,8 +37,12 @@ LetGo = Callable[[str, str, float | None, Callable[[], bool]], Awaitable[bool]]
 class Parking:
     """Watches one run in a worker; parks it once it has waited long enough."""
 
-    def __init__(self, runtime: Runtime, replay: ReplayLog | None, host: str, let_go: LetGo):
+    def __init__(
+        self, runtime: Runtime, replay: ReplayLog | None, host: str, let_go: LetGo,
+        *, decisions: bool = True,
+    ) -> None:  # fmt: skip
         self.runtime = runtime
+        self.decisions = decisions  # its approvals and answers are the store's to wait for
         self.replay = replay
         self.host = host
         self.let_go = let_go
@@ -46,6 +52,7 @@ class Parking:
         self._began = asyncio.Event()
         if replay is not None:  # rebuilt while it waits: the watch wakes as it goes live
             replay.on_live.append(self._began.set)
+        runtime.control.on_pause_hold.append(self._began.set)
 
     def seen(self, event: Event) -> None:
         """A bus subscriber: the question the run asks, if it asks one; a wait that begins
@@ -60,6 +67,13 @@ class Parking:
         it does not, or not in a way a parked run can be woken from."""
         if self.replay is not None and not self.replay.live:
             return None
+        if self.decisions and (decision := self._decision()) is not None:
+            return decision
+        if self.runtime.control.pause_holds:
+            return "its resume (paused)", None
+        return None
+
+    def _decision(self) -> tuple[str, float | None] | None:
         state = self.runtime.machine.state
         pending = self.runtime.calls.approvals.pending
         if state is RunState.AWAITING_APPROVAL and pending is not None:

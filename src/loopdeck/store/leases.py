@@ -17,7 +17,9 @@ and sees every commit made under the epoch before its own; a run's first claim (
 has no log to read.
 
 A run waiting on the operator past a short bound is `parked` by its worker (no worker holds
-it) and becomes claimable once nothing of it is pending any more (`CLAIMABLE`). A run that
+it) and becomes claimable once nothing of it is pending any more, its request expired, or a
+command was sent to it (`CLAIMABLE`); a paused one, not by a decision: by a command (its
+resume, a cancel) or its request's expiry. A run that
 stopped is `ended`. Claims take the oldest claimable run first; PostgreSQL's `FOR UPDATE SKIP
 LOCKED` lets many workers claim at once without waiting on each other, SQLite's one writer
 makes the same statement safe.
@@ -52,13 +54,16 @@ CREATE INDEX IF NOT EXISTS leases_claimable ON leases (state, expires_at);
 """
 
 # What a worker may claim: a queued run, a run whose lease ran out, a parked run whose
-# operator has decided (nothing of it pending), whose request expired, or which was sent a
-# command (a cancel, a message: its runtime takes it).
+# operator has decided (nothing of it pending) unless it is paused (a decision waits for its
+# resume, as its next model call would), whose request expired, or which was sent a command
+# (a resume, a cancel, a message: its runtime takes it).
+PAUSED = "EXISTS (SELECT 1 FROM runs r WHERE r.run_id = leases.run_id AND r.paused = 1)"
+SENT = "EXISTS (SELECT 1 FROM commands c WHERE c.run_id = leases.run_id AND c.consumed_at IS NULL)"
 CLAIMABLE = (
     f"(state = '{QUEUED}' OR (state = '{HELD}' AND expires_at < ?)"
-    f" OR (state = '{PARKED}' AND (expires_at < ? OR NOT EXISTS (SELECT 1 FROM approvals a"
-    " WHERE a.run_id = leases.run_id AND a.state = 'pending') OR EXISTS (SELECT 1 FROM"
-    " commands c WHERE c.run_id = leases.run_id AND c.consumed_at IS NULL))))"
+    f" OR (state = '{PARKED}' AND (expires_at < ? OR (NOT EXISTS (SELECT 1 FROM approvals a"
+    f" WHERE a.run_id = leases.run_id AND a.state = 'pending') AND NOT {PAUSED})"
+    f" OR {SENT})))"
 )
 RENEW = (
     f"UPDATE leases SET expires_at = ? WHERE holder = ? AND state = '{HELD}'"
@@ -157,9 +162,10 @@ async def claim(
     async with store.transaction(pipelined=True) as tx:
         rows = await tx.fetchall(
             "SELECT run_id, epoch, options, state, host, expires_at, (SELECT COUNT(*) FROM"
-            " approvals a WHERE a.run_id = leases.run_id AND a.state = 'pending') AS waiting"
-            f" FROM leases WHERE {CLAIMABLE} AND NOT (state = '{HELD}' AND holder = ?)"
-            f" ORDER BY submitted_at LIMIT 1{_locking(store)}",
+            " approvals a WHERE a.run_id = leases.run_id AND a.state = 'pending') AS waiting,"
+            f" {PAUSED} AS paused FROM leases WHERE {CLAIMABLE}"
+            f" AND NOT (state = '{HELD}' AND holder = ?) ORDER BY submitted_at LIMIT 1"
+            f"{_locking(store)}",
             (now, now, worker.holder),
         )
         if not rows:
@@ -168,7 +174,9 @@ async def claim(
         run_id, epoch = str(row["run_id"]), int(row["epoch"]) + 1
         was = None if row["host"] is None else str(row["host"])
         expired = float(row["expires_at"] or 0)
-        note = _move_note(str(row["state"]), was, worker.host, expired, now, int(row["waiting"]))
+        # Still waiting on a decision, or paused: no decision woke it.
+        undecided = int(row["waiting"]) or int(bool(row["paused"]))
+        note = _move_note(str(row["state"]), was, worker.host, expired, now, undecided)
         await tx.execute(
             "UPDATE leases SET state = ?, epoch = ?, holder = ?, host = ?, expires_at = ?,"
             " moved_at = ?, note = ? WHERE run_id = ?",
@@ -186,7 +194,8 @@ def _move_note(
 ) -> str:
     """A claim in words: `started on host B`, `resumed on host B after host A's lease
     expired 3s ago`, a parked run's by what woke it: `resumed on host B once its operator
-    decided`, `… once its request expired`, `… for its operator's command`."""
+    decided`, `… once its request expired`, `… for its operator's command` (`waiting`: it
+    still waits on a decision, or it is paused: no decision woke it)."""
     if state == QUEUED and was is None:
         return f"started on {host}"
     if state == QUEUED:
