@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import re
 import shutil
@@ -97,9 +98,10 @@ def _scripts(env: dict[str, Any]) -> Table:
 def _init_env(args: argparse.Namespace) -> int:
     from loopdeck.operator.launch import sample_envs_root
 
-    source = sample_envs_root() / args.name
+    root = sample_envs_root()
+    source = root / args.name
     if not (source / "scenario.toml").is_file():
-        raise ScenarioError(f"no sample env named {args.name!r} (see `loopdeck envs`)")
+        raise ScenarioError(_no_sample(args.name, root))
     dest: Path = args.dest or Path.cwd() / args.name
     if dest.exists():
         raise ScenarioError(f"{dest} already exists; choose another folder")
@@ -124,6 +126,16 @@ def _init_env(args: argparse.Namespace) -> int:
     print(f"created {shown} from the sample env {visible(args.name)}")
     print(f"edit {shown}/scenario.toml and {shown}/env.py, then: loopdeck check {shown}")
     return 0
+
+
+def _no_sample(name: str, root: Path) -> str:
+    """Why `init-env NAME` copies nothing: the samples there are, the one meant first when
+    the name is close to one (`servce_outage`)."""
+    found = root.iterdir() if root.is_dir() else ()
+    names = sorted(p.name for p in found if (p / "scenario.toml").is_file())
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.7)
+    meant = f"; did you mean {close[0]}?" if close else ""
+    return f"no sample env named {name!r}{meant} (samples in {root}: {', '.join(names)})"
 
 
 _NAME = re.compile(r"^name\s*=.*$", re.MULTILINE)
