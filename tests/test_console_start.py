@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+import pytest
 from conftest import SAMPLES
 from console_helpers import run_screen, wait_until
 
@@ -14,6 +16,7 @@ from loopdeck.operator.launch import RunOptions, prepare_run
 from loopdeck.operator.session import RunSession
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.preparing import PreparingScreen
+from loopdeck.tui.run_screen import RunScreen
 
 
 async def test_the_first_screen_is_up_while_the_run_is_prepared() -> None:
@@ -74,3 +77,33 @@ def test_a_console_run_of_a_bad_scenario_exits_2_naming_it(cli, monkeypatch) -> 
     code, _, err = cli("run", "service_outage", "--script", "nope")
     assert code == 2
     assert "'nope'" in err and "wrong-guess" in err
+
+
+class QuitAsPushed(LoopdeckApp):
+    """Quits in the very step its run's screen is pushed (before it, or just after), as `q`
+    pressed while the preparation ends does: the screen's mount runs once the app, closing,
+    has removed its panels."""
+
+    quit_first = False
+
+    def push_screen(self, screen: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(screen, RunScreen):
+            return super().push_screen(screen, *args, **kwargs)
+        if self.quit_first:
+            self.exit()
+        pushed = super().push_screen(screen, *args, **kwargs)
+        self.exit()
+        return pushed
+
+
+@pytest.mark.parametrize("quit_first", [False, True])
+async def test_quitting_as_the_run_screen_is_pushed_leaves_without_a_fault(quit_first) -> None:
+    def prepare():
+        options = RunOptions(env=str(SAMPLES / "service_outage"), script="solve")
+        return RunSession.adopted(prepare_run(options, approver=AutoApprover()), ApprovalQueue())
+
+    app = QuitAsPushed(ConsoleStart.for_preparing(prepare, "run service_outage"))
+    app.quit_first = quit_first
+    async with app.run_test(size=(100, 30)) as pilot:  # a fault in a handler raises here
+        await wait_until(pilot, lambda: not app.is_running)
+    assert app.return_code == 0 and app.launch_error is None

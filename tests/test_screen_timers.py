@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import Static
 
-from loopdeck.tui.timers import _unless_gone, every, later
+from loopdeck.tui.timers import unless_gone, every, later
 
 
 class Host(App[None]):
@@ -93,7 +93,7 @@ async def test_a_tick_of_a_screen_off_the_stack_that_finds_nothing_does_nothing(
         await app.switch_screen(Screen())
         await pilot.pause()
         assert screen not in app.screen_stack and screen.children
-        _unless_gone(screen, lambda: screen.query_one("#drawn"))  # nothing, no fault
+        unless_gone(screen, lambda: screen.query_one("#drawn"))  # nothing, no fault
         with pytest.raises(NoMatches):  # on the stack, a miss among children is a fault
             await app.push_screen("left")
-            _unless_gone(screen, lambda: screen.query_one("#drawn"))
+            unless_gone(screen, lambda: screen.query_one("#drawn"))

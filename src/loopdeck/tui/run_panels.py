@@ -163,6 +163,18 @@ class RunPanels:
 
         self.screen.app.push_screen(self.full_transcript, closed)
 
+    def calls_focused(self) -> None:
+        """Back from a dialog: the arrows move the Calls selection. Textual gave the focus
+        back to the first focusable panel, one that is not even shown while a run is live."""
+        focused = self.screen.focused
+        if focused is None or not focused.display:
+            self.screen.query_one(CallsTable).focus()
+
+    def fit(self, width: int, height: int, view: RunView) -> None:
+        """The panels in a screen resized to `width` x `height`."""
+        self.check_size(width, height)
+        self.screen.query_one(CallsTable).fit(view)
+
     def check_size(self, width: int, height: int) -> None:
         """The notice for a terminal too small to show a run, shown or hidden."""
         notice = self.screen.query_one("#too-small", Static)

@@ -57,7 +57,7 @@ from loopdeck.tui.run_decisions import RunDecisions
 from loopdeck.tui.run_panels import PANEL_KEPT, RunPanels
 from loopdeck.tui.shared_state import OwnDrive, SharedState
 from loopdeck.tui.shown import toast
-from loopdeck.tui.timers import every
+from loopdeck.tui.timers import every, unless_gone
 from loopdeck.tui.transcript_view import TranscriptLog
 
 SPIN_INTERVAL_S = 0.2
@@ -141,6 +141,11 @@ class RunScreen(Screen[None]):
         yield KeysBar()
 
     def on_mount(self) -> None:
+        # Quitting as the screen is pushed: the app can remove its panels before this runs
+        # (or its resume, its resize); a screen torn down so starts nothing (`unless_gone`).
+        unless_gone(self, self._mounted)
+
+    def _mounted(self) -> None:
         self.panels.titled()
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
         link_facets.folds(self.link)  # `flush` says when it folded what arrived
@@ -160,11 +165,7 @@ class RunScreen(Screen[None]):
         self.call_after_refresh(self.drive)
 
     def on_screen_resume(self) -> None:
-        """Back from a dialog: the arrows move the Calls selection. Textual gave the focus
-        back to the first focusable panel, one that is not even shown while a run is live."""
-        focused = self.focused
-        if focused is None or not focused.display:
-            self.query_one(CallsTable).focus()
+        unless_gone(self, self.panels.calls_focused)
 
     async def on_unmount(self) -> None:
         for unsubscribe in self._unsubscribe:
@@ -172,8 +173,7 @@ class RunScreen(Screen[None]):
         await link_facets.close(self.link)
 
     def on_resize(self, event: events.Resize) -> None:
-        self.panels.check_size(event.size.width, event.size.height)
-        self.query_one(CallsTable).fit(self.view)
+        unless_gone(self, partial(self.panels.fit, event.size.width, event.size.height, self.view))
 
     # -- the run, in a worker ------------------------------------------------------------
     @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")

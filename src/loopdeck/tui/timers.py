@@ -1,5 +1,6 @@
 """A screen's timers that stop with it: a tick that lands while its screen is being removed,
-or once its children are gone (the app closing), does nothing."""
+or once its children are gone (the app closing), does nothing; so does a screen's mount that
+runs once the app, closing, has removed its children (`unless_gone`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def every(widget: Widget, seconds: float, callback: Callable[[], object]) -> Non
 
     def tick() -> None:
         if widget.display:  # False from the moment the widget is being removed or closed
-            _unless_gone(widget, callback)
+            unless_gone(widget, callback)
 
     widget.set_interval(seconds, tick)
 
@@ -26,18 +27,20 @@ def later(widget: Widget, seconds: float, callback: Callable[[], object]) -> Non
 
     def fire() -> None:
         if widget.display:
-            _unless_gone(widget, callback)
+            unless_gone(widget, callback)
 
     widget.set_timer(seconds, fire)
 
 
-def _unless_gone(widget: Widget, callback: Callable[[], object]) -> None:
+def unless_gone(widget: Widget, callback: Callable[[], object]) -> None:
     """`callback`, which draws into `widget`'s children. When the app closes, a screen's
     children may be closed before the screen is, its `display` still True (CI saw the run
-    screen's spinner find no header then); a screen popped has its children removed while it
-    is off the stack, some still there (a loaded CI saw the run screen's tick find no header,
-    its other panels left). A query that misses then does nothing; one that misses among the
-    children of a widget still on a stacked screen is a fault, and raises."""
+    screen's spinner find no header then), even before its own mount ran (quitting as a run
+    screen was pushed: its `on_mount` found no panel); a screen popped has its children
+    removed while it is off the stack, some still there (a loaded CI saw the run screen's
+    tick find no header, its other panels left). A query that misses then does nothing; one
+    that misses among the children of a widget still on a stacked screen is a fault, and
+    raises."""
     try:
         callback()
     except NoMatches:
