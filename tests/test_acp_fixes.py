@@ -135,10 +135,12 @@ ACP_CONSOLE_LINK = """
 import asyncio, sys
 from types import SimpleNamespace
 from loopdeck.acp_env.opening import AgentsOwnModel
+from loopdeck.core.events import EventBus
 from loopdeck.operator.links import LocalLink
 
 class Session:
-    runtime = SimpleNamespace(model=AgentsOwnModel("acp x"), env_thread=SimpleNamespace())
+    runtime = SimpleNamespace(model=AgentsOwnModel("acp x"), env_thread=SimpleNamespace(),
+                              bus=EventBus())
     queue = None
     async def run(self, phase):
         return "ran"
@@ -159,6 +161,7 @@ def test_an_acp_console_run_loads_no_model_library() -> None:
 async def test_a_model_with_a_library_is_prepared_before_the_run() -> None:
     from types import SimpleNamespace
 
+    from loopdeck.core.events import EventBus
     from loopdeck.operator.links import LocalLink
 
     said: list[str] = []
@@ -168,7 +171,7 @@ async def test_a_model_with_a_library_is_prepared_before_the_run() -> None:
             said.append("prepared")
 
     class Session:
-        runtime = SimpleNamespace(model=Model(), env_thread=SimpleNamespace())
+        runtime = SimpleNamespace(model=Model(), env_thread=SimpleNamespace(), bus=EventBus())
         queue = None
 
         async def run(self, phase):  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
-from loopdeck.core.events import Event, OutcomeResolved
+from loopdeck.core.events import Event, OutcomeResolved, QuestionAsked
 from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.unknown_outcomes import Unresolvable
@@ -41,7 +41,11 @@ class RunLink(Protocol):
         ...
 
     def questions(self) -> list[tuple[str, str]]: ...
-    async def answer(self, question_id: str, text: str, by: str, tell: Tell = ...) -> bool: ...
+    async def answer(self, question_id: str, text: str, by: str, tell: Tell = ...) -> bool:
+        """True if this answer was the one recorded, False if the question was answered;
+        `NotOffered` (nothing sent) if the question does not take it (`refuse_unoffered`)."""
+        ...
+
     def stop(self, by: str) -> None: ...
     def kill(self, by: str) -> None: ...
     def pause(self, by: str) -> None: ...
@@ -106,6 +110,10 @@ class LocalLink:
         self._pending: list[ApprovalRequest] = []
         self._questions: list[tuple[str, str]] = []
         self._outboxes: dict[asyncio.AbstractEventLoop | None, Outbox] = {}
+        # The questions asked, by id: the answers each takes (read and written on the runs'
+        # loop, where the bus tells them and an answer is judged).
+        self._asked: dict[str, QuestionAsked] = {}
+        session.runtime.bus.subscribe(self._heard)
         if self.queue is not None:
             self.queue.subscribe(self._queue_changed)
             self._queue_changed()
@@ -174,11 +182,18 @@ class LocalLink:
     def questions(self) -> list[tuple[str, str]]:
         return list(self._questions)
 
+    def _heard(self, event: Event) -> None:
+        if isinstance(event, QuestionAsked):
+            self._asked[event.question_id] = event
+
     async def answer(
         self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
-        told = _told_here(tell)
-        return await run_loop.run(self._decided(self.queue.reply(question_id, text, by, told)))
+        return await run_loop.run(self._answered(question_id, text, by, _told_here(tell)))
+
+    async def _answered(self, question_id: str, text: str, by: str, tell: Tell) -> bool:
+        refuse_unoffered(self._asked.get(question_id), text)
+        return await self._decided(self.queue.reply(question_id, text, by, tell))
 
     async def _decided(self, deciding: Awaitable[bool]) -> bool:
         """A decision taken on the runs' loop; the queue read again before the caller hears
@@ -251,6 +266,16 @@ class LocalLink:
     def risk_of(self, tool: str) -> str:
         spec = self._rt.tools.get(tool)
         return spec.risk if spec else "write"
+
+
+def refuse_unoffered(asked: QuestionAsked | None, text: str) -> None:
+    """`NotOffered`, nothing sent, when the question `asked` does not take `text` (words with
+    a choice that takes none, none of its choices, a cap its run would refuse): the check
+    every front end's answer goes through (`entries.not_offered`)."""
+    if asked is None:
+        return
+    if problem := records.not_offered(asked.choices, text, asked.cap, asked.used):
+        raise records.NotOffered(f"{asked.question_id}: {problem}")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -25,7 +25,7 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator import following
-from loopdeck.operator.links import EventSink, Listener, Tell
+from loopdeck.operator.links import EventSink, Listener, Tell, refuse_unoffered
 from loopdeck.operator.outage import Outage
 from loopdeck.operator.replay_link import parse_held, parse_rows
 from loopdeck.store import deciding, queries
@@ -82,7 +82,7 @@ class StoreLink:
         self._pending: list[ApprovalRequest] = []
         self._risks: dict[str, str] = {}
         self._requested: dict[str, ApprovalRequest] = {}
-        self._questions: dict[str, str] = {}
+        self._questions: dict[str, QuestionAsked] = {}
         self._closing: asyncio.Event | None = None
         self._closed: asyncio.Event | None = None
         self.phase = "the run's first events from the store"
@@ -237,7 +237,7 @@ class StoreLink:
             case CallProposed():
                 self._risks[event.tool] = event.risk
             case QuestionAsked():
-                self._questions[event.question_id] = event.question
+                self._questions[event.question_id] = event
                 self._notify()
             case QuestionAnswered() if self._questions:
                 self._questions.pop(event.question_id, None)
@@ -290,13 +290,14 @@ class StoreLink:
             listener()
 
     def questions(self) -> list[tuple[str, str]]:
-        return list(self._questions.items())
+        return [(question_id, asked.question) for question_id, asked in self._questions.items()]
 
     async def answer(
         self, question_id: str, text: str, by: str, tell: Tell = deciding.untold
     ) -> bool:
         if self.store is None:
             raise StoreError(NOT_FOLLOWING)
+        refuse_unoffered(self._questions.get(question_id), text)
         return await deciding.answer(
             self.store, self.run_id, text, by, question_id=question_id, tell=tell
         )
