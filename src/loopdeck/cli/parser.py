@@ -26,6 +26,7 @@ from loopdeck.store.base import DB_HELP, store_location
 EXIT_GOAL_MET, EXIT_STOPPED, EXIT_BAD_INPUT = 0, 1, 2
 
 ENV_COMMANDS = ("envs", "init-env", "check")
+THEME_HELP = "console theme: a name, or the path of a theme file"
 STORE_COMMANDS = (
     "runs", "pending", "approve", "reject", "answer", "message", "cancel", "pause", "resume",
     "export", "attach", "replay", "grants", "revoke", "resolve", "verify",
@@ -134,7 +135,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a scenario.toml value for this run (e.g. data.orders=3)",
+        help="override a scenario.toml value for this run (e.g. data.orders=3); repeatable",
     )
     add_run_flags(run)
     add_acp_command(commands)
@@ -143,7 +144,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     console = commands.add_parser(
         "console", help="the console's fleet: every run in the store, live (n starts one)"
     )
-    console.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+    console.add_argument("--theme", help=THEME_HELP)
     console.add_argument("--db", type=store_location, help=DB_HELP)
     console.add_argument("--no-bell", action="store_true", help="alerts as toasts only, no bell")
     add_notify_flags(console)
@@ -163,7 +164,8 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--approve",
         choices=["auto", "deny", "wait"],
-        help="how writes are decided headless (wait: `loopdeck approve` or a console decides)",
+        help="how writes are decided (default: in the console; headless, auto for the scripted"
+        " model, required for a real one; wait: `loopdeck approve` or a console decides)",
     )
     parser.add_argument("--db", type=store_location, help=DB_HELP)
     parser.add_argument(
@@ -176,7 +178,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         metavar="FRACTION",
         help="with an operator attached, pause and ask when a budget passes this fraction",
     )
-    parser.add_argument("--theme", help="console theme: a name, or the path of a theme file")
+    parser.add_argument("--theme", help=THEME_HELP)
     add_policy_flag(parser)
     add_notify_flags(parser)
     add_otlp_flags(
@@ -253,7 +255,7 @@ def add_store_commands(commands: Any) -> None:
         return parser
 
     with_db(commands.add_parser("runs", help="past and live runs in the store, newest first"))
-    with_db(commands.add_parser("pending", help="writes waiting for approval"))
+    with_db(commands.add_parser("pending", help="what waits for you: writes, questions, outcomes"))
     approve = with_db(commands.add_parser("approve", help="approve a pending write"))
     approve.add_argument("run_id", metavar="RUN_ID")
     approve.add_argument("call_id", metavar="CALL_ID")
@@ -282,16 +284,16 @@ def add_store_commands(commands: Any) -> None:
         held.add_argument("run_id", metavar="RUN_ID")
     export = with_db(commands.add_parser("export", help="every event of a run"), json_flag=False)
     export.add_argument("run_id", metavar="RUN_ID")
-    export.add_argument("--format", choices=["jsonl"], default="jsonl")
+    export.add_argument("--format", choices=["jsonl"], default="jsonl", help="a line an event")
     add_otlp_flags(
         export, "send the run as one OpenTelemetry trace to this OTLP/HTTP endpoint instead"
     )
     attach = with_db(commands.add_parser("attach", help="the console on a live run"), False)
     attach.add_argument("run_id", metavar="RUN_ID")
-    attach.add_argument("--theme")
+    attach.add_argument("--theme", help=THEME_HELP)
     replay = with_db(commands.add_parser("replay", help="the console on a finished run"), False)
     replay.add_argument("run_id", metavar="RUN_ID")
-    replay.add_argument("--theme")
+    replay.add_argument("--theme", help=THEME_HELP)
     verify = with_db(
         commands.add_parser("verify", help="prove a run's log by its hash chain (no RUN_ID: all)")
     )
@@ -375,7 +377,7 @@ def add_decision_commands(
 
 def add_env_commands(commands: Any) -> None:
     envs = commands.add_parser("envs", help="list the sample envs and their scripts")
-    envs.add_argument("--json", action="store_true")
+    envs.add_argument("--json", action="store_true", help="the envs as one JSON value")
     init = commands.add_parser("init-env", help="copy a sample env here, to start your own")
     init.add_argument("name", metavar="NAME", help="the sample env to copy (see `loopdeck envs`)")
     init.add_argument("dest", nargs="?", type=Path, help="folder to create (default: ./NAME)")
