@@ -5,12 +5,14 @@ cancel ends it. A decision alone does not wake it: it waits for its resume."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from worker_helpers import lease_state, options, stored, with_a_worker, writes
 
+from loopdeck.cli import main
 from loopdeck.core.events import (
     ModelReplied,
     OperatorCommand,
@@ -108,10 +110,13 @@ async def test_a_paused_run_is_parked_and_goes_on_unpaused_once_resumed(
         await store.close()
 
 
-async def test_a_parked_paused_run_is_ended_by_a_cancel(tmp_path: Path, monkeypatch: Any) -> None:
-    """Parked while paused, a cancel sent to it makes it claimable: the worker that takes it
-    up ends it `cancelled`, with no model call nor write after its park."""
+async def test_a_parked_paused_run_is_ended_by_a_cancel(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Parked while paused (`runs` says both), a cancel sent to it makes it claimable: the
+    worker that takes it up ends it `cancelled`, with no model call nor write after its park."""
     monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "0.3")
+    monkeypatch.setenv("COLUMNS", "200")
     db = tmp_path / "s.db"
     run_id = await submit(db, _slow(tmp_path))
     store = await open_store(db)
@@ -124,11 +129,14 @@ async def test_a_parked_paused_run_is_ended_by_a_cancel(tmp_path: Path, monkeypa
                 if not await paused.parked_now():
                     return False
                 done_then.append(writes(tmp_path, run_id))
+                assert await asyncio.to_thread(main, ["runs", "--db", str(db)]) == 0
                 await queries.send_command(store, run_id, "cancel", "op")
             return await lease_state(store, run_id) == "ended"
 
         worker = await with_a_worker(db, ended)
         _parked_as_paused(paused, worker.said)  # type: ignore[attr-defined]
+        listed = [line for line in capsys.readouterr().out.splitlines() if run_id in line]
+        assert len(listed) == 1 and " parked (paused) " in listed[0], listed
         log = await stored(store, run_id)
         stop = log[-1]
         assert isinstance(stop, RunStopped) and stop.stop_reason.value == "cancelled"

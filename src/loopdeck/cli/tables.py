@@ -261,8 +261,9 @@ def runs_table(title: Text | str, runs: Sequence[RunEntry], width: int) -> Rende
 def _cell(run: RunEntry, column: str) -> str:
     """One cell of `loopdeck runs`' table, "-" where the store has nothing."""
     if column == "state":
-        shown = run.shown_state
-        return shown if shown == run.state else f"{shown} ({run.state})"
+        shown = run.shown_state  # beside it what the run does: paused, parked as such
+        under = "paused" if run.paused and shown != "paused" else run.state
+        return shown if shown == under else f"{shown} ({under})"
     if column == "started_at":
         return records.local_time(run.started_at)
     if column == "runner":
