@@ -106,3 +106,23 @@ def test_a_message_or_a_cancel_to_a_run_whose_runner_is_gone_is_refused_and_it_i
     assert code == 1 and "already ended (crashed): nothing to cancel" in err, err
     code, runs, _ = cli("runs", "--json", "--db", str(db))
     assert runs is not None and [run["stop_reason"] for run in runs] == ["crashed"]
+
+
+async def test_the_inboxs_message_to_a_stranded_run_is_refused_by_name(tmp_path: Path) -> None:
+    """The console's inbox says it as `loopdeck message` does (its `m`: "message not sent")."""
+    import pytest
+
+    from loopdeck.operator.entries import PendingQuestion
+    from loopdeck.operator.inbox import Inbox
+    from loopdeck.store.base import StoreError
+
+    db = tmp_path / "s.db"
+    await asyncio.to_thread(_stranded, db)
+    store = await open_store(db)
+    try:
+        entry = PendingQuestion(run_id="r1", call_id="q1", question="which?", env="orders")
+        with pytest.raises(StoreError, match="nothing will act on your message to r1"):
+            await Inbox(store=store).message(entry, "look again")
+        assert await store.fetchall("SELECT 1 FROM commands") == []
+    finally:
+        await store.close()

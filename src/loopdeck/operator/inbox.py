@@ -149,8 +149,9 @@ class Inbox:
         )
 
     async def message(self, entry: InboxEntry, text: str) -> None:
-        """The operator's words to the entry's run, heard before its model's next turn."""
-        await queries.send_message(self._store(), entry.run_id, text, BY)
+        """The operator's words to the entry's run, heard before its model's next turn;
+        refused by name (`deciding.send_message`), nothing recorded, when no runner will."""
+        await deciding.send_message(self._store(), entry.run_id, text, BY)
 
     async def answer(self, entry: PendingQuestion, text: str, tell: Tell = deciding.untold) -> bool:
         """True if this answer was the one recorded, False if the question was answered;
