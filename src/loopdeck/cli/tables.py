@@ -2,9 +2,10 @@
 
 Ids and times are never cut: they are what `attach`, `approve` and a reader's eye take. When
 the table is wider than the terminal, the least useful columns give way, in a stated order:
-a time is written shorter (never without its seconds), a column is dropped, free text (a
-write's arguments) ends in "…", and what names a run (its env and script) folds onto a second
-line rather than go. Everything is in `--json`.
+a time is written shorter (never without its seconds), a column is dropped, free text ends in
+"…" (a write's arguments fold onto lines of their own instead: they are what an operator
+approves), and what names a run (its env and script) folds onto a second line rather than go.
+Everything is in `--json`.
 
 A table that fits has its rows written here, a line each, exactly as Rich would lay them out
 (`Drawn`; Rich still draws its title, header and edges): Rich's layout of each cell cost
@@ -28,7 +29,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from loopdeck.core.text import visible
+from loopdeck.core.text import capped, visible
 from loopdeck.operator import records
 from loopdeck.operator.records import PendingWrite, RunEntry
 
@@ -36,6 +37,7 @@ RUN_COLUMNS = (
     "run_id", "env", "script", "model", "state", "stop_reason", "started_at", "tokens",
     "cost_usd", "runner",
 )  # fmt: skip
+ARGS_SHOWN = 600  # characters of a pending write's arguments `pending` shows
 GAP = 2  # each column's share of the table's edges and gaps (`_table`'s box and padding)
 
 
@@ -45,6 +47,7 @@ class Column:
     cells: tuple[str, ...]
     keep: bool = False  # an id or a time: never cut
     cut: int = 0  # free text that may end in "…": the fewest cells worth showing of it
+    wraps: bool = False  # free text folded onto more lines where it is wider, never cut
     # Each cell on lines of its own where it is wider than its column ("env/", "script"):
     # folded, never cut; the column no narrower than its widest line.
     folds: tuple[tuple[str, ...], ...] = ()
@@ -145,9 +148,10 @@ def _table(title: Text | str, columns: list[Column], width: int) -> RenderableTy
     for column in columns:
         if column in free:  # what is left, shared
             shown = max(column.least, min(column.widest, room // len(free) - GAP))
+            cuts = bool(column.cut) and not column.wraps
             table.add_column(
-                column.header, width=shown if fits else None, no_wrap=bool(column.cut),
-                overflow="ellipsis" if column.cut else "fold",
+                column.header, width=shown if fits else None, no_wrap=cuts,
+                overflow="ellipsis" if cuts else "fold",
             )  # fmt: skip
         elif column.keep:
             shown = column.widest
@@ -158,7 +162,9 @@ def _table(title: Text | str, columns: list[Column], width: int) -> RenderableTy
         widths.append(shown)
     laid = [column.at(shown) for column, shown in zip(columns, widths, strict=True)]
     rows = list(zip(*(cells for cells, _ in laid), strict=True))
-    if fits and not any(_breaks(cell) for column in columns for cell in column.shown):
+    folds = any(size > shown for column, shown in zip(columns, widths, strict=True)
+                if column.wraps for size in column.sizes)  # fmt: skip
+    if fits and not folds and not any(_breaks(c) for column in columns for c in column.shown):
         sizes = zip(*(sizes for _, sizes in laid), strict=True)
         return Drawn(
             table,
@@ -297,7 +303,9 @@ def _clock(stamp: str | None) -> str:
 def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) -> RenderableType:
     """The writes waiting for approval, each expiry in local time, one form at every width:
     its time of day to the second, its day too when not today (`--json` has the stored UTC
-    times). Giving way: the arguments cut short ("…"), then dropped."""
+    times). The arguments, what is approved, fold onto more lines where they are wider than
+    their column (up to `ARGS_SHOWN` characters, then the truncation mark: `--json` has them
+    whole); where the table cannot fit them beside the rest, they are dropped."""
 
     def expiry(item: PendingWrite) -> str:
         when = _clock(item.expires.isoformat())
@@ -307,7 +315,12 @@ def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) ->
         Column("run_id", tuple(item.run_id for item in pending), keep=True),
         Column("call_id", tuple(item.call_id for item in pending), keep=True),
         Column("tool", tuple(item.tool for item in pending)),
-        Column("args", tuple(json.dumps(item.args) for item in pending), cut=12),
+        Column(
+            "args",
+            tuple(capped(json.dumps(item.args), ARGS_SHOWN) for item in pending),
+            cut=12,
+            wraps=True,
+        ),
         Column("expires", tuple(expiry(item) for item in pending), keep=True),
     ]
     return fitted("writes waiting for approval", columns, [("args", None)], width)
