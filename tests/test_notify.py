@@ -366,3 +366,24 @@ async def test_a_failed_push_is_read_as_failed_by_the_inbox_and_a_later_one_as_p
         await store.close()
     # A push is no span event in a trace, failed or not (the trace takes the new kind).
     assert [mark(event, content=True) for event in run.events[-2:]] == [None, None]
+
+
+def test_the_consoles_push_notes_say_their_times_as_the_push_and_the_link_page_do() -> None:
+    """The call panel's and the inbox's note of a push: its times with their UTC offset (and
+    their date when not today), as the push's text and the link's page say them, so the
+    operator reads one time in all three (`core.text.moment_words`)."""
+    from loopdeck.core.push_events import PushedDecision, PushFailed
+    from loopdeck.core.text import moment_words
+    from loopdeck.operator.push_words import pushed_notes
+
+    at = datetime(2026, 12, 5, 9, 30, 1, tzinfo=UTC)
+    until = at + timedelta(minutes=5)
+    decision = PushedDecision(call_id="c1", what="approval", link_until=until)
+    pushed = DecisionsPushed(
+        run_id=RUN, decisions=[decision], channels=["ntfy"], server="https://box", at=at
+    )
+    assert pushed_notes(pushed) == {
+        "c1": f"pushed via ntfy at {moment_words(at)}, link until {moment_words(until)}"
+    }
+    failed = PushFailed(run_id=RUN, decisions=[decision], failed=["ntfy: refused"], at=at)
+    assert pushed_notes(failed) == {"c1": f"push failed at {moment_words(at)}: ntfy: refused"}

@@ -150,9 +150,10 @@ def args_text(args: object) -> str:
 
 def pushed_notes(e: Push) -> dict[str, str]:
     """Each decision of a push, what is said of it beside it (the call panel, the inbox):
-    `pushed via ntfy, json at 12:03:04, link until 12:08:00` or `push failed at …: why`
-    (a `PushFailed`, or a push recorded before it was, with no channel)."""
-    when = e.at.astimezone().strftime("%H:%M:%S")
+    `pushed via ntfy, json at 12:03:04 UTC+01:00, link until 12:08:00 UTC+01:00` or `push
+    failed at …: why` (a `PushFailed`, or a push recorded before it was, with no channel).
+    Its times as the push's text and the link's page say them (`moment_words`)."""
+    when = moment_words(e.at)
     if isinstance(e, PushFailed) or not e.channels:
         failed = "; ".join(e.failed) or "no channel took it"
         said = "pushed, never confirmed," if _unconfirmed(e) else "push failed"
@@ -161,7 +162,7 @@ def pushed_notes(e: Push) -> dict[str, str]:
     notes = {}
     for decision in e.decisions:
         until = decision.link_until
-        link = f", link until {until.astimezone().strftime('%H:%M:%S')}" if until else ""
+        link = f", link until {moment_words(until)}" if until else ""
         notes[decision.call_id] = said + link
     return notes
 
