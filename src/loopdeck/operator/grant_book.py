@@ -61,7 +61,7 @@ class GrantBook:
             rule = GrantRule.model_validate(
                 {"scope": event.scope, "fields": event.fields, "uses": event.uses}
             )
-            until = f", until {event.expires_at:%H:%M:%S}" if event.expires_at else ""
+            until = f", until {event.expires_at.astimezone():%H:%M:%S}" if event.expires_at else ""
             self.rows[(event.run_id, event.grant_id)] = GrantRow(
                 run_id=event.run_id,
                 grant_id=event.grant_id,
