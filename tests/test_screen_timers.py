@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import Static
 
-from loopdeck.tui.timers import unless_gone, every, later
+from loopdeck.tui.timers import every, later, unless_gone
 
 
 class Host(App[None]):

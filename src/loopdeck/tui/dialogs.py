@@ -80,7 +80,7 @@ class ApprovalDialog(ModalScreen[ApprovalDecision | None]):
         self._box = FittingBox(self.fit, id="approval-box")
         self._title = Static(id="approval-title")
         self._words = VerticalScroll(id="approval-words")  # what gives way to the arguments
-        self.main_keys = main_keys(self.BINDINGS, request.not_editable)
+        self.main_keys = main_keys(self.BINDINGS, bool(request.not_editable))
         self._expiry = Static(id="approval-expiry")
         self._keys = Static(self.main_keys, id="approval-keys")
         # Docked at the box's bottom: whatever the evidence's length, the keys stay in view.
