@@ -77,6 +77,65 @@ def test_a_misspelled_table_set_on_the_command_line_names_the_set(cli, tmp_path)
     [
         (
             "max_turns = 30",
+            "max_turn = 30",
+            "budgets.max_turn: unknown key; did you mean max_turns?",
+        ),
+        (
+            'tool = "get_status"',
+            'tol = "get_status"',
+            "scripts.solve.executor turn 1.tol: unknown key; did you mean tool?",
+        ),
+        (
+            "description = ",
+            "descripton = ",
+            "scripts.solve.descripton: unknown key; did you mean description?",
+        ),
+        ('goal = "', 'gaol = "', "  gaol: unknown key; did you mean goal?"),
+    ],
+)
+def test_a_misspelled_key_is_named_with_the_one_meant(cli, tmp_path, old, new, said) -> None:
+    env = _user_env(tmp_path)
+    _edit(env / "scenario.toml", old, new)
+    code, _, err = cli("check", str(env))
+    assert code == 2
+    assert said in err, err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ("\nacp = [", "\nacpp = [", "agent.acpp: unknown key; did you mean acp?"),
+        (
+            'kind = "read"',
+            'knd = "read"',
+            "scripts.solve.turns #1.steps #2.knd: unknown key; did you mean kind?",
+        ),
+    ],
+)
+def test_a_misspelled_key_of_an_agents_table_is_named_with_the_one_meant(
+    cli, tmp_path, old, new, said
+) -> None:
+    env = tmp_path / "mine"
+    shutil.copytree(SAMPLES / "calc_acp", env, ignore=shutil.ignore_patterns("__py*"))
+    _edit(env / "scenario.toml", old, new)
+    code, _, err = cli("check", str(env))
+    assert code == 2
+    assert said in err, err
+
+
+def test_a_key_close_to_none_is_said_unknown_alone(cli, tmp_path) -> None:
+    env = _user_env(tmp_path)
+    _edit(env / "scenario.toml", "max_turns = 30", "zzz = 30")
+    code, _, err = cli("check", str(env))
+    assert code == 2
+    assert "budgets.zzz: unknown key\n" in err + "\n", err
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        (
+            "max_turns = 30",
             'max_turns = "30"',
             "budgets.max_turns: a number, not the text '30'",
         ),
@@ -173,3 +232,38 @@ def test_a_goal_check_command_is_refused_where_nothing_runs_it(cli, tmp_path, li
     code, _, err = cli("check", str(env))
     assert code == 2
     assert f"{line.split()[0]}: a goal_check command and its goal_check_timeout_s are an" in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        (
+            "data.initial_replica=5",
+            "[data] has no key 'initial_replica'; did you mean data.initial_replicas?",
+        ),
+        ("data.zzz=5", "[data] has no key 'zzz' (--set changes a value the scenario has"),
+    ],
+)
+def test_a_set_of_a_data_key_the_scenario_lacks_is_refused(cli, tmp_path, setting, said) -> None:
+    """The env reads its `data`: a misspelled key there was set, never read, and the run
+    went on with the file's value, saying nothing."""
+    env = _user_env(tmp_path)
+    code, _, err = cli(
+        "run", str(env), "--headless", "--set", setting, "--db", str(tmp_path / "s.db")
+    )
+    assert code == 2
+    assert f"--set {setting} (over {env / 'scenario.toml'}): {said}" in err, err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_a_set_of_a_nested_data_key_is_checked_at_each_level(cli, tmp_path) -> None:
+    env = tmp_path / "mine"
+    shutil.copytree(SAMPLES / "order_support", env, ignore=shutil.ignore_patterns("__py*"))
+    code, _, err = cli("check", str(env), "--set", 'data.orders.ORD-1042.adress="x"')
+    assert code == 2
+    assert "[data.orders.ORD-1042] has no key 'adress'; did you mean" in err, err
+    assert "data.orders.ORD-1042.address?" in err
+    from loopdeck.core.scenario import load_scenario
+
+    scenario = load_scenario(env / "scenario.toml", ['data.orders.ORD-1042.address="9 Elm"'])
+    assert scenario.data["orders"]["ORD-1042"]["address"] == "9 Elm"

@@ -163,5 +163,5 @@ def agent_turns(path: Path, name: str, turns: list[dict[str, Any]]) -> list[Agen
     try:
         return _TURNS.validate_python(turns)
     except ValidationError as exc:
-        said = described(exc, f"scripts.{name}.turns")
+        said = described(exc, f"scripts.{name}.turns", list[AgentTurn])
         raise ScenarioError(f"{path}: invalid scenario:\n{said}") from exc

@@ -52,7 +52,7 @@ class EnvDir:
             return model.model_validate(self.scenario.tables.get(name, {}))
         except ValidationError as exc:
             where = self.path / "scenario.toml"
-            said = invalid(where, f"invalid [{name}]", exc, self.settings, name)
+            said = invalid(where, f"invalid [{name}]", exc, self.settings, name, model)
             raise ScenarioError(said) from exc
 
     def create(self, workdir: Path) -> Environment:

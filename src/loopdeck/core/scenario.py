@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import pickle
 import tomllib
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from loopdeck.core.scenario_strict import (
     NO_GOAL_CHECK,
     goal_check_problems,
     loose_values,
+    meant_key,
     misspelled_table,
 )
 from loopdeck.core.states import StopReason
@@ -164,18 +166,19 @@ class Scenario(BaseModel):
         return {**kept, "tables": {**raw.get("tables", {}), **tables}}
 
 
-def described(error: ValidationError, prefix: str = "") -> str:
-    """A validation error a line a field: `  agent.acp: Field required`."""
-    return "\n".join(_field_line(item, prefix) for item in error.errors())
+def described(error: ValidationError, prefix: str = "", read_as: Any = None) -> str:
+    """A validation error a line a field: `  agent.acp: Field required` (an unknown key with
+    the key meant when `read_as`, the type read, takes one close to it)."""
+    return "\n".join(_field_line(item, prefix, read_as) for item in error.errors())
 
 
 TURNS = ("planner", "executor", "reviewer")  # a script's lists of turns, counted from 1
 
 
-def _field_line(item: Any, prefix: str) -> str:
+def _field_line(item: Any, prefix: str, read_as: Any = None) -> str:
     """`  scripts.solve.executor turn 2.args: …`: the field's place (a list's entries counted
     from 1, as a script's turns are said elsewhere) and pydantic's words, an extra key's as
-    "unknown key"."""
+    "unknown key" with the key of its table close to it ("; did you mean max_turns?")."""
     parts: list[str] = []
     for part in (*([prefix] if prefix else []), *item["loc"]):
         if isinstance(part, int) and parts:
@@ -183,7 +186,10 @@ def _field_line(item: Any, prefix: str) -> str:
         else:
             parts.append(str(part))
     where = ".".join(parts)
-    said = "unknown key" if item["type"] == "extra_forbidden" else item["msg"]
+    said = item["msg"]
+    if item["type"] == "extra_forbidden":
+        meant = meant_key(read_as, tuple(item["loc"])) if read_as is not None else None
+        said = f"unknown key; did you mean {meant}?" if meant else "unknown key"
     return f"  {where or '(top level)'}: {said}"
 
 
@@ -193,12 +199,14 @@ def invalid(
     error: ValidationError | Sequence[Any],
     settings: Sequence[str],
     prefix: str = "",
+    read_as: Any = None,
 ) -> str:
     """`PATH: invalid scenario:` and a line a field, a field that a `--set` gave blamed on it:
     `--set budgets.max_turns=0 (over PATH): …` when every field is one, else on its line.
-    (`error`: pydantic's, or its items: each a dict of `loc`, `type` and `msg`.)"""
+    (`error`: pydantic's, or its items: each a dict of `loc`, `type` and `msg`; `read_as`: the
+    type read, for the key an unknown one is close to.)"""
     items = error.errors() if isinstance(error, ValidationError) else error
-    lines = [_field_line(item, prefix) for item in items]
+    lines = [_field_line(item, prefix, read_as) for item in items]
     setters = [set_by([*([prefix] if prefix else []), *item["loc"]], settings) for item in items]
     if setters and all(setters):
         given = ", ".join(f"--set {text}" for text in dict.fromkeys(setters))
@@ -236,17 +244,37 @@ def parse_setting(text: str) -> tuple[list[str], Any]:
     return [p.strip() for p in parts], parsed
 
 
-def apply_settings(raw: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+def apply_settings(raw: dict[str, Any], settings: list[str], path: Path) -> dict[str, Any]:
+    """Each `--set` put in `raw`, in order; a key under `data` that the scenario does not
+    have is refused by name (`data` is the env's own: nothing else would say a misspelled one
+    is never read)."""
     for text in settings:
         parts, value = parse_setting(text)
         table = raw
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
+            if depth and parts[0] == "data":
+                _data_has(table, parts[: depth + 1], text, path)
             inner = table.setdefault(part, {})
             if not isinstance(inner, dict):
                 raise ScenarioError(f"--set {text!r}: {part!r} is a value, not a table")
             table = inner
+        if len(parts) > 1 and parts[0] == "data":
+            _data_has(table, parts, text, path)
         table[parts[-1]] = value
     return raw
+
+
+def _data_has(table: dict[str, Any], parts: list[str], text: str, path: Path) -> None:
+    """`--set` changes a value the scenario's `data` has; a key it lacks is refused, with the
+    one meant when one is close."""
+    if parts[-1] in table:
+        return
+    meant = difflib.get_close_matches(parts[-1], [str(k) for k in table], n=1, cutoff=0.6)
+    hint = f"; did you mean {'.'.join([*parts[:-1], meant[0]])}?" if meant else ""
+    raise ScenarioError(
+        f"--set {text} (over {path}): [{'.'.join(parts[:-1])}] has no key {parts[-1]!r}{hint}"
+        " (--set changes a value the scenario has; a new key goes in scenario.toml)"
+    )
 
 
 # Each scenario text's TOML, parsed once per process and kept pickled (a worker loads its env's
@@ -282,12 +310,13 @@ def load_scenario(path: Path, settings: list[str] | None = None) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
     except RecursionError as exc:
         raise ScenarioError(f"{path}: not readable TOML: nested too deeply") from exc
-    raw = apply_settings(raw, settings or [])
+    raw = apply_settings(raw, settings or [], path)
     _strict(path, raw, settings or [])
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(invalid(path, "invalid scenario", exc, settings or [])) from exc
+        said = invalid(path, "invalid scenario", exc, settings or [], read_as=Scenario)
+        raise ScenarioError(said) from exc
 
 
 def _strict(path: Path, raw: dict[str, Any], settings: list[str]) -> None:

@@ -83,3 +83,31 @@ def _loose(annotation: Any, value: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
     elif origin is list and len(args) == 1 and isinstance(value, list):
         for index, item in enumerate(value):
             yield from _loose(args[0], item, (*loc, index))
+
+
+def meant_key(root: Any, loc: Loc) -> str | None:
+    """The key a table takes that an unknown key at `loc` is close to (`max_turn`,
+    `max_turns`), `root` being the type read; None when there is none such."""
+    keys = _keys_at(root, loc[:-1])
+    if not keys or not isinstance(loc[-1], str):
+        return None
+    meant = difflib.get_close_matches(loc[-1], keys, n=1, cutoff=0.6)
+    return meant[0] if meant else None
+
+
+def _keys_at(annotation: Any, loc: Loc) -> list[str]:
+    """The keys the table at `loc` inside a value of type `annotation` takes."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        chosen = [a for a in args if a is not type(None)]
+        return _keys_at(chosen[0], loc) if len(chosen) == 1 else []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not loc:
+            return [name for name in annotation.model_fields if name != "tables"]
+        field = annotation.model_fields.get(str(loc[0]))
+        return _keys_at(field.annotation, loc[1:]) if field is not None else []
+    if loc and origin is dict and len(args) == 2:
+        return _keys_at(args[1], loc[1:])
+    if loc and origin is list and len(args) == 1 and isinstance(loc[0], int):
+        return _keys_at(args[0], loc[1:])
+    return []
