@@ -123,7 +123,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
     run.add_argument(
         "--mode", choices=["rounds", "react"],
-        help="planner/executor/reviewer rounds (default), or one ReAct loop",
+        help="planner/executor/reviewer rounds, or one ReAct loop (default: the scenario's)",
     )  # fmt: skip
     run.add_argument(
         "--model-timeout", type=positive_float, metavar="SECONDS",

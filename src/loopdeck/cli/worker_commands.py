@@ -70,8 +70,12 @@ def add_worker_commands(commands: Any, run_flags: RunFlags) -> None:
     submit.add_argument("--script", help="script the offline model plays (default: solve)")
     submit.add_argument("--model", help="LiteLLM model name; 'scripted' is the offline model")
     submit.add_argument("--api-base", help="base URL of an OpenAI-compatible server")
-    submit.add_argument("--mode", choices=["rounds", "react"])
-    submit.add_argument("--model-timeout", type=_seconds, metavar="SECONDS")
+    submit.add_argument("--mode", choices=["rounds", "react"],
+                        help="planner/executor/reviewer rounds, or one ReAct loop"
+                        " (default: the scenario's mode, rounds unless it says)")  # fmt: skip
+    submit.add_argument("--model-timeout", type=_seconds, metavar="SECONDS",
+                        help="how long one model call may take before it is retried"
+                        " (default: the scenario's model_timeout_s, 60)")  # fmt: skip
     submit.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="KEY=VALUE", help="override a scenario.toml value")  # fmt: skip
     run_flags(submit)
