@@ -170,13 +170,22 @@ async def print_unknown(store: Store) -> list[PendingOutcome]:
     unknown = await records.unknown_outcomes(store)
     for item in unknown:
         run_id, call_id = visible(item.run_id), visible(item.call_id)
+        why = UNKNOWN_BECAUSE.get(item.outcome or "", f" ({visible(item.outcome or '')})")
         print(
-            f"{run_id} {call_id} {visible(item.tool)}: outcome unknown"
-            f" ({item.outcome or 'never recorded'})  → loopdeck resolve {run_id} {call_id}"
-            " applied|not-applied",
+            f"{run_id} {call_id} {visible(item.tool)}: outcome unknown{why}"
+            f"  → loopdeck resolve {run_id} {call_id} applied|not-applied",
             file=sys.stderr,
         )
     return unknown
+
+
+# Why a write's outcome is unknown, by its recorded outcome ("": none recorded); an
+# `outcome_unknown` one says nothing more than "outcome unknown" already does.
+UNKNOWN_BECAUSE = {
+    "outcome_unknown": "",
+    "interrupted": " (interrupted as it ran)",
+    "": " (never recorded as ended: its run stopped first)",
+}
 
 
 def print_diffs(writes: Sequence[PendingWrite]) -> None:
