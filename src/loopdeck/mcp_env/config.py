@@ -10,6 +10,8 @@ snapshot = [ { resource = "file:///{workdir}/notes.md" },
              { tool = "list_directory", args = { path = "{workdir}" }, timeout_s = 10 } ]
 state_changes = "any_time"   # the state changes on its own: read before every call
 ping_interval_s = 5          # a server over HTTP (url): pinged this often, its end seen at once
+progress_max_s = 600         # a call reporting progress: its timeout counts from its last report,
+                             # up to this long from its start
 
 [mcp.tools.write_file]
 risk = "write"
@@ -81,6 +83,9 @@ class McpConfig(BaseModel):
     state_changes: StateChanges | None = None
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
     call_timeout_s: float = Field(default=30.0, gt=0)  # a tool's timeout when none is set
+    # A call that reports progress is given its timeout again at each report, up to this long
+    # from its start (`progress.py`).
+    progress_max_s: float = Field(default=600.0, gt=0)
     # A server over HTTP (`url`) has no process of loopdeck's to watch: it is pinged this
     # often, so its end stops the run at once, whatever the run waits for; a ping it does not
     # answer within the longest request timeout (`connection.ping_bound_s`) is its end too.

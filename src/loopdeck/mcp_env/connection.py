@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from loopdeck.core.text import capped, visible
 from loopdeck.core.tools import ToolError
 from loopdeck.mcp_env.config import McpConfig
+from loopdeck.mcp_env.progress import timed_call
 from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
 from loopdeck.mcp_env.server_log import ServerLog
 from loopdeck.mcp_env.stdio_server import StdioServer
@@ -261,13 +262,15 @@ class McpConnection:
             self.gone = self.gone or f"{what}: connection closed"
             raise ServerFailed(self.failure_words(f"{what}: connection closed")) from None
 
-    async def call(self, tool: str, args: dict[str, Any], timeout_s: float) -> Any:
-        """`tools/call`, awaited from another loop; its `CallToolResult`. Cancelling it cancels
+    async def call(
+        self, tool: str, args: dict[str, Any], timeout_s: float, max_s: float | None = None
+    ) -> Any:
+        """`tools/call`, awaited from another loop; its `CallToolResult`, within `timeout_s` of
+        its start or its last progress, `max_s` at most (`progress.py`). Cancelling it cancels
         the request (MCP's `notifications/cancelled`)."""
         what = f"tools/call {tool}"
-        future = self._submit(
-            what, lambda s: s.call_tool(tool, args, read_timeout_seconds=timeout_s)
-        )
+        most = timeout_s if max_s is None else max_s
+        future = self._submit(what, lambda s: timed_call(s, tool, args, timeout_s, most))
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:

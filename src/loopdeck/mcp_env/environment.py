@@ -39,6 +39,7 @@ from loopdeck.mcp_env.state_entries import entry_problems, read_entry
 from loopdeck.workdir.goal_check import run_goal_check
 
 SNAPSHOT_TIMEOUT_S = 30.0
+CALL_MARGIN_S = 2.0  # the runtime's bound on a call, past the call's own (`progress.py`)
 NOT_OBSERVED = 'not observed (snapshot = "none"): the guard keys on the writes executed'
 
 
@@ -63,6 +64,7 @@ class McpEnvironment(Environment):
         self.goal_check_timeout_s = 60.0
         self.writes_executed = 0
         self._specs: list[ToolSpec] = []
+        self._timeouts: dict[str, float] = {}  # each tool's own (its spec's bounds it behind)
         self._read_only: set[str] = set()  # the tools the server marks readOnlyHint
 
     # -- the run's server ------------------------------------------------------------
@@ -135,24 +137,31 @@ class McpEnvironment(Environment):
         override = self.config.tools.get(tool.name, ToolOverride())
         risk, source = risk_of(tool, override)
         timeout_s = override.timeout_s or self.config.call_timeout_s
+        max_s = max(timeout_s, self.config.progress_max_s)
+        self._timeouts[tool.name] = timeout_s
         return ToolSpec(
             name=tool.name,
             description=tool.description,
             args_model=args_model_for(tool.name, tool.input_schema),
             risk=risk,
             risk_source=source,
-            timeout_s=timeout_s,
+            # The call times itself by its progress (`progress.py`); this bounds it behind that.
+            timeout_s=max_s + CALL_MARGIN_S,
             exempt_from_guard=bool(override.exempt),
-            fn=self._caller(tool.name, risk, timeout_s),
+            fn=self._caller(tool.name, risk, timeout_s, max_s),
         )
 
-    def _caller(self, name: str, risk: Risk, timeout_s: float) -> Callable[[Any], Awaitable[Any]]:
+    def _caller(
+        self, name: str, risk: Risk, timeout_s: float, max_s: float
+    ) -> Callable[[Any], Awaitable[Any]]:
         async def call(args: Any) -> Any:
             arguments = args.model_dump(mode="json")
             try:
-                result = await self._server.call(name, arguments, timeout_s + 1)
+                result = await self._server.call(name, arguments, timeout_s, max_s)
             except ServerFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
+            except ToolError:
+                raise  # timed by its progress: said in its words (`progress.py`)
             except Exception as exc:
                 raise server_error(self._server, name, exc, timeout_s) from None
             try:
@@ -169,8 +178,7 @@ class McpEnvironment(Environment):
         """A tool called from env code on the env thread (a Python `snapshot()`): its data
         (`ToolError` when the server says `isError`), within `timeout_s` (None: the tool's own).
         The server gone stops the run `tool_failure`, naming it."""
-        specs = {spec.name: spec for spec in self._specs}
-        wait_s = timeout_s or (specs[name].timeout_s if name in specs else SNAPSHOT_TIMEOUT_S)
+        wait_s = timeout_s or self._timeouts.get(name, SNAPSHOT_TIMEOUT_S)
         try:
             return call_result(self._server.call_sync(name, args, wait_s))
         except ServerFailed as failed:
@@ -216,6 +224,8 @@ def risk_of(tool: ServerTool, override: ToolOverride) -> tuple[Risk, str]:
     """The tool's risk and where it came from, in words the console shows."""
     if override.risk is not None:
         return override.risk, "scenario override"
+    if tool.read_only is True and tool.destructive is True:
+        return "write", "server says read-only and destructive: treated as write"
     if tool.read_only is True:
         return "read", "server says read-only"
     if tool.read_only is None and tool.destructive is None:
