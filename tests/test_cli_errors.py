@@ -87,6 +87,24 @@ def test_bad_flag_values_name_the_flag(cli, capsys, flag, value) -> None:
     assert flag in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--max-turns", "-1", "must be a whole number greater than 0, got '-1'"),
+        ("--max-turns", "1.5", "must be a whole number, got '1.5'"),
+        ("--max-cost", "0", "must be a number greater than 0, got '0'"),
+        ("--max-cost", "inf", "must be a finite number, got 'inf'"),
+    ],
+)
+def test_a_bad_cap_is_said_once_and_plainly(cli, capsys, flag, value, said) -> None:
+    """It read "must be a finite positive integer greater than 0": finite of a whole number,
+    and positive beside greater than 0."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli("run", "service_outage", "--headless", f"{flag}={value}")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"argument {flag}: {said}")
+
+
 def test_unknown_flag_exits_2(cli, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli("run", "service_outage", "--frobnicate")

@@ -39,10 +39,10 @@ def _positive(kind: Callable[[str], float], name: str) -> Callable[[str], float]
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a {name}, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(
-                f"must be a finite {name} greater than 0, got {text!r}"
-            )
+        if not math.isfinite(value):  # only a float is ever not: inf, nan
+            raise argparse.ArgumentTypeError(f"must be a finite {name}, got {text!r}")
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a {name} greater than 0, got {text!r}")
         return value
 
     return parse
@@ -105,8 +105,8 @@ def key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-positive_int = _positive(int, "positive integer")
-positive_float = _positive(float, "positive number")
+positive_int = _positive(int, "whole number")
+positive_float = _positive(float, "number")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
