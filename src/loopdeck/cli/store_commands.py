@@ -287,8 +287,15 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
         _print({"run_id": args.run_id, "command": verb, "sent": True, "ends": "crashed",
                 "message": said}, args.json, text=said)  # fmt: skip
         return 0
+    sent: dict[str, object] = {"run_id": args.run_id, "command": verb, "sent": True}
     done = f"{args.run_id}: {verb} sent"
-    _print({"run_id": args.run_id, "command": verb, "sent": True}, args.json, text=done)
+    if verb == "resume":  # a run no worker holds goes on only once one takes it up
+        from loopdeck.operator.waking import resume_words
+
+        if (waits := await resume_words(store, args.run_id)) is not None:
+            done = visible(waits)
+            sent = {**sent, "held": False, "message": done}
+    _print(sent, args.json, text=done)
     return 0
 
 
