@@ -3,7 +3,6 @@ command exactly as the parser of every command does."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import re
@@ -63,18 +62,3 @@ def test_the_command_word_is_the_first_that_is_not_an_option() -> None:
     assert command_word(["-h"]) is None
     assert command_word(["runs", "--json"]) == "runs"
     assert command_word(["--", "runs"]) is None
-
-
-def _flags_without_help(parser: argparse.ArgumentParser, path: str) -> list[str]:
-    found: list[str] = []
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                found += _flags_without_help(sub, f"{path} {name}")
-        elif action.option_strings and not action.help:
-            found.append(f"{path} {action.option_strings[-1]}")
-    return found
-
-
-def test_every_flag_of_every_command_says_what_it_does() -> None:
-    assert _flags_without_help(build_parser(), "loopdeck") == []

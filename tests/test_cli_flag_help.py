@@ -29,6 +29,22 @@ def test_every_flag_says_what_it_does(name: str) -> None:
     assert not silent, f"loopdeck {name}: {silent} say nothing in --help"
 
 
+def _flags_without_help(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    found: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _flags_without_help(sub, f"{path} {name}")
+        elif action.option_strings and not action.help:
+            found.append(f"{path} {action.option_strings[-1]}")
+    return found
+
+
+def test_every_flag_of_every_command_says_what_it_does() -> None:
+    """`submit --mode` and `submit --model-timeout` said nothing."""
+    assert _flags_without_help(build_parser(), "loopdeck") == []
+
+
 def test_pending_says_it_lists_questions_and_outcomes_too() -> None:
     parser = build_parser("pending")
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
