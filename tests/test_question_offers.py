@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from console_helpers import wait_until
+from console_helpers import notices, wait_until
 from textual.app import App
 from textual.screen import Screen
 from textual.widgets import Input
 
 from loopdeck.core.events import QuestionAsked
 from loopdeck.core.loop_say import TITLE
+from loopdeck.operator.entries import NotOffered
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.approval_offers import ApprovalOffers
-from loopdeck.tui.question_dialog import QuestionDialog
+from loopdeck.tui.question_dialog import AnswerText, QuestionDialog
 
 QUESTION = "c6 get_status() repeats a call from the same state. Answer `stop` or `nudge TEXT`."
 
@@ -97,3 +98,41 @@ async def test_an_agents_question_still_comes_as_a_text_box() -> None:
         await pilot.press(*"ORD-1042", "enter")
         await wait_until(pilot, lambda: bool(link.answers))
         assert link.answers == [("q1", "ORD-1042", "console")]
+
+
+class RefusingLink(ListedQuestions):
+    """A link whose answer path refuses words its question does not take, as the live links
+    do (`links.refuse_unoffered`): nothing sent."""
+
+    async def answer(self, question_id: str, text: str, by: str, tell: object) -> bool:
+        if text != "stop":
+            raise NotOffered(f"{question_id}: `stop` takes no words after it")
+        return await super().answer(question_id, text, by, tell)
+
+
+async def test_an_answer_its_question_does_not_take_is_said_and_the_question_offered_again() -> (
+    None
+):
+    """`NotOffered` from the link is no background failure: said as why the answer was not
+    taken, and the question's dialog comes back (it was lost before)."""
+    app = App()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen: Screen[None] = Screen()
+        await app.push_screen(screen)
+        link = RefusingLink()
+        offers = ApprovalOffers(
+            screen, link, lambda: datetime.now(UTC), put_off=lambda: None,
+            asked={"q2": _guard_asks("q2")}.get,
+        )  # fmt: skip
+        link.listed = [("q2", QUESTION)]
+        offers.offer_next()
+        dialog = app.screen
+        assert isinstance(dialog, QuestionDialog)
+        dialog.dismiss(AnswerText("q2", "nudge look again"))
+        await wait_until(pilot, lambda: any("answer not taken" in t for t in notices(app)))
+        [said] = [t for t in notices(app) if "answer not taken" in t]
+        assert said.startswith("answer not taken: q2: `stop` takes no words"), said
+        await wait_until(pilot, lambda: isinstance(app.screen, QuestionDialog))
+        again = app.screen
+        assert isinstance(again, QuestionDialog) and again.question_id == "q2"
+        assert link.answers == []

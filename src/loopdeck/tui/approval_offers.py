@@ -14,7 +14,7 @@ from textual.screen import Screen
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
 from loopdeck.core.events import QuestionAsked
 from loopdeck.operator.links import RunLink
-from loopdeck.operator.records import RunEnded, StoreError
+from loopdeck.operator.records import NotOffered, RunEnded, StoreError
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.dialogs import BY, ApprovalDialog
 from loopdeck.tui.failures import say
@@ -247,6 +247,8 @@ class ApprovalOffers:
             toast(self.screen, str(exc), title="answer not recorded", severity="warning")
         except StoreError as exc:  # still waiting: its dialog comes back
             say(self.screen, f"answer not recorded: {exc}", STILL_PENDING, title="answer")
+        except NotOffered as exc:  # nothing was sent: the question is asked again
+            say(self.screen, f"answer not taken: {exc}", STILL_PENDING, title="answer")
         else:
             self._settled_questions.add(answer.question_id)
             if not won:
