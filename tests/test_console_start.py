@@ -107,3 +107,39 @@ async def test_quitting_as_the_run_screen_is_pushed_leaves_without_a_fault(quit_
     async with app.run_test(size=(100, 30)) as pilot:  # a fault in a handler raises here
         await wait_until(pilot, lambda: not app.is_running)
     assert app.return_code == 0 and app.launch_error is None
+
+
+class QuitAsScreenPushed(LoopdeckApp):
+    """Quits in the very step a screen of `kind` is pushed (the fleet as the console opens on
+    a store, the inbox on `i`): its mount runs once the app, closing, removed its widgets."""
+
+    kind: type[Any] = object
+    quit_first = False
+
+    def push_screen(self, screen: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(screen, self.kind):
+            return super().push_screen(screen, *args, **kwargs)
+        if self.quit_first:
+            self.exit()
+        pushed = super().push_screen(screen, *args, **kwargs)
+        self.exit()
+        return pushed
+
+
+@pytest.mark.parametrize("quit_first", [False, True])
+@pytest.mark.parametrize("screen", ["fleet", "inbox"])
+async def test_quitting_as_the_fleet_or_the_inbox_is_pushed_leaves_without_a_fault(
+    tmp_path: Any, screen: str, quit_first: bool
+) -> None:
+    from loopdeck.tui.fleet_screen import FleetScreen
+    from loopdeck.tui.inbox import InboxScreen
+
+    app = QuitAsScreenPushed(ConsoleStart.for_fleet(tmp_path / "s.db"))
+    app.kind = FleetScreen if screen == "fleet" else InboxScreen
+    app.quit_first = quit_first
+    async with app.run_test(size=(100, 30)) as pilot:  # a fault in a handler raises here
+        if screen == "inbox":
+            await wait_until(pilot, lambda: isinstance(app.screen, FleetScreen))
+            await pilot.press("i")
+        await wait_until(pilot, lambda: not app.is_running)
+    assert app.return_code == 0

@@ -34,7 +34,7 @@ from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.shared_state import SharedState
 from loopdeck.tui.shown import markup
 from loopdeck.tui.shown_input import ShownInput
-from loopdeck.tui.timers import every
+from loopdeck.tui.timers import every, unless_gone
 
 if TYPE_CHECKING:
     from loopdeck.operator.records import Location
@@ -97,6 +97,11 @@ class FleetScreen(Screen[None]):
         yield KeysBar()
 
     def on_mount(self) -> None:
+        # Quitting as the screen is pushed: the app can remove its widgets before this runs;
+        # a screen torn down so starts nothing (`unless_gone`).
+        unless_gone(self, self._mounted)
+
+    def _mounted(self) -> None:
         self.query_one("#fleet-filter").display = False
         table = self.query_one(FleetTable)
         table.border_title = "Runs"

@@ -40,7 +40,7 @@ from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import title
 from loopdeck.tui.shown import NOT_TAKEN, toast
 from loopdeck.tui.shown_input import ShownInput, typing_into
-from loopdeck.tui.timers import every
+from loopdeck.tui.timers import every, unless_gone
 
 if TYPE_CHECKING:
     from loopdeck.core.approvals import ApprovalDecision
@@ -100,6 +100,9 @@ class InboxScreen(Screen[None]):
         yield KeysBar()
 
     def on_mount(self) -> None:
+        unless_gone(self, self._mounted)  # quitting as it is pushed: its widgets may be gone
+
+    def _mounted(self) -> None:
         self.query_one("#inbox-reason").display = False
         table = self.query_one("#inbox-table", DataTable)
         table.border_title = "Waiting for you"  # writes, questions, unknown outcomes
