@@ -126,3 +126,44 @@ async def test_the_inboxs_message_to_a_stranded_run_is_refused_by_name(tmp_path:
         assert await store.fetchall("SELECT 1 FROM commands") == []
     finally:
         await store.close()
+
+
+async def test_an_attached_consoles_message_and_stop_to_a_stranded_run_say_what_happens(
+    tmp_path: Path,
+) -> None:
+    """`m` is refused by name as `loopdeck message` refuses it, nothing recorded (it was sent
+    unchecked and said sent); `s` is recorded and said as what becomes of the run, never
+    "stopping after the current tools"."""
+    from console_helpers import notices, wait_until
+    from test_console_messages import _type_message
+
+    from loopdeck.operator.store_link import StoreLink
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+    from loopdeck.tui.dialogs import ApprovalDialog
+    from loopdeck.tui.run_screen import RunScreen
+
+    db = tmp_path / "s.db"
+    await asyncio.to_thread(_stranded, db)
+    link = StoreLink(db, "r1")
+    app = LoopdeckApp(ConsoleStart.for_link(link))
+
+    def said(words: str) -> list[str]:
+        return [t for t in notices(app) if words in t]
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        await pilot.press("escape")  # its write decided later
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen))
+        await _type_message(pilot, app, "look again")
+        await wait_until(pilot, lambda: bool(said("message not sent")))
+        [refused] = said("message not sent")
+        assert "nothing will act on your message to r1" in refused, refused
+        assert refused.endswith("the model does not hear it"), refused
+        assert not said("message sent")
+        await pilot.press("s")
+        await wait_until(pilot, lambda: bool(said("stop recorded")))
+        [stopped] = said("stop recorded")
+        assert f"it cannot go on ({WHY})" in stopped, stopped
+        assert "the next worker to take it up ends it crashed" in stopped, stopped
+        assert not said("stopping after the current tools")
+    assert await asyncio.to_thread(_commands, db) == ["cancel"]

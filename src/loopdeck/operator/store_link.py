@@ -8,7 +8,6 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from loopdeck.core.approvals import ApprovalDecision, ApprovalRequest
@@ -25,6 +24,12 @@ from loopdeck.core.outcome import RunOutcome
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.timeouts import bounded
 from loopdeck.operator import following
+from loopdeck.operator.link_commands import (
+    NOT_FOLLOWING,
+    FailureListener,
+    LinkCommands,
+    ToldListener,
+)
 from loopdeck.operator.links import EventSink, Listener, Tell, refuse_unoffered
 from loopdeck.operator.outage import Outage
 from loopdeck.operator.replay_link import parse_held, parse_rows
@@ -33,13 +38,7 @@ from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.tuning import collector
 
-# A command in the operator's words, and what its failure means for the run.
-COMMAND_WORDS = {"cancel": "stop", "kill": "kill", "pause": "pause", "resume": "resume"}
-UNSENT_MEANS = {"resume": "the run stays paused", "message": "the model does not hear it"}
-# Told of a command that was not sent: what failed ("stop not sent: …"), what it means.
-FailureListener = Callable[[str, str], None]
 log = logging.getLogger(__name__)
-NOT_FOLLOWING = "this console no longer follows the store"  # its drive ended
 
 # The events whose words the console asks the link about (`_note`).
 NOTED: frozenset[type[EventBase]] = frozenset(
@@ -88,8 +87,8 @@ class StoreLink:
         self.phase = "the run's first events from the store"
         # The store cannot be read for now (its server restarted, say): the header says so.
         self.outage = Outage()
-        self._sending: set[asyncio.Task[None]] = set()  # commands on their way to the store
-        self._failure_listeners: list[FailureListener] = []
+        closing = self._closing_now
+        self.commands = LinkCommands(run_id, self.outage, lambda: self.store, closing, self._wait)
         # True while full batches come back: the console draws progress, not every batch.
         self.reading_history = False
         self._history: collector.Hold | None = None  # the collector held while it is read
@@ -100,7 +99,10 @@ class StoreLink:
     @property
     def commands_in_flight(self) -> int:
         """Commands (stop, pause, a message…) on their way to the store."""
-        return len(self._sending)
+        return len(self.commands.sending)
+
+    def _closing_now(self) -> bool:
+        return self._closing is None or self._closing.is_set()
 
     @property
     def store_outage(self) -> str:
@@ -313,49 +315,14 @@ class StoreLink:
 
     def on_failure(self, listener: FailureListener) -> Callable[[], None]:
         """Told of each command that could not be sent (the console shows it)."""
-        listeners = self._failure_listeners
-        listeners.append(listener)
-        return lambda: listeners.remove(listener) if listener in listeners else None
+        return self.commands.on_failure(listener)
 
-    def _failed(self, command: str, why: str, live: str = "") -> None:
-        failed = f"{COMMAND_WORDS.get(command, command)} not sent: {why}"
-        means = live + UNSENT_MEANS.get(command, "the run goes on")
-        if not self._failure_listeners:
-            log.warning("%s — %s", failed, means)
-        for listener in list(self._failure_listeners):
-            listener(failed, means)
+    def on_told(self, listener: ToldListener) -> Callable[[], None]:
+        """Told what came of a stop, a kill or a message once the store took it."""
+        return self.commands.on_told(listener)
 
     def _send(self, command: str, by: str, said: Any = None) -> None:
-        """On its way in a task of its own, kept until it ends; its failure is told. A
-        message or a revoke (`said`) travels as a command with its words."""
-        if self.store is None:  # the link stopped following the store (its drive ended)
-            self._failed(command, NOT_FOLLOWING, live="if it is still live, ")
-            return
-        task = asyncio.get_running_loop().create_task(
-            self._deliver(self.store, command, by, said),
-            name=f"loopdeck-{command}-{self.run_id}",
-        )
-        self._sending.add(task)
-        task.add_done_callback(partial(self._sent, command))
-
-    def _sent(self, command: str, task: asyncio.Task[None]) -> None:
-        self._sending.discard(task)
-        if task.cancelled():  # the console is leaving
-            return
-        error = task.exception()
-        if error is not None:
-            self._failed(command, f"{type(error).__name__}: {error}")
-
-    async def _deliver(self, store: Store, command: str, by: str, said: Any) -> None:
-        """A command given while the store cannot be reached is sent once it can (the header
-        says it is unreachable meanwhile), unless the console leaves first."""
-        while self._closing is not None and not self._closing.is_set():
-            try:
-                await queries.send_command(store, self.run_id, command, by, said)
-                return
-            except StoreUnavailable as exc:
-                self.outage.failed(exc)
-                await self._wait(store)
+        self.commands.send(command, by, said)
 
     def stop(self, by: str) -> None:
         self._send("cancel", by)

@@ -1,6 +1,7 @@
 """What the run screen reads of a link beyond `RunLink`, by the link's own class: what a run
 waits for before its first events (a local run, an attached one), an attached run's store
-outage and long history, the failures its link tells while it goes on, and its close.
+outage and long history, the failures its link tells while it goes on (and what came of an
+attached run's commands), and its close.
 
 A replay has none of these: each says so with its empty value.
 """
@@ -44,12 +45,30 @@ def folded(link: RunLink) -> None:
         link.folded()
 
 
-def on_failure(link: RunLink, listener: FailureListener) -> Callable[[], None] | None:
+def on_failure(
+    link: RunLink, listener: FailureListener, told: Callable[[str], None] | None = None
+) -> Callable[[], None] | None:
     """What the link tells of its failures while the run goes on (a local run's recording, an
-    attached run's commands); returns how to stop listening, None for a replay."""
+    attached run's commands) and, `told`, what came of an attached run's stop, kill or
+    message once its store took it (`tells_what_came`); returns how to stop listening, None
+    for a replay."""
+    if isinstance(link, StoreLink) and told is not None:
+        stops = (link.on_failure(listener), link.on_told(told))
+
+        def stop_both() -> None:
+            for stop in stops:
+                stop()
+
+        return stop_both
     if isinstance(link, LocalLink | StoreLink):
         return link.on_failure(listener)
     return None
+
+
+def tells_what_came(link: RunLink) -> bool:
+    """The link says what came of a stop, a kill or a message once it landed (an attached
+    run's: its store checks whether a runner will hear it); the screen says nothing first."""
+    return isinstance(link, StoreLink)
 
 
 async def close(link: RunLink) -> None:

@@ -150,7 +150,9 @@ class RunScreen(Screen[None]):
         self._unsubscribe.append(self.link.subscribe(self._buffer.append))
         link_facets.folds(self.link)  # `flush` says when it folded what arrived
         self._unsubscribe.append(self.link.on_approvals(self._queue_changed))
-        told = link_facets.on_failure(self.link, partial(say, self, title="run"))
+        told = link_facets.on_failure(
+            self.link, partial(say, self, title="run"), partial(toast, self, title="run")
+        )
         if told is not None:  # a local run's recording, an attached run's commands
             self._unsubscribe.append(told)
         self.app.theme_changed_signal.subscribe(
@@ -338,7 +340,8 @@ class RunScreen(Screen[None]):
                 toast(self, "the run has stopped: nobody is left to hear it", title="not sent")
                 return
             self.link.message(text, by=BY)
-            self.notify("message sent: the model hears it before its next turn")
+            if not link_facets.tells_what_came(self.link):  # an attached run's says it landed
+                self.notify("message sent: the model hears it before its next turn")
 
         self.message_box = MessageDialog(self.view.run_id, ended)
         self.app.push_screen(self.message_box, typed)
@@ -348,7 +351,8 @@ class RunScreen(Screen[None]):
 
     def action_stop(self) -> None:
         self.link.stop(by="console")
-        self.notify("stopping after the current tools")
+        if not link_facets.tells_what_came(self.link):
+            self.notify("stopping after the current tools")
         unheard(self.message_box)
 
     def action_pause(self) -> None:
