@@ -174,3 +174,33 @@ async def test_a_parked_paused_run_is_claimable_by_a_command_not_by_a_decision(d
         assert woken.note == "resumed on host-b for its operator's command (parked by host-a)"
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("command", ["cancel", "kill", "resume"])
+async def test_a_paused_run_is_not_parked_once_a_command_that_ends_its_hold_is_taken(
+    command: str,
+) -> None:
+    """A worker takes a command at once, while the pause's own wait ends a step of the loop
+    later: in that step the parking watch must not see the run as held. A cancel taken and
+    then parked as paused left the run unclaimable (its command consumed, still paused)."""
+    from types import SimpleNamespace
+
+    from loopdeck.core.control import Interrupted, RunControl
+    from loopdeck.operator.parking import Parking
+
+    control = RunControl(lambda make, **fields: None, "r1")
+    parking = Parking(SimpleNamespace(control=control), None, "host-a", None, decisions=False)  # type: ignore[arg-type]
+    control.pause("op")
+    held = asyncio.create_task(control.checkpoint())
+    while not control.pause_holds:
+        await asyncio.sleep(0)
+    assert parking.waiting() == ("its resume (paused)", None)
+    {"cancel": control.request_cancel, "kill": control.request_kill, "resume": control.resume}[
+        command
+    ]("op")
+    assert parking.waiting() is None
+    if command == "resume":
+        await held
+    else:
+        with pytest.raises(Interrupted):
+            await held

@@ -67,14 +67,22 @@ class RunControl:
         self._inflight_cancellable = False
         self._cancelled_inflight = False
         self._resumed: asyncio.Event | None = None
-        # Held by a pause where stops land (nothing in flight): a worker may park it; told
-        # to `on_pause_hold` as each such hold begins.
-        self.pause_holds = False
+        # Held by a pause where stops land (nothing in flight); told to `on_pause_hold` as
+        # each such hold begins.
+        self._holding = False
         self.on_pause_hold: list[Callable[[], None]] = []
 
     @property
     def paused(self) -> bool:
         return self._resumed is not None and not self._resumed.is_set()
+
+    @property
+    def pause_holds(self) -> bool:
+        """Held by a pause where stops land, and nothing taken since ends the hold (a
+        resume, a cancel, a kill): a worker may park it. A command is taken at once, while
+        the hold's own wait ends a step of the loop later."""
+        ended = self._interrupt is not None or self.cancel_requested_by is not None
+        return self._holding and self.paused and not ended
 
     def _record(self, command: Literal["cancel", "kill", "pause", "resume"], by: str) -> None:
         self._emit(OperatorCommand, run_id=self._run_id, command=command, by=by)
@@ -166,14 +174,14 @@ class RunControl:
         whether a stop sent meanwhile is to be looked for again."""
         if self._resumed is None or self._resumed.is_set():
             return False
-        self.pause_holds = True
+        self._holding = True
         for then in self.on_pause_hold:
             then()
         try:
             with self.hold("paused"):
                 await self.interruptible(self._resumed.wait(), by_cancel=True)
         finally:
-            self.pause_holds = False
+            self._holding = False
         return True
 
     async def interruptible(self, awaitable: Awaitable[T], *, by_cancel: bool = False) -> T:
