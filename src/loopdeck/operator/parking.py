@@ -5,8 +5,10 @@ it (`store/leases.py`): what it did is committed, its slot freed, its runtime st
 without a word of it in the log. The decision, when it lands (in the store, as any decision
 does), makes it claimable; a free worker rebuilds it from its log and finds the decision
 there. A request that expires, or a command sent to it (a resume, a cancel, a message), makes
-it claimable too: its runtime takes them. A paused run only a command wakes: a decision taken
-while it is paused waits for its resume, as its next model call would.
+it claimable too: its runtime takes them. A run parked as paused only a command wakes: a
+decision taken while it is paused waits for its resume, as its next model call would. (One
+parked on its approval and paused meanwhile is still woken by its request's expiry, decided
+or not, and runs the approved write as a live paused run would.)
 
 A run whose env keeps its state in the worker's memory (no `reopen`), or whose agent drives
 its own loop, is not watched: no other worker could rebuild it (`leased_run.py`).
