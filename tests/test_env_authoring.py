@@ -180,12 +180,15 @@ def test_a_missing_runtime_need_is_named_before_the_run(cli, tmp_path) -> None:
 def test_json_calls_carry_results_error_codes_and_retries(cli) -> None:
     code, out, _ = cli("run", "service_outage", "--script", "wrong-guess", "--headless", "--json")
     assert code == 1
-    assert all({"result", "error_code", "retries", "duration_ms"} <= set(c) for c in out["calls"])
+    fields = {"risk", "risk_source", "result", "error_code", "error", "retries", "duration_ms"}
+    assert all(fields <= set(c) for c in out["calls"])
     first, blocked = out["calls"][0], out["calls"][-1]
     assert first["result"]["replicas"] == 1 and first["error_code"] is None
+    assert first["error"] is None and first["risk"] in ("read", "write")
     assert first["retries"] == 0
     assert blocked["status"] == "blocked_repeat"
     assert blocked["error_code"] == "REPEATED_CALL" and blocked["result"] is None
+    assert "repeat" in blocked["error"].lower() or "same" in blocked["error"].lower()
 
 
 async def test_theme_by_path_and_from_the_user_folder(tmp_path, monkeypatch) -> None:

@@ -99,6 +99,8 @@ class RunOutcome(BaseModel):
                 "round": c.round,
                 "tool": c.tool,
                 "args": c.args,
+                "risk": c.risk,
+                "risk_source": c.risk_source or None,
                 "fingerprint": c.fingerprint,
                 "status": c.status.value,
                 "decided_by": c.decided_by.flat() if c.decided_by else None,
@@ -110,12 +112,14 @@ class RunOutcome(BaseModel):
 
 
 def _result_fields(call: CallRecord) -> dict[str, Any]:
-    """What became of a call for a script reading `--json`: its data, or its error code."""
+    """What became of a call for a script reading `--json`: its data, or its error's code
+    and the words the model was told."""
     result = call.result or {}
     error = result.get("error") if isinstance(result.get("error"), dict) else None
     return {
         "result": result.get("data") if result.get("ok") else None,
         "error_code": error.get("code") if error else None,
+        "error": error.get("message") if error else None,
         "retries": call.retries,
         "duration_ms": call.duration_ms,
     }
