@@ -84,6 +84,18 @@ def test_cels_type_names_and_macro_variables_are_read_as_cel_reads_them(
         ('"1"', "it reads no attribute and always fails: gives StringType 1, not a bool"),
         ("1", "gives IntType 1, not a bool"),
         ("1 / 0 == 1", "always fails: "),
+        # A function CEL here does not have fails every ask: refused as it loads.
+        (
+            'call.args.path.lowerAscii() == "a"',
+            "unknown function 'lowerAscii': a condition calls all, bool",
+        ),
+        ('substring(call.args.path, 1) == "a"', "unknown function 'substring'"),
+        (
+            'forbid(principal, action == Action::"write_file", resource);',
+            "not a CEL expression:"
+            " Unexpected token Token('COLON', ':') at line 1, column 35."
+            " (a condition is CEL: Cedar's permit/forbid is not read)",
+        ),
     ],
 )
 def test_a_condition_that_could_never_be_what_it_means_is_refused_as_it_loads(
@@ -125,6 +137,43 @@ def test_an_argument_nested_too_deep_to_be_evaluated_never_lets_a_call_through(
     too_deep = "the call's arguments are nested too deep to be evaluated"
     assert verdict.errors == (f"run:no-x: {too_deep}", f"run:all: {too_deep}")
     assert too_deep in verdict.decided_by.why
+
+
+NESTED = "call.args.l.all(a, call.args.l.all(b, call.args.l.all(c, a + b + c >= 0)))"
+
+
+def test_a_condition_that_runs_too_long_fails_closed_naming_why(tmp_path: Path) -> None:
+    """Nested macros over a list the agent sends (100 items: a million evaluations) are not
+    evaluated to their end on an ask: the allow does not hold, the deny asks, both named."""
+    path = tmp_path / "policy.toml"
+    path.write_text(_rule("deny-odd", "deny", f"!({NESTED})") + _rule("allow", "allow", NESTED))
+    policy = Policy([read_level("run", path)])
+    case = _case({"l": list(range(100))})
+    verdict = policy.evaluate(case_facts(case), CaseMemory(case)).verdict()
+    assert verdict.effect == "ask" and verdict.decided_by is not None
+    assert verdict.decided_by.rule_id == "deny-odd"
+    too_long = "not evaluated past 50,000 steps (nested macros, or a list too long for them)"
+    assert [error.split(": ", 1) for error in verdict.errors] == [
+        ["run:deny-odd", f"{too_long}: write it to do less"],
+        ["run:allow", f"{too_long}: write it to do less"],
+    ]
+    short = _case({"l": [1, 2, 3]})  # the same rules on a short list: evaluated as written
+    assert policy.evaluate(case_facts(short), CaseMemory(short)).effect == "allow"
+
+
+def test_a_failed_test_names_the_rule_that_could_not_be_evaluated(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from loopdeck.cli import main
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_rule("allow", "allow", NESTED) + '[[test]]\ncall = { tool = "t", args ='
+                    ' { l = [' + ", ".join(["1"] * 60) + '] } }\nexpect = "allow"\n')  # fmt: skip
+    assert main(["policy", "test", str(path)]) == 1
+    assert (
+        "test 1: expected allow, got ask (no rule decides) (rule allow's condition could not be"
+        " evaluated: not evaluated past 50,000 steps" in capsys.readouterr().err
+    )
 
 
 POLICY_TEST_REFUSALS = [

@@ -83,6 +83,8 @@ class CaseResult:
         failed = next((o.error for o in outcomes if o.rule is decider and o.error), "")
         if failed:  # it asks because its condition failed: the error is what to fix
             got += f" (its condition could not be evaluated: {failed})"
+        elif not self.passed and (other := next((o for o in outcomes if o.error), None)):
+            got += f" (rule {other.rule.id}'s condition could not be evaluated: {other.error})"
         if self.passed:
             return f"{self.name}: {got}"
         expected: str = self.case.expect

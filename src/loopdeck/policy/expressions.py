@@ -4,10 +4,11 @@ by `cel-python`, its maintained engine; never a language of loopdeck's own.
 A condition is read once, when its policy loads: a syntax error, a name that is none of
 the attributes (`call`, `state`, `run`, `rule`, `time`), of CEL's type names (`string`,
 `int`…: `type(call.args.path) == string`) or of a macro's own variable inside its macro, a
-constant pattern that is no regular expression (`matches("calc(")`), or a condition that
-reads nothing and is no bool (`"1"`), refuses the policy naming the rule. It holds only when
-it evaluates to `true`; an evaluation that fails (a missing argument, a type mismatch) or
-gives something else is `ConditionFailed`, with CEL's words.
+constant pattern that is no regular expression (`matches("calc(")`), a function CEL here
+does not have (`lowerAscii`), or a condition that reads nothing and is no bool (`"1"`),
+refuses the policy naming the rule. It holds only when it evaluates to `true`; an evaluation
+that fails (a missing argument, a type mismatch), runs past `MOST_STEPS` (nested macros over
+a long list) or gives something else is `ConditionFailed`, with CEL's words.
 
 A condition a run recorded (`as_recorded`) is read as the load it was recorded under read it:
 parsed, the checks added since made but not refusing it: what they refuse is kept (`refused`).
@@ -33,7 +34,7 @@ import re2  # type: ignore[import-untyped]  # CEL's patterns: RE2 (cel-python's 
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, Evaluator, base_functions
 from lark import Token, Tree
 
 ROOTS = frozenset({"call", "state", "run", "rule", "time"})
@@ -42,6 +43,16 @@ TYPE_NAMES = frozenset({"bool", "bytes", "double", "int", "uint", "string", "lis
                         "null_type", "type", "timestamp", "duration"})  # fmt: skip
 # Macros whose first argument names a variable of their own (`list.exists(x, x > 1)`).
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+# What a condition may call: CEL's functions as cel-python has them, and its macros.
+FUNCTIONS = frozenset(
+    {name for name in base_functions if name.isidentifier() and name[0] != "_"}
+    | MACROS
+    | {"has", "dyn"}
+)
+# How many nodes one evaluation may visit: a condition is a hundred, a macro over a call's
+# list of a thousand items some 20,000. Nested macros (or a huge list an agent sends) go
+# past it and fail, closed, rather than hold the run's loop (~6 µs a node) on one ask.
+MOST_STEPS = 50_000
 WORDS_CAP = 300  # what an error says of itself (CEL's words can name a whole activation)
 
 Activation = dict[str, Any]
@@ -75,7 +86,7 @@ def _environment() -> celpy.Environment:
     for it is refused when read, naming why."""
     limit = sys.getrecursionlimit()
     try:
-        return celpy.Environment()
+        return celpy.Environment(runner_class=_BoundedRunner)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -86,7 +97,8 @@ class Condition:
         try:
             tree = _environment().compile(text)
         except CELParseError as exc:
-            raise ExpressionError(f"not a CEL expression: {_parse_words(exc)}") from None
+            cedar = " (a condition is CEL: Cedar's permit/forbid is not read)" * _cedar(text)
+            raise ExpressionError(f"not a CEL expression: {_parse_words(exc)}{cedar}") from None
         self.refused: str | None = None  # what today's checks refuse of a recorded one
         if not as_recorded:
             self._checked(tree)
@@ -105,6 +117,7 @@ class Condition:
                 f" {MOST_NESTED}): write it flatter"
             )
         names = _root_names(tree)
+        _known_functions(tree)
         unknown = sorted(names - ROOTS - TYPE_NAMES)
         if unknown:
             raise ExpressionError(
@@ -130,6 +143,11 @@ class Condition:
             raise ConditionFailed(_first_line(exc)) from None
         except RecursionError:
             raise ConditionFailed("nested too deep to be evaluated here") from None
+        except _TooLong:
+            raise ConditionFailed(
+                f"not evaluated past {MOST_STEPS:,} steps (nested macros, or a list too long"
+                " for them): write it to do less"
+            ) from None
         if isinstance(value, CELEvalError):
             raise ConditionFailed(_first_line(value))
         if isinstance(value, Exception):
@@ -169,8 +187,15 @@ def _parse_words(exc: CELParseError) -> str:
     return cause[0]
 
 
+def _cedar(text: str) -> bool:
+    return text.lstrip().startswith(("permit", "forbid"))
+
+
 def _first_line(exc: BaseException) -> str:
     said = str(exc.args[0]) if exc.args else str(exc)
+    if said == "return error for overflow" and len(exc.args) == 3 and exc.args[2]:
+        # cel-python's words for any ValueError: the cause's say what went wrong
+        said = f"{getattr(exc.args[1], '__name__', 'error')}: {exc.args[2][0]}"
     said = said.split(" (in activation")[0].splitlines()[0].strip()
     return said if len(said) <= WORDS_CAP else said[: WORDS_CAP - 1] + "…"
 
@@ -241,6 +266,58 @@ def _program(tree: Tree[Token]) -> Any:
     return _environment().program(tree, functions={"matches": _matches})
 
 
+def _known_functions(tree: Tree[Token]) -> None:
+    """A function or method no CEL here has (`lowerAscii`, `split`) is refused now: it
+    would fail at every ask."""
+    for node in tree.iter_subtrees():
+        if node.data == "member_dot_arg":
+            name = str(node.children[1])
+        elif node.data == "ident_arg":
+            name = str(node.children[0])
+        else:
+            continue
+        if name not in FUNCTIONS:
+            raise ExpressionError(
+                f"unknown function {name!r}: a condition calls {', '.join(sorted(FUNCTIONS))}"
+            )
+
+
+class _TooLong(BaseException):
+    """An evaluation past `MOST_STEPS`. A BaseException: cel-python turns an Exception
+    raised inside a function into a value (or logs it); this one must end the evaluation."""
+
+
+class _Steps:
+    def __init__(self) -> None:
+        self.left = MOST_STEPS
+
+    def take(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _TooLong
+
+
+class _Bounded(Evaluator):
+    """cel-python's interpreter, counting the nodes it visits (a macro's too) against one
+    budget per evaluation."""
+
+    def __init__(self, ast: Tree[Token], activation: Any, steps: _Steps) -> None:
+        super().__init__(ast, activation)
+        self.steps = steps
+
+    def _visit_tree(self, tree: Tree[Token]) -> Any:
+        self.steps.take()
+        return super()._visit_tree(tree)
+
+    def sub_evaluator(self, ast: Tree[Token]) -> Evaluator:
+        return _Bounded(ast, self.activation, self.steps)
+
+
+class _BoundedRunner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _Bounded(self.ast, self.new_activation(), _Steps()).evaluate(context)
+
+
 def _constant_patterns(tree: Tree[Token]) -> None:
     """A `matches` whose pattern reads nothing (a constant) is a regular expression RE2
     compiles, or `ExpressionError` now: it would fail every ask."""
@@ -257,7 +334,7 @@ def _constant_patterns(tree: Tree[Token]) -> None:
                 continue
             try:
                 pattern = _program(argument).evaluate({})
-            except CELEvalError:
+            except (CELEvalError, _TooLong):
                 continue  # it fails as it is evaluated, saying why
             if isinstance(pattern, str):  # a StringType, or what `+` made of two
                 try:
