@@ -71,7 +71,10 @@ async def test_malformed_arguments_are_corrected_within_budget() -> None:
     assert "words" in errors[0] and "text" in errors[1]
 
 
-async def test_timeout_is_retried_then_reported() -> None:
+async def test_a_timed_out_read_is_tried_again_once_then_reported() -> None:
+    """A timeout is not a dropped connection: a read that hung is tried once more, not three
+    times (each try costs its whole timeout)."""
+
     class Slow(Environment):
         def snapshot(self):
             return {}
@@ -90,8 +93,24 @@ async def test_timeout_is_retried_then_reported() -> None:
         spec, "c1", {}, on_retry=lambda a, e, d: retries.append(a)
     )
     assert not result.ok and result.error.code is ErrorCode.TIMEOUT
-    assert retries == [1, 2, 3]
-    assert result.provenance.attempts == 4
+    assert retries == [1]
+    assert result.provenance.attempts == 2
+
+
+async def test_a_read_that_fails_transiently_is_tried_again_three_times() -> None:
+    class Busy(Environment):
+        @tool()
+        def flaky(self, args):
+            """Always busy."""
+            raise ToolError(ErrorCode.TEMPORARY_UNAVAILABLE, "busy")
+
+    spec = Busy(None, {}).tools()[0]  # type: ignore[arg-type]
+    retries = []
+    result = await Dispatcher(backoff_s=0.001).run(
+        spec, "c1", {}, on_retry=lambda a, e, d: retries.append(a)
+    )
+    assert result.error.code is ErrorCode.TEMPORARY_UNAVAILABLE
+    assert retries == [1, 2, 3] and result.provenance.attempts == 4
 
 
 async def test_tool_error_codes_pass_through() -> None:

@@ -1,6 +1,11 @@
 """Runs one tool call: receipt check, timeout, transient retries for reads, a normalized and
 size-capped result. A write runs at most once: it is never retried, and a write whose outcome
-is not known (it timed out, failed transiently or crashed) says so."""
+is not known (it timed out, failed transiently or crashed) says so.
+
+A read that failed transiently (`TEMPORARY_UNAVAILABLE`: a dropped connection, a busy
+server) is tried up to MAX_RETRIES more times; one that timed out only TIMEOUT_RETRIES more:
+a read that hung once likely hangs again, and each try costs its whole timeout (a long
+read-only operation runs again from its start)."""
 
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from loopdeck.core.tools import (
 )
 
 MAX_RETRIES = 3
+TIMEOUT_RETRIES = 1
 RESULT_CHAR_CAP = 4000
 # A write that ended this way may or may not have taken effect.
 UNKNOWN_OUTCOME_CODES = TRANSIENT_CODES | {ErrorCode.TOOL_CRASHED}
@@ -189,7 +195,8 @@ class Dispatcher:
                     f"{failure.message}); it is not retried. Check the state before acting on it.",
                 )
                 return (None, None), failure, attempt
-            if write or failure.code not in TRANSIENT_CODES or attempt > MAX_RETRIES:
+            retries = TIMEOUT_RETRIES if failure.code is ErrorCode.TIMEOUT else MAX_RETRIES
+            if write or failure.code not in TRANSIENT_CODES or attempt > retries:
                 return (None, None), failure, attempt
             delay = self.backoff_s * 2 ** (attempt - 1)
             if on_retry is not None:
