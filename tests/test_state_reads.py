@@ -178,6 +178,31 @@ async def test_the_state_is_read_again_after_the_operator_was_waited_on() -> Non
         runtime.env_thread.close()
 
 
+async def test_a_change_said_while_the_state_is_read_has_it_read_again() -> None:
+    """The env says its state changed (an MCP server's `resources/updated`, from its
+    connection's thread) while a read is under way: that read may predate the change, so it
+    is not kept, and the next look reads again."""
+
+    class Told(Counter):
+        def snapshot(self) -> dict[str, Any]:
+            seen = super().snapshot()
+            if self.data.setdefault("said", 0) == 0:
+                self.data["said"] = 1
+                self.data["count"] = 9  # changed after the read took it
+                reads.forget()
+            return seen
+
+    env = Told(Path("."), {})
+    reads = StateReads(env, EnvThread(), lambda awaitable: awaitable)
+    try:
+        first = await reads.state_hash()
+        assert await reads.state_hash() != first
+        assert await reads.state_hash() == await reads.state_hash()  # kept once read whole
+        assert reads.reads == 2
+    finally:
+        reads.env_thread.close()
+
+
 # -- an MCP server's state --------------------------------------------------------------------
 async def _mcp_run(*settings: str) -> tuple[Runtime, Recorder]:
     bus, recorder = EventBus(), Recorder()

@@ -42,15 +42,15 @@ def _no_hold(why: str) -> AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
-def from_anywhere(act: Callable[[str], None]) -> Callable[[str], None]:
+def from_anywhere(act: Callable[[T], None]) -> Callable[[T], None]:
     """`act` for a thread that is not the run's (an env's on its server's connection): it
     lands on the loop this is asked on, the run's; once that loop is closed, the run is over
     and it does nothing."""
     loop = asyncio.get_running_loop()
 
-    def on_the_runs_loop(text: str) -> None:
+    def on_the_runs_loop(said: T) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
-            loop.call_soon_threadsafe(act, text)
+            loop.call_soon_threadsafe(act, said)
 
     return on_the_runs_loop
 

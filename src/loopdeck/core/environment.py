@@ -113,6 +113,16 @@ class Environment:
         said for the operator a finding of the run (`Finding`: live, stored, replayed,
         exported), as long as the run lasts: an MCP server's warnings. Most envs have none."""
 
+    def watch_tools(self, changed: Callable[[dict[str, ToolSpec]], None]) -> None:
+        """As the run starts: `changed(specs)`, from any thread, makes these tools' specs the
+        run's from then on (an MCP server that marks a tool less safe mid-run: a write). Only
+        tools the run has: its allowlist is fixed as it starts. Most envs' tools never change."""
+
+    def watch_state(self, changed: Callable[[], None]) -> None:
+        """As the run starts: `changed()`, from any thread, says the state may have changed
+        with no tool run (an MCP server's `notifications/resources/updated`): under
+        `by_writes`, the next look reads it. Most envs have nothing to say it."""
+
     def write_diff(self, call_id: str, args: dict[str, Any]) -> str:
         """What a write would change, as the operator deciding on it is shown it (its
         request's `diff`: `loopdeck pending`, the approval dialog): the diff its arguments'

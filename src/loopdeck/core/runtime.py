@@ -303,6 +303,8 @@ class Runtime:
         self._arm_deadline()
         self.env.watch(self.control.fail_from_anywhere())
         self.env.report_findings(from_anywhere(self._found))
+        self.env.watch_tools(from_anywhere(self.tools.update))
+        self.env.watch_state(self.state_reads.forget)  # from any thread (`StateReads`)
         try:
             await self.agent.run()
         except StopRun as stop:

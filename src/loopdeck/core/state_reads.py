@@ -14,9 +14,11 @@ An env says how its state changes, by its `state_changes`:
   alone, the env says (`leaves_state(spec)`: an MCP env, those its server marks
   `readOnlyHint` and the scenario does not make writes); an env that does not say, its tools
   whose risk is `read`. The state last read stands until another tool is dispatched
-  (`before_tool`), or until the operator was waited on (`forget`: whatever happened
-  meanwhile, a receipt is checked against the state as it is then). The MCP kind's default
-  (`[mcp] state_changes`).
+  (`before_tool`), until the operator was waited on (`forget`: whatever happened
+  meanwhile, a receipt is checked against the state as it is then), or until the env says it
+  changed on its own (`forget` from any thread, `Environment.watch_state`: an MCP server's
+  `notifications/resources/updated`; a read begun before that is not kept). The MCP kind's
+  default (`[mcp] state_changes`).
 
 A run whose loop is a kind's own (an ACP agent, which changes its working copy itself) reads
 on every look, whatever its env says: its changes never pass through the dispatcher.
@@ -36,6 +38,7 @@ command has the scenario's, and its command stops itself at it): past it the run
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -129,6 +132,10 @@ class StateReads:
         # An env that writes its own fingerprint has it called: it may differ from the hash.
         self._own_fingerprint = type(env).fingerprint is not Environment.fingerprint
         self._known: Read | None = None  # the state last read, while nothing may change it
+        # `forget`s so far, and as the last read began: a read begun before one is not kept.
+        self._forgotten = 0
+        self._read_after = 0
+        self._lock = threading.Lock()
         self.reads = 0  # how many times env code was run to read the state
 
     @property
@@ -140,6 +147,7 @@ class StateReads:
     def read(self) -> Read:
         """Env code, on the env thread: the snapshot and its hash. One that is not a dict of
         JSON data stops the run (`crashed`), naming where."""
+        self._read_after = self._forgotten
         snapshot = self.env.snapshot()
         if isinstance(snapshot, dict) and all(isinstance(key, str) for key in snapshot):
             try:
@@ -166,13 +174,17 @@ class StateReads:
         return reasons
 
     def forget(self) -> None:
-        """The state may have changed since it was read: the next look reads it."""
-        self._known = None
+        """The state may have changed since it was read: the next look reads it. From any
+        thread: a read under way as it is said is not kept (`_keep`)."""
+        with self._lock:
+            self._forgotten += 1
+            self._known = None
 
     def _keep(self, read: Read) -> Read:
         self.reads += 1
-        if self.changes == "by_writes":
-            self._known = read
+        with self._lock:
+            if self.changes == "by_writes" and self._read_after == self._forgotten:
+                self._known = read
         return read
 
     async def _read_now(self, label: str) -> Read:

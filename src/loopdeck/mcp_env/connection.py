@@ -29,15 +29,16 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from loopdeck.core.text import capped, visible
-from loopdeck.core.tools import ToolError
+from loopdeck.core.tools import Risk, ToolError
 from loopdeck.mcp_env.config import McpConfig
+from loopdeck.mcp_env.listing import ServerTool, listed_resources, listed_tools
 from loopdeck.mcp_env.progress import timed_call
 from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
+from loopdeck.mcp_env.server_changes import CONNECTION_CLOSED, ServerChanges
 from loopdeck.mcp_env.server_log import ServerLog
 from loopdeck.mcp_env.stdio_server import StdioServer
 from loopdeck.workdir.goal_check import stderr_tail
@@ -45,7 +46,6 @@ from loopdeck.workdir.goal_check import stderr_tail
 T = TypeVar("T")
 # A stdio server's stop: stdin closed, 2 s, then its guardian's (SIGTERM, up to 10 s, SIGKILL).
 CLOSE_WAIT_S = 16.0
-CONNECTION_CLOSED = -32000  # MCP's error code for a connection that ended under a request
 REQUEST_TIMEOUT = -32001  # the SDK's, for a request past its read timeout
 SAID_CAP = 1000  # a server's words in a stop's detail
 EXIT_SEEN_S = 2.0  # from a server's output closing to its exit status
@@ -63,16 +63,6 @@ def ping_bound_s(config: McpConfig) -> float:
 
 class ServerFailed(Exception):
     """The server could not start, or went away; the message names it, with its stderr."""
-
-
-@dataclass(frozen=True)
-class ServerTool:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    read_only: bool | None  # the server's readOnlyHint (None: no annotation)
-    destructive: bool | None
-    task_support: str | None = None  # execution.taskSupport: "required" runs only as a task
 
 
 class McpConnection:
@@ -97,6 +87,7 @@ class McpConnection:
         self._gone_said: str | None = None  # the server's end, in words, once it went away
         self.gone: str | None = None  # why the server is no longer there
         self.log = ServerLog(self.name)  # its warnings: said, and the run's findings
+        self.changes = ServerChanges(self.name, config, self.log.say)  # what it says changed
 
     # -- starting and stopping -------------------------------------------------------
     def start(self) -> None:
@@ -140,12 +131,16 @@ class McpConnection:
 
         async with self._transport(errlog) as streams:
             read, write = streams[0], streams[1]
-            async with ClientSession(read, write, logging_callback=self.log.logged) as session:
+            async with ClientSession(
+                read, write, logging_callback=self.log.logged, message_handler=self.changes.noticed
+            ) as session:
+                self.changes.session = session
                 with anyio.fail_after(self.config.startup_timeout_s):
                     init = await session.initialize()
-                    self.tools = await _listed_tools(session)
-                    if init.capabilities.resources is not None:
-                        self.resources = await _listed_resources(session)
+                    self.tools = await listed_tools(session)
+                    if (offers := init.capabilities.resources) is not None:
+                        self.resources = await listed_resources(session)
+                        await self.changes.subscribe(session, bool(offers.subscribe))
                 self.server_name = init.server_info.name
                 self._session = session
                 self._ready.set()
@@ -263,14 +258,25 @@ class McpConnection:
             raise ServerFailed(self.failure_words(f"{what}: connection closed")) from None
 
     async def call(
-        self, tool: str, args: dict[str, Any], timeout_s: float, max_s: float | None = None
+        self,
+        tool: str,
+        args: dict[str, Any],
+        timeout_s: float,
+        max_s: float | None = None,
+        risk: Risk | None = None,
     ) -> Any:
         """`tools/call`, awaited from another loop; its `CallToolResult`, within `timeout_s` of
-        its start or its last progress, `max_s` at most (`progress.py`). Cancelling it cancels
-        the request (MCP's `notifications/cancelled`)."""
+        its start or its last progress, `max_s` at most (`progress.py`). Called as `risk` (None:
+        as the run started with it), vetted against the tools as the server last listed them
+        (`ServerChanges.vetted`). Cancelling it cancels the request (`notifications/cancelled`)."""
         what = f"tools/call {tool}"
         most = timeout_s if max_s is None else max_s
-        future = self._submit(what, lambda s: timed_call(s, tool, args, timeout_s, most))
+        future = self._submit(
+            what,
+            lambda s: self.changes.vetted(
+                tool, risk, lambda: timed_call(s, tool, args, timeout_s, most)
+            ),
+        )
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -283,7 +289,10 @@ class McpConnection:
     def call_sync(self, tool: str, args: dict[str, Any], timeout_s: float) -> Any:
         what = f"tools/call {tool}"
         future = self._submit(
-            what, lambda s: s.call_tool(tool, args, read_timeout_seconds=timeout_s)
+            what,
+            lambda s: self.changes.vetted(
+                tool, None, lambda: s.call_tool(tool, args, read_timeout_seconds=timeout_s)
+            ),
         )
         return self._result(what, future, timeout_s)
 
@@ -335,47 +344,6 @@ class McpConnection:
             return self._said("went away", why)
         exited = f"exit status {status}" if status >= 0 else f"killed by signal {-status}"
         return self._said(f"went away ({exited})", why)
-
-
-async def _listed_tools(session: Any) -> list[ServerTool]:
-    from mcp.types import PaginatedRequestParams
-
-    tools: list[ServerTool] = []
-    cursor = None
-    while True:
-        page = await session.list_tools(
-            params=PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
-        for tool in page.tools:
-            hints = tool.annotations
-            tools.append(
-                ServerTool(
-                    name=tool.name,
-                    description=tool.description or tool.title or tool.name,
-                    input_schema=dict(tool.input_schema or {}),
-                    read_only=None if hints is None else hints.read_only_hint,
-                    destructive=None if hints is None else hints.destructive_hint,
-                    task_support=None if tool.execution is None else tool.execution.task_support,
-                )
-            )
-        cursor = page.next_cursor
-        if not cursor:
-            return tools
-
-
-async def _listed_resources(session: Any) -> list[str]:
-    from mcp.types import PaginatedRequestParams
-
-    uris: list[str] = []
-    cursor = None
-    while True:
-        page = await session.list_resources(
-            params=PaginatedRequestParams(cursor=cursor) if cursor else None
-        )
-        uris += [str(resource.uri) for resource in page.resources]
-        cursor = page.next_cursor
-        if not cursor:
-            return uris
 
 
 def _words(exc: BaseException) -> str:

@@ -8,7 +8,9 @@ whose result is the server's content, normalized (`results.py`). Its state is th
 state changes only by the tools the server does not mark read-only (`leaves_state`; a
 scenario's override to `read` skips the approval, not the read after it), so it is read once
 per change (`state_changes = "by_writes"`, `core/state_reads.py`), unless the scenario says it
-changes on its own (`[mcp] state_changes = "any_time"`).
+changes on its own (`[mcp] state_changes = "any_time"`), or until the server says a resource
+changed (`server_changes.py`). A tool the server makes less safe mid-run is a write from then
+on (`tool_changes.py`).
 
 An `env.py` may subclass it (`make_env(workdir, data)` returning one) to write `snapshot()`
 or `unmet()` in Python; `self.read_resource(uri)` and `self.call_tool(name, args)` reach the
@@ -27,7 +29,8 @@ from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import StopReason
 from loopdeck.core.tools import Risk, ToolError, ToolSpec
 from loopdeck.mcp_env.config import McpConfig, ToolOverride
-from loopdeck.mcp_env.connection import McpConnection, ServerFailed, ServerTool
+from loopdeck.mcp_env.connection import McpConnection, ServerFailed
+from loopdeck.mcp_env.listing import ServerTool
 from loopdeck.mcp_env.results import call_result, resource_value
 from loopdeck.mcp_env.server_asks import (
     offered_tools,
@@ -36,6 +39,7 @@ from loopdeck.mcp_env.server_asks import (
     unanswered,
 )
 from loopdeck.mcp_env.state_entries import entry_problems, read_entry
+from loopdeck.mcp_env.tool_changes import Specs, ToolChanges
 from loopdeck.workdir.goal_check import run_goal_check
 
 SNAPSHOT_TIMEOUT_S = 30.0
@@ -66,6 +70,7 @@ class McpEnvironment(Environment):
         self._specs: list[ToolSpec] = []
         self._timeouts: dict[str, float] = {}  # each tool's own (its spec's bounds it behind)
         self._read_only: set[str] = set()  # the tools the server marks readOnlyHint
+        self._changes: ToolChanges | None = None  # its tools as it lists them again mid-run
 
     # -- the run's server ------------------------------------------------------------
     def connect(
@@ -81,6 +86,13 @@ class McpEnvironment(Environment):
         offered = offered_tools(self.connection)
         self._specs = [self._spec(tool) for tool in offered]
         self._read_only = {tool.name for tool in offered if tool.read_only is True}
+        risks = {spec.name: spec.risk for spec in self._specs}
+        connection = self.connection
+        self._changes = ToolChanges(
+            connection.name, offered, risks, connection.tools, connection.log.say, self._as_write
+        )
+        connection.changes.tools_told = self._changes.listed
+        connection.changes.vet = self._changes.vet
         problems = override_problems(config, self.connection.tools)
         problems += entry_problems(self.connection, config, self._specs)
         if problems:
@@ -98,6 +110,18 @@ class McpEnvironment(Environment):
         logged as it started, at once."""
         if self.connection is not None:
             self.connection.log.tell(found)
+
+    def watch_tools(self, changed: Callable[[Specs], None]) -> None:
+        """A tool its server makes less safe mid-run is a write from then on
+        (`tool_changes.py`)."""
+        if self._changes is not None:
+            self._changes.watch(changed)
+
+    def watch_state(self, changed: Callable[[], None]) -> None:
+        """A resource the server says changed (`notifications/resources/updated`, `list_changed`):
+        the state is read again at the next look (`server_changes.py`)."""
+        if self.connection is not None:
+            self.connection.changes.state_told = changed
 
     def close(self) -> None:
         if self.connection is not None:
@@ -132,10 +156,11 @@ class McpEnvironment(Environment):
         the state is not read again after it (`core/state_reads.py`)."""
         return spec.risk == "read" and spec.name in self._read_only
 
-    def _spec(self, tool: ServerTool) -> ToolSpec:
+    def _spec(self, tool: ServerTool, made: tuple[Risk, str] | None = None) -> ToolSpec:
+        """The tool's spec, its risk `made` (else by its hints and the scenario's override)."""
         assert self.config is not None
         override = self.config.tools.get(tool.name, ToolOverride())
-        risk, source = risk_of(tool, override)
+        risk, source = made or risk_of(tool, override)
         timeout_s = override.timeout_s or self.config.call_timeout_s
         max_s = max(timeout_s, self.config.progress_max_s)
         self._timeouts[tool.name] = timeout_s
@@ -151,13 +176,20 @@ class McpEnvironment(Environment):
             fn=self._caller(tool.name, risk, timeout_s, max_s),
         )
 
+    def _as_write(self, tool: ServerTool, source: str) -> ToolSpec:
+        """`tool`'s spec from now on: a write (its server made it less safe mid-run)."""
+        spec = self._spec(tool, ("write", source))
+        self._read_only.discard(tool.name)
+        self._specs = [spec if each.name == tool.name else each for each in self._specs]
+        return spec
+
     def _caller(
         self, name: str, risk: Risk, timeout_s: float, max_s: float
     ) -> Callable[[Any], Awaitable[Any]]:
         async def call(args: Any) -> Any:
             arguments = args.model_dump(mode="json")
             try:
-                result = await self._server.call(name, arguments, timeout_s, max_s)
+                result = await self._server.call(name, arguments, timeout_s, max_s, risk)
             except ServerFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             except ToolError:

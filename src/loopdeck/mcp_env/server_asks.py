@@ -20,7 +20,8 @@ import difflib
 
 from loopdeck.core.tools import ErrorCode, ToolError
 from loopdeck.mcp_env.config import McpConfig
-from loopdeck.mcp_env.connection import REQUEST_TIMEOUT, McpConnection, ServerTool
+from loopdeck.mcp_env.connection import REQUEST_TIMEOUT, McpConnection
+from loopdeck.mcp_env.listing import ServerTool
 from loopdeck.mcp_env.sdk_noise import log
 
 CLOSEST_SHOWN = 3

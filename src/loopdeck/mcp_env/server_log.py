@@ -1,8 +1,10 @@
 """What an MCP server logs (`notifications/message`): a warning or worse said on `loopdeck.mcp` in
 the server's words, and kept as the run's finding (`Finding`: live in the console, stored,
 replayed, exported), up to LOGGED_SHOWN in a run, more being one line saying so; info and
-debug are neither. What the server logs before its run listens (as it starts and lists its
-tools) is kept, and told in order once it does (`tell`): nothing logged is only printed."""
+debug are neither. What loopdeck says of the server (`say`: its tools changed under the run)
+is said and kept the same way. What the server logs before its run listens (as it starts and
+lists its tools) is kept, and told in order once it does (`tell`): nothing logged is only
+printed."""
 
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ class ServerLog:
         source = f" ({params.logger})" if params.logger else ""
         words = capped(visible(data), WORDS_CAP)
         self._said(level, f"MCP server `{self.name}` logged {params.level}{source}: {words}")
+
+    def say(self, words: str) -> None:
+        """loopdeck's own word on the server (its tools changed under the run), said and kept
+        as its log's warnings are, never counted among them."""
+        self._said(logging.WARNING, words)
 
     def _said(self, level: int, words: str) -> None:
         log.log(level, "%s", words)
