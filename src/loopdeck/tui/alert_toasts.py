@@ -1,11 +1,16 @@
 """The fleet's alerts as toasts, grouped: runs that say the same thing (a console opened on
 a store where ten runs wait, their receipts nearing expiry) are one toast that counts them,
 updated in place while it is on screen as more come; never a toast a run, which would bury
-the table, the header and the errors said before them (a broken theme)."""
+the table, the header and the errors said before them (a broken theme).
+
+A toast of a wait (an approval, a question) says only what still waits where the operator is
+not looking: none for the run whose screen is open (its dialog, its header say it), and one
+shown is taken down, or said again for the runs left, once its wait is decided, answered or
+over, or its run is opened (`settle`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -13,6 +18,7 @@ from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
 
 from loopdeck.core.text import plural, visible
+from loopdeck.operator.fleet import FleetRow
 from loopdeck.operator.fleet_alerts import Alert
 from loopdeck.tui.shown import toast
 
@@ -22,6 +28,12 @@ KINDS = 3  # the kinds of alert toasted at once; the others are counted in one m
 SAID_BY_MANY = {
     " waits for your approval": " wait for your approval (i: the inbox)",
     " asks you a question": " ask you a question (i: the inbox)",
+}
+
+# The alerts of a wait, and whether a run still waits so.
+WAITS: dict[str, Callable[[FleetRow], bool]] = {
+    " waits for your approval": lambda row: row.live and row.approvals > 0,
+    " asks you a question": lambda row: row.live and row.questions > 0,
 }
 
 
@@ -47,10 +59,15 @@ class AlertToasts:
     def __init__(self) -> None:
         self._shown: dict[tuple[str, str], Shown] = {}
 
-    def show(self, screen: Screen[None], alerts: Sequence[Alert]) -> None:
+    def show(
+        self, screen: Screen[None], alerts: Sequence[Alert], looked_at: str | None = None
+    ) -> None:
+        """`alerts` toasted, but a wait of the run `looked_at` (its screen open)."""
         kinds: dict[tuple[str, str], list[str]] = {}
         for alert in alerts:
             said = alert.text.removeprefix(f"run {alert.run_id}")
+            if said in WAITS and alert.run_id == looked_at:
+                continue
             if said == alert.text:  # not worded by its run: said as it is
                 toast(screen, said, title="loopdeck", severity=cast(SeverityLevel, alert.severity))
                 continue
@@ -79,3 +96,21 @@ class AlertToasts:
         )
         self._shown[(severity, said)] = Shown(run_ids, notification)
         screen.app.post_message(Notify(notification))
+
+    def settle(
+        self, screen: Screen[None], rows: Mapping[str, FleetRow], looked_at: str | None
+    ) -> None:
+        """A wait's toast naming runs that no longer wait so, or the run `looked_at`: taken
+        down, and said again for the runs that still wait, if any."""
+        for (severity, said), shown in list(self._shown.items()):
+            waits = WAITS.get(said)
+            if waits is None or shown.notification.has_expired:
+                continue
+            left = [r for r in shown.run_ids if r != looked_at and r in rows and waits(rows[r])]
+            if left == shown.run_ids:
+                continue
+            # Textual takes a toast down only privately (a click on it does this).
+            screen.app._unnotify(shown.notification)
+            del self._shown[(severity, said)]
+            if left:
+                self._toast(screen, severity, said, left)

@@ -116,7 +116,7 @@ class ConsoleState(App[int]):
         self.farewell = ""
         # What its screens share: the fleet as home, the runs looked at, what waits in each
         # run, this console's own drives.
-        self.shared = SharedState(fleet_home=start.fleet_home)
+        self.shared = SharedState(fleet_home=start.fleet_home, looked_at=self._looked_at)
         self.stop_counting = asyncio.Event()
         self.bell_enabled = True
         self.local_runs: dict[str, RunScreen] = {}
@@ -148,6 +148,11 @@ class ConsoleState(App[int]):
         """The topmost run screen in the stack (under a dialog, say)."""
         shown = self.shown_runs()
         return shown[-1] if shown else None
+
+    def _looked_at(self) -> str | None:
+        """The run of the topmost run screen, once its events named it."""
+        shown = self.shown_run()
+        return shown.view.run_id or None if shown is not None else None
 
     def inbox_shown(self) -> bool:
         """The inbox is the screen on top."""

@@ -141,7 +141,9 @@ class FleetScreen(Screen[None]):
         waiting = self.fleet.waiting_by_run  # their receipts may near their expiry
         only = self.fleet.take_touched().union(waiting)
         alerts = self.alerts.check(self.fleet, self.now(), only)
-        self.alert_toasts.show(self, alerts)
+        looked_at = self.shared.looked_at()  # its waits are on screen: no toast for them
+        self.alert_toasts.show(self, alerts, looked_at)
+        self.alert_toasts.settle(self, self.fleet.rows, looked_at)
         if alerts and self.bell:
             self.app.bell()
 

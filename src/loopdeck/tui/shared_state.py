@@ -8,6 +8,7 @@ Light on purpose, like `loopdeck.tui.app`: nothing of the run's own modules at i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,3 +43,6 @@ class SharedState:
     # (`RunScreen.drive`), by run id: a console that fails waits for each to record its stop
     # (`console_failure`).
     own_drives: dict[str, OwnDrive] = field(default_factory=dict)
+    # The run the operator looks at: the topmost run screen's (None: none is open). Set by
+    # the app, which knows its stack; the fleet toasts none of its waits.
+    looked_at: Callable[[], str | None] = lambda: None
