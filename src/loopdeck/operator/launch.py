@@ -202,6 +202,9 @@ def prepare_run(
     assert run_model is not None, "a kind with no model of its own runs the run's model"
     runtime = Runtime(config, opened.env, run_model, approver, bus=bus, answerer=answerer,
                       agent_loop=opened.loop, policy=planned.policy)  # fmt: skip
+    seen = getattr(planned.policy, "seen", None)  # its rules' age counts from the run's start
+    if callable(seen):
+        runtime.bus.subscribe(seen)
     if options.notify is not None and options.notify.on:
         from loopdeck.operator.notifications import watch_run
 

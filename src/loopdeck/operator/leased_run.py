@@ -190,7 +190,7 @@ class LeasedRun:
             if self.unmovable is not None:  # said in its lease: nobody waits on it in vain
                 await leases.pin(self.store, self.run_id, self.claim.epoch, self.unmovable)
             try:
-                await self._open(prepared.runtime, bus, replay, forked)
+                await self._open(prepared.runtime, bus, replay, forked, log)
             except ScenarioError as exc:  # a fork this host's env cannot start where it was
                 if forked is None:
                     raise
@@ -201,10 +201,10 @@ class LeasedRun:
 
     async def _open(
         self, runtime: Runtime, bus: ReplayBus, replay: ReplayLog | None,
-        forked: dict[str, Any] | None,
+        forked: dict[str, Any] | None, own: list[Event],
     ) -> None:  # fmt: skip
         """Its env reopened where its state is (a fork's restored to its source's), its
-        inputs recorded and, from a log, served until it has no more."""
+        inputs recorded and, from a log (`own`: its own), served until it has no more."""
         self.runtime = runtime
         reopen = getattr(runtime.env, "reopen", None)
         if callable(reopen):
@@ -220,7 +220,7 @@ class LeasedRun:
             # Its recorded policy evaluated as the run evaluated it, until it goes live.
             rebuilding = getattr(runtime.calls.approvals.policy.gate, "rebuilding", None)
             if callable(rebuilding):
-                replay.on_live.append(rebuilding())
+                replay.on_live.append(rebuilding(replay.events, own))
         record_inputs(runtime, replay, self._may_act)
 
     async def _drive(self, runtime: Runtime, log: list[Event], replay: ReplayLog | None) -> str:

@@ -84,14 +84,21 @@ class RuleMemory(Protocol):
 class RuleBook:
     """A run's memory of its rules (`RuleMemory`), counted as they decide."""
 
-    since: datetime
+    since: datetime | None = None  # the run's start (`RunStarted`): every rule in force since
     counted: dict[str, int] = field(default_factory=dict)
     allowed_in: dict[str, str] = field(default_factory=dict)
+
+    def start(self, at: datetime) -> None:
+        """The run started at `at`, as recorded; a start already known is kept."""
+        if self.since is None:
+            self.since = at
 
     def uses(self, rule: Rule) -> int:
         return self.counted.get(rule.key, 0)
 
     def age_s(self, rule: Rule, at: datetime) -> float:
+        if self.since is None:  # asked before any start was recorded: in force from now
+            return 0.0
         return max((at - self.since).total_seconds(), 0.0)
 
     def last_state(self, rule: Rule) -> str:

@@ -1,37 +1,60 @@
 """A run's policy as its runtime asks it (`core/policy_gate.PolicyGate`): the policy in force,
-its rules' memory of this run (`RuleBook`: uses, the states they last allowed in), and the
-kind of run its calls come from."""
+its rules' memory of this run (`RuleBook`: uses, the states they last allowed in, the run's
+start their age counts from), and the kind of run its calls come from.
+
+A rule's age (`rule.age_s`) counts from the run's start as its log records it (`RunStarted`):
+live, rebuilt from its log on another worker, or replayed (`policy/replay.py`), one clock.
+While a run is rebuilt, each ask is evaluated at the time its log recorded and with the ages
+it recorded, so that the rebuilt run decides as the run did."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 
+from loopdeck.core.events import Event, PolicyDecided, RunStarted
 from loopdeck.core.grants import Grant
 from loopdeck.core.policy_gate import PolicyVerdict
-from loopdeck.policy.engine import Policy, RuleBook
+from loopdeck.policy.engine import Policy, Rule, RuleBook, RuleMemory
 
 
 class RunPolicy:
-    def __init__(self, policy: Policy, run_kind: str, since: datetime | None = None) -> None:
+    def __init__(self, policy: Policy, run_kind: str) -> None:
         self.policy = policy
         self.run_kind = run_kind
-        self.book = RuleBook(since or datetime.now(UTC))
+        self.book = RuleBook()
         # Rebuilt from its log: its recorded conditions evaluated as the run evaluated them.
         self.as_recorded = False
+        self._logged: dict[str, list[PolicyDecided]] = {}  # each call's verdicts, in order
 
-    def rebuilding(self) -> Callable[[], None]:
-        """Its run is rebuilt from a log (its own, or a fork's source's): until it goes live
-        (the callable returned), a recorded condition today's load refuses is evaluated as
-        the run evaluated it, so the rebuild decides as the run did. Past that the run
-        decides calls nobody decided before: such a condition fails, closed."""
+    def seen(self, event: Event) -> None:
+        """The run's bus: its start, as recorded, is when its rules came into force."""
+        if isinstance(event, RunStarted):
+            self.book.start(event.at)
+
+    def rebuilding(
+        self, log: Sequence[Event] = (), own: Sequence[Event] = ()
+    ) -> Callable[[], None]:
+        """Its run is rebuilt from `log` (its own, or a fork's source's; `own`: the run's own
+        log, whose start its rules' age counts from): until it goes live (the callable
+        returned), each ask is evaluated at the time and with the ages the log recorded, and
+        a recorded condition today's load refuses as the run evaluated it, so the rebuild
+        decides as the run did. Past that the run decides calls nobody decided before: such
+        a condition fails, closed, and ages count on from the run's recorded start."""
         self.as_recorded = True
+        started = next((e for e in own if isinstance(e, RunStarted)), None)
+        if started is not None:
+            self.book.start(started.at)
+        for event in log:
+            if isinstance(event, PolicyDecided):
+                self._logged.setdefault(event.call_id, []).append(event)
 
         def live() -> None:
             self.as_recorded = False
+            self._logged.clear()
 
         return live
 
@@ -46,5 +69,31 @@ class RunPolicy:
         """The verdict on one ask, each rule that decided counted as the run takes it (its
         `count`: never where a decision of the operator's stood over it). A grant that covers
         the call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
-        evaluation = self.policy.evaluate(facts, self.book, as_recorded=self.as_recorded)
+        memory: RuleMemory = self.book
+        logged = self._logged.get(str(facts["call"]["id"]))
+        if self.as_recorded and logged:
+            recorded = logged.pop(0).facts
+            if "time" in recorded:
+                facts = {**facts, "time": recorded["time"]}
+            memory = _AsLogged(self.book, recorded.get("rules", {}))
+        evaluation = self.policy.evaluate(facts, memory, as_recorded=self.as_recorded)
         return replace(evaluation.verdict(), count=partial(self.book.decided, evaluation))
+
+
+@dataclass(frozen=True)
+class _AsLogged:
+    """A rebuilt ask's rules' memory: uses and states as the rebuild counts them, each rule's
+    age as the log recorded it (the run's clock then, not the rebuild's now)."""
+
+    book: RuleBook
+    rules: dict[str, dict[str, Any]]
+
+    def uses(self, rule: Rule) -> int:
+        return self.book.uses(rule)
+
+    def age_s(self, rule: Rule, at: datetime) -> float:
+        recorded = self.rules.get(rule.key, {}).get("age_s")
+        return self.book.age_s(rule, at) if recorded is None else float(recorded)
+
+    def last_state(self, rule: Rule) -> str:
+        return self.book.last_state(rule)
