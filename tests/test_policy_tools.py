@@ -222,3 +222,31 @@ def test_repo_triages_policy_lets_its_writes_under_src_through(cli: Cli) -> None
         ("src/calculator/powers.py", "rule"),
         ("calculator.py", "default"),
     ]
+
+
+def test_explain_prints_a_condition_written_over_lines_under_its_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from loopdeck.cli import main
+
+    one_line = 'call.tool == "write_file" && call.args.path.startsWith("src/") && state.unchanged'
+    split = POLICY.replace(
+        f"when = '{one_line}'",
+        """when = '''call.tool == "write_file"
+  && call.args.path.startsWith("src/")
+
+  && state.unchanged'''""",
+    )
+    policy = _policy(tmp_path, split)
+    main(["run", POLICY_ENV, "--script", "tainted", "--policy", policy, "--approve", "auto",
+          "--headless", "--run-id", "t3"])  # fmt: skip
+    capsys.readouterr()
+    assert main(["policy", "explain", "t3", "c1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if "run:src-writes [allow]" in line)
+    assert out[at].endswith('holds: call.tool == "write_file"'), out[at]
+    assert out[at + 1 : at + 3] == [
+        '      && call.args.path.startsWith("src/")',
+        "      && state.unchanged",
+    ]
+    assert out[at + 3].startswith("    run:after-untrusted [ask]"), out[at + 3]

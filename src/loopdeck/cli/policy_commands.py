@@ -187,11 +187,22 @@ def _explained_lines(number: int, one: Replayed, other: bool) -> list[str]:
             "holds" if outcome.effect != "none" else "does not hold")  # fmt: skip
         mark = "→" if rule is decider else " "
         shadow = " (shadow)" if rule.shadow else ""
-        lines.append(f"  {mark} {rule.key} [{rule.effect}{shadow}] {said}: {rule.when}")
+        first, *more = _when_lines(rule.when)
+        lines.append(f"  {mark} {rule.key} [{rule.effect}{shadow}] {said}: {first}")
+        lines.extend(f"      {line}" for line in more)
         if rule is decider and rule.message:
             lines.append(f"      message: {rule.message}")
     lines.append("  attributes: " + _facts(one.evaluation.facts))
     return lines
+
+
+def _when_lines(when: str) -> list[str]:
+    """A condition written over several lines, each under its rule's line, none blank; its
+    own indentation past the first line's kept relative to the least indented."""
+    lines = [line.rstrip() for line in when.strip().splitlines() if line.strip()] or [""]
+    rest = lines[1:]
+    least = min((len(line) - len(line.lstrip()) for line in rest), default=0)
+    return [lines[0], *(line[least:] for line in rest)]
 
 
 def _facts(facts: dict[str, Any]) -> str:
