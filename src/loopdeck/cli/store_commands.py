@@ -271,8 +271,8 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
 async def _send(store: Store, args: argparse.Namespace) -> int:
     """`cancel` (`--now`: kill), `pause` or `resume`: exit 1 if the run already ended, or
     would do nothing with it (a pause of a paused run, a resume of one not paused); 2 if no
-    runner will take it (said by name). A cancel or kill of a run stranded on its lost worker
-    is recorded, and said as what will happen: the next worker ends it crashed."""
+    runner will take it (said by name). A cancel or kill a runner cannot take at once (stranded
+    on its lost worker, or its heartbeat silent) is recorded, and said as what will happen."""
     if await _ended(store, args):
         return 1
     verb = args.command if args.command != "cancel" else ("kill" if args.now else "cancel")
@@ -282,9 +282,9 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
             _print({"run_id": args.run_id, "command": verb, "sent": False, "message": why},
                    args.json)  # fmt: skip
             return 1
-    elif stranded := await records.send_command(store, args.run_id, verb, operator(), _tell):
-        said = _stranded_stop(args.run_id, verb, stranded)
-        _print({"run_id": args.run_id, "command": verb, "sent": True, "ends": "crashed",
+    elif held := await records.send_command(store, args.run_id, verb, operator(), _tell):
+        said = visible(f"{args.run_id}: {verb} recorded; {held.words}")
+        _print({"run_id": args.run_id, "command": verb, "sent": True, "ends": held.ends,
                 "message": said}, args.json, text=said)  # fmt: skip
         return 0
     sent: dict[str, object] = {"run_id": args.run_id, "command": verb, "sent": True}
@@ -297,15 +297,6 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
             sent = {**sent, "held": False, "message": done}
     _print(sent, args.json, text=done)
     return 0
-
-
-def _stranded_stop(run_id: str, verb: str, why: str) -> str:
-    """What becomes of a run stranded on its lost worker that was sent a cancel or a kill."""
-    return visible(
-        f"{run_id}: {verb} recorded; its worker's lease lapsed, and it cannot go on ({why}):"
-        f" the next worker to take it up ends it crashed (its own worker, if it reaches the"
-        f" store again first, {verb}s it)"
-    )
 
 
 async def _export(store: Store, args: argparse.Namespace) -> int:

@@ -34,16 +34,6 @@ ToldListener = Callable[[str], None]
 log = logging.getLogger(__name__)
 
 
-def stranded_words(verb: str, why: str) -> str:
-    """What becomes of a stranded run sent a cancel or a kill (as `loopdeck cancel` says)."""
-    word = COMMAND_WORDS[verb]
-    return (
-        f"{word} recorded; its worker's lease lapsed, and it cannot go on ({why}): the next"
-        f" worker to take it up ends it crashed (its own worker, if it reaches the store"
-        f" again first, takes the {word})"
-    )
-
-
 class LinkCommands:
     """The commands of one attached run: `store` is the link's while it follows the store
     (None after), `closing` whether the link is leaving, `wait` until the store changed."""
@@ -125,8 +115,12 @@ class LinkCommands:
         said where it was given). A refusal raises (`deciding`'s errors, told as failures)."""
         run_id = self.run_id
         if command in ("cancel", "kill"):
-            why = await deciding.stop(store, run_id, command, by)
-            return SENT_WORDS[command] if why is None else stranded_words(command, why)
+            held = await deciding.stop(store, run_id, command, by)
+            return (
+                SENT_WORDS[command]
+                if held is None
+                else f"{COMMAND_WORDS[command]} recorded; {held.words}"
+            )
         if command == queries.MESSAGE:
             await deciding.send_message(store, run_id, said, by)
             return SENT_WORDS[command]

@@ -378,8 +378,8 @@ async def waiting_writes(store: Store, run_id: str) -> list[str]:
 
 async def send_command(
     store: Store, run_id: str, verb: str, by: str, tell: Tell = deciding.untold
-) -> str | None:
-    """`cancel` or `kill` sent: None, or why the run is stranded (`deciding.stop`)."""
+) -> deciding.StopHeld | None:
+    """`cancel` or `kill` sent: None, or why it is not taken at once (`deciding.stop`)."""
     return await deciding.stop(store, run_id, verb, by, tell=tell)
 
 

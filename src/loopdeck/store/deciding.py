@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loopdeck.store import leases, outcome_queries, queries
 from loopdeck.store.base import Store, StoreError, StoreRefused, StoreUnavailable, Tx
@@ -216,23 +216,52 @@ async def send_message(
     await _taken(store, run_id, f"message to {run_id}", once, tell, RETRY_FOR_S)
 
 
-async def stop(store: Store, run_id: str, verb: str, by: str, *, tell: Tell = untold) -> str | None:
-    """`cancel` or `kill` sent to the run's runner: None, or why the run is stranded on its
-    lost worker (`leases.stranded`). Such a run is sent it all the same: its own worker, back
-    in reach of the store before another takes it up, takes it; else the next worker ends the
-    run crashed. A runner gone (not on a worker) is refused as a decision is (`RunnerGone`);
-    a run that ended is not (it takes nothing more: the caller says it ended)."""
-    stranded: list[str] = []
+class StopHeld(NamedTuple):
+    """Why a cancel or a kill, recorded, is not taken at once (`stop`), in words that follow
+    "WORD recorded; "; and how the run ends then ("crashed" for one stranded on its lost
+    worker; None: as the stop says, once its runner takes it)."""
+
+    words: str
+    ends: str | None
+
+
+async def stop(
+    store: Store, run_id: str, verb: str, by: str, *, tell: Tell = untold
+) -> StopHeld | None:
+    """`cancel` or `kill` sent to the run's runner: None when it takes it now; else why not
+    yet (`StopHeld`): stranded on its lost worker (`leases.stranded`), or its runner's
+    heartbeat silent. Either way it is recorded: the run ends. A runner gone (not on a
+    worker) is refused as a decision is (`RunnerGone`); a run that ended is not (the caller
+    says it ended)."""
+    held: list[StopHeld] = []
+    word = "stop" if verb == "cancel" else verb
 
     async def once(tx: Tx) -> bool:
-        why = await leases.stranded_run(tx, run_id)
-        stranded[:] = [] if why is None else [why]
+        held.clear()
+        if (why := await leases.stranded_run(tx, run_id)) is not None:
+            held.append(StopHeld(
+                f"its worker's lease lapsed, and it cannot go on ({why}): the next worker to"
+                f" take it up ends it crashed (its own worker, if it reaches the store again"
+                f" first, takes the {word})", "crashed",
+            ))  # fmt: skip
+        elif (silent := await _silent_runner(tx, run_id)) is not None:
+            held.append(StopHeld(f"its runner {silent}: it takes the {word} once it does", None))
         await queries.send_command(tx, run_id, verb, by)
         return True
 
     what = f"{verb} of {run_id}"
-    await _taken(store, run_id, what, once, tell, RETRY_FOR_S, ended_too=True, stranded_too=True)
-    return stranded[0] if stranded else None
+    await _taken(store, run_id, what, once, tell, RETRY_FOR_S, ended_too=True, stop=True)
+    return held[0] if held else None
+
+
+async def _silent_runner(tx: Tx, run_id: str) -> str | None:
+    """`_out_of_reach` of the run's runner, read in the stop's own transaction."""
+    rows = await tx.fetchall(
+        "SELECT state, pid, host, heartbeat_at FROM runs WHERE run_id = ?", (run_id,)
+    )
+    if not rows or rows[0]["state"] not in queries.LIVE_STATES:
+        return None
+    return _out_of_reach(rows[0], this_host(), time.time(), crash_silence_s())
 
 
 def pause_refusal(run_id: str, verb: str, paused: bool, *, queued: bool = False) -> str | None:
@@ -255,17 +284,17 @@ async def _taken(
     retry_for_s: float,
     *,
     ended_too: bool = False,
-    stranded_too: bool = False,
+    stop: bool = False,
 ) -> bool:
     """`once` in a transaction of its own, a store unavailable for now waited out; `RunEnded`
-    unless `ended_too` (a word that outlives the run), `RunStranded` unless `stranded_too`
-    (a stop: the run ends either way)."""
+    unless `ended_too` (a word that outlives the run), `RunStranded` and `RunnerOutOfReach`
+    unless it is a `stop` (recorded: the run ends either way)."""
     started = time.monotonic()
     pause = FIRST_PAUSE_S
     told: float | None = None  # when the operator was last told, into the wait
     while True:
         try:
-            won = await _while_runner_alive(store, run_id, once, what, ended_too, stranded_too)
+            won = await _while_runner_alive(store, run_id, once, what, ended_too, stop)
         except StoreRefused:
             raise  # until someone changes the credentials: said at once, nothing recorded
         except StoreUnavailable as exc:
@@ -297,7 +326,7 @@ async def _while_runner_alive(
     once: Callable[[Tx], Awaitable[bool]],
     what: str,
     ended_too: bool,
-    stranded_too: bool = False,
+    stop: bool = False,
 ) -> bool:
     """The runner's liveness is checked inside the decision's own write transaction, so no
     other writer (a reader marking the run crashed, the runner recording its stop) lands
@@ -314,7 +343,7 @@ async def _while_runner_alive(
         )
         if rows and rows[0]["state"] in queries.LIVE_STATES and await is_placed(tx, run_id):
             # A worker goes on with it (the decision waits in its row), unless none can.
-            why = None if stranded_too else await leases.stranded_run(tx, run_id)
+            why = None if stop else await leases.stranded_run(tx, run_id)
             if why is not None:
                 raise RunStranded(
                     f"run {run_id}'s runner is gone (its worker's lease lapsed, and it cannot"
@@ -324,7 +353,8 @@ async def _while_runner_alive(
         elif rows and rows[0]["state"] in queries.LIVE_STATES:
             here, now, silence_s = this_host(), time.time(), crash_silence_s()
             gone = runner_gone(rows[0], here=here, now=now, silence_s=silence_s)
-            if gone is None and (silent := _out_of_reach(rows[0], here, now, silence_s)):
+            silent = None if stop else _out_of_reach(rows[0], here, now, silence_s)
+            if gone is None and silent:
                 raise RunnerOutOfReach(
                     f"run {run_id}'s runner {silent}: it cannot hear your {what}, so nothing"
                     " was recorded; try again once it reaches the store"
