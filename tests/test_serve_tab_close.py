@@ -20,6 +20,7 @@ import pytest
 from test_serve import TOKEN, a_server, client_of, start_server
 from textual_serve.download_manager import DownloadManager
 
+from loopdeck.cli import serve_auth
 from loopdeck.cli.serve_consoles import ConsoleService
 from loopdeck.cli.spare_console import TAB_CLOSED
 from loopdeck.operator import records
@@ -105,6 +106,26 @@ async def _until(check: Any, what: str, timeout: float = 90) -> Any:
 async def test_a_live_run_of_a_closed_tab_is_recorded_killed_by_the_tab_closing(
     tmp_path: Path,
 ) -> None:
+    await _tab_closed_under_a_live_run(tmp_path)
+
+
+async def test_a_tab_closed_as_its_console_writes_to_it_is_still_its_tab_closing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's output sent to the closed tab fails first (a loaded machine: the run's
+    frames keep coming), which ends its output's reader before the tab's handler stops it:
+    that is still the tab closing (it was stopped as the server stopping, by SIGTERM)."""
+    reads = serve_auth.ConsoleServer._process_messages
+
+    async def output_failed_first(self: Any, websocket: Any, console: Any) -> None:
+        await reads(self, websocket, console)
+        console.done.set()  # as `ConsoleService.run` does once a write to the tab failed
+
+    monkeypatch.setattr(serve_auth.ConsoleServer, "_process_messages", output_failed_first)
+    await _tab_closed_under_a_live_run(tmp_path)
+
+
+async def _tab_closed_under_a_live_run(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     console = [sys.executable, "-m", "loopdeck.cli.spare_console", "run", "order_support",
                "--script", "solve", "--db", str(db)]  # fmt: skip

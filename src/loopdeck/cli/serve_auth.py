@@ -199,8 +199,8 @@ class ConsoleServer(Server):
             await console.start(width, to_int(request.query.get("height", "24"), 24))
             await until_either(self._process_messages(websocket, console), console.done.wait())
             await websocket.close()  # the tab closed it, or the console is done
-        finally:
-            await console.stop(tab_closed=not (self.stopping or console.done.is_set()))
+        finally:  # its own end (`q`) takes no signal; its output's end may be the tab's
+            await console.stop(tab_closed=not self.stopping)
             self.consoles.pop(console, None)
         return websocket
 
