@@ -23,6 +23,7 @@ from loopdeck.core.run_kind import Opening, RunKind, Target
 from loopdeck.core.runtime import RunConfig, Runtime
 from loopdeck.core.scenario import Scenario, ScenarioError, Script
 from loopdeck.core.script_check import check_script
+from loopdeck.core.tools import ToolSpec
 from loopdeck.llm.client import SCRIPTED, LiteLLMModel, check_credentials, unroutable
 from loopdeck.llm.profile import UnsupportedLayer
 from loopdeck.operator.approval_queue import ApprovalQueue
@@ -102,6 +103,9 @@ class PreparedRun:
     queue: ApprovalQueue | None = None  # the console's, when it decides (`approving.deciders`)
     # A temporary copy is the run's to remove; the user's folder (`loopdeck acp`) never is.
     owns_workdir: bool = True
+    # What its start has to say that does not refuse it (the user's policy naming a tool
+    # this run does not have: `policy/tool_names.py`).
+    warnings: tuple[str, ...] = ()
 
     def cleanup(self) -> None:
         self.runtime.env.close()
@@ -189,9 +193,7 @@ def prepare_run(
             model = _model(options, _scenario_dir(env_dir), config, script, keys_here)
         opening = Opening(workdir, env_dir, target, script_name, script, options.phase)
         opened = kind.open(opening)
-        if script is not None and script_name is not None and env_dir is not None:
-            tools = {spec.name: spec for spec in opened.env.tools()}
-            check_script(env_dir.path / "scenario.toml", script_name, script, tools)
+        warnings = _checked_against_tools(planned, opened.env.tools(), script)
     except Exception:
         if opened is not None:
             opened.env.close()
@@ -209,7 +211,26 @@ def prepare_run(
         from loopdeck.operator.notifications import watch_run
 
         watch_run(runtime.bus, options.notify, recording)
-    return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns)
+    return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns, warnings=warnings)
+
+
+def _checked_against_tools(
+    planned: PlannedRun, specs: list[ToolSpec], script: Script | None
+) -> tuple[str, ...]:
+    """The script and the policy read from files against the tools the run has
+    (`ScenarioError`, `PolicyError`); the warnings of a policy naming a tool it has not. A
+    policy the run recorded is not checked again: the run is decided under it as it was."""
+    tools = {spec.name: spec for spec in specs}
+    env_dir, script_name = planned.env_dir, planned.script_name
+    if script is not None and script_name is not None and env_dir is not None:
+        check_script(env_dir.path / "scenario.toml", script_name, script, tools)
+    if planned.policy is None or planned.options.policy_levels is not None:
+        return ()
+    from loopdeck.policy.gate import RunPolicy
+    from loopdeck.policy.tool_names import unknown_tools
+
+    assert isinstance(planned.policy, RunPolicy), "a policy read from files is a RunPolicy"
+    return tuple(unknown_tools(planned.policy.policy, tools))
 
 
 def _policy(options: RunOptions, env_dir: EnvDir | None, kind: RunKind) -> PolicyGate | None:

@@ -62,6 +62,8 @@ class RunSession:
             options, console=self.console, recording=self if self.recorded else None
         )
         self._queue = self._prepared.queue
+        for warning in self._prepared.warnings:
+            self.say(warning)
         if not self.console:
             self.approve_mode = options.approve or "auto"
         return self._prepared
