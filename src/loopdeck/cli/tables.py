@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from typing import Any
 
 from rich import box
 from rich.cells import cell_len
@@ -29,6 +30,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.text import capped, visible
 from loopdeck.operator import records
 from loopdeck.operator.records import PendingWrite, RunEntry
@@ -305,7 +307,8 @@ def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) ->
     its time of day to the second, its day too when not today (`--json` has the stored UTC
     times). The arguments, what is approved, fold onto more lines where they are wider than
     their column (up to `ARGS_SHOWN` characters, then the truncation mark: `--json` has them
-    whole); where the table cannot fit them beside the rest, they are dropped."""
+    whole); where the table cannot fit them beside the rest, they are dropped. A write a
+    policy's rule sent to the operator says which rule asked (and why, where it fits)."""
 
     def expiry(item: PendingWrite) -> str:
         when = _clock(item.expires.isoformat())
@@ -323,4 +326,19 @@ def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) ->
         ),
         Column("expires", tuple(expiry(item) for item in pending), keep=True),
     ]
-    return fitted("writes waiting for approval", columns, [("args", None)], width)
+    give_way: list[tuple[str, Column | None]] = [("args", None)]
+    if any(item.asked_by for item in pending):
+        asked = tuple(asked_by_words(item.asked_by) for item in pending)
+        rules = tuple(asked_by_words(item.asked_by, why=False) for item in pending)
+        columns.insert(3, Column("asked by", asked, wraps=True))
+        give_way.insert(0, ("asked by", Column("asked by", rules, wraps=True)))
+    return fitted("writes waiting for approval", columns, give_way, width)
+
+
+def asked_by_words(asked_by: dict[str, Any] | None, *, why: bool = True) -> str:
+    """Which rule sent a write to the operator (`rule notes (run): its message`); "" none."""
+    if not asked_by:
+        return ""
+    by = DecidedBy.model_validate(asked_by)
+    said = f"rule {by.rule_id} ({by.level})" if by.who == "rule" else by.words()
+    return f"{said}: {by.why}" if why and by.why else said

@@ -161,7 +161,7 @@ class PendingWrite:
     pushed: str = ""  # its push to the operator's channels (`--notify`), "" if none
     requested: datetime | None = None
     diff: str = ""  # a file write's change to the working copy, "" for others
-    asked_by: str | None = None  # who asked: the policy that sent it to the operator
+    asked_by: dict[str, Any] | None = None  # the rule that sent it to the operator (`DecidedBy`)
 
     @property
     def key(self) -> str:
