@@ -9,6 +9,7 @@ from typing import Any, Protocol, TypeVar
 
 from loopdeck.core.approvals import ApprovalReceipt
 from loopdeck.core.budgets import BudgetLedger
+from loopdeck.core.call_progress import reporting
 from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.control import StopRun
 from loopdeck.core.decisions import MAX_TOOL_CALLS, Decision, ToolCall
@@ -321,17 +322,18 @@ class CallHandler:
 
         self._record_of(call_id).status = CallStatus.RUNNING
         self.started[call_id] = time.monotonic()
-        return await self.rt.interruptible(
-            self.dispatcher.run(
-                spec,
-                call_id,
-                args,
-                receipt=approved.receipt if approved else None,
-                receipt_problem=None if approved is None else self._problem_of(args, approved),
-                on_retry=on_retry,
-                then=self.rt.snapshot_after_tool,
+        with reporting(self.rt.emit, self.run_id, call_id, spec.name):  # its progress, live
+            return await self.rt.interruptible(
+                self.dispatcher.run(
+                    spec,
+                    call_id,
+                    args,
+                    receipt=approved.receipt if approved else None,
+                    receipt_problem=None if approved is None else self._problem_of(args, approved),
+                    on_retry=on_retry,
+                    then=self.rt.snapshot_after_tool,
+                )
             )
-        )
 
     def _problem_of(
         self, args: dict[str, Any], approved: Approved

@@ -10,6 +10,7 @@ read-only operation runs again from its start)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import time
@@ -114,8 +115,12 @@ class Dispatcher:
         label = f"tool {spec.name}"
         if inspect.iscoroutinefunction(spec.fn):
             return await bounded(self.env_thread.run_async(label, spec.fn, args), spec.timeout_s)
-        # The env thread bounds it, with no timer for a call done within its quick wait.
-        return await self.env_thread.call(label, spec.fn, args, then=then, timeout_s=spec.timeout_s)
+        # The env thread bounds it, with no timer for a call done within its quick wait; it
+        # runs in the call's context, where `report_progress` finds its call.
+        run = contextvars.copy_context().run
+        return await self.env_thread.call(
+            label, run, spec.fn, args, then=then, timeout_s=spec.timeout_s
+        )
 
     def _failure(self, code: ErrorCode, message: str) -> ToolFailure:
         return ToolFailure(

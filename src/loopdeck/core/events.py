@@ -24,6 +24,7 @@ from loopdeck.core.decision_events import (
 )
 from loopdeck.core.event_base import CallStatus, EventBase
 from loopdeck.core.finding_events import Finding, UnrequestedChange
+from loopdeck.core.progress_events import ToolProgress
 from loopdeck.core.push_events import DecisionsPushed, PushFailed
 from loopdeck.core.replay_events import ModelReplied, RunForked, RunMoved, StateSeen
 from loopdeck.core.states import RunState, StopReason
@@ -49,6 +50,7 @@ __all__ = [
     "RunForked",
     "RunMoved",
     "StateSeen",
+    "ToolProgress",
     "UnrequestedChange",
 ]
 
@@ -299,6 +301,7 @@ Event = Annotated[
     | DecisionsPushed
     | PushFailed
     | ToolRetry
+    | ToolProgress
     | ToolFinished
     | GuardTripped
     | BudgetUpdated

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +12,7 @@ from loopdeck.core.budgets import Cap, CapUsage
 from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.event_base import cut_short
 from loopdeck.core.events import CallStatus
+from loopdeck.core.progress_events import ToolProgress
 from loopdeck.core.states import RunState, StopReason
 
 
@@ -35,6 +36,8 @@ class CallRecord:
     retries: int = 0
     risk_source: str = ""  # where the risk came from (an MCP server's annotation, an override)
     decided_by: DecidedBy | None = None  # who decided its last ask (None: never asked)
+    # The latest progress it reported while it ran, as the console shows it: not in dumps.
+    progress: ToolProgress | None = field(default=None, metadata={"exclude": True})
 
 
 def left_open(rows: Iterable[CallRecord]) -> list[CallRecord]:

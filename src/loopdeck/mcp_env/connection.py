@@ -36,7 +36,7 @@ from loopdeck.core.text import capped, visible
 from loopdeck.core.tools import Risk, ToolError
 from loopdeck.mcp_env.config import McpConfig
 from loopdeck.mcp_env.listing import ServerTool, listed_resources, listed_tools
-from loopdeck.mcp_env.progress import timed_call
+from loopdeck.mcp_env.progress import Told, timed_call
 from loopdeck.mcp_env.sdk_noise import SERVER, quiet_sdk_noise
 from loopdeck.mcp_env.server_changes import CONNECTION_CLOSED, ServerChanges
 from loopdeck.mcp_env.server_log import ServerLog
@@ -264,17 +264,19 @@ class McpConnection:
         timeout_s: float,
         max_s: float | None = None,
         risk: Risk | None = None,
+        told: Told | None = None,
     ) -> Any:
         """`tools/call`, awaited from another loop; its `CallToolResult`, within `timeout_s` of
-        its start or its last progress, `max_s` at most (`progress.py`). Called as `risk` (None:
-        as the run started with it), vetted against the tools as the server last listed them
-        (`ServerChanges.vetted`). Cancelling it cancels the request (`notifications/cancelled`)."""
+        its start or its last progress, `max_s` at most (`progress.py`), each progress told to
+        `told` from the connection's thread. Called as `risk` (None: as the run started with
+        it), vetted against the tools as the server last listed them (`ServerChanges.vetted`).
+        Cancelling it cancels the request (`notifications/cancelled`)."""
         what = f"tools/call {tool}"
         most = timeout_s if max_s is None else max_s
         future = self._submit(
             what,
             lambda s: self.changes.vetted(
-                tool, risk, lambda: timed_call(s, tool, args, timeout_s, most)
+                tool, risk, lambda: timed_call(s, tool, args, timeout_s, most, told)
             ),
         )
         try:

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from loopdeck.core.call_progress import progress_reporter
 from loopdeck.core.control import StopRun
 from loopdeck.core.environment import Environment, StateChanges
 from loopdeck.core.schema_args import args_model_for
@@ -188,8 +189,10 @@ class McpEnvironment(Environment):
     ) -> Callable[[Any], Awaitable[Any]]:
         async def call(args: Any) -> Any:
             arguments = args.model_dump(mode="json")
+            progress = progress_reporter()  # the call's, shown and recorded as it reports
+            told = None if progress is None else progress.told
             try:
-                result = await self._server.call(name, arguments, timeout_s, max_s, risk)
+                result = await self._server.call(name, arguments, timeout_s, max_s, risk, told)
             except ServerFailed as failed:
                 raise StopRun(StopReason.TOOL_FAILURE, str(failed)) from None
             except ToolError:

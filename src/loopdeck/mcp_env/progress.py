@@ -5,17 +5,20 @@ much it reports, it ends at `[mcp] progress_max_s` from its start. Either cut is
 `TIMEOUT`, naming how long it waited and the last progress the server reported (a write's
 outcome is then unknown, as for any timeout).
 
-It runs on the connection's loop (`McpConnection.call`), where the SDK calls `progressed`."""
+Each report is told to `told` as well (the run's `CallProgress`: shown with the call, recorded
+as `tool_progress`). It runs on the connection's loop (`McpConnection.call`), where the SDK
+calls `progressed`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loopdeck.core.text import capped, visible
+from loopdeck.core.progress_events import progress_words
 from loopdeck.core.tools import ErrorCode, ToolError
 
-MESSAGE_CAP = 200  # a progress message's characters in a timeout's words
+Told = Callable[[float, float | None, str | None], None]  # from the connection's thread
 
 
 @dataclass(frozen=True)
@@ -25,16 +28,20 @@ class Progress:
     message: str | None
 
     def words(self) -> str:
-        done = f"{self.progress:g}" + (f"/{self.total:g}" if self.total is not None else "")
-        said = f": {capped(visible(self.message), MESSAGE_CAP)}" if self.message else ""
-        return f"{done}{said}"
+        return progress_words(self.progress, self.total, self.message)
 
 
 async def timed_call(
-    session: Any, tool: str, args: dict[str, Any], timeout_s: float, max_s: float
+    session: Any,
+    tool: str,
+    args: dict[str, Any],
+    timeout_s: float,
+    max_s: float,
+    told: Told | None = None,
 ) -> Any:
     """`tools/call`, cut `timeout_s` after its start or its last progress, and `max_s` after
-    its start at most: a `ToolError` (`TIMEOUT`) saying which. Its `CallToolResult`."""
+    its start at most: a `ToolError` (`TIMEOUT`) saying which. Its `CallToolResult`; each
+    progress reported told to `told`."""
     import anyio
 
     started = anyio.current_time()
@@ -46,6 +53,8 @@ async def timed_call(
         async def progressed(progress: float, total: float | None, message: str | None) -> None:
             last[:] = [Progress(progress, total, message)]
             scope.deadline = min(anyio.current_time() + timeout_s, end)
+            if told is not None:
+                told(progress, total, message)
 
         return await session.call_tool(
             tool, args, read_timeout_seconds=end - started + 1, progress_callback=progressed

@@ -41,6 +41,7 @@ from loopdeck.core.events import (
     RunStopped,
     StateChanged,
     ToolFinished,
+    ToolProgress,
     ToolRetry,
     UnrequestedChange,
 )
@@ -49,8 +50,8 @@ from loopdeck.core.push_events import DecisionsPushed, PushFailed
 from loopdeck.core.recording import outage_text, outage_words
 from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.states import RunState
-from loopdeck.operator import transcript
 from loopdeck.operator.context_words import context_text
+from loopdeck.operator.decided_words import decided_words, resolved_words
 from loopdeck.operator.grant_book import GrantBook
 from loopdeck.operator.move_words import forked_words, move_words
 from loopdeck.operator.push_words import take_push
@@ -233,11 +234,7 @@ class RunView:
 
     @_handles(ApprovalDecided)
     def _on_approval_decided(self, e: ApprovalDecided) -> None:
-        verb, when = "approved" if e.approved else "rejected", transcript.clock_text(e.at)
-        reason = f": {e.reason}" if not e.approved and e.reason else ""
-        edited = f", edited: {'; '.join(e.changes)}" if e.changes else ""
-        push = f" ({self.pushed[e.call_id]})" if e.call_id in self.pushed else ""
-        self.decided[e.call_id] = f"{verb} by {e.by} at {when}{reason}{edited}{push}"
+        self.decided[e.call_id] = decided_words(e, self.pushed.get(e.call_id))
         self.grants.take(e)
         if (row := self._row(e.call_id)) and e.args is not None:
             row.args = e.args
@@ -265,9 +262,7 @@ class RunView:
         self.unknown.pop(e.call_id, None)
         if row := self._row(e.call_id):
             row.status = CallStatus.EXECUTED if e.applied else CallStatus.FAILED
-        said = "applied" if e.applied else "not applied"
-        when = transcript.clock_text(e.at)
-        self.decided[e.call_id] = f"{self.decided.get(e.call_id, '')}; {said} by {e.by} at {when}"
+        self.decided[e.call_id] = resolved_words(self.decided.get(e.call_id, ""), e)
 
     @_handles(ApprovalWithdrawn)
     def _on_approval_withdrawn(self, e: ApprovalWithdrawn) -> None:
@@ -279,12 +274,17 @@ class RunView:
         if row := self._row(e.call_id):
             row.retries = e.attempt
 
+    @_handles(ToolProgress)
+    def _on_tool_progress(self, e: ToolProgress) -> None:
+        if row := self._row(e.call_id):
+            row.progress = e
+
     @_handles(ToolFinished)
     def _on_tool_finished(self, e: ToolFinished) -> None:
         if e.call_id == self.guard_held:
             self.guard_held = None
         if row := self._row(e.call_id):
-            row.status = e.status
+            row.status, row.progress = e.status, None
             if e.result:
                 row.result = e.result
                 row.duration_ms = e.duration_ms

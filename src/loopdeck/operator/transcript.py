@@ -45,6 +45,7 @@ from loopdeck.core.events import (
     RunStarted,
     RunStopped,
     ToolFinished,
+    ToolProgress,
     ToolRetry,
     UnrequestedChange,
 )
@@ -323,6 +324,11 @@ def _question_answered(e: QuestionAnswered) -> Made:
 @_makes(ToolRetry)
 def _tool_retry(e: ToolRetry) -> Made:
     return "note", f"retry {e.attempt} · {e.call_id} · {e.tool} in {e.delay_s:g} s", e.error
+
+
+@_makes(ToolProgress)
+def _tool_progress(e: ToolProgress) -> Made:
+    return "call", f"progress {e.call_id} · {e.tool} · {e.words()}", ""
 
 
 @_makes(ToolFinished)

@@ -1,9 +1,12 @@
 """A call's status as the console words it, the same in the Calls table and the Call panel:
-a proposed call is running (a read goes from proposed to finished with no event between)."""
+a proposed call is running (a read goes from proposed to finished with no event between), with
+the latest progress its tool reported while it runs."""
 
 from __future__ import annotations
 
 from loopdeck.core.events import CallStatus
+from loopdeck.core.outcome import CallRecord
+from loopdeck.operator.decided_words import EDITED
 
 # Each status's words and the theme color they are drawn in.
 STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
@@ -23,9 +26,26 @@ STATUS_LOOK: dict[CallStatus, tuple[str, str]] = {
 }
 
 GUARD_HELD_LOOK = ("⟳ held: guard asks", "warning")
+GUARD_HELD_WORDS = "held by the guard: it asks you"
+RUNNING = frozenset({CallStatus.PROPOSED, CallStatus.RUNNING})
 
-# How `RunView.decided` says an approval ran the call with the operator's arguments.
-EDITED = ", edited: "
+
+def status_label(row: CallRecord) -> str:
+    """The Calls table's status: "running 30% copying" while it reports progress."""
+    label = STATUS_LOOK[row.status][0]
+    if row.progress is not None and row.status in RUNNING:
+        return f"{label} {row.progress.short()}"
+    return label
+
+
+def status_words(row: CallRecord, guard_held: bool) -> str:
+    """The Call panel's status: "running · 3/10 (30%): copying" while it reports progress."""
+    if guard_held:
+        return GUARD_HELD_WORDS
+    label = STATUS_LOOK[row.status][0]
+    if row.progress is not None and row.status in RUNNING:
+        return f"{label} · {row.progress.words()}"
+    return label
 
 
 def tool_as_run(tool: str, decided: str) -> str:

@@ -20,7 +20,7 @@ from textual.strip import Strip
 from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.operator.runview import RunView
-from loopdeck.tui.call_status import GUARD_HELD_LOOK, STATUS_LOOK
+from loopdeck.tui.call_status import GUARD_HELD_LOOK, STATUS_LOOK, status_label
 from loopdeck.tui.in_place import grows_in_place
 from loopdeck.tui.line_table import LineTable, table_css
 
@@ -179,7 +179,7 @@ class CallsTable(LineTable):
         return cells
 
     def _make_cells(self, row: CallRecord) -> list[Text]:
-        label, var = STATUS_LOOK[row.status]
+        label, var = status_label(row), STATUS_LOOK[row.status][1]
         if row.call_id == self.guard_held:  # not running: the guard holds it, asking you
             label, var = GUARD_HELD_LOOK
         duration = format_duration(row.duration_ms)

@@ -19,7 +19,7 @@ from loopdeck.core.text import plural, visible_json
 from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
-from loopdeck.tui.call_status import STATUS_LOOK, tool_as_run
+from loopdeck.tui.call_status import status_words, tool_as_run
 from loopdeck.tui.shown import markup as shown_markup
 from loopdeck.tui.shown import plain
 
@@ -301,14 +301,14 @@ class CallDetail(VerticalScroll):
             "fingerprint": row.fingerprint,
             "state": row.state_hash,
             "source": f" ({row.risk_source})" if row.risk_source else "",
+            "status": status_words(row, guard_held),  # its progress: the tool's own words
         }
         approval = "[b]approval[/] $decided\n" if decided else ""
         ms = (
             "" if row.duration_ms is None else f"  [b]took[/] {transcript.ms_text(row.duration_ms)}"
         )
-        status = "held by the guard: it asks you" if guard_held else STATUS_LOOK[row.status][0]
         text = (
-            f"[b]status[/] {status}{ms}  [b]risk[/] {row.risk}$source\n"
+            f"[b]status[/] $status{ms}  [b]risk[/] {row.risk}$source\n"
             "[b]fingerprint[/] $fingerprint  [b]state[/] $state\n"
             f"{approval}[b]arguments[/]\n$args\n[b]result[/]\n$result"
         )

@@ -1,6 +1,6 @@
 """An MCP server whose tools report progress (MCP's `notifications/progress`), for loopdeck's
-tests (`tests/test_mcp_progress.py`): one that reports steadily and ends, one that goes quiet,
-one that never ends; and a tool whose hints contradict each other."""
+tests (`tests/test_mcp_progress.py`): one that reports steadily and ends, one that reports in
+a burst, one that goes quiet, one that never ends; and a tool whose hints contradict each other."""
 
 from __future__ import annotations
 
@@ -20,6 +20,15 @@ async def steady(seconds: float, ctx: Context) -> str:
         await anyio.sleep(0.1)
         await ctx.report_progress(step, steps, f"step {step}")
     return f"done in {steps} steps"
+
+
+@server.tool(annotations=READ)
+async def burst(reports: int, seconds: float, ctx: Context) -> str:
+    """Reports progress `reports` times over `seconds`, each with its item's name, then ends."""
+    for step in range(1, reports + 1):
+        await ctx.report_progress(step, reports, f"item {step}")
+        await anyio.sleep(seconds / reports)
+    return f"{reports} items"
 
 
 @server.tool()
