@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from console_helpers import console_app, run_screen, wait_until
+from test_decision_refusals import Recorded, record
 from textual.app import App, ComposeResult
 
 from loopdeck.cli import main
@@ -27,16 +28,21 @@ from loopdeck.core.events import (
     CallProposed,
     CallStatus,
     EventBus,
+    RunStopped,
     ToolFinished,
     ToolProgress,
 )
 from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.progress_events import MESSAGE_CAP
 from loopdeck.core.states import RunState, StopReason
+from loopdeck.operator.links import ReplayLink
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
+from loopdeck.store.opening import open_store
+from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.panels import CallDetail
+from loopdeck.tui.replay import ReplayScreen
 
 ENV = Path(__file__).parent / "envs" / "mcp_progress"
 
@@ -267,3 +273,40 @@ async def test_the_live_console_shows_a_running_mcp_calls_progress() -> None:
 
         await wait_until(pilot, lambda: status().startswith("running ") and "% step " in status())
         await wait_until(pilot, lambda: status() == "executed")
+
+
+def _stored_run(run_id: str, *progress: tuple[float, str]) -> Recorded:
+    run = Recorded(run_id).started(RunState.DECIDING)
+    run.add(CallProposed, call_id="c1", round=1, tool="copy", args={}, risk="read",
+            fingerprint="f" * 8, state_hash="s" * 8)  # fmt: skip
+    for done, message in progress:
+        run.add(ToolProgress, call_id="c1", tool="copy", progress=done, total=10, message=message)
+    run.add(ToolFinished, call_id="c1", tool="copy", status=CallStatus.EXECUTED,
+            result={"data": 1}, duration_ms=5.0)  # fmt: skip
+    return run.add(RunStopped, state=RunState.STOPPED, stop_reason=StopReason.STALLED,
+                   detail="")  # fmt: skip
+
+
+@pytest.mark.parametrize("progress", [(), ((3, "copying"), (10, "done"))], ids=["old", "new"])
+async def test_a_stored_run_replays_with_its_progress_in_the_calls_history_or_without_any(
+    tmp_path: Path, progress: tuple[tuple[float, str], ...]
+) -> None:
+    """A store from before progress was recorded has none: its runs replay as they did."""
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        await record(store, _stored_run("run0progress", *progress))
+    finally:
+        await store.close()
+    app = LoopdeckApp(ConsoleStart.for_link(ReplayLink(db, "run0progress")))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: isinstance(run_screen(app), ReplayScreen))
+        screen = run_screen(app)
+        assert screen is not None
+        table = screen.query_one(CallsTable)
+        await wait_until(pilot, lambda: "c1" in table._rows and screen.view.finished)
+        status = table.get_row("c1")[table.columns_shown.index("status")].plain
+        assert status == "executed"
+        titles = [entry.title for entry in screen.transcript.entries]
+        said = [title for title in titles if title.startswith("progress c1")]
+        assert said == [f"progress c1 · copy · {d:g}/10 ({d * 10:g}%): {m}" for d, m in progress]
