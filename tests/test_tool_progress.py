@@ -36,6 +36,7 @@ from loopdeck.core.outcome import CallRecord, RunOutcome
 from loopdeck.core.progress_events import MESSAGE_CAP
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.operator.links import ReplayLink
+from loopdeck.operator.otel_spans import TraceBuilder
 from loopdeck.operator.runview import RunView
 from loopdeck.operator.transcript import Transcript
 from loopdeck.store.opening import open_store
@@ -310,3 +311,16 @@ async def test_a_stored_run_replays_with_its_progress_in_the_calls_history_or_wi
         titles = [entry.title for entry in screen.transcript.entries]
         said = [title for title in titles if title.startswith("progress c1")]
         assert said == [f"progress c1 · copy · {d:g}/10 ({d * 10:g}%): {m}" for d, m in progress]
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_a_trace_has_each_progress_on_its_calls_span_its_words_only_as_content(
+    content: bool,
+) -> None:
+    builder = TraceBuilder(content=content)
+    for event in _stored_run("run0progress", (3, "copying")).events:
+        builder.take(event)
+    [call] = [span for span in builder.finish() if span.name == "execute_tool copy"]
+    [mark] = [dict(e.attributes or {}) for e in call.events if e.name == "loopdeck.tool.progress"]
+    said = {"loopdeck.progress": 3.0, "loopdeck.total": 10.0}
+    assert mark == ({**said, "loopdeck.message": "copying"} if content else said)

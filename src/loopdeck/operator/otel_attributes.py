@@ -41,6 +41,7 @@ from loopdeck.core.events import (
     RunStarted,
     RunStopped,
     ToolFinished,
+    ToolProgress,
     ToolRetry,
     UnrequestedChange,
 )
@@ -218,13 +219,16 @@ def mark(event: Event, content: bool) -> Mark | None:
 
 
 def run_mark(event: Event, content: bool) -> Mark | None:
-    """The guard, the review and findings, the operator's words and commands, retries and the
-    store."""
+    """The guard, the review and findings, the operator's words and commands, retries, a
+    tool's progress and the store."""
     match event:
         case GuardTripped(call_id=call_id, fingerprint=fingerprint):
             return _mark("loopdeck.guard.tripped", {"loopdeck.fingerprint": fingerprint}, call_id)
         case ToolRetry(call_id=call_id):
             return _mark("loopdeck.tool.retry", _retry(event, content), call_id)
+        case ToolProgress(call_id=call_id, progress=done, total=total, message=message):
+            how: Said = {"loopdeck.progress": done, "loopdeck.total": total}  # its words: content
+            return _mark("loopdeck.tool.progress", _with(how, content, message=message), call_id)
         case ReviewVerdict():
             return _mark("loopdeck.review.verdict", _verdict(event, content))
         case Finding(round=round_, text=text):  # its words may name paths, an upstream's error
