@@ -20,7 +20,8 @@ from test_decision_refusals import Recorded, record
 from textual.app import App, ComposeResult
 
 from loopdeck.cli import main
-from loopdeck.core.call_progress import report_progress, reporting
+from loopdeck.core import report_progress
+from loopdeck.core.call_progress import reporting
 from loopdeck.core.dispatcher import Dispatcher
 from loopdeck.core.environment import Environment, tool
 from loopdeck.core.events import (

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         DenyApprover,
     )
     from loopdeck.core.budgets import Budget
+    from loopdeck.core.call_progress import report_progress
     from loopdeck.core.environment import Environment, tool
     from loopdeck.core.events import CallStatus, EventBase, EventBus
     from loopdeck.core.outcome import CallRecord, RunOutcome
@@ -48,6 +49,7 @@ _DEFINED_IN = {
     "Runtime": "loopdeck.core.runtime",
     "StopReason": "loopdeck.core.states",
     "ToolError": "loopdeck.core.tools",
+    "report_progress": "loopdeck.core.call_progress",
     "tool": "loopdeck.core.environment",
 }
 
@@ -72,6 +74,7 @@ __all__ = [
     "Runtime",
     "StopReason",
     "ToolError",
+    "report_progress",
     "tool",
 ]
 
