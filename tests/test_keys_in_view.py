@@ -207,9 +207,10 @@ async def test_every_text_box_says_the_ctrl_keys_that_act_from_it(tmp_path) -> N
 
 
 async def test_the_too_small_notice_stays_whole_under_a_dialog(tmp_path) -> None:
+    """Under 40x16 (from there, one column shows the run: `test_run_phone.py`)."""
     app = stored_app("order_support", "solve", tmp_path / "s.db")
-    async with app.run_test(size=(70, 20)) as pilot:
+    async with app.run_test(size=(39, 20)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
         await pilot.pause()
         first = screen_lines(app)[0]
-        assert "70x20" in first and "enlarge to 80x24" in first, first
+        assert "39x20" in first and "enlarge to 40x16" in first, first

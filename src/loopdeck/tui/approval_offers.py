@@ -124,6 +124,14 @@ class ApprovalOffers:
         self._later.clear()
         self.offer_next()
 
+    def open_write(self, reject: bool) -> None:
+        """`a`, `r` in the run screen's narrow layout: what was put off offered again, the
+        first write waiting first; for `r`, its reason box open."""
+        self.reopen()
+        dialog = self.dialog
+        if reject and isinstance(dialog, ApprovalDialog):
+            dialog.call_after_refresh(dialog.action_reject)
+
     def shut_down(self) -> None:
         """The screen is leaving (quit, a stop signal): its dialog goes, none comes back."""
         self.shut = True

@@ -213,6 +213,13 @@ def _rate(per_second: float) -> str:
     return f"{per_second:.2g}/s"
 
 
+def cap_var(view: RunView, cap: Cap, fraction: float) -> str:
+    """A cap's color: fired or reached, near (three quarters), or clear."""
+    if fraction >= 1 or view.fired_cap == cap:
+        return "$error"
+    return "$warning" if fraction >= 0.75 else "$success"
+
+
 class BudgetPanel(FixedSize, Static):
     def show(self, view: RunView, elapsed: float, operator_s: float = 0.0) -> None:
         wide = self.size.width >= 50
@@ -226,11 +233,7 @@ class BudgetPanel(FixedSize, Static):
                 usage = CapUsage(elapsed, usage.limit, elapsed)
             used, limit = usage.reported, usage.limit
             fraction = usage.fraction
-            var = (
-                "$error"
-                if fraction >= 1 or view.fired_cap == cap
-                else ("$warning" if fraction >= 0.75 else "$success")
-            )
+            var = cap_var(view, cap, fraction)
             amount = usage.amount(cap)
             rate = ""
             # The pace of what is burnt and known: a floor's pace would mislead.

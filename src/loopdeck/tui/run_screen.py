@@ -1,4 +1,5 @@
-"""The main screen: one run, side by side, with the kill switch and the approval queue.
+"""The main screen: one run, side by side, with the kill switch and the approval queue (under
+80x24, a phone's, one column: `phone_panels`).
 
 `RunScreen` holds the run: its link, the view and the transcript its events are folded into
 (at most once a frame, `FramePacer`), how its drive ended. It composes the panels, drives the
@@ -22,9 +23,7 @@ from functools import partial
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from loopdeck.core.events import Event
@@ -39,26 +38,14 @@ from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.console_messages import BackToFleet, RunLeft
 from loopdeck.tui.dialogs import BY, ConfirmKillDialog, ConfirmQuitDialog
 from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
-from loopdeck.tui.findings_panel import FindingsPanel
 from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
-from loopdeck.tui.grants_panel import GrantsPanel
-from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.message_dialog import MessageDialog, unheard
-from loopdeck.tui.panels import (
-    BudgetPanel,
-    CallDetail,
-    GoalLine,
-    OutcomePanel,
-    PlanPanel,
-    RunHeader,
-    StateMachinePanel,
-)
+from loopdeck.tui.panels import PlanPanel
 from loopdeck.tui.run_decisions import RunDecisions
-from loopdeck.tui.run_panels import PANEL_KEPT, RunPanels
+from loopdeck.tui.run_panels import RunPanels, composed
 from loopdeck.tui.shared_state import OwnDrive, SharedState
 from loopdeck.tui.shown import toast
 from loopdeck.tui.timers import every, unless_gone
-from loopdeck.tui.transcript_view import TranscriptLog
 
 SPIN_INTERVAL_S = 0.2
 
@@ -70,6 +57,9 @@ class RunScreen(Screen[None]):
     # The kill switch itself (`s`, `k`, `p`, `q`) is bound on the app, over any dialog, and
     # lands here (`action_stop`, `action_kill`, `action_pause`, `action_quit_run`).
     BINDINGS = [
+        # The narrow layout's first keys while a write waits: its dialog, opened to decide.
+        Binding("a", "decide(True)", "Approve…", id="run.approve"),
+        Binding("r", "decide(False)", "Reject…", id="run.reject"),
         Binding("w", "approvals", "Approvals", id="run.approvals"),
         Binding("t", "transcript", "Transcript", id="run.transcript"),
         Binding("m", "message", "Message", id="run.message"),
@@ -124,21 +114,7 @@ class RunScreen(Screen[None]):
         return self.now()
 
     def compose(self) -> ComposeResult:
-        yield Static(id="too-small")
-        yield RunHeader(id="run-header")
-        yield GoalLine(id="goal")
-        with Horizontal(id="top"):
-            yield StateMachinePanel(id="states", classes="panel")
-            yield PlanPanel(id="plan", classes="panel")
-            yield BudgetPanel(id="budgets", classes="panel")
-        yield OutcomePanel(id="outcome", classes="panel")
-        yield GrantsPanel(id="grants", classes="panel")
-        yield CallsTable(id="calls", classes="panel")
-        with Horizontal(id="bottom"):
-            yield FindingsPanel(id="findings", classes="panel")
-            yield CallDetail(id="detail", classes="panel")
-            yield TranscriptLog(id="transcript-panel", classes="panel", keep=PANEL_KEPT)
-        yield KeysBar()
+        yield from composed()
 
     def on_mount(self) -> None:
         # Quitting as the screen is pushed: the app can remove its panels before this runs
@@ -175,7 +151,8 @@ class RunScreen(Screen[None]):
         await link_facets.close(self.link)
 
     def on_resize(self, event: events.Resize) -> None:
-        unless_gone(self, partial(self.panels.fit, event.size.width, event.size.height, self.view))
+        width, height = event.size
+        unless_gone(self, partial(self.panels.fit, width, height, self.view, self.clock_now))
 
     # -- the run, in a worker ------------------------------------------------------------
     @work(group="runtime", exclusive=True, exit_on_error=False, description="supervised run")
@@ -291,6 +268,8 @@ class RunScreen(Screen[None]):
             return live and self.decisions.can_revoke(self.view)
         if action == "approvals":
             return bool(self.link.pending() or self.link.questions())
+        if action == "decide":
+            return self.panels.phone and bool(self.link.pending()) and not self.quitting
         if action == "back":
             return self.shared.fleet_home
         if action == "message":
@@ -303,6 +282,11 @@ class RunScreen(Screen[None]):
 
     def action_approvals(self) -> None:
         self.offers.reopen()
+
+    def action_decide(self, approve: bool) -> None:
+        """`a`, `r` in the narrow layout: the first write waiting, in its dialog (all of its
+        evidence, its arguments whole), where `a` approves; `r` opens its reason box too."""
+        self.offers.open_write(reject=not approve)
 
     def action_transcript(self) -> None:
         if self.panels.full_transcript is None:
