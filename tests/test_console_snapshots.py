@@ -13,7 +13,7 @@ from conftest import SAMPLES
 from console_helpers import console_app, finished, wait_until
 
 from loopdeck.core import write_approvals
-from loopdeck.operator import transcript
+from loopdeck.operator import decided_words, transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui import calls_table, panels
 from loopdeck.tui.dialogs import ApprovalDialog
@@ -29,6 +29,7 @@ def _masked(monkeypatch):
     monkeypatch.setattr(calls_table, "format_duration", lambda ms: "" if ms is None else "·")
     monkeypatch.setattr(transcript, "ms_text", lambda ms: "· ms")
     monkeypatch.setattr(transcript, "clock_text", lambda at: "hh:mm:ss")
+    monkeypatch.setattr(decided_words, "clock_text", lambda at: "hh:mm:ss")
     monkeypatch.setattr(panels, "SPINNER", "*")
     # the agent's and the operator's clocks come from real time (how long a key took to come)
     monkeypatch.setattr(RunView, "times", lambda self, now: (0.0, 0.0))
