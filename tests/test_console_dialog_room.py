@@ -1,6 +1,6 @@
 """An approval dialog shows its arguments before it can be approved, whatever the room: a run
-opened from the fleet at 80x24 (its "waits for your approval" toast takes a strip below the
-box), a model whose words run long, the reason box open. What gives way is the words above
+opened from the fleet at 80x24 (another run's "waits for your approval" toast takes a strip
+below the box), a model whose words run long, the reason box open. What gives way is the words above
 the arguments (they scroll) and the blank rows, never the title; once the room is back the
 box is as tall as what it shows."""
 
@@ -53,12 +53,12 @@ async def test_from_the_fleet_at_80x24_the_arguments_show_under_the_toast(tmp_pa
     app = LoopdeckApp(ConsoleStart.for_fleet(tmp_path / "s.db"))
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         await start_from_fleet(pilot, app, "order_support", "solve")
-        await wait_until(
-            pilot,
-            lambda: isinstance(app.screen, ApprovalDialog) and bool(app.screen.query("Toast")),
-        )
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalDialog))
+        # Another run's wait (this run's own is not toasted over its open dialog).
+        app.notify("run r9 waits for your approval", title="waiting", timeout=600)
+        await wait_until(pilot, lambda: bool(app.screen.query("Toast")))
         await pilot.pause()
-        assert shown(app, "Toast")  # "run … waits for your approval", below the box
+        assert shown(app, "Toast")  # below the box
         assert argument_rows(app) >= 3, "\n".join(screen_lines(app))
         assert shown(app, "#approval-keys") and shown(app, "#approval-tool")
         assert shown(app, "#approval-title")  # "Approve this write?": the words give way
