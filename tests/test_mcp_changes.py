@@ -128,3 +128,40 @@ async def test_an_mcp_read_that_times_out_is_tried_again_once() -> None:
     assert call.status is CallStatus.FAILED
     assert call.result is not None and call.result["error"]["code"] == "TIMEOUT"
     assert call.retries == 1
+
+
+async def test_a_tools_list_that_cannot_be_read_keeps_the_next_call_from_running() -> None:
+    """The server said its tools changed, and its new list is not a list the SDK can read
+    (its ValidationError): the list stays stale, the failure is said, and the next call is
+    not run on the list the server said is out of date."""
+    from types import SimpleNamespace
+
+    import pydantic
+    from mcp.types import ToolListChangedNotification
+
+    from loopdeck.core.tools import ToolError
+    from loopdeck.mcp_env.server_changes import ServerChanges
+
+    class Listing(pydantic.BaseModel):
+        tools: list[str]
+
+    class Session:
+        async def list_tools(self, params: object = None) -> object:
+            return Listing.model_validate({"tools": "not a list"})
+
+    said: list[str] = []
+    changes = ServerChanges("s", SimpleNamespace(call_timeout_s=5.0, snapshot=None), said.append)  # type: ignore[arg-type]
+    changes.session = Session()  # type: ignore[assignment]
+    await changes.noticed(ToolListChangedNotification())
+    await changes._relisted()
+    ran: list[str] = []
+
+    async def call() -> str:
+        ran.append("ran")
+        return "ok"
+
+    with pytest.raises(ToolError) as refused:
+        await changes.vetted("t", "read", call)
+    assert ran == []
+    assert "listing them again failed" in str(refused.value), refused.value
+    assert any("its answer was not a list: ValidationError" in words for words in said), said

@@ -132,7 +132,8 @@ class ServerChanges:
 
     async def _listed_again(self) -> None:
         """`tools/list` until no change was said during it, each list told to the env; a
-        protocol error is a `ToolError`, the connection closed left to the connection."""
+        protocol error or an answer that cannot be read is a `ToolError` (the list still
+        stale), the connection closed left to the connection."""
         import anyio
         from mcp.shared.exceptions import MCPError
 
@@ -150,6 +151,12 @@ class ServerChanges:
                     raise
                 said = f"error {exc.error.code}: {capped(visible(exc.error.message), WORDS_CAP)}"
                 raise ToolError(ErrorCode.TOOL_ERROR, said) from None
+            except Exception as exc:  # an answer the SDK could not read (its ValidationError)
+                self._stale = True
+                said = capped(visible(f"{type(exc).__name__}: {exc}"), WORDS_CAP)
+                raise ToolError(
+                    ErrorCode.TOOL_ERROR, f"its answer was not a list: {said}"
+                ) from None
             told = self.tools_told
             if told is not None:
                 told(tools)
