@@ -73,3 +73,27 @@ def test_a_message_to_a_silent_runner_is_still_refused(tmp_path: Path, cli: Any)
     assert code == 2 and said is None, err
     assert "nothing was recorded" in " ".join(err.split()), err
     assert _commands(db) == []
+
+
+def test_a_stop_to_a_parked_run_is_not_said_as_a_silent_runners(tmp_path: Path, cli: Any) -> None:
+    """A parked run's row keeps its last worker's pid and host, and no heartbeat beats for it:
+    no runner is silent, a free worker takes the stop up."""
+    db = tmp_path / "s.db"
+    _silent_run(db)
+
+    async def parked() -> None:
+        store = await open_store(db)
+        try:
+            await store.execute(
+                "INSERT INTO leases (run_id, options, state, epoch, submitted_at, expires_at)"
+                " VALUES ('r1', '{}', 'parked', 1, ?, ?)",
+                (time.time() - 700, time.time() + 3600),
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(parked())
+    code, said, err = cli("cancel", "r1", "--json", "--db", str(db))
+    assert code == 0 and said is not None, err
+    assert "silent" not in str(said), said
+    assert _commands(db) == ["cancel"]

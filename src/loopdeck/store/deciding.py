@@ -255,11 +255,11 @@ async def stop(
 
 
 async def _silent_runner(tx: Tx, run_id: str) -> str | None:
-    """`_out_of_reach` of the run's runner, read in the stop's own transaction."""
+    """`_out_of_reach` of its runner; None for a run on workers (a worker takes it up)."""
     rows = await tx.fetchall(
         "SELECT state, pid, host, heartbeat_at FROM runs WHERE run_id = ?", (run_id,)
     )
-    if not rows or rows[0]["state"] not in queries.LIVE_STATES:
+    if not rows or rows[0]["state"] not in queries.LIVE_STATES or await is_placed(tx, run_id):
         return None
     return _out_of_reach(rows[0], this_host(), time.time(), crash_silence_s())
 
