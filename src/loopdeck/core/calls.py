@@ -174,8 +174,8 @@ class CallHandler:
 
     async def _run_one(self, call: ToolCall, decision: Decision) -> tuple[CallRecord, ToolResult]:
         rt = self.rt
-        spec = rt.tools[call.tool]
         state_hash = await rt.state_hash()
+        spec = rt.tools[call.tool]  # as `_propose` records it: a change of its risk may land
         key = guard_key(call.tool, call.args, state_hash)
         fingerprint = key.fingerprint
         record = self._propose(call, state_hash, fingerprint)
