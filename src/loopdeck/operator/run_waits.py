@@ -36,3 +36,14 @@ def _question_words(view: RunView) -> str:
     if "budget" in topics:
         return "your say on a budget past its pause point"
     return "your answer to the agent's question"
+
+
+def parked_words(view: RunView) -> tuple[str, str]:
+    """A run its worker parked (none holds it: it waits on its operator), as `loopdeck runs`
+    says it ("parked (paused)"), and what has a worker take it up again."""
+    if view.paused:  # a decision taken while it is paused waits for its resume
+        under, then = "paused", "on resume"
+    else:
+        answer = view.state is RunState.AWAITING_ANSWER
+        under, then = view.state.value, "once you answer" if answer else "once you decide"
+    return f"parked ({under})", f"a free worker takes it up {then}"

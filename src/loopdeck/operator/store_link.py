@@ -33,7 +33,7 @@ from loopdeck.operator.link_commands import (
 from loopdeck.operator.links import EventSink, Listener, Tell, refuse_unoffered
 from loopdeck.operator.outage import Outage
 from loopdeck.operator.replay_link import parse_held, parse_rows
-from loopdeck.store import deciding, queries
+from loopdeck.store import deciding, leases, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.tuning import collector
@@ -95,6 +95,11 @@ class StoreLink:
         # ... until the console folded the batch that caught up, when it says it will (`folds`).
         self.folds = False
         self._held_to_fold = False
+        # While its worker parked it (none holds it): the lease's note ("parked by host-a:
+        # waits for c3's approval"), else "". Not read again once it cannot be parked any
+        # more: never placed (a run of its own process), or ended.
+        self.parked = ""
+        self._placement_final = False
 
     @property
     def commands_in_flight(self) -> int:
@@ -283,6 +288,18 @@ class StoreLink:
             self._pending = pending
             for listener in list(self._listeners):
                 listener()
+        await self._refresh_parked()
+
+    async def _refresh_parked(self) -> None:
+        """Whether its worker parked the run, read with what waits on the operator: a parked
+        run waits for them, and a free worker takes it up once they decided."""
+        if self._placement_final:
+            return
+        assert self.store is not None
+        row = await leases.placement(self.store, self.run_id)
+        state = None if row is None else row["state"]
+        self._placement_final = state is None or state == leases.ENDED
+        self.parked = str(row["note"] or leases.PARKED) if row and state == leases.PARKED else ""
 
     def pending(self) -> list[ApprovalRequest]:
         return list(self._pending)

@@ -1,7 +1,7 @@
 """What the run screen reads of a link beyond `RunLink`, by the link's own class: what a run
 waits for before its first events (a local run, an attached one), an attached run's store
-outage and long history, the failures its link tells while it goes on (and what came of an
-attached run's commands), and its close.
+outage, its park and its long history, the failures its link tells while it goes on (and
+what came of an attached run's commands), and its close.
 
 A replay has none of these: each says so with its empty value.
 """
@@ -26,6 +26,12 @@ def phase(link: RunLink) -> str:
 def store_outage(link: RunLink) -> str:
     """While an attached run's store cannot be read: "store unreachable since …"."""
     return link.store_outage if isinstance(link, StoreLink) else ""
+
+
+def parked(link: RunLink) -> str:
+    """While its worker parked an attached run (no worker holds it, it waits on its
+    operator): the lease's note; "" for a run held, and for a local run or a replay."""
+    return link.parked if isinstance(link, StoreLink) else ""
 
 
 def reading_history(link: RunLink) -> bool:

@@ -139,8 +139,9 @@ class RunPanels:
         outage = link_facets.store_outage(self.link)  # an attached run's store, unreadable
         outage = outage or view.store_outage  # the run holds: its store takes no writes
         frame = self.frame if self.live else None
+        parked = bool(link_facets.parked(self.link))  # its worker let it go: nothing turns
         self.screen.query_one(RunHeader).show(
-            view, agent_s, operator_s, pending, frame, elsewhere, outage, questions
+            view, agent_s, operator_s, pending, frame, elsewhere, outage, questions, parked
         )
         if self.phone:
             self._show_waiting()
