@@ -16,7 +16,18 @@ from typing import Any
 import pytest
 from conftest import Recorder
 
-from loopdeck.core.events import CallStatus, EventBus
+from loopdeck.core.events import (
+    ApprovalRequested,
+    CallProposed,
+    CallStatus,
+    Event,
+    EventBus,
+    Finding,
+    RunStopped,
+    ToolFinished,
+)
+from loopdeck.core.recorded_inputs import ReplayBus, record_inputs
+from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.tools import ErrorCode, ToolError
 from loopdeck.mcp_env.listing import ServerTool
 from loopdeck.mcp_env.tool_changes import ToolChanges
@@ -165,3 +176,57 @@ async def test_a_tools_list_that_cannot_be_read_keeps_the_next_call_from_running
     assert ran == []
     assert "listing them again failed" in str(refused.value), refused.value
     assert any("its answer was not a list: ValidationError" in words for words in said), said
+
+
+async def _whole_turned() -> list[Event]:
+    bus = EventBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    prepared = prepare_run(RunOptions(env=str(ENV), script="turned", approve="auto"), bus=bus)
+    record_inputs(prepared.runtime)
+    try:
+        await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    return events
+
+
+async def _rebuilt(log: list[Event]) -> tuple[ReplayLog, list[Event]]:
+    """The run rebuilt from `log` on a server of its own, as it starts: `peek` read-only, as
+    a server that put its hint back says."""
+    bus = ReplayBus()
+    events: list[Event] = []
+    bus.subscribe(events.append)
+    options = RunOptions(env=str(ENV), script="turned", approve="auto", run_id=log[0].run_id)
+    prepared = prepare_run(options, bus=bus)
+    replay = ReplayLog(log)
+    bus.follow(replay)
+    record_inputs(prepared.runtime, replay)
+    try:
+        await prepared.runtime.run()
+    finally:
+        prepared.cleanup()
+    return replay, events
+
+
+@pytest.mark.parametrize("cut", ["before_peek", "after_peek"])
+async def test_a_rebuilt_run_keeps_the_writes_its_server_made_of_its_reads(cut: str) -> None:
+    """Rebuilt from its log (another worker, a server that says `peek` is read-only again):
+    `peek` is a write from where the log's finding said so, asked for before it runs, whether
+    the log ends before its call or after it (served as asked)."""
+    whole = await _whole_turned()
+    peek = next(e for e in whole if isinstance(e, CallProposed) and e.tool == "peek")
+    said = next(e for e in whole if isinstance(e, Finding) and "tool peek" in e.text)
+    assert said.seq < peek.seq and peek.risk == "write"
+    at = whole.index(peek)
+    if cut == "after_peek":
+        at = next(i for i, e in enumerate(whole) if isinstance(e, ToolFinished) and i > at) + 1
+    replay, events = await _rebuilt(whole[:at])
+    assert replay.diverged is None, replay.diverged
+    proposed = {e.tool: e for e in events if isinstance(e, CallProposed)}
+    live = "peek" if cut == "before_peek" else "save"
+    assert proposed[live].risk == "write", proposed[live]
+    asked = {e.call_id for e in events if isinstance(e, ApprovalRequested)}
+    assert proposed[live].call_id in asked
+    stop = events[-1]
+    assert isinstance(stop, RunStopped) and "could not be rebuilt" not in stop.detail

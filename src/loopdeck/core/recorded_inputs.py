@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from loopdeck.core.approvals import (
@@ -59,11 +60,23 @@ class ReplayBus(EventBus):
         self.already = already
         self._made = 0
         self.dropping = False  # the run left (its lease lost): what it makes is checked no more
+        self._marks: list[tuple[int, Callable[[], None]]] = []  # (`at`)
 
     def drop(self) -> None:
         """Nothing the run makes from now on is checked or handed on (it is being stopped
         where it is: a kill must not read as a divergence from its log)."""
         self.dropping = True
+
+    def at(self, seq: int, then: Callable[[], None]) -> None:
+        """`then()` where the log's event `seq` was made: once the rebuilt run made the last
+        compared event before it (a change the env made then, which the log keeps as noise)."""
+        self._marks.append((seq, then))
+        self._marks.sort(key=lambda mark: mark[0])
+
+    def _passed(self, log: ReplayLog) -> None:
+        expected = log.next()
+        while self._marks and (expected is None or self._marks[0][0] < expected.seq):
+            self._marks.pop(0)[1]()
 
     def follow(self, log: ReplayLog) -> None:
         self.log = log
@@ -84,6 +97,7 @@ class ReplayBus(EventBus):
             event = super().emit(make, *args, **kwargs)
             if not log.live:
                 log.matched(event)
+                self._passed(log)
             return event
         # Kept from the subscribers: rebuilding a run, a fork's events its log has, or a run
         # that did something else than its log (it stops: nothing more of it is kept).
@@ -96,6 +110,7 @@ class ReplayBus(EventBus):
         made: E = cast(Any, make)(*args, **kwargs, seq=seq)
         if log.diverged is None:
             log.matched(made)
+            self._passed(log)
         return made
 
 
@@ -300,10 +315,18 @@ def record_inputs(
     if runtime.answerer is not None:
         runtime.answerer = ReplayAnswerer(runtime.answerer, log, decided)
     log.outside = lambda event: _done_again(runtime, event)
+    recorded = getattr(runtime.env, "tools_as_recorded", None)  # an MCP server's changes
+    if callable(recorded) and isinstance(runtime.bus, ReplayBus):
+        for seq, made in recorded(log.events):
+            runtime.bus.at(seq, partial(_taken, runtime, made))
     log.on_live.append(lambda: _clock_as_recorded(runtime, log))
     forked = None if log.free else log.last_of(RunForked)
     if forked is not None:  # a fork moved: what its restored state settled stays settled
         log.on_live.append(lambda: runtime.calls.unknown.settle(forked.settled))
+
+
+def _taken(runtime: Runtime, made: Callable[[], dict[str, ToolSpec]]) -> None:
+    runtime.tools.update(made())
 
 
 def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:

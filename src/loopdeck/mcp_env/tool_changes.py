@@ -10,7 +10,10 @@ told), and nothing the server says later makes a tool safer:
 - a tool the server no longer lists fails its calls, naming it, until it lists it again;
 - a tool that appeared is not offered to the model.
 
-Each is said once, as a warning and a finding of the run (`ServerLog.say`)."""
+Each is said once, as a warning and a finding of the run (`ServerLog.say`). A run rebuilt
+from its log (another worker's, a fork's) lists its server's tools anew, as they are now: the
+tools it had made writes are made writes again where its log said so (`recorded`,
+`made_again`), never taken as the reads the server may say they are again."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from loopdeck.core.tools import ErrorCode, Risk, ToolError, ToolSpec
 from loopdeck.mcp_env.listing import ServerTool
 
 Specs = dict[str, ToolSpec]
+MADE_A_WRITE = "): it was a read, and is a write from now on, asked for before it runs"
 
 
 def less_safe(start: ServerTool, now: ServerTool) -> str | None:
@@ -109,10 +113,35 @@ class ToolChanges:
             ]
         self._risks[name] = "write"
         replaced[name] = self._as_write(start, f"server changed its hints during the run ({why})")
-        return [
-            f"{self._server} changed its tool {name} during the run ({why}): it was a read, and"
-            " is a write from now on, asked for before it runs"
-        ]
+        return [self._made_a_write(name) + why + MADE_A_WRITE]
+
+    def _made_a_write(self, name: str) -> str:
+        return f"{self._server} changed its tool {name} during the run ("
+
+    def recorded(self, finding: str) -> tuple[str, str] | None:
+        """The tool a finding of the run's log says it made a write, and why; None for any
+        other finding."""
+        if not finding.endswith(MADE_A_WRITE):
+            return None
+        for name in self._start:
+            if finding.startswith(said := self._made_a_write(name)):
+                return name, finding[len(said) : -len(MADE_A_WRITE)]
+        return None
+
+    def made_again(self, name: str, why: str) -> Specs:
+        """A rebuilt run at the place its log said `name` was made a write: made one again
+        (said again, for a fork's own log), its spec returned for the run to take at once."""
+        with self._lock:
+            if self._risks.get(name) != "read":
+                return {}
+            self._why[name] = why
+            self._risks[name] = "write"
+            spec = self._as_write(
+                self._start[name], f"server changed its hints during the run ({why})"
+            )
+            self._specs[name] = spec
+        self._say(self._made_a_write(name) + why + MADE_A_WRITE)
+        return {name: spec}
 
     def vet(self, name: str, risk: Risk | None) -> None:
         """`name` about to be called as `risk` (None: as the run started with it), on the
