@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import SAMPLES
 from console_helpers import console_app, run_screen, screen_lines, screen_text, wait_until
 from textual.widgets import Input
@@ -86,3 +87,56 @@ async def test_under_40x16_a_notice_says_to_enlarge() -> None:
         await wait_until(pilot, lambda: app.screen is run_screen(app))
         await pilot.pause()
         assert "39x30 is too small: enlarge to 40x16" in screen_lines(app)[0]
+
+
+def _copying(run_id: str, message: str) -> Any:
+    """A live run whose call c1 reported 3 of 10 done, and whose c2 executed."""
+    from test_decision_refusals import Recorded
+
+    from loopdeck.core.events import CallProposed, CallStatus, ToolFinished
+    from loopdeck.core.progress_events import ToolProgress
+    from loopdeck.core.states import RunState
+
+    run = Recorded(run_id).started(RunState.DECIDING)
+    for call_id in ("c2", "c1"):
+        run.add(CallProposed, call_id=call_id, round=1, tool="copy_files", args={},
+                risk="read", fingerprint="f" * 8, state_hash="s" * 8)  # fmt: skip
+    run.add(ToolFinished, call_id="c2", tool="copy_files", status=CallStatus.EXECUTED,
+            result={"data": 1}, duration_ms=5.0)  # fmt: skip
+    return run.add(ToolProgress, call_id="c1", tool="copy_files", progress=3, total=10,
+                   message=message)  # fmt: skip
+
+
+@pytest.mark.parametrize("message", ["copying", "copying " + "a-long-file-name/" * 8])
+async def test_at_43x40_a_running_calls_progress_shows_in_the_calls_list(
+    tmp_path: Any, message: str
+) -> None:
+    """As the wide Calls table says it ("running 30% copying"); a long message is cut where
+    the line ends, the tool before it keeping some room. It said "running", nothing more."""
+    from test_decision_refusals import record
+
+    from loopdeck.operator.store_link import StoreLink
+    from loopdeck.store.opening import open_store
+    from loopdeck.tui.app import ConsoleStart, LoopdeckApp
+    from loopdeck.tui.phone_panels import PhoneCalls
+
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        await record(store, _copying("r1", message))
+    finally:
+        await store.close()
+    app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, "r1")))
+    async with app.run_test(size=(43, 40)) as pilot:
+        await wait_until(pilot, lambda: run_screen(app) is not None)
+        calls = run_screen(app).query_one(PhoneCalls)
+        await wait_until(pilot, lambda: "c1" in str(calls.render()))
+        await pilot.pause()
+        lines = str(calls.render()).splitlines()
+        running = next(line for line in lines if line.startswith("c1"))
+        assert "running 30% copying" in running, lines
+        assert "copy_" in running, lines  # the tool keeps some room
+        width = calls.content_size.width
+        assert all(len(line) <= width for line in lines), (width, lines)
+        assert running.endswith("…") == (len(message) > len("copying")), running
+        assert next(line for line in lines if line.startswith("c2")).endswith("executed")

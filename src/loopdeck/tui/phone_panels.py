@@ -1,9 +1,10 @@
 """The run screen's narrow layout: one column that scrolls, for a terminal under 80x24 (a
 phone's browser through `loopdeck serve`: about 43x40 held upright, 90x20 on its side). In the
 order an operator on a phone needs it: what waits on them (the write with its tool and
-arguments, or the question), the last calls (id, tool, status), the budgets in a line or two,
-the findings when there are any. The header, the goal and the stop's panel above it are the
-wide layout's own, restyled (`loopdeck.tcss`: `RunScreen.-phone`)."""
+arguments, or the question), the last calls (id, tool, status: a running call's progress
+too), the budgets in a line or two, the findings when there are any. The header, the goal and
+the stop's panel above it are the wide layout's own, restyled (`loopdeck.tcss`:
+`RunScreen.-phone`)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ from textual.widgets import Static
 
 from loopdeck.core.approvals import ApprovalRequest
 from loopdeck.core.budgets import Cap, CapUsage
+from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import plural
 from loopdeck.operator.runview import RunView
-from loopdeck.tui.call_status import GUARD_HELD_LOOK, STATUS_LOOK
+from loopdeck.tui.call_status import GUARD_HELD_LOOK, STATUS_LOOK, status_label
 from loopdeck.tui.findings_panel import FindingsPanel
 from loopdeck.tui.panels import args_text, cap_var, elapsed_text, paint, title
 from loopdeck.tui.shown import plain, visible
 
 CALLS_SHOWN = 5  # the last calls listed; `t` (the transcript) has them all
+TOOL_KEPT = 12  # columns a tool keeps beside a running call's progress (the progress is cut)
 ARGS_SHOWN = 8  # a waiting write's arguments, in lines; its dialog (`a`) shows them all
 WRITE_KEYS = "a approve… · r reject…"
 Word = tuple[str, str]  # words and their style
@@ -34,24 +37,30 @@ Word = tuple[str, str]  # words and their style
 
 @dataclass(frozen=True, slots=True)
 class CallLine:
-    """One call as the narrow column lists it: the tool gives way first, never the status."""
+    """One call as the narrow column lists it: the tool gives way first (to TOOL_KEPT
+    columns), then a running call's progress, never the status's own word."""
 
     call_id: str
     tool: str
     status: str
     color: str
+    word: int  # the status's own word, before its progress ("running" of "running 30% …")
 
-    def drawn(self, id_width: int, tool_width: int) -> Content:
-        tool = self.tool
-        if cell_len(tool) > tool_width:
-            tool = set_cell_size(tool, tool_width - 1) + "…" if tool_width > 1 else ""
+    def drawn(self, id_width: int, tool_width: int, status_width: int) -> Content:
         return Content.assemble(
             (self.call_id.ljust(id_width), "bold"),
             "  ",
-            set_cell_size(tool, tool_width),
+            set_cell_size(_cut(self.tool, tool_width), tool_width),
             "  " if tool_width else " ",
-            (self.status, f"${self.color}"),
+            (_cut(self.status, max(status_width, self.word)), f"${self.color}"),
         )
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in `width` columns at most, "…" where it was cut."""
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1) + "…" if width > 1 else ""
 
 
 class PhoneCalls(Widget):
@@ -61,12 +70,7 @@ class PhoneCalls(Widget):
 
     def show(self, view: RunView, said: str) -> None:
         rows = list(view.calls.values())[-CALLS_SHOWN:]
-        looks = [GUARD_HELD_LOOK if r.call_id == view.guard_held else STATUS_LOOK[r.status]
-                 for r in rows]  # fmt: skip
-        self.lines = tuple(
-            CallLine(visible(row.call_id), visible(row.tool), words, color)
-            for row, (words, color) in zip(rows, looks, strict=True)
-        )
+        self.lines = tuple(_call_line(row, row.call_id == view.guard_held) for row in rows)
         title(self, f"Calls · {view.calls_seen:,}{said}")
         title(self, "t log" if view.calls_seen > len(rows) else "", sub=True)
 
@@ -75,9 +79,21 @@ class PhoneCalls(Widget):
             return Content.styled("no calls yet", "dim")
         id_width = max(cell_len(line.call_id) for line in self.lines)
         statuses = max(cell_len(line.status) for line in self.lines)
-        room = self.content_size.width - id_width - statuses - 4
-        tool_width = max(0, min(room, max(cell_len(line.tool) for line in self.lines)))
-        return Content("\n").join(line.drawn(id_width, tool_width) for line in self.lines)
+        words = max(line.word for line in self.lines)
+        room = self.content_size.width - id_width - 4  # the statuses' and tools' columns
+        tools = max(cell_len(line.tool) for line in self.lines)
+        tool_width = max(0, min(tools, max(room - statuses, min(TOOL_KEPT, room - words))))
+        status_width = room - tool_width if tool_width else room + 1
+        drawn = (line.drawn(id_width, tool_width, status_width) for line in self.lines)
+        return Content("\n").join(drawn)
+
+
+def _call_line(row: CallRecord, guard_held: bool) -> CallLine:
+    """A call's line: its status as the wide Calls table says it (a running call's progress
+    too), or the guard's hold."""
+    look = GUARD_HELD_LOOK if guard_held else STATUS_LOOK[row.status]
+    words = look[0] if guard_held else status_label(row)
+    return CallLine(visible(row.call_id), visible(row.tool), words, look[1], cell_len(look[0]))
 
 
 class PhoneBudgets(Widget):
