@@ -16,10 +16,13 @@ from loopdeck.core.events import (
     Event,
     EventBus,
     PolicyDecided,
+    PolicyInForce,
     RunStarted,
     RunStopped,
 )
 from loopdeck.core.recorded_inputs import record_inputs
+from loopdeck.core.replay_events import RunForked
+from loopdeck.operator.fork import fork
 from loopdeck.operator.launch import prepare_run
 from loopdeck.policy.record import read_run
 from loopdeck.policy.replay import recorded_policy, replay
@@ -77,6 +80,8 @@ def _earlier(event: Event) -> Event:
     if isinstance(event, PolicyDecided):
         then = datetime.fromisoformat(str(event.facts["time"])) - EARLIER
         update["facts"] = {**event.facts, "time": then.isoformat()}
+    if isinstance(event, PolicyInForce) and event.rules_since is not None:
+        update["rules_since"] = event.rules_since - EARLIER
     return event.model_copy(update=update)
 
 
@@ -126,3 +131,41 @@ async def test_a_rebuilt_run_counts_its_rules_age_from_its_recorded_start(tmp_pa
     note = _decided(cut, "c3")
     assert address.facts["rules"]["run:young-notes"]["uses"] == 1  # from the log
     assert address.facts["rules"]["run:young-notes"]["last_state"] == note.facts["state"]["hash"]
+
+
+async def test_a_fork_counts_its_rules_age_from_its_sources_start(tmp_path: Path) -> None:
+    """A fork goes on under its source's policy as the source left it: uses carried, and
+    ages from the source's start, not the fork's. The source began two minutes ago; its
+    young-address rule allowed then and no longer would: the fork's address update is asked,
+    and `policy replay` of the fork counts the same ages."""
+    path = tmp_path / "policy.toml"
+    path.write_text(YOUNG, encoding="utf-8")
+    whole = await _run(tmp_path / "first", "r1", path)
+    assert _decided(whole, "c5").effect == "allow"
+    db, root = tmp_path / "s.db", tmp_path / "shared"
+    store = await open_store(db)
+    try:
+        run = options(root, run_id="r1", policy=path)
+        await left_by_a_lost_worker(store, root, "r1", [_earlier(e) for e in whole], run)
+        forked = await fork(db, "r1", "c5")
+        await with_a_worker(db, lambda: _ended(store, forked))
+        log = await stored(store, forked)
+    finally:
+        await store.close()
+    stop = log[-1]
+    assert isinstance(stop, RunStopped) and stop.stop_reason.value != "crashed", stop
+    went = next(i for i, e in enumerate(log) if isinstance(e, RunForked))
+    address = next(
+        e
+        for e in log[went:]
+        if isinstance(e, PolicyDecided)
+        and "run:young-address" in e.facts["rules"]
+        and e.facts["call"]["tool"] == "update_delivery_address"
+    )
+    assert address.effect == "none", address  # two minutes into its source: asked
+    assert _age(address, "young-address") >= EARLIER.total_seconds()
+    assert address.facts["rules"]["run:young-notes"]["uses"] == 1  # carried from the source
+    record = read_run(forked, log)
+    policy = recorded_policy(record)
+    assert policy is not None
+    assert not any(r.differs for r in replay(record, policy))

@@ -55,6 +55,9 @@ class PolicyInForce(EventBase):
     sha256: str  # of the levels' hashes together
     levels: list[dict[str, str]]  # level, path, sha256, mode, text
     run_kind: str
+    # When its rules came into force (`rule.age_s` counts from it): the run's start, a
+    # fork's source's (a fork goes on under its source's policy, ages and uses alike).
+    rules_since: datetime | None = None
 
 
 class PolicyDecided(EventBase):

@@ -3,7 +3,10 @@ its rules' memory of this run (`RuleBook`: uses, the states they last allowed in
 start their age counts from), and the kind of run its calls come from.
 
 A rule's age (`rule.age_s`) counts from the run's start as its log records it (`RunStarted`):
-live, rebuilt from its log on another worker, or replayed (`policy/replay.py`), one clock.
+live, rebuilt from its log on another worker, or replayed (`policy/replay.py`), one clock. A
+fork goes on under its source's policy as the source left it: its rules' ages count from the
+source's start, as their uses carry over (`PolicyInForce.rules_since` keeps it in the fork's
+own log, for its rebuild and its replay).
 While a run is rebuilt, each ask is evaluated at the time its log recorded and with the ages
 it recorded, so that the rebuilt run decides as the run did."""
 
@@ -15,7 +18,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from loopdeck.core.events import Event, PolicyDecided, RunStarted
+from loopdeck.core.events import Event, PolicyDecided, PolicyInForce, RunStarted
 from loopdeck.core.grants import Grant
 from loopdeck.core.policy_gate import PolicyVerdict
 from loopdeck.policy.engine import Policy, Rule, RuleBook, RuleMemory
@@ -39,15 +42,16 @@ class RunPolicy:
         self, log: Sequence[Event] = (), own: Sequence[Event] = ()
     ) -> Callable[[], None]:
         """Its run is rebuilt from `log` (its own, or a fork's source's; `own`: the run's own
-        log, whose start its rules' age counts from): until it goes live (the callable
-        returned), each ask is evaluated at the time and with the ages the log recorded, and
-        a recorded condition today's load refuses as the run evaluated it, so the rebuild
-        decides as the run did. Past that the run decides calls nobody decided before: such
-        a condition fails, closed, and ages count on from the run's recorded start."""
+        log, empty on a fork's first claim; its rules' age counts from `rules_since`): until
+        it goes live (the callable returned), each ask is evaluated at the time and with the
+        ages the log recorded, and a recorded condition today's load refuses as the run
+        evaluated it, so the rebuild decides as the run did. Past that the run decides calls
+        nobody decided before: such a condition fails, closed, and ages count on from the
+        recorded start."""
         self.as_recorded = True
-        started = next((e for e in own if isinstance(e, RunStarted)), None)
-        if started is not None:
-            self.book.start(started.at)
+        since = rules_since(own if own else log)  # no log of its own: a fork's first claim
+        if since is not None:
+            self.book.start(since)
         for event in log:
             if isinstance(event, PolicyDecided):
                 self._logged.setdefault(event.call_id, []).append(event)
@@ -63,6 +67,7 @@ class RunPolicy:
             "sha256": self.policy.sha256,
             "levels": [level.recorded() for level in self.policy.levels],
             "run_kind": self.run_kind,
+            "rules_since": self.book.since,
         }
 
     def decide(self, facts: dict[str, Any], grant: Grant | None) -> PolicyVerdict:
@@ -78,6 +83,15 @@ class RunPolicy:
             memory = _AsLogged(self.book, recorded.get("rules", {}))
         evaluation = self.policy.evaluate(facts, memory, as_recorded=self.as_recorded)
         return replace(evaluation.verdict(), count=partial(self.book.decided, evaluation))
+
+
+def rules_since(log: Sequence[Event]) -> datetime | None:
+    """When the rules of the run whose log this is came into force: as its policy recorded
+    it (a fork's: its source's start), else its start; None with neither."""
+    for event in log:
+        if isinstance(event, PolicyInForce) and event.rules_since is not None:
+            return event.rules_since
+    return next((e.at for e in log if isinstance(e, RunStarted)), None)
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,10 @@ class _Grants:
 
 def replay(record: RunRecord, policy: Policy) -> list[Replayed]:
     """Every ask of the run as `policy` would have decided it."""
-    since = record.started.at if record.started else _first_time(record)
+    in_force = record.in_force
+    since = in_force.rules_since if in_force is not None else None  # a fork's: its source's
+    if since is None:
+        since = record.started.at if record.started else _first_time(record)
     book = RuleBook(since)
     grants = _Grants(record)
     replayed = []
