@@ -78,7 +78,8 @@ def test_runs_lists_queued_parked_and_held_runs_with_their_host(db, capsys, monk
     lines = {
         line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.split()[:1]
     }
-    assert "host-a" in lines["parked1"] and "host-b:4242" in lines["held1"]
+    assert "host-b:4242" in lines["held1"]
+    assert "host-a" not in lines["parked1"]  # no worker runs it: its note (--json) names its last
 
 
 def test_runs_are_typed_entries(db) -> None:
@@ -93,6 +94,7 @@ def test_runs_are_typed_entries(db) -> None:
     by_id = {run.run_id: run for run in runs}
     assert by_id["queued1"].shown_state == "queued" and by_id["queued1"].runner == "-"
     assert by_id["parked1"].shown_state == "parked" and by_id["parked1"].live
+    assert by_id["parked1"].runner == "-"  # no worker holds it (its note names its last)
     assert by_id["own1"].placement is None and by_id["own1"].shown_state == "stopped"
 
 

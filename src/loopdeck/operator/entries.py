@@ -84,8 +84,8 @@ class RunEntry:
     @property
     def runner(self) -> str:
         """Where it runs: host:pid of its process, else its lease's host; "-": none does."""
-        if self.placement is not None and self.placement.state == QUEUED:
-            return "-"  # handed back: its last worker is named in its note
+        if self.placement is not None and self.placement.state in (PARKED, QUEUED):
+            return "-"  # parked, or handed back: its last worker is named in its note
         if self.host:
             return f"{self.host}:{self.pid}"
         if self.placement is not None and self.placement.host:
