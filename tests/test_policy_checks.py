@@ -204,3 +204,33 @@ def test_policy_test_refuses_a_wrong_test_or_rule_naming_the_file_and_the_test(
     assert main(["policy", "test", str(path)]) == code
     out, err = capsys.readouterr()
     assert f"loopdeck: {path}: {said}" in err, (out, err)
+
+
+LONG = "call.args.l.all(a, a >= 0)"  # over 15,000 items: past the bound, quick without it
+
+
+@pytest.mark.parametrize("recorded_past", [False, True])
+def test_a_rebuilt_run_evaluates_its_conditions_as_recorded_not_bound_by_steps_since(
+    tmp_path: Path, recorded_past: bool
+) -> None:
+    """A run recorded before the step bound allowed on a condition past it: rebuilt from its
+    log, it allows again (the bound is for live decisions); one recorded failing past the
+    bound fails again. Live, past the rebuild, the bound holds."""
+    from loopdeck.core.events import PolicyDecided
+    from loopdeck.policy.gate import RunPolicy
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_rule("long", "allow", LONG))
+    case = _case({"l": list(range(15_000))})
+    facts = case_facts(case)
+    live = RunPolicy(Policy([read_level("run", path)]), "python")
+    assert live.decide(facts, None).effect == "none"  # live: bound, fails closed
+    errors = ["run:long: not evaluated past 50,000 steps"] if recorded_past else []
+    decided = PolicyDecided(run_id="r1", seq=3, call_id=facts["call"]["id"],
+                            effect="none" if recorded_past else "allow", would="allow",
+                            errors=errors, facts=facts)  # fmt: skip
+    gate = RunPolicy(Policy([read_level("run", path)]), "python")
+    went_live = gate.rebuilding([decided])
+    assert gate.decide(facts, None).effect == ("none" if recorded_past else "allow")
+    went_live()
+    assert gate.decide(facts, None).effect == "none"

@@ -12,6 +12,7 @@ uses and the states they last allowed are its `RuleBook`'s.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -158,11 +159,17 @@ class Policy:
         self.sha256 = sha256_hex([[level.name, level.sha256] for level in self.levels])
 
     def evaluate(
-        self, facts: dict[str, Any], memory: RuleMemory, *, as_recorded: bool = False
+        self,
+        facts: dict[str, Any],
+        memory: RuleMemory,
+        *,
+        as_recorded: bool = False,
+        bounded: Collection[str] = (),
     ) -> Evaluation:
         """What every rule says of one ask, and what they decide together; `as_recorded`: a
         recorded condition today's load refuses evaluated as its run evaluated it (a rebuild
-        from the run's log, a replay of its asks), else it fails (`Condition.holds`)."""
+        from the run's log, a replay of its asks), else it fails (`Condition.holds`), each
+        with no step bound but those the record says failed past it (`bounded`: their keys)."""
         facts = self.complete(facts)
         at = datetime.fromisoformat(str(facts["time"]))
         try:
@@ -185,7 +192,7 @@ class Policy:
                 "unchanged_since_rule": attributes["last_state"] == facts["state"]["hash"],
             }
             activation = {**shared, "state": cel_value(state), "rule": cel_value(attributes)}
-            outcomes.append(_outcome(rule, activation, as_recorded))
+            outcomes.append(_outcome(rule, activation, as_recorded, rule.key in bounded))
         enforced = [o for o in outcomes if not o.rule.shadow]
         effect, decider = _strongest(enforced)
         would, would_rule = _strongest(outcomes)
@@ -203,9 +210,11 @@ class Policy:
         return {**facts, "run": run}
 
 
-def _outcome(rule: Rule, activation: dict[str, Any], as_recorded: bool) -> RuleOutcome:
+def _outcome(
+    rule: Rule, activation: dict[str, Any], as_recorded: bool, bounded: bool
+) -> RuleOutcome:
     try:
-        holds = rule.condition.holds(activation, as_recorded=as_recorded)
+        holds = rule.condition.holds(activation, as_recorded=as_recorded, bounded=bounded)
     except ConditionFailed as failed:
         return _failed(rule, str(failed), not_a_bool=isinstance(failed, NotABool))
     return RuleOutcome(rule, rule.effect if holds else "none")

@@ -10,6 +10,10 @@ refuses the policy naming the rule. It holds only when it evaluates to `true`; a
 that fails (a missing argument, a type mismatch), runs past `MOST_STEPS` (nested macros over
 a long list) or gives something else is `ConditionFailed`, with CEL's words.
 
+A condition evaluated as its run recorded it (a rebuild from the run's log) is not bound by
+`MOST_STEPS` (a run recorded before the bound evaluated it whole), unless its run's record
+says it failed past the bound (`bounded`): the rebuild evaluates it as the run did.
+
 A condition a run recorded (`as_recorded`) is read as the load it was recorded under read it:
 parsed, the checks added since made but not refusing it: what they refuse is kept (`refused`).
 Such a condition is evaluated as the run evaluated it only while its run is rebuilt from its
@@ -53,6 +57,7 @@ FUNCTIONS = frozenset(
 # list of a thousand items some 20,000. Nested macros (or a huge list an agent sends) go
 # past it and fail, closed, rather than hold the run's loop (~6 µs a node) on one ask.
 MOST_STEPS = 50_000
+PAST_STEPS = "not evaluated past"  # the words of a condition that failed past the bound
 WORDS_CAP = 300  # what an error says of itself (CEL's words can name a whole activation)
 
 Activation = dict[str, Any]
@@ -131,21 +136,25 @@ class Condition:
             except ConditionFailed as exc:
                 raise ExpressionError(f"it reads no attribute and always fails: {exc}") from None
 
-    def holds(self, activation: Activation, *, as_recorded: bool = False) -> bool:
+    def holds(
+        self, activation: Activation, *, as_recorded: bool = False, bounded: bool = True
+    ) -> bool:
         """Whether it holds on these attributes; a condition today's checks refuse is
-        evaluated only `as_recorded` (a run rebuilt from its log), else it fails, closed."""
+        evaluated only `as_recorded` (a run rebuilt from its log), else it fails, closed.
+        As recorded, it is bound by `MOST_STEPS` only where the run's record was (`bounded`)."""
         if self.refused is not None and not as_recorded:
             said = f"not evaluated: it would be refused if read today ({self.refused})"
             raise ConditionFailed(said)
+        steps = _Steps(MOST_STEPS if bounded or not as_recorded else None)
         try:
-            value = self._program.evaluate(activation)
+            value = self._program.evaluate_within(activation, steps)
         except CELEvalError as exc:
             raise ConditionFailed(_first_line(exc)) from None
         except RecursionError:
             raise ConditionFailed("nested too deep to be evaluated here") from None
         except _TooLong:
             raise ConditionFailed(
-                f"not evaluated past {MOST_STEPS:,} steps (nested macros, or a list too long"
+                f"{PAST_STEPS} {MOST_STEPS:,} steps (nested macros, or a list too long"
                 " for them): write it to do less"
             ) from None
         if isinstance(value, CELEvalError):
@@ -288,10 +297,12 @@ class _TooLong(BaseException):
 
 
 class _Steps:
-    def __init__(self) -> None:
-        self.left = MOST_STEPS
+    def __init__(self, most: int | None = MOST_STEPS) -> None:
+        self.left = most  # None: no bound
 
     def take(self) -> None:
+        if self.left is None:
+            return
         self.left -= 1
         if self.left < 0:
             raise _TooLong
@@ -315,7 +326,10 @@ class _Bounded(Evaluator):
 
 class _BoundedRunner(celpy.InterpretedRunner):
     def evaluate(self, context: Any) -> Any:
-        return _Bounded(self.ast, self.new_activation(), _Steps()).evaluate(context)
+        return self.evaluate_within(context, _Steps())
+
+    def evaluate_within(self, context: Any, steps: _Steps) -> Any:
+        return _Bounded(self.ast, self.new_activation(), steps).evaluate(context)
 
 
 def _constant_patterns(tree: Tree[Token]) -> None:

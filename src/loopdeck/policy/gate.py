@@ -22,6 +22,7 @@ from loopdeck.core.events import Event, PolicyDecided, PolicyInForce, RunStarted
 from loopdeck.core.grants import Grant
 from loopdeck.core.policy_gate import PolicyVerdict
 from loopdeck.policy.engine import Policy, Rule, RuleBook, RuleMemory
+from loopdeck.policy.expressions import PAST_STEPS
 
 
 class RunPolicy:
@@ -76,12 +77,17 @@ class RunPolicy:
         the call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
         memory: RuleMemory = self.book
         logged = self._logged.get(str(facts["call"]["id"]))
+        bounded: set[str] = set()  # the rules its record says failed past the step bound
         if self.as_recorded and logged:
-            recorded = logged.pop(0).facts
+            decided = logged.pop(0)
+            recorded = decided.facts
             if "time" in recorded:
                 facts = {**facts, "time": recorded["time"]}
             memory = _AsLogged(self.book, recorded.get("rules", {}))
-        evaluation = self.policy.evaluate(facts, memory, as_recorded=self.as_recorded)
+            bounded = {e.split(": ", 1)[0] for e in decided.errors if PAST_STEPS in e}
+        evaluation = self.policy.evaluate(
+            facts, memory, as_recorded=self.as_recorded, bounded=bounded
+        )
         return replace(evaluation.verdict(), count=partial(self.book.decided, evaluation))
 
 
