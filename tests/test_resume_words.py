@@ -89,3 +89,29 @@ def test_a_resume_of_a_run_its_worker_holds_is_said_sent(tmp_path: Path, capsys:
 
     asyncio.run(placed())
     assert _resumed(db, "held1", capsys) == "held1: resume sent\n"
+
+
+def test_a_cancel_or_a_message_to_a_parked_run_says_a_worker_takes_it_up(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A cancel, a kill or a message to a run no worker holds waits for a free worker, as a
+    resume does: said so (they said `sent`, as to a runner that takes them at once)."""
+    db = tmp_path / "s.db"
+
+    async def placed() -> None:
+        store = await open_store(db)
+        try:
+            await _placed(store, "parked1", paused=False, parked=True)
+        finally:
+            await store.close()
+
+    asyncio.run(placed())
+    for argv, said_as in (
+        (["message", "parked1", "look again"], "message sent (10 characters)"),
+        (["cancel", "parked1"], "cancel sent"),
+        (["cancel", "parked1", "--now"], "kill sent"),
+    ):
+        assert main([*argv, "--db", str(db)]) == 0, argv
+        said = " ".join(capsys.readouterr().out.split())
+        assert said.startswith(f"parked1: {said_as}; it is parked (no worker holds it)"), said
+        assert "the next worker with a free slot takes it up, and" in said, said

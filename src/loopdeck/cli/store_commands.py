@@ -263,6 +263,10 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
     cut = len(text) > MESSAGE_CAP  # the run keeps (and the model hears) its first part
     size = f"{len(text):,} characters" + (f", cut to {MESSAGE_CAP:,}" if cut else "")
     done = f"{args.run_id}: message sent ({size}); the model hears it next turn"
+    from loopdeck.operator.waking import waking_words  # a run no worker holds: once one does
+
+    if waits := await waking_words(store, args.run_id, "message", f"message sent ({size})"):
+        done = visible(waits)
     said = {"run_id": args.run_id, "command": "message", "chars": len(text), "cut": cut}
     _print(said, args.json, text=done)
     return 0
@@ -289,12 +293,11 @@ async def _send(store: Store, args: argparse.Namespace) -> int:
         return 0
     sent: dict[str, object] = {"run_id": args.run_id, "command": verb, "sent": True}
     done = f"{args.run_id}: {verb} sent"
-    if verb == "resume":  # a run no worker holds goes on only once one takes it up
-        from loopdeck.operator.waking import resume_words
+    from loopdeck.operator.waking import waking_words  # a run no worker holds: once one does
 
-        if (waits := await resume_words(store, args.run_id)) is not None:
-            done = visible(waits)
-            sent = {**sent, "held": False, "message": done}
+    if (waits := await waking_words(store, args.run_id, verb, f"{verb} sent")) is not None:
+        done = visible(waits)
+        sent = {**sent, "held": False, "message": done}
     _print(sent, args.json, text=done)
     return 0
 
