@@ -61,3 +61,18 @@ def test_the_users_policy_naming_a_tool_the_run_lacks_is_warned_of(
     assert code in (0, 1) and done is not None, err  # it ran
     assert f"{path}: rule 1 (no-etc): names tool 'write_fle'" in err
     assert "it never fires in this run (the user's policy)" in err
+
+
+def test_the_users_policy_naming_a_tool_the_run_lacks_is_warned_of_at_submit(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A submitted run is prepared at submit (and again by its worker, which says the same
+    on its output): the warning was dropped on both paths."""
+    path = tmp_path / "user.toml"
+    path.write_text(MISSPELT, encoding="utf-8")
+    monkeypatch.setenv("LOOPDECK_USER_POLICY", str(path))
+    code, _, err = cli("submit", POLICY_ENV, "--script", "writes", "--approve", "auto",
+                       "--db", str(tmp_path / "s.db"))  # fmt: skip
+    assert code == 0, err
+    assert f"{path}: rule 1 (no-etc): names tool 'write_fle'" in err
+    assert "it never fires in this run (the user's policy)" in err

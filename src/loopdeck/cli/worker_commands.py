@@ -129,7 +129,11 @@ def _submit(args: argparse.Namespace) -> int:
         model_timeout_s=args.model_timeout, pause_at=args.pause_at,
         settings=list(args.settings), policy=args.policy,
     )  # fmt: skip
-    run_id = asyncio.run(submit(args.db or default_db_path(), options))
+
+    def warned(words: str) -> None:
+        print(f"loopdeck: {words}", file=sys.stderr)
+
+    run_id = asyncio.run(submit(args.db or default_db_path(), options, warned))
     if args.json:
         print(json.dumps({"run_id": run_id}))
     else:

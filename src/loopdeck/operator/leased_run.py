@@ -178,6 +178,8 @@ class LeasedRun:
         except Exception as exc:  # its env or model cannot be made on this worker
             return await self._crash(f"could not be prepared on {self.worker.host}: {exc}")
         self.lease.outage_s = max(prepared.runtime.config.store_hold_s, self.lease.hold_s)
+        for warning in prepared.warnings:  # a user policy's rule naming a tool it has not
+            self.say(f"run {self.run_id}: {warning}")
         self.unmovable = unresumable(prepared.runtime)
         try:
             if forked is not None and replay is not None:

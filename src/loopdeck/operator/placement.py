@@ -82,7 +82,11 @@ def unrecorded_policy(kept: dict[str, Any]) -> str | None:
     )
 
 
-def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) -> RunOptions:
+def checked(
+    options: RunOptions,
+    fits: Callable[[Runtime], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> RunOptions:
     """What a worker would refuse, refused now (`ScenarioError`, exit 2): the run read as
     `loopdeck run` reads it (its env folder and kind, script, policy, model: `plan_run`),
     then prepared as `run` prepares it (its script against the env's tools, `fits` asked of
@@ -91,7 +95,8 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
     to refuse by name what only opening it shows (a script calling a tool the server lacks,
     a fork its env cannot rebuild). A run waits in the queue with `--approve wait` unless
     told otherwise: nobody is at its worker's console. The env's default model and script are
-    kept as resolved here. Blocking (env code): off the loop."""
+    kept as resolved here; what preparing it warns of (a user policy's rule naming a tool the
+    run has not) told to `warn`. Blocking (env code): off the loop."""
     recorded = options.policy_levels is not None  # a fork's: its source's text, no file read
     if options.policy is not None and not recorded and not Path(options.policy).is_file():
         raise ScenarioError(f"--policy {options.policy}: no such file")
@@ -120,12 +125,18 @@ def checked(options: RunOptions, fits: Callable[[Runtime], None] | None = None) 
             fits(prepared.runtime)
     finally:
         prepared.cleanup()
+    if warn is not None:
+        for warning in prepared.warnings:
+            warn(warning)
     return options
 
 
-async def submit(location: Location, options: RunOptions) -> str:
-    """The run recorded as queued in the store (made if missing); its id."""
-    options = await asyncio.to_thread(checked, options)
+async def submit(
+    location: Location, options: RunOptions, warn: Callable[[str], None] | None = None
+) -> str:
+    """The run recorded as queued in the store (made if missing); its id. What checking it
+    warns of is told to `warn`."""
+    options = await asyncio.to_thread(checked, options, None, warn)
     run_id = options.run_id or uuid.uuid4().hex[:12]
     options.run_id = run_id
     store = await open_store(location)
