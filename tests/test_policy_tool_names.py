@@ -76,3 +76,27 @@ def test_the_users_policy_naming_a_tool_the_run_lacks_is_warned_of_at_submit(
     assert code == 0, err
     assert f"{path}: rule 1 (no-etc): names tool 'write_fle'" in err
     assert "it never fires in this run (the user's policy)" in err
+
+
+@pytest.mark.slow
+def test_an_acp_runs_policy_may_name_its_terminal_tool(cli: Cli, tmp_path: Path) -> None:
+    """An ACP run's tools are its agent's kinds and loopdeck's own writes for it: the file it
+    writes (`fs_write_text_file`) and the command it runs (`terminal`, a tool the run learnt
+    only once it ran, so a rule naming it was refused as naming a tool the run lacks); a
+    Claude Code tool name (`Edit`) is still refused, the kind suggested."""
+    terminal = tmp_path / "terminal.toml"
+    terminal.write_text(
+        '[[rule]]\nid = "no-rm"\neffect = "deny"\n'
+        'when = \'call.tool == "terminal" && call.args.command == "rm"\'\n',
+        encoding="utf-8",
+    )
+    db = str(tmp_path / "s.db")
+    code, done, err = cli("run", "calc_acp", "--script", "solve", "--policy", str(terminal),
+                          "--approve", "auto", "--headless", "--json", "--db", db)  # fmt: skip
+    assert code == 0 and done is not None and done["stop_reason"] == "goal_met", err
+    named = tmp_path / "named.toml"
+    named.write_text('[[rule]]\nid = "no-edit"\neffect = "deny"\nwhen = \'call.tool == "Edit"\'\n')
+    code, _, err = cli("run", "calc_acp", "--script", "solve", "--policy", str(named),
+                       "--approve", "auto", "--headless", "--db", db)  # fmt: skip
+    assert code == 2, err
+    assert "names tool 'Edit', which this run does not have (did you mean 'edit'?)" in err

@@ -4,7 +4,8 @@ its state the tree of the working copy, its goal check `goal_check` or an `env.p
 The agent's tool calls are not loopdeck's to run: they are recorded, keyed by the guard and,
 when they write, approved. They are known by their ACP kind, each a tool spec here: reads
 (`read`, `search`, `think`, `fetch`, `switch_mode`) and writes (everything else, and the
-client's own `fs/write_text_file`, loopdeck's to gate and run).
+client's own `fs/write_text_file` and `terminal/create`, loopdeck's to gate and run: a
+policy's rule may name each from the start).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from loopdeck.acp_env.call_input import diff_text
 from loopdeck.acp_env.permitted_writes import shown_diff
+from loopdeck.acp_env.terminals import TERMINAL_SPEC
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.tools import ToolSpec
 from loopdeck.workdir.working_copy import WorkingCopy
@@ -67,4 +69,4 @@ class WorkspaceEnvironment(WorkingCopy):
                     not_editable="" if kind == FS_WRITE else AGENTS_OWN_INPUT,
                 )
             )
-        return specs
+        return [*specs, TERMINAL_SPEC]  # loopdeck's client always offers terminals
