@@ -24,6 +24,8 @@ from loopdeck.core.recorded_inputs import record_inputs
 from loopdeck.core.replay_events import RunForked
 from loopdeck.operator.fork import fork
 from loopdeck.operator.launch import prepare_run
+from loopdeck.policy.engine import Policy
+from loopdeck.policy.gate import RunPolicy
 from loopdeck.policy.record import read_run
 from loopdeck.policy.replay import recorded_policy, replay
 from loopdeck.store.base import Store
@@ -165,7 +167,27 @@ async def test_a_fork_counts_its_rules_age_from_its_sources_start(tmp_path: Path
     assert address.effect == "none", address  # two minutes into its source: asked
     assert _age(address, "young-address") >= EARLIER.total_seconds()
     assert address.facts["rules"]["run:young-notes"]["uses"] == 1  # carried from the source
+    went_live, in_force = log[went], next(e for e in log if isinstance(e, PolicyInForce))
+    assert isinstance(went_live, RunForked) and went_live.rules_since is not None
+    assert went_live.rules_since == in_force.rules_since  # for a rebuild before its first ask
     record = read_run(forked, log)
     policy = recorded_policy(record)
     assert policy is not None
     assert not any(r.differs for r in replay(record, policy))
+
+
+def test_a_fork_rebuilt_before_its_first_ask_counts_its_rules_age_from_its_sources_start() -> None:
+    """A fork whose source had asked nothing has no `PolicyInForce` until its own first ask:
+    rebuilt before it (parked after it went live, or moved while still following its
+    source), its rules' ages count from its source's start all the same, not its own."""
+    source_start = datetime(2026, 1, 1, tzinfo=UTC)
+    fork_start = source_start + timedelta(hours=1)
+    source = [RunStarted.model_construct(seq=1, run_id="src", at=source_start)]
+    started = RunStarted.model_construct(seq=1, run_id="f", at=fork_start)
+    went_live = RunForked(
+        run_id="f", seq=2, source="src", at_call="c1", through_seq=1, rules_since=source_start
+    )
+    for log, own in (([started, went_live], [started, went_live]), (source, [started])):
+        gate = RunPolicy(Policy([]), "python")
+        gate.rebuilding(log, own)
+        assert gate.book.since == source_start, (own, gate.book.since)

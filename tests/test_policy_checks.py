@@ -234,3 +234,22 @@ def test_a_rebuilt_run_evaluates_its_conditions_as_recorded_not_bound_by_steps_s
     assert gate.decide(facts, None).effect == ("none" if recorded_past else "allow")
     went_live()
     assert gate.decide(facts, None).effect == "none"
+
+
+def test_a_rebuilt_ask_its_log_never_decided_is_bound_by_steps(tmp_path: Path) -> None:
+    """A rebuild evaluates a condition whole only where its log says the run did: an ask
+    its log has no decision of (its run left before deciding it) is decided as a live run
+    decides it, past the bound failing closed."""
+    from loopdeck.core.events import PolicyDecided
+    from loopdeck.policy.gate import RunPolicy
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_rule("long", "allow", LONG))
+    facts = case_facts(_case({"l": list(range(15_000))}))
+    other = PolicyDecided(run_id="r1", seq=3, call_id="c-other", effect="allow",
+                          would="allow", facts=facts)  # fmt: skip
+    gate = RunPolicy(Policy([read_level("run", path)]), "python")
+    gate.rebuilding([other])
+    verdict = gate.decide(facts, None)
+    assert verdict.effect == "none", verdict
+    assert ["run:long: not evaluated past 50,000 steps" in e for e in verdict.errors] == [True]

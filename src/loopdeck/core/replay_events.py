@@ -4,6 +4,7 @@ model's whole replies and the env's state as the run saw it, recorded as they co
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from loopdeck.core.event_base import EventBase
@@ -52,7 +53,10 @@ class RunForked(EventBase):
     that run's events it was rebuilt from (through `through_seq`, its model's replies served
     again), what was changed, and whether its env is in the state the run saw there.
     `source_hash`: the hash of the source's event `through_seq` when it was forked (its log
-    verified up to it): `verify` checks the source still holds those events."""
+    verified up to it): `verify` checks the source still holds those events.
+    `rules_since`: when its source's rules came into force, the fork's rules' ages counting
+    from it (`policy/gate.py`) where no `PolicyInForce` of its own says so (None in older
+    logs, and a source without a policy)."""
 
     kind: Literal["run_forked"] = "run_forked"
     source: str
@@ -64,3 +68,4 @@ class RunForked(EventBase):
     # The source's writes whose outcome was unknown, the fork's env restored to the state seen
     # after them: their outcome in the fork is that state's, not the operator's to say.
     settled: list[str] = []
+    rules_since: datetime | None = None

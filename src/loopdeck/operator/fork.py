@@ -337,10 +337,12 @@ def went_live(runtime: Runtime, replay: ReplayLog, forked: dict[str, Any], same:
     unknown = runtime.calls.unknown
     settled = unknown.waiting() if same else []
     unknown.settle(settled)
+    gate = runtime.calls.approvals.policy.gate  # its rules' start: its source's, kept
+    since = gate.in_force().get("rules_since") if gate is not None else None
     runtime.emit(RunForked, run_id=run_id, source=str(forked["source"]), at_call=str(forked["at"]),
                  through_seq=int(forked["through"]), changed=list(forked.get("changed") or []),
                  state_restored=same, source_hash=forked.get("source_hash"),
-                 settled=settled)  # fmt: skip
+                 settled=settled, rules_since=since)  # fmt: skip
     if not same:
         for grant in list(runtime.calls.approvals.grants.given):
             runtime.revoke(

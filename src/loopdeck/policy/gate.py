@@ -6,7 +6,7 @@ A rule's age (`rule.age_s`) counts from the run's start as its log records it (`
 live, rebuilt from its log on another worker, or replayed (`policy/replay.py`), one clock. A
 fork goes on under its source's policy as the source left it: its rules' ages count from the
 source's start, as their uses carry over (`PolicyInForce.rules_since` keeps it in the fork's
-own log, for its rebuild and its replay).
+own log, for its rebuild and its replay; `RunForked.rules_since` before its first ask).
 While a run is rebuilt, each ask is evaluated at the time its log recorded and with the ages
 it recorded, so that the rebuilt run decides as the run did."""
 
@@ -21,6 +21,7 @@ from typing import Any
 from loopdeck.core.events import Event, PolicyDecided, PolicyInForce, RunStarted
 from loopdeck.core.grants import Grant
 from loopdeck.core.policy_gate import PolicyVerdict
+from loopdeck.core.replay_events import RunForked
 from loopdeck.policy.engine import Policy, Rule, RuleBook, RuleMemory
 from loopdeck.policy.expressions import PAST_STEPS
 
@@ -43,14 +44,16 @@ class RunPolicy:
         self, log: Sequence[Event] = (), own: Sequence[Event] = ()
     ) -> Callable[[], None]:
         """Its run is rebuilt from `log` (its own, or a fork's source's; `own`: the run's own
-        log, empty on a fork's first claim; its rules' age counts from `rules_since`): until
+        log, empty on a fork's first claim; its rules' age counts from its own record of
+        it, else from `rules_since(log)`: a fork's source's until it went live): until
         it goes live (the callable returned), each ask is evaluated at the time and with the
         ages the log recorded, and a recorded condition today's load refuses as the run
         evaluated it, so the rebuild decides as the run did. Past that the run decides calls
         nobody decided before: such a condition fails, closed, and ages count on from the
         recorded start."""
         self.as_recorded = True
-        since = rules_since(own if own else log)  # no log of its own: a fork's first claim
+        # A fork's own log says its rules' start once it went live; before, its source's does.
+        since = _recorded_since(own) or rules_since(log)
         if since is not None:
             self.book.start(since)
         for event in log:
@@ -77,7 +80,9 @@ class RunPolicy:
         the call decides only where no rule does (`core/policy_gate.py`): it is no rule's use."""
         memory: RuleMemory = self.book
         logged = self._logged.get(str(facts["call"]["id"]))
-        bounded: set[str] = set()  # the rules its record says failed past the step bound
+        # Bound by the steps where no record says the run evaluated it whole: every rule
+        # of an ask nobody decided before, only those its record says failed past it else.
+        bounded = {rule.key for rule in self.policy.rules}
         if self.as_recorded and logged:
             decided = logged.pop(0)
             recorded = decided.facts
@@ -92,12 +97,19 @@ class RunPolicy:
 
 
 def rules_since(log: Sequence[Event]) -> datetime | None:
-    """When the rules of the run whose log this is came into force: as its policy recorded
-    it (a fork's: its source's start), else its start; None with neither."""
+    """When the rules of the run whose log this is came into force: as its policy or its
+    going live as a fork recorded it (a fork's: its source's start), else its start; None
+    with neither."""
+    return _recorded_since(log) or next((e.at for e in log if isinstance(e, RunStarted)), None)
+
+
+def _recorded_since(log: Sequence[Event]) -> datetime | None:
+    """Its rules' start as its `PolicyInForce` or its `RunForked` recorded it (a fork parked
+    before its first ask has no `PolicyInForce`); None where neither says."""
     for event in log:
-        if isinstance(event, PolicyInForce) and event.rules_since is not None:
+        if isinstance(event, PolicyInForce | RunForked) and event.rules_since is not None:
             return event.rules_since
-    return next((e.at for e in log if isinstance(e, RunStarted)), None)
+    return None
 
 
 @dataclass(frozen=True)
