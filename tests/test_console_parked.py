@@ -118,3 +118,41 @@ async def test_a_run_parked_while_paused_says_so_and_goes_on_once_resumed(
                 await task
     finally:
         await store.close()
+
+
+async def test_the_parked_header_reads_the_lease_only_once_the_store_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run screen reads the store every poll (0.1 s on SQLite): its lease is read again
+    only once another connection committed, and only its state and note (not its options,
+    the policies' text)."""
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    link = StoreLink(db, "r1")
+    link.store = await open_store(db, create=False)
+    reads: list[str] = []
+    fetchall = link.store.fetchall
+
+    async def counted(sql: str, params: Any = ()) -> Any:
+        if "FROM leases" in sql:
+            reads.append(sql)
+        return await fetchall(sql, params)
+
+    monkeypatch.setattr(link.store, "fetchall", counted)
+    try:
+        await leases.submit(store, "r1", {})
+        for _ in range(3):
+            await link._refresh_parked()
+        assert len(reads) == 1 and link.parked == "", reads
+        assert "options" not in reads[0], reads
+        claim = await leases.claim(store, leases.WorkerName("host-a", 1, "aaaa"), 60.0)
+        assert claim is not None
+        note = "parked by host-a: waits for c1's approval"
+        assert await leases.let_go(store, "r1", claim.epoch, leases.PARKED, note)
+        await link._refresh_parked()
+        assert link.parked == note and len(reads) == 2, reads
+        await link._refresh_parked()
+        assert len(reads) == 2, reads
+    finally:
+        await link.store.close()
+        await store.close()

@@ -100,6 +100,7 @@ class StoreLink:
         # more: never placed (a run of its own process), or ended.
         self.parked = ""
         self._placement_final = False
+        self._placement_read_at: int | None = None  # the store's change counter then
 
     @property
     def commands_in_flight(self) -> int:
@@ -292,14 +293,19 @@ class StoreLink:
 
     async def _refresh_parked(self) -> None:
         """Whether its worker parked the run, read with what waits on the operator: a parked
-        run waits for them, and a free worker takes it up once they decided."""
+        run waits for them, and a free worker takes it up once they decided. Read again only
+        once another connection committed (the link itself never writes a lease)."""
         if self._placement_final:
             return
         assert self.store is not None
-        row = await leases.placement(self.store, self.run_id)
-        state = None if row is None else row["state"]
+        counter = await queries.change_counter(self.store)
+        if counter == self._placement_read_at:
+            return
+        row = await leases.parking(self.store, self.run_id)
+        self._placement_read_at = counter
+        state, note = (None, None) if row is None else row
         self._placement_final = state is None or state == leases.ENDED
-        self.parked = str(row["note"] or leases.PARKED) if row and state == leases.PARKED else ""
+        self.parked = str(note or leases.PARKED) if state == leases.PARKED else ""
 
     def pending(self) -> list[ApprovalRequest]:
         return list(self._pending)

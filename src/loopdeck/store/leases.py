@@ -305,6 +305,12 @@ async def placement(store: Store, run_id: str) -> dict[str, Any] | None:
     return dict(rows[0]) if rows else None
 
 
+async def parking(store: Store, run_id: str) -> tuple[str, str | None] | None:
+    """A submitted run's lease state and note (`parked by host-a: …`); None if never placed."""
+    rows = await store.fetchall("SELECT state, note FROM leases WHERE run_id = ?", (run_id,))
+    return (str(rows[0]["state"]), rows[0]["note"]) if rows else None
+
+
 async def is_placed(store: Store | Tx, run_id: str) -> bool:
     """Whether a worker holds the run or will (queued, held, parked)."""
     rows = await store.fetchall(
