@@ -88,7 +88,7 @@ def _specs_made(replaced: list[dict[str, Any]]) -> ToolChanges:
 
     start = [_tool("peek", True), _tool("save", None)]
     changes = ToolChanges(
-        "srv", start, {"peek": "read", "save": "write"}, start, lambda _: None, as_write
+        "srv", start, {"peek": "read", "save": "write"}, start, lambda *_: None, as_write
     )
     changes.watch(replaced.append)
     return changes
@@ -178,11 +178,11 @@ async def test_a_tools_list_that_cannot_be_read_keeps_the_next_call_from_running
     assert any("its answer was not a list: ValidationError" in words for words in said), said
 
 
-async def _whole_turned() -> list[Event]:
+async def _whole_turned(env: Path = ENV) -> list[Event]:
     bus = EventBus()
     events: list[Event] = []
     bus.subscribe(events.append)
-    prepared = prepare_run(RunOptions(env=str(ENV), script="turned", approve="auto"), bus=bus)
+    prepared = prepare_run(RunOptions(env=str(env), script="turned", approve="auto"), bus=bus)
     record_inputs(prepared.runtime)
     try:
         await prepared.runtime.run()
@@ -191,15 +191,20 @@ async def _whole_turned() -> list[Event]:
     return events
 
 
-async def _rebuilt(log: list[Event]) -> tuple[ReplayLog, list[Event]]:
+async def _rebuilt(
+    log: list[Event], env: Path = ENV, fork: str | None = None
+) -> tuple[ReplayLog, list[Event]]:
     """The run rebuilt from `log` on a server of its own, as it starts: `peek` read-only, as
-    a server that put its hint back says."""
-    bus = ReplayBus()
+    a server that put its hint back says. `fork`: a fork's id, rebuilt from `log` as its
+    source's (its own log written from its first event: `events`)."""
+    bus = ReplayBus(forward=fork is not None)
     events: list[Event] = []
     bus.subscribe(events.append)
-    options = RunOptions(env=str(ENV), script="turned", approve="auto", run_id=log[0].run_id)
+    run_id = fork or log[0].run_id
+    options = RunOptions(env=str(env), script="turned", approve="auto", run_id=run_id)
     prepared = prepare_run(options, bus=bus)
     replay = ReplayLog(log)
+    replay.free = fork is not None
     bus.follow(replay)
     record_inputs(prepared.runtime, replay)
     try:

@@ -397,7 +397,7 @@ async def test_what_a_server_logs_before_its_run_listens_is_told_once_it_does() 
         await log.logged(SimpleNamespace(level="warning", logger=None, data=f"w{number}"))
     await log.logged(SimpleNamespace(level="info", logger=None, data="not said"))
     told: list[str] = []
-    log.tell(told.append)
+    log.tell(lambda words, raised: told.append(words))
     assert told[0] == "MCP server `srv` logged warning: w0"
     assert told[LOGGED_SHOWN - 1].endswith(f": w{LOGGED_SHOWN - 1}")
     assert told[LOGGED_SHOWN:] == [

@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, TypeVarTuple
 
 from loopdeck.core.events import Emit, OperatorCommand
 from loopdeck.core.states import StopReason
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class StopRun(Exception):
@@ -42,15 +43,15 @@ def _no_hold(why: str) -> AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
-def from_anywhere(act: Callable[[T], None]) -> Callable[[T], None]:
+def from_anywhere(act: Callable[[*Ts], None]) -> Callable[[*Ts], None]:
     """`act` for a thread that is not the run's (an env's on its server's connection): it
     lands on the loop this is asked on, the run's; once that loop is closed, the run is over
     and it does nothing."""
     loop = asyncio.get_running_loop()
 
-    def on_the_runs_loop(said: T) -> None:
+    def on_the_runs_loop(*said: *Ts) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
-            loop.call_soon_threadsafe(act, said)
+            loop.call_soon_threadsafe(act, *said)
 
     return on_the_runs_loop
 

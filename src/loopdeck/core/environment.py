@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from loopdeck.core.canonical import short_hash
+from loopdeck.core.finding_events import RiskRaised
 from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import NoArgs, Risk, ToolSpec
@@ -108,15 +109,22 @@ class Environment:
         whatever it waits for (an MCP server the state lives in died). Most envs have nothing
         outside the run to watch."""
 
-    def report_findings(self, found: Callable[[str], None]) -> None:
-        """As the run starts: `found(text)`, from any thread, makes what the env's outside
-        said for the operator a finding of the run (`Finding`: live, stored, replayed,
-        exported), as long as the run lasts: an MCP server's warnings. Most envs have none."""
+    def report_findings(self, found: Callable[[str, RiskRaised | None], None]) -> None:
+        """As the run starts: `found(text, raised)`, from any thread, makes what the env's
+        outside said for the operator a finding of the run (`Finding`: live, stored, replayed,
+        exported), as long as the run lasts: an MCP server's warnings. `raised`: the tool it
+        says was made a write (its spec told through `watch_tools`). Most envs have none."""
 
     def watch_tools(self, changed: Callable[[dict[str, ToolSpec]], None]) -> None:
         """As the run starts: `changed(specs)`, from any thread, makes these tools' specs the
         run's from then on (an MCP server that marks a tool less safe mid-run: a write). Only
         tools the run has: its allowlist is fixed as it starts. Most envs' tools never change."""
+
+    def risk_raised_again(self, raised: RiskRaised) -> dict[str, ToolSpec]:
+        """A run rebuilt from its log, where a finding said `raised.tool` was made a write:
+        made one again, whatever the outside says now; its spec for the run to take ({}: it
+        is a write already, or not the env's). Only envs that report `raised` have any."""
+        return {}
 
     def watch_state(self, changed: Callable[[], None]) -> None:
         """As the run starts: `changed()`, from any thread, says the state may have changed

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from loopdeck.core.event_base import EventBase
 
 
@@ -24,6 +26,17 @@ class UnrequestedChange(EventBase):
     stops: bool = False  # the run stops on it (`policy_block`)
 
 
+class RiskRaised(BaseModel):
+    """A tool of the run made a write from here on by what the env's outside said (a server
+    that marked it less safe mid-run), and why: the fact itself, carried with its finding, so
+    that a run rebuilt from its log makes it a write again at that place, whatever the outside
+    says then (`Environment.risk_raised_again`)."""
+
+    model_config = ConfigDict(frozen=True)
+    tool: str
+    why: str
+
+
 class Finding(EventBase):
     """Something a kind's own loop noticed in `round` (`RunHost.finding`): a file changed that
     no permission showed the content of, a change while a permitted command ran, what the goal
@@ -33,6 +46,7 @@ class Finding(EventBase):
     kind: Literal["finding"] = "finding"
     round: int
     text: str
+    raised: RiskRaised | None = None  # the tool this finding says was made a write
 
 
 def listed(round_no: int, text: str) -> str:

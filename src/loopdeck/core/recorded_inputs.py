@@ -29,7 +29,8 @@ from loopdeck.core.approvals import (
 from loopdeck.core.canonical import sha256_hex
 from loopdeck.core.dispatcher import Dispatcher, ReceiptRefused, RetryHook
 from loopdeck.core.env_thread import Then
-from loopdeck.core.events import E, Event, EventBus, P, RunStarted
+from loopdeck.core.events import E, Event, EventBus, Finding, P, RunStarted
+from loopdeck.core.finding_events import listed
 from loopdeck.core.model import ModelClient, ModelReply, ModelRequest
 from loopdeck.core.replay_events import ModelReplied, RunForked, StateSeen
 from loopdeck.core.replay_log import ReplayLog, key
@@ -315,18 +316,32 @@ def record_inputs(
     if runtime.answerer is not None:
         runtime.answerer = ReplayAnswerer(runtime.answerer, log, decided)
     log.outside = lambda event: _done_again(runtime, event)
-    recorded = getattr(runtime.env, "tools_as_recorded", None)  # an MCP server's changes
-    if callable(recorded) and isinstance(runtime.bus, ReplayBus):
-        for seq, made in recorded(log.events):
-            runtime.bus.at(seq, partial(_taken, runtime, made))
+    if isinstance(runtime.bus, ReplayBus):  # the tools its env's outside made writes
+        for said in log.events:
+            if isinstance(said, Finding) and said.raised is not None:
+                runtime.bus.at(said.seq, partial(_raised_again, runtime, runtime.bus, said))
     log.on_live.append(lambda: _clock_as_recorded(runtime, log))
     forked = None if log.free else log.last_of(RunForked)
     if forked is not None:  # a fork moved: what its restored state settled stays settled
         log.on_live.append(lambda: runtime.calls.unknown.settle(forked.settled))
 
 
-def _taken(runtime: Runtime, made: Callable[[], dict[str, ToolSpec]]) -> None:
-    runtime.tools.update(made())
+def _raised_again(runtime: Runtime, bus: ReplayBus, said: Finding) -> None:
+    """At the place of the log's finding `said` that a tool was made a write: made one again
+    (`Environment.risk_raised_again`), its finding in the outcome again. A fork's own log
+    has it said again here, at once (the rebuild is on the run's loop): in its place, before
+    the next event. A plain rebuild's log has it already: not said again."""
+    assert said.raised is not None
+    runtime.tools.update(runtime.env.risk_raised_again(said.raised))
+    runtime.findings.append(listed(said.round, said.text))
+    if bus.forward:
+        runtime.emit(
+            Finding,
+            run_id=runtime.config.run_id,
+            round=said.round,
+            text=said.text,
+            raised=said.raised,
+        )
 
 
 def _clock_as_recorded(runtime: Runtime, log: ReplayLog) -> None:

@@ -30,7 +30,7 @@ from loopdeck.core.events import (
     ToolFinished,
     UnrequestedChange,
 )
-from loopdeck.core.finding_events import listed
+from loopdeck.core.finding_events import RiskRaised, listed
 from loopdeck.core.guard import GuardKey, guard_key
 from loopdeck.core.loop_say import Repeat, Say, operator_on_loop
 from loopdeck.core.operator_messages import OperatorMessages
@@ -163,12 +163,12 @@ class RunHost:
         """The operator's messages not yet heard, taken for the next prompt."""
         return self._rt.messages.take()
 
-    def finding(self, text: str) -> None:
+    def finding(self, text: str, raised: RiskRaised | None = None) -> None:
         """Something the operator must see: its event (`Finding`: live, in the store, a replay
         and an export) and its line in the run's outcome, made here together."""
         rt = self._rt
         rt.findings.append(listed(rt.round, text))
-        rt.emit(Finding, run_id=self.run_id, round=rt.round, text=text)
+        rt.emit(Finding, run_id=self.run_id, round=rt.round, text=text, raised=raised)
 
     @property
     def emit(self) -> Emit:

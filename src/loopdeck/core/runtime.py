@@ -36,7 +36,7 @@ from loopdeck.core.events import (
     RunStopped,
     StateChanged,
 )
-from loopdeck.core.finding_events import listed
+from loopdeck.core.finding_events import RiskRaised, listed
 from loopdeck.core.model import ModelClient
 from loopdeck.core.model_calls import MESSAGE_EVENT_CAP, ModelCaller
 from loopdeck.core.operator_messages import OperatorMessages
@@ -281,11 +281,11 @@ class Runtime:
         """Past `--pause-at`: an attached operator says whether the run goes on."""
         await self.budget_pause.check()
 
-    def _found(self, text: str) -> None:
+    def _found(self, text: str, raised: RiskRaised | None) -> None:
         """What the env's outside said for the operator (an MCP server's warning), while the
         run lasts: a finding, made as a kind's loop makes one."""
         if not self.machine.is_terminal:
-            RunHost(self).finding(text)
+            RunHost(self).finding(text, raised)
 
     # -- the run -----------------------------------------------------------------------
     async def run(self) -> RunOutcome:

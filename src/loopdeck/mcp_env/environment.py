@@ -20,14 +20,13 @@ server from there.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from loopdeck.core.call_progress import progress_reporter
 from loopdeck.core.control import StopRun
 from loopdeck.core.environment import Environment, StateChanges
-from loopdeck.core.events import Event, Finding
+from loopdeck.core.finding_events import RiskRaised
 from loopdeck.core.schema_args import args_model_for
 from loopdeck.core.states import StopReason
 from loopdeck.core.tools import Risk, ToolError, ToolSpec
@@ -108,7 +107,7 @@ class McpEnvironment(Environment):
         if self.connection is not None:
             self.connection.when_gone(lambda said: fail(StopReason.TOOL_FAILURE, said))
 
-    def report_findings(self, found: Callable[[str], None]) -> None:
+    def report_findings(self, found: Callable[[str, RiskRaised | None], None]) -> None:
         """The server's log warnings (`server_log.py`), each a finding of the run: those it
         logged as it started, at once."""
         if self.connection is not None:
@@ -120,14 +119,10 @@ class McpEnvironment(Environment):
         if self._changes is not None:
             self._changes.watch(changed)
 
-    def tools_as_recorded(self, events: list[Event]) -> list[tuple[int, Callable[[], Specs]]]:
-        """A run rebuilt from `events`: each tool its server had made a write, made one again
-        where its log's finding said so (at that event's seq), whatever the server says now."""
-        changes = self._changes
-        if changes is None:
-            return []
-        made = [(e.seq, changes.recorded(e.text)) for e in events if isinstance(e, Finding)]
-        return [(seq, partial(changes.made_again, *found)) for seq, found in made if found]
+    def risk_raised_again(self, raised: RiskRaised) -> Specs:
+        """A run rebuilt from its log: a tool its server had made a write made one again where
+        its log's finding said so, whatever the server says now (`tool_changes.py`)."""
+        return {} if self._changes is None else self._changes.made_again(raised)
 
     def watch_state(self, changed: Callable[[], None]) -> None:
         """A resource the server says changed (`notifications/resources/updated`, `list_changed`):

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from loopdeck.core.finding_events import RiskRaised
 from loopdeck.core.text import capped, visible
 from loopdeck.mcp_env.sdk_noise import log
 
@@ -27,6 +28,7 @@ LOGGED_LEVELS = {
 }
 LOGGED_SHOWN = 50  # a server's log messages said in one run; more is one line saying so
 WORDS_CAP = 1000  # a message's words
+Told = Callable[[str, RiskRaised | None], None]  # a finding, and the write it made of a read
 
 
 class ServerLog:
@@ -34,8 +36,8 @@ class ServerLog:
         self.name = name
         self.count = 0  # the messages said
         self._lock = threading.Lock()
-        self._told: Callable[[str], None] | None = None
-        self._kept: list[str] = []  # said before the run listened
+        self._told: Told | None = None
+        self._kept: list[tuple[str, RiskRaised | None]] = []  # said before the run listened
 
     async def logged(self, params: Any) -> None:
         """The SDK's `logging_callback`, on the connection's loop."""
@@ -52,23 +54,24 @@ class ServerLog:
         words = capped(visible(data), WORDS_CAP)
         self._said(level, f"MCP server `{self.name}` logged {params.level}{source}: {words}")
 
-    def say(self, words: str) -> None:
+    def say(self, words: str, raised: RiskRaised | None = None) -> None:
         """loopdeck's own word on the server (its tools changed under the run), said and kept
-        as its log's warnings are, never counted among them."""
-        self._said(logging.WARNING, words)
+        as its log's warnings are, never counted among them; `raised`: the read it made a
+        write, carried with the finding as data (`tool_changes.py`)."""
+        self._said(logging.WARNING, words, raised)
 
-    def _said(self, level: int, words: str) -> None:
+    def _said(self, level: int, words: str, raised: RiskRaised | None = None) -> None:
         log.log(level, "%s", words)
         with self._lock:  # told in the order logged, the kept ones first
             if self._told is None:
-                self._kept.append(words)
+                self._kept.append((words, raised))
             else:
-                self._told(words)
+                self._told(words, raised)
 
-    def tell(self, told: Callable[[str], None]) -> None:
-        """`told(words)` for each message said from now on, from the connection's thread;
-        those said before, at once, in order."""
+    def tell(self, told: Told) -> None:
+        """`told(words, raised)` for each message said from now on, from the connection's
+        thread; those said before, at once, in order."""
         with self._lock:
             self._told, kept, self._kept = told, self._kept, []
-            for words in kept:
-                told(words)
+            for words, raised in kept:
+                told(words, raised)

@@ -10,21 +10,25 @@ told), and nothing the server says later makes a tool safer:
 - a tool the server no longer lists fails its calls, naming it, until it lists it again;
 - a tool that appeared is not offered to the model.
 
-Each is said once, as a warning and a finding of the run (`ServerLog.say`). A run rebuilt
-from its log (another worker's, a fork's) lists its server's tools anew, as they are now: the
-tools it had made writes are made writes again where its log said so (`recorded`,
-`made_again`), never taken as the reads the server may say they are again."""
+Each is said once, as a warning and a finding of the run (`ServerLog.say`); a read made a
+write, its finding carrying that as data (`RiskRaised`: the tool, and why). A run rebuilt from
+its log (another worker's, a fork's) lists its server's tools anew, as they are now: the tools
+it had made writes are made writes again where its log's findings said so (`made_again`,
+through `Environment.risk_raised_again`), never taken as the reads the server may say they are
+again, and never found by their names in the finding's words."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 
+from loopdeck.core.finding_events import RiskRaised
 from loopdeck.core.tools import ErrorCode, Risk, ToolError, ToolSpec
 from loopdeck.mcp_env.listing import ServerTool
 
 Specs = dict[str, ToolSpec]
-MADE_A_WRITE = "): it was a read, and is a write from now on, asked for before it runs"
+Say = Callable[[str, RiskRaised | None], None]  # a finding, and the write it made of a read
+Said = list[tuple[str, RiskRaised | None]]
 
 
 def less_safe(start: ServerTool, now: ServerTool) -> str | None:
@@ -48,7 +52,7 @@ class ToolChanges:
         offered: list[ServerTool],
         risks: dict[str, Risk],
         listed: list[ServerTool],
-        say: Callable[[str], None],
+        say: Say,
         as_write: Callable[[ServerTool, str], ToolSpec],
     ) -> None:
         self._server = f"MCP server `{server}`"
@@ -76,61 +80,58 @@ class ToolChanges:
         """The server's tools as it lists them now, on the connection's loop."""
         now = {tool.name: tool for tool in tools}
         replaced: Specs = {}
-        said: list[str] = []
+        said: Said = []
         with self._lock:
             for name, start in self._start.items():
                 said += self._compared(name, start, now.get(name), replaced)
             for name in sorted(now.keys() - self._listed):
                 self._listed.add(name)
-                said.append(
+                words = (
                     f"{self._server} now lists a tool {name}, which this run does not offer to"
                     " the model: its tools were fixed as it started"
                 )
+                said.append((words, None))
             self._specs.update(replaced)
             told = self._changed
-        for words in said:
-            self._say(words)
+        for words, raised in said:
+            self._say(words, raised)
         if replaced and told is not None:
             told(replaced)
 
     def _compared(
         self, name: str, start: ServerTool, now: ServerTool | None, replaced: Specs
-    ) -> list[str]:
+    ) -> Said:
         if now is None:
             if name in self._gone:
                 return []
             self._gone.add(name)
-            return [f"{self._server} no longer lists its tool {name}: its calls fail, naming it"]
+            return [
+                (f"{self._server} no longer lists its tool {name}: its calls fail, naming it", None)
+            ]
         self._gone.discard(name)
         why = less_safe(start, now)
         if why is None or self._why.get(name) == why:
             return []
         self._why[name] = why
         if self._risks[name] == "write":
-            return [
+            words = (
                 f"{self._server} changed its tool {name} during the run ({why}): a write"
                 " already, asked for as before"
-            ]
+            )
+            return [(words, None)]
         self._risks[name] = "write"
         replaced[name] = self._as_write(start, f"server changed its hints during the run ({why})")
-        return [self._made_a_write(name) + why + MADE_A_WRITE]
+        words = (
+            f"{self._server} changed its tool {name} during the run ({why}): it was a read, and"
+            " is a write from now on, asked for before it runs"
+        )
+        return [(words, RiskRaised(tool=name, why=why))]
 
-    def _made_a_write(self, name: str) -> str:
-        return f"{self._server} changed its tool {name} during the run ("
-
-    def recorded(self, finding: str) -> tuple[str, str] | None:
-        """The tool a finding of the run's log says it made a write, and why; None for any
-        other finding."""
-        if not finding.endswith(MADE_A_WRITE):
-            return None
-        for name in self._start:
-            if finding.startswith(said := self._made_a_write(name)):
-                return name, finding[len(said) : -len(MADE_A_WRITE)]
-        return None
-
-    def made_again(self, name: str, why: str) -> Specs:
-        """A rebuilt run at the place its log said `name` was made a write: made one again
-        (said again, for a fork's own log), its spec returned for the run to take at once."""
+    def made_again(self, raised: RiskRaised) -> Specs:
+        """A rebuilt run at the place its log's finding said `raised.tool` was made a write:
+        made one again, its spec returned for the run to take at once (the run says the
+        finding again where it must: `core/recorded_inputs.py`)."""
+        name, why = raised.tool, raised.why
         with self._lock:
             if self._risks.get(name) != "read":
                 return {}
@@ -140,7 +141,6 @@ class ToolChanges:
                 self._start[name], f"server changed its hints during the run ({why})"
             )
             self._specs[name] = spec
-        self._say(self._made_a_write(name) + why + MADE_A_WRITE)
         return {name: spec}
 
     def vet(self, name: str, risk: Risk | None) -> None:
