@@ -30,7 +30,6 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from loopdeck.core.decided_by import DecidedBy
 from loopdeck.core.text import capped, visible
 from loopdeck.operator import records
 from loopdeck.operator.records import PendingWrite, RunEntry
@@ -339,6 +338,8 @@ def asked_by_words(asked_by: dict[str, Any] | None, *, why: bool = True) -> str:
     """Which rule sent a write to the operator (`rule notes (run): its message`); "" none."""
     if not asked_by:
         return ""
+    from loopdeck.core.decided_by import DecidedBy  # pydantic: never for `loopdeck runs`
+
     by = DecidedBy.model_validate(asked_by)
     said = f"rule {by.rule_id} ({by.level})" if by.who == "rule" else by.words()
     return f"{said}: {by.why}" if why and by.why else said
