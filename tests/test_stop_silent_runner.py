@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from test_stranded_commands import _commands
+
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.opening import open_store
 
@@ -35,18 +37,6 @@ def _silent_run(db: Path) -> None:
             await store.close()
 
     asyncio.run(stored())
-
-
-def _commands(db: Path) -> list[str]:
-    async def read() -> list[str]:
-        store = await open_store(db)
-        try:
-            rows = await store.fetchall("SELECT command FROM commands WHERE run_id = 'r1'")
-            return [str(row[0]).split(" ", 1)[0] for row in rows]
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
 
 
 def test_a_stop_to_a_silent_runner_is_recorded_and_said_as_taken_once_it_reaches_the_store(

@@ -23,11 +23,6 @@ THEN = {
 }
 
 
-async def resume_words(store: Store, run_id: str) -> str | None:
-    """`RUN: resume sent; …` for a run no worker holds (`waking_words`)."""
-    return await waking_words(store, run_id, "resume", "resume sent")
-
-
 async def waking_words(store: Store, run_id: str, verb: str, sent: str) -> str | None:
     """`RUN: SENT; …` for a run no worker holds, what it does once one takes it up; None when
     one holds it (or its runner is a process of its own): it takes the command itself."""
