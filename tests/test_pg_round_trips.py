@@ -1,7 +1,8 @@
 """What a worker's commits cost in round trips to PostgreSQL (issue 43): a step's events in
 two (BEGIN, the run's lock and the fence with their first read; the rows, the runs row and the
-COMMIT after it), a claim in two, and a failed statement in a pipelined transaction still
-raised, with nothing of the transaction landed."""
+COMMIT after it), a batch of many events in three messages (its COPY between them), a claim
+in two, and a failed statement (or COPY) in a pipelined transaction still raised, with
+nothing of the transaction landed."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from worker_helpers import options
 from loopdeck.core.events import CallStatus, Event, ReviewVerdict, RunStarted, ToolFinished
 from loopdeck.operator.placement import submitted
 from loopdeck.store import leases
-from loopdeck.store.base import Store, StoreError
+from loopdeck.store.base import PIPELINED_ROWS, Store, StoreError
 from loopdeck.store.chain import CHAINED_COLUMNS
 from loopdeck.store.opening import open_store
 from loopdeck.store.verification import verify_run
@@ -162,6 +163,51 @@ async def test_a_statement_that_fails_in_a_pipelined_transaction_is_raised_and_n
             await tx.execute("UPDATE runs SET goal = 'changed' WHERE run_id = 'r1'")
     rows = await store.fetchall("SELECT last_seq, goal FROM runs WHERE run_id = 'r1'")
     assert tuple(rows[0]) == (2, "g")  # nothing of it landed, and the store goes on
+
+
+async def test_a_batch_of_many_events_is_committed_in_three_messages(
+    counted: tuple[Store, TurnCounter],
+) -> None:
+    store, counter = counted
+    writer = EventWriter(store)
+    writer(RunStarted(run_id="r1", seq=1, env="e", script=None, model="m", mode="rounds",
+                      goal="g", budget={}))  # fmt: skip
+    await writer.flush()
+    count = 3 * PIPELINED_ROWS
+    for seq in range(2, count + 2):
+        writer(verdict(seq))
+    # BEGIN, the run's lock and its row | COPY (its rows, then its end) | the runs row, COMMIT
+    assert await turns_of(counter, writer.flush()) == 3
+    rows = await store.fetchall("SELECT seq FROM events WHERE run_id = 'r1' ORDER BY seq")
+    assert [row[0] for row in rows] == list(range(1, count + 2))
+    last = await store.fetchall("SELECT last_seq FROM runs WHERE run_id = 'r1'")
+    assert last[0][0] == count + 1
+    assert (await verify_run(store, "r1")).broken is None
+    await writer.close()
+
+
+async def test_a_copy_that_fails_in_a_pipelined_transaction_is_raised_and_nothing_lands(
+    counted: tuple[Store, TurnCounter],
+) -> None:
+    store, _ = counted
+    writer = EventWriter(store)
+    writer(RunStarted(run_id="r1", seq=1, env="e", script=None, model="m", mode="rounds",
+                      goal="g", budget={}))  # fmt: skip
+    writer(verdict(2))
+    await writer.close()
+    rows = [
+        ("r1", seq, "review_verdict", "2026-01-01T00:00:00+00:00", "{}", "0" * 64)
+        for seq in range(PIPELINED_ROWS + 1, 1, -1)  # its last row clashes with event 2
+    ]
+    with pytest.raises(StoreError, match=r"UniqueViolation|duplicate key"):
+        async with store.transaction("r1", pipelined=True) as tx:
+            await tx.execute("UPDATE runs SET last_seq = 99 WHERE run_id = 'r1'")
+            await tx.append("events", CHAINED_COLUMNS, rows)
+            await tx.execute("UPDATE runs SET goal = 'changed' WHERE run_id = 'r1'")
+    kept = await store.fetchall("SELECT last_seq, goal FROM runs WHERE run_id = 'r1'")
+    assert tuple(kept[0]) == (2, "g")
+    count = await store.fetchall("SELECT count(*) FROM events WHERE run_id = 'r1'")
+    assert count[0][0] == 2  # nothing of it landed, and the store goes on
 
 
 @settings(

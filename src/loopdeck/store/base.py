@@ -22,8 +22,8 @@ from loopdeck import settings
 
 SCHEMA_VERSION = 9
 APP_ID = "loopdeck"
-# A transaction that appends fewer rows than this is worth pipelining (`Store.transaction`):
-# on PostgreSQL they go in one INSERT, as many or more by COPY, which a pipeline cannot carry.
+# Rows appended at once below this go in one INSERT on PostgreSQL, as many or more by COPY
+# (in a pipelined transaction, held in their place: `store/pg_batched.py`).
 PIPELINED_ROWS = 32
 # v9: the leases' `unmovable`, why a run cannot go on in another worker (`leases.pin`).
 # v8: the approvals' `untaken`, a decision the store took that the run has not taken yet.
@@ -273,7 +273,8 @@ class Store:
         COMMIT (PostgreSQL, `store/pg_batched.py`: the event writer's few statements in two
         round trips, not seven), so a statement's failure is raised there and `execute`
         returns -1, not the rows it changed; its appends go by INSERT, for fewer rows than
-        `PIPELINED_ROWS`. SQLite, in-process, has no round trips to save."""
+        `PIPELINED_ROWS`, else by a COPY between what was held before and what comes after.
+        SQLite, in-process, has no round trips to save."""
         raise NotImplementedError
 
     async def change_counter(self) -> int:

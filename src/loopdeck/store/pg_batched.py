@@ -3,7 +3,10 @@ True)`, for `store/postgres.py`): each statement is held, its values bound by ps
 client-side cursor, until the transaction reads rows or commits; then everything held goes in
 one message, several statements in one simple query. The event writer's commit (BEGIN, the
 run's lock, the fence with the run's row | the rows, the runs row, COMMIT) is two round trips
-instead of seven, and a claim two instead of five.
+instead of seven, and a claim two instead of five. Rows appended `COPY_FROM` or more at once
+are held as one COPY in their place: what was held before it goes first, then the COPY, then
+the rest with the read or COMMIT that sends it (a writer's commit of many events three
+messages instead of six; psycopg sends a COPY alone).
 
 psycopg's own pipeline mode does the same on the wire, but its asynchronous connection waits
 on the event loop for every statement it queues: on loopback a writer's commit of one event
@@ -19,14 +22,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from loopdeck.store.pg_connection import COPY_FROM, Row, sql_of, storable, uncut
+from loopdeck.store.pg_connection import COPY_FROM, Row, copy_rows, sql_of, storable, uncut
 
 IDLE = TransactionStatus.IDLE
+
+
+@dataclass(frozen=True, slots=True)
+class Copying:
+    """Rows held for one COPY, sent in their place among the held statements."""
+
+    table: str
+    columns: Sequence[str]
+    rows: list[tuple[Any, ...]]
 
 
 class BatchedTx:
@@ -35,7 +48,7 @@ class BatchedTx:
     def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
         self.conn = conn
         self.cursor = psycopg.AsyncClientCursor(conn)
-        self.held: list[str] = ["BEGIN"]
+        self.held: list[str | Copying] = ["BEGIN"]
 
     def _hold(self, sql: str, values: tuple[Any, ...]) -> None:
         self.held.append(self.cursor.mogrify(sql_of(sql), values))
@@ -49,17 +62,18 @@ class BatchedTx:
             self._hold(sql, storable(params))
 
     async def append(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        """Multi-row INSERTs of at most COPY_FROM rows (COPY cannot travel with the rest), the
-        values exactly as made: an event's row carries no NUL (its body is JSON) and is hashed
-        as it is, never changed here."""
-        names = ", ".join(columns)
+        """Fewer than COPY_FROM rows: one multi-row INSERT, held with the rest; more: a COPY,
+        held in its place (what is held before it goes in one message, the COPY, then what
+        comes after). The values exactly as made: an event's row carries no NUL (its body is
+        JSON) and is hashed as it is, never changed here."""
+        if len(rows) >= COPY_FROM:
+            self.held.append(Copying(table, columns, rows))
+            return
         row = "(" + ", ".join("?" for _ in columns) + ")"
-        for start in range(0, len(rows), COPY_FROM):
-            some = rows[start : start + COPY_FROM]
-            self._hold(
-                f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(some))}",
-                tuple(value for values in some for value in values),
-            )
+        self._hold(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * len(rows))}",
+            tuple(value for values in rows for value in values),
+        )
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """The rows of `sql`, sent with everything held before it."""
@@ -71,8 +85,17 @@ class BatchedTx:
         await uncut(self._send(read=False))
 
     async def _send(self, *, read: bool) -> list[Any]:
-        text, self.held = "; ".join(self.held), []
-        await self.cursor.execute(text)
+        held, self.held = self.held, []
+        statements: list[str] = []
+        for item in held:
+            if isinstance(item, str):
+                statements.append(item)
+                continue
+            if statements:
+                await self.cursor.execute("; ".join(statements))
+                statements = []
+            await copy_rows(self.conn, item.table, item.columns, item.rows)
+        await self.cursor.execute("; ".join(statements))  # it ends with the read or COMMIT
         if not read:
             return []
         while self.cursor.nextset():  # the last statement's rows: the read's

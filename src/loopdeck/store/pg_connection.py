@@ -166,11 +166,39 @@ def rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
 T = TypeVar("T")
 
 
+# Statements whose callers may have stopped waiting, held until they end.
+_finishing: set[asyncio.Task[None]] = set()
+
+
 async def uncut(statement: Coroutine[Any, Any, T]) -> T:
     """A statement is never cut in the middle: a caller cancelled while it runs stops
     waiting, and the statement finishes on its own (psycopg's connection lock keeps the next
-    one behind it). A query cut mid-protocol could leave the connection waiting forever."""
-    return await asyncio.shield(statement)
+    one behind it). A query cut mid-protocol could leave the connection waiting forever.
+    `asyncio.shield`'s promise, the answer set by the statement's task itself as it ends: its
+    caller resumes a turn of the loop sooner (a busy loop turns once per step of a run)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[T] = loop.create_future()
+
+    async def run() -> None:
+        try:
+            result = await statement
+        except asyncio.CancelledError:  # the loop's end cancelled it: so is its caller
+            answer.cancel()
+            raise
+        except BaseException as exc:
+            if not answer.done():
+                answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: the loop's, as from any task
+        else:
+            if not answer.done():
+                answer.set_result(result)
+        finally:
+            _finishing.discard(task)
+
+    task = loop.create_task(run())
+    _finishing.add(task)
+    return await answer
 
 
 def storable(params: Sequence[Any]) -> tuple[Any, ...]:
@@ -184,6 +212,21 @@ def storable(params: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(
         value.replace("\x00", "\ufffd") if type(value) is str else value for value in params
     )
+
+
+async def copy_rows(
+    conn: psycopg.AsyncConnection[Row], table: str, columns: Sequence[str], rows: list[Any]
+) -> None:
+    """`rows` appended to `table` by one COPY: binary, each value encoded by psycopg's dumper
+    for its column's type, for a table of `COPY_TYPES`; psycopg's text format for another."""
+    types = COPY_TYPES.get(table)
+    binary = " (FORMAT BINARY)" if types is not None else ""
+    copying = f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}"
+    async with conn.cursor() as cursor, cursor.copy(copying) as copy:
+        if types is not None:
+            copy.set_types([types[column] for column in columns])
+        for values in rows:
+            await copy.write_row(values)
 
 
 class PgTx:
@@ -213,22 +256,14 @@ class PgTx:
     async def _append(
         self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
     ) -> None:
-        names = ", ".join(columns)
-        if len(rows) < COPY_FROM:
-            row = "(" + ", ".join("%s" for _ in columns) + ")"
-            await self.conn.execute(
-                f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(rows))}",
-                [value for values in rows for value in values],
-            )
+        if len(rows) >= COPY_FROM:
+            await copy_rows(self.conn, table, columns, rows)
             return
-        types = COPY_TYPES.get(table)
-        binary = " (FORMAT BINARY)" if types is not None else ""
-        copying = f"COPY {table} ({names}) FROM STDIN{binary}"
-        async with self.conn.cursor() as cursor, cursor.copy(copying) as copy:
-            if types is not None:
-                copy.set_types([types[column] for column in columns])
-            for values in rows:
-                await copy.write_row(values)
+        row = "(" + ", ".join("%s" for _ in columns) + ")"
+        await self.conn.execute(
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row] * len(rows))}",
+            [value for values in rows for value in values],
+        )
 
     async def _fetchall(self, sql: str, params: Sequence[Any]) -> list[Any]:
         cursor = await self.conn.execute(sql_of(sql), storable(params))

@@ -22,6 +22,7 @@ import psycopg
 
 from loopdeck.store.base import StoreError, StoreUnavailable
 from loopdeck.store.pg_connection import Backoff, Row, connect_options, failure, not_connected, rows
+from loopdeck.store.pg_waiting import LoopConnection
 
 CONNECTIONS = 4  # a store's statements and transactions at once, each on its own connection
 CLOSE_WAIT_S = 5.0  # a connection that does not close by then is left to the exit
@@ -87,7 +88,7 @@ class Connections:
             raise self._backoff.again()
         generation = self.generation
         try:
-            conn = await psycopg.AsyncConnection.connect(
+            conn = await LoopConnection.connect(
                 self._url, autocommit=True, row_factory=rows, **connect_options(self._url)
             )
         except psycopg.Error as exc:

@@ -61,6 +61,7 @@ from loopdeck.store.pg_connection import (
     rows,
 )
 from loopdeck.store.pg_connections import Connections, close_connection
+from loopdeck.store.pg_waiting import LoopConnection
 
 CHANNEL = "loopdeck_changes"
 SAFETY_POLL_S = 1.0
@@ -127,13 +128,11 @@ class PgStore(Store):
         shown = redact(url)
         options = connect_options(url)
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                url, autocommit=True, row_factory=rows, **options
-            )
+            conn = await LoopConnection.connect(url, autocommit=True, row_factory=rows, **options)
         except psycopg.Error as exc:
             raise _not_opened(shown, exc) from exc
         try:
-            listener = await psycopg.AsyncConnection.connect(url, autocommit=True, **options)
+            listener = await LoopConnection.connect(url, autocommit=True, **options)
         except psycopg.Error as exc:
             await conn.close()
             raise _not_opened(shown, exc) from exc
@@ -242,7 +241,7 @@ class PgStore(Store):
         started = time.monotonic()
         listener: psycopg.AsyncConnection[Any] | None = None
         try:
-            listener = await psycopg.AsyncConnection.connect(
+            listener = await LoopConnection.connect(
                 self._url, autocommit=True, **connect_options(self._url)
             )
             await listener.execute(f"LISTEN {CHANNEL}")

@@ -33,7 +33,6 @@ from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import (
-    PIPELINED_ROWS,
     Store,
     StoreError,
     StoreRefused,
@@ -338,8 +337,9 @@ class EventWriter:
     async def commit(self, batch: list[Queued]) -> None:
         """The batch in one transaction, whole (`run_whole`: on SQLite one call on the
         connection's thread), then what it tells: a false crash undone, the chain's head."""
-        pipelined = len(batch) < PIPELINED_ROWS  # the few statements of a step's events
-        async with self.store.transaction(batch[0][0].run_id, pipelined=pipelined) as tx:
+        # Pipelined: on PostgreSQL the commit's statements go in few messages (its rows by
+        # COPY among them from PIPELINED_ROWS on), each a wait on the event loop.
+        async with self.store.transaction(batch[0][0].run_id, pipelined=True) as tx:
             last, correction = await run_whole(tx, partial(self._write, batch))
         if correction is not None and self.on_correction is not None:
             self.on_correction(correction)
