@@ -334,3 +334,32 @@ def test_resolving_a_finished_runs_write_promises_no_model_turn(
     run_id = json.loads(out.splitlines()[-1])["run_id"]
     code, out = _loopdeck(capsys, "resolve", run_id, "c2", "not-applied", "--db", db)
     assert code == 0 and out.strip() == "c2: not-applied (recorded as failed)"
+
+
+@pytest.mark.parametrize("case", ["as queued", "one not linked", "one after another tail"])
+def test_a_batchs_rows_follow_each_other_from_the_runs_head_however_they_were_queued(
+    case: str,
+) -> None:
+    """The writer's chain keeps the hashes made as the events were queued only where each
+    follows the hash before it; from the first that does not, the rows are linked again."""
+    from loopdeck.store.chain import RunChain
+
+    chain = RunChain()
+    events = [StateChanged(run_id="r-c", seq=seq, source=RunState.DECIDING,
+                           target=RunState.EXECUTING) for seq in range(1, 7)]  # fmt: skip
+    queued = []
+    for event in events:
+        if case == "one after another tail" and event.seq == 4:
+            chain.tail_hash = link(GENESIS, "a tail this batch does not follow")
+        after = chain.tail_hash
+        row = chain.queued(event.seq, event_row(event))
+        if case == "one not linked" and event.seq == 3:
+            row = (*row[:5], None)
+        queued.append((event, after, row))
+    rows = asyncio.run(chain.rows(None, "r-c", 1, queued))  # type: ignore[arg-type]
+    expected, prev = [], GENESIS
+    for event in events:
+        prev = link(prev, event.as_json())
+        expected.append(prev)
+    assert [row[5] for row in rows] == expected
+    assert [row[:5] for row in rows] == [event_row(event) for event in events]

@@ -143,6 +143,12 @@ class RunChain:
             prev = GENESIS
         else:
             prev = (await chain_head(tx, run_id, first))[1]
+        linked = [row for _, _, row in rows]
+        # As queued, each row follows the one before it (the usual batch): kept whole.
+        hashes = [row[5] for row in linked]
+        followed = rows and rows[0][1] == prev and None not in hashes
+        if followed and [after for _, after, _ in rows[1:]] == hashes[:-1]:
+            return linked
         chained: list[ChainedRow] = []
         add = chained.append
         for _, after, row in rows:

@@ -151,16 +151,10 @@ class EventWriter:
             return  # the run is another worker's now: nothing more of this one is kept
         chain = self.chain
         after = chain.tail_hash
-        try:
-            made, stand_in = row_of(event)
-            row: ChainedRow | None = chain.queued(event.seq, made)
-        except Exception:  # never the publisher's problem: the commit makes it again
-            row, stand_in = None, None
-            chain.broken()
-        if stand_in is not None:
-            self.stand_ins.append(stand_in)
-            if self.on_stand_in is not None:
-                self.on_stand_in(stand_in)
+        try:  # the event's own row, linked: once per event, the runaway's path
+            row: ChainedRow | None = chain.queued(event.seq, event_row(event))
+        except Exception:  # not JSON data (a stand-in's row), or left to the commit
+            row = self._made_again(event)
         self._queue.append((event, after, row))
         if self.outage is not None:
             return  # an outage keeps its own pace
@@ -172,6 +166,22 @@ class EventWriter:
             # waits on its operator, or in a long tool) is never woken for nothing: a worker
             # holds hundreds of them.
             self._task.get_loop().call_later(BATCH_INTERVAL_S, self._wake.set)
+
+    def _made_again(self, event: Event) -> ChainedRow | None:
+        """The row of an event whose own row could not be made: its stand-in's, said; None
+        (and the chain's tail unknown) when even that fails: the commit makes it again."""
+        chain = self.chain
+        try:
+            made, stand_in = row_of(event)
+            row = chain.queued(event.seq, made)
+        except Exception:  # never the publisher's problem
+            chain.broken()
+            return None
+        if stand_in is not None:
+            self.stand_ins.append(stand_in)
+            if self.on_stand_in is not None:
+                self.on_stand_in(stand_in)
+        return row
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="loopdeck-event-writer")
