@@ -29,6 +29,7 @@ from loopdeck.core.prompts import (
 )
 from loopdeck.core.questions import ANSWER_CAP
 from loopdeck.core.review import Verdict, findings_or_stop
+from loopdeck.core.state_reads import StateReads
 from loopdeck.core.states import RunState, StopReason
 from loopdeck.core.text import capped
 from loopdeck.core.tools import ToolSpec
@@ -47,6 +48,7 @@ class AgentHost(Protocol):
     budget_pause: BudgetPause
     model_calls: ModelCaller
     calls: CallHandler
+    state_reads: StateReads
     answerer: Answerer | None
     messages: OperatorMessages
 
@@ -176,6 +178,8 @@ class AgentLoop:
                 rt.ledger.record_correction()
                 conversation.extend(rt.calls.corrections_for(reply, str(invalid)))
                 continue
+            if decision.type == "tool_call":  # read while the decision is recorded
+                rt.state_reads.read_ahead()
             rt.emit(
                 DecisionMade,
                 run_id=rt.config.run_id,

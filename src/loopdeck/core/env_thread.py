@@ -35,6 +35,9 @@ A call can bring env code to run straight after it on the thread (`then`): the r
 snapshot after a tool, which the goal check takes with `after` without a hand-over of its own
 (two hand-overs a step instead of three). It is skipped when the call raised, dropped (waited
 for, its result discarded) by any other env call, and a stray like any other if it hangs.
+Env code can also be started with no call before it (`start`), taken the same way: the read
+of the state a decision's calls are proposed on, begun as the decision is read, so that the
+thread wakes while the loop records the decision rather than after.
 """
 
 from __future__ import annotations
@@ -274,6 +277,23 @@ class EnvThread:
             self._current = job
             jobs.put((job, loop, future, ahead))
             return await self._wait(job, future, deadline)
+
+    def start(self, label: str, fn: Callable[[], Any]) -> bool:
+        """Start `fn()` on the env thread now, for `after(label, fn)` to take later, and
+        return at once: env code begun while the loop still has work of its own, so the
+        thread's wake-up overlaps that work. False (nothing started) while other env code
+        runs or waits to be taken: `after` then runs it as `call` would."""
+        if self._gate.locked() or self._earlier_running():
+            return False
+        # A `then` nobody took (its call failed): dropped, as the next call would drop it.
+        self._ahead = None
+        loop = asyncio.get_running_loop()
+        ahead = self._ahead = _Ahead(label, fn, loop.create_future())
+        jobs = self._jobs
+        if jobs is None or self._thread is None or not self._thread.is_alive():
+            jobs = self._start()
+        jobs.put((ahead.job, loop, ahead.future, None))
+        return True
 
     def _earlier_running(self) -> bool:
         """Env code started before is still running: a call would wait for it first."""

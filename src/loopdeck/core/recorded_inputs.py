@@ -182,6 +182,11 @@ class RecordedReads(StateReads):
         self._last = read
         return read
 
+    def read_ahead(self) -> None:
+        log = self.log  # a read served from the log is taken in the log's order: not early
+        if log is None or log.live:
+            super().read_ahead()
+
     def _note(self) -> None:
         last = self._last
         if last is not None and last[1] != self._noted:

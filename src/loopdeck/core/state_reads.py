@@ -23,6 +23,11 @@ An env says how its state changes, by its `state_changes`:
 A run whose loop is a kind's own (an ACP agent, which changes its working copy itself) reads
 on every look, whatever its env says: its changes never pass through the dispatcher.
 
+The read before a call is begun as the model's decision to call is read (`read_ahead`, on
+the env thread while the loop records the decision) and taken by `state_hash`: still a read
+after the model replied, the state the call is proposed on. One begun before a `forget` (a
+pause held between, the env saying it changed) is not taken: the state is read again.
+
 A read takes the snapshot and its hash together, on the env thread; an env that writes its
 own `fingerprint()` has it called for every fingerprint, as before. A snapshot must be a dict
 of JSON data: what the run records and hashes is what the env returned. Anything else (an
@@ -137,6 +142,8 @@ class StateReads:
         self._read_after = 0
         self._lock = threading.Lock()
         self.reads = 0  # how many times env code was run to read the state
+        # A fingerprint's read begun early (`read_ahead`): the `forget`s as it began.
+        self._ahead: int | None = None
 
     @property
     def then(self) -> Then:
@@ -196,16 +203,34 @@ class StateReads:
             return self._known[0]
         return (await self._read_now("snapshot"))[0]
 
+    def read_ahead(self) -> None:
+        """The model replied with calls: the read of the state they are proposed on, which
+        `state_hash` takes next, begun now on the env thread, while the loop records the
+        reply. It is a read after the reply, as a read at `state_hash` is; one begun before a
+        `forget` (a pause, the env saying it changed) is not taken: read again."""
+        if self._own_fingerprint or self._known is None:
+            fn = self.env.fingerprint if self._own_fingerprint else self.read
+            began = self.env_thread.start("fingerprint", fn)
+            self._ahead = self._forgotten if began else None
+
     async def state_hash(self) -> str:
         """The state's fingerprint (the guard's key, a receipt's binding)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead != self._forgotten:
+            ahead = None  # begun before a `forget`: the call drops it
         if self._own_fingerprint:
             self.reads += 1
             fingerprint: str = await self.interruptible(
-                self.env_thread.call("fingerprint", self.env.fingerprint)
+                self.env_thread.after("fingerprint", self.env.fingerprint)
+                if ahead is not None
+                else self.env_thread.call("fingerprint", self.env.fingerprint)
             )
             return fingerprint
         if self._known is not None:
             return self._known[1]
+        if ahead is not None:
+            read: Read = await self.interruptible(self.env_thread.after("fingerprint", self.read))
+            return self._keep(read)[1]
         return (await self._read_now("fingerprint"))[1]
 
     def before_tool(self, spec: ToolSpec, then: Then | None) -> Then | None:
