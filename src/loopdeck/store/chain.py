@@ -65,8 +65,9 @@ def body_at(body: str) -> str | None:
     end = body.find('"', start)
     if start < 7 or end < 0:
         return None
-    at = body[start:end]
-    return at[:-1] + "+00:00" if at.endswith("Z") else at
+    if body[end - 1] == "Z":
+        return body[start : end - 1] + "+00:00"
+    return body[start:end]
 
 
 async def chain_head(tx: Tx, run_id: str, before: int | None = None) -> tuple[int, str]:

@@ -213,7 +213,7 @@ async def _run_started(rows: RunRows, db: Tx, e: RunStarted) -> None:
 
 @_writes(StateChanged)
 def _state_changed(rows: RunRows, db: Tx, e: StateChanged) -> None:
-    rows.state = rows.fields["state"] = e.target.value
+    rows.state = rows.fields["state"] = e.target._value_  # `.value`: a property, per event
 
 
 @_writes(BudgetUpdated)

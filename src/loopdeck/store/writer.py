@@ -371,7 +371,7 @@ class EventWriter:
             batch = await _not_stored(tx, run_id, batch)
         if not batch:
             return None, correction
-        if any(item[2] is None for item in batch):  # made again here (a stand-in if need be)
+        if None in [item[2] for item in batch]:  # made again here (a stand-in if need be)
             batch = [(e, after, row or (*row_of(e)[0], None)) for e, after, row in batch]
         linked = cast(list[LinkedRow], batch)  # each with its row now
         rows = await self.chain.rows(tx, run_id, batch[0][0].seq, linked)
@@ -379,7 +379,7 @@ class EventWriter:
         # runner's sequence number any more, and a clash would be a bug to report, never an
         # event to drop.
         await tx.append("events", CHAINED_COLUMNS, rows)
-        await self.rows.apply_batch(tx, (item[0] for item in batch))
+        await self.rows.apply_batch(tx, [item[0] for item in batch])
         return rows[-1], correction
 
 
