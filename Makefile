@@ -34,7 +34,7 @@ lint: $(STAMP)
 # a subprocess, a server or a console (two workers kept 0.9 of a core busy: 162 s; four, 1.5
 # cores: 124 s, on this 2-core machine), and every test waits on conditions, not the clock.
 test: lint
-	$(VENV)/bin/pytest -n 4 --dist loadfile
+	$(VENV)/bin/pytest -n 4 --dist loadfile --durations=25
 
 # Long property and stress runs (10,000 fuzzed replies; 20 runs racing on one store).
 stress: $(STAMP)
