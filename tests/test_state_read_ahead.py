@@ -93,6 +93,36 @@ async def test_the_read_for_a_decisions_calls_begins_before_the_decision_is_reco
     assert [e.state_hash for e in recorder.kinds("call_proposed")] == states
 
 
+class CancelledWhileItThinks(Polls):
+    """The operator cancels (stop after current tools) while the model's second call runs."""
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        reply = await super().complete(request)
+        if reply.tool_calls and reply.tool_calls[0].id == "p1" and self.runtime is not None:
+            self.runtime.cancel(by="operator")
+        return reply
+
+
+async def test_no_read_is_begun_for_calls_a_cancel_that_came_meanwhile_stops() -> None:
+    budget = Budget(
+        max_turns=50, max_tool_calls=50, max_tokens=10**9, max_cost_usd=100.0, deadline_s=600
+    )
+    config = RunConfig(env="job", model="polls", goal="the job finishes", budget=budget)
+    bus = EventBus()
+    model = CancelledWhileItThinks()
+    runtime = model.runtime = Runtime(config, Job(Path("."), {}), model, AutoApprover(), bus=bus)
+    runtime.env_thread._jobs = jobs = Puts(bus)
+    outcome = await runtime.run()
+    assert outcome.stop_reason is StopReason.CANCELLED
+    assert outcome.detail == "stopped after current tools by operator"  # nothing abandoned
+    assert outcome.tool_calls == 1
+    # the first call's read; none for the second reply's calls, which never run
+    assert [label for label, _ in jobs.puts].count("fingerprint") == 1
+
+
 def _reads(env: Environment) -> StateReads:
     return StateReads(env, EnvThread(), lambda awaitable: awaitable)
 

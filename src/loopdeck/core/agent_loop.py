@@ -178,7 +178,9 @@ class AgentLoop:
                 rt.ledger.record_correction()
                 conversation.extend(rt.calls.corrections_for(reply, str(invalid)))
                 continue
-            if decision.type == "tool_call":  # read while the decision is recorded
+            # The state the calls are proposed on, read while the decision is recorded;
+            # not when a stop or a pause came meanwhile: the next checkpoint takes it first.
+            if decision.type == "tool_call" and rt.control.acts_next:
                 rt.state_reads.read_ahead()
             rt.emit(
                 DecisionMade,

@@ -78,6 +78,11 @@ class RunControl:
         return self._resumed is not None and not self._resumed.is_set()
 
     @property
+    def acts_next(self) -> bool:
+        """The next checkpoint lets the run act at once: no stop came, no pause holds."""
+        return self._interrupt is None and self.cancel_requested_by is None and not self.paused
+
+    @property
     def pause_holds(self) -> bool:
         """Held by a pause where stops land, and nothing taken since ends the hold (a
         resume, a cancel, a kill): a worker may park it. A command is taken at once, while

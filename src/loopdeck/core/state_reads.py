@@ -25,8 +25,9 @@ on every look, whatever its env says: its changes never pass through the dispatc
 
 The read before a call is begun as the model's decision to call is read (`read_ahead`, on
 the env thread while the loop records the decision) and taken by `state_hash`: still a read
-after the model replied, the state the call is proposed on. One begun before a `forget` (a
-pause held between, the env saying it changed) is not taken: the state is read again.
+after the model replied, the state the call is proposed on (not begun when a stop or a pause
+came meanwhile). One begun before a `forget` (a pause held between, the env saying it
+changed) is not taken: the state is read again.
 
 A read takes the snapshot and its hash together, on the env thread; an env that writes its
 own `fingerprint()` has it called for every fingerprint, as before. A snapshot must be a dict
