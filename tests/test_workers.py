@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from worker_helpers import (
@@ -146,6 +148,83 @@ async def test_a_worker_runs_submitted_runs_to_their_end(
     finally:
         await store.close()
     assert waits == [nothing_else_due] * 3
+
+
+async def test_a_claim_is_timed_from_when_it_runs_not_from_its_wait_for_a_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that waits for the store's connection (a worker's runs commit on the same few)
+    moves the run, and starts its lease, when its statements go: the wait is the run's time
+    in the queue, and a lease stamped before it would expire sooner than its worker counts."""
+    import contextlib
+
+    db = tmp_path / "s.db"
+    run_id = await submit(db, options(tmp_path))
+    store = await open_store(db)
+    original = store.transaction
+    waiting, free = asyncio.Event(), asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def transaction(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        waiting.set()
+        await free.wait()  # the connection is in another's hands until then
+        async with original(*args, **kwargs) as tx:
+            yield tx
+
+    monkeypatch.setattr(store, "transaction", transaction)
+    try:
+        claiming = asyncio.create_task(leases.claim(store, A, 10.0))
+        await waiting.wait()
+        freed = time.time()
+        free.set()
+        claim = await claiming
+        assert claim is not None and claim.run_id == run_id
+        row = await leases.placement(store, run_id)
+    finally:
+        await store.close()
+    assert row is not None and row["moved_at"] >= freed
+    assert row["expires_at"] >= freed + 10.0
+
+
+async def test_a_claimed_runs_env_is_reopened_on_its_own_env_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its `reopen` is env code: run where the run's other env code runs (its env thread),
+    never on a pool the worker's other runs share (a claimed run's start queued there behind
+    their model calls)."""
+    import threading
+
+    from loopdeck.operator import leased_run
+
+    threads: dict[str, set[int]] = {"reopen": set(), "snapshot": set()}
+    original = leased_run.prepare_run
+
+    def prepare_run(*args: object, **kwargs: object) -> object:
+        prepared = original(*args, **kwargs)  # type: ignore[arg-type]
+        env = prepared.runtime.env
+        for name in threads:
+            code = getattr(env, name)
+
+            def on_its_thread(*a: object, _name: str = name, _code: object = code) -> object:
+                threads[_name].add(threading.get_ident())
+                return _code(*a)  # type: ignore[operator]
+
+            setattr(env, name, on_its_thread)
+        return prepared
+
+    monkeypatch.setattr(leased_run, "prepare_run", prepare_run)
+    db = tmp_path / "s.db"
+    run_id = await submit(db, options(tmp_path))
+    store = await open_store(db)
+    try:
+
+        async def ended() -> bool:
+            return await lease_state(store, run_id) == "ended"
+
+        await with_a_worker(db, ended)
+    finally:
+        await store.close()
+    assert len(threads["reopen"]) == 1 and threads["reopen"] == threads["snapshot"]
 
 
 @pytest.mark.parametrize("lost_after", ["plan_written", "call_proposed", "tool_finished"])

@@ -208,9 +208,12 @@ class LeasedRun:
         """Its env reopened where its state is (a fork's restored to its source's), its
         inputs recorded and, from a log (`own`: its own), served until it has no more."""
         self.runtime = runtime
+        # A worker's loop drives all its runs: quick env code is waited for only when none of
+        # the others has work due (a run's wait would hold up every other run's turn).
+        runtime.env_thread.only_when_idle = nothing_else_due
         reopen = getattr(runtime.env, "reopen", None)
-        if callable(reopen):
-            await asyncio.to_thread(reopen, self.run_id)
+        if callable(reopen):  # on the run's own env thread, never queued behind other runs'
+            await runtime.env_thread.call("reopen", reopen, self.run_id)
         if replay is not None:
             bus.follow(replay)
             if forked is not None:
@@ -237,9 +240,6 @@ class LeasedRun:
         writer.on_lease_lost = lambda exc: self._lost(str(exc))
         unsubscribe = runtime.bus.subscribe(writer)
         runtime.journal = writer
-        # A worker's loop drives all its runs: quick env code is waited for only when none of
-        # the others has work due (a run's wait would hold up every other run's turn).
-        runtime.env_thread.only_when_idle = nothing_else_due
         writer.start()
         if replay is None:
             self._goes_live()

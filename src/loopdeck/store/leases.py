@@ -157,9 +157,11 @@ async def claim(
     none. A run this worker holds is not claimed again when its lease ran out (the store
     was down): its next renewal confirms it, and its run goes on where it waited. The run's
     row names this worker as its runner (the fleet shows where it is).
-    Pipelined: a look that finds none is one round trip and its COMMIT, a claim two."""
-    now = time.time() if now is None else now
+    Pipelined: a look that finds none is one round trip and its COMMIT, a claim two. Its
+    time is taken once the store's connection is in hand, as its statements go: a wait for
+    the connection is no part of the lease, nor of when the run moved."""
     async with store.transaction(pipelined=True) as tx:
+        now = time.time() if now is None else now
         rows = await tx.fetchall(
             "SELECT run_id, epoch, options, state, host, expires_at, (SELECT COUNT(*) FROM"
             " approvals a WHERE a.run_id = leases.run_id AND a.state = 'pending') AS waiting,"
