@@ -128,7 +128,10 @@ class Watch:
                 if stop is not None:
                     self.stop_to_screen_s = now - stop.at.timestamp()
 
-            screen.call_after_refresh(painted)
+            # Once the frame's second half (the transcript, the Call panel) is painted too
+            # (`SecondHalf`; a console drawing its frames whole: its next refresh).
+            second_half = getattr(screen, "second_half", None)
+            (second_half.after if second_half else screen.call_after_refresh)(painted)
 
         screen.flush = timed_flush  # type: ignore[method-assign]
 
