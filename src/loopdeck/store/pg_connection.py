@@ -193,11 +193,16 @@ async def uncut(statement: Coroutine[Any, Any, T]) -> T:
         else:
             if not answer.done():
                 answer.set_result(result)
-        finally:
-            _finishing.discard(task)
+
+    def ended(task: asyncio.Task[None]) -> None:
+        _finishing.discard(task)
+        if not answer.done():  # cancelled before it began (the loop's end)
+            answer.cancel()
+            statement.close()
 
     task = loop.create_task(run())
     _finishing.add(task)
+    task.add_done_callback(ended)
     return await answer
 
 
