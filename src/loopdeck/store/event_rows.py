@@ -385,8 +385,9 @@ def event_row(event: Event) -> EventRow:
     once (`EventBase.as_json`); `at` is read off it (`chain.body_at`): formatting the time
     again was a sixth of the cost of an append."""
     body = event.as_json()
-    at = body_at(body) or event.at.isoformat()
-    return event.run_id, event.seq, event.kind, at, body
+    fields = event.__dict__  # read once: each attribute of a model goes through its hook
+    at = body_at(body) or fields["at"].isoformat()
+    return fields["run_id"], fields["seq"], fields["kind"], at, body
 
 
 def event_json(event: EventBase) -> str:

@@ -152,7 +152,8 @@ class EventWriter:
         chain = self.chain
         after = chain.tail_hash
         try:  # the event's own row, linked: once per event, the runaway's path
-            row: ChainedRow | None = chain.queued(event.seq, event_row(event))
+            made = event_row(event)
+            row: ChainedRow | None = chain.queued(made[1], made)
         except Exception:  # not JSON data (a stand-in's row), or left to the commit
             row = self._made_again(event)
         self._queue.append((event, after, row))
