@@ -186,6 +186,55 @@ async def test_a_claim_is_timed_from_when_it_runs_not_from_its_wait_for_a_connec
     assert row["expires_at"] >= freed + 10.0
 
 
+async def test_a_worker_claims_its_next_run_once_the_last_ones_start_is_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker takes no more runs than it can start and record: its next claim waits for
+    the last run's first commit (a loaded worker's claims slow down with its commits, instead
+    of piling runs up that wait on them)."""
+    stored_runs: set[str] = set()
+    seen_at_claims: list[set[str]] = []
+    commit, claim = EventWriter.commit, leases.claim
+
+    async def committing(self: EventWriter, batch: Any) -> None:
+        await commit(self, batch)
+        stored_runs.add(batch[0][0].run_id)
+
+    async def claiming(*args: Any, **kwargs: Any) -> leases.Claim | None:
+        seen_at_claims.append(set(stored_runs))
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(EventWriter, "commit", committing)
+    monkeypatch.setattr(leases, "claim", claiming)
+    db = tmp_path / "s.db"
+    first, second = await submit(db, options(tmp_path)), await submit(db, options(tmp_path))
+    store = await open_store(db)
+    try:
+
+        async def both_ended() -> bool:
+            return [await lease_state(store, r) for r in (first, second)] == ["ended"] * 2
+
+        await with_a_worker(db, both_ended, slots=2)
+    finally:
+        await store.close()
+    assert seen_at_claims[0] == set() and first in seen_at_claims[1]
+
+
+async def test_a_claim_says_whether_a_command_waited_for_its_run(tmp_path: Path) -> None:
+    """Its worker catches up on the commands sent to a queued run before the run's first act,
+    and reads nothing for it at once when none waited."""
+    db = tmp_path / "s.db"
+    quiet, told = await submit(db, options(tmp_path)), await submit(db, options(tmp_path))
+    store = await open_store(db)
+    try:
+        await queries.send_command(store, told, "pause", "operator")
+        first, second = await leases.claim(store, A, 10.0), await leases.claim(store, A, 10.0)
+    finally:
+        await store.close()
+    assert first is not None and (first.run_id, first.sent) == (quiet, False)
+    assert second is not None and (second.run_id, second.sent) == (told, True)
+
+
 async def test_a_claimed_runs_env_is_reopened_on_its_own_env_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,9 +10,9 @@ A run is decided under the policy it recorded (its log's `PolicyInForce`, else t
 options keep), never under what the policy files say when it is claimed again: a file edited
 meanwhile changes nothing of it (a log that asked with no `PolicyInForce`: it had none); a
 run queued before its policy's text was kept with it, and whose log cannot say, is refused
-(`placement.unrecorded_policy`). A recorded rule today's load would refuse is
-evaluated as the run evaluated it only while the run is rebuilt from its log; once live, it
-fails closed (`policy/gate.RunPolicy.rebuilding`). A run that cannot be rebuilt all the same ends
+(`placement.unrecorded_policy`). A recorded rule today's load would refuse is evaluated as the
+run evaluated it only while the run is rebuilt from its log; once live, it fails closed
+(`policy/gate.RunPolicy.rebuilding`). A run that cannot be rebuilt all the same ends
 `crashed`, saying why in words; a write it had asked for and that was decided while it was
 away, never taken by it, is recorded as not run (not an outcome nobody knows).
 """
@@ -117,7 +117,7 @@ class LeasedRun:
         self.handing_back: str | None = None  # its worker stops: let go once at rest, why
         self.bus: ReplayBus | None = None
         self.unmovable: str | None = None  # why no other worker could go on with it
-        self.started = asyncio.Event()  # its runtime runs (or it left without one)
+        self.started = asyncio.Event()  # its start stored (rebuilt: it runs), or it left
         lease.on_lost = self._lost
 
     @property
@@ -241,9 +241,11 @@ class LeasedRun:
         unsubscribe = runtime.bus.subscribe(writer)
         runtime.journal = writer
         writer.start()
-        if replay is None:
-            self._goes_live()
-        self.started.set()
+        if replay is None:  # no command waited at its claim: none to catch up on at once
+            self._goes_live(caught_up=not self.claim.sent)
+            writer.on_first_commit = self.started.set  # its start is in the store
+        else:
+            self.started.set()
         wait = self.claim.options.get("approve") == "wait"  # its decisions wait in the store
         parking = Parking(runtime, replay, self.worker.host, self.let_go, decisions=wait)
         unwatch = runtime.bus.subscribe(parking.seen)
@@ -275,10 +277,11 @@ class LeasedRun:
                      epoch=claim.epoch, note=claim.note, after_seq=replay.last_seq)  # fmt: skip
         self._goes_live()
 
-    def _goes_live(self) -> None:
+    def _goes_live(self, caught_up: bool = False) -> None:
         """It takes commands from now on: first those that waited for it (`_catch_up`)."""
-        self.live = True
-        self._catching = asyncio.get_running_loop().create_task(self._catch_up())
+        self.live, self.hears = True, caught_up  # its worker reads the rest once it hears
+        if not caught_up:
+            self._catching = asyncio.get_running_loop().create_task(self._catch_up())
 
     def take(self, command: dict[str, Any]) -> bool:
         """A command from another terminal (the worker reads them for all its runs); False
@@ -294,8 +297,7 @@ class LeasedRun:
         if self.handing_back is not None and self.at_rest():
             await self.let_go(leases.QUEUED, self.handing_back, still=self.at_rest)
         await self.lease.ensure()
-        runtime = self.runtime
-        if self._catching is not None and not self._settled and runtime is not None:
+        if self._catching is not None and not self._settled and (runtime := self.runtime):
             await asyncio.shield(self._catching)
             # Before a model call, as at its checkpoint; a reply's tools run first, as a
             # live run's would (a write approved is carried out, never left in between).

@@ -123,8 +123,9 @@ class Worker:
                         self.say(f"worker {self.name.holder}: cannot claim for now: {exc}")
                     unreachable = True
             if claimed is not None:
-                # The next claim once this run has started: a worker takes no more runs than
-                # it can start, and the rest stay in the queue for the others.
+                # The next claim once this run's start is in the store (a rebuilt run's: once
+                # it runs): a worker takes no more runs than it can start and record, and the
+                # rest stay in the queue for the others.
                 started = self._start(store, claimed).started
                 await asyncio.wait({asyncio.ensure_future(started.wait())}, timeout=self.hold_s)
                 continue

@@ -121,6 +121,7 @@ class Claim:
     was: str | None  # the previous holder's host, or None
     was_state: str
     note: str
+    sent: bool = True  # a command waited for it at its claim (False: none did)
 
     @property
     def first(self) -> bool:
@@ -165,7 +166,7 @@ async def claim(
         rows = await tx.fetchall(
             "SELECT run_id, epoch, options, state, host, expires_at, (SELECT COUNT(*) FROM"
             " approvals a WHERE a.run_id = leases.run_id AND a.state = 'pending') AS waiting,"
-            f" {PAUSED} AS paused FROM leases WHERE {CLAIMABLE}"
+            f" {PAUSED} AS paused, {SENT} AS sent FROM leases WHERE {CLAIMABLE}"
             f" AND NOT (state = '{HELD}' AND holder = ?) ORDER BY submitted_at LIMIT 1"
             f"{_locking(store)}",
             (now, now, worker.holder),
@@ -188,7 +189,8 @@ async def claim(
             "UPDATE runs SET pid = ?, host = ?, pid_started = ?, heartbeat_at = ? WHERE run_id = ?",
             (worker.pid, worker.host, process_started(worker.pid), now, run_id),
         )
-    return Claim(run_id, epoch, json.loads(row["options"]), was, str(row["state"]), note)
+    options = json.loads(row["options"])
+    return Claim(run_id, epoch, options, was, str(row["state"]), note, bool(row["sent"]))
 
 
 def _move_note(
