@@ -220,6 +220,42 @@ async def test_a_worker_claims_its_next_run_once_the_last_ones_start_is_stored(
     assert seen_at_claims[0] == set() and first in seen_at_claims[1]
 
 
+async def test_a_stopping_worker_is_not_held_up_by_a_first_commit_the_store_has_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its next claim waits for the last run's start to be stored; its stop does not: it
+    begins handing its runs back at once, however long its leases."""
+    from worker_helpers import BOUND_S
+
+    from loopdeck.operator.worker import Worker
+
+    monkeypatch.setenv("LOOPDECK_LEASE_S", "600")
+    held, free = asyncio.Event(), asyncio.Event()
+    commit = EventWriter.commit
+
+    async def committing(self: EventWriter, batch: Any) -> None:
+        held.set()
+        await free.wait()  # the store does not take it for now
+        await commit(self, batch)
+
+    monkeypatch.setattr(EventWriter, "commit", committing)
+    db = tmp_path / "s.db"
+    run_id = await submit(db, options(tmp_path))
+    worker, stop = Worker(db, slots=2, say=lambda line: None), asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.wait_for(held.wait(), BOUND_S)
+        stop.set()
+        end = time.monotonic() + BOUND_S
+        while (run := worker.leased.get(run_id)) is None or run.handing_back is None:
+            assert time.monotonic() < end, "the stop waited for the run's first commit"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        free.set()
+        await task
+
+
 async def test_a_claim_says_whether_a_command_waited_for_its_run(tmp_path: Path) -> None:
     """Its worker catches up on the commands sent to a queued run before the run's first act,
     and reads nothing for it at once when none waited."""

@@ -126,10 +126,20 @@ class Worker:
                 # The next claim once this run's start is in the store (a rebuilt run's: once
                 # it runs): a worker takes no more runs than it can start and record, and the
                 # rest stay in the queue for the others.
-                started = self._start(store, claimed).started
-                await asyncio.wait({asyncio.ensure_future(started.wait())}, timeout=self.hold_s)
+                await self._until(self._start(store, claimed).started, stop, self.hold_s)
                 continue
             await self._wait(store, stop)
+
+    @staticmethod
+    async def _until(started: asyncio.Event, stop: asyncio.Event, bound_s: float) -> None:
+        """Until the run started (its start in the store), the worker stops, or `bound_s`:
+        a stop is never held up by a first commit the store does not take for now."""
+        waits = {asyncio.ensure_future(started.wait()), asyncio.ensure_future(stop.wait())}
+        try:
+            await asyncio.wait(waits, timeout=bound_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
 
     async def _commands(self, store: Store, stop: asyncio.Event) -> None:
         """Commands from other terminals (cancel, kill, pause, message…) to this worker's
