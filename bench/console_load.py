@@ -128,10 +128,7 @@ class Watch:
                 if stop is not None:
                     self.stop_to_screen_s = now - stop.at.timestamp()
 
-            # Once the frame's second half (the transcript, the Call panel) is painted too
-            # (`SecondHalf`; a console drawing its frames whole: its next refresh).
-            second_half = getattr(screen, "second_half", None)
-            (second_half.after if second_half else screen.call_after_refresh)(painted)
+            screen.call_after_refresh(painted)
 
         screen.flush = timed_flush  # type: ignore[method-assign]
 

@@ -21,7 +21,6 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.text import short_args, visible
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.call_status import GUARD_HELD_LOOK, STATUS_LOOK, status_label
-from loopdeck.tui.frame_pacing import FirstHalfPanel
 from loopdeck.tui.in_place import grows_in_place
 from loopdeck.tui.line_table import LineTable, table_css
 
@@ -43,7 +42,7 @@ def format_duration(duration_ms: float | None) -> str:
     return "" if duration_ms is None else f"{duration_ms:,.0f}"
 
 
-class CallsTable(FirstHalfPanel, LineTable):
+class CallsTable(LineTable):
     """The run's calls, newest last. The cursor follows the newest row while it is on it."""
 
     PREFIX = "calls-table"

@@ -20,7 +20,6 @@ from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import run_waits, transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.call_status import status_words, tool_as_run
-from loopdeck.tui.frame_pacing import FirstHalfPanel
 from loopdeck.tui.shown import markup as shown_markup
 from loopdeck.tui.shown import plain
 
@@ -105,7 +104,7 @@ def countdown_text(seconds: float) -> str:
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
-class StateMachinePanel(FirstHalfPanel, FixedSize, Static):
+class StateMachinePanel(FixedSize, Static):
     def show(self, view: RunView) -> None:
         lines = []
         for state in STATE_ORDER:
@@ -221,7 +220,7 @@ def cap_var(view: RunView, cap: Cap, fraction: float) -> str:
     return "$warning" if fraction >= 0.75 else "$success"
 
 
-class BudgetPanel(FirstHalfPanel, FixedSize, Static):
+class BudgetPanel(FixedSize, Static):
     def show(self, view: RunView, elapsed: float, operator_s: float = 0.0) -> None:
         wide = self.size.width >= 50
         bar_width = 10 if self.size.width >= 40 or not self.size.width else 6

@@ -25,7 +25,7 @@ from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui import link_facets
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.findings_panel import FindingsPanel
-from loopdeck.tui.frame_pacing import FirstHalfPanel, tail_that_fits
+from loopdeck.tui.frame_pacing import tail_that_fits
 from loopdeck.tui.grants_panel import GrantsPanel, grants_room, grants_said
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import (
@@ -90,9 +90,8 @@ class RunPanels:
         for widget_id, text in TITLES.items():
             title(self.screen.query_one(f"#{widget_id}"), text)
 
-    def show(self, view: RunView, now: datetime, detail: bool = True) -> None:
-        """Every panel, as the view stands at `now` (the Call panel too unless `detail` is
-        False: a frame's second half draws it, `show_rest`)."""
+    def show(self, view: RunView, now: datetime) -> None:
+        """Every panel, as the view stands at `now`."""
         query = self.screen.query_one
         self.show_header(view, now)
         query(GoalLine).show(view)
@@ -110,24 +109,13 @@ class RunPanels:
         if self.phone or not grants_room(self.screen, view):  # no room for the Grants panel
             repeats += grants_said(view, self.live)
         title(table, f"Calls · {view.calls_seen:,}{repeats}")
-        if detail:
-            self.show_rest(view)
+        if table.row_count:
+            self.show_detail(view, table.cursor_key)
         if self.phone:
             query(GrantsPanel).display = False
             query(PhoneColumn).show(view, *view.times(now), repeats)
         else:
             query(GrantsPanel).show(view, self.live)
-
-    def first_half(self) -> list[FirstHalfPanel]:
-        """The panels a frame's first half draws that say when they are painted."""
-        query = self.screen.query_one
-        return [query(CallsTable), query(BudgetPanel), query(StateMachinePanel)]
-
-    def show_rest(self, view: RunView) -> None:
-        """The Call panel: the selected call (a frame's second half, `SecondHalf`)."""
-        table = self.screen.query_one(CallsTable)
-        if table.row_count:
-            self.show_detail(view, table.cursor_key)
 
     def tick(self, view: RunView, now: datetime, frame_due: bool) -> None:
         """The spinner's step: what moves with time is drawn again, unless a frame of events

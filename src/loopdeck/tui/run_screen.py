@@ -38,7 +38,7 @@ from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.console_messages import BackToFleet, RunLeft
 from loopdeck.tui.dialogs import BY, ConfirmKillDialog, ConfirmQuitDialog
 from loopdeck.tui.failures import DRIVE_FAILED, said, say, worker_failed
-from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FirstHalfPainted, FramePacer, SecondHalf
+from loopdeck.tui.frame_pacing import FRAME_INTERVAL_S, FramePacer
 from loopdeck.tui.message_dialog import MessageDialog, unheard
 from loopdeck.tui.panels import PlanPanel
 from loopdeck.tui.run_decisions import RunDecisions
@@ -87,12 +87,9 @@ class RunScreen(Screen[None]):
         self.driven = False  # the link's drive has returned (or failed)
         self.quitting = False  # leaving once the run has recorded its stop
         self._buffer: list[Event] = []  # events not yet folded into the view (`flush`)
-        self._unfed: list[Entry] = []  # folded, for the transcript panel: a second half's
-        self.second_half = SecondHalf(self, self._draw_rest, lambda: self.panels.first_half())
-        reading = partial(link_facets.reading_history, link)
         # `flush` looked up at each frame, not bound here: the screen's own, as it is then
         self._pacer = FramePacer(
-            self, self._buffer, lambda: self.flush(), reading, self.second_half
+            self, self._buffer, lambda: self.flush(), partial(link_facets.reading_history, link)
         )
         self.panels = RunPanels(self, link, self.shared)
         self.offers = ApprovalOffers(
@@ -177,19 +174,20 @@ class RunScreen(Screen[None]):
             return
         if event.state is WorkerState.SUCCESS:
             self.outcome = event.worker.result
-        elif event.state is not WorkerState.ERROR:
-            return
-        self.driven = True
-        self.flush()
-        self.second_half.now()  # a stop's frame is whole at once, as an approval's
-        if event.state is WorkerState.SUCCESS:
+            self.driven = True
+            self.flush()
             self.after_drive()
-        else:
+            self.refresh_bindings()
+        elif event.state is WorkerState.ERROR:
+            self.driven = True
+            self.flush()
             self.view.stop_reason = "crashed"
             self.view.stop_detail = said(event.worker.error)
             say(self, self.view.stop_detail, DRIVE_FAILED[self.link.runtime is None], "run crashed")
             self.render_view()
-        self.refresh_bindings()
+            self.refresh_bindings()
+        else:
+            return
         unheard(self.message_box, ended=True)
         if self.quitting:
             self.leave()
@@ -204,7 +202,6 @@ class RunScreen(Screen[None]):
     @on(ApprovalsChanged)
     def _approvals_changed(self) -> None:
         self.flush()
-        self.second_half.now()
         self._show_header()
         self.refresh_bindings()
         self.offers.changed(self.view)
@@ -215,34 +212,28 @@ class RunScreen(Screen[None]):
         return self._buffer
 
     def flush(self) -> None:
-        """Fold what arrived into the view and the transcript, and draw it (`FramePacer`): the
-        transcript's entries and the Call panel once the rest is painted (`SecondHalf`)."""
+        """Fold what arrived into the view and the transcript, and draw it (`FramePacer`)."""
         if not self._buffer:
             return
-        self.second_half.now()  # one still owed first: its entries come before these
         self._pacer.begun()
         self._fold()
-        self.render_view(detail=False)
+        self.render_view()
         # After the events folded are gone: a collection held back by a long history's read
         # walks the view, not them.
         link_facets.folded(self.link)
-        self.second_half.owe()
 
     def _fold(self) -> None:
         events, self._buffer[:] = list(self._buffer), []
+        entries: list[Entry] = []
         for event in events:
             self.view.apply(event)
             if entry := self.transcript.apply(event):
-                self._unfed.append(entry)
-
-    def _draw_rest(self) -> None:
-        entries, self._unfed = self._unfed, []
+                entries.append(entry)
         self.panels.feed_transcript(entries)
-        self.panels.show_rest(self.view)
 
-    def render_view(self, detail: bool = True) -> None:
-        """Every panel from the view (the Call panel if `detail`); the keys that come and go."""
-        self.panels.show(self.view, self.clock_now(), detail)
+    def render_view(self) -> None:
+        """Every panel from the view; the keys that come and go with it told."""
+        self.panels.show(self.view, self.clock_now())
         if self.view.finished:
             self.refresh_bindings()
             if self.app.screen is self:
@@ -262,12 +253,7 @@ class RunScreen(Screen[None]):
 
     @on(CallsTable.Highlighted, "#calls")
     def _show_call(self, event: CallsTable.Highlighted) -> None:
-        if not self.second_half.owed:  # else it shows the cursor's call when drawn
-            self.show_detail(event.call_id)
-
-    @on(FirstHalfPainted)
-    def _first_half_painted(self) -> None:
-        self.second_half.first_painted()
+        self.show_detail(event.call_id)
 
     def mark_seen(self) -> None:
         """This run's stop was on screen: the fleet does not mark it unseen (●)."""
@@ -305,7 +291,6 @@ class RunScreen(Screen[None]):
     def action_transcript(self) -> None:
         if self.panels.full_transcript is None:
             self.flush()
-            self.second_half.now()  # its entries in the panel, not again in the screen's
             self.panels.open_transcript(self.transcript, self.view.run_id)
 
     def action_outcome(self) -> None:
