@@ -51,3 +51,30 @@ async def test_full_batches_are_committed_without_waiting_for_the_interval(
         assert writer.acknowledged_seq == rows[0][0] == 2 * BATCH_MAX + 1
     finally:
         await store.close()
+
+
+async def test_a_runs_first_batch_is_committed_at_once_when_its_start_is_awaited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker claims its next run once this one's start is in the store (`on_first_commit`):
+    that first batch does not wait out the interval; the batches after it do."""
+    monkeypatch.setattr(writer_module, "BATCH_INTERVAL_S", 3600.0)
+    store = await open_store(tmp_path / "s.db")
+    try:
+        bus, writer = EventBus(), EventWriter(store)
+        told: list[int] = []
+        writer.on_first_commit = lambda: told.append(1)
+        bus.subscribe(writer)
+        writer.start()
+        bus.emit(StateChanged, run_id="r", source=RunState.DECIDING, target=RunState.EXECUTING)
+        bus.emit(StateChanged, run_id="r", source=RunState.EXECUTING, target=RunState.DECIDING)
+        await _until(lambda: writer.acknowledged_seq == 2, "the run's first batch committed")
+        bus.emit(StateChanged, run_id="r", source=RunState.DECIDING, target=RunState.EXECUTING)
+        for _ in range(50):  # the loop turns the writer would need to commit it at once
+            await asyncio.sleep(0)
+        assert writer.acknowledged_seq == 2  # the second batch waits for its interval
+        assert len(told) == 1
+        await writer.close()
+        assert writer.acknowledged_seq == 3
+    finally:
+        await store.close()

@@ -163,6 +163,9 @@ class EventWriter:
         if queued == BATCH_MAX:  # a full batch: committed now (the wake stays set until then)
             self._wake.set()
         elif queued == 1 and self._task is not None:
+            if self.on_first_commit is not None:  # the run's start, awaited: committed now
+                self._wake.set()  # (a worker claims its next run once it is in the store)
+                return
             # A batch begins: committed BATCH_INTERVAL_S from now. An idle writer (its run
             # waits on its operator, or in a long tool) is never woken for nothing: a worker
             # holds hundreds of them.
