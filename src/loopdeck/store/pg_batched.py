@@ -21,7 +21,7 @@ changed. A failed transaction, or one whose block raised, is rolled back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ class Copying:
     table: str
     columns: Sequence[str]
     rows: list[tuple[Any, ...]]
+    more: Callable[[], list[Any]] | None = None
 
 
 class BatchedTx:
@@ -75,6 +76,15 @@ class BatchedTx:
             tuple(value for values in rows for value in values),
         )
 
+    async def append_taking(
+        self, table: str, columns: Sequence[str], rows: list[Any], more: Callable[[], list[Any]]
+    ) -> None:
+        """`rows` by one COPY sent now, with what was held before it, kept open while `more()`
+        gives the rows made since (`copy_rows`): they reach the server while they are made,
+        not after this commit's answer. Its failure is raised here."""
+        self.held.append(Copying(table, columns, rows, more))
+        await uncut(self._send(read=None))
+
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """The rows of `sql`, sent with everything held before it."""
         self._hold(sql, storable(params))
@@ -84,7 +94,9 @@ class BatchedTx:
         self.held.append("COMMIT")
         await uncut(self._send(read=False))
 
-    async def _send(self, *, read: bool) -> list[Any]:
+    async def _send(self, *, read: bool | None) -> list[Any]:
+        """Everything held, in order; ends with the read (True), the COMMIT (False), or a
+        COPY (None)."""
         held, self.held = self.held, []
         statements: list[str] = []
         for item in held:
@@ -94,7 +106,9 @@ class BatchedTx:
             if statements:
                 await self.cursor.execute("; ".join(statements))
                 statements = []
-            await copy_rows(self.conn, item.table, item.columns, item.rows)
+            await copy_rows(self.conn, item.table, item.columns, item.rows, item.more)
+        if read is None:
+            return []
         await self.cursor.execute("; ".join(statements))  # it ends with the read or COMMIT
         if not read:
             return []

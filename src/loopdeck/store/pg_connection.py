@@ -220,10 +220,16 @@ def storable(params: Sequence[Any]) -> tuple[Any, ...]:
 
 
 async def copy_rows(
-    conn: psycopg.AsyncConnection[Row], table: str, columns: Sequence[str], rows: list[Any]
+    conn: psycopg.AsyncConnection[Row],
+    table: str,
+    columns: Sequence[str],
+    rows: list[Any],
+    more: Callable[[], list[Any]] | None = None,
 ) -> None:
     """`rows` appended to `table` by one COPY: binary, each value encoded by psycopg's dumper
-    for its column's type, for a table of `COPY_TYPES`; psycopg's text format for another."""
+    for its column's type, for a table of `COPY_TYPES`; psycopg's text format for another.
+    With `more`, the COPY stays open while it gives rows, asked again after each turn of the
+    loop: rows made meanwhile reach the server as they are made."""
     types = COPY_TYPES.get(table)
     binary = " (FORMAT BINARY)" if types is not None else ""
     copying = f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}"
@@ -232,6 +238,12 @@ async def copy_rows(
             copy.set_types([types[column] for column in columns])
         for values in rows:
             await copy.write_row(values)
+        while more is not None:
+            await asyncio.sleep(0)  # the loop's turn: its producers make the next rows
+            if not (rows := more()):
+                break
+            for values in rows:
+                await copy.write_row(values)
 
 
 class PgTx:

@@ -12,7 +12,7 @@ its own transaction (`store/leases.py`). Refused (`LeaseLost`), the writer drops
 and every later event, never retries and never spills, and tells `on_lease_lost`.
 
 An event that cannot be made JSON (env code handed the run a value that is not JSON data) is
-never the batch's end: it is recorded as a stand-in (`stand_in_row`: each value that is not
+never the batch's end: it is recorded as a stand-in (`store/stand_ins.py`: each value not
 JSON data as `"<not JSON data: TYPE>"`), said (`on_stand_in`, `stand_ins`), and the rest of
 the batch is committed, or spilled, with it."""
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from loopdeck.core.events import Event
 from loopdeck.core.recording import JournalOutage
 from loopdeck.core.timeouts import bounded
 from loopdeck.store.base import (
+    PIPELINED_ROWS,
     Store,
     StoreError,
     StoreRefused,
@@ -44,20 +44,21 @@ from loopdeck.store.chain import (
     CHAINED_COLUMNS,
     EVENT_COLUMNS,
     ChainedRow,
-    EventRow,
     LinkedRow,
     RunChain,
-    body_at,
 )
 from loopdeck.store.event_rows import RunRows, event_json, event_row
 from loopdeck.store.leases import LeaseLost, check
 from loopdeck.store.liveness import process_started, this_host
 from loopdeck.store.spill import Spill
+from loopdeck.store.stand_ins import row_of
 
 __all__ = ["EVENT_COLUMNS", "EventWriter", "event_json", "event_row"]
 
 BATCH_INTERVAL_S = 0.05
 BATCH_MAX = 512
+# On PostgreSQL a commit's COPY takes the events queued while it goes, for up to this long.
+TAKING_S = BATCH_INTERVAL_S
 # While the store cannot take writes: the next try after 0.1 s, doubling up to 2 s.
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 2.0
@@ -67,36 +68,6 @@ CLOSE_RETRY_S = 10.0
 # hash (hash None: linked at the commit; row None: serializing failed, tried again at the
 # commit).
 Queued = tuple[Event, str, ChainedRow | None]
-
-
-def _not_json(value: object) -> str:
-    return f"<not JSON data: {type(value).__name__}>"
-
-
-def stand_in_row(event: Event, error: Exception) -> EventRow:
-    """The row of an event that cannot be made JSON: its fields as they are, each value that
-    is not JSON data replaced by `"<not JSON data: TYPE>"`; if even that fails, its run, number,
-    kind, time and the error (`unwritable`)."""
-    try:
-        body = type(event).__pydantic_serializer__.to_json(event, fallback=_not_json).decode()
-    except Exception:  # nothing of it serializes: what it was, and why it is not here
-        head = {"run_id": event.run_id, "seq": event.seq, "at": event.at.isoformat()}
-        said = f"{type(error).__name__}: {error}"
-        body = json.dumps({**head, "kind": event.kind, "unwritable": said}, default=str)
-    return event.run_id, event.seq, event.kind, body_at(body) or event.at.isoformat(), body
-
-
-def row_of(event: Event) -> tuple[EventRow, str | None]:
-    """An event's row, and None; or its stand-in's (`stand_in_row`) and why it is one."""
-    try:
-        return event_row(event), None
-    except Exception as exc:  # a value that is not JSON data: the rest is still committed
-        said = (
-            f"run {event.run_id}: event {event.seq} ({event.kind}) could not be made JSON"
-            f" ({type(exc).__name__}: {exc}); recorded with each value that is not JSON data"
-            " as <not JSON data: TYPE>"
-        )
-        return stand_in_row(event, exc), said
 
 
 class EventWriter:
@@ -200,7 +171,7 @@ class EventWriter:
                 await self._wake.wait()  # idle until an event's batch is due, or `close`
             self._wake.clear()
             try:
-                await self.flush()
+                await self.flush(takes_more=True)
                 wait = BATCH_INTERVAL_S
             except LeaseLost:
                 return  # nothing more is committed: `on_lease_lost` was told
@@ -213,15 +184,16 @@ class EventWriter:
         """Returns once the store takes writes again (at once when it does)."""
         await self._available.wait()
 
-    async def flush(self) -> None:
+    async def flush(self, *, takes_more: bool = False) -> None:
         """Commit everything queued so far; returns once it is durable. Any failure is a
-        StoreError, and what was not committed stays queued (for the next try or the spill)."""
+        StoreError, and what was not committed stays queued (for the next try or the spill).
+        `takes_more` (the writer's own batches, a run's first excepted): see `commit`."""
         async with self._lock:
             if not self._queue:
                 return
             batch, self._queue = self._queue, []
             try:
-                await self.commit(batch)
+                await self.commit(batch, takes_more=takes_more and not self.on_first_commit)
             except LeaseLost as exc:
                 self._lose(exc)
                 raise
@@ -348,13 +320,14 @@ class EventWriter:
         transaction."""
         await self.commit([(event, "", None) for event in events])
 
-    async def commit(self, batch: list[Queued]) -> None:
+    async def commit(self, batch: list[Queued], *, takes_more: bool = False) -> None:
         """The batch in one transaction, whole (`run_whole`: on SQLite one call on the
-        connection's thread), then what it tells: a false crash undone, the chain's head."""
+        connection's thread), then what it tells: a false crash undone, the chain's head.
+        `takes_more`: the events queued while its rows go are added to it (`_taking`)."""
         # Pipelined: on PostgreSQL the commit's statements go in few messages (its rows by
         # COPY among them from PIPELINED_ROWS on), each a wait on the event loop.
         async with self.store.transaction(batch[0][0].run_id, pipelined=True) as tx:
-            last, correction = await run_whole(tx, partial(self._write, batch))
+            last, correction = await run_whole(tx, partial(self._write, batch, takes_more))
         if correction is not None and self.on_correction is not None:
             self.on_correction(correction)
         self.chain.committed(last, bool(self._queue))
@@ -362,13 +335,15 @@ class EventWriter:
             told, self.on_first_commit = self.on_first_commit, None
             told()
 
-    async def _write(self, batch: list[Queued], tx: Tx) -> tuple[ChainedRow | None, str | None]:
+    async def _write(
+        self, batch: list[Queued], takes_more: bool, tx: Tx
+    ) -> tuple[ChainedRow | None, str | None]:
         """The batch's transaction: the fence, a reader's false crash undone, the rows linked
         and appended, the runs and approvals rows; its last row and the correction's words.
         On SQLite it runs on the store's thread: it reads and changes only the batch, `rows`
         and the chain's head (never the queue nor the chain's tail, which `__call__` moves
         meanwhile), and tells nobody anything until it returns."""
-        run_id = batch[0][0].run_id
+        run_id, given = batch[0][0].run_id, batch
         ended = None if self.fence is None else await check(tx, self.store, *self.fence)
         correction = await self.rows.undo_a_false_crash(tx, run_id, ended)
         if self.outage is not None:  # the commit that failed may have landed all the same
@@ -382,9 +357,36 @@ class EventWriter:
         # A plain append (COPY or one INSERT on PostgreSQL): no reader's row can sit at a
         # runner's sequence number any more, and a clash would be a bug to report, never an
         # event to drop.
-        await tx.append("events", CHAINED_COLUMNS, rows)
+        last, append_taking = rows[-1], getattr(tx, "append_taking", None)
+        if takes_more and append_taking and batch is given and len(rows) >= PIPELINED_ROWS:
+            await append_taking("events", CHAINED_COLUMNS, rows, self._taking(batch, last))
+            last = cast(ChainedRow, batch[-1][2]) if len(batch) > len(rows) else last
+        else:
+            await tx.append("events", CHAINED_COLUMNS, rows)
         await self.rows.apply_batch(tx, [item[0] for item in batch])
-        return rows[-1], correction
+        return last, correction
+
+    def _taking(self, batch: list[Queued], last: ChainedRow) -> Callable[[], list[ChainedRow]]:
+        """The events queued since the batch was taken, for a COPY that takes them while it
+        goes (PostgreSQL): each linked after the last row sent, moved from the queue to the
+        batch (requeued with it if the commit fails), for up to TAKING_S."""
+        until, after = time.monotonic() + TAKING_S, last[5]
+
+        def more() -> list[ChainedRow]:
+            nonlocal after
+            taken: list[ChainedRow] = []
+            if time.monotonic() > until:
+                return taken
+            for _, follows, row in self._queue:  # as queued: each linked after the one before
+                if row is None or row[5] is None or follows != after:
+                    break
+                taken.append(row)
+                after = row[5]
+            batch.extend(self._queue[: len(taken)])
+            del self._queue[: len(taken)]
+            return taken
+
+        return more
 
 
 async def _not_stored(tx: Tx, run_id: str, batch: list[Queued]) -> list[Queued]:
