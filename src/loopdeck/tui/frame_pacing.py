@@ -1,5 +1,5 @@
 """A run's events coalesced into frames: when the next frame may be drawn (the runtime shares
-the event loop), and which entries of a burst the transcript panel is given."""
+the event loop)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Callable
 from textual.screen import Screen
 
 from loopdeck.core.events import Event
-from loopdeck.operator.transcript import Entry
 from loopdeck.tui.timers import later
 
 FRAME_INTERVAL_S = 1 / 20
@@ -17,20 +16,6 @@ FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime 
 MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
 MIN_FRAME_WAIT_S = 0.04  # ... and never less: cheap frames come at ~25 a second, not ~100
 HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
-
-
-def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
-    """The newest entries whose lines fill `height` (a title and its body's lines each, before
-    wrapping): a burst's older entries would be drawn only to scroll out of sight."""
-    shown: list[Entry] = []
-    lines = 0
-    for entry in reversed(entries):
-        shown.append(entry)
-        lines += 1 + (entry.body.count("\n") + 1 if entry.body else 0)
-        if lines >= max(1, height):
-            break
-    shown.reverse()
-    return shown
 
 
 class FramePacer:

@@ -25,7 +25,6 @@ from loopdeck.operator.transcript import Entry, Transcript
 from loopdeck.tui import link_facets
 from loopdeck.tui.calls_table import CallsTable
 from loopdeck.tui.findings_panel import FindingsPanel
-from loopdeck.tui.frame_pacing import tail_that_fits
 from loopdeck.tui.grants_panel import GrantsPanel, grants_room, grants_said
 from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.panels import (
@@ -116,6 +115,8 @@ class RunPanels:
             query(PhoneColumn).show(view, *view.times(now), repeats)
         else:
             query(GrantsPanel).show(view, self.live)
+        if view.finished:  # no more bursts: every entry kept drawn (`TranscriptLog.caught_up`)
+            self.screen.query_one("#transcript-panel", TranscriptLog).caught_up()
 
     def tick(self, view: RunView, now: datetime, frame_due: bool) -> None:
         """The spinner's step: what moves with time is drawn again, unless a frame of events
@@ -183,16 +184,8 @@ class RunPanels:
         if not entries:
             return
         panel = self.screen.query_one("#transcript-panel", TranscriptLog)
-        if panel.display:
-            # A burst longer than the lines the panel keeps replaces it with what fills its
-            # height; otherwise every entry is added.
-            kept = tail_that_fits(entries, PANEL_KEPT)
-            if len(kept) < len(entries) and panel.following:
-                panel.show_tail(tail_that_fits(kept, panel.size.height))
-            elif len(kept) < len(entries):
-                panel.show_only(tail_that_fits(kept, panel.size.height))
-            else:
-                panel.add(entries)
+        if panel.display:  # while it follows, only what fits is drawn (`TranscriptLog.add`)
+            panel.add(entries)
         if self.full_transcript is not None:
             self.full_transcript.add(entries)
 

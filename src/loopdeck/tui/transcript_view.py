@@ -1,10 +1,18 @@
-"""The transcript on screen: a log that follows the tail until scrolled up, and search."""
+"""The transcript on screen: a log that follows the tail until scrolled up, and search.
+
+The run screen's side panel is a live tail (`keep` lines): while it follows, a frame's burst
+taller than the panel is drawn only from the entries that fill it (`tail_that_fits`), the
+newest lines replacing what it showed; a runaway's frame brings ten times the lines the panel
+shows, each measured and wrapped only to scroll out of sight. The entries are kept, and drawn
+all (as many as it keeps) the moment the operator scrolls back (`caught_up`). `t`'s screen
+keeps everything and draws every entry as it comes."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
@@ -14,6 +22,7 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.geometry import Size
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import Input, RichLog, Static
 
 from loopdeck.operator import transcript
@@ -23,6 +32,28 @@ from loopdeck.tui.keys_bar import KeysBar
 from loopdeck.tui.paint_style import StylePerPaint
 from loopdeck.tui.shown import plain
 from loopdeck.tui.shown_input import ShownInput
+
+
+def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
+    """The newest entries whose lines fill `height` (a title and its body's lines each, before
+    wrapping, which only adds lines): the older ones would be drawn only to scroll away."""
+    shown: list[Entry] = []
+    lines = 0
+    for entry in reversed(entries):
+        shown.append(entry)
+        lines += 1 + (entry.body.count("\n") + 1 if entry.body else 0)
+        if lines >= max(1, height):
+            break
+    shown.reverse()
+    return shown
+
+
+def _wrapped(entry: Entry, width: int) -> int:
+    """About the lines an entry takes wrapped in `width` columns (a word wrap takes more)."""
+    body = entry.body.split("\n") if entry.body else []
+    lines = -(-cell_len(entry.title) // max(1, width - 9))  # after its time of day
+    return lines + sum(max(1, -(-cell_len(line) // max(1, width - 2))) for line in body)
+
 
 KIND_VAR = {
     "goal": "accent",
@@ -64,6 +95,7 @@ class TranscriptLog(StylePerPaint, RichLog):
         self.matches: list[int] = []
         self.match_index = -1
         self.entries: list[Entry] = []  # what it shows, oldest first
+        self.behind = False  # only a tail of `entries` drawn (`caught_up` draws them all)
 
     def _style(self, kind: str) -> str:
         return self.app.theme_variables.get(KIND_VAR.get(kind, "foreground"), "")
@@ -85,33 +117,77 @@ class TranscriptLog(StylePerPaint, RichLog):
         return Group(*parts)
 
     def add(self, entries: Iterable[Entry]) -> None:
-        # One write for all of them: a write measures, renders, re-slices the kept lines and
-        # scrolls, and a frame of a runaway brings a dozen entries.
+        """New entries at the end. A live tail given more than it shows draws only what fits:
+        the panel's height while it follows, else the lines it keeps."""
         added = list(entries)
         if not added:
             return
         self.entries.extend(added)
-        self.write(Group(*map(self._renderable, added)), scroll_end=self.following)
         if self.keep is not None and len(self.entries) > 2 * self.keep:
             del self.entries[: -self.keep]
+        if self.keep is None:
+            self._write(added)
+        elif self.following and self.size.height:
+            tail = tail_that_fits(added, self.size.height)
+            if len(tail) < len(added):
+                self._show_tail(tail, self.keep)
+            else:
+                self._write(added)
+        else:
+            self._write(tail_that_fits(added, self.keep))
 
-    def show_only(self, entries: Iterable[Entry]) -> None:
-        """These entries and nothing before them."""
-        self.clear()
-        self.entries = []
-        self.add(entries)
+    def _write(self, entries: list[Entry], scroll: bool | None = None) -> None:
+        # One write for all of them: a write measures, renders, re-slices the kept lines and
+        # scrolls, and a frame of a runaway brings a dozen entries.
+        follow = self.following if scroll is None else scroll
+        self.write(Group(*map(self._renderable, entries)), scroll_end=follow)
 
-    def show_tail(self, entries: list[Entry]) -> None:
-        """The last lines of these entries, as many as the log is tall, and nothing before them
-        (the entries fill its height: `tail_that_fits`). The log keeps the same number of
-        lines frame after frame, so its size stays put and the screen needs no layout pass
-        (`show_only` empties it first, which asks for one every frame of a runaway)."""
-        kept, self.max_lines = self.max_lines, max(1, self.size.height)
+    def _show_tail(self, entries: list[Entry], keep: int) -> None:
+        """The lines of these entries at the end, blank lines above them standing for the kept
+        entries not drawn: the scrollbar shows the length it would with all of them, and the
+        log's size changes only as it would have (a size that changes asks for a layout pass
+        of the whole screen). The blank lines are never seen: the view is at the end, and
+        leaving it draws them (`watch_scroll_y`)."""
+        width = max(self.min_width, self.scrollable_content_region.width)
+        length = max(self._length(width, keep), self.size.height)
+        self.lines = [Strip.blank(width)] * length
+        self._line_cache.clear()  # its lines are cached by number, and every number is new
+        kept, self.max_lines = self.max_lines, length
         try:
-            self.entries = []
-            self.add(entries)
+            self._write(entries)
         finally:
             self.max_lines = kept
+        self.scroll_end(animate=False, immediate=True, x_axis=False)  # never a blank line shown
+        self.behind = True
+
+    def _length(self, width: int, keep: int) -> int:
+        """About the lines the entries kept take drawn, up to `keep` (the lines it keeps)."""
+        lines = 0
+        for entry in reversed(self.entries):
+            lines += _wrapped(entry, width)
+            if lines >= keep:
+                return keep
+        return lines
+
+    def caught_up(self) -> None:
+        """Every entry kept drawn (after tails drawn alone), the view as far from the end as it
+        was: what the operator scrolls back through."""
+        if not self.behind or self.keep is None:
+            return
+        self.behind = False
+        from_end = self.max_scroll_y - self.scroll_y
+        self.lines = []
+        self._line_cache.clear()
+        self._write(tail_that_fits(self.entries, self.keep), scroll=False)
+        self.scroll_to(y=max(0, self.max_scroll_y - from_end), animate=False, immediate=True)
+
+    def _stop_following(self) -> None:
+        self.caught_up()
+        self.following = False
+
+    @on(events.Resize)
+    def _resized(self) -> None:
+        self.caught_up()  # a taller panel shows lines above the tail drawn for the last height
 
     def watch_virtual_size(self, size: Size) -> None:
         rescroll(self, size)
@@ -120,20 +196,22 @@ class TranscriptLog(StylePerPaint, RichLog):
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y:
             self.following = True
+        else:
+            self.caught_up()  # scrolled back however (a key, the wheel, the scrollbar)
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
-        self.following = False
+        self._stop_following()
 
     def action_scroll_up(self) -> None:
-        self.following = False
+        self._stop_following()
         super().action_scroll_up()
 
     def action_page_up(self) -> None:
-        self.following = False
+        self._stop_following()
         super().action_page_up()
 
     def action_scroll_home(self) -> None:
-        self.following = False
+        self._stop_following()
         super().action_scroll_home()
 
     def load(self, transcript: Transcript) -> None:

@@ -1,0 +1,100 @@
+"""The run screen's transcript side panel, a live tail: while it follows, a burst taller than
+the panel is drawn only from what fills it; scrolled back, every entry it keeps is there."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from console_helpers import wait_until
+from textual import events
+from textual.app import App, ComposeResult
+
+from loopdeck.core.events import ModelCalled
+from loopdeck.operator.transcript import Entry, Transcript
+from loopdeck.tui.transcript_view import TranscriptLog
+
+HEIGHT = 10  # the panel's lines, its border taken off
+
+
+class PanelApp(App[None]):
+    CSS = f"TranscriptLog {{ height: {HEIGHT + 2}; border: round white; }}"
+
+    def compose(self) -> ComposeResult:
+        yield TranscriptLog(id="transcript-panel", keep=200)
+
+
+def said(transcript: Transcript, n: int) -> Entry:
+    """An entry of three lines: its title, then the model's two lines."""
+    event = ModelCalled(
+        run_id="run1", role="executor", round=1, model="fake", prompt_tokens=1,
+        completion_tokens=1, cost_usd=None, latency_ms=1.0, content=f"said {n}\nand more {n}",
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    entry = transcript.apply(event)
+    assert entry is not None
+    return entry
+
+
+def shown(log: TranscriptLog) -> str:
+    return "\n".join(line.text.rstrip() for line in log.lines)
+
+
+@pytest.mark.parametrize("scroll", ["key", "wheel", "scrollbar"])
+async def test_a_following_panel_draws_only_the_tail_of_a_burst(scroll: str) -> None:
+    transcript = Transcript()
+    app = PanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        log = app.query_one(TranscriptLog)
+        await wait_until(pilot, lambda: log.size.height == HEIGHT)
+        log.add([said(transcript, n) for n in range(3)])  # fits: drawn as it comes
+        burst = [said(transcript, n) for n in range(3, 40)]  # 111 lines for a panel of 10
+        log.add(burst)
+        await pilot.pause()
+        # Only what shows was measured, wrapped and drawn; the scrollbar as long as with all.
+        drawn = [line.text.strip() for line in log.lines if line.text.strip()]
+        assert len(drawn) == 12 and drawn[1] == "said 36"  # the 4 entries that fill its 10 lines
+        assert log.virtual_size.height >= 3 * 40 and log.behind
+        assert log.scroll_y == log.max_scroll_y and log.following
+        log.add([said(transcript, 40)])  # a short burst after it: added below, still following
+        await pilot.pause()
+        assert shown(log).endswith("and more 40") and log.scroll_y == log.max_scroll_y
+        # Scrolled back, every entry kept is there, from the first; the view starts from the end.
+        if scroll == "key":
+            log.focus()
+            await pilot.press("up")
+        elif scroll == "wheel":
+            await pilot._post_mouse_events([events.MouseScrollUp], log, offset=(5, 5))
+        else:  # as dragging its scrollbar does
+            log.scroll_to(y=log.max_scroll_y - 2, animate=False)
+            log.following = False  # the next burst would take it back to the end, as before
+        await pilot.pause()
+        assert not log.following and not log.behind
+        text = shown(log)
+        assert all(f"said {n}\n" in text + "\n" for n in range(41)), text
+        assert text.index("said 0") < text.index("said 20") < text.index("said 40")
+        assert 0 < log.max_scroll_y - log.scroll_y <= 3
+        # Not following, a burst is added below what the operator reads; the view stays.
+        at = log.scroll_y
+        log.add([said(transcript, n) for n in range(41, 45)])
+        await pilot.pause()
+        assert log.scroll_y == at and shown(log).endswith("and more 44")
+        await pilot.press("end")
+        await pilot.pause()
+        assert log.following
+
+
+async def test_a_panel_made_taller_draws_what_it_shows_now() -> None:
+    transcript = Transcript()
+    app = PanelApp()
+    async with app.run_test(size=(80, 30)) as pilot:
+        log = app.query_one(TranscriptLog)
+        await wait_until(pilot, lambda: log.size.height == HEIGHT)
+        log.add([said(transcript, n) for n in range(40)])
+        await pilot.pause()
+        assert log.behind
+        log.styles.height = HEIGHT + 12
+        await wait_until(pilot, lambda: log.size.height == HEIGHT + 10)
+        assert not log.behind and log.following and log.scroll_y == log.max_scroll_y
+        on_screen = shown(log).split("\n")[-(HEIGHT + 10) :]
+        assert all(on_screen) and "said 34" in "\n".join(on_screen)  # no blank line shown
