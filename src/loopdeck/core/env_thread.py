@@ -51,6 +51,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from loopdeck.core.env_jobs import Jobs
+from loopdeck.core.env_spare import Serving, Spares
 from loopdeck.core.timeouts import bounded
 
 T = TypeVar("T")
@@ -170,6 +171,15 @@ def _serve_one(item: _Item) -> None:
         ahead.skipped = True
         EnvThread._run(ahead.job, loop, ahead.future, skip=True)
 
+
+def _serving(jobs: Jobs) -> Serving:
+    """A new env thread serving `jobs`, started (its start waits for it to run)."""
+    thread = threading.Thread(target=_serve, args=(jobs,), name="loopdeck-env", daemon=True)
+    thread.start()
+    return jobs, thread
+
+
+_SPARES = Spares(lambda: _serving(Jobs()))
 
 # True if the loop has nothing else to do within so many seconds (a console's: see above).
 IdleTest = Callable[[asyncio.AbstractEventLoop, float], bool]
@@ -361,23 +371,26 @@ class EnvThread:
 
     def _start(self) -> Jobs:
         """The thread, with its queue: the one given before the first call (a test's, that
-        counts hand-overs), else a new one."""
+        counts hand-overs) on a thread started now, else the spare (`core/env_spare.py`), else
+        a new one."""
         if self._ended is not None:
             self._ended()  # a thread closed, or that ended on its own: its pipe is closed
-        jobs = self._jobs if self._jobs is not None and self._thread is None else Jobs()
+        given = self._jobs if self._jobs is not None and self._thread is None else None
+        if given is not None:
+            jobs, self._thread = _serving(given)
+        else:
+            jobs, self._thread = _SPARES.take() or _serving(Jobs())
         self._jobs = jobs
         # The thread holds its queue, not this object: an EnvThread never closed still goes,
         # and its thread ends with it.
         self._ended = weakref.finalize(self, jobs.end)
         self._ended.atexit = False
-        self._thread = threading.Thread(
-            target=_serve, args=(jobs,), name="loopdeck-env", daemon=True
-        )
-        self._thread.start()
         return jobs
 
     def close(self) -> None:
-        """The thread ends after its current call; a stray call is not waited for."""
+        """The thread ends after its current call; a stray call is not waited for. The next
+        run's is started meanwhile (`core/env_spare.py`)."""
         if self._ended is not None:
             self._ended()
+            _SPARES.refill()
         self._jobs = None
