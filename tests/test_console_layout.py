@@ -264,3 +264,40 @@ def test_a_time_past_any_reach_is_said_not_raised() -> None:
     assert elapsed_text(float("inf")) == "∞"
     assert elapsed_text(3725.9) == "1:02:05"
     assert elapsed_text(-5) == "0:00:00"
+
+
+async def test_moving_the_focus_repaints_the_panels_it_moves_between(monkeypatch) -> None:
+    """Textual repaints the whole screen on a focus change: at 160x48 a key's answer waited
+    for all of it, and in a runaway (tab pressed every 100 ms) as often as the frames."""
+    from textual._compositor import Compositor
+
+    updates: list[str] = []
+    full, partial = Compositor.render_full_update, Compositor.render_partial_update
+
+    def counted_full(self: Compositor, *args: Any, **kwargs: Any) -> Any:
+        updates.append("full")
+        return full(self, *args, **kwargs)
+
+    def counted_partial(self: Compositor) -> Any:
+        updates.append("partial")
+        return partial(self)
+
+    app, _ = runaway_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = run_screen(app)
+        assert isinstance(screen, RunScreen)
+        table = screen.query_one(CallsTable)
+        await wait_until(pilot, lambda: table.row_count > 3)
+        screen.link.kill(by="operator")  # on the runs' loop, as the console sends it
+        await wait_until(pilot, lambda: screen.outcome is not None)
+        await pilot.pause()
+        monkeypatch.setattr(Compositor, "render_full_update", counted_full)
+        monkeypatch.setattr(Compositor, "render_partial_update", counted_partial)
+        for _ in range(3):
+            focused = screen.focused
+            await pilot.press("tab")
+            await wait_until(pilot, lambda was=focused: screen.focused is not was and bool(updates))
+            await pilot.pause()
+        assert "full" not in updates and "partial" in updates, updates
+        # ... and the panel it moved to shows it: `:focus` tints its border.
+        assert screen.focused is not None and screen.focused.has_focus

@@ -23,7 +23,9 @@ from functools import partial
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.reactive import Reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
 from loopdeck.core.events import Event
@@ -51,6 +53,9 @@ SPIN_INTERVAL_S = 0.2
 
 
 class RunScreen(Screen[None]):
+    # Textual repaints the whole screen when the focus moves; the two panels it moves between
+    # repaint themselves (their `:focus` style), and nothing else of this screen shows it.
+    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
     HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (100, "-narrow"), (140, "-wide")]
     # `-short` from 30 rows: its panels with a Grants or a Stopped panel take 30 (`grants_room`).
     VERTICAL_BREAKPOINTS = [(0, "-cramped"), (30, "-short"), (40, "-tall")]
