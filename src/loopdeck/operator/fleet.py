@@ -264,13 +264,23 @@ class Fleet:
 
     async def _refresh(self, store: Store) -> bool:
         counter = await queries.change_counter(store)
-        marked: list[str] = []
-        # A dead runner says nothing: the runs that may have lost theirs, once a second.
+        # A dead runner says nothing: the runs that may have lost theirs, once a second,
+        # looked for beside the read of what changed (on another connection), not before it:
+        # a commit is shown after one round trip, not two. What it marks is read at once.
+        marking: asyncio.Future[list[str]] | None = None
         if time.monotonic() - self.crash_checked >= following.CRASH_CHECK_S:
             self.crash_checked = time.monotonic()
-            marked = await queries.mark_crashed_runners(store)  # listings never mark
-        if counter == self.counter and not marked:
-            return False
+            marking = asyncio.ensure_future(queries.mark_crashed_runners(store))
+        try:
+            changed = counter != self.counter and await self._read(store, counter)
+        finally:
+            marked = [] if marking is None else await marking  # never left in flight
+        if marked:
+            changed = await self._read(store, counter) or changed
+        return changed
+
+    async def _read(self, store: Store, counter: int) -> bool:
+        """The runs and placements changed since the last read (`feed.changes`)."""
         self.counter = counter
         found = await feed.changes(store, self.cursor, self.placed_cursor)
         self.cursor, self.placed_cursor = found.runs_after, found.placements_after
