@@ -20,6 +20,7 @@ from loopdeck.core.write_diff import CONTENT_FIELDS
 from loopdeck.operator import run_waits, transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.call_status import status_words, tool_as_run
+from loopdeck.tui.line_refresh import LinesRefresh, border_row, changed_rows, lines_of, rows_only
 from loopdeck.tui.shown import markup as shown_markup
 from loopdeck.tui.shown import plain
 
@@ -57,7 +58,15 @@ def paint(
     layout = not isinstance(widget, FixedSize)
     if layout and width is not None and before is not None:
         layout = not _same_height(before, content.plain, width)
-    widget.update(content, layout=layout)
+    rows = None
+    if isinstance(widget, LinesRefresh):  # only its lines that changed (`line_refresh`)
+        lines, before_lines = lines_of(content), getattr(widget, "_painted_lines", None)
+        widget._painted_lines = lines  # type: ignore[attr-defined]
+        rows = None if layout else changed_rows(widget, before_lines, lines)
+        if rows == []:
+            return
+    with rows_only(widget, rows):
+        widget.update(content, layout=layout)
 
 
 def title(widget: Widget, text: str | Content, *, sub: bool = False) -> None:
@@ -69,10 +78,11 @@ def title(widget: Widget, text: str | Content, *, sub: bool = False) -> None:
     if type(before) is type(text) and before == text:
         return
     setattr(widget, name, text)
-    if sub:
-        widget.border_subtitle = text
-    else:
-        widget.border_title = text
+    with rows_only(widget, border_row(widget, bottom=sub)):
+        if sub:
+            widget.border_subtitle = text
+        else:
+            widget.border_title = text
 
 
 def _same_height(before: str, after: str, width: int) -> bool:
@@ -87,9 +97,9 @@ def _same_height(before: str, after: str, width: int) -> bool:
     )
 
 
-class FixedSize:
+class FixedSize(LinesRefresh):
     """A panel the stylesheet sizes (the header, State, Plan, Budgets): its content never
-    changes its size, so an update needs no layout."""
+    changes its size, so an update needs no layout, and repaints the lines that changed."""
 
 
 def elapsed_text(seconds: float) -> str:
@@ -273,11 +283,15 @@ def args_text(args: dict[str, object]) -> str:
     return "\n".join([rest, *shown])
 
 
-class CallDetail(VerticalScroll):
+class CallBody(LinesRefresh, Static):
+    """The Call panel's text: a runaway's next call mostly reads as the last one did."""
+
+
+class CallDetail(LinesRefresh, VerticalScroll):
     """The selected call in full: focus it (tab or click) and scroll with keys or the wheel."""
 
     def compose(self) -> ComposeResult:
-        yield Static(id="detail-body")
+        yield CallBody(id="detail-body")
 
     def show(
         self,
