@@ -32,11 +32,13 @@ async def _spare_ready() -> Serving:
     return ready
 
 
-async def _a_run_closed() -> None:
-    """An env thread that served a call and was closed: a spare is then started."""
-    thread = EnvThread()
-    assert await thread.call("call", lambda: 1) == 1
-    thread.close()
+async def _runs_closed() -> None:
+    """Two env threads that served a call and were closed: a process making runs one after
+    another keeps a spare from then on."""
+    for _ in range(2):
+        thread = EnvThread()
+        assert await thread.call("call", lambda: 1) == 1
+        thread.close()
 
 
 @pytest.fixture
@@ -56,7 +58,7 @@ def thread_starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 async def test_a_runs_first_env_call_starts_no_thread_on_its_loop(thread_starts) -> None:
-    await _a_run_closed()
+    await _runs_closed()
     jobs, spare = await _spare_ready()
     thread_starts.clear()
     thread = EnvThread()
@@ -104,6 +106,7 @@ async def test_a_spare_is_a_new_thread_with_nothing_of_an_earlier_run_on_it() ->
 
 
 async def test_a_thread_left_with_abandoned_env_code_is_never_taken_again() -> None:
+    await _runs_closed()
     release = threading.Event()
     hung = EnvThread(stray_wait_s=BOUND_S)
     with pytest.raises(TimeoutError):
@@ -129,7 +132,7 @@ async def test_a_thread_left_with_abandoned_env_code_is_never_taken_again() -> N
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
 async def test_a_forked_child_starts_its_own_env_thread() -> None:
-    await _a_run_closed()
+    await _runs_closed()
     _, parents = await _spare_ready()
     pid = os.fork()
     if pid == 0:  # the child: the parent's spare is not here; a call must still be served
@@ -157,6 +160,13 @@ async def test_a_forked_child_starts_its_own_env_thread() -> None:
         assert await thread.call("in the parent", threading.current_thread) is parents
     finally:
         thread.close()
+
+
+async def test_a_process_that_makes_one_run_starts_no_spare() -> None:
+    spares = Spares(lambda: env_thread._serving(env_thread.Jobs()))
+    assert spares.take() is None
+    spares.refill()  # the run's close
+    assert spares._wanted is None and spares._ready is None  # no starter, no spare
 
 
 async def test_a_spare_whose_thread_ended_is_not_taken() -> None:

@@ -6,7 +6,9 @@ to 1.5 ms (q90), against 0.02 ms for the calls after it; on a quiet machine an i
 slower still. So one thread is kept started, waiting on its own queue, and a run's env thread
 takes it. The next is started by a thread of its own (`loopdeck-env-starter`), never on a
 run's loop, as the run that took it closes its env thread (`refill`): started as the spare is
-taken, it held the interpreter's lock while the run's first call waited for it.
+taken, it held the interpreter's lock while the run's first call waited for it. A process
+keeps spares once its second run found none (a `loopdeck run` makes one run: no spare, no
+starter).
 
 A spare is a new thread: it never ran env code, so nothing an earlier run's env code left on
 its thread (a thread-local, a context variable, an event loop set for it) is on it. A thread
@@ -39,6 +41,7 @@ class Spares:
         self._making = False  # the starter is starting one
         self._ready: Serving | None = None
         self._wanted: threading.Event | None = None  # the starter's, once it runs
+        self._missed = 0  # takes that found no spare
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forked)
 
@@ -53,21 +56,23 @@ class Spares:
             return ready
         if ready is not None:
             ready[0].end()
-        self.refill()
+        self._missed += 1
+        self.refill(start=self._missed > 1)
         return None
 
-    def refill(self) -> None:
-        """A spare started for the next taker, off this thread, unless one is ready."""
+    def refill(self, start: bool = False) -> None:
+        """A spare started for the next taker, off this thread, unless one is ready; none
+        before the process has a starter, which `start` starts (once a process)."""
         with self._lock:
-            wanted, starting = self._wanted, self._wanted is None
+            wanted, starting = self._wanted, self._wanted is None and start
             if starting:
                 wanted = self._wanted = threading.Event()
-        assert wanted is not None
-        if starting:  # once a process: the starter itself
+        if starting:
             threading.Thread(
                 target=self._starting, args=(wanted,), name="loopdeck-env-starter", daemon=True
             ).start()
-        wanted.set()
+        if wanted is not None:
+            wanted.set()
 
     def _starting(self, wanted: threading.Event) -> None:
         """The starter: a spare started each time one is wanted, until one waits."""
@@ -97,6 +102,7 @@ class Spares:
         self._lock = threading.Lock()
         self._made = threading.Condition(self._lock)
         self._making = False
+        self._missed = 0
         ready, self._ready, self._wanted = self._ready, None, None
         if ready is not None:
             ready[0].end()  # a forked copy: its pipe's ends closed here, the parent's left
