@@ -50,8 +50,8 @@ async def started(store: Store) -> tuple[EventWriter, list[int]]:
     sizes: list[int] = []
     commit = writer.commit
 
-    async def counted(batch: list[tuple[Event, str, object]], **how: bool) -> None:
-        await commit(batch, **how)  # type: ignore[arg-type]
+    async def counted(batch: list[tuple[Event, str, object]]) -> None:
+        await commit(batch)  # type: ignore[arg-type]
         sizes.append(len(batch))  # the batch as committed, with what it took
 
     writer.commit = counted  # type: ignore[method-assign]

@@ -103,6 +103,7 @@ class EventWriter:
         # is being inserted on the store's thread. A row of None: serializing failed, and is
         # tried again (and reported) when the batch is committed.
         self._queue: list[Queued] = []
+        self._growing: list[Queued] | None = None  # `flush`'s batch that may take more
         self.chain = RunChain()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -186,14 +187,14 @@ class EventWriter:
 
     async def flush(self, *, takes_more: bool = False) -> None:
         """Commit everything queued so far; returns once it is durable. Any failure is a
-        StoreError, and what was not committed stays queued (for the next try or the spill).
-        `takes_more` (the writer's own batches, a run's first excepted): see `commit`."""
+        StoreError, and what was not committed stays queued (for the next try or the spill)."""
         async with self._lock:
             if not self._queue:
                 return
             batch, self._queue = self._queue, []
             try:
-                await self.commit(batch, takes_more=takes_more and not self.on_first_commit)
+                self._growing = batch if takes_more and not self.on_first_commit else None
+                await self.commit(batch)
             except LeaseLost as exc:
                 self._lose(exc)
                 raise
@@ -320,12 +321,12 @@ class EventWriter:
         transaction."""
         await self.commit([(event, "", None) for event in events])
 
-    async def commit(self, batch: list[Queued], *, takes_more: bool = False) -> None:
+    async def commit(self, batch: list[Queued]) -> None:
         """The batch in one transaction, whole (`run_whole`: on SQLite one call on the
         connection's thread), then what it tells: a false crash undone, the chain's head.
-        `takes_more`: the events queued while its rows go are added to it (`_taking`)."""
-        # Pipelined: on PostgreSQL the commit's statements go in few messages (its rows by
-        # COPY among them from PIPELINED_ROWS on), each a wait on the event loop.
+        `flush(takes_more=True)`'s batch, not a run's first, takes what is queued meanwhile."""
+        takes_more, self._growing = self._growing is batch, None
+        # Pipelined: on PostgreSQL its statements go in few messages (`store/pg_batched.py`).
         async with self.store.transaction(batch[0][0].run_id, pipelined=True) as tx:
             last, correction = await run_whole(tx, partial(self._write, batch, takes_more))
         if correction is not None and self.on_correction is not None:
@@ -367,9 +368,8 @@ class EventWriter:
         return last, correction
 
     def _taking(self, batch: list[Queued], last: ChainedRow) -> Callable[[], list[ChainedRow]]:
-        """The events queued since the batch was taken, for a COPY that takes them while it
-        goes (PostgreSQL): each linked after the last row sent, moved from the queue to the
-        batch (requeued with it if the commit fails), for up to TAKING_S."""
+        """The events queued since, for a COPY that takes them while it goes: each linked after
+        the last row sent, moved to the batch (requeued with it if it fails), for up to TAKING_S."""
         until, after = time.monotonic() + TAKING_S, last[5]
 
         def more() -> list[ChainedRow]:
