@@ -26,7 +26,7 @@ async def _spare_ready() -> Serving:
     """The spare, once the starter has it ready (waited for as a condition)."""
     spares = env_thread._SPARES
     give_up = time.monotonic() + BOUND_S
-    while (ready := spares._ready) is None:
+    while (ready := spares._kept) is None:
         assert time.monotonic() < give_up, "no spare was started"
         await asyncio.sleep(0.001)
     return ready
@@ -166,7 +166,7 @@ async def test_a_process_that_makes_one_run_starts_no_spare() -> None:
     spares = Spares(lambda: env_thread._serving(env_thread.Jobs()))
     assert spares.take() is None
     spares.refill()  # the run's close
-    assert spares._wanted is None and spares._ready is None  # no starter, no spare
+    assert spares._wanted is None and spares._kept is None  # no starter, no spare
 
 
 async def test_a_spare_whose_thread_ended_is_not_taken() -> None:
@@ -175,7 +175,7 @@ async def test_a_spare_whose_thread_ended_is_not_taken() -> None:
     dead = threading.Thread(target=lambda: None)
     dead.start()
     dead.join()
-    spares._ready = (jobs, dead)
+    spares._kept = (jobs, dead)
     try:
         assert spares.take() is None
     finally:

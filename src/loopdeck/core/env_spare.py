@@ -39,7 +39,7 @@ class Spares:
         self._lock = threading.Lock()
         self._made = threading.Condition(self._lock)  # notified as a spare is ready
         self._making = False  # the starter is starting one
-        self._ready: Serving | None = None
+        self._kept: Serving | None = None
         self._wanted: threading.Event | None = None  # the starter's, once it runs
         self._missed = 0  # takes that found no spare
         if hasattr(os, "register_at_fork"):
@@ -51,7 +51,7 @@ class Spares:
         with self._lock:
             if self._making:  # what is left of its start, less than a start of its own
                 self._made.wait_for(lambda: not self._making, MAKING_WAIT_S)
-            ready, self._ready = self._ready, None
+            ready, self._kept = self._kept, None
         if ready is not None and ready[1].is_alive():
             return ready
         if ready is not None:
@@ -80,7 +80,7 @@ class Spares:
             wanted.wait()
             wanted.clear()
             with self._lock:
-                if self._ready is not None:
+                if self._kept is not None:
                     continue
                 self._making = True
             made: Serving | None = None
@@ -91,8 +91,8 @@ class Spares:
             finally:
                 with self._lock:
                     self._making = False
-                    if made is not None and self._ready is None and self._wanted is wanted:
-                        self._ready, made = made, None
+                    if made is not None and self._kept is None and self._wanted is wanted:
+                        self._kept, made = made, None
                     self._made.notify_all()
             if made is not None:  # a fork left this starter behind
                 made[0].end()
@@ -103,6 +103,6 @@ class Spares:
         self._made = threading.Condition(self._lock)
         self._making = False
         self._missed = 0
-        ready, self._ready, self._wanted = self._ready, None, None
+        ready, self._kept, self._wanted = self._kept, None, None
         if ready is not None:
             ready[0].end()  # a forked copy: its pipe's ends closed here, the parent's left
