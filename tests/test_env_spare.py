@@ -165,7 +165,7 @@ async def test_a_forked_child_starts_its_own_env_thread() -> None:
 async def test_a_process_that_makes_one_run_starts_no_spare() -> None:
     spares = Spares(lambda: env_thread._serving(env_thread.Jobs()))
     assert spares.take() is None
-    spares.refill()  # the run's close
+    spares.refill()  # as the run goes on after its first env call
     assert spares._wanted is None and spares._kept is None  # no starter, no spare
 
 

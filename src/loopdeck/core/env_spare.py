@@ -5,10 +5,11 @@ plans on) took 0.4 ms at the median in a 20-step supervised run on a loaded 2-co
 to 1.5 ms (q90), against 0.02 ms for the calls after it; on a quiet machine an idle core wakes
 slower still. So one thread is kept started, waiting on its own queue, and a run's env thread
 takes it. The next is started by a thread of its own (`loopdeck-env-starter`), never on a
-run's loop, as the run that took it closes its env thread (`refill`): started as the spare is
-taken, it held the interpreter's lock while the run's first call waited for it. A process
-keeps spares once its second run found none (a `loopdeck run` makes one run: no spare, no
-starter).
+run's loop, as the run that took one is done with its first env call (`refill`): while the
+run lasts, so that what the start costs is the run's own, not
+whatever the process does next; and not as the spare is taken, when it held the
+interpreter's lock while the run's first call waited for it. A process keeps spares once its
+second run found none (a `loopdeck run` makes one run: no spare, no starter).
 
 A spare is a new thread: it never ran env code, so nothing an earlier run's env code left on
 its thread (a thread-local, a context variable, an event loop set for it) is on it. A thread
@@ -57,14 +58,13 @@ class Spares:
         if ready is not None:
             ready[0].end()
         self._missed += 1
-        self.refill(start=self._missed > 1)
         return None
 
-    def refill(self, start: bool = False) -> None:
+    def refill(self) -> None:
         """A spare started for the next taker, off this thread, unless one is ready; none
-        before the process has a starter, which `start` starts (once a process)."""
+        before a second take found none (then the starter is started, once a process)."""
         with self._lock:
-            wanted, starting = self._wanted, self._wanted is None and start
+            wanted, starting = self._wanted, self._wanted is None and self._missed > 1
             if starting:
                 wanted = self._wanted = threading.Event()
         if starting:

@@ -199,6 +199,7 @@ class EnvThread:
         self._ahead: _Ahead | None = None  # the last call's `then`, until taken or dropped
         # Labels whose last call outlasted the quick wait: not waited for (see above).
         self._slow: set[str] = set()
+        self._refill = False  # a spare taken: the next is started after this call
 
     @property
     def stray(self) -> str | None:
@@ -286,7 +287,12 @@ class EnvThread:
                 jobs = self._start()
             self._current = job
             jobs.put((job, loop, future, ahead))
-            return await self._wait(job, future, deadline)
+            try:
+                return await self._wait(job, future, deadline)
+            finally:
+                if self._refill:
+                    self._refill = False
+                    _SPARES.refill()
 
     def start(self, label: str, fn: Callable[[], Any]) -> bool:
         """Start `fn()` on the env thread now, for `after(label, fn)` to take later, and
@@ -370,9 +376,8 @@ class EnvThread:
             return await coro_fn(*args)
 
     def _start(self) -> Jobs:
-        """The thread, with its queue: the one given before the first call (a test's, that
-        counts hand-overs) on a thread started now, else the spare (`core/env_spare.py`), else
-        a new one."""
+        """The thread and its queue: the spare (`core/env_spare.py`), else a new one; a queue
+        given before the first call (a test's, counting hand-overs) on a thread started now."""
         if self._ended is not None:
             self._ended()  # a thread closed, or that ended on its own: its pipe is closed
         given = self._jobs if self._jobs is not None and self._thread is None else None
@@ -380,6 +385,7 @@ class EnvThread:
             jobs, self._thread = _serving(given)
         else:
             jobs, self._thread = _SPARES.take() or _serving(Jobs())
+            self._refill = True  # the next run's, once this first call is done (`call`)
         self._jobs = jobs
         # The thread holds its queue, not this object: an EnvThread never closed still goes,
         # and its thread ends with it.
@@ -388,9 +394,7 @@ class EnvThread:
         return jobs
 
     def close(self) -> None:
-        """The thread ends after its current call; a stray call is not waited for. The next
-        run's is started meanwhile (`core/env_spare.py`)."""
+        """The thread ends after its current call; a stray call is not waited for."""
         if self._ended is not None:
             self._ended()
-            _SPARES.refill()
         self._jobs = None
