@@ -3,9 +3,10 @@
 PostgreSQL, a fleet of a thousand: a throwaway cluster on loopback; 10 writer processes, each
 a host of its own (`LOOPDECK_HOST`), each recording 100 runs' events through the real
 `EventWriter` (`bench/fleet_writers.py`), about 1,000 events/s in all. This process follows
-the store as the fleet screen does: `Fleet.refresh` driven by `following.poll` (woken by the
-store's NOTIFY, reading the change feed: only the runs that changed). SQLite, the fleet of a
-hundred: one writer process, 100 runs, the same rate, the follower polling every 100 ms.
+the store as the fleet screen does, with the console's collector (`as_console.py`):
+`Fleet.refresh` driven by `following.poll` (woken by the store's NOTIFY, reading the change
+feed: only the runs that changed). SQLite, the fleet of a hundred: one writer process, 100
+runs, the same rate, the follower polling every 100 ms.
 
 Printed for each: the lag from a batch's commit to the fleet showing that run at (at least)
 that event, median and p99, over every committed batch; the follower's CPU time and its peak
@@ -27,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from as_console import console_collector
 from fleet_render import measure as render_costs
 from fleet_writers import CommitLog, start_writers
 from targets_table import print_table
@@ -113,15 +115,16 @@ def postgresql(seconds: float) -> None:
     cluster = Cluster().start()
     os.environ["PGPASSWORD"] = cluster.password
     try:
-        figures = asyncio.run(follow(cluster.bare_url, seconds, hosts=10, runs_each=100))
+        with console_collector():  # the console's, which the fleet screen runs in
+            figures = asyncio.run(follow(cluster.bare_url, seconds, hosts=10, runs_each=100))
     finally:
         cluster.stop()
     report("PostgreSQL, 10 hosts x 100 runs", figures, seconds)
 
 
 def sqlite(seconds: float) -> None:
-    with tempfile.TemporaryDirectory() as folder:
-        figures = asyncio.run(follow(Path(folder) / "fleet.db", seconds, hosts=1, runs_each=100))
+    with tempfile.TemporaryDirectory() as folder, console_collector():
+        figures = asyncio.run(follow(Path(folder) / "fleet.db", seconds, 1, runs_each=100))
     report("SQLite, 1 host x 100 runs", figures, seconds)
 
 

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from as_console import console_collector
 from delaying_proxy import DelayingProxy
 from targets_table import Row
 
@@ -106,7 +107,14 @@ async def follow(
     url: Location, runs: int, workers: int, worker_url: str | None = None, prefix: str = "bench"
 ) -> dict[str, Any]:
     """The runs submitted and followed at `url`, the workers reaching it at `worker_url`
-    (default: the same)."""
+    (default: the same). The follower has the console's collector (`as_console`)."""
+    with console_collector():
+        return await _follow(url, runs, workers, worker_url, prefix)
+
+
+async def _follow(
+    url: Location, runs: int, workers: int, worker_url: str | None, prefix: str
+) -> dict[str, Any]:
     store = await open_store(url)
     fleet, stop = Fleet(), asyncio.Event()
     seen: dict[str, tuple[list[int], list[float]]] = {}
