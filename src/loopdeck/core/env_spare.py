@@ -5,11 +5,11 @@ plans on) took 0.4 ms at the median in a 20-step supervised run on a loaded 2-co
 to 1.5 ms (q90), against 0.02 ms for the calls after it; on a quiet machine an idle core wakes
 slower still. So one thread is kept started, waiting on its own queue, and a run's env thread
 takes it. The next is started by a thread of its own (`loopdeck-env-starter`), never on a
-run's loop, as the run that took one is done with its first env call (`refill`): while the
-run lasts, so that what the start costs is the run's own, not
-whatever the process does next; and not as the spare is taken, when it held the
-interpreter's lock while the run's first call waited for it. A process keeps spares once its
-second run found none (a `loopdeck run` makes one run: no spare, no starter).
+run's loop, as the run that took one is done with its first env call (`refill`): while that
+run lasts, so that what the start costs is the run's own, not whatever the process does next;
+and not as the spare is taken, when the start held the interpreter's lock while the run's
+first call waited for it. A process keeps spares once its second run found none (a `loopdeck
+run` makes one run: no spare, no starter).
 
 A spare is a new thread: it never ran env code, so nothing an earlier run's env code left on
 its thread (a thread-local, a context variable, an event loop set for it) is on it. A thread
