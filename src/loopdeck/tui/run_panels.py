@@ -115,8 +115,6 @@ class RunPanels:
             query(PhoneColumn).show(view, *view.times(now), repeats)
         else:
             query(GrantsPanel).show(view, self.live)
-        if view.finished:  # no more bursts: every entry kept drawn (`TranscriptLog.caught_up`)
-            self.screen.query_one("#transcript-panel", TranscriptLog).caught_up()
 
     def tick(self, view: RunView, now: datetime, frame_due: bool) -> None:
         """The spinner's step: what moves with time is drawn again, unless a frame of events

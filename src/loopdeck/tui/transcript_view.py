@@ -187,7 +187,9 @@ class TranscriptLog(StylePerPaint, RichLog):
 
     @on(events.Resize)
     def _resized(self) -> None:
-        self.caught_up()  # a taller panel shows lines above the tail drawn for the last height
+        if self.behind and self.keep is not None and self.size.height:
+            # The tail again, for the height it has now: a taller panel shows more of it.
+            self._show_tail(tail_that_fits(self.entries, self.size.height), self.keep)
 
     def watch_virtual_size(self, size: Size) -> None:
         rescroll(self, size)
