@@ -155,7 +155,9 @@ class OutcomePanel(VerticalScroll):
 
     def show(self, view: RunView) -> None:
         self.display = view.finished
-        self.screen.set_class(view.finished, "-stopped")  # the stylesheet makes room for it
+        if self.has_class("-stopped") != view.finished:  # the stylesheet makes room for it
+            for panel in self.screen.query("#outcome, #calls, #top, #bottom"):
+                panel.set_class(view.finished, "-stopped")
         if not view.finished:
             return
         var = "$success" if view.stop_reason == "goal_met" else "$error"
