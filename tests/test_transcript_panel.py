@@ -4,6 +4,7 @@ the panel is drawn only from what fills it; scrolled back, every entry it keeps 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 from console_helpers import wait_until
@@ -53,7 +54,7 @@ async def test_a_following_panel_draws_only_the_tail_of_a_burst(scroll: str) -> 
         await pilot.pause()
         # Only what shows was measured, wrapped and drawn; the scrollbar as long as with all.
         drawn = [line.text.strip() for line in log.lines if line.text.strip()]
-        assert len(drawn) == 12 and drawn[1] == "said 36"  # the 4 entries that fill its 10 lines
+        assert len(drawn) == HEIGHT and drawn[0] == "and more 36"  # of the 4th last, what shows
         assert log.virtual_size.height >= 3 * 40 and log.behind
         assert log.scroll_y == log.max_scroll_y and log.following
         log.add([said(transcript, 40)])  # a short burst after it: added below, still following
@@ -99,3 +100,41 @@ async def test_a_panel_made_taller_draws_what_it_shows_now() -> None:
         assert log.following and log.scroll_y == log.max_scroll_y
         on_screen = shown(log).split("\n")[-(HEIGHT + 10) :]
         assert all(on_screen) and "said 34" in "\n".join(on_screen)  # no blank line shown
+
+
+async def test_a_long_entry_at_the_top_of_the_tail_is_drawn_from_what_shows() -> None:
+    """A burst that ends with a long result and two short entries: of the result only the lines
+    the panel shows are drawn, and they read as when the whole is drawn."""
+    transcript = Transcript()
+    app = PanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        log = app.query_one(TranscriptLog)
+        await wait_until(pilot, lambda: log.size.height == HEIGHT)
+        long = "\n".join(f"line {n} of the result" for n in range(100))
+        log.add([said(transcript, 0), said(transcript, 1)])
+        log.add(
+            [
+                said(transcript, 2),
+                said_long(transcript, long),
+                *map(partial(said, transcript), (3, 4)),
+            ]
+        )
+        await pilot.pause()
+        drawn = [line.text.rstrip() for line in log.lines if line.text.strip()]
+        assert len(drawn) == HEIGHT and drawn[0] == "  line 96 of the result"
+        on_screen = shown(log).split("\n")[-HEIGHT:]
+        log.caught_up()  # all of it drawn: the same rows at the end
+        await pilot.pause()
+        assert shown(log).split("\n")[-HEIGHT:] == on_screen
+        assert "said 2" in shown(log) and "line 0 of the result" in shown(log)
+
+
+def said_long(transcript: Transcript, content: str) -> Entry:
+    event = ModelCalled(
+        run_id="run1", role="executor", round=1, model="fake", prompt_tokens=1,
+        completion_tokens=1, cost_usd=None, latency_ms=1.0, content=content,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    entry = transcript.apply(event)
+    assert entry is not None
+    return entry

@@ -41,11 +41,16 @@ def tail_that_fits(entries: list[Entry], height: int) -> list[Entry]:
     lines = 0
     for entry in reversed(entries):
         shown.append(entry)
-        lines += 1 + (entry.body.count("\n") + 1 if entry.body else 0)
+        lines += _lines(entry)
         if lines >= max(1, height):
             break
     shown.reverse()
     return shown
+
+
+def _lines(entry: Entry) -> int:
+    """An entry's lines before wrapping: its title, then its body's."""
+    return 1 + (entry.body.count("\n") + 1 if entry.body else 0)
 
 
 def _wrapped(entry: Entry, width: int) -> int:
@@ -154,11 +159,22 @@ class TranscriptLog(StylePerPaint, RichLog):
         self._line_cache.clear()  # its lines are cached by number, and every number is new
         kept, self.max_lines = self.max_lines, length
         try:
-            self._write(entries)
+            self.write(Group(*self._cut(entries, self.size.height)), scroll_end=True)
         finally:
             self.max_lines = kept
         self.scroll_end(animate=False, immediate=True, x_axis=False)  # never a blank line shown
         self.behind = True
+
+    def _cut(self, entries: list[Entry], rows: int) -> list[Group | Padding]:
+        """These entries as drawn, but of the first only the body's lines the `rows` need (a
+        long result's top would be drawn above the view): each line wraps alone, so the rows
+        shown are the same."""
+        first, rest = entries[0], [self._renderable(entry) for entry in entries[1:]]
+        need = rows - sum(map(_lines, entries[1:]))
+        body = first.body.split("\n") if first.body else []
+        if 0 < need <= len(body):
+            return [Padding(Text("\n".join(body[-need:])), (0, 0, 0, 2)), *rest]
+        return [self._renderable(first), *rest]
 
     def _length(self, width: int, keep: int) -> int:
         """About the lines the entries kept take drawn, up to `keep` (the lines it keeps)."""
