@@ -37,9 +37,9 @@ lint: $(STAMP)
 # written (PYTHONDONTWRITEBYTECODE cleared; __pycache__ is git-ignored and never packaged), from
 # a clean clone on the same loaded machine: 400 -> 282 s for the same CPU (316 -> 310 s). With
 # bytecode off, each worker compiled and assert-rewrote every test module anew (7.6 s of CPU
-# before its first test; 4.2 s from the cache of an earlier run) and each loopdeck, MCP server
-# or agent process a test starts compiled what it imports (subprocess-heavy files: 54.3 ->
-# 51.3 s of CPU).
+# before its first test; 4.2 s from the cache, which tests/conftest.py writes before the
+# workers start) and each loopdeck, MCP server or agent process a test starts compiled what it
+# imports (subprocess-heavy files: 54.3 -> 51.3 s of CPU).
 test: lint
 	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -n 6 --dist loadfile --durations=25
 
