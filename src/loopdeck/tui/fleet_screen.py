@@ -87,6 +87,7 @@ class FleetScreen(Screen[None]):
         self.sort: Sort = "needs you"
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
+        self._store_closed.set()  # none open until `follow` runs: a quit before waits for none
         self._header_said: tuple[str, str, str] | None = None
 
     def compose(self) -> ComposeResult:
@@ -112,6 +113,7 @@ class FleetScreen(Screen[None]):
 
     @work(group="fleet", exclusive=True, exit_on_error=False, description="follow the store")
     async def follow(self) -> None:
+        self._store_closed.clear()
         try:
             await self.fleet.follow(
                 self.db_path, self._stop_following, lambda: self.post_message(FleetChanged())

@@ -84,6 +84,7 @@ class InboxScreen(Screen[None]):
         self._deciding: dict[str, str] = {}
         self._stop_following = asyncio.Event()
         self._store_closed = asyncio.Event()
+        self._store_closed.set()  # none open until `follow` runs: a quit before waits for none
         # The entry the open box was opened for: what is typed goes to it, wherever the
         # cursor is when enter is pressed (the list moves as others decide).
         self._typing_for: InboxEntry | None = None
@@ -112,6 +113,7 @@ class InboxScreen(Screen[None]):
 
     @work(group="inbox", exclusive=True, exit_on_error=False, description="pending approvals")
     async def follow(self) -> None:
+        self._store_closed.clear()
         try:
             await self.inbox.follow(
                 self.db_path, self._stop_following, lambda: self.post_message(InboxChanged())
