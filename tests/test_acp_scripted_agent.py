@@ -46,7 +46,7 @@ from loopdeck.acp_env.scripted_steps import REFUSED
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_envs" / "calc_acp"
 MODULE = "loopdeck.acp_env.scripted_agent"
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
-WAIT_S = 10.0  # a guard against a hang, never a timing
+WAIT_S = 60.0  # a guard against a hang, never a timing (a loaded machine: an agent starts slowly)
 
 
 class Client:
