@@ -60,6 +60,19 @@ async def wait_until(
         waited += 0.05
 
 
+def counted_frames(screen: Any) -> list[int]:
+    """One item for each frame the screen paints from now on (its `flush` counted)."""
+    frames: list[int] = []
+    flush = screen.flush
+
+    def counted_flush() -> None:
+        frames.append(1)
+        flush()
+
+    screen.flush = counted_flush
+    return frames
+
+
 def finished(app: LoopdeckApp) -> bool:
     screen = run_screen(app)
     return screen is not None and screen.outcome is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_helpers import run_screen, wait_until
+from console_helpers import counted_frames, run_screen, wait_until
 from fake_models import calls
 from pydantic import BaseModel
 from textual.app import App, ComposeResult
@@ -79,7 +79,6 @@ def runaway_app() -> tuple[LoopdeckApp, Runtime]:
 @pytest.mark.slow  # seconds: `make stress` runs it (CI too)
 async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> None:
     layouts: list[int] = []
-    frames: list[int] = []
     refresh_layout = Screen._refresh_layout
 
     def counted(self: Screen[Any], *args: Any, **kwargs: Any) -> None:
@@ -91,13 +90,7 @@ async def test_a_runaway_draws_its_frames_without_layout_passes(monkeypatch) -> 
     async with app.run_test(size=(160, 48)) as pilot:
         screen = run_screen(app)
         assert isinstance(screen, RunScreen)
-        flush = screen.flush
-
-        def counted_flush() -> None:
-            frames.append(1)
-            flush()
-
-        screen.flush = counted_flush  # type: ignore[method-assign]
+        frames = counted_frames(screen)
         table = screen.query_one(CallsTable)
         # Past the first frames: the calls table has its scrollbar, every panel its content.
         await wait_until(pilot, lambda: table.row_count > 3 * table.size.height and len(frames) > 3)

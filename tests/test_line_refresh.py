@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from console_helpers import run_screen, wait_until
+from console_helpers import counted_frames, run_screen, wait_until
 from test_console_layout import runaway_app
 from textual.app import App, ComposeResult
 from textual.geometry import Region
@@ -71,14 +71,7 @@ async def test_a_runaways_panels_read_as_if_repainted_whole() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         screen = run_screen(app)
         assert screen is not None
-        frames: list[int] = []
-        flush = screen.flush
-
-        def counted_flush() -> None:
-            frames.append(1)
-            flush()
-
-        screen.flush = counted_flush  # type: ignore[method-assign]
+        frames = counted_frames(screen)
         table = screen.query_one(CallsTable)
         await wait_until(pilot, lambda: table.row_count > 3)
         panels = [screen.query_one(kind) for kind in (StateMachinePanel, BudgetPanel, PlanPanel)]
