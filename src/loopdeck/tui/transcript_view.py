@@ -110,16 +110,19 @@ class TranscriptLog(StylePerPaint, RichLog):
         title = Text.assemble(
             (f"{stamp} ", "dim"), (entry.title, f"bold {self._style(entry.kind)}")
         )
-        parts: list[Text | Padding] = [title]
-        if entry.body:
-            parts.append(Padding(Text(entry.body), (0, 0, 0, 2)))
+        self._mark(title)
+        return Group(title, self._body(entry.body)) if entry.body else Group(title)
+
+    def _body(self, body: str) -> Padding:
+        """An entry's body (or its last lines) as drawn: indented, the search's matches marked."""
+        text = Text(body)
+        self._mark(text)
+        return Padding(text, (0, 0, 0, 2))
+
+    def _mark(self, text: Text) -> None:
         if self.query_text:
             pattern = re.compile(re.escape(self.query_text), re.IGNORECASE)
-            for part in parts:
-                text = part.renderable if isinstance(part, Padding) else part
-                assert isinstance(text, Text)
-                text.highlight_regex(pattern, "reverse bold")
-        return Group(*parts)
+            text.highlight_regex(pattern, "reverse bold")
 
     def add(self, entries: Iterable[Entry]) -> None:
         """New entries at the end. A live tail given more than it shows draws only what fits:
@@ -173,7 +176,7 @@ class TranscriptLog(StylePerPaint, RichLog):
         need = rows - sum(map(_lines, entries[1:]))
         body = first.body.split("\n") if first.body else []
         if 0 < need <= len(body):
-            return [Padding(Text("\n".join(body[-need:])), (0, 0, 0, 2)), *rest]
+            return [self._body("\n".join(body[-need:])), *rest]
         return [self._renderable(first), *rest]
 
     def _length(self, width: int, keep: int) -> int:
