@@ -329,7 +329,8 @@ async def test_scripted_runs_release_their_scripts() -> None:
         assert outcome.stop_reason.value == "goal_met"
     del outcome
     gc.collect()
-    assert scripted_provider.registered() == before
+    # None of these runs' scripts is held (another test's may be released meanwhile).
+    assert scripted_provider.registered() <= before
 
 
 def test_every_console_worker_has_its_failure_said() -> None:

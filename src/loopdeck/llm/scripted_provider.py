@@ -33,9 +33,9 @@ def release_script(key: str) -> None:
     _scripts.pop(key, None)
 
 
-def registered() -> int:
-    """How many scripts the provider holds now."""
-    return len(_scripts)
+def registered() -> frozenset[str]:
+    """The keys of the scripts the provider holds now (each key is given once)."""
+    return frozenset(_scripts)
 
 
 def handler_class() -> type:
