@@ -166,12 +166,15 @@ class LiteLLMModel:
         if self.script_key is not None:
             ensure_registered()
             kwargs["model"] = f"{PROVIDER}/{request.role}"
-            kwargs["input_cost_per_token"] = self.price.input_per_million / 1e6
-            kwargs["output_cost_per_token"] = self.price.output_per_million / 1e6
             kwargs["metadata"] = {
                 "loopdeck_script": self.script_key,
                 # The provider prices its own reply (LiteLLM takes a stamped cost as it is).
-                "loopdeck_price": (kwargs["input_cost_per_token"], kwargs["output_cost_per_token"]),
+                # Not as `input_cost_per_token=`: LiteLLM would build a price entry of its own
+                # for every call from those (7 % of a call's CPU) and never read it.
+                "loopdeck_price": (
+                    self.price.input_per_million / 1e6,
+                    self.price.output_per_million / 1e6,
+                ),
                 "loopdeck_role": request.role,
                 "loopdeck_round": request.round,
                 "loopdeck_react": self.react,
