@@ -111,3 +111,58 @@ async def test_a_run_started_from_the_console_s_loop_makes_it_go_first(terms: No
     lock_switching.for_console()
     assert await run_loop.run(where())
     assert console_first.console_awake_for() is not None  # this loop, awake here
+
+
+def _runs_turn_after(flag: SeenWaiting, order: list[str]) -> threading.Thread:
+    """A runs' turn on a thread of its own, started once the console's state is set."""
+    turn = threading.Thread(
+        target=lambda: (console_first.wait_for_console(), order.append("runs' turn"))
+    )
+    turn.start()
+    assert flag.waiting.wait(30)  # it waits on the console's loop
+    return turn
+
+
+def test_a_console_s_loop_due_to_wake_goes_first_before_it_runs(
+    terms: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its selector's timeout is over: its thread waits for the interpreter's lock, and a turn
+    # that started now would keep it (the runs' and env threads hand it to each other).
+    monkeypatch.setattr(console_first, "MAX_AWAKE_S", 600.0)  # only the sleep releases it
+    flag = SeenWaiting()
+    monkeypatch.setattr(console_first, "_asleep", flag)
+    console_first._went_to_sleep(600.0)
+    console_first.wait_for_console()  # not due for ten minutes: no wait
+    console_first._went_to_sleep(0.0)  # due at once
+    order: list[str] = []
+    turn = _runs_turn_after(flag, order)
+    order.append("the console's work")
+    console_first._went_to_sleep(600.0)
+    turn.join()
+    assert order == ["the console's work", "runs' turn"]
+
+
+def test_a_console_s_loop_woken_by_another_thread_goes_first(
+    terms: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(console_first, "MAX_AWAKE_S", 600.0)
+    flag = SeenWaiting()
+    monkeypatch.setattr(console_first, "_asleep", flag)
+    loop = asyncio.new_event_loop()
+    try:
+        lock_switching.for_console()
+        assert console_first.watch(loop)
+        console_first._went_to_sleep(600.0)  # as its selector sleeps
+        console_first.wait_for_console()  # asleep, and not due: no wait
+        order: list[str] = []
+        # `call_soon_threadsafe` wakes it, as the runs' news and Textual's keys do.
+        waker = threading.Thread(target=loop.call_soon_threadsafe, args=(order.append, "x"))
+        waker.start()
+        waker.join()
+        turn = _runs_turn_after(flag, order)
+        assert order == []
+        console_first._went_to_sleep(600.0)  # its woken turn is over
+        turn.join()
+        assert order == ["runs' turn"]
+    finally:
+        loop.close()
