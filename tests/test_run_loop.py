@@ -110,3 +110,42 @@ async def test_a_console_s_run_emits_on_the_runs_thread_and_is_heard_on_the_cons
         await wait_until(pilot, lambda: bool(heard_on))
     assert emitted_on == {"loopdeck-runs"}
     assert heard_on == {threading.get_ident()}
+
+
+async def test_a_frame_shows_what_the_run_told_before_it_not_a_delivery_later() -> None:
+    """The run screen's frame hears what the runs' thread told and its outbox still holds
+    (deliveries are at most one each 10 ms) before it folds: the frame is not behind the run
+    by a delivery (bench/console_load.py, the screen behind a zero-latency runaway)."""
+    from conftest import SAMPLES
+    from console_helpers import console_app, finished, run_screen, wait_until
+
+    from loopdeck.core.approvals import AutoApprover
+    from loopdeck.core.events import OperatorMessage
+
+    app = console_app(SAMPLES / "service_outage", "solve", approver=AutoApprover())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        screen = run_screen(app)
+        assert screen is not None
+        runtime = screen.link.runtime
+        assert runtime is not None
+        [told] = screen.link._outboxes.values()  # type: ignore[attr-defined]  # the console's
+        told.gap = 3600.0  # from now on its own delivery waits an hour
+
+        async def say(text: str) -> None:
+            runtime.bus.emit(OperatorMessage, run_id=runtime.config.run_id, text=text, by="t")
+
+        await run_loop.run(say("heard"))
+        told.deliver_now()
+        await run_loop.run(say("on its way"))
+        batches: list[list[str]] = []
+        flush = screen.flush
+
+        def seen_flush() -> None:
+            batches.append([getattr(e, "text", "") for e in screen.arrived])
+            flush()
+
+        screen.flush = seen_flush  # type: ignore[method-assign]
+        screen._pacer._next_frame_at = 0.0  # the next frame is due
+        screen._pacer.due()
+    assert batches[0] == ["heard", "on its way"]

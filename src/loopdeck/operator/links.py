@@ -150,9 +150,14 @@ class LocalLink:
         try:
             return await run_loop.run(self._drive())
         finally:  # what the run told is heard before its outcome: its stop drawn with it
-            told = self._outboxes.get(_running_loop())
-            if told is not None:
-                told.deliver_now()
+            self.hear_now()
+
+    def hear_now(self) -> None:
+        """What the run told the caller's loop and is still on its way, heard now (a frame
+        about to be drawn shows all that happened, not what the last delivery brought)."""
+        told = self._outboxes.get(_running_loop())
+        if told is not None:
+            told.deliver_now()
 
     async def _drive(self) -> RunOutcome | None:
         if self.prepare_model is not None:  # its import (off the UI's path) before the run's

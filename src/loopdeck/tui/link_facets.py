@@ -39,6 +39,12 @@ def reading_history(link: RunLink) -> bool:
     return isinstance(link, StoreLink) and link.reading_history
 
 
+def hear_now(link: RunLink) -> None:
+    """A local run's news still on its way to this loop heard now (`LocalLink.hear_now`)."""
+    if isinstance(link, LocalLink):
+        link.hear_now()
+
+
 def folds(link: RunLink) -> None:
     """The screen will say when it folded what the link hands out (`folded`)."""
     if isinstance(link, StoreLink):

@@ -92,9 +92,8 @@ class RunScreen(Screen[None]):
         self.driven = False  # the link's drive has returned (or failed)
         self.quitting = False  # leaving once the run has recorded its stop
         self._buffer: list[Event] = []  # events not yet folded into the view (`flush`)
-        # `flush` looked up at each frame, not bound here: the screen's own, as it is then
         self._pacer = FramePacer(
-            self, self._buffer, lambda: self.flush(), partial(link_facets.reading_history, link)
+            self, self._buffer, self._frame, partial(link_facets.reading_history, link)
         )
         self.panels = RunPanels(self, link, self.shared)
         self.offers = ApprovalOffers(
@@ -215,6 +214,13 @@ class RunScreen(Screen[None]):
     def arrived(self) -> Sequence[Event]:
         """The events that arrived and are not yet folded into the view (the next frame's)."""
         return self._buffer
+
+    def _frame(self) -> None:
+        """A frame the pacer draws: what the run told and is still on its way is heard first,
+        so the frame shows it too, not a delivery later. `flush` is looked up at each frame,
+        not bound: the screen's own, as it is then."""
+        link_facets.hear_now(self.link)
+        self.flush()
 
     def flush(self) -> None:
         """Fold what arrived into the view and the transcript, and draw it (`FramePacer`)."""
