@@ -5,6 +5,8 @@ explicit call (`queries.mark_crashed_runners`), in its own transaction."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import time
@@ -14,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from loopdeck.operator.inbox import BY, Inbox, PendingQuestion, PendingWrite, read_entries
+from loopdeck.operator import inbox as inbox_module
+from loopdeck.operator.inbox import (
+    BY,
+    Inbox,
+    PendingQuestion,
+    PendingWrite,
+    WaitingCount,
+    read_entries,
+)
 from loopdeck.store import queries
 from loopdeck.store.base import Store, StoreError
 from loopdeck.store.liveness import process_started, this_host
@@ -159,3 +169,62 @@ async def test_a_decision_in_the_inbox_is_of_the_asking_it_listed(store: Store) 
     assert not await Inbox(store=store).decide(c1, approved=True)
     rows = await store.fetchall("SELECT state FROM approvals WHERE call_id = 'c1'")
     assert rows[0][0] == "pending"
+
+
+async def test_the_count_of_other_runs_looks_for_dead_runners_beside_its_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a second the count looks for runs whose runner died, as the fleet does: beside its
+    read of what waits, not before it (a request is counted after one read, not two)."""
+    await _run(store, "live", alive=True)
+    await _write(store, "live", "c1", expires_in_s=300)
+    read_begun = asyncio.Event()
+    reading = inbox_module.read_entries
+
+    async def read(store: Store) -> list[Any]:
+        read_begun.set()
+        return await reading(store)
+
+    looked: list[bool] = []
+
+    async def look(store: Store) -> list[str]:
+        # Only a guard against a hang: on the old code the read never begins while this waits.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(read_begun.wait(), 30)
+        looked.append(read_begun.is_set())
+        return []
+
+    monkeypatch.setattr(inbox_module, "read_entries", read)
+    monkeypatch.setattr(queries, "mark_crashed_runners", look)
+    count = WaitingCount()
+    assert await count.refresh(store)
+    assert looked == [True] and count.by_run == {"live": 1}
+
+
+async def test_what_the_count_marks_crashed_it_stops_counting_in_the_same_refresh(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look marks the dead runner once the read has counted its request: the same refresh
+    reads again and counts it no more."""
+    await _run(store, "dead", alive=False)
+    await _write(store, "dead", "c1", expires_in_s=300)
+    read_done = asyncio.Event()
+    reading, marking = inbox_module.read_entries, queries.mark_crashed_runners
+
+    async def read(store: Store) -> list[Any]:
+        found = await reading(store)
+        read_done.set()
+        return found
+
+    async def look(store: Store) -> list[str]:
+        with contextlib.suppress(TimeoutError):  # a guard against a hang only
+            await asyncio.wait_for(read_done.wait(), 30)
+        return await marking(store)
+
+    monkeypatch.setattr(inbox_module, "read_entries", read)
+    monkeypatch.setattr(queries, "mark_crashed_runners", look)
+    count = WaitingCount()
+    assert await count.refresh(store)
+    assert count.by_run == {}
+    row = await queries.run_row(store, "dead")
+    assert row is not None and row["stop_reason"] == "crashed"

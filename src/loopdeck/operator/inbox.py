@@ -177,13 +177,29 @@ class WaitingCount(Inbox):
     crash_checked: float = 0.0  # when runs were last looked at for a dead runner (monotonic)
 
     async def refresh(self, store: Store) -> bool:
+        # The look goes beside the read of what waits (as the fleet's does), not before it: a
+        # request is counted after one read, not after that look too. What it marks is read
+        # again at once (its own write: the change counter may not move).
+        marking: asyncio.Future[bool] | None = None
         if time.monotonic() - self.crash_checked >= following.CRASH_CHECK_S:
             self.crash_checked = time.monotonic()
-            # A store unreachable for now: the next second tries again.
-            with contextlib.suppress(StoreUnavailable):
-                if await queries.mark_crashed_runners(store):
-                    self.counter = -1  # its own write: the change counter may not move
-        return await super().refresh(store)
+            marking = asyncio.ensure_future(self._mark_crashed(store))
+        try:
+            changed = await super().refresh(store)
+        finally:
+            marked = marking is not None and await marking  # never left in flight
+        if marked:
+            self.counter = -1
+            changed = await super().refresh(store) or changed
+        return changed
+
+    @staticmethod
+    async def _mark_crashed(store: Store) -> bool:
+        """Runs whose runner is gone marked crashed: True if any was. A store unreachable for
+        now marks none: the next second tries again."""
+        with contextlib.suppress(StoreUnavailable):
+            return bool(await queries.mark_crashed_runners(store))
+        return False
 
     @property
     def by_run(self) -> dict[str, int]:
