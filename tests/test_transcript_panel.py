@@ -66,15 +66,15 @@ async def test_a_following_panel_draws_only_the_tail_of_a_burst(scroll: str) -> 
             await pilot.press("up")
         elif scroll == "wheel":
             await pilot._post_mouse_events([events.MouseScrollUp], log, offset=(5, 5))
-        else:  # as dragging its scrollbar does
-            log.scroll_to(y=log.max_scroll_y - 2, animate=False)
-            log.following = False  # the next burst would take it back to the end, as before
+        else:  # its scrollbar's thumb dragged up by two rows
+            await drag_scrollbar(pilot, log, rows=-2)
         await pilot.pause()
         assert not log.following and not log.behind
         text = shown(log)
         assert all(f"said {n}\n" in text + "\n" for n in range(41)), text
         assert text.index("said 0") < text.index("said 20") < text.index("said 40")
-        assert 0 < log.max_scroll_y - log.scroll_y <= 3
+        # A key or the wheel moves a few lines; a row of the scrollbar, a tenth of them all.
+        assert 0 < log.max_scroll_y - log.scroll_y <= (3 if scroll != "scrollbar" else 30)
         # Not following, a burst is added below what the operator reads; the view stays.
         at = log.scroll_y
         log.add([said(transcript, n) for n in range(41, 45)])
@@ -83,6 +83,41 @@ async def test_a_following_panel_draws_only_the_tail_of_a_burst(scroll: str) -> 
         await pilot.press("end")
         await pilot.pause()
         assert log.following
+
+
+async def drag_scrollbar(pilot, log: TranscriptLog, rows: int) -> None:
+    """The vertical scrollbar's thumb (at the bottom: the view at the end) taken with the mouse
+    and moved `rows` rows, as a person drags it."""
+    bar = log.vertical_scrollbar
+    x, bottom = bar.region.width - 1, bar.region.height - 1
+    await pilot.mouse_down(bar, offset=(x, bottom))
+    await pilot.hover(bar, offset=(x, bottom + rows))
+    await pilot.mouse_up(bar, offset=(x, bottom + rows))
+
+
+async def test_scrolled_back_the_view_stays_on_what_it_shows_as_old_lines_go() -> None:
+    """Scrolled back in a panel that keeps its last 200 lines, what the operator reads stays in
+    view while new entries push the oldest lines out (the view goes up by the lines taken), and
+    dragging the scrollbar stops the follow as a key or the wheel does."""
+    transcript = Transcript()
+    app = PanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        log = app.query_one(TranscriptLog)
+        await wait_until(pilot, lambda: log.size.height == HEIGHT)
+        log.add([said(transcript, n) for n in range(66)])  # 198 lines: nothing trimmed yet
+        await pilot.pause()
+        await drag_scrollbar(pilot, log, rows=-4)
+        await pilot.pause()
+        assert not log.following and log.scroll_y < log.max_scroll_y
+        top = int(log.scroll_y)
+        reading = log.lines[top].text
+        for n in range(66, 76):  # 30 lines more: the oldest go, frame after frame
+            log.add([said(transcript, n)])
+            await pilot.pause()
+        assert len(log.lines) == 200 and "said 0" not in shown(log)
+        assert not log.following and shown(log).endswith("and more 75")
+        assert log.lines[int(log.scroll_y)].text == reading
+        assert int(log.scroll_y) == top - (198 + 30 - 200)  # up by the lines taken
 
 
 async def test_a_panel_made_taller_draws_what_it_shows_now() -> None:

@@ -142,13 +142,22 @@ class TranscriptLog(StylePerPaint, RichLog):
             else:
                 self._write(added)
         else:
-            self._write(tail_that_fits(added, self.keep))
+            self._write_below(tail_that_fits(added, self.keep))
 
     def _write(self, entries: list[Entry], scroll: bool | None = None) -> None:
         # One write for all of them: a write measures, renders, re-slices the kept lines and
         # scrolls, and a frame of a runaway brings a dozen entries.
         follow = self.following if scroll is None else scroll
         self.write(Group(*map(self._renderable, entries)), scroll_end=follow)
+
+    def _write_below(self, entries: list[Entry]) -> None:
+        """Written below what the operator reads, scrolled back: the lines it keeps no more
+        are taken from the top, and the view goes up by as many (what it showed stays put)."""
+        start = self._start_line
+        self._write(entries)
+        trimmed = self._start_line - start
+        if trimmed:
+            self.scroll_to(y=max(0, self.scroll_y - trimmed), animate=False, immediate=True)
 
     def _show_tail(self, entries: list[Entry], keep: int) -> None:
         """The lines of these entries at the end, blank lines above them standing for the kept
@@ -217,8 +226,8 @@ class TranscriptLog(StylePerPaint, RichLog):
         super().watch_scroll_y(old_value, new_value)
         if new_value >= self.max_scroll_y:
             self.following = True
-        else:
-            self.caught_up()  # scrolled back however (a key, the wheel, the scrollbar)
+        else:  # scrolled back however (a key, the wheel, dragging the scrollbar)
+            self._stop_following()
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self._stop_following()
