@@ -13,7 +13,8 @@
 4. A runaway (20,000 calls: 100,000 events) with a zero-latency in-process model (the hardest
    case for the console): calls/s
    headless and with the console open, the screen's lag behind the runtime (worst time from an
-   event to the frame that shows it) and stop-to-screen (run_stopped to its frame).
+   event to the end of the paint that shows it: the compositor's update written out, not only
+   scheduled) and stop-to-screen (run_stopped to its painted frame).
 
 Each of the two runs in a fresh process of its own (headless and console side by side in it).
 
@@ -110,27 +111,33 @@ class Watch:
             self.worst_key_s = max(self.worst_key_s, time.perf_counter() - pressed)
             self.keys += 1
 
-    def frames_of(self, screen: RunScreen) -> None:
-        """Wrap the screen's flush: each batch's oldest event against the frame showing it."""
-        flush = screen.flush
+    def frames_of(self, app: LoopdeckApp, screen: RunScreen) -> None:
+        """Wrap the screen's flush and the app's display: each batch's oldest event against the
+        end of the first paint after its fold (the compositor's update written to the
+        terminal's driver), the frame that shows it."""
+        flush, display = screen.flush, app._display
+        folded: list[tuple[float, EventBase | None]] = []  # (oldest, its run_stopped) a batch
 
         def timed_flush() -> None:
             batch: list[EventBase] = list(screen.arrived)
             flush()
-            if not batch:
-                return
-            oldest = min(e.at.timestamp() for e in batch)
-            stop = next((e for e in batch if getattr(e, "kind", "") == "run_stopped"), None)
+            if batch:
+                stop = next((e for e in batch if getattr(e, "kind", "") == "run_stopped"), None)
+                folded.append((min(e.at.timestamp() for e in batch), stop))
 
-            def painted() -> None:
-                now = time.time()
+        def timed_display(*args: Any, **kwargs: Any) -> None:
+            display(*args, **kwargs)
+            if not folded:
+                return
+            now = time.time()
+            for oldest, stop in folded:
                 self.worst_lag_s = max(self.worst_lag_s, now - oldest)
                 if stop is not None:
                     self.stop_to_screen_s = now - stop.at.timestamp()
-
-            screen.call_after_refresh(painted)
+            folded.clear()
 
         screen.flush = timed_flush  # type: ignore[method-assign]
+        app._display = timed_display  # type: ignore[method-assign]
 
 
 async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]:
@@ -141,7 +148,7 @@ async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]
     watch = Watch()
     async with app.run_test(size=(160, 48)) as pilot:
         screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
-        watch.frames_of(screen)
+        watch.frames_of(app, screen)
         await pilot.pause()  # the first frame (mounting) is the start figure's, not this one's
         tasks = [asyncio.create_task(watch.ticker())]
         if keys:

@@ -1,5 +1,5 @@
 """A run's events coalesced into frames: when the next frame may be drawn (the runtime shares
-the event loop)."""
+the interpreter's lock with the console's loop)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,13 @@ class FramePacer:
     """The frame timer of a run's screen: `due` draws what arrived (`flush`, which calls
     `begun` first), unless the last frame is still being paid for.
 
-    The runtime shares this event loop. After a frame that took T seconds from folding the
-    events to the painted screen, the next waits at least FRAME_SHARE x T more, so a runaway
-    keeps most of the loop; the wait is capped (MAX_FRAME_WAIT_S) so the screen never falls far
-    behind. While the link reads a long history (`reading_history()`), frames come every
+    The runtime shares the interpreter's lock with this loop (its own loop runs on a thread of
+    its own: `operator/run_loop.py`). After a frame that took T seconds from folding the
+    events until Textual runs the frame's `call_after_refresh` (the fold and the refreshes it
+    asked for; the compositor's paint comes next, 5-15 ms more in a runaway, and is not in
+    T), the next waits at least FRAME_SHARE x T more, so a runaway keeps most of the loop; the
+    wait is capped (MAX_FRAME_WAIT_S) so the screen never falls far behind. While the link
+    reads a long history (`reading_history()`), frames come every
     HISTORY_FRAME_S: the folding gets the loop. Stops, approvals and keys flush at once, never
     waiting for this.
     """
