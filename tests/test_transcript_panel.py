@@ -173,3 +173,20 @@ def said_long(transcript: Transcript, content: str) -> Entry:
     entry = transcript.apply(event)
     assert entry is not None
     return entry
+
+
+async def test_a_burst_of_more_entries_than_lines_kept_makes_only_what_shows() -> None:
+    """A runaway's frame of 300 entries for a panel that keeps 200 lines: its scrollbar is as
+    long as the lines kept, and only the entries on screen had their words made (an entry
+    scrolled out unread costs a reference, not its text)."""
+    transcript = Transcript()
+    app = PanelApp()
+    async with app.run_test(size=(80, 20)) as pilot:
+        log = app.query_one(TranscriptLog)
+        await wait_until(pilot, lambda: log.size.height == HEIGHT)
+        burst = [said(transcript, n) for n in range(300)]
+        log.add(burst)
+        await pilot.pause()
+        assert log.behind and log.virtual_size.height == 200
+        made = [n for n, entry in enumerate(burst) if entry._made is not None]
+        assert made == list(range(296, 300)), made  # the four that fill the panel's ten lines

@@ -189,7 +189,11 @@ class TranscriptLog(StylePerPaint, RichLog):
         return [self._renderable(first), *rest]
 
     def _length(self, width: int, keep: int) -> int:
-        """About the lines the entries kept take drawn, up to `keep` (the lines it keeps)."""
+        """About the lines the entries kept take drawn, up to `keep` (the lines it keeps). An
+        entry takes a line at least: with `keep` entries or more, that is `keep`, and no entry
+        is made or measured for it (a runaway's frame brings hundreds, shown or not)."""
+        if len(self.entries) >= keep:
+            return keep
         lines = 0
         for entry in reversed(self.entries):
             lines += _wrapped(entry, width)
