@@ -148,8 +148,8 @@ async def console_run(calls: int, model: Any, keys: bool) -> tuple[float, Watch]
     watch = Watch()
     async with app.run_test(size=(160, 48)) as pilot:
         screen = next(s for s in app.screen_stack if isinstance(s, RunScreen))
-        watch.frames_of(app, screen)
         await pilot.pause()  # the first frame (mounting) is the start figure's, not this one's
+        watch.frames_of(app, screen)  # so the frames are timed from the next
         tasks = [asyncio.create_task(watch.ticker())]
         if keys:
             tasks.append(asyncio.create_task(watch.keys_on(app)))
