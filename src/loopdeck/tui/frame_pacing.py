@@ -16,6 +16,10 @@ FRAME_SHARE = 1.0  # after a frame of T s the next waits >= T more: the runtime 
 MAX_FRAME_WAIT_S = 0.05  # ... but never more than this: the screen stays near the runtime
 MIN_FRAME_WAIT_S = 0.04  # ... and never less: cheap frames come at ~25 a second, not ~100
 HISTORY_FRAME_S = 0.25  # while a link reads a long history: progress, not every batch
+# A frame whose paint was never said: Textual hands a `call_after_refresh` to the screen on top
+# when its message is read (a dialog pushed as the frame began), and a screen popped before it
+# is idle never runs it. Past this, the frame is taken as painted and the next one drawn.
+LOST_PAINT_S = 0.5
 
 
 class FramePacer:
@@ -45,13 +49,17 @@ class FramePacer:
         self.buffer = buffer  # the events that arrived since the last frame
         self.flush = flush
         self._next_frame_at = 0.0
+        self._begun_at = 0.0  # when the frame being drawn began
         self._timer_set = False  # a one-shot timer for a frame due between two ticks
 
     def due(self) -> None:
         """A tick of the frame timer (every FRAME_INTERVAL_S)."""
         if not self.buffer:
             return
-        wait = self._next_frame_at - time.monotonic()
+        now = time.monotonic()
+        if self._next_frame_at == float("inf") and now - self._begun_at > LOST_PAINT_S:
+            self._painted(self._begun_at)  # its paint was never said (LOST_PAINT_S)
+        wait = self._next_frame_at - now
         if wait <= 0:
             self.flush()
         elif wait < FRAME_INTERVAL_S and not self._timer_set:
@@ -65,11 +73,13 @@ class FramePacer:
 
     def begun(self) -> None:
         """A frame is being drawn: the next is not due before this one is painted."""
-        started = time.monotonic()
-        self._next_frame_at = float("inf")  # until this frame is on screen
+        started = self._begun_at = time.monotonic()
+        self._next_frame_at = float("inf")  # until this frame is on screen (or LOST_PAINT_S)
         self.screen.call_after_refresh(self._painted, started)
 
     def _painted(self, started: float) -> None:
+        if started != self._begun_at:
+            return  # an earlier frame's paint, said after the next frame began
         now = time.monotonic()
         if self.reading_history():
             self._next_frame_at = now + HISTORY_FRAME_S
