@@ -40,64 +40,58 @@ class Screen:
         self.timers.append(callback)
 
 
-def pacer_on(screen: Screen, frames: list[int]) -> tuple[FramePacer, list[int]]:
-    buffer: list[int] = []
+class Paced:
+    """A pacer on a `Screen`, its clock the test's, and the frames it drew (events each)."""
 
-    def flush() -> None:
-        pacer.begun()
-        frames.append(len(buffer))
-        buffer.clear()
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, loses_callbacks: bool) -> None:
+        self.clock = Clock()
+        monkeypatch.setattr(f"{frame_pacing.__name__}.time.monotonic", self.clock)
+        self.screen = Screen(loses_callbacks)
+        self.frames: list[int] = []
+        self.buffer: list[int] = []
+        self.pacer = FramePacer(self.screen, self.buffer, self._flush, lambda: False)  # type: ignore[arg-type]
 
-    pacer = FramePacer(screen, buffer, flush, lambda: False)  # type: ignore[arg-type]
-    return pacer, buffer
+    def _flush(self) -> None:
+        self.pacer.begun()
+        self.frames.append(len(self.buffer))
+        self.buffer.clear()
+
+    def tick_after(self, seconds: float, event: int | None = None) -> None:
+        """`seconds` later, maybe an event arrived, and the frame timer ticks."""
+        self.clock.now += seconds
+        if event is not None:
+            self.buffer.append(event)
+        self.pacer.due()
 
 
 @pytest.mark.parametrize("lost", [False, True])
 def test_frames_go_on_whether_or_not_a_frames_paint_is_said(
     lost: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(f"{frame_pacing.__name__}.time.monotonic", clock)
-    screen, frames = Screen(loses_callbacks=lost), list[int]()
-    pacer, buffer = pacer_on(screen, frames)
-    buffer.append(1)
-    pacer.due()
-    assert frames == [1]  # the first frame drawn at once
-    buffer.append(2)
-    clock.now += 0.01
-    pacer.due()
-    assert frames == [1]  # not before the first is painted
-    for said in screen.after_refresh:  # painted, and said so (unless lost)
+    paced = Paced(monkeypatch, loses_callbacks=lost)
+    paced.tick_after(0, event=1)
+    assert paced.frames == [1]  # the first frame drawn at once
+    paced.tick_after(0.01, event=2)
+    assert paced.frames == [1]  # not before the first is painted
+    for said in paced.screen.after_refresh:  # painted, and said so (unless lost)
         said()
-    clock.now += MAX_FRAME_WAIT_S + 0.001
-    pacer.due()
+    paced.tick_after(MAX_FRAME_WAIT_S + 0.001)
     if lost:  # its paint never said: still waiting, until LOST_PAINT_S has passed
-        assert frames == [1]
-        clock.now += LOST_PAINT_S
-        pacer.due()  # taken as painted: the next frame armed for when it is due
-        clock.now += MAX_FRAME_WAIT_S + 0.001
-        pacer.due()
-    assert frames == [1, 1]
+        assert paced.frames == [1]
+        paced.tick_after(LOST_PAINT_S)  # taken as painted: the next frame armed for its time
+        paced.tick_after(MAX_FRAME_WAIT_S + 0.001)
+    assert paced.frames == [1, 1]
 
 
 def test_an_earlier_frames_paint_said_late_does_not_arm_the_next_frame(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(f"{frame_pacing.__name__}.time.monotonic", clock)
-    screen, frames = Screen(loses_callbacks=False), list[int]()
-    pacer, buffer = pacer_on(screen, frames)
-    buffer.append(1)
-    pacer.due()
-    late = screen.after_refresh.pop()  # the first frame's paint, not said yet
-    clock.now += LOST_PAINT_S + 0.1
-    buffer.append(2)
-    pacer.due()  # taken as painted
-    clock.now += MAX_FRAME_WAIT_S + 0.001
-    pacer.due()
-    assert frames == [1, 1]  # the second frame began, its paint not said yet
+    paced = Paced(monkeypatch, loses_callbacks=False)
+    paced.tick_after(0, event=1)
+    late = paced.screen.after_refresh.pop()  # the first frame's paint, not said yet
+    paced.tick_after(LOST_PAINT_S + 0.1, event=2)  # taken as painted
+    paced.tick_after(MAX_FRAME_WAIT_S + 0.001)
+    assert paced.frames == [1, 1]  # the second frame began, its paint not said yet
     late()  # the first frame's paint, said now: the second is still being drawn
-    buffer.append(3)
-    clock.now += MAX_FRAME_WAIT_S + 0.001
-    pacer.due()
-    assert frames == [1, 1]
+    paced.tick_after(MAX_FRAME_WAIT_S + 0.001, event=3)
+    assert paced.frames == [1, 1]
