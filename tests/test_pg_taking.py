@@ -6,14 +6,15 @@ order, and the chain holds once it lands."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import pytest
 from conftest import fresh_pg_database, pg_cluster
 
 from loopdeck.core.events import Event, ReviewVerdict, RunStarted
 from loopdeck.store import writer as writer_module
-from loopdeck.store.base import Store
+from loopdeck.store.base import Store, Tx
+from loopdeck.store.event_rows import RunRows
 from loopdeck.store.opening import open_store
 from loopdeck.store.verification import verify_run
 from loopdeck.store.writer import BATCH_MAX, EventWriter
@@ -73,6 +74,11 @@ async def committed_through(writer: EventWriter, seq: int) -> None:
         await asyncio.sleep(0.01)
 
 
+async def failed(writer: EventWriter) -> None:
+    while writer.error is None:
+        await asyncio.sleep(0.01)
+
+
 async def test_events_published_while_a_batch_is_copied_are_committed_with_it(
     store: Store,
 ) -> None:
@@ -106,5 +112,32 @@ async def test_a_commit_that_fails_after_taking_events_requeues_them_in_order(
     rows = await store.fetchall("SELECT seq, kind FROM events WHERE run_id = 'r1' ORDER BY seq")
     assert [row[0] for row in rows] == list(range(1, LAST + 1))
     assert {row[1] for row in rows[1:]} == {"review_verdict"}
+    assert (await verify_run(store, "r1")).broken is None
+    await writer.close()
+
+
+async def test_a_runs_row_that_fails_while_the_copy_ends_leaves_the_batch_queued(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs row is worked out while the server takes the COPY's last rows: its failure
+    fails the COPY, and the batch it grew to is committed whole once it no longer fails."""
+    writer, sizes = await started(store)
+    apply_batch, failing = RunRows.apply_batch, [True]
+
+    async def fails_once(rows: RunRows, tx: Tx, events: Iterable[Event]) -> None:
+        if failing.pop() if failing else False:
+            raise RuntimeError("the runs row could not be worked out")
+        await apply_batch(rows, tx, events)
+
+    monkeypatch.setattr(RunRows, "apply_batch", fails_once)
+    await runaway(writer)
+    await asyncio.wait_for(failed(writer), 60)
+    assert "the runs row could not be worked out" in str(writer.error)
+    assert writer.acknowledged_seq == 1 and sizes == []
+    stored = await store.fetchall("SELECT COUNT(*) FROM events WHERE run_id = 'r1'")
+    assert stored[0][0] == 1  # nothing of the failed COPY landed
+    await asyncio.wait_for(committed_through(writer, LAST), 60)
+    last = await store.fetchall("SELECT last_seq FROM runs WHERE run_id = 'r1'")
+    assert last[0][0] == LAST
     assert (await verify_run(store, "r1")).broken is None
     await writer.close()

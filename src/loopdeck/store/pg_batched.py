@@ -21,7 +21,7 @@ changed. A failed transaction, or one whose block raised, is rolled back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ class Copying:
     columns: Sequence[str]
     rows: list[tuple[Any, ...]]
     more: Callable[[], list[Any]] | None = None
+    ending: Callable[[], Awaitable[None]] | None = None
 
 
 class BatchedTx:
@@ -77,12 +78,18 @@ class BatchedTx:
         )
 
     async def append_taking(
-        self, table: str, columns: Sequence[str], rows: list[Any], more: Callable[[], list[Any]]
+        self,
+        table: str,
+        columns: Sequence[str],
+        rows: list[Any],
+        more: Callable[[], list[Any]],
+        ending: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`rows` by one COPY sent now, with what was held before it, kept open while `more()`
         gives the rows made since (`copy_rows`): they reach the server while they are made,
-        not after this commit's answer. Its failure is raised here."""
-        self.held.append(Copying(table, columns, rows, more))
+        not after this commit's answer. `ending` (holding statements, never reading) runs
+        while the server takes the last rows. Its failure is raised here."""
+        self.held.append(Copying(table, columns, rows, more, ending))
         await uncut(self._send(read=None))
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -106,7 +113,7 @@ class BatchedTx:
             if statements:
                 await self.cursor.execute("; ".join(statements))
                 statements = []
-            await copy_rows(self.conn, item.table, item.columns, item.rows, item.more)
+            await copy_rows(self.conn, item.table, item.columns, item.rows, item.more, item.ending)
         if read is None:
             return []
         await self.cursor.execute("; ".join(statements))  # it ends with the read or COMMIT

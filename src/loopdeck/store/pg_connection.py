@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -225,11 +225,14 @@ async def copy_rows(
     columns: Sequence[str],
     rows: list[Any],
     more: Callable[[], list[Any]] | None = None,
+    ending: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """`rows` appended to `table` by one COPY: binary, each value encoded by psycopg's dumper
     for its column's type, for a table of `COPY_TYPES`; psycopg's text format for another.
     With `more`, the COPY stays open while it gives rows, asked again after each turn of the
-    loop: rows made meanwhile reach the server as they are made."""
+    loop: rows made meanwhile reach the server as they are made. `ending` is awaited once the
+    last row is sent, before the COPY's end is: its work is done while the server is still
+    taking the rows (its failure fails the COPY)."""
     types = COPY_TYPES.get(table)
     binary = " (FORMAT BINARY)" if types is not None else ""
     copying = f"COPY {table} ({', '.join(columns)}) FROM STDIN{binary}"
@@ -244,6 +247,8 @@ async def copy_rows(
                 break
             for values in rows:
                 await copy.write_row(values)
+        if ending is not None:
+            await ending()
 
 
 class PgTx:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -40,13 +40,7 @@ from loopdeck.store.base import (
     Tx,
     run_whole,
 )
-from loopdeck.store.chain import (
-    CHAINED_COLUMNS,
-    EVENT_COLUMNS,
-    ChainedRow,
-    LinkedRow,
-    RunChain,
-)
+from loopdeck.store.chain import CHAINED_COLUMNS, EVENT_COLUMNS, ChainedRow, LinkedRow, RunChain
 from loopdeck.store.event_rows import RunRows, event_json, event_row
 from loopdeck.store.leases import LeaseLost, check
 from loopdeck.store.liveness import process_started, this_host
@@ -359,12 +353,18 @@ class EventWriter:
         # runner's sequence number any more, and a clash would be a bug to report, never an
         # event to drop.
         last, append_taking = rows[-1], getattr(tx, "append_taking", None)
+
+        def applied() -> Awaitable[None]:  # the runs and approvals rows of the whole batch
+            return self.rows.apply_batch(tx, [item[0] for item in batch])
+
         if takes_more and append_taking and batch is given and len(rows) >= PIPELINED_ROWS:
-            await append_taking("events", CHAINED_COLUMNS, rows, self._taking(batch, last))
+            # Worked out (held, never read) once the COPY took its last row, while the server
+            # is still taking them: grown by the COPY, the batch is whole by then.
+            await append_taking("events", CHAINED_COLUMNS, rows, self._taking(batch, last), applied)
             last = cast(ChainedRow, batch[-1][2]) if len(batch) > len(rows) else last
         else:
             await tx.append("events", CHAINED_COLUMNS, rows)
-        await self.rows.apply_batch(tx, [item[0] for item in batch])
+            await applied()
         return last, correction
 
     def _taking(self, batch: list[Queued], last: ChainedRow) -> Callable[[], list[ChainedRow]]:
