@@ -37,6 +37,7 @@ from loopdeck.tui.decision_dialogs import GrantPicker, OutcomeDialog, WriteDecis
 from loopdeck.tui.dialogs import ApprovalDialog, ConfirmDialog
 from loopdeck.tui.grants_panel import GrantsPanel
 from loopdeck.tui.inbox import InboxScreen
+from loopdeck.tui.keys_screen import KeysScreen
 
 DECISIONS = Path(__file__).parent / "envs" / "console_decisions"
 SIZE = (160, 48)
@@ -485,3 +486,33 @@ async def test_the_inbox_lists_unknown_outcomes_after_writes_and_questions(tmp_p
         assert sorted((e.key, e.live) for e in outcomes) == [("ended/c9", False), ("live/c1", True)]
     finally:
         await store.close()
+
+
+# -- a write asked while another screen is on top ---------------------------------------------
+def asked(screen: Any, call_id: str) -> bool:
+    row = screen.view.calls.get(call_id)
+    waiting = any(p.call_id == call_id for p in screen.link.pending())
+    return waiting and row is not None and row.status is CallStatus.PENDING_APPROVAL
+
+
+async def test_a_write_asked_under_another_screen_is_offered_as_that_screen_goes() -> None:
+    """The keys screen is open as the run asks for a write: nothing else happens while the run
+    waits, and closing the keys screen offers the write's dialog."""
+    app = console_app(DECISIONS, "held-write")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(
+            pilot, lambda: (s := run_screen(app)) is not None and s.view.tool_running == "hold"
+        )
+        screen = run_screen(app)
+        assert screen is not None
+        app.show_keys()
+        await wait_until(pilot, lambda: isinstance(app.screen, KeysScreen))
+        screen.runtime.env.let_go()
+        await wait_until(pilot, lambda: asked(screen, "c2"))  # asked, and drawn
+        await pilot.pause()
+        assert isinstance(app.screen, KeysScreen)  # not offered over the keys
+        await pilot.press("escape")
+        await _dialog(pilot, app, "c2")
+        await pilot.press("a")
+        await wait_until(pilot, lambda: finished(app))
+        assert screen.outcome.stop_reason is StopReason.GOAL_MET

@@ -148,6 +148,9 @@ class RunScreen(Screen[None]):
 
     def on_screen_resume(self) -> None:
         unless_gone(self, self.panels.calls_focused)
+        # On top again (a dialog, the keys, the inbox gone): what waits and was not put off
+        # is offered now; asked while another screen was on top, it was not offered then.
+        unless_gone(self, self.offers.offer_next)
 
     async def on_unmount(self) -> None:
         for unsubscribe in self._unsubscribe:
