@@ -8,6 +8,7 @@ import json
 
 import pytest
 from textual.app import App, ComposeResult
+from textual.geometry import Region
 
 from loopdeck.caps import FLAGGED_CAPS, Cap
 from loopdeck.cli.parser import add_budget_flags, budget_overrides
@@ -167,3 +168,31 @@ async def test_the_panel_shows_an_earlier_logs_unknown_tokens_and_cost() -> None
     assert "unknown" in lines["tokens"] and "1,200" not in lines["tokens"]
     assert "unknown" in lines["cost"]
     assert "3/40" in lines["turns"] and "12/300" in lines["time"]
+
+
+class _NarrowPanelApp(App[None]):
+    CSS = "BudgetPanel { width: 32; }"  # the budgets panel at 80x24
+
+    def compose(self) -> ComposeResult:
+        yield BudgetPanel()
+
+
+@pytest.mark.parametrize(("app_class", "said"), [(_PanelApp, True), (_NarrowPanelApp, False)])
+async def test_the_operators_wait_is_one_line_that_fits_the_panel(
+    app_class: type[App[None]], said: bool
+) -> None:
+    """ "not charged" beside the wait where it fits; never wrapped onto a line of its own (the
+    panel's height would hide it, cut after "not")."""
+    view = RunView(run_id="r1", env="e", script="s", model="m", goal="g")
+    view.apply(EVENT_ADAPTER.validate_json(json.dumps(EARLIER_FORM)))
+    app = app_class()
+    async with app.run_test(size=(80, 14)) as pilot:
+        panel = app.query_one(BudgetPanel)
+        panel.show(view, 12.0, operator_s=5.0)
+        await pilot.pause()
+        width, height = panel.size
+        text = [strip.text.rstrip() for strip in panel.render_lines(Region(0, 0, width, height))]
+    [waiting] = [line for line in text if "waiting on you" in line]
+    assert waiting.strip().startswith("waiting on you 0:00:05")
+    assert waiting.endswith("not charged") is said
+    assert not [line for line in text if line.strip() in {"charged", "not charged", "not"}]

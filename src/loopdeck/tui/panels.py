@@ -259,9 +259,10 @@ class BudgetPanel(FixedSize, Static):
             bar = _bar(fraction, bar_width)
             lines.append(f"{cap.short_label:<10} [{var}]{bar}[/] {amount:<12}{rate_column}{fired}")
         if operator_s >= 1 or view.held:
-            lines.append(
-                f"[b $warning]waiting on you {elapsed_text(operator_s)}[/] [dim]not charged[/]"
-            )
+            # "not charged" beside it where it fits; never wrapped below the panel's last line
+            waited = f"waiting on you {elapsed_text(operator_s)}"
+            fits = not self.size.width or len(waited) + len(" not charged") <= self.size.width
+            lines.append(f"[b $warning]{waited}[/]" + (" [dim]not charged[/]" if fits else ""))
         error = ""
         if view.model_retries:
             error = view.last_model_error[:40]
