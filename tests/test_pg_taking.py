@@ -122,20 +122,21 @@ async def test_a_runs_row_that_fails_while_the_copy_ends_leaves_the_batch_queued
     """The runs row is worked out while the server takes the COPY's last rows: its failure
     fails the COPY, and the batch it grew to is committed whole once it no longer fails."""
     writer, sizes = await started(store)
-    apply_batch, failing = RunRows.apply_batch, [True]
+    apply_batch, failing = RunRows.apply_batch, True
 
-    async def fails_once(rows: RunRows, tx: Tx, events: Iterable[Event]) -> None:
-        if failing.pop() if failing else False:
+    async def fails(rows: RunRows, tx: Tx, events: Iterable[Event]) -> None:
+        if failing:  # each try, until the test lets it through
             raise RuntimeError("the runs row could not be worked out")
         await apply_batch(rows, tx, events)
 
-    monkeypatch.setattr(RunRows, "apply_batch", fails_once)
+    monkeypatch.setattr(RunRows, "apply_batch", fails)
     await runaway(writer)
     await asyncio.wait_for(failed(writer), 60)
     assert "the runs row could not be worked out" in str(writer.error)
     assert writer.acknowledged_seq == 1 and sizes == []
     stored = await store.fetchall("SELECT COUNT(*) FROM events WHERE run_id = 'r1'")
     assert stored[0][0] == 1  # nothing of the failed COPY landed
+    failing = False
     await asyncio.wait_for(committed_through(writer, LAST), 60)
     last = await store.fetchall("SELECT last_seq FROM runs WHERE run_id = 'r1'")
     assert last[0][0] == LAST

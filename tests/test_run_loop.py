@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -131,6 +132,10 @@ async def test_a_frame_shows_what_the_run_told_before_it_not_a_delivery_later() 
         assert runtime is not None
         [told] = screen.link._outboxes.values()  # type: ignore[attr-defined]  # the console's
         told.gap = 3600.0  # from now on its own delivery waits an hour
+        # No frame is drawn until the test's: one drawn by the frame timer while the test
+        # awaits (a loaded machine) would fold "heard" alone, before the frame looked at.
+        screen._pacer._next_frame_at = float("inf")
+        screen._pacer._begun_at = time.monotonic() + 3600  # its paint is not taken as lost
 
         async def say(text: str) -> None:
             runtime.bus.emit(OperatorMessage, run_id=runtime.config.run_id, text=text, by="t")
