@@ -81,9 +81,8 @@ class RunDecisions:
         row = view.calls.get(call_id)
 
         def said(applied: bool | None) -> None:
-            if applied is not None:
+            if applied is not None:  # the next write is offered as the run screen resumes
                 self.offers.resolve(call_id, applied)
-            self.screen.call_after_refresh(self.offers.offer_next)
 
         tool = view.unknown[call_id]
         dialog = OutcomeDialog(
@@ -100,9 +99,8 @@ class RunDecisions:
             return
 
         def chosen(grant_id: str | None) -> None:
-            if grant_id is not None:
+            if grant_id is not None:  # the next write is offered as the run screen resumes
                 self.offers.revoke(grant_id)
-            self.screen.call_after_refresh(self.offers.offer_next)
 
         if len(rows) > 1:
             self.screen.app.push_screen(GrantPicker(rows), chosen)
