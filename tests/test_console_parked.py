@@ -6,7 +6,9 @@ the header is a live run's. It read "⠼ paused · … · waiting on you", its s
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,10 +20,11 @@ from worker_helpers import lease_state, with_a_worker
 from loopdeck.core.events import StateChanged
 from loopdeck.core.replay_events import RunMoved
 from loopdeck.core.states import RunState
+from loopdeck.operator import store_link
 from loopdeck.operator.placement import submit
 from loopdeck.operator.store_link import StoreLink
 from loopdeck.operator.worker import Worker
-from loopdeck.store import deciding, leases, queries
+from loopdeck.store import deciding, leases, presence, queries
 from loopdeck.store.opening import open_store
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
 from loopdeck.tui.panels import SPINNER, RunHeader
@@ -67,8 +70,13 @@ async def test_a_parked_runs_header_says_so_until_a_worker_takes_it_up(tmp_path:
         app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, "r1")))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: "parked (awaiting_approval)" in _header(app))
+            header = _header(app)  # no worker ever ran for the store
+            assert "no worker runs: one started takes it up once you decide" in header, header
+            await presence.arrive(store, "host-a/1/aaaa", "host-a", 1, 4, 600.0)
+            await wait_until(pilot, lambda: "a free worker takes" in _header(app))
             header = _header(app)
             assert "a free worker takes it up once you decide" in header, header
+            assert "no worker runs" not in header, header
             assert "1 approval waiting" in header and "host-a" not in header, header
             await _still_after_frames(pilot, app)
             await queries.send_command(store, "r1", "message", "op", "go on")
@@ -98,7 +106,8 @@ async def test_a_run_parked_while_paused_says_so_and_goes_on_once_resumed(
         app = LoopdeckApp(ConsoleStart.for_link(StoreLink(db, run_id)))
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: "parked (paused)" in _header(app))
-            assert "a free worker takes it up on resume" in _header(app), _header(app)
+            header = _header(app)  # the worker that parked it stopped: none runs
+            assert "no worker runs: one started takes it up on resume" in header, header
             await _still_after_frames(pilot, app)
             assert await deciding.pause_or_resume(store, run_id, "resume", "op") is None
             worker = Worker(db, slots=1, say=lambda _: None)
@@ -125,16 +134,20 @@ async def test_the_parked_header_reads_the_lease_only_once_the_store_changed(
 ) -> None:
     """The run screen reads the store every poll (0.1 s on SQLite): its lease is read again
     only once another connection committed, and only its state and note (not its options,
-    the policies' text)."""
+    the policies' text). Parked, which workers run is read with it, and again once
+    `WORKERS_READ_S` has passed (a worker killed commits nothing)."""
     db = tmp_path / "s.db"
     store = await open_store(db)
     link = StoreLink(db, "r1")
     link.store = await open_store(db, create=False)
     reads: list[str] = []
+    workers: list[str] = []
     fetchall = link.store.fetchall
 
     async def counted(sql: str, params: Any = ()) -> Any:
-        if "FROM leases" in sql:
+        if "FROM workers" in sql:
+            workers.append(sql)
+        elif "FROM leases" in sql:
             reads.append(sql)
         return await fetchall(sql, params)
 
@@ -151,8 +164,20 @@ async def test_the_parked_header_reads_the_lease_only_once_the_store_changed(
         assert await leases.let_go(store, "r1", claim.epoch, leases.PARKED, note)
         await link._refresh_parked()
         assert link.parked == note and len(reads) == 2, reads
+        assert len(workers) == 1 and link.workerless, workers
         await link._refresh_parked()
-        assert len(reads) == 2, reads
+        assert len(reads) == 2 and len(workers) == 1, (reads, workers)
+        monkeypatch.setattr(store_link, "WORKERS_READ_S", 0.0)
+        await presence.arrive(store, "host-a/1/aaaa", "host-a", 1, 4, 600.0)
+        await link._refresh_parked()
+        assert len(workers) == 2 and not link.workerless, workers
+        # Its lease's time passes with nothing committed (killed): read again all the same.
+        later = time.time() + 700
+        monkeypatch.setattr(
+            store_link, "time", SimpleNamespace(time=lambda: later, monotonic=time.monotonic)
+        )
+        await link._refresh_parked()
+        assert len(reads) == 3 and len(workers) == 3 and link.workerless, (reads, workers)
     finally:
         await link.store.close()
         await store.close()

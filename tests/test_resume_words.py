@@ -1,6 +1,6 @@
 """`loopdeck resume` says what will happen: a run no worker holds (parked while paused) goes
-on once a free worker takes it up, and when no worker holds any run of its store, nothing
-happens until one runs for it (it said `resume sent`, as to a run its runner would take it
+on once a free worker takes it up, and when no worker runs for its store (`store/presence.py`),
+nothing happens until one starts (it said `resume sent`, as to a run its runner would take it
 from at once)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.cli import main
-from loopdeck.store import leases
+from loopdeck.store import leases, presence
 from loopdeck.store.base import Store
 from loopdeck.store.opening import open_store
 
@@ -37,7 +37,7 @@ def _resumed(db: Path, run_id: str, capsys: Any, *json_flag: str) -> str:
     return out
 
 
-def test_a_resume_of_a_parked_run_says_a_worker_takes_it_up_and_none_holds_a_run(
+def test_a_resume_of_a_parked_run_says_a_worker_takes_it_up_and_none_runs(
     tmp_path: Path, capsys: Any
 ) -> None:
     db = tmp_path / "s.db"
@@ -53,12 +53,12 @@ def test_a_resume_of_a_parked_run_says_a_worker_takes_it_up_and_none_holds_a_run
     said = _resumed(db, "parked1", capsys)
     assert said.startswith(
         "parked1: resume sent; it is parked (no worker holds it): the next worker with a free"
-        " slot takes it up, and it goes on; no worker holds a run in"
+        f" slot takes it up, and it goes on; no worker runs for {db}:"
     ), said
     assert f"nothing happens until one starts (loopdeck worker --db {db})" in said, said
 
 
-def test_a_resume_of_a_parked_run_while_a_worker_holds_another_says_only_it_goes_on(
+def test_a_resume_of_a_parked_run_while_a_worker_runs_says_only_it_goes_on(
     tmp_path: Path, capsys: Any
 ) -> None:
     db = tmp_path / "s.db"
@@ -68,6 +68,7 @@ def test_a_resume_of_a_parked_run_while_a_worker_holds_another_says_only_it_goes
         try:
             await _placed(store, "parked1", paused=True, parked=True)
             await _placed(store, "held1", paused=False, parked=False)  # host-a's, live
+            await presence.arrive(store, HOST_A.holder, "host-a", 1, 4, 600.0)  # 3 slots free
         finally:
             await store.close()
 

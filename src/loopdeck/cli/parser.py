@@ -29,7 +29,7 @@ ENV_COMMANDS = ("envs", "init-env", "check")
 THEME_HELP = "console theme: a name, or the path of a theme file"
 STORE_COMMANDS = (
     "runs", "pending", "approve", "reject", "answer", "message", "cancel", "pause", "resume",
-    "export", "attach", "replay", "grants", "revoke", "resolve", "verify",
+    "export", "attach", "replay", "grants", "revoke", "resolve", "verify", "workers",
 )  # fmt: skip
 
 
@@ -256,6 +256,7 @@ def add_store_commands(commands: Any) -> None:
 
     with_db(commands.add_parser("runs", help="past and live runs in the store, newest first"))
     with_db(commands.add_parser("pending", help="what waits for you: writes, questions, outcomes"))
+    with_db(commands.add_parser("workers", help="the workers running for the store, and the last"))
     approve = with_db(commands.add_parser("approve", help="approve a pending write"))
     approve.add_argument("run_id", metavar="RUN_ID")
     approve.add_argument("call_id", metavar="CALL_ID")

@@ -109,6 +109,21 @@ async def _runs(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _workers(store: Store, args: argparse.Namespace) -> int:
+    """`workers`: each worker the store heard of in the last day, running, silent or stopped."""
+    from loopdeck.cli import workers_listing
+    from loopdeck.operator.waking import seen_workers
+
+    workers, now = await seen_workers(store)
+    if not workers and not args.json:
+        print(workers_listing.none_words(store))
+        return 0
+    listed: Json = [worker.as_json(now) for worker in workers]
+    _print(listed, args.json,
+           lambda width: workers_listing.workers_table(store, workers, now, width))  # fmt: skip
+    return 0
+
+
 async def _pending(store: Store, args: argparse.Namespace) -> int:
     """What waits for the operator: the writes (an expired one marked so: it takes no
     decision, the run asks again), the questions with the answers they take
@@ -265,9 +280,12 @@ async def _message(store: Store, args: argparse.Namespace) -> int:
     done = f"{args.run_id}: message sent ({size}); the model hears it next turn"
     from loopdeck.operator.waking import waking_words  # a run no worker holds: once one does
 
+    said: dict[str, object] = {
+        "run_id": args.run_id, "command": "message", "chars": len(text), "cut": cut
+    }  # fmt: skip
     if waits := await waking_words(store, args.run_id, "message", f"message sent ({size})"):
         done = visible(waits)
-    said = {"run_id": args.run_id, "command": "message", "chars": len(text), "cut": cut}
+        said = {**said, "held": False, "message": done}
     _print(said, args.json, text=done)
     return 0
 
@@ -366,4 +384,5 @@ COMMANDS: dict[str, Command] = {
     "revoke": _revoke,
     "resolve": _resolve,
     "verify": _verify,
+    "workers": _workers,
 }

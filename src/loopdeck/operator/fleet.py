@@ -13,7 +13,8 @@ pending one is a question; only a run with several pending and a real expiry is 
 store that cannot be read for now (`StoreUnavailable`) is an `outage` the console shows; the
 first refresh that works after it reads every run again: nothing seen before it is trusted.
 A runner that died commits nothing, so each second the runs that may have lost theirs are
-looked at (marked crashed).
+looked at (marked crashed); nor does a worker killed, so which workers run is read every
+`presence.READ_EVERY_S` (`workers_said`).
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from loopdeck.core.text import plural
-from loopdeck.operator import following
+from loopdeck.operator import following, waking
 from loopdeck.operator.fleet_budget import closest_budget
 from loopdeck.operator.fleet_order import Order, Sort
 from loopdeck.operator.outage import Outage
-from loopdeck.store import feed, leases, queries
+from loopdeck.store import feed, leases, presence, queries
 from loopdeck.store.base import Location, Store, StoreUnavailable
 
 PLACED = leases.LIVE  # a run a worker holds or will: live whatever its runs row says
+WAITING = (leases.QUEUED, leases.PARKED)  # a run that waits for a worker to take it up
 NEVER = datetime.fromisoformat(queries.QUESTION_NEVER_EXPIRES)  # a question's expiry
 
 
@@ -156,6 +158,8 @@ class Fleet:
         self.placed_cursor = 0  # where the leases' feed is read from next
         self.last_placed = 0  # leases rows the last read of it returned
         self.unsure: set[str] = set()  # runs whose questions the feed left open
+        self.workers_said = ""  # which workers run for the store (`waking.fleet_words`)
+        self.workers_read = -1e18  # when they were last read (monotonic)
         self.rows = rows or {}
 
     @property
@@ -277,6 +281,11 @@ class Fleet:
             marked = [] if marking is None else await marking  # never left in flight
         if marked:
             changed = await self._read(store, counter) or changed
+        if time.monotonic() - self.workers_read >= presence.READ_EVERY_S:
+            self.workers_read, now = time.monotonic(), time.time()
+            waiting = any(row.placement in WAITING for row in self.rows.values())
+            said = waking.fleet_words(await presence.seen(store, now), now, waiting)
+            changed, self.workers_said = changed or said != self.workers_said, said
         return changed
 
     async def _read(self, store: Store, counter: int) -> bool:

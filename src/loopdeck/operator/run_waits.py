@@ -38,12 +38,15 @@ def _question_words(view: RunView) -> str:
     return "your answer to the agent's question"
 
 
-def parked_words(view: RunView) -> tuple[str, str]:
+def parked_words(view: RunView, workerless: bool = False) -> tuple[str, str]:
     """A run its worker parked (none holds it: it waits on its operator), as `loopdeck runs`
-    says it ("parked (paused)"), and what has a worker take it up again."""
+    says it ("parked (paused)"), and what has a worker take it up again (`workerless`: no
+    worker runs for its store, so one has to start)."""
     if view.paused:  # a decision taken while it is paused waits for its resume
         under, then = "paused", "on resume"
     else:
         answer = view.state is RunState.AWAITING_ANSWER
         under, then = view.state.value, "once you answer" if answer else "once you decide"
+    if workerless:
+        return f"parked ({under})", f"no worker runs: one started takes it up {then}"
     return f"parked ({under})", f"a free worker takes it up {then}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -33,7 +34,7 @@ from loopdeck.operator.link_commands import (
 from loopdeck.operator.links import EventSink, Listener, Tell, refuse_unoffered
 from loopdeck.operator.outage import Outage
 from loopdeck.operator.replay_link import parse_held, parse_rows
-from loopdeck.store import deciding, leases, queries
+from loopdeck.store import deciding, leases, presence, queries
 from loopdeck.store.base import Location, Store, StoreError, StoreUnavailable
 from loopdeck.store.opening import open_store
 from loopdeck.tuning import collector
@@ -57,6 +58,9 @@ async def _dropped(read: asyncio.Task[Any] | None) -> None:
     error = None if read.cancelled() else read.exception()
     if error is not None and not isinstance(error, StoreError):
         log.warning("a read ahead of the run's events failed", exc_info=error)
+
+
+WORKERS_READ_S = presence.READ_EVERY_S  # a parked run's store: which workers run
 
 
 class StoreLink:
@@ -101,6 +105,11 @@ class StoreLink:
         self.parked = ""
         self._placement_final = False
         self._placement_read_at: int | None = None  # the store's change counter then
+        # While parked: no worker runs for the store (`store/presence.py`), so none takes the
+        # run up until one starts. Read with the lease, and every `WORKERS_READ_S` while
+        # parked: a worker killed goes silent with nothing committed.
+        self.workerless = False
+        self._workers_read_at = -math.inf
 
     @property
     def commands_in_flight(self) -> int:
@@ -299,13 +308,17 @@ class StoreLink:
             return
         assert self.store is not None
         counter = await queries.change_counter(self.store)
-        if counter == self._placement_read_at:
-            return
-        row = await leases.parking(self.store, self.run_id)
-        self._placement_read_at = counter
-        state, note = (None, None) if row is None else row
-        self._placement_final = state is None or state == leases.ENDED
-        self.parked = str(note or leases.PARKED) if state == leases.PARKED else ""
+        moved = counter != self._placement_read_at
+        if moved:
+            row = await leases.parking(self.store, self.run_id)
+            self._placement_read_at = counter
+            state, note = (None, None) if row is None else row
+            self._placement_final = state is None or state == leases.ENDED
+            self.parked = str(note or leases.PARKED) if state == leases.PARKED else ""
+        due = time.monotonic() - self._workers_read_at >= WORKERS_READ_S
+        if self.parked and (moved or due):
+            self._workers_read_at, now = time.monotonic(), time.time()
+            self.workerless = not presence.running(await presence.seen(self.store, now), now)
 
     def pending(self) -> list[ApprovalRequest]:
         return list(self._pending)

@@ -7,6 +7,8 @@ out and other workers take its runs. Every lease is checked before each model ca
 tool (`Lease.ensure`): a lease the store no longer confirms (another worker holds the run)
 stops the run here at once, acting on nothing, and its writer keeps nothing more (the store's
 fence refuses it anyway); one no renewal reached the store for waits for the store's word.
+The same beat keeps the worker's own row (`store/presence.py`), a worker holding no run too:
+`loopdeck workers` lists it, and a command to a run no worker holds says whether one runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.leased_run import Lease, LeasedRun
-from loopdeck.store import deciding, leases, queries
+from loopdeck.store import deciding, leases, presence, queries
 from loopdeck.store.base import Beats, Location, Store, StoreError
 from loopdeck.store.opening import open_store
 
@@ -92,7 +94,13 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         store = self.store = await open_store(self.location)
-        renewal = Renewal(store, self.name.holder, self.hold_s, self.held)
+        name = self.name
+        try:
+            await presence.arrive(store, name.holder, name.host, name.pid, self.slots, self.hold_s)
+        except BaseException:
+            await store.close()
+            raise
+        renewal = Renewal(store, name.holder, self.hold_s, self.held)
         renewal.start()
         # The model library loaded before the first claim: no claimed run waits on it.
         await asyncio.to_thread(litellm_module)
@@ -106,6 +114,8 @@ class Worker:
                 await self._hand_back(store)
             finally:
                 renewal.stop()
+                with contextlib.suppress(StoreError):  # else it goes silent as its beats end
+                    await presence.leave(store, self.name.holder)
                 await store.close()
 
     async def _claiming(self, store: Store, stop: asyncio.Event) -> None:

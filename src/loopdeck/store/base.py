@@ -20,11 +20,12 @@ import platformdirs
 
 from loopdeck import settings
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 APP_ID = "loopdeck"
 # Rows appended at once below this go in one INSERT on PostgreSQL, as many or more by COPY
 # (in a pipelined transaction, held in their place: `store/pg_batched.py`).
 PIPELINED_ROWS = 32
+# v10: the `workers` table, which workers run for the store (`store/presence.py`).
 # v9: the leases' `unmovable`, why a run cannot go on in another worker (`leases.pin`).
 # v8: the approvals' `untaken`, a decision the store took that the run has not taken yet.
 # v7: the leases' `changed`, where each run is fed to the fleet as its runs row is
@@ -237,8 +238,9 @@ class Beats(Protocol):
 
     def beat(self, run_id: str, at: float) -> None: ...
     def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
-        """A worker's leases pushed to `until` and its runs' heartbeats to `at`, in one
-        transaction: the (run, epoch) of each run it still holds (`store/leases.py`)."""
+        """A worker's leases and its own row pushed to `until`, its runs' heartbeats to `at`,
+        in one transaction: the (run, epoch) of each run it still holds (`store/leases.py`,
+        `store/presence.py`)."""
         ...
 
     def close(self) -> None: ...

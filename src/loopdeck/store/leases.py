@@ -337,18 +337,13 @@ async def refresh_request(
     )
 
 
-async def unheld(store: Store, run_id: str) -> tuple[str, bool] | None:
-    """A placed run no worker holds now (parked, or held under a lease that lapsed): its
-    lease's state, and whether any worker holds a run of this store under a live lease (an
-    idle worker holds none, and leaves no trace). None when a worker holds it, or it was never
-    placed (its runner its own process)."""
-    now = time.time()
+async def unheld(store: Store, run_id: str) -> str | None:
+    """A placed run no worker holds now (parked, queued, or held under a lease that lapsed):
+    its lease's state. None when a worker holds it, or it was never placed (its runner its
+    own process). Which workers run for the store: `store/presence.py`."""
     rows = await store.fetchall("SELECT state, expires_at FROM leases WHERE run_id = ?", (run_id,))
     if not rows or rows[0]["state"] not in LIVE:
         return None
-    if rows[0]["state"] == HELD and float(rows[0]["expires_at"] or 0) >= now:
+    if rows[0]["state"] == HELD and float(rows[0]["expires_at"] or 0) >= time.time():
         return None
-    live = await store.fetchall(
-        f"SELECT 1 FROM leases WHERE state = '{HELD}' AND expires_at >= ? LIMIT 1", (now,)
-    )
-    return str(rows[0]["state"]), bool(live)
+    return str(rows[0]["state"])

@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from loopdeck.store.base import PIPELINED_ROWS, StoreError, StoreRefused, StoreUnavailable
 from loopdeck.store.leases import BEAT_HELD, RENEW
+from loopdeck.store.presence import BEAT_WORKER
 
 CONNECT_TIMEOUT_S = 3  # libpq counts whole seconds, at least 2
 # An established connection whose server vanished (a host down, a network cut) fails within
@@ -371,6 +372,7 @@ class PgBeats:
             with conn.transaction():
                 held = conn.execute(sql_of(RENEW), (until, holder)).fetchall()
                 conn.execute(sql_of(BEAT_HELD), (at, holder))
+                conn.execute(sql_of(BEAT_WORKER), (at, until, holder))
         except psycopg.Error as exc:
             error = failure(self.path, exc, conn)
             if isinstance(error, StoreUnavailable):

@@ -62,6 +62,7 @@ from loopdeck.store.pg_connection import (
 )
 from loopdeck.store.pg_connections import Connections, close_connection
 from loopdeck.store.pg_waiting import LoopConnection
+from loopdeck.store.presence import WORKERS_TABLE
 
 CHANNEL = "loopdeck_changes"
 SAFETY_POLL_S = 1.0
@@ -87,7 +88,7 @@ CREATE TABLE IF NOT EXISTS runs (
     consumed_at DOUBLE PRECISION
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
-{LEASES_TABLE}{ADDED}
+{LEASES_TABLE}{WORKERS_TABLE}{ADDED}
 {POSTGRES_FEED}
 CREATE OR REPLACE FUNCTION loopdeck_notify() RETURNS trigger AS $$
 BEGIN PERFORM pg_notify('{CHANNEL}', NEW.run_id); RETURN NULL; END $$ LANGUAGE plpgsql;

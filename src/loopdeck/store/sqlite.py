@@ -32,6 +32,7 @@ from loopdeck.store.base import (
 from loopdeck.store.feed import SQLITE_FEED, fill_summaries
 from loopdeck.store.files import owned_store_files, private_store_files, store_folder
 from loopdeck.store.leases import BEAT_HELD, LEASES_TABLE, RENEW
+from loopdeck.store.presence import BEAT_WORKER, WORKERS_TABLE
 from loopdeck.store.sqlite_thread import run_on_thread
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS runs (
     by TEXT NOT NULL, created_at REAL NOT NULL, consumed_at REAL
 );
 CREATE INDEX IF NOT EXISTS commands_open ON commands (run_id, consumed_at);
-{LEASES_TABLE}"""
+{LEASES_TABLE}{WORKERS_TABLE}"""
 
 
 def busy_timeout_s() -> float:
@@ -123,6 +124,7 @@ class _SqliteBeats:
         try:
             held = [(str(r[0]), int(r[1])) for r in self.db.execute(RENEW, (until, holder))]
             self.db.execute(BEAT_HELD, (at, holder))
+            self.db.execute(BEAT_WORKER, (at, until, holder))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")

@@ -186,7 +186,7 @@ class FleetScreen(Screen[None]):
         header = (
             f"[b]loopdeck[/] · fleet · {plural(len(self.fleet.rows), 'run')}{shown}{badge}"
             f"{' · [b $error]$outage[/]' if self.fleet.outage.since else ''}"
-            " · [dim]$store[/]"
+            f"{_workers(self.fleet.workers_said)} · [dim]$store[/]"
         )
         said = (header, self.filter_text, self.fleet.outage.text)
         if said != self._header_said:  # an update is a layout of the whole screen
@@ -250,3 +250,10 @@ class FleetScreen(Screen[None]):
             box.display = False
             self.query_one("#fleet-table").focus()
             self.render_fleet()
+
+
+def _workers(said: str) -> str:
+    """The store's workers in the header: none running is a warning (no run placed moves)."""
+    if not said:
+        return ""
+    return f" · [b $warning]{said}[/]" if said.startswith("no ") else f" · {said}"

@@ -34,6 +34,12 @@ def parked(link: RunLink) -> str:
     return link.parked if isinstance(link, StoreLink) else ""
 
 
+def workerless(link: RunLink) -> bool:
+    """While an attached run is parked: no worker runs for its store (none will take it up
+    until one starts); False otherwise."""
+    return isinstance(link, StoreLink) and bool(link.parked) and link.workerless
+
+
 def reading_history(link: RunLink) -> bool:
     """An attached run's long history is being read: frames show progress, not each batch."""
     return isinstance(link, StoreLink) and link.reading_history

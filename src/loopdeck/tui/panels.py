@@ -17,7 +17,7 @@ from loopdeck.core.outcome import CallRecord
 from loopdeck.core.states import RunState
 from loopdeck.core.text import plural, visible_json
 from loopdeck.core.write_diff import CONTENT_FIELDS
-from loopdeck.operator import run_waits, transcript
+from loopdeck.operator import transcript
 from loopdeck.operator.runview import RunView
 from loopdeck.tui.call_status import status_words, tool_as_run
 from loopdeck.tui.line_refresh import LinesRefresh, border_row, changed_rows, lines_of, rows_only
@@ -361,16 +361,14 @@ class RunHeader(FixedSize, Static):
         elsewhere: int = 0,
         outage: str = "",
         questions: int = 0,
-        parked: bool = False,
+        parked: tuple[str, str] | None = None,
     ) -> None:
         """`pending` writes and `questions` wait here for the operator; `elsewhere` in other
         runs of the store; `frame` the spinner's step while the run goes on (None: a replay,
-        nothing turns; `parked`: its worker let it go, nothing runs)."""
-        state, then = view.shown_state, ""
-        parked = parked and not view.finished
-        if parked:
-            state, then = run_waits.parked_words(view)
-            then = f" · {then}"
+        nothing turns; `parked`: its worker let it go, nothing runs: its state and what wakes
+        it, `run_waits.parked_words`)."""
+        state, then = parked or (view.shown_state, "")
+        then = f" · {then}" if then else ""
         badge = " [b $error]$outage[/]" if outage else ""  # the store cannot be read for now
         waiting = [plural(n, what) for n, what in ((pending, "approval"), (questions, "question"))]
         if pending or questions:
@@ -379,7 +377,7 @@ class RunHeader(FixedSize, Static):
         if elsewhere:
             badge += f" [b $warning]+{elsewhere} in other runs · i[/]"
         badge += then
-        turning = frame is not None and not view.finished and bool(view.run_id) and not parked
+        turning = frame is not None and not view.finished and bool(view.run_id) and parked is None
         spin = f"{SPINNER[(frame or 0) % len(SPINNER)]} " if turning else ""
         waited = f" · waiting on you {elapsed_text(operator_s)}" if operator_s >= 1 else ""
         run = view.run_id or "starting…"
@@ -387,7 +385,7 @@ class RunHeader(FixedSize, Static):
         # Where a worker runs it: its host by the run, its last move and its fork's source
         # at the end (a narrow terminal cuts those first). A field not known yet (the env
         # and model before the run's first event) is left out, not joined empty.
-        host = " on [b]$host[/]" if view.host and not parked else ""  # parked: on none
+        host = " on [b]$host[/]" if view.host and parked is None else ""  # parked: on none
         known = {f"[b]$env[/]{script}": view.env, "$model": view.model,
                  "[dim]$moved[/]": view.moved, "[dim]$forked[/]": view.forked}  # fmt: skip
         fields = [f"run [b]$run[/]{host}", *(f for f, value in known.items() if value)]

@@ -138,7 +138,9 @@ class RunPanels:
         outage = link_facets.store_outage(self.link)  # an attached run's store, unreadable
         outage = outage or view.store_outage  # the run holds: its store takes no writes
         frame = self.frame if self.live else None
-        parked = bool(link_facets.parked(self.link))  # its worker let it go: nothing turns
+        parked = None  # its worker let it go: nothing turns, and what wakes it is said
+        if link_facets.parked(self.link) and not view.finished:
+            parked = run_waits.parked_words(view, link_facets.workerless(self.link))
         self.screen.query_one(RunHeader).show(
             view, agent_s, operator_s, pending, frame, elsewhere, outage, questions, parked
         )

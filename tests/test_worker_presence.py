@@ -1,0 +1,290 @@
+"""Which workers run for a store (schema v10, `store/presence.py`): a worker is listed running
+while its heartbeat reaches the store (holding no run too), stopped once it stops in order,
+silent once killed; `loopdeck workers` lists them, and a command to a run no worker holds says
+what the workers mean for it: one with a free slot takes it up, every slot is taken, or none
+runs (naming the last heard of) and nothing happens until one starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from worker_helpers import BOUND_S
+
+from loopdeck.cli import main
+from loopdeck.operator.fleet import Fleet
+from loopdeck.operator.worker import Worker
+from loopdeck.store import leases, presence
+from loopdeck.store.base import SCHEMA_VERSION, Location, Store
+from loopdeck.store.opening import open_store
+
+HOST_A = leases.WorkerName("host-a", 1, "aaaa")
+HOST_B = leases.WorkerName("host-b", 2, "bbbb")
+
+
+async def _until(check: Any, what: str) -> None:
+    end = time.monotonic() + BOUND_S
+    while not await check():
+        assert time.monotonic() < end, f"never happened: {what}"
+        await asyncio.sleep(0.05)
+
+
+async def _parked(store: Store, run_id: str, worker: leases.WorkerName = HOST_A) -> None:
+    """A submitted run claimed by `worker`, then let go as parked while paused: no worker
+    claims it until a command is sent to it."""
+    await leases.submit(store, run_id, {})
+    claim = await leases.claim(store, worker, 60.0)
+    assert claim is not None and claim.run_id == run_id
+    await store.execute(
+        "INSERT INTO runs (run_id, state, paused) VALUES (?, 'deciding', 1)", (run_id,)
+    )
+    await leases.let_go(store, run_id, claim.epoch, leases.PARKED, f"parked by {worker.host}")
+
+
+async def _held(store: Store, run_id: str, worker: leases.WorkerName) -> None:
+    """A run `worker` holds (the oldest claimable: claimed before a parked run sent a command)."""
+    await leases.submit(store, run_id, {})
+    await store.execute("UPDATE leases SET submitted_at = 0 WHERE run_id = ?", (run_id,))
+    claim = await leases.claim(store, worker, 60.0)
+    assert claim is not None and claim.run_id == run_id
+    await store.execute("INSERT INTO runs (run_id, state) VALUES (?, 'thinking')", (run_id,))
+
+
+def _cli(capsys: Any, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    out: str = capsys.readouterr().out
+    return code, " ".join(out.split())
+
+
+async def test_a_worker_is_running_while_it_beats_and_stopped_once_it_stops(
+    db: Location, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("LOOPDECK_LEASE_S", "0.4")  # a beat every 0.1 s
+    store = await open_store(db)
+    worker = Worker(db, slots=3, say=lambda line: None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+
+        async def beaten() -> bool:
+            assert not task.done()
+            seen = await presence.seen(store)
+            return bool(seen) and seen[0].seen_at > seen[0].started_at  # a beat landed
+
+        await _until(beaten, "the worker's row, beaten forward")
+        [seen] = await presence.seen(store)
+        assert seen.holder == worker.name.holder and seen.slots == 3 and seen.holds == 0
+        assert seen.state(time.time()) == presence.RUNNING
+        stop.set()
+        await task
+        [seen] = await presence.seen(store)
+        assert seen.state(time.time()) == presence.STOPPED and seen.stopped_at is not None
+    finally:
+        stop.set()
+        await task
+        await store.close()
+
+
+async def test_a_beat_under_way_as_its_worker_left_does_not_bring_it_back(db: Location) -> None:
+    store = await open_store(db)
+    try:
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 10.0)
+        await presence.leave(store, HOST_A.holder)
+
+        def beat() -> None:  # as the heartbeat's thread does, on a connection of its own
+            beats = store.open_beats(1.0)
+            try:
+                beats.renew(HOST_A.holder, time.time() + 10, time.time())
+            finally:
+                beats.close()
+
+        await asyncio.to_thread(beat)
+        [seen] = await presence.seen(store)
+        assert seen.state(time.time()) == presence.STOPPED
+    finally:
+        await store.close()
+
+
+async def test_a_store_from_v9_gains_the_workers_table(db: Location) -> None:
+    store = await open_store(db)
+    try:
+        await store.execute("DROP TABLE workers")
+        await store.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    finally:
+        await store.close()
+    store = await open_store(db)
+    try:
+        [version] = await store.fetchall("SELECT value FROM meta WHERE key = 'schema_version'")
+        assert version[0] == str(SCHEMA_VERSION) == "10"
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 10.0)
+        assert [w.holder for w in await presence.seen(store)] == [HOST_A.holder]
+    finally:
+        await store.close()
+
+
+def test_workers_lists_none_then_each_worker_with_its_runs(tmp_path: Path, capsys: Any) -> None:
+    db = tmp_path / "s.db"
+
+    async def made(step: str) -> None:
+        store = await open_store(db)
+        try:
+            if step == "workers":
+                await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 600.0)
+                await _held(store, "held1", HOST_A)
+                await presence.arrive(store, HOST_B.holder, "host-b", 2, 4, 600.0)
+                await presence.leave(store, HOST_B.holder)
+        finally:
+            await store.close()
+
+    asyncio.run(made("store"))
+    code, said = _cli(capsys, "workers", "--db", str(db))
+    assert code == 0 and said == (
+        f"no worker has run for {db} in the last day: `loopdeck worker --db {db}` starts one"
+    )
+    assert main(["workers", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+    asyncio.run(made("workers"))
+    code, said = _cli(capsys, "workers", "--db", str(db))
+    assert code == 0
+    assert "host-a/1/aaaa running 1 of 2" in said and "host-b/2/bbbb stopped 0 of 4" in said, said
+    assert main(["workers", "--db", str(db), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(w["worker"], w["state"], w["holds"], w["slots"]) for w in listed] == [
+        ("host-a/1/aaaa", "running", 1, 2), ("host-b/2/bbbb", "stopped", 0, 4)
+    ]  # fmt: skip
+
+
+def test_a_command_to_a_parked_run_says_what_the_workers_mean_for_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """None has run: nothing happens until one starts. The one running has every slot taken:
+    it waits for one to free. Another with a free slot: it takes it up, said as before."""
+    db = tmp_path / "s.db"
+
+    async def made(step: str) -> None:
+        store = await open_store(db)
+        try:
+            if step == "parked":
+                await _parked(store, "parked1")
+            elif step == "busy":
+                await presence.arrive(store, HOST_A.holder, "host-a", 1, 1, 600.0)
+                await _held(store, "held1", HOST_A)
+            else:
+                await presence.arrive(store, HOST_B.holder, "host-b", 2, 2, 600.0)
+        finally:
+            await store.close()
+
+    asyncio.run(made("parked"))
+    code, said = _cli(capsys, "resume", "parked1", "--db", str(db))
+    assert code == 0 and said.startswith(
+        "parked1: resume sent; it is parked (no worker holds it): the next worker with a free"
+        f" slot takes it up, and it goes on; no worker runs for {db}: nothing happens until one"
+        f" starts (loopdeck worker --db {db})"
+    ), said
+    asyncio.run(made("busy"))
+    code, said = _cli(capsys, "message", "parked1", "look again", "--db", str(db))
+    assert code == 0 and said.endswith(
+        f"the model hears it next turn; the one worker running for {db} has every slot taken"
+        " (1 in all): it waits for one to free"
+    ), said
+    assert main(["message", "parked1", "and again", "--db", str(db), "--json"]) == 0
+    sent = json.loads(capsys.readouterr().out)
+    assert sent["held"] is False and sent["message"].endswith("it waits for one to free"), sent
+    asyncio.run(made("free"))
+    assert main(["cancel", "parked1", "--db", str(db), "--json"]) == 0
+    sent = json.loads(capsys.readouterr().out)
+    assert sent["held"] is False and sent["message"].endswith(
+        "takes it up, and it stops after its current tools"
+    ), sent
+
+
+def test_a_worker_killed_is_silent_and_a_command_names_it_the_last_heard_of(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = tmp_path / "s.db"
+    asyncio.run(_with_store(db, lambda store: _parked(store, "parked1")))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "loopdeck", "worker", "--db", str(db), "--slots", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LOOPDECK_LEASE_S": "1", "LOOPDECK_HOST": "host-k"},
+    )  # fmt: skip
+    try:
+        running = asyncio.run(_with_store(db, lambda store: _seen_as(store, presence.RUNNING)))
+        assert running.host == "host-k" and running.pid == worker.pid
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        assert worker.stderr is not None
+        worker.stderr.close()
+    silent = asyncio.run(_with_store(db, lambda store: _seen_as(store, presence.SILENT)))
+    code, said = _cli(capsys, "workers", "--db", str(db))
+    assert code == 0 and f"{silent.holder} silent" in said, said
+    code, said = _cli(capsys, "message", "parked1", "hello", "--db", str(db))
+    assert code == 0
+    assert f"; no worker runs for {db} (the last, {silent.holder}, silent since it was" in said
+    assert f"nothing happens until one starts (loopdeck worker --db {db})" in said, said
+
+
+async def _with_store(db: Path, use: Any) -> Any:
+    store = await open_store(db)
+    try:
+        return await use(store)
+    finally:
+        await store.close()
+
+
+async def _seen_as(store: Store, state: str) -> presence.SeenWorker:
+    found: list[presence.SeenWorker] = []
+
+    async def seen() -> bool:
+        found[:] = [w for w in await presence.seen(store) if w.state(time.time()) == state]
+        return bool(found)
+
+    await _until(seen, f"a worker {state}")
+    return found[0]
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_lease(monkeypatch: Any) -> None:
+    monkeypatch.delenv("LOOPDECK_LEASE_S", raising=False)
+
+
+async def test_the_fleet_says_which_workers_run(db: Location) -> None:
+    """Nothing placed: nothing said. A run queued: no worker runs. A worker running: how many
+    of its slots hold runs. Killed (its expiry passed, nothing committed): none runs again."""
+    store, reading = await open_store(db), await open_store(db)  # the fleet's own connection
+    fleet = Fleet()
+
+    async def said() -> str:
+        fleet.workers_read = -math.inf  # read now, not after `READ_EVERY_S`
+        await fleet.refresh(reading)
+        return fleet.workers_said
+
+    try:
+        assert await said() == ""
+        await leases.submit(store, "queued1", {})
+        assert await said() == "no worker runs"
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 1.0)
+        await _held(store, "held1", HOST_A)
+        assert await said() == "1 worker · 1 of 2 slots"
+        await presence.arrive(store, HOST_B.holder, "host-b", 2, 4, 600.0)
+        assert await said() == "2 workers · 1 of 6 slots"
+        await presence.leave(store, HOST_B.holder)
+
+        async def silent() -> bool:
+            return await said() == "no worker runs"  # host-a's expiry (1 s) passed
+
+        await _until(silent, "host-a silent, said so")
+    finally:
+        await reading.close()
+        await store.close()
