@@ -21,8 +21,8 @@ from loopdeck.core.states import StopReason
 from loopdeck.core.text import capped
 from loopdeck.operator.store_link import StoreLink
 from loopdeck.tui.app import ConsoleStart, LoopdeckApp
-from loopdeck.tui.dialogs import ApprovalDialog
-from loopdeck.tui.message_dialog import MessageDialog
+from loopdeck.tui.dialogs import ApprovalDialog, ConfirmKillDialog
+from loopdeck.tui.message_dialog import MessageDialog, unheard
 
 SIZE = (160, 48)
 SAID = "keep the note short"
@@ -143,6 +143,24 @@ async def test_stopping_the_run_from_the_message_box_closes_it_unsent(keys) -> N
         assert any("nobody will hear it" in text for text in notices(app))
         await wait_until(pilot, lambda: finished(app))
         assert screen.link.runtime.messages.heard == [] and _said(screen) == []
+
+
+async def test_a_box_told_to_close_under_another_screen_closes_once_that_screen_goes() -> None:
+    """The kill's answer may be heard while its question is still on top of the box: the box
+    closes once it is on top again, however many refreshes that takes."""
+    app = console_app(SAMPLES / "order_support", "solve")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        screen = run_screen(app)
+        box = await _box_over_the_waiting_run(pilot, app)
+        question = ConfirmKillDialog()
+        await app.push_screen(question)
+        unheard(box)
+        for _ in range(5):  # refreshes with the question on top: the box waits under it
+            await pilot.pause()
+        assert app.screen is question and box in app.screen_stack
+        question.dismiss(False)
+        await wait_until(pilot, lambda: app.screen is screen)
+        assert any("nobody will hear it" in text for text in notices(app))
 
 
 async def test_a_run_that_ends_under_the_message_box_is_said_ended_there() -> None:

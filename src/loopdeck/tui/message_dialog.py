@@ -39,6 +39,7 @@ class MessageDialog(ModalScreen[str | None]):
         super().__init__(classes="dialog")
         self.run_id = run_id
         self.ended = False
+        self._close_on_resume = False
         self._box = Vertical(id="message-box")
         self._said = Static(markup("[b]Say to the agent[/]\n$when", when=HEARD_WHEN))
         self._keys = Static(KEYS, id="message-keys")
@@ -70,7 +71,7 @@ class MessageDialog(ModalScreen[str | None]):
         """The operator stopped or killed the run from here: nobody will hear a message; the
         box goes (once the kill's question has), saying so if it held one."""
         if self.app.screen is not self:
-            self.app.call_after_refresh(self._close_when_shown)
+            self._close_on_resume = True  # once what is on top of it (the kill's question) goes
             return
         if self._text.value.strip():
             toast(self.app, "the run is stopping: nobody will hear it", title="message not sent")
@@ -89,8 +90,8 @@ class MessageDialog(ModalScreen[str | None]):
     def action_close(self) -> None:
         self.dismiss(None)
 
-    def _close_when_shown(self) -> None:
-        if self.app.screen is self:
+    def on_screen_resume(self) -> None:
+        if self._close_on_resume:
             self.close_unsent()
 
 
