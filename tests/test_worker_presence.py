@@ -15,12 +15,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from worker_helpers import BOUND_S
 
 from loopdeck.cli import main
+from loopdeck.operator import fleet as fleet_module
 from loopdeck.operator.fleet import Fleet
 from loopdeck.operator.worker import Worker
 from loopdeck.store import leases, presence
@@ -259,32 +261,35 @@ def _no_inherited_lease(monkeypatch: Any) -> None:
     monkeypatch.delenv("LOOPDECK_LEASE_S", raising=False)
 
 
-async def test_the_fleet_says_which_workers_run(db: Location) -> None:
+async def test_the_fleet_says_which_workers_run(db: Location, monkeypatch: Any) -> None:
     """Nothing placed: nothing said. A run queued: no worker runs. A worker running: how many
     of its slots hold runs. Killed (its expiry passed, nothing committed): none runs again."""
     store, reading = await open_store(db), await open_store(db)  # the fleet's own connection
     fleet = Fleet()
 
-    async def said() -> str:
-        fleet.workers_read = -math.inf  # read now, not after `READ_EVERY_S`
-        await fleet.refresh(reading)
-        return fleet.workers_said
+    async def says(words: str) -> None:
+        async def said() -> bool:
+            fleet.workers_read = -math.inf  # read now, not after `READ_EVERY_S`
+            await fleet.refresh(reading)
+            return fleet.workers_said == words
+
+        await _until(said, f"the fleet says {words!r}; it says {fleet.workers_said!r}")
 
     try:
-        assert await said() == ""
+        await says("")
         await leases.submit(store, "queued1", {})
-        assert await said() == "no worker runs"
-        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 1.0)
+        await says("no worker runs")  # once the fleet has read the queued run
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 600.0)
         await _held(store, "held1", HOST_A)
-        assert await said() == "1 worker · 1 of 2 slots"
+        await says("1 worker · 1 of 2 slots")
         await presence.arrive(store, HOST_B.holder, "host-b", 2, 4, 600.0)
-        assert await said() == "2 workers · 1 of 6 slots"
+        await says("2 workers · 1 of 6 slots")
         await presence.leave(store, HOST_B.holder)
-
-        async def silent() -> bool:
-            return await said() == "no worker runs"  # host-a's expiry (1 s) passed
-
-        await _until(silent, "host-a silent, said so")
+        await says("1 worker · 1 of 2 slots")
+        later = time.time() + 700  # host-a's expiry passed, nothing committed (killed)
+        clock = SimpleNamespace(time=lambda: later, monotonic=time.monotonic)
+        monkeypatch.setattr(fleet_module, "time", clock)
+        await says("no worker runs")
     finally:
         await reading.close()
         await store.close()
