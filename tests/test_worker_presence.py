@@ -293,3 +293,21 @@ async def test_the_fleet_says_which_workers_run(db: Location, monkeypatch: Any) 
     finally:
         await reading.close()
         await store.close()
+
+
+def test_a_long_worker_name_folds_and_its_state_stays_at_60_columns(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    db = tmp_path / "s.db"
+    host = "ip-10-0-0-12.eu-west-1.compute.internal"
+
+    async def made(store: Store) -> None:
+        await presence.arrive(store, f"{host}/123456/abcdef12", host, 123456, 20, 600.0)
+
+    asyncio.run(_with_store(db, made))
+    monkeypatch.setenv("COLUMNS", "60")
+    assert main(["workers", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 60, lines
+    shown = "".join(line.strip() for line in lines)
+    assert "running" in shown and "0 of 20" in shown and "123456/abcdef12" in shown, lines

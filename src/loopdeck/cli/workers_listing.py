@@ -36,16 +36,26 @@ def workers_table(
 ) -> RenderableType:
     """Each worker: its name (host/pid/token, never cut), its state (a silent one with how
     long it has been), the runs it holds of its slots, its start and when it was last heard
-    of. Giving way: the start, then when it was last heard of."""
+    of. Giving way: the start, when it was last heard of, then its name folded after its host."""
     title = Text(f"workers of {visible(str(store.path))}, oldest first")
+    names = tuple(worker.holder for worker in workers)
+    # Its host on a line, its process and token on the next, where a long host name is wider.
+    folds = tuple(_folded(name) for name in names)
     columns = [
-        Column("worker", tuple(worker.holder for worker in workers), keep=True),
+        Column("worker", names, keep=True),
         Column("state", tuple(_state(worker, now) for worker in workers)),
         Column("runs", tuple(f"{worker.holds} of {worker.slots}" for worker in workers)),
         Column("started", tuple(_clock(worker.started_at) for worker in workers), keep=True),
         Column("last heard", tuple(_ago(worker, now) for worker in workers)),
     ]
-    return fitted(title, columns, [("started", None), ("last heard", None)], width)
+    give_way = [("started", None), ("last heard", None),
+                ("worker", Column("worker", names, folds=folds))]  # fmt: skip
+    return fitted(title, columns, give_way, width)
+
+
+def _folded(name: str) -> tuple[str, ...]:
+    host, _, rest = name.partition("/")
+    return (f"{host}/", rest) if rest else (name,)
 
 
 def _state(worker: SeenWorker, now: float) -> str:
