@@ -105,7 +105,9 @@ async def test_a_beat_under_way_as_its_worker_left_does_not_bring_it_back(db: Lo
         def beat() -> None:  # as the heartbeat's thread does, on a connection of its own
             beats = store.open_beats(1.0)
             try:
-                beats.renew(HOST_A.holder, time.time() + 10, time.time())
+                at = time.time()
+                itself = presence.beat_params(HOST_A.holder, "host-a", 1, 2, at, at, at + 10)
+                beats.renew(HOST_A.holder, at + 10, at, itself)
             finally:
                 beats.close()
 
@@ -311,3 +313,140 @@ def test_a_long_worker_name_folds_and_its_state_stays_at_60_columns(
     assert max(len(line) for line in lines) <= 60, lines
     shown = "".join(line.strip() for line in lines)
     assert "running" in shown and "0 of 20" in shown and "123456/abcdef12" in shown, lines
+
+
+async def test_a_beat_makes_a_lost_row_again(db: Location) -> None:
+    """A worker frozen past `KEPT_S` has its row deleted by the next to arrive; its next beat
+    lists it again, from its own start."""
+    store = await open_store(db)
+    try:
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 10.0)
+        await store.execute("DELETE FROM workers")
+
+        def beat() -> None:
+            beats = store.open_beats(1.0)
+            try:
+                at = time.time()
+                itself = presence.beat_params(HOST_A.holder, "host-a", 1, 2, 100.0, at, at + 10)
+                beats.renew(HOST_A.holder, at + 10, at, itself)
+            finally:
+                beats.close()
+
+        await asyncio.to_thread(beat)
+        [seen] = await presence.seen(store)
+        assert seen.holder == HOST_A.holder and seen.started_at == 100.0
+        assert seen.state(time.time()) == presence.RUNNING
+    finally:
+        await store.close()
+
+
+async def test_a_worker_gone_a_day_is_not_read_and_the_last_heard_of_is_named(
+    db: Location,
+) -> None:
+    store = await open_store(db)
+    try:
+        now = time.time()
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 2, 10.0)
+        await store.execute(
+            "UPDATE workers SET seen_at = ?, expires_at = ?", (now - 2 * 86400,) * 2
+        )
+        assert await presence.seen(store) == []
+        # host-a silent since 60 s ago (a long lease), host-b stopped 30 s ago: host-b is last
+        await store.execute("UPDATE workers SET seen_at = ?, expires_at = ?", (now - 60, now - 1))
+        await presence.arrive(store, HOST_B.holder, "host-b", 2, 2, 10.0)
+        await store.execute(
+            "UPDATE workers SET stopped_at = ?, expires_at = ? WHERE holder = ?",
+            (now - 30, now - 30, HOST_B.holder),
+        )
+        seen = await presence.seen(store)
+        assert [w.holder for w in seen if w.state(now) == presence.SILENT] == [HOST_A.holder]
+        last = presence.last_gone(seen)
+        assert last is not None and last.holder == HOST_B.holder
+    finally:
+        await store.close()
+
+
+def test_a_worker_of_an_older_loopdeck_is_known_by_the_leases_it_holds(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """It keeps no row (it ran since before its store was brought to v10): it holds a live
+    lease, so it runs, its slots unknown; a run no worker holds may be taken up by it."""
+    db = tmp_path / "s.db"
+
+    async def made(store: Store) -> None:
+        await _parked(store, "parked1")
+        await _held(store, "held1", HOST_A)  # no row of host-a's
+
+    asyncio.run(_with_store(db, made))
+    code, said = _cli(capsys, "workers", "--db", str(db))
+    assert code == 0 and "host-a/1/aaaa running 1 of ?" in said, said
+    code, said = _cli(capsys, "resume", "parked1", "--db", str(db))
+    assert code == 0 and said.endswith("takes it up, and it goes on"), said
+
+    async def fleet_said(store: Store) -> str:
+        fleet = Fleet()
+        await fleet.refresh(store)
+        return fleet.workers_said
+
+    assert asyncio.run(_with_store(db, fleet_said)) == "1 worker · 1 run"
+
+
+async def test_the_fleet_reads_the_workers_every_few_seconds_not_every_refresh(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    db = tmp_path / "s.db"
+    store, reading = await open_store(db), await open_store(db)
+    reads: list[str] = []
+    fetchall = reading.fetchall
+
+    async def counted(sql: str, params: Any = ()) -> Any:
+        if "FROM workers" in sql:
+            reads.append(sql)
+        return await fetchall(sql, params)
+
+    monkeypatch.setattr(reading, "fetchall", counted)
+    fleet = Fleet()
+    try:
+        for i in range(5):  # a commit before each refresh: the counter moves every time
+            await leases.submit(store, f"q{i}", {})
+            await fleet.refresh(reading)
+        assert len(reads) == 1 and fleet.workers_said == "no worker runs", reads
+        fleet.workers_read -= presence.READ_EVERY_S  # as if that long had passed
+        await fleet.refresh(reading)
+        assert len(reads) == 2, reads
+    finally:
+        await reading.close()
+        await store.close()
+
+
+async def test_a_stopping_worker_is_stopped_before_it_hands_its_runs_back(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """It claims no more once stopping: no command is told it takes a run up while it hands
+    its own back (up to `HAND_BACK_WAIT_S`)."""
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    states: list[str] = []
+    hand_back = Worker._hand_back
+
+    async def looked(self: Worker, at: Store) -> None:
+        states.extend(w.state(time.time()) for w in await presence.seen(at))
+        await hand_back(self, at)
+
+    monkeypatch.setattr(Worker, "_hand_back", looked)
+    worker = Worker(db, slots=1, say=lambda line: None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await _until(lambda: _has_rows(store), "the worker listed")
+        stop.set()
+        await task
+        assert states == [presence.STOPPED], states
+    finally:
+        stop.set()
+        await task
+        await store.close()
+
+
+async def _has_rows(store: Store) -> bool:
+    return bool(await presence.seen(store))

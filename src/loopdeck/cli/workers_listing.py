@@ -4,7 +4,8 @@
 
 A worker is `running` while its heartbeat reaches the store, `silent` once it has not for
 longer than its lease (killed, stopped, or cut off from the store: its runs move to other
-workers), `stopped` when it stopped in order. Each says how many of its slots hold a run.
+workers), `stopped` once it stopped claiming. Each says how many of its slots hold a run
+("2 of ?": a worker of an older loopdeck, which keeps no row, known by the leases it holds).
 Workers gone for longer than a day are forgotten. Exit 0; no worker at all is said so.
 """
 
@@ -44,7 +45,9 @@ def workers_table(
     columns = [
         Column("worker", names, keep=True),
         Column("state", tuple(_state(worker, now) for worker in workers)),
-        Column("runs", tuple(f"{worker.holds} of {worker.slots}" for worker in workers)),
+        Column(
+            "runs", tuple(f"{worker.holds} of {_or_unknown(worker.slots)}" for worker in workers)
+        ),
         Column("started", tuple(_clock(worker.started_at) for worker in workers), keep=True),
         Column("last heard", tuple(_ago(worker, now) for worker in workers)),
     ]
@@ -56,6 +59,10 @@ def workers_table(
 def _folded(name: str) -> tuple[str, ...]:
     host, _, rest = name.partition("/")
     return (f"{host}/", rest) if rest else (name,)
+
+
+def _or_unknown(slots: int | None) -> str:
+    return "?" if slots is None else str(slots)  # "?": a worker of an older loopdeck
 
 
 def _state(worker: SeenWorker, now: float) -> str:

@@ -106,8 +106,8 @@ class StoreLink:
         self._placement_final = False
         self._placement_read_at: int | None = None  # the store's change counter then
         # While parked: no worker runs for the store (`store/presence.py`), so none takes the
-        # run up until one starts. Read with the lease, and every `WORKERS_READ_S` while
-        # parked: a worker killed goes silent with nothing committed.
+        # run up until one starts. Read as it is parked, then every `WORKERS_READ_S` (a
+        # worker killed goes silent with nothing committed; a busy store commits always).
         self.workerless = False
         self._workers_read_at = -math.inf
 
@@ -308,15 +308,15 @@ class StoreLink:
             return
         assert self.store is not None
         counter = await queries.change_counter(self.store)
-        moved = counter != self._placement_read_at
-        if moved:
+        was_parked = self.parked
+        if counter != self._placement_read_at:
             row = await leases.parking(self.store, self.run_id)
             self._placement_read_at = counter
             state, note = (None, None) if row is None else row
             self._placement_final = state is None or state == leases.ENDED
             self.parked = str(note or leases.PARKED) if state == leases.PARKED else ""
         due = time.monotonic() - self._workers_read_at >= WORKERS_READ_S
-        if self.parked and (moved or due):
+        if self.parked and (due or not was_parked):  # not on every commit: a busy store
             self._workers_read_at, now = time.monotonic(), time.time()
             self.workerless = not presence.running(await presence.seen(self.store, now), now)
 

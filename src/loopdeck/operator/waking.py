@@ -44,14 +44,15 @@ async def waking_words(store: Store, run_id: str, verb: str, sent: str) -> str |
 
 async def workers_words(store: Store) -> str:
     """What the store's workers mean for a run waiting for one: "" when one running has a
-    free slot; else that it waits for a slot, or that none runs (and which was last heard of)."""
+    free slot (or may: an older loopdeck's, its slots unknown); else that it waits for a
+    slot, or that none runs (and which was last heard of)."""
     now = time.time()
     workers = await presence.seen(store, now)
     running = presence.running(workers, now)
-    if running and any(worker.free for worker in running):
+    if running and any(worker.may_take for worker in running):
         return ""
     if running:
-        slots = sum(worker.slots for worker in running)
+        slots = sum(worker.slots or 0 for worker in running)
         who = f"the {len(running)} workers" if len(running) > 1 else "the one worker"
         have = "have" if len(running) > 1 else "has"
         return (
@@ -62,7 +63,7 @@ async def workers_words(store: Store) -> str:
     heard = ""
     if last is not None:
         gone = "stopped at" if last.stopped_at is not None else "silent since it was last heard at"
-        at = datetime.fromtimestamp(last.stopped_at or last.seen_at)
+        at = datetime.fromtimestamp(last.last_heard)
         heard = f" (the last, {last.holder}, {gone} {at:%Y-%m-%d %H:%M:%S})"
     # A PostgreSQL store is named without its password: no command to copy from it.
     command = f" (loopdeck worker --db {shlex.quote(str(store.path))})"
@@ -73,15 +74,18 @@ async def workers_words(store: Store) -> str:
 
 
 def fleet_words(workers: list[presence.SeenWorker], now: float, waiting: bool) -> str:
-    """The fleet's word on its store's workers: "2 workers · 3 of 8 slots" while some run;
-    "no worker runs" once none does, if one ran in the last day or a run waits for one
-    (`waiting`: queued or parked); "" for a store nothing was ever placed in."""
+    """The fleet's word on its store's workers: "2 workers · 3 of 8 slots" while some run
+    ("2 workers · 3 runs" when one's slots are unknown: an older loopdeck's); "no worker
+    runs" once none does, if one ran in the last day or a run waits for one (`waiting`:
+    queued or parked); "" for a store no worker ran for and no run waits in."""
     running = presence.running(workers, now)
-    if running:
-        held = sum(worker.holds for worker in running)
-        slots = sum(worker.slots for worker in running)
-        return f"{plural(len(running), 'worker')} · {held} of {slots} slots"
-    return "no worker runs" if workers or waiting else ""
+    if not running:
+        return "no worker runs" if workers or waiting else ""
+    held = sum(worker.holds for worker in running)
+    slots = [worker.slots for worker in running]
+    if None in slots:
+        return f"{plural(len(running), 'worker')} · {plural(held, 'run')}"
+    return f"{plural(len(running), 'worker')} · {held} of {sum(s or 0 for s in slots)} slots"
 
 
 async def seen_workers(store: Store) -> tuple[list[SeenWorker], float]:

@@ -17,7 +17,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from loopdeck.llm.loader import litellm_module
 from loopdeck.operator.leased_run import Lease, LeasedRun
@@ -34,10 +35,19 @@ Say = Callable[[str], None]
 
 
 class Renewal:
-    """The heartbeat of every lease this worker holds, in one statement every quarter lease."""
+    """The heartbeat of every lease this worker holds, in one statement every quarter lease,
+    and of the worker's own row (`store/presence.py`: `itself`, its row as of a beat)."""
 
-    def __init__(self, store: Store, holder: str, hold_s: float, held: dict[str, Lease]):
+    def __init__(
+        self,
+        store: Store,
+        holder: str,
+        hold_s: float,
+        held: dict[str, Lease],
+        itself: Callable[[float, float], Sequence[Any]],
+    ):
         self.store, self.holder, self.hold_s, self.held = store, holder, hold_s, held
+        self.itself = itself
         self.failing: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name="loopdeck-leases", daemon=True)
@@ -63,7 +73,9 @@ class Renewal:
     def once(self, beats: Beats) -> None:
         began = time.monotonic()
         try:
-            held = set(beats.renew(self.holder, time.time() + self.hold_s, time.time()))
+            at = time.time()
+            until = at + self.hold_s
+            held = set(beats.renew(self.holder, until, at, self.itself(at, until)))
         except Exception as exc:  # unreachable or locked for a moment: `ensure` waits
             self.failing = f"{type(exc).__name__}: {exc}"
             return
@@ -94,13 +106,17 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         store = self.store = await open_store(self.location)
-        name = self.name
+        name, started = self.name, time.time()
+
+        def itself(at: float, until: float) -> Sequence[Any]:
+            return presence.beat_params(name.holder, name.host, name.pid, self.slots, started,
+                                        at, until)  # fmt: skip
+
         try:
             await presence.arrive(store, name.holder, name.host, name.pid, self.slots, self.hold_s)
-        except BaseException:
-            await store.close()
-            raise
-        renewal = Renewal(store, name.holder, self.hold_s, self.held)
+        except StoreError as exc:  # its next beat lists it
+            self.say(f"worker {name.holder}: not listed in the store yet: {exc}")
+        renewal = Renewal(store, name.holder, self.hold_s, self.held, itself)
         renewal.start()
         # The model library loaded before the first claim: no claimed run waits on it.
         await asyncio.to_thread(litellm_module)
@@ -109,13 +125,14 @@ class Worker:
         try:
             await self._claiming(store, stop)
         finally:
+            # It claims no more: not counted on for a run (else silent once its beats end).
+            with contextlib.suppress(StoreError):
+                await presence.leave(store, name.holder)
             await commands
             try:
                 await self._hand_back(store)
             finally:
                 renewal.stop()
-                with contextlib.suppress(StoreError):  # else it goes silent as its beats end
-                    await presence.leave(store, self.name.holder)
                 await store.close()
 
     async def _claiming(self, store: Store, stop: asyncio.Event) -> None:

@@ -237,10 +237,12 @@ class Beats(Protocol):
     """A blocking connection for the heartbeat thread."""
 
     def beat(self, run_id: str, at: float) -> None: ...
-    def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
-        """A worker's leases and its own row pushed to `until`, its runs' heartbeats to `at`,
-        in one transaction: the (run, epoch) of each run it still holds (`store/leases.py`,
-        `store/presence.py`)."""
+    def renew(
+        self, holder: str, until: float, at: float, itself: Sequence[Any]
+    ) -> list[tuple[str, int]]:
+        """A worker's leases and its own row (`itself`: `presence.beat_params`) pushed to
+        `until`, its runs' heartbeats to `at`, in one transaction: the (run, epoch) of each
+        run it still holds (`store/leases.py`, `store/presence.py`)."""
         ...
 
     def close(self) -> None: ...

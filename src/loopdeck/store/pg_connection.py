@@ -366,13 +366,15 @@ class PgBeats:
                 self.close()  # the next beat opens a new one
             raise error from exc
 
-    def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
+    def renew(
+        self, holder: str, until: float, at: float, itself: Sequence[Any]
+    ) -> list[tuple[str, int]]:
         conn = self._connection()
         try:
             with conn.transaction():
                 held = conn.execute(sql_of(RENEW), (until, holder)).fetchall()
                 conn.execute(sql_of(BEAT_HELD), (at, holder))
-                conn.execute(sql_of(BEAT_WORKER), (at, until, holder))
+                conn.execute(sql_of(BEAT_WORKER), tuple(itself))
         except psycopg.Error as exc:
             error = failure(self.path, exc, conn)
             if isinstance(error, StoreUnavailable):

@@ -119,12 +119,14 @@ class _SqliteBeats:
     def beat(self, run_id: str, at: float) -> None:
         self.db.execute("UPDATE runs SET heartbeat_at = ? WHERE run_id = ?", (at, run_id))
 
-    def renew(self, holder: str, until: float, at: float) -> list[tuple[str, int]]:
+    def renew(
+        self, holder: str, until: float, at: float, itself: Sequence[Any]
+    ) -> list[tuple[str, int]]:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             held = [(str(r[0]), int(r[1])) for r in self.db.execute(RENEW, (until, holder))]
             self.db.execute(BEAT_HELD, (at, holder))
-            self.db.execute(BEAT_WORKER, (at, until, holder))
+            self.db.execute(BEAT_WORKER, tuple(itself))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
