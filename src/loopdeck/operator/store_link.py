@@ -308,17 +308,18 @@ class StoreLink:
             return
         assert self.store is not None
         counter = await queries.change_counter(self.store)
-        was_parked = self.parked
+        parked, final = self.parked, False  # said with its workers, never one without the other
         if counter != self._placement_read_at:
             row = await leases.parking(self.store, self.run_id)
-            self._placement_read_at = counter
             state, note = (None, None) if row is None else row
-            self._placement_final = state is None or state == leases.ENDED
-            self.parked = str(note or leases.PARKED) if state == leases.PARKED else ""
+            final = state is None or state == leases.ENDED
+            parked = str(note or leases.PARKED) if state == leases.PARKED else ""
         due = time.monotonic() - self._workers_read_at >= WORKERS_READ_S
-        if self.parked and (due or not was_parked):  # not on every commit: a busy store
+        if parked and (due or not self.parked):  # not on every commit: a busy store
             self._workers_read_at, now = time.monotonic(), time.time()
             self.workerless = not presence.running(await presence.seen(self.store, now), now)
+        self.parked, self._placement_read_at = parked, counter
+        self._placement_final = final
 
     def pending(self) -> list[ApprovalRequest]:
         return list(self._pending)
