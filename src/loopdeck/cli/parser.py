@@ -256,12 +256,7 @@ def add_store_commands(commands: Any) -> None:
 
     with_db(commands.add_parser("runs", help="past and live runs in the store, newest first"))
     with_db(commands.add_parser("pending", help="what waits for you: writes, questions, outcomes"))
-    with_db(
-        commands.add_parser(
-            "workers",
-            help="the store's workers: running, silent or stopped, with the runs each holds",
-        )
-    )
+    with_db(commands.add_parser("workers", help="the store's workers, each with its runs"))
     approve = with_db(commands.add_parser("approve", help="approve a pending write"))
     approve.add_argument("run_id", metavar="RUN_ID")
     approve.add_argument("call_id", metavar="CALL_ID")
