@@ -450,3 +450,23 @@ async def test_a_stopping_worker_is_stopped_before_it_hands_its_runs_back(
 
 async def _has_rows(store: Store) -> bool:
     return bool(await presence.seen(store))
+
+
+def test_submit_and_fork_say_when_no_worker_will_take_the_run_up(
+    cli: Any, solved_run: tuple[Path, str]
+) -> None:
+    db, run_id = solved_run
+    code, done, err = cli("submit", "order_support", "--json", "--db", str(db))
+    assert code == 0 and done is not None, err
+    said = " ".join(err.split())
+    assert f"run {done['run_id']} is queued; no worker runs for {db}: nothing happens until" in said
+    code, done, err = cli("fork", run_id, "--at", "c3", "--db", str(db), "--json")
+    assert code == 0 and done is not None, err
+    assert f"run {done['run_id']} is queued; no worker runs for {db}" in " ".join(err.split())
+
+    async def running(store: Store) -> None:
+        await presence.arrive(store, HOST_A.holder, "host-a", 1, 4, 600.0)
+
+    asyncio.run(_with_store(db, running))
+    code, done, err = cli("submit", "order_support", "--json", "--db", str(db))
+    assert code == 0 and done is not None and "is queued" not in err, err

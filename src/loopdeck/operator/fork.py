@@ -45,6 +45,7 @@ from loopdeck.core.replay_events import ModelReplied, RunForked
 from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator import waking
 from loopdeck.operator.launch import BUDGET_FLAGS
 from loopdeck.operator.placement import checked, run_options, submitted
 from loopdeck.operator.records import known_run
@@ -90,7 +91,8 @@ async def fork(
 ) -> str:
     """The fork queued for a worker; its run id. Refused (`ScenarioError`) with nothing
     queued when a worker could not prepare it or rebuild the run up to the fork. `tell`
-    hears what the fork is decided under that its files would not say today."""
+    hears what the fork is decided under that its files would not say today, and what the
+    store's workers mean for it when no free one takes it up (`waking.workers_words`)."""
     if message is not None and not message.strip():
         raise ScenarioError("--message: empty (leave it out to say nothing at the fork)")
     store = await open_store(location, create=False)
@@ -126,6 +128,8 @@ async def fork(
                            "message": message, "changed": changed,
                            "source_hash": head}  # fmt: skip
         await leases.submit(store, fork_id, options)
+        if tell is not None and (said := await waking.workers_words(store)):
+            tell(f"run {fork_id} is queued{said}")
     finally:
         await store.close()
     return fork_id

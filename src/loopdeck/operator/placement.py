@@ -26,6 +26,7 @@ from loopdeck.core.approvals import DenyApprover
 from loopdeck.core.run_kind import opens_outside
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
+from loopdeck.operator import waking
 from loopdeck.operator.approving import default_approve_mode
 from loopdeck.operator.launch import (
     RunOptions,
@@ -135,13 +136,16 @@ async def submit(
     location: Location, options: RunOptions, warn: Callable[[str], None] | None = None
 ) -> str:
     """The run recorded as queued in the store (made if missing); its id. What checking it
-    warns of is told to `warn`."""
+    warns of is told to `warn`, and then what the store's workers mean for it, when that is
+    not that one takes it up (none runs, or every slot is taken: `waking.workers_words`)."""
     options = await asyncio.to_thread(checked, options, None, warn)
     run_id = options.run_id or uuid.uuid4().hex[:12]
     options.run_id = run_id
     store = await open_store(location)
     try:
         await leases.submit(store, run_id, submitted(options))
+        if warn is not None and (said := await waking.workers_words(store)):
+            warn(f"run {run_id} is queued{said}")
     finally:
         await store.close()
     return run_id
