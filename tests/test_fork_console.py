@@ -67,6 +67,10 @@ async def test_f_forks_a_finished_run_at_the_selected_call(solved_run: tuple[Pat
         fork_id = toast.split()[2]
         assert f"forked as {fork_id} at c2: queued for a worker" in toast
         assert "loopdeck worker" in toast
+        # No worker runs for the store: said beside it, as `loopdeck fork` says it.
+        await wait_until(pilot, lambda: any(f"{fork_id} is queued;" in t for t in notices(app)))
+        [none_runs] = [t for t in notices(app) if f"{fork_id} is queued;" in t]
+        assert "no worker runs for" in none_runs and "nothing happens until one starts" in none_runs
     store = await open_store(db, create=False)
     try:
         placed = await leases.placement(store, fork_id)

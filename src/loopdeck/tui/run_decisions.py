@@ -162,13 +162,16 @@ class RunDecisions:
     async def fork(
         self, location: Location | None, run_id: str, call_id: str, changes: ForkAsked
     ) -> str | None:
-        """The fork queued, said in a toast; its id, or None when the store refused it (said
-        why). Anything else raised is the worker's error, said by `failures`."""
+        """The fork queued, said in a toast (with what it is decided under that its files would
+        not say today, and when no worker will take it up now); its id, or None when the store
+        refused it (said why). Anything else raised is the worker's error, said by `failures`."""
         from loopdeck.operator.fork import fork
 
+        told: list[str] = []
         try:
             fork_id = await fork(location, run_id, call_id, model=changes.model,
-                                 script=changes.script, message=changes.message)  # fmt: skip
+                                 script=changes.script, message=changes.message,
+                                 tell=told.append)  # fmt: skip
         except (ScenarioError, StoreError, ValueError, OSError) as exc:
             toast(self.screen, f"run {run_id} at {call_id}: {exc}", title="not forked",
                   severity="error", timeout=FAILED_FOR_S)  # fmt: skip
@@ -176,4 +179,6 @@ class RunDecisions:
         db = f" --db {shlex.quote(shown_location(location))}" if location is not None else ""
         toast(self.screen, f"forked as {fork_id} at {call_id}: queued for a worker"
               f" (`loopdeck worker{db}` runs it)", title="forked")  # fmt: skip
+        for said in told:
+            toast(self.screen, said, title="forked", severity="warning")
         return fork_id
