@@ -572,7 +572,7 @@ async def test_a_lease_unconfirmed_while_the_store_is_down_waits_for_the_stores_
     """No renewal for longer than a lease (the store down) holds the run, acting on nothing;
     the first renewal that reaches the store confirms it (nobody claimed it meanwhile), or
     says it moved; only past the run's store hold is it given up."""
-    from loopdeck.operator.leased_run import Lease
+    from loopdeck.operator.run_lease import Lease
 
     lease = Lease("r1", 1, hold_s=5.0)
     lease.outage_s = 60.0

@@ -2,7 +2,7 @@
 run's flags are `run`'s, handed in by the parser, so this module imports nothing of it).
 
     loopdeck submit ENV_DIR [--script NAME] [run's options] [--db URL]
-    loopdeck worker [--db URL] [--slots N]
+    loopdeck worker [--db URL] [--slots N] [--notify URL …]
     loopdeck fork RUN_ID --at CALL_ID [--model M] [--script NAME] [--message TEXT] [--db URL]
 
 Light at import: what each runs is imported when it runs.
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loopdeck.caps import budget_overrides
+from loopdeck.cli.notify_flags import add_notify_flags, notify_settings
 from loopdeck.store.base import (
     DB_HELP,
     Location,
@@ -30,6 +31,7 @@ from loopdeck.store.base import (
 )
 
 RunFlags = Callable[[argparse.ArgumentParser], None]
+PUSHED_BY_WORKER = "its worker pushes a submitted run's decisions (`loopdeck worker --notify`)"
 WORKER_COMMANDS = ("submit", "worker", "fork")
 # `run`'s flags that mean nothing for a run no terminal watches: refused by name.
 NOT_FOR_SUBMIT = {
@@ -37,9 +39,9 @@ NOT_FOR_SUBMIT = {
     "theme": "a submitted run has no console",
     "otlp": "a worker sends no trace of its own",
     "otlp_content": "a worker sends no trace of its own",
-    "notify": "a worker pushes nothing of its own",
-    "notify_after": "a worker pushes nothing of its own",
-    "notify_content": "a worker pushes nothing of its own",
+    "notify": PUSHED_BY_WORKER,
+    "notify_after": PUSHED_BY_WORKER,
+    "notify_content": PUSHED_BY_WORKER,
 }
 
 
@@ -87,6 +89,7 @@ def add_worker_commands(commands: Any, run_flags: RunFlags) -> None:
     )
     worker.add_argument("--db", type=store_location, help=DB_HELP)
     worker.add_argument("--slots", type=_slots, default=4, help="runs at once (default 4)")
+    add_notify_flags(worker)  # its runs' decisions pushed, a run kept until its push went
     fork = commands.add_parser(
         "fork", help="a new run from a run's events up to one of its calls, queued for a worker"
     )
@@ -153,8 +156,13 @@ def _worker(args: argparse.Namespace) -> int:
 
     location = args.db or default_db_path()
     _refuse_missing(location)
+    notify = notify_settings(args)
+    if notify.on:
+        from loopdeck.operator.push_channels import Channels
+
+        Channels(notify.urls)  # a URL Apprise cannot read: refused now, naming it (exit 2)
     tuning.for_headless()
-    worker = Worker(location, slots=args.slots, say=_said)
+    worker = Worker(location, slots=args.slots, say=_said, notify=notify if notify.on else None)
 
     async def until_stopped() -> None:
         stop = asyncio.Event()

@@ -106,6 +106,7 @@ class PreparedRun:
     # What its start has to say that does not refuse it (the user's policy naming a tool
     # this run does not have: `policy/tool_names.py`).
     warnings: tuple[str, ...] = ()
+    notifier: Any = None  # `--notify`'s `Notifier`, when its decisions are pushed
 
     def cleanup(self) -> None:
         self.runtime.env.close()
@@ -207,11 +208,13 @@ def prepare_run(
     seen = getattr(planned.policy, "seen", None)  # its rules' age counts from the run's start
     if callable(seen):
         runtime.bus.subscribe(seen)
+    notifier = None
     if options.notify is not None and options.notify.on:
         from loopdeck.operator.notifications import watch_run
 
-        watch_run(runtime.bus, options.notify, recording)
-    return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns, warnings=warnings)
+        notifier = watch_run(runtime.bus, options.notify, recording)
+    return PreparedRun(env_dir, runtime, workdir, queue, owns_workdir=owns, warnings=warnings,
+                       notifier=notifier)  # fmt: skip
 
 
 def _checked_against_tools(

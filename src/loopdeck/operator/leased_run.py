@@ -21,27 +21,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 from typing import Any
 
-from loopdeck.core.config import RunConfig
-from loopdeck.core.control import Interrupted
 from loopdeck.core.events import ApprovalRequested, Event, StateChanged
 from loopdeck.core.recorded_inputs import ReplayBus, record_inputs
 from loopdeck.core.replay_events import RunForked, RunMoved
 from loopdeck.core.replay_log import ReplayLog
 from loopdeck.core.runtime import Runtime
 from loopdeck.core.scenario import ScenarioError
-from loopdeck.core.states import RunState, StopReason
+from loopdeck.core.states import RunState
+from loopdeck.operator import worker_pushes
 from loopdeck.operator.approving import deciders
 from loopdeck.operator.crashed_run import diverged_words, withdraw_untaken
 from loopdeck.operator.fork import recorded_policy, restored, source_of, unforkable
 from loopdeck.operator.fork import went_live as fork_live
 from loopdeck.operator.launch import prepare_run
+from loopdeck.operator.notify_config import NotifySettings
 from loopdeck.operator.parking import Parking
 from loopdeck.operator.placement import run_options, unrecorded_policy
 from loopdeck.operator.resume import Refreshed, load_log, record_stop, stopped, unresumable
+from loopdeck.operator.run_lease import ENSURE_POLL_S, Lease
 from loopdeck.store import deciding, leases, queries
 from loopdeck.store.approver import StoreApprover
 from loopdeck.store.base import Store, StoreError
@@ -50,58 +50,19 @@ from loopdeck.store.writer import EventWriter
 from loopdeck.tuning.loop_idle import nothing_else_due
 
 Say = Callable[[str], None]
-ENSURE_POLL_S = 0.05
-STORE_HOLD_S = RunConfig.model_fields["store_hold_s"].default  # a run's own, once prepared
-
-
-class Lease:
-    """This worker's hold on one run, as its heartbeat last confirmed it."""
-
-    def __init__(self, run_id: str, epoch: int, hold_s: float) -> None:
-        self.run_id, self.epoch, self.hold_s = run_id, epoch, hold_s
-        self.outage_s = STORE_HOLD_S  # how long unconfirmed before it is given up (the run's)
-        self.since = time.monotonic()
-        self.valid_until = self.since + hold_s
-        self.lost: str | None = None
-        self.on_lost: Callable[[str], None] = lambda why: None
-        self._loop = asyncio.get_running_loop()
-
-    def renewed(self, at: float) -> None:
-        """Confirmed by a renewal begun at `at` (monotonic)."""
-        self.valid_until = max(self.valid_until, at + self.hold_s)
-
-    def lose(self, why: str) -> None:
-        """From any thread: the run is not this worker's any more."""
-        if self.lost is None:
-            self.lost = why
-            with contextlib.suppress(RuntimeError):  # the loop is gone: so is everything
-                self._loop.call_soon_threadsafe(self.on_lost, why)
-
-    async def ensure(self) -> None:
-        """Before acting: the lease holds, or the next renewal says it does; else the run
-        stops here (`Interrupted`), acting on nothing. While no renewal reaches the store (it
-        is down) the run waits, acting on nothing: once one does, the store says whether the
-        run is still this worker's (nobody claimed it meanwhile) or another's; past the run's
-        `store_hold_s` of waiting it is given up."""
-        while True:
-            if self.lost is not None:
-                raise Interrupted(StopReason.KILLED, f"lease lost: {self.lost}")
-            now = time.monotonic()
-            if now < self.valid_until:
-                return
-            if now > self.valid_until + self.outage_s:
-                self.lose(f"no renewal reached the store for {self.outage_s:.0f}s")
-                continue
-            await asyncio.sleep(ENSURE_POLL_S)
 
 
 class LeasedRun:
     """A claimed run on this worker; `store` and `writer` are what its approvers ask."""
 
     def __init__(
-        self, store: Store, claim: leases.Claim, lease: Lease, worker: leases.WorkerName, say: Say
-    ) -> None:
+        self, store: Store, claim: leases.Claim, lease: Lease, worker: leases.WorkerName, say: Say,
+        notify: NotifySettings | None = None,
+    ) -> None:  # fmt: skip
         self._store = store
+        self.notify = notify  # its worker's `--notify`: its decisions pushed from here
+        self.notifier: Any = None
+        self.forking = False
         self.claim = claim
         self.lease = lease
         self.worker = worker
@@ -160,6 +121,7 @@ class LeasedRun:
         if forked is not None:  # rebuilt from its source, past what its log has already
             replay = await source_of(self.store, forked)
         options = run_options(self.claim.options, self.run_id)
+        options.notify, self.forking = self.notify, forked is not None
         recorded = None if forked is not None else recorded_policy(log)
         if recorded is not None:
             options.policy_levels = recorded  # decided under its own, whatever its files say
@@ -178,6 +140,7 @@ class LeasedRun:
         except Exception as exc:  # its env or model cannot be made on this worker
             return await self._crash(f"could not be prepared on {self.worker.host}: {exc}")
         self.lease.outage_s = max(prepared.runtime.config.store_hold_s, self.lease.hold_s)
+        self.notifier = prepared.notifier
         for warning in prepared.warnings:  # a user policy's rule naming a tool it has not
             self.say(f"run {self.run_id}: {warning}")
         self.unmovable = unresumable(prepared.runtime)
@@ -249,6 +212,7 @@ class LeasedRun:
         wait = self.claim.options.get("approve") == "wait"  # its decisions wait in the store
         parking = Parking(runtime, replay, self.worker.host, self.let_go, decisions=wait)
         unwatch = runtime.bus.subscribe(parking.seen)
+        worker_pushes.pushing(self.notifier, parking, replay, self.forking)
         # A run that cannot move is never parked: no other worker could rebuild it where its
         # decision or resume lands; it holds its slot while it waits.
         watching = None if self.unmovable else asyncio.create_task(parking.watch())

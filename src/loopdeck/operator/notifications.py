@@ -115,6 +115,15 @@ class Notifier:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._outbox: queue.Queue[Callable[[], None]] | None = None
+        self._in_flight = 0  # pushes handed to the sender, not recorded yet
+        self._recording = False  # its own `DecisionsPushed` is on its way to the bus
+
+    def owes(self) -> bool:
+        """A decision waits that is not pushed yet (nor given up on), or a push is on its
+        way: a worker keeps the run until it has gone (`operator/parking.py`)."""
+        if self.stopped:
+            return False
+        return self._in_flight > 0 or any(not w.pushed for w in self.plan.waiting.values())
 
     def take(self, event: Event) -> None:
         if self.stopped:
@@ -140,6 +149,8 @@ class Notifier:
                 self.plan.settle(event.call_id)
             case QuestionAnswered():
                 self.plan.settle(event.question_id)
+            case DecisionsPushed() if not self._recording:  # another's: a worker before this
+                self.plan.pushed_before({(d.call_id, d.what) for d in event.decisions})
             case RunStopped():
                 self.stop()
                 return
@@ -195,6 +206,7 @@ class Notifier:
         if self.inline:
             send()
             return
+        self._in_flight += 1
         self._outbox_put(send)
 
     def _made(
@@ -238,18 +250,23 @@ class Notifier:
         self, batch: list[Waiting], pushed: list[PushedDecision], delivery: Delivery, where: str
     ) -> None:
         self.deliveries.append(delivery)
+        self._in_flight = max(self._in_flight - 1, 0) if not self.inline else 0
         if self.stopped:
             return  # the run's last event is its stop
         self.plan.sent(batch, self.clock(), took=delivery.sent)
         if self.emit is not None and delivery.sent:
-            self.emit(
-                DecisionsPushed,
-                run_id=self.run.run_id,
-                decisions=pushed,
-                channels=list(delivery.took),
-                failed=list(delivery.failed),
-                server=where,
-            )
+            self._recording = True
+            try:
+                self.emit(
+                    DecisionsPushed,
+                    run_id=self.run.run_id,
+                    decisions=pushed,
+                    channels=list(delivery.took),
+                    failed=list(delivery.failed),
+                    server=where,
+                )
+            finally:
+                self._recording = False
         elif self.emit is not None:  # no channel took it: recorded as what happened
             self.emit(
                 PushFailed,

@@ -49,6 +49,9 @@ class Parking:
         self.host = host
         self.let_go = let_go
         self.after_s = leases.park_after_s()
+        # What keeps it here though it waited long enough: a push of its decision owed
+        # (`operator/worker_pushes.py`): once parked, no process of it pushes anything.
+        self.holds: list[Callable[[], bool]] = []
         asked = None if replay is None else replay.last_of(QuestionAsked)
         self.question: QuestionAsked | None = asked
         self._began = asyncio.Event()
@@ -101,7 +104,7 @@ class Parking:
                 continue
             if since is None or what != waited:  # a wait begins (the next write's, even one
                 since, waited = time.monotonic(), what  # begun and seen within one check)
-            if time.monotonic() - since < self.after_s:
+            if time.monotonic() - since < self.after_s or any(hold() for hold in self.holds):
                 continue
             note = f"parked by {self.host}: waits for {what[0]}"
             parked = await self.let_go(leases.PARKED, note, what[1], self._still(what))

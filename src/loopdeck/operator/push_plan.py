@@ -97,6 +97,13 @@ class PushPlan:
                 waiting.pushed = False
                 waiting.due = now + self.after_s
 
+    def pushed_before(self, decisions: set[tuple[str, str]]) -> None:
+        """Decisions (call id, what) a push went out for before this plan knew of it (another
+        worker's, read from the run's log): not pushed again."""
+        for waiting in self.waiting.values():
+            if (waiting.asked.call_id, waiting.asked.what) in decisions:
+                waiting.pushed = True
+
     def pushed_waiting(self) -> list[Waiting]:
         """The decisions pushed and still waiting (their links live until taken)."""
         return [w for w in self.waiting.values() if w.pushed]

@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from loopdeck.llm.loader import litellm_module
-from loopdeck.operator.leased_run import Lease, LeasedRun
+from loopdeck.operator.leased_run import LeasedRun
+from loopdeck.operator.notify_config import NotifySettings
+from loopdeck.operator.run_lease import Lease
 from loopdeck.store import deciding, leases, presence, queries
 from loopdeck.store.base import Beats, Location, Store, StoreError
 from loopdeck.store.opening import open_store
@@ -92,8 +94,12 @@ class Renewal:
 class Worker:
     """Claims and runs queued runs, `slots` at a time, until `stop` is set."""
 
-    def __init__(self, location: Location, *, slots: int = 4, say: Say = print) -> None:
+    def __init__(
+        self, location: Location, *, slots: int = 4, say: Say = print,
+        notify: NotifySettings | None = None,
+    ) -> None:  # fmt: skip
         self.location = location
+        self.notify = notify  # `--notify`: its runs' decisions pushed (`worker_pushes.py`)
         self.slots = slots
         self.say = say
         self.name = leases.WorkerName.here()
@@ -206,7 +212,8 @@ class Worker:
     def _start(self, store: Store, claimed: leases.Claim) -> LeasedRun:
         lease = self.held[claimed.run_id] = Lease(claimed.run_id, claimed.epoch, self.hold_s)
         self.say(f"run {claimed.run_id}: {claimed.note} (epoch {claimed.epoch})")
-        run = self.leased[claimed.run_id] = LeasedRun(store, claimed, lease, self.name, self.say)
+        run = LeasedRun(store, claimed, lease, self.name, self.say, self.notify)
+        self.leased[claimed.run_id] = run
         task = asyncio.create_task(self._run(run), name=f"loopdeck-leased-{claimed.run_id}")
         self.runs[claimed.run_id] = task
         return run

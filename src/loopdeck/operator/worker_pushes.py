@@ -1,0 +1,33 @@
+"""A worker's pushes of its runs' decisions (`loopdeck worker --notify`): each run it holds
+pushes as a run of its own process does (`operator/notifications.py`), with two differences.
+
+A run waiting on its operator is parked once it has waited `LOOPDECK_PARK_AFTER_S`, and a
+parked run has no process to push anything: so it stays on its worker until its due pushes
+have gone (or were given up on), then it is parked. And a run a worker takes up from its log
+was pushed by the workers before it: its notifier reads the log as the run goes live (the
+asks, the decisions, the pushes already made), so a decision pushed before the move is not
+pushed again, and one still owed is pushed from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopdeck.core.events import Event
+from loopdeck.core.replay_log import ReplayLog
+from loopdeck.operator.parking import Parking
+
+
+def pushing(notifier: Any, parking: Parking, replay: ReplayLog | None, forked: bool) -> None:
+    """The run's notifier (None: its worker pushes nothing) holds its parking while it owes
+    a push; a run rebuilt from its own log (a fork's pushes are its own) has it read there."""
+    if notifier is None:
+        return
+    parking.holds.append(notifier.owes)
+    if replay is not None and not forked:  # before the first live event, which may decide
+        replay.on_live.insert(0, lambda: caught_up(notifier, replay.events))
+
+
+def caught_up(notifier: Any, log: list[Event]) -> None:
+    for event in log:
+        notifier.take(event)

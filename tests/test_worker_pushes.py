@@ -1,0 +1,105 @@
+"""`loopdeck worker --notify`: a worker pushes the decisions its runs wait on, as a run's own
+process does. A run waiting on its operator stays on its worker until its push has gone, then
+is parked (a parked run has no process to push it); taken up again from its log by a worker,
+a decision pushed before the move is not pushed again; decided, it goes on to its end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from notify_receivers import webhook
+from worker_helpers import BOUND_S, lease_state, options, stored
+
+from loopdeck.cli import main
+from loopdeck.core.approvals import ApprovalDecision
+from loopdeck.core.events import DecisionsPushed, RunStopped
+from loopdeck.operator.notify_config import NotifySettings
+from loopdeck.operator.placement import submit
+from loopdeck.operator.worker import Worker
+from loopdeck.store import deciding, leases, queries
+from loopdeck.store.base import Store
+from loopdeck.store.opening import open_store
+
+
+async def _pushed(store: Store, run_id: str) -> list[str]:
+    """The decisions the run's log says were pushed, in order."""
+    return [d.call_id for e in await stored(store, run_id) if isinstance(e, DecisionsPushed)
+            for d in e.decisions]  # fmt: skip
+
+
+async def _with_worker(db: Path, notify: NotifySettings, until: Any) -> list[str]:
+    said: list[str] = []
+    worker = Worker(db, slots=1, say=said.append, notify=notify)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    end = time.monotonic() + BOUND_S
+    try:
+        while not await until():
+            assert not task.done(), f"the worker stopped: {said}"
+            assert time.monotonic() < end, f"never happened; the worker said: {said}"
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+    return said
+
+
+async def test_a_workers_run_is_pushed_before_it_is_parked_and_once_across_a_move(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "0.2")  # well before the push is due
+    db = tmp_path / "s.db"
+    run_id = await submit(db, options(tmp_path, approve="wait"))
+    store = await open_store(db)
+    try:
+        with webhook() as (hook, hooked):
+            notify = NotifySettings((hook,), after_s=1.0)
+
+            async def parked(epoch: int) -> bool:
+                row = await leases.placement(store, run_id)
+                return row is not None and row["state"] == leases.PARKED and row["epoch"] == epoch
+
+            await _with_worker(db, notify, lambda: parked(1))
+            # Parked only once its push went: the log says so before the park.
+            assert await _pushed(store, run_id) == ["c3"] and len(hooked) == 1
+
+            # A message wakes it (its write still waits): another worker takes it up from its
+            # log, knows c3 was pushed, and parks it again without a second push.
+            await queries.send_command(store, run_id, "message", "op", "take your time")
+            await _with_worker(db, notify, lambda: parked(2))
+            assert await _pushed(store, run_id) == ["c3"] and len(hooked) == 1
+
+            async def ended() -> bool:
+                if await lease_state(store, run_id) == leases.PARKED:
+                    for item in await queries.pending_approvals(store, run_id):
+                        decision = ApprovalDecision(call_id=item["call_id"], approved=True,
+                                                    by="operator")  # fmt: skip
+                        await deciding.decide(store, run_id, decision)
+                return await lease_state(store, run_id) == leases.ENDED
+
+            await _with_worker(db, notify, ended)
+            log = await stored(store, run_id)
+            assert isinstance(log[-1], RunStopped) and log[-1].stop_reason.value == "goal_met"
+            assert [e.seq for e in log] == list(range(1, len(log) + 1))
+            pushed = await _pushed(store, run_id)
+            assert pushed[0] == "c3" and pushed.count("c3") == 1, pushed  # c5 pushed as asked
+            assert len(hooked) == len(pushed), hooked.items
+    finally:
+        await store.close()
+
+
+def test_submit_refuses_notify_naming_the_worker_and_worker_refuses_a_bad_url(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = tmp_path / "s.db"
+    code = main(["submit", "order_support", "--notify", "json://localhost/x", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code == 2 and "loopdeck worker --notify" in err, err
+    assert main(["submit", "order_support", "--db", str(db)]) == 0
+    capsys.readouterr()
+    code = main(["worker", "--db", str(db), "--notify", "nosuch://user:hunter22@host/tok"])
+    err = capsys.readouterr().err
+    assert code == 2 and "nosuch://" in err and "hunter22" not in err, err
