@@ -103,3 +103,81 @@ def test_submit_refuses_notify_naming_the_worker_and_worker_refuses_a_bad_url(
     code = main(["worker", "--db", str(db), "--notify", "nosuch://user:hunter22@host/tok"])
     err = capsys.readouterr().err
     assert code == 2 and "nosuch://" in err and "hunter22" not in err, err
+
+
+async def test_a_push_owed_as_its_worker_stops_is_pushed_by_the_next_and_never_by_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Its worker stops while the push is not due yet: the run is handed back, its notifier
+    stopped there (nothing of it goes unrecorded later); the next worker reads no push in the
+    log, pushes it, then parks the run."""
+    from loopdeck.operator import notifications
+
+    made: list[Any] = []
+    watch_run = notifications.watch_run
+
+    def watched(*args: Any) -> Any:
+        made.append(watch_run(*args))
+        return made[-1]
+
+    monkeypatch.setattr(notifications, "watch_run", watched)
+    monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "0.2")
+    db = tmp_path / "s.db"
+    run_id = await submit(db, options(tmp_path, approve="wait"))
+    store = await open_store(db)
+    try:
+        with webhook() as (hook, hooked):
+
+            async def asked() -> bool:
+                return bool(await queries.pending_approvals(store, run_id))
+
+            await _with_worker(db, NotifySettings((hook,), after_s=600.0), asked)
+            assert await lease_state(store, run_id) == leases.QUEUED  # handed back
+            assert [n.stopped for n in made] == [True] and len(hooked) == 0
+
+            async def parked() -> bool:
+                return await lease_state(store, run_id) == leases.PARKED
+
+            await _with_worker(db, NotifySettings((hook,), after_s=0.5), parked)
+            assert await _pushed(store, run_id) == ["c3"] and len(hooked) == 1
+            assert all(n.stopped for n in made), made
+    finally:
+        await store.close()
+
+
+async def test_a_push_that_cannot_be_made_is_recorded_failed_and_owed_no_more_than_its_tries(
+    monkeypatch: Any,
+) -> None:
+    """Making the push raised (say, a server's secret file that cannot be read): said, recorded
+    as a push no channel took, tried again as one; the run is not held by it for good."""
+    from datetime import UTC, datetime, timedelta
+
+    from loopdeck.core.events import ApprovalRequested, PushFailed
+    from loopdeck.operator.notifications import Notifier
+    from loopdeck.operator.push_channels import Channels
+
+    def broken(self: Any, title: str, body: str) -> Any:
+        raise ValueError("non-hexadecimal number found in fromhex() arg")
+
+    monkeypatch.setattr(Channels, "send", broken)
+    recorded: list[Any] = []
+    settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=0.05)
+    notifier = Notifier(settings, Channels(settings.urls),
+                        emit=lambda kind, **fields: recorded.append((kind, fields)))  # fmt: skip
+    now = datetime.now(UTC)
+    notifier.take(ApprovalRequested(
+        run_id="r1", call_id="c3", tool="add_note", args={}, args_sha256="0" * 64,
+        state_hash="s" * 16, fingerprint="fp", plan_step=None, seq=1,
+        requested_at=now, expires_at=now + timedelta(hours=1),
+    ))  # fmt: skip
+    assert notifier.owes()
+    end = time.monotonic() + BOUND_S
+    while not recorded:
+        assert time.monotonic() < end, "no push was tried"
+        await asyncio.sleep(0.02)
+    [(kind, fields)] = recorded
+    assert kind is PushFailed and "not made: ValueError" in fields["failed"][0], fields
+    assert [d.call_id for d in fields["decisions"]] == ["c3"]
+    assert notifier._in_flight == 0  # tried again later, as a push no channel took
+    notifier.stop()
+    assert not notifier.owes()

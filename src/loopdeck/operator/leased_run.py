@@ -309,6 +309,8 @@ class LeasedRun:
         if self.let_go_as is not None or self.lease.lost is not None or not still():
             return False
         self.let_go_as, self.live = note, False
+        if self.notifier is not None:  # in this step: no push goes that its log would miss
+            self.notifier.stop()
         self.lease.lose(note)
         writer = self._writer
         if writer is not None:
@@ -320,7 +322,10 @@ class LeasedRun:
         return True
 
     def _stop(self, by: str) -> None:
-        """The runtime killed here, nothing of it kept (nor checked against its log)."""
+        """The runtime killed here, nothing of it kept (nor checked against its log), nothing
+        more of it pushed (the worker that takes it up pushes what is owed then)."""
+        if self.notifier is not None:
+            self.notifier.stop()
         if self.bus is not None:
             self.bus.drop()
         if self.runtime is not None:

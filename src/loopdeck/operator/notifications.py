@@ -44,6 +44,7 @@ from loopdeck.core.events import (
     ToolFinished,
 )
 from loopdeck.core.push_events import PushedDecision
+from loopdeck.core.replay_events import RunForked
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.link_tokens import OUTCOME_ASK, LinkServer, ask_of_request, registered
 from loopdeck.operator.notify_config import NotifySettings
@@ -149,6 +150,9 @@ class Notifier:
                 self.plan.settle(event.call_id)
             case QuestionAnswered():
                 self.plan.settle(event.question_id)
+            case RunForked():  # its source's unknown outcomes are the restored state's
+                for call_id in event.settled:
+                    self.plan.settle(call_id)
             case DecisionsPushed() if not self._recording:  # another's: a worker before this
                 self.plan.pushed_before({(d.call_id, d.what) for d in event.decisions})
             case RunStopped():
@@ -199,8 +203,15 @@ class Notifier:
         run = self.run
 
         def send() -> None:
-            pushed, title, body, where = self._made(run, batch)
-            delivery = self.channels.send(title, body)
+            try:
+                pushed, title, body, where = self._made(run, batch)
+                delivery = self.channels.send(title, body)
+            except Exception as exc:  # said; recorded as a push no channel took, tried again
+                log.exception("loopdeck notify: a push could not be made")
+                pushed = [PushedDecision(call_id=w.asked.call_id, what=w.asked.what)
+                          for w in batch]  # fmt: skip
+                where = ""
+                delivery = Delivery(took=(), failed=(f"not made: {type(exc).__name__}: {exc}",))
             self._sent(batch, pushed, delivery, where)
 
         if self.inline:

@@ -11,6 +11,7 @@ pushed again, and one still owed is pushed from here.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from loopdeck.core.events import Event
@@ -29,5 +30,10 @@ def pushing(notifier: Any, parking: Parking, replay: ReplayLog | None, forked: b
 
 
 def caught_up(notifier: Any, log: list[Event]) -> None:
-    for event in log:
-        notifier.take(event)
+    """The run's log told to its notifier. One it cannot take is said, and the run goes
+    live all the same: its pushes from here on are what it lacks (never its move)."""
+    try:
+        for event in log:
+            notifier.take(event)
+    except Exception:
+        logging.getLogger("loopdeck.notify").exception("loopdeck notify: the log not read")
