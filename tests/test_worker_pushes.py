@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from notify_receivers import webhook
-from worker_helpers import BOUND_S, lease_state, options, stored
+from worker_helpers import BOUND_S, lease_state, options, stored, with_a_worker
 
 from loopdeck.cli import main
 from loopdeck.core.approvals import ApprovalDecision
 from loopdeck.core.events import DecisionsPushed, RunStopped
 from loopdeck.operator.notify_config import NotifySettings
 from loopdeck.operator.placement import submit
-from loopdeck.operator.worker import Worker
 from loopdeck.store import deciding, leases, queries
 from loopdeck.store.base import Store
 from loopdeck.store.opening import open_store
@@ -30,21 +29,8 @@ async def _pushed(store: Store, run_id: str) -> list[str]:
             for d in e.decisions]  # fmt: skip
 
 
-async def _with_worker(db: Path, notify: NotifySettings, until: Any) -> list[str]:
-    said: list[str] = []
-    worker = Worker(db, slots=1, say=said.append, notify=notify)
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop))
-    end = time.monotonic() + BOUND_S
-    try:
-        while not await until():
-            assert not task.done(), f"the worker stopped: {said}"
-            assert time.monotonic() < end, f"never happened; the worker said: {said}"
-            await asyncio.sleep(0.05)
-    finally:
-        stop.set()
-        await task
-    return said
+async def _with_worker(db: Path, notify: NotifySettings, until: Any) -> None:
+    await with_a_worker(db, until, slots=1, notify=notify)
 
 
 async def test_a_workers_run_is_pushed_before_it_is_parked_and_once_across_a_move(

@@ -72,11 +72,12 @@ async def left_by_a_lost_worker(
 
 
 async def with_a_worker(
-    location: Location, until: Callable[[], Awaitable[bool]], slots: int = 4
+    location: Location, until: Callable[[], Awaitable[bool]], slots: int = 4, notify: Any = None
 ) -> Worker:
-    """A worker of this process, claiming and running, until `until()` holds; then stopped."""
+    """A worker of this process, claiming and running, until `until()` holds; then stopped.
+    `notify`: its `--notify` settings."""
     said: list[str] = []
-    worker = Worker(location, slots=slots, say=said.append)
+    worker = Worker(location, slots=slots, say=said.append, notify=notify)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     end = time.monotonic() + BOUND_S
