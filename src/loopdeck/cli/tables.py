@@ -242,7 +242,7 @@ def runs_table(title: Text | str, runs: Sequence[RunEntry], width: int) -> Rende
     columns = [Column(name, cells[name], keep=name in ("run_id", "started_at"))
                for name in RUN_COLUMNS]  # fmt: skip
     columns.append(Column("outcome unknown", unknown))
-    started = tuple(_clock(run.started_at) for run in runs)
+    started = tuple(short_clock(run.started_at) for run in runs)
     env_script = tuple(f"{run.env}/{run.script or '-'}" for run in runs)
     folds = tuple((f"{run.env}/", run.script or "-") for run in runs)
     states = tuple(run.shown_state for run in runs)
@@ -287,7 +287,7 @@ def _cell(run: RunEntry, column: str) -> str:
     return str(value)
 
 
-def _clock(stamp: str | None) -> str:
+def short_clock(stamp: str | None) -> str:
     """A stored UTC time where room is short: in local time to the second, its day too when
     not today (a start in `runs`, an expiry in `pending`)."""
     if not stamp:
@@ -310,7 +310,7 @@ def pending_table(pending: Sequence[PendingWrite], now: datetime, width: int) ->
     policy's rule sent to the operator says which rule asked (and why, where it fits)."""
 
     def expiry(item: PendingWrite) -> str:
-        when = _clock(item.expires.isoformat())
+        when = short_clock(item.expires.isoformat())
         return f"expired at {when}" if item.expired(now) else when
 
     columns = [

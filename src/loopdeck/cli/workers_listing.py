@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from rich.console import RenderableType
 from rich.text import Text
 
-from loopdeck.cli.tables import Column, fitted
+from loopdeck.cli.tables import Column, fitted, short_clock
 from loopdeck.core.text import visible
 from loopdeck.operator.records import Store
 from loopdeck.operator.waking import SILENT, SeenWorker
@@ -88,7 +88,5 @@ def _seconds(seconds: float) -> str:
 
 
 def _clock(at: float) -> str:
-    """Local time to the second, its day too when not today."""
-    when = datetime.fromtimestamp(at).astimezone()
-    today = when.date() == datetime.now(when.tzinfo).date()
-    return when.strftime("%H:%M:%S" if today else "%m-%d %H:%M:%S")
+    """Local time to the second, its day too when not today (as `runs` says a start)."""
+    return short_clock(datetime.fromtimestamp(at, UTC).isoformat())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class FleetRow:
     def shown_state(self) -> str:
         """The state as the fleet says it: `queued` and `parked` (no worker holds it), a
         claimed run not started yet as `held`, else the run's own (`paused` when so)."""
-        if self.placement in (leases.QUEUED, leases.PARKED) or (self.placement and not self.state):
+        if self.placement in WAITING or (self.placement and not self.state):
             return self.placement
         return "paused" if self.paused and self.live else self.state
 
@@ -95,7 +96,7 @@ class FleetRow:
     def where(self) -> str:
         """Where it runs: its runner's host and pid, its worker's host before it started;
         nowhere while queued or parked."""
-        if self.placement in (leases.QUEUED, leases.PARKED):
+        if self.placement in WAITING:
             return ""
         return self.runner or self.placed_on
 
@@ -107,7 +108,7 @@ class FleetRow:
     def spending(self) -> bool:
         """Its agent spends now: live, and neither waiting on its operator nor left by its
         worker (queued, parked), whose agent clock is held (no cap is coming)."""
-        if self.placement in (leases.QUEUED, leases.PARKED):
+        if self.placement in WAITING:
             return False
         return self.live and not self.needs_operator
 
@@ -159,7 +160,7 @@ class Fleet:
         self.last_placed = 0  # leases rows the last read of it returned
         self.unsure: set[str] = set()  # runs whose questions the feed left open
         self.workers_said = ""  # which workers run for the store (`waking.fleet_words`)
-        self.workers_read = -1e18  # when they were last read (monotonic)
+        self.workers_read = -math.inf  # when they were last read (monotonic)
         self.rows = rows or {}
 
     @property

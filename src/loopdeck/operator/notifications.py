@@ -261,7 +261,7 @@ class Notifier:
         self, batch: list[Waiting], pushed: list[PushedDecision], delivery: Delivery, where: str
     ) -> None:
         self.deliveries.append(delivery)
-        self._in_flight = max(self._in_flight - 1, 0) if not self.inline else 0
+        self._in_flight = max(self._in_flight - 1, 0)  # inline: never counted
         if self.stopped:
             return  # the run's last event is its stop
         self.plan.sent(batch, self.clock(), took=delivery.sent)
