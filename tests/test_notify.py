@@ -387,3 +387,57 @@ def test_the_consoles_push_notes_say_their_times_as_the_push_and_the_link_page_d
     }
     failed = PushFailed(run_id=RUN, decisions=[decision], failed=["ntfy: refused"], at=at)
     assert pushed_notes(failed) == {"c1": f"push failed at {moment_words(at)}: ntfy: refused"}
+
+
+def _pushed_by_another(call_id: str, ask: str) -> DecisionsPushed:
+    from loopdeck.core.push_events import PushedDecision
+
+    return DecisionsPushed(run_id=RUN, decisions=[PushedDecision(call_id=call_id,
+                           what="approval", ask=ask)], channels=["json"])  # fmt: skip
+
+
+def test_a_write_asked_again_is_pushed_though_the_log_says_its_first_ask_was() -> None:
+    """A worker's push of a call's first ask is recorded after the call was asked again (the
+    run then moved): the worker that takes it up pushes the second ask, once; a push recorded
+    before pushes named their ask still counts for the call."""
+    from loopdeck.operator.link_tokens import ask_of_request
+
+    clock, recorded = FakeClock(), []
+    with webhook() as (hook, hooked):
+        settings = NotifySettings((hook,), after_s=AFTER_S)
+        notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True,
+                            emit=lambda cls, **fields: recorded.append(cls(**fields)))  # fmt: skip
+        first, again = _request("c1", 1), _request("c1", 2)
+        notifier.take(first)
+        notifier.take(again)
+        first_ask = ask_of_request("c1", first.args_sha256, first.state_hash, first.requested_at)
+        notifier.take(_pushed_by_another("c1", first_ask))
+        assert notifier.owes()
+        clock.now = AFTER_S
+        notifier.tick()
+        [push] = recorded
+        assert [d.call_id for d in push.decisions] == ["c1"] and push.decisions[0].ask
+        assert push.decisions[0].ask != first_ask and len(hooked.wait_for(1)) == 1
+        notifier.take(_pushed_by_another("c1", ""))  # an older loopdeck's record: the call
+        other = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+        other.take(_request("c2", 3))
+        other.take(_pushed_by_another("c2", ""))
+        assert not other.owes()
+
+
+def test_pushes_another_worker_tried_and_no_channel_took_count_among_the_tries() -> None:
+    from loopdeck.core.push_events import PushedDecision
+    from loopdeck.operator.push_plan import TRIES
+
+    clock = FakeClock()
+    dead = ("json://127.0.0.1:9/nobody",)
+    notifier = Notifier(NotifySettings(dead, after_s=AFTER_S), Channels(dead), clock=clock,
+                        inline=True)  # fmt: skip
+    notifier.take(_request("c1", 1))
+    failed = PushFailed(run_id=RUN, decisions=[PushedDecision(call_id="c1", what="approval")],
+                        failed=["json: refused"])  # fmt: skip
+    for _ in range(TRIES - 1):
+        notifier.take(failed)
+        assert notifier.owes()
+    notifier.take(failed)
+    assert not notifier.owes() and notifier.plan.wake() is None  # given up, as its tries were

@@ -167,3 +167,40 @@ async def test_a_push_that_cannot_be_made_is_recorded_failed_and_owed_no_more_th
     assert notifier._in_flight == 0  # tried again later, as a push no channel took
     notifier.stop()
     assert not notifier.owes()
+
+
+async def test_a_push_on_its_way_as_its_worker_stops_is_recorded_before_the_run_is_handed_back(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The worker stops while its push is with the channel: the run is handed back only once
+    the push is recorded, so the next worker never pushes it again."""
+    import threading
+
+    from loopdeck.operator.push_channels import Channels, Delivery
+
+    sending, release = threading.Event(), threading.Event()
+
+    def slow(self: Any, title: str, body: str) -> Delivery:
+        sending.set()
+        release.wait(BOUND_S)
+        return Delivery(took=("json",), failed=())
+
+    monkeypatch.setattr(Channels, "send", slow)
+    monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "600")  # held: handed back, never parked
+    db = tmp_path / "s.db"
+    run_id = await submit(db, options(tmp_path, approve="wait"))
+    store = await open_store(db)
+    try:
+
+        async def push_on_its_way() -> bool:
+            if sending.is_set():  # the worker is told to stop now; the channel answers later
+                asyncio.get_running_loop().call_later(0.3, release.set)
+            return sending.is_set()
+
+        notify = NotifySettings(("json://127.0.0.1:9/x",), after_s=0.2)
+        await _with_worker(db, notify, push_on_its_way)
+        assert await lease_state(store, run_id) == leases.QUEUED  # handed back
+        assert await _pushed(store, run_id) == ["c3"]
+    finally:
+        release.set()
+        await store.close()

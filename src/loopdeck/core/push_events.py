@@ -19,14 +19,17 @@ PushedWhat = Literal["approval", "question", "outcome"]
 
 
 class PushedDecision(BaseModel):
-    """One decision in a push: its id (a call's, a question's), what it is, and until when
-    its one-time link decides (None: the push carried no link, only the CLI command)."""
+    """One decision in a push: its id (a call's, a question's), what it is, until when its
+    one-time link decides (None: the push carried no link, only the CLI command), and which
+    ask of it the push was for (a write asked again is another ask; "" in a push recorded
+    before the ask was)."""
 
     model_config = ConfigDict(frozen=True)
 
     call_id: str
     what: PushedWhat
     link_until: datetime | None = None
+    ask: str = ""
 
 
 class DecisionsPushed(EventBase):

@@ -309,6 +309,7 @@ class LeasedRun:
         if self.let_go_as is not None or self.lease.lost is not None or not still():
             return False
         self.let_go_as, self.live = note, False
+        await worker_pushes.recorded(self.notifier)  # before the lease goes
         if self.notifier is not None:  # in this step: no push goes that its log would miss
             self.notifier.stop()
         self.lease.lose(note)

@@ -117,7 +117,9 @@ class Notifier:
         self._timer: asyncio.TimerHandle | None = None
         self._outbox: queue.Queue[Callable[[], None]] | None = None
         self._in_flight = 0  # pushes handed to the sender, not recorded yet
-        self._recording = False  # its own `DecisionsPushed` is on its way to the bus
+        self._recording = False  # its own `DecisionsPushed` or `PushFailed` is on the bus
+        self._all_recorded: list[asyncio.Future[None]] = []  # `recorded`'s waits
+        self._holding_pushes = False  # while `recorded` waits
 
     def owes(self) -> bool:
         """A decision waits that is not pushed yet (nor given up on), or a push is on its
@@ -154,13 +156,32 @@ class Notifier:
                 for call_id in event.settled:
                     self.plan.settle(call_id)
             case DecisionsPushed() if not self._recording:  # another's: a worker before this
-                self.plan.pushed_before({(d.call_id, d.what) for d in event.decisions})
+                self.plan.pushed_before(event.decisions)
+            case PushFailed() if not self._recording:
+                self.plan.failed_before(event.decisions)
             case RunStopped():
                 self.stop()
                 return
             case _:
                 return
         self._arm()
+
+    async def recorded(self, within_s: float) -> bool:
+        """Until every push handed to the sender is recorded, `within_s` at most, none sent
+        meanwhile: a run leaving its worker takes the record of what was pushed with it. True
+        if none is left unrecorded."""
+        if self._in_flight == 0 or self.stopped:
+            return self._in_flight == 0
+        self._holding_pushes = True  # nothing more goes out
+        done = asyncio.get_running_loop().create_future()
+        self._all_recorded.append(done)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(done), within_s)
+        finally:
+            self._all_recorded.remove(done)
+            self._holding_pushes = False
+        return self._in_flight == 0
 
     def stop(self) -> None:
         """Nothing more is pushed or recorded: the run stopped, and its links with it."""
@@ -173,7 +194,7 @@ class Notifier:
     def tick(self) -> None:
         """Push what is due now, then wait for what is next."""
         self._timer = None
-        if self.stopped:
+        if self.stopped or self._holding_pushes:
             return
         now = self.clock()
         batch = self.plan.batch(now)
@@ -208,8 +229,8 @@ class Notifier:
                 delivery = self.channels.send(title, body)
             except Exception as exc:  # said; recorded as a push no channel took, tried again
                 log.exception("loopdeck notify: a push could not be made")
-                pushed = [PushedDecision(call_id=w.asked.call_id, what=w.asked.what)
-                          for w in batch]  # fmt: skip
+                pushed = [PushedDecision(call_id=w.asked.call_id, what=w.asked.what,
+                                         ask=w.ask) for w in batch]  # fmt: skip
                 where = ""
                 delivery = Delivery(took=(), failed=(f"not made: {type(exc).__name__}: {exc}",))
             self._sent(batch, pushed, delivery, where)
@@ -239,7 +260,8 @@ class Notifier:
             asked.append(Asked(one.call_id, one.what, one.headline, until, one.content,
                                one.answers, link))  # fmt: skip
             pushed.append(PushedDecision(call_id=one.call_id, what=one.what,
-                                         link_until=until if link else None))  # fmt: skip
+                                         link_until=until if link else None,
+                                         ask=waiting.ask))  # fmt: skip
         title, body = push_text(run, asked, content=self.settings.content)
         return pushed, title, body, server.url if server is not None else ""
 
@@ -262,6 +284,17 @@ class Notifier:
     ) -> None:
         self.deliveries.append(delivery)
         self._in_flight = max(self._in_flight - 1, 0)  # inline: never counted
+        try:
+            self._recorded(batch, pushed, delivery, where)
+        finally:
+            if self._in_flight == 0:
+                for waiting in self._all_recorded:
+                    if not waiting.done():
+                        waiting.set_result(None)
+
+    def _recorded(
+        self, batch: list[Waiting], pushed: list[PushedDecision], delivery: Delivery, where: str
+    ) -> None:
         if self.stopped:
             return  # the run's last event is its stop
         self.plan.sent(batch, self.clock(), took=delivery.sent)
@@ -279,13 +312,17 @@ class Notifier:
             finally:
                 self._recording = False
         elif self.emit is not None:  # no channel took it: recorded as what happened
-            self.emit(
-                PushFailed,
-                run_id=self.run.run_id,
-                decisions=pushed,
-                failed=list(delivery.failed),
-                server=where,
-            )
+            self._recording = True
+            try:
+                self.emit(
+                    PushFailed,
+                    run_id=self.run.run_id,
+                    decisions=pushed,
+                    failed=list(delivery.failed),
+                    server=where,
+                )
+            finally:
+                self._recording = False
         self._arm()
 
     def _outbox_put(self, send: Callable[[], None]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loopdeck.core.push_events import PushedDecision
 from loopdeck.operator.push_words import Asked
 
 TRIES = 3
@@ -97,12 +98,27 @@ class PushPlan:
                 waiting.pushed = False
                 waiting.due = now + self.after_s
 
-    def pushed_before(self, decisions: set[tuple[str, str]]) -> None:
-        """Decisions (call id, what) a push went out for before this plan knew of it (another
-        worker's, read from the run's log): not pushed again."""
-        for waiting in self.waiting.values():
-            if (waiting.asked.call_id, waiting.asked.what) in decisions:
-                waiting.pushed = True
+    def pushed_before(self, decisions: list[PushedDecision]) -> None:
+        """Decisions a push went out for before this plan knew of it (another worker's, read
+        from the run's log): not pushed again. A push names the ask it was for; one recorded
+        before it did is matched by its call and what it is."""
+        for waiting in self._of(decisions):
+            waiting.pushed = True
+
+    def failed_before(self, decisions: list[PushedDecision]) -> None:
+        """Decisions a push no channel took was for, before this plan knew of it: that try
+        counts among their `TRIES`; one tried that often is not tried again."""
+        for waiting in self._of(decisions):
+            waiting.tries += 1
+            waiting.pushed = waiting.pushed or waiting.tries >= TRIES
+
+    def _of(self, decisions: list[PushedDecision]) -> list[Waiting]:
+        asks = {(d.call_id, d.what, d.ask) for d in decisions}
+        return [
+            w for w in self.waiting.values()
+            if (w.asked.call_id, w.asked.what, w.ask) in asks
+            or (w.asked.call_id, w.asked.what, "") in asks
+        ]  # fmt: skip
 
     def pushed_waiting(self) -> list[Waiting]:
         """The decisions pushed and still waiting (their links live until taken)."""
