@@ -418,10 +418,9 @@ def test_a_write_asked_again_is_pushed_though_the_log_says_its_first_ask_was() -
         [push] = recorded
         assert [d.call_id for d in push.decisions] == ["c1"] and push.decisions[0].ask
         assert push.decisions[0].ask != first_ask and len(hooked.wait_for(1)) == 1
-        notifier.take(_pushed_by_another("c1", ""))  # an older loopdeck's record: the call
         other = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
         other.take(_request("c2", 3))
-        other.take(_pushed_by_another("c2", ""))
+        other.take(_pushed_by_another("c2", ""))  # an older loopdeck's record: the call's
         assert not other.owes()
 
 
@@ -433,11 +432,34 @@ def test_pushes_another_worker_tried_and_no_channel_took_count_among_the_tries()
     dead = ("json://127.0.0.1:9/nobody",)
     notifier = Notifier(NotifySettings(dead, after_s=AFTER_S), Channels(dead), clock=clock,
                         inline=True)  # fmt: skip
-    notifier.take(_request("c1", 1))
-    failed = PushFailed(run_id=RUN, decisions=[PushedDecision(call_id="c1", what="approval")],
-                        failed=["json: refused"])  # fmt: skip
+    from loopdeck.operator.link_tokens import ask_of_request
+
+    request = _request("c1", 1)
+    notifier.take(request)
+    ask = ask_of_request("c1", request.args_sha256, request.state_hash, request.requested_at)
+    failed = PushFailed(run_id=RUN, decisions=[PushedDecision(call_id="c1", what="approval",
+                        ask=ask)], failed=["json: refused"])  # fmt: skip
     for _ in range(TRIES - 1):
         notifier.take(failed)
         assert notifier.owes()
     notifier.take(failed)
     assert not notifier.owes() and notifier.plan.wake() is None  # given up, as its tries were
+
+
+def test_a_push_no_channel_took_counts_once_though_its_own_record_comes_back_to_it() -> None:
+    """The notifier hears the run's bus, its own `push_failed` too: that try is counted once,
+    so a decision is tried its `TRIES` times, not fewer."""
+    from loopdeck.core.events import EventBus
+
+    clock, bus = FakeClock(), EventBus()
+    dead = ("json://127.0.0.1:9/nobody",)
+    notifier = Notifier(NotifySettings(dead, after_s=AFTER_S), Channels(dead), clock=clock,
+                        inline=True, emit=bus.emit)  # fmt: skip
+    bus.subscribe(notifier.take)
+    failures: list[Any] = []
+    bus.subscribe(lambda e: failures.append(e) if isinstance(e, PushFailed) else None)
+    notifier.take(_request("c1", 1))
+    clock.now = AFTER_S
+    notifier.tick()
+    assert len(failures) == 1 and [w.tries for w in notifier.plan.waiting.values()] == [1]
+    assert notifier.plan.wake() == 2 * AFTER_S  # tried again

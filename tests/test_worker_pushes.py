@@ -172,10 +172,12 @@ async def test_a_push_that_cannot_be_made_is_recorded_failed_and_owed_no_more_th
 async def test_a_push_on_its_way_as_its_worker_stops_is_recorded_before_the_run_is_handed_back(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """The worker stops while its push is with the channel: the run is handed back only once
-    the push is recorded, so the next worker never pushes it again."""
+    """The worker stops while its push is with the channel: the channel answers only once the
+    hand-back has begun, and the run is handed back once the push is recorded, so the next
+    worker never pushes it again."""
     import threading
 
+    from loopdeck.operator.leased_run import LeasedRun
     from loopdeck.operator.push_channels import Channels, Delivery
 
     sending, release = threading.Event(), threading.Event()
@@ -185,7 +187,14 @@ async def test_a_push_on_its_way_as_its_worker_stops_is_recorded_before_the_run_
         release.wait(BOUND_S)
         return Delivery(took=("json",), failed=())
 
+    let_go = LeasedRun.let_go
+
+    async def letting_go(self: LeasedRun, *args: Any, **kwargs: Any) -> bool:
+        release.set()  # the channel answers as the hand-back begins
+        return await let_go(self, *args, **kwargs)
+
     monkeypatch.setattr(Channels, "send", slow)
+    monkeypatch.setattr(LeasedRun, "let_go", letting_go)
     monkeypatch.setenv("LOOPDECK_PARK_AFTER_S", "600")  # held: handed back, never parked
     db = tmp_path / "s.db"
     run_id = await submit(db, options(tmp_path, approve="wait"))
@@ -193,8 +202,6 @@ async def test_a_push_on_its_way_as_its_worker_stops_is_recorded_before_the_run_
     try:
 
         async def push_on_its_way() -> bool:
-            if sending.is_set():  # the worker is told to stop now; the channel answers later
-                asyncio.get_running_loop().call_later(0.3, release.set)
             return sending.is_set()
 
         notify = NotifySettings(("json://127.0.0.1:9/x",), after_s=0.2)
@@ -204,3 +211,45 @@ async def test_a_push_on_its_way_as_its_worker_stops_is_recorded_before_the_run_
     finally:
         release.set()
         await store.close()
+
+
+async def test_a_stop_ends_the_wait_for_a_push_on_its_way_and_nothing_is_recorded_after_it() -> (
+    None
+):
+    import threading
+
+    from loopdeck.core.events import ApprovalRequested
+    from loopdeck.operator.notifications import Notifier
+    from loopdeck.operator.push_channels import Channels, Delivery
+
+    release, recorded = threading.Event(), []
+
+    class Held(Channels):
+        def send(self, title: str, body: str) -> Delivery:
+            release.wait(BOUND_S)
+            return Delivery(took=("json",), failed=())
+
+    settings = NotifySettings(("json://127.0.0.1:9/x",), after_s=0.01)
+    notifier = Notifier(settings, Held(settings.urls),
+                        emit=lambda kind, **fields: recorded.append(kind))  # fmt: skip
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    notifier.take(ApprovalRequested(
+        run_id="r1", call_id="c3", tool="add_note", args={}, args_sha256="0" * 64,
+        state_hash="s" * 16, fingerprint="fp", plan_step=None, seq=1,
+        requested_at=now, expires_at=now + timedelta(hours=1),
+    ))  # fmt: skip
+    end = time.monotonic() + BOUND_S
+    while notifier._in_flight == 0:
+        assert time.monotonic() < end, "no push was handed to the sender"
+        await asyncio.sleep(0.01)
+    waiting = asyncio.create_task(notifier.recorded(BOUND_S))
+    await asyncio.sleep(0)
+    notifier.stop()  # the run stopped, or its lease was lost, as it waited
+    assert await waiting is False
+    release.set()
+    while notifier._in_flight:
+        assert time.monotonic() < end, "the push never came back"
+        await asyncio.sleep(0.01)
+    assert recorded == []

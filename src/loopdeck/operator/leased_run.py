@@ -70,6 +70,7 @@ class LeasedRun:
         self._writer: EventWriter | None = None
         self.runtime: Runtime | None = None
         self.let_go_as: str | None = None  # handed back or parked: how it left this worker
+        self.ran_out = False  # its runtime returned here: it ends here, never let go
         self.live = False  # its runtime takes commands from other terminals
         # Live, and the commands that waited for it taken: its worker reads it the rest.
         self.hears = False
@@ -220,7 +221,7 @@ class LeasedRun:
             outcome = await runtime.run()
         finally:
             unwatch()
-            self.live = False
+            self.live, self.ran_out = False, True
             if watching is not None:
                 watching.cancel()
             await self._close(writer)
@@ -308,8 +309,10 @@ class LeasedRun:
         go, then its runtime is stopped here without a word of it reaching the store."""
         if self.let_go_as is not None or self.lease.lost is not None or not still():
             return False
+        await worker_pushes.recorded(self.notifier)  # the run may move meanwhile: asked again
+        if self.let_go_as or self.lease.lost or self.ran_out or not still():
+            return False
         self.let_go_as, self.live = note, False
-        await worker_pushes.recorded(self.notifier)  # before the lease goes
         if self.notifier is not None:  # in this step: no push goes that its log would miss
             self.notifier.stop()
         self.lease.lose(note)

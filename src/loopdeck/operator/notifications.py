@@ -167,21 +167,22 @@ class Notifier:
         self._arm()
 
     async def recorded(self, within_s: float) -> bool:
-        """Until every push handed to the sender is recorded, `within_s` at most, none sent
-        meanwhile: a run leaving its worker takes the record of what was pushed with it. True
-        if none is left unrecorded."""
+        """Until every push handed to the sender is recorded (`within_s` a push at most), none
+        sent meanwhile: a run leaving its worker takes the record of what was pushed with it.
+        True if none is left unrecorded; a stop ends the wait (nothing is recorded after it)."""
         if self._in_flight == 0 or self.stopped:
-            return self._in_flight == 0
+            return self._in_flight == 0 and not self.stopped
         self._holding_pushes = True  # nothing more goes out
         done = asyncio.get_running_loop().create_future()
         self._all_recorded.append(done)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(done), within_s)
+                await asyncio.wait_for(asyncio.shield(done), within_s * self._in_flight)
         finally:
             self._all_recorded.remove(done)
             self._holding_pushes = False
-        return self._in_flight == 0
+            self._arm()  # what fell due meanwhile (nothing once stopped)
+        return self._in_flight == 0 and not self.stopped
 
     def stop(self) -> None:
         """Nothing more is pushed or recorded: the run stopped, and its links with it."""
@@ -190,6 +191,12 @@ class Notifier:
             self._timer.cancel()
         if self._outbox is not None:
             self._outbox.put(_END)
+        self._waits_over()
+
+    def _waits_over(self) -> None:
+        for waiting in self._all_recorded:
+            if not waiting.done():
+                waiting.set_result(None)
 
     def tick(self) -> None:
         """Push what is due now, then wait for what is next."""
@@ -224,6 +231,9 @@ class Notifier:
         run = self.run
 
         def send() -> None:
+            if self.stopped:  # queued behind a push that was on its way as the run left
+                self._sent(batch, [], Delivery((), ("not sent: the run left",)), "")
+                return
             try:
                 pushed, title, body, where = self._made(run, batch)
                 delivery = self.channels.send(title, body)
@@ -288,9 +298,7 @@ class Notifier:
             self._recorded(batch, pushed, delivery, where)
         finally:
             if self._in_flight == 0:
-                for waiting in self._all_recorded:
-                    if not waiting.done():
-                        waiting.set_result(None)
+                self._waits_over()
 
     def _recorded(
         self, batch: list[Waiting], pushed: list[PushedDecision], delivery: Delivery, where: str
