@@ -463,3 +463,31 @@ def test_a_push_no_channel_took_counts_once_though_its_own_record_comes_back_to_
     notifier.tick()
     assert len(failures) == 1 and [w.tries for w in notifier.plan.waiting.values()] == [1]
     assert notifier.plan.wake() == 2 * AFTER_S  # tried again
+
+
+def test_a_decision_read_from_a_moved_runs_log_is_due_after_it_was_asked_not_after_the_move() -> (
+    None
+):
+    """A worker takes a run up from its log: an ask made 25 s ago is due 5 s from now (30 s
+    after it was asked), and another worker's push 3 s ago keeps the pushes' gap from it."""
+    from loopdeck.core.push_events import PushedDecision
+
+    clock = FakeClock()
+    clock.now = 1000.0
+    settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=AFTER_S)
+    notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+    asked = _request("c1", 1)
+    earlier = asked.requested_at - timedelta(seconds=25)
+    notifier.take(asked.model_copy(update={"requested_at": earlier, "at": earlier}))
+    wake = notifier.plan.wake()
+    assert wake is not None and 990.0 < wake <= 1005.0, wake  # not 1030: after the move
+    three_s_ago = datetime.now(UTC) - timedelta(seconds=3)
+    pushed = DecisionsPushed(
+        run_id=RUN,
+        channels=["json"],
+        at=three_s_ago,
+        decisions=[PushedDecision(call_id="c0", what="approval")],
+    )
+    notifier.take(pushed)
+    wake, gap = notifier.plan.wake(), notifier.plan.gap_s
+    assert wake is not None and 1005.0 < wake <= 997.0 + gap, wake  # the gap kept from it

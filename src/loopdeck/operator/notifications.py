@@ -61,6 +61,13 @@ Clock = Callable[[], float]
 StoreOf = Callable[[], Location | None]
 
 
+def _on_clock(at: datetime, now: float, wall: datetime) -> float:
+    """When `at` (an event's time) was on the notifier's clock: an ask read from the log of a
+    run that moved is due `--notify-after` after it was asked, not after the move (an event
+    from a clock ahead of this one's: now)."""
+    return now - max(0.0, (wall - at).total_seconds())
+
+
 def asked_write(e: ApprovalRequested) -> Asked:
     risk = f"write, {e.risk_source}" if e.risk_source else "write"
     content = [("arguments", args_text(e.args))]
@@ -141,13 +148,15 @@ class Notifier:
             case ApprovalRequested() if event.grant_id is None:
                 ask = ask_of_request(event.call_id, event.args_sha256, event.state_hash,
                                      event.requested_at)  # fmt: skip
-                self.plan.add(f"{event.call_id}:{ask}", asked_write(event), ask, now)
+                since = _on_clock(event.requested_at, now, wall)
+                self.plan.add(f"{event.call_id}:{ask}", asked_write(event), ask, since)
             case QuestionAsked():
                 asked = asked_question(event, wall)
-                self.plan.add(event.question_id, asked, event.question_id, now)
+                since = _on_clock(event.at, now, wall)
+                self.plan.add(event.question_id, asked, event.question_id, since)
             case ToolFinished() if event.status is CallStatus.OUTCOME_UNKNOWN:
                 self.plan.add(f"outcome:{event.call_id}", asked_outcome(event, wall),
-                              OUTCOME_ASK, now)  # fmt: skip
+                              OUTCOME_ASK, _on_clock(event.at, now, wall))  # fmt: skip
             case ApprovalDecided() | ApprovalWithdrawn() | OutcomeResolved():
                 self.plan.settle(event.call_id)
             case QuestionAnswered():
@@ -156,7 +165,7 @@ class Notifier:
                 for call_id in event.settled:
                     self.plan.settle(call_id)
             case DecisionsPushed() if not self._recording:  # another's: a worker before this
-                self.plan.pushed_before(event.decisions)
+                self.plan.pushed_before(event.decisions, _on_clock(event.at, now, wall))
             case PushFailed() if not self._recording:
                 self.plan.failed_before(event.decisions)
             case RunStopped():

@@ -98,10 +98,12 @@ class PushPlan:
                 waiting.pushed = False
                 waiting.due = now + self.after_s
 
-    def pushed_before(self, decisions: list[PushedDecision]) -> None:
-        """Decisions a push went out for before this plan knew of it (another worker's, read
-        from the run's log): not pushed again. A push names the ask it was for; one recorded
-        before it did is matched by its call and what it is."""
+    def pushed_before(self, decisions: list[PushedDecision], at: float) -> None:
+        """Decisions a push went out `at` for before this plan knew of it (another worker's,
+        read from the run's log): not pushed again, and the next push `gap_s` after it. A push
+        names the ask it was for; one recorded before it did is matched by its call and what
+        it is."""
+        self.last_push = at if self.last_push is None else max(self.last_push, at)
         for waiting in self._of(decisions):
             waiting.pushed = True
 
