@@ -29,6 +29,20 @@ async def _pushed(store: Store, run_id: str) -> list[str]:
             for d in e.decisions]  # fmt: skip
 
 
+def _c3_asked() -> Any:
+    """A write asked of run r1 now: its approval valid for an hour."""
+    from datetime import UTC, datetime, timedelta
+
+    from loopdeck.core.events import ApprovalRequested
+
+    now = datetime.now(UTC)
+    return ApprovalRequested(
+        run_id="r1", call_id="c3", tool="add_note", args={}, args_sha256="0" * 64,
+        state_hash="s" * 16, fingerprint="fp", plan_step=None, seq=1,
+        requested_at=now, expires_at=now + timedelta(hours=1),
+    )  # fmt: skip
+
+
 async def _with_worker(db: Path, notify: NotifySettings, until: Any) -> None:
     await with_a_worker(db, until, slots=1, notify=notify)
 
@@ -136,9 +150,7 @@ async def test_a_push_that_cannot_be_made_is_recorded_failed_and_owed_no_more_th
 ) -> None:
     """Making the push raised (say, a server's secret file that cannot be read): said, recorded
     as a push no channel took, tried again as one; the run is not held by it for good."""
-    from datetime import UTC, datetime, timedelta
-
-    from loopdeck.core.events import ApprovalRequested, PushFailed
+    from loopdeck.core.events import PushFailed
     from loopdeck.operator.notifications import Notifier
     from loopdeck.operator.push_channels import Channels
 
@@ -150,12 +162,7 @@ async def test_a_push_that_cannot_be_made_is_recorded_failed_and_owed_no_more_th
     settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=0.05)
     notifier = Notifier(settings, Channels(settings.urls),
                         emit=lambda kind, **fields: recorded.append((kind, fields)))  # fmt: skip
-    now = datetime.now(UTC)
-    notifier.take(ApprovalRequested(
-        run_id="r1", call_id="c3", tool="add_note", args={}, args_sha256="0" * 64,
-        state_hash="s" * 16, fingerprint="fp", plan_step=None, seq=1,
-        requested_at=now, expires_at=now + timedelta(hours=1),
-    ))  # fmt: skip
+    notifier.take(_c3_asked())
     assert notifier.owes()
     end = time.monotonic() + BOUND_S
     while not recorded:
@@ -218,7 +225,6 @@ async def test_a_stop_ends_the_wait_for_a_push_on_its_way_and_nothing_is_recorde
 ):
     import threading
 
-    from loopdeck.core.events import ApprovalRequested
     from loopdeck.operator.notifications import Notifier
     from loopdeck.operator.push_channels import Channels, Delivery
 
@@ -232,14 +238,7 @@ async def test_a_stop_ends_the_wait_for_a_push_on_its_way_and_nothing_is_recorde
     settings = NotifySettings(("json://127.0.0.1:9/x",), after_s=0.01)
     notifier = Notifier(settings, Held(settings.urls),
                         emit=lambda kind, **fields: recorded.append(kind))  # fmt: skip
-    from datetime import UTC, datetime, timedelta
-
-    now = datetime.now(UTC)
-    notifier.take(ApprovalRequested(
-        run_id="r1", call_id="c3", tool="add_note", args={}, args_sha256="0" * 64,
-        state_hash="s" * 16, fingerprint="fp", plan_step=None, seq=1,
-        requested_at=now, expires_at=now + timedelta(hours=1),
-    ))  # fmt: skip
+    notifier.take(_c3_asked())
     end = time.monotonic() + BOUND_S
     while notifier._in_flight == 0:
         assert time.monotonic() < end, "no push was handed to the sender"

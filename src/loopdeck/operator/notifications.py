@@ -43,7 +43,7 @@ from loopdeck.core.events import (
     RunStopped,
     ToolFinished,
 )
-from loopdeck.core.push_events import PushedDecision
+from loopdeck.core.push_events import Push, PushedDecision
 from loopdeck.core.replay_events import RunForked
 from loopdeck.core.scenario import ScenarioError
 from loopdeck.operator.link_tokens import OUTCOME_ASK, LinkServer, ask_of_request, registered
@@ -316,31 +316,20 @@ class Notifier:
             return  # the run's last event is its stop
         self.plan.sent(batch, self.clock(), took=delivery.sent)
         if self.emit is not None and delivery.sent:
-            self._recording = True
-            try:
-                self.emit(
-                    DecisionsPushed,
-                    run_id=self.run.run_id,
-                    decisions=pushed,
-                    channels=list(delivery.took),
-                    failed=list(delivery.failed),
-                    server=where,
-                )
-            finally:
-                self._recording = False
+            self._own(DecisionsPushed, decisions=pushed, channels=list(delivery.took),
+                      failed=list(delivery.failed), server=where)  # fmt: skip
         elif self.emit is not None:  # no channel took it: recorded as what happened
-            self._recording = True
-            try:
-                self.emit(
-                    PushFailed,
-                    run_id=self.run.run_id,
-                    decisions=pushed,
-                    failed=list(delivery.failed),
-                    server=where,
-                )
-            finally:
-                self._recording = False
+            self._own(PushFailed, decisions=pushed, failed=list(delivery.failed), server=where)
         self._arm()
+
+    def _own(self, kind: type[Push], **fields: Any) -> None:
+        """The push recorded on the run's bus, which this notifier hears too (its own)."""
+        assert self.emit is not None
+        self._recording = True
+        try:
+            self.emit(kind, run_id=self.run.run_id, **fields)
+        finally:
+            self._recording = False
 
     def _outbox_put(self, send: Callable[[], None]) -> None:
         if self._outbox is None:
