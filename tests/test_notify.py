@@ -478,7 +478,11 @@ def test_a_decision_read_from_a_moved_runs_log_is_due_after_it_was_asked_not_aft
     notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
     asked = _request("c1", 1)
     earlier = asked.requested_at - timedelta(seconds=25)
-    notifier.take(asked.model_copy(update={"requested_at": earlier, "at": earlier}))
+    old_ask = asked.model_copy(update={"requested_at": earlier, "at": earlier})
+    heard = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+    heard.take(old_ask)  # heard live (a fork's rebuild stamps its source's times): as of now
+    assert heard.plan.wake() == 1000.0 + AFTER_S
+    notifier.read_log([old_ask])
     wake = notifier.plan.wake()
     assert wake is not None and 990.0 < wake <= 1005.0, wake  # not 1030: after the move
     three_s_ago = datetime.now(UTC) - timedelta(seconds=3)
@@ -488,6 +492,6 @@ def test_a_decision_read_from_a_moved_runs_log_is_due_after_it_was_asked_not_aft
         at=three_s_ago,
         decisions=[PushedDecision(call_id="c0", what="approval")],
     )
-    notifier.take(pushed)
+    notifier.read_log([pushed])
     wake, gap = notifier.plan.wake(), notifier.plan.gap_s
     assert wake is not None and 1005.0 < wake <= 997.0 + gap, wake  # the gap kept from it

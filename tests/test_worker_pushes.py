@@ -252,3 +252,38 @@ async def test_a_stop_ends_the_wait_for_a_push_on_its_way_and_nothing_is_recorde
         assert time.monotonic() < end, "the push never came back"
         await asyncio.sleep(0.01)
     assert recorded == []
+
+
+async def test_a_fork_pushes_nothing_of_its_sources_old_asks_as_it_is_rebuilt(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A fork's rebuild hears its source's events stamped with their times; to a worker whose
+    clock reads an hour ahead they are an hour old, yet none is due before `--notify-after`
+    from now: the outcome its `RunForked` settles is never pushed."""
+    from datetime import datetime, timedelta
+
+    from test_fork_unknown_outcome import _ended, _source_lost_during_c3
+
+    from loopdeck.core.events import RunForked
+    from loopdeck.operator import notifications
+    from loopdeck.operator.fork import fork
+
+    class HourAhead(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=1)
+
+    db = tmp_path / "s.db"
+    store = await open_store(db)
+    try:
+        await _source_lost_during_c3(store, db, tmp_path)
+        forked = await fork(db, "src", "c5")
+        monkeypatch.setattr(notifications, "datetime", HourAhead)
+        with webhook() as (hook, hooked):
+            await _with_worker(db, NotifySettings((hook,), after_s=600.0),
+                               lambda: _ended(store, forked))  # fmt: skip
+            log = await stored(store, forked)
+            assert next(e for e in log if isinstance(e, RunForked)).settled == ["c3"]
+            assert await _pushed(store, forked) == [] and len(hooked) == 0
+    finally:
+        await store.close()

@@ -61,13 +61,6 @@ Clock = Callable[[], float]
 StoreOf = Callable[[], Location | None]
 
 
-def _on_clock(at: datetime, now: float, wall: datetime) -> float:
-    """When `at` (an event's time) was on the notifier's clock: an ask read from the log of a
-    run that moved is due `--notify-after` after it was asked, not after the move (an event
-    from a clock ahead of this one's: now)."""
-    return now - max(0.0, (wall - at).total_seconds())
-
-
 def asked_write(e: ApprovalRequested) -> Asked:
     risk = f"write, {e.risk_source}" if e.risk_source else "write"
     content = [("arguments", args_text(e.args))]
@@ -127,6 +120,7 @@ class Notifier:
         self._recording = False  # its own `DecisionsPushed` or `PushFailed` is on the bus
         self._all_recorded: list[asyncio.Future[None]] = []  # `recorded`'s waits
         self._holding_pushes = False  # while `recorded` waits
+        self._reading_log = False  # `read_log`
 
     def owes(self) -> bool:
         """A decision waits that is not pushed yet (nor given up on), or a push is on its
@@ -148,15 +142,15 @@ class Notifier:
             case ApprovalRequested() if event.grant_id is None:
                 ask = ask_of_request(event.call_id, event.args_sha256, event.state_hash,
                                      event.requested_at)  # fmt: skip
-                since = _on_clock(event.requested_at, now, wall)
+                since = self._asked_on_clock(event.requested_at, now, wall)
                 self.plan.add(f"{event.call_id}:{ask}", asked_write(event), ask, since)
             case QuestionAsked():
                 asked = asked_question(event, wall)
-                since = _on_clock(event.at, now, wall)
+                since = self._asked_on_clock(event.at, now, wall)
                 self.plan.add(event.question_id, asked, event.question_id, since)
             case ToolFinished() if event.status is CallStatus.OUTCOME_UNKNOWN:
                 self.plan.add(f"outcome:{event.call_id}", asked_outcome(event, wall),
-                              OUTCOME_ASK, _on_clock(event.at, now, wall))  # fmt: skip
+                              OUTCOME_ASK, self._asked_on_clock(event.at, now, wall))  # fmt: skip
             case ApprovalDecided() | ApprovalWithdrawn() | OutcomeResolved():
                 self.plan.settle(event.call_id)
             case QuestionAnswered():
@@ -165,7 +159,7 @@ class Notifier:
                 for call_id in event.settled:
                     self.plan.settle(call_id)
             case DecisionsPushed() if not self._recording:  # another's: a worker before this
-                self.plan.pushed_before(event.decisions, _on_clock(event.at, now, wall))
+                self.plan.pushed_before(event.decisions, self._asked_on_clock(event.at, now, wall))
             case PushFailed() if not self._recording:
                 self.plan.failed_before(event.decisions)
             case RunStopped():
@@ -192,6 +186,25 @@ class Notifier:
             self._holding_pushes = False
             self._arm()  # what fell due meanwhile (nothing once stopped)
         return self._in_flight == 0 and not self.stopped
+
+    def read_log(self, log: list[Event]) -> None:
+        """A run taken up from its log (another worker's before this one): each event taken as
+        of when it was made, so a decision owed is due `--notify-after` after it was asked, not
+        after the move, and the pushes' gap is kept from the last push made. Events heard live
+        (a fork's rebuild among them, stamped with its source's times) are as of now."""
+        self._reading_log = True
+        try:
+            for event in log:
+                self.take(event)
+        finally:
+            self._reading_log = False
+
+    def _asked_on_clock(self, at: datetime, now: float, wall: datetime) -> float:
+        """When `at` was on this notifier's clock, for an event of the log read (one from a
+        clock ahead of this one's: now); for any other, now."""
+        if not self._reading_log:
+            return now
+        return now - max(0.0, (wall - at).total_seconds())
 
     def stop(self) -> None:
         """Nothing more is pushed or recorded: the run stopped, and its links with it."""

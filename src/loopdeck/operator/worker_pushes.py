@@ -48,7 +48,6 @@ def caught_up(notifier: Any, log: list[Event]) -> None:
     """The run's log told to its notifier. One it cannot take is said, and the run goes
     live all the same: its pushes from here on are what it lacks (never its move)."""
     try:
-        for event in log:
-            notifier.take(event)
+        notifier.read_log(log)
     except Exception:
         logging.getLogger("loopdeck.notify").exception("loopdeck notify: the log not read")
