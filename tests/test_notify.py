@@ -495,3 +495,26 @@ def test_a_decision_read_from_a_moved_runs_log_is_due_after_it_was_asked_not_aft
     notifier.read_log([pushed])
     wake, gap = notifier.plan.wake(), notifier.plan.gap_s
     assert wake is not None and 1005.0 < wake <= 997.0 + gap, wake  # the gap kept from it
+
+
+def test_a_push_another_worker_tried_in_vain_is_tried_again_after_notify_after_from_its_try() -> (
+    None
+):
+    from loopdeck.core.push_events import PushedDecision
+
+    clock = FakeClock()
+    clock.now = 1000.0
+    settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=AFTER_S)
+    notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+    asked = _request("c1", 1)
+    long_ago = asked.requested_at - timedelta(seconds=100)
+    tried = PushFailed(
+        run_id=RUN,
+        decisions=[PushedDecision(call_id="c1", what="approval")],
+        failed=["json: refused"],
+        at=asked.requested_at - timedelta(seconds=5),
+    )
+    notifier.read_log([asked.model_copy(update={"requested_at": long_ago, "at": long_ago}),
+                       tried])  # fmt: skip
+    wake = notifier.plan.wake()
+    assert wake is not None and 1000.0 < wake <= 1000.0 - 5 + AFTER_S, wake  # not at once

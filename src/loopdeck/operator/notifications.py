@@ -161,7 +161,7 @@ class Notifier:
             case DecisionsPushed() if not self._recording:  # another's: a worker before this
                 self.plan.pushed_before(event.decisions, self._asked_on_clock(event.at, now, wall))
             case PushFailed() if not self._recording:
-                self.plan.failed_before(event.decisions)
+                self.plan.failed_before(event.decisions, self._asked_on_clock(event.at, now, wall))
             case RunStopped():
                 self.stop()
                 return

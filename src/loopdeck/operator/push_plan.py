@@ -107,12 +107,15 @@ class PushPlan:
         for waiting in self._of(decisions):
             waiting.pushed = True
 
-    def failed_before(self, decisions: list[PushedDecision]) -> None:
-        """Decisions a push no channel took was for, before this plan knew of it: that try
-        counts among their `TRIES`; one tried that often is not tried again."""
+    def failed_before(self, decisions: list[PushedDecision], at: float) -> None:
+        """Decisions a push no channel took was for `at`, before this plan knew of it: that
+        try counts among their `TRIES` and the next is `after_s` after it, as here; one tried
+        that often is not tried again."""
+        self.last_push = at if self.last_push is None else max(self.last_push, at)
         for waiting in self._of(decisions):
             waiting.tries += 1
             waiting.pushed = waiting.pushed or waiting.tries >= TRIES
+            waiting.due = max(waiting.due, at + self.after_s)
 
     def _of(self, decisions: list[PushedDecision]) -> list[Waiting]:
         asks = {(d.call_id, d.what, d.ask) for d in decisions}
