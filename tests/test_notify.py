@@ -465,6 +465,14 @@ def test_a_push_no_channel_took_counts_once_though_its_own_record_comes_back_to_
     assert notifier.plan.wake() == 2 * AFTER_S  # tried again
 
 
+def _a_worker_at_1000() -> tuple[FakeClock, Notifier]:
+    """A notifier whose clock reads 1,000 s, its channel one that takes nothing."""
+    clock = FakeClock()
+    clock.now = 1000.0
+    settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=AFTER_S)
+    return clock, Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+
+
 def test_a_decision_read_from_a_moved_runs_log_is_due_after_it_was_asked_not_after_the_move() -> (
     None
 ):
@@ -472,14 +480,11 @@ def test_a_decision_read_from_a_moved_runs_log_is_due_after_it_was_asked_not_aft
     after it was asked), and another worker's push 3 s ago keeps the pushes' gap from it."""
     from loopdeck.core.push_events import PushedDecision
 
-    clock = FakeClock()
-    clock.now = 1000.0
-    settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=AFTER_S)
-    notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+    clock, notifier = _a_worker_at_1000()
     asked = _request("c1", 1)
     earlier = asked.requested_at - timedelta(seconds=25)
     old_ask = asked.model_copy(update={"requested_at": earlier, "at": earlier})
-    heard = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+    heard = Notifier(notifier.settings, notifier.channels, clock=clock, inline=True)
     heard.take(old_ask)  # heard live (a fork's rebuild stamps its source's times): as of now
     assert heard.plan.wake() == 1000.0 + AFTER_S
     notifier.read_log([old_ask])
@@ -502,10 +507,7 @@ def test_a_push_another_worker_tried_in_vain_is_tried_again_after_notify_after_f
 ):
     from loopdeck.core.push_events import PushedDecision
 
-    clock = FakeClock()
-    clock.now = 1000.0
-    settings = NotifySettings(("json://127.0.0.1:9/nobody",), after_s=AFTER_S)
-    notifier = Notifier(settings, Channels(settings.urls), clock=clock, inline=True)
+    _, notifier = _a_worker_at_1000()
     asked = _request("c1", 1)
     long_ago = asked.requested_at - timedelta(seconds=100)
     tried = PushFailed(
