@@ -142,15 +142,15 @@ class Notifier:
             case ApprovalRequested() if event.grant_id is None:
                 ask = ask_of_request(event.call_id, event.args_sha256, event.state_hash,
                                      event.requested_at)  # fmt: skip
-                since = self._asked_on_clock(event.requested_at, now, wall)
+                since = self._made_on_clock(event.requested_at, now, wall)
                 self.plan.add(f"{event.call_id}:{ask}", asked_write(event), ask, since)
             case QuestionAsked():
                 asked = asked_question(event, wall)
-                since = self._asked_on_clock(event.at, now, wall)
+                since = self._made_on_clock(event.at, now, wall)
                 self.plan.add(event.question_id, asked, event.question_id, since)
             case ToolFinished() if event.status is CallStatus.OUTCOME_UNKNOWN:
                 self.plan.add(f"outcome:{event.call_id}", asked_outcome(event, wall),
-                              OUTCOME_ASK, self._asked_on_clock(event.at, now, wall))  # fmt: skip
+                              OUTCOME_ASK, self._made_on_clock(event.at, now, wall))  # fmt: skip
             case ApprovalDecided() | ApprovalWithdrawn() | OutcomeResolved():
                 self.plan.settle(event.call_id)
             case QuestionAnswered():
@@ -159,9 +159,9 @@ class Notifier:
                 for call_id in event.settled:
                     self.plan.settle(call_id)
             case DecisionsPushed() if not self._recording:  # another's: a worker before this
-                self.plan.pushed_before(event.decisions, self._asked_on_clock(event.at, now, wall))
+                self.plan.pushed_before(event.decisions, self._made_on_clock(event.at, now, wall))
             case PushFailed() if not self._recording:
-                self.plan.failed_before(event.decisions, self._asked_on_clock(event.at, now, wall))
+                self.plan.failed_before(event.decisions, self._made_on_clock(event.at, now, wall))
             case RunStopped():
                 self.stop()
                 return
@@ -173,8 +173,10 @@ class Notifier:
         """Until every push handed to the sender is recorded (`within_s` a push at most), none
         sent meanwhile: a run leaving its worker takes the record of what was pushed with it.
         True if none is left unrecorded; a stop ends the wait (nothing is recorded after it)."""
-        if self._in_flight == 0 or self.stopped:
-            return self._in_flight == 0 and not self.stopped
+        if self._in_flight == 0:
+            return True
+        if self.stopped:
+            return False
         self._holding_pushes = True  # nothing more goes out
         done = asyncio.get_running_loop().create_future()
         self._all_recorded.append(done)
@@ -199,7 +201,7 @@ class Notifier:
         finally:
             self._reading_log = False
 
-    def _asked_on_clock(self, at: datetime, now: float, wall: datetime) -> float:
+    def _made_on_clock(self, at: datetime, now: float, wall: datetime) -> float:
         """When `at` was on this notifier's clock, for an event of the log read (one from a
         clock ahead of this one's: now); for any other, now."""
         if not self._reading_log:
