@@ -123,7 +123,8 @@ async def test_the_run_records_what_the_agent_is_told_as_the_consoles_rejection(
 async def _inbox(pilot: Any, app: App[Any], db: Path, count: int) -> InboxScreen:
     inbox = InboxScreen(db, lambda: datetime.now(UTC))
     await app.push_screen(inbox)
-    await wait_until(pilot, lambda: len(inbox.entries) == count)
+    # its entries read, and the first of them under the cursor (what the keys act on)
+    await wait_until(pilot, lambda: len(inbox.entries) == count and inbox.selected() is not None)
     return inbox
 
 
